@@ -1,0 +1,57 @@
+# Nest build, test and demo entry points. See README.md.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+
+OUT := $(CURDIR)/_output
+BIN := $(OUT)/bin
+export CGO_ENABLED := 0
+export GOFLAGS := -trimpath
+
+K8S_VERSION := v1.36.3
+K8S_VERSION_PKGS := k8s.io/component-base/version k8s.io/client-go/pkg/version
+# Without these the components report v0.0.0-master.
+K8S_LDFLAGS := -s -w $(foreach p,$(K8S_VERSION_PKGS),-X $(p).gitVersion=$(K8S_VERSION) -X $(p).gitMajor=1 -X $(p).gitMinor=36 -X $(p).gitTreeState=clean)
+
+NODES ?= 2
+
+.PHONY: all deps build build-k8s build-nest test unit e2e demo down clean
+
+all: build
+
+## deps: install the Debian packages Nest needs (root only; a no-op when present)
+deps:
+	hack/install-deps.sh
+
+## build: every binary into _output/bin; go's build cache makes a second run cheap
+build: build-k8s build-nest
+
+# The Kubernetes components live in their own module (k8s/) so the main module
+# does not inherit k8s.io/kubernetes' replace lines; CoreDNS in one more.
+build-k8s:
+	cd k8s && go build -ldflags '$(K8S_LDFLAGS)' -o $(BIN)/kube ./cmd/kube
+	cd k8s/coredns && go build -ldflags '-s -w' -o $(BIN)/coredns .
+
+build-nest:
+	go build -ldflags '-s -w' -o $(BIN)/ ./cmd/nest ./cmd/pause ./cmd/testapp
+
+## test: every test CI runs: unit tests, then end-to-end tests on a real local host cluster
+test: deps build unit e2e
+
+unit:
+	go test -count=1 ./internal/... ./cmd/...
+
+e2e:
+	NEST_BIN_DIR=$(BIN) go test -count=1 -timeout 30m -v ./test/e2e/...
+
+## demo: start a local host cluster with $(NODES) nodes and show it
+demo: deps build
+	$(BIN)/nest dev up --nodes $(NODES)
+	$(BIN)/nest dev status
+	$(BIN)/kube kubectl --kubeconfig "$$($(BIN)/nest dev kubeconfig)" get nodes -o wide
+
+## down: stop the local host cluster and remove its state
+down:
+	$(BIN)/nest dev down
+
+clean:
+	rm -rf $(OUT)

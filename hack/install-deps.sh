@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs what Nest's build and local host cluster need on a Debian machine:
+# containerd, runc, the CNI plugins, iptables, iproute2, busybox-static.
+# Go itself must already be installed (go.mod says which version).
+set -euo pipefail
+
+packages=(containerd runc containernetworking-plugins iptables iproute2 busybox-static util-linux procps kmod)
+# Each package with a file that proves it is installed.
+declare -A probe=(
+  [containerd]=/usr/bin/containerd [runc]=/usr/sbin/runc [containernetworking-plugins]=/usr/lib/cni/bridge
+  [iptables]=/usr/sbin/iptables [iproute2]=/usr/sbin/ip [busybox-static]=/bin/busybox
+  [util-linux]=/usr/bin/nsenter [procps]=/usr/sbin/sysctl [kmod]=/usr/sbin/modprobe
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  [[ -e ${probe[$p]} ]] || missing+=("$p")
+done
+if ! command -v go >/dev/null; then
+  echo "install-deps: go is not on PATH; install Go $(sed -n 's/^go //p' "$(dirname "$0")/../go.mod") first" >&2
+  exit 1
+fi
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+if [[ $(id -u) -ne 0 ]]; then
+  echo "install-deps: missing packages: ${missing[*]}; run as root (sudo make deps)" >&2
+  exit 1
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# Debian's containerd package would start a machine-wide containerd where systemd
+# runs; the local host cluster runs one containerd per node and needs none.
+if command -v systemctl >/dev/null && systemctl is-system-running >/dev/null 2>&1; then
+  systemctl disable --now containerd >/dev/null 2>&1 || true
+fi

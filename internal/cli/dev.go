@@ -1,0 +1,127 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nestdev/nest/internal/devcluster"
+	"github.com/nestdev/nest/internal/provisioner"
+)
+
+func newDevCommand() *cobra.Command {
+	var stateDir string
+	dev := &cobra.Command{
+		Use:   "dev",
+		Short: "Run a local host cluster: a real multi-node Kubernetes on this Linux machine",
+		Long: `Run a local host cluster: etcd, kube-apiserver, kube-controller-manager and
+kube-scheduler, and per node a network namespace with its own containerd, kubelet,
+kube-proxy and CNI bridge, plus CoreDNS and a default StorageClass. Needs root.`,
+	}
+	dev.PersistentFlags().StringVar(&stateDir, "state-dir", "",
+		fmt.Sprintf("directory holding the cluster's state (default $%s, else %s)", devcluster.StateDirEnv, devcluster.DefaultStateDir))
+	resolved := func() string { return devcluster.StateDir(stateDir) }
+	dev.AddCommand(newDevUpCommand(resolved), newDevDownCommand(resolved), newDevStatusCommand(resolved),
+		newDevKubeconfigCommand(resolved), newDevProvisionerCommand())
+	return dev
+}
+
+func newDevUpCommand(stateDir func() string) *cobra.Command {
+	o := devcluster.Options{}
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Start the local host cluster, or do nothing if it already runs",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.StateDir, o.Out = stateDir(), cmd.OutOrStdout()
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			start := time.Now()
+			if err := devcluster.Up(ctx, o); err != nil {
+				return err
+			}
+			l := devcluster.Layout{Root: o.StateDir}
+			fmt.Fprintf(cmd.OutOrStdout(), "cluster ready in %.1fs\nexport KUBECONFIG=%s\n", time.Since(start).Seconds(), l.AdminKubeconfig())
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&o.Nodes, "nodes", 2, fmt.Sprintf("number of nodes, 1 to %d; the first is the control-plane node", devcluster.MaxNodes))
+	cmd.Flags().StringVar(&o.BinDir, "bin-dir", "", "directory of the kube, coredns, pause and testapp binaries (default: the directory of this nest binary)")
+	cmd.Flags().DurationVar(&o.Timeout, "timeout", 5*time.Minute, "give up when the cluster is not ready after this long")
+	return cmd
+}
+
+func newDevDownCommand(stateDir func() string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "down",
+		Short: "Stop the local host cluster and remove everything it made, data included",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Minute)
+			defer cancel()
+			return devcluster.Down(ctx, stateDir(), cmd.OutOrStdout())
+		},
+	}
+}
+
+func newDevStatusCommand(stateDir func() string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "Show the processes and nodes of the local host cluster; exit 1 unless it runs",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+			defer cancel()
+			st, err := devcluster.Status(ctx, stateDir())
+			if err != nil {
+				return err
+			}
+			st.Print(cmd.OutOrStdout())
+			if !st.Running() {
+				return errors.New("the local host cluster is not running")
+			}
+			return nil
+		},
+	}
+}
+
+func newDevKubeconfigCommand(stateDir func() string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "kubeconfig",
+		Short: "Print the path of the local host cluster's admin kubeconfig",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			path := devcluster.Layout{Root: stateDir()}.AdminKubeconfig()
+			if _, err := os.Stat(path); err != nil {
+				return fmt.Errorf("no kubeconfig at %s: start the cluster with `nest dev up`", path)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), path)
+			return nil
+		},
+	}
+}
+
+// newDevProvisionerCommand is started by `nest dev up`; users do not run it.
+func newDevProvisionerCommand() *cobra.Command {
+	var kubeconfig, dir string
+	cmd := &cobra.Command{
+		Use:    "provisioner",
+		Short:  "Serve the local host cluster's default StorageClass (started by `nest dev up`)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return provisioner.Run(ctx, kubeconfig, dir)
+		},
+	}
+	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the cluster")
+	cmd.Flags().StringVar(&dir, "dir", "", "directory that holds the volumes")
+	return cmd
+}

@@ -1,0 +1,257 @@
+package devcluster
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Down stops the local host cluster and removes everything Up made: processes,
+// pods, mounts, network namespaces, the bridge and routes, cgroups (and with
+// them the iptables chains, which live in the node namespaces), and the state
+// directory. It succeeds on a cluster that is half up or already down.
+func Down(ctx context.Context, stateDir string, out io.Writer) error {
+	if out == nil {
+		out = io.Discard
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("nest dev down needs root; run it with sudo")
+	}
+	l := Layout{Root: stateDir}
+	if err := stopRuntime(ctx, l, out); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(l.Root); err != nil {
+		return fmt.Errorf("remove state directory %s: %w", l.Root, err)
+	}
+	fmt.Fprintf(out, "removed %s\n", l.Root)
+	return nil
+}
+
+// stopRuntime tears down everything that runs, in dependency order: pods first
+// (so the kubelet unmounts their volumes and containerd removes their network
+// namespaces), then kubelets, kube-proxies and containerds, then the control
+// plane, then whatever is left in the cluster's cgroups, mounts, network and
+// cgroups. It keeps the PKI, etcd data and volumes.
+func stopRuntime(ctx context.Context, l Layout, out io.Writer) error {
+	procs, err := readProcesses(l)
+	if err != nil {
+		return err
+	}
+	byName := map[string]Process{}
+	for _, p := range procs {
+		byName[p.Name] = p
+	}
+	var errs []error
+	stop := func(names ...string) {
+		for _, name := range names {
+			if p, ok := byName[name]; ok {
+				grace := 10 * time.Second
+				if name == "kube-apiserver" {
+					// It drains watches for over a minute on SIGTERM.
+					grace = 2 * time.Second
+				}
+				if err := p.stop(grace); err != nil {
+					errs = append(errs, err)
+				}
+			}
+		}
+	}
+	stop("kube-controller-manager", "kube-scheduler", "local-volume-provisioner")
+	nodeNames := recordedNodes(procs)
+	if p, ok := byName["kube-apiserver"]; ok && p.Alive() {
+		if err := deletePods(ctx, l, out); err != nil {
+			fmt.Fprintf(out, "pods were not all deleted through the API (%v); removing the rest through the container runtime\n", err)
+		}
+	}
+	for _, n := range nodeNames {
+		stop(n + ".kubelet")
+	}
+	for _, n := range nodeNames {
+		if p, ok := byName[n+".containerd"]; ok && p.Alive() {
+			if err := removeSandboxes(ctx, socketOf(l, n)); err != nil {
+				fmt.Fprintf(out, "remove pod sandboxes on %s: %v\n", n, err)
+			}
+		}
+	}
+	for _, n := range nodeNames {
+		stop(n+".kube-proxy", n+".containerd")
+	}
+	stop("kube-apiserver", "etcd")
+	for _, p := range procs {
+		_ = os.Remove(pidFile(l, p.Name))
+	}
+	if err := killTracked(30 * time.Second); err != nil {
+		errs = append(errs, err)
+	}
+	if err := unmountUnder(l.Root); err != nil {
+		errs = append(errs, err)
+	}
+	if err := removePodNetns(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := teardownNetwork(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := removeCgroups(); err != nil {
+		errs = append(errs, err)
+	}
+	_ = os.Remove(l.StateFile())
+	removeRuntimeDirs(l)
+	return errors.Join(errs...)
+}
+
+// removeRuntimeDirs deletes the per-node state that a fresh start rebuilds:
+// containerd stores, kubelet directories, CNI IP allocations.
+func removeRuntimeDirs(l Layout) {
+	_ = os.RemoveAll(filepath.Join(l.Root, "nodes"))
+}
+
+func socketOf(l Layout, node string) string {
+	return filepath.Join(l.Root, "nodes", node, "containerd", "containerd.sock")
+}
+
+// recordedNodes lists the nodes that have processes recorded, from names such
+// as "nest-worker.kubelet".
+func recordedNodes(procs []Process) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, p := range procs {
+		if node, _, ok := strings.Cut(p.Name, "."); ok && !seen[node] {
+			seen[node] = true
+			out = append(out, node)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// deletePods deletes every pod through the API and waits until the kubelets
+// have stopped them. The controller-manager is already stopped, so nothing
+// recreates them.
+func deletePods(ctx context.Context, l Layout, out io.Writer) error {
+	c, err := adminClient(l)
+	if err != nil {
+		return err
+	}
+	var pods corev1.PodList
+	if err := c.List(ctx, &pods); err != nil {
+		return err
+	}
+	for i := range pods.Items {
+		if err := c.Delete(ctx, &pods.Items[i], client.GracePeriodSeconds(1)); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(out, "deleting %d pods\n", len(pods.Items))
+	return waitFor(ctx, 60*time.Second, "pods deleted", l, nil, func(ctx context.Context) bool {
+		var left corev1.PodList
+		return c.List(ctx, &left) == nil && len(left.Items) == 0
+	})
+}
+
+// unmountUnder detaches every mount below root, deepest first: pod volumes the
+// kubelet left behind and containerd's overlay and shm mounts.
+func unmountUnder(root string) error {
+	root = filepath.Clean(root) + "/"
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var points []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		mp := unescapeMountPath(fields[4])
+		if strings.HasPrefix(mp+"/", root) {
+			points = append(points, mp)
+		}
+	}
+	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
+	var errs []error
+	for _, p := range points {
+		if err := syscall.Unmount(p, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", p, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// unescapeMountPath undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMountPath(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			var v int
+			if _, err := fmt.Sscanf(s[i+1:i+4], "%03o", &v); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// removePodNetns deletes pod network namespaces (cni-*) that hold an address in
+// the cluster's pod range: ones containerd could not remove because it was
+// killed. Namespaces of other runtimes on the machine are left alone.
+func removePodNetns(ctx context.Context) error {
+	entries, err := os.ReadDir("/run/netns")
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	cluster := netip.MustParsePrefix(ClusterCIDR)
+	var errs []error
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), "cni-") || !netnsHasAddrIn(ctx, e.Name(), cluster) {
+			continue
+		}
+		if err := ip(ctx, "netns", "delete", e.Name()); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func netnsHasAddrIn(ctx context.Context, ns string, prefix netip.Prefix) bool {
+	out, err := exec.CommandContext(ctx, "ip", "-n", ns, "-4", "-o", "addr", "show").Output()
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		fields := strings.Fields(line)
+		for i, f := range fields {
+			if f == "inet" && i+1 < len(fields) {
+				if p, err := netip.ParsePrefix(fields[i+1]); err == nil && prefix.Contains(p.Addr()) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,124 @@
+package devcluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+func adminConfig(l Layout) (*rest.Config, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", l.AdminKubeconfig())
+	if err != nil {
+		return nil, fmt.Errorf("load admin kubeconfig: %w", err)
+	}
+	cfg.Timeout = 10 * time.Second
+	return cfg, nil
+}
+
+// adminClient is a controller-runtime client with cluster-admin credentials.
+func adminClient(l Layout) (client.Client, error) {
+	cfg, err := adminConfig(l)
+	if err != nil {
+		return nil, err
+	}
+	return client.New(cfg, client.Options{Scheme: scheme.Scheme})
+}
+
+func apiServerReady(ctx context.Context, l Layout) bool {
+	cfg, err := adminConfig(l)
+	if err != nil {
+		return false
+	}
+	cfg.Timeout = 2 * time.Second
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return false
+	}
+	body, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+	return err == nil && string(body) == "ok"
+}
+
+func containerdReady(ctx context.Context, n Node) bool {
+	if _, err := os.Stat(n.ContainerdSocket()); err != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	return exec.CommandContext(ctx, "ctr", "--address", n.ContainerdSocket(), "version").Run() == nil
+}
+
+func nodesReady(ctx context.Context, c client.Client, nodes []Node) bool {
+	for _, n := range nodes {
+		var node corev1.Node
+		if err := c.Get(ctx, types.NamespacedName{Name: n.Name}, &node); err != nil || !NodeReady(&node) {
+			return false
+		}
+	}
+	return true
+}
+
+// NodeReady reports whether node's Ready condition is True.
+func NodeReady(node *corev1.Node) bool {
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func coreDNSReady(ctx context.Context, c client.Client) bool {
+	var d appsv1.Deployment
+	if err := c.Get(ctx, types.NamespacedName{Namespace: metav1.NamespaceSystem, Name: "coredns"}, &d); err != nil {
+		return false
+	}
+	return d.Status.ReadyReplicas > 0
+}
+
+// labelControlPlane marks the first node as the control-plane node. The kubelet
+// may not set node-role labels on itself (NodeRestriction), so the admin does.
+func labelControlPlane(ctx context.Context, c client.Client, cp Node) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{controlPlaneNodeLabel: ""}}})
+	if err != nil {
+		return err
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: cp.Name}}
+	return c.Patch(ctx, node, client.RawPatch(types.MergePatchType, patch))
+}
+
+// healthy reports whether a recorded cluster runs: every process alive and the
+// API server ready.
+func healthy(ctx context.Context, l Layout) bool {
+	procs, err := readProcesses(l)
+	if err != nil || len(procs) == 0 {
+		return false
+	}
+	for _, p := range procs {
+		if !p.Alive() {
+			return false
+		}
+	}
+	return apiServerReady(ctx, l)
+}
+
+func readProcess(l Layout, name string) (Process, error) {
+	data, err := os.ReadFile(pidFile(l, name))
+	if err != nil {
+		return Process{}, err
+	}
+	var p Process
+	return p, json.Unmarshal(data, &p)
+}

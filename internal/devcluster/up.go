@@ -1,0 +1,310 @@
+package devcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/nestdev/nest/internal/addons"
+	"github.com/nestdev/nest/internal/images"
+	"github.com/nestdev/nest/internal/provisioner"
+)
+
+// Up starts the local host cluster and returns when every node is Ready and
+// cluster DNS answers. It is idempotent: on a healthy cluster with the same node
+// count it changes nothing. Leftovers of a killed or failed run are cleaned up
+// first; the PKI, etcd data and volumes are kept, so a restarted cluster keeps
+// its objects. If Up fails, it stops everything it started.
+func Up(ctx context.Context, o Options) error {
+	o.setDefaults()
+	if err := o.preflight(); err != nil {
+		return err
+	}
+	l := Layout{Root: o.StateDir}
+	nodes, err := Topology(l.Root, o.Nodes)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	if rec, err := readRecord(l); err == nil && healthy(ctx, l) {
+		if rec.Nodes != o.Nodes {
+			return fmt.Errorf("a cluster with %d nodes is already running in %s: run `nest dev down` first to change --nodes", rec.Nodes, l.Root)
+		}
+		fmt.Fprintf(o.Out, "cluster already running in %s with %d nodes\n", l.Root, rec.Nodes)
+		return nil
+	}
+	if err := stopRuntime(ctx, l, o.Out); err != nil {
+		return fmt.Errorf("clean up a previous run: %w", err)
+	}
+	u := &upRun{o: o, l: l, nodes: nodes, start: time.Now()}
+	if err := u.run(ctx); err != nil {
+		fmt.Fprintf(o.Out, "up failed, stopping what was started: %v\n", err)
+		cleanupCtx, cancelCleanup := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancelCleanup()
+		if cerr := stopRuntime(cleanupCtx, l, o.Out); cerr != nil {
+			return errors.Join(err, fmt.Errorf("clean up after the failure: %w", cerr))
+		}
+		return err
+	}
+	return writeRecord(l, record{Nodes: o.Nodes, BinDir: o.BinDir, StartedAt: u.start})
+}
+
+// upRun is one run of Up, with the phases in the order they run.
+type upRun struct {
+	o     Options
+	l     Layout
+	nodes []Node
+	start time.Time
+}
+
+func (u *upRun) run(ctx context.Context) error {
+	phases := []struct {
+		name string
+		fn   func(context.Context) error
+	}{
+		{"write configs and PKI", u.writeFiles},
+		{"create node network", u.createNetwork},
+		{"start control plane and containerd", u.startControlPlaneAndRuntimes},
+		{"start kubelets and kube-proxies", u.startNodes},
+		{"install add-ons", u.installAddons},
+		{"wait for nodes Ready", u.waitNodesReady},
+		{"wait for cluster DNS", u.waitDNS},
+	}
+	for _, p := range phases {
+		if err := p.fn(ctx); err != nil {
+			return fmt.Errorf("%s: %w", p.name, err)
+		}
+		fmt.Fprintf(u.o.Out, "%-40s done at %5.1fs\n", p.name, time.Since(u.start).Seconds())
+	}
+	return nil
+}
+
+func (u *upRun) writeFiles(_ context.Context) error {
+	for _, d := range []string{u.l.RunDir(), u.l.LogDir(), u.l.EtcdDir(), u.l.VolumesDir()} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
+	}
+	if err := ensurePKI(u.l, u.nodes); err != nil {
+		return err
+	}
+	for _, n := range u.nodes {
+		if err := writeNodeFiles(u.l, n, u.o.CNIBinDir); err != nil {
+			return fmt.Errorf("node %s: %w", n.Name, err)
+		}
+	}
+	return nil
+}
+
+func writeNodeFiles(l Layout, n Node, cniBinDir string) error {
+	containerd, err := ContainerdConfig(n, cniBinDir)
+	if err != nil {
+		return err
+	}
+	cni, err := CNIConfig(n)
+	if err != nil {
+		return err
+	}
+	servingCert, servingKey := KubeletServingCert(n)
+	resolv := filepath.Join(n.Dir, "resolv.conf")
+	kubelet, err := KubeletConfig(n, KubeletPaths{
+		ClientCAFile: filepath.Join(l.PKIDir(), caCert),
+		TLSCertFile:  filepath.Join(l.PKIDir(), servingCert),
+		TLSKeyFile:   filepath.Join(l.PKIDir(), servingKey),
+		ResolvConf:   resolv,
+	})
+	if err != nil {
+		return err
+	}
+	proxy, err := KubeProxyConfig(n, l.Kubeconfig("kube-proxy"))
+	if err != nil {
+		return err
+	}
+	files := map[string][]byte{
+		filepath.Join(n.Dir, "containerd", "config.toml"): containerd,
+		filepath.Join(n.Dir, "cni", "net.d", "10-nest.conflist"): cni,
+		filepath.Join(n.Dir, "kubelet", "config.yaml"):            kubelet,
+		filepath.Join(n.Dir, "kube-proxy.yaml"):                   proxy,
+		resolv: nil,
+	}
+	for path, data := range files {
+		if err := writeFileAtomic(path, data, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (u *upRun) createNetwork(ctx context.Context) error {
+	if err := setupBridge(ctx); err != nil {
+		return err
+	}
+	for _, n := range u.nodes {
+		if err := setupNodeNetwork(ctx, n, u.nodes); err != nil {
+			return err
+		}
+		if err := ensureCgroups(n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startControlPlaneAndRuntimes starts etcd and the API server while every
+// node's containerd starts and imports the images, since neither waits on the other.
+func (u *upRun) startControlPlaneAndRuntimes(ctx context.Context) error {
+	tarballs, err := u.buildImages(ctx)
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(u.nodes)+1)
+	wg.Add(1)
+	go func() { defer wg.Done(); errs[0] = u.startAPIServer(ctx) }()
+	for i, n := range u.nodes {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i+1] = u.startContainerd(ctx, n, tarballs) }()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	cp := u.nodes[0]
+	kube := filepath.Join(u.o.BinDir, "kube")
+	for _, s := range []processSpec{
+		{name: "kube-controller-manager", node: cp, path: kube, args: append([]string{"kube-controller-manager"}, ControllerManagerArgs(u.l).Render()...)},
+		{name: "kube-scheduler", node: cp, path: kube, args: append([]string{"kube-scheduler"}, SchedulerArgs(u.l).Render()...)},
+		{name: "local-volume-provisioner", node: cp, path: filepath.Join(u.o.BinDir, "nest"),
+			args: []string{"dev", "provisioner", "--kubeconfig", u.l.AdminKubeconfig(), "--dir", u.l.VolumesDir()}},
+	} {
+		if _, err := startProcess(u.l, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (u *upRun) buildImages(ctx context.Context) ([]string, error) {
+	applets, err := images.BusyboxApplets(ctx, u.o.BusyboxPath)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, s := range images.Specs(u.o.BinDir, u.o.BusyboxPath, applets) {
+		path, err := images.Build(s, filepath.Join(filepath.Dir(u.o.BinDir), "images"))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, path)
+	}
+	return out, nil
+}
+
+func (u *upRun) startAPIServer(ctx context.Context) error {
+	cp := u.nodes[0]
+	kube := filepath.Join(u.o.BinDir, "kube")
+	if _, err := startProcess(u.l, processSpec{name: "etcd", node: cp, path: kube, args: append([]string{"etcd"}, EtcdArgs(u.l, cp).Render()...)}); err != nil {
+		return err
+	}
+	if _, err := startProcess(u.l, processSpec{name: "kube-apiserver", node: cp, path: kube, args: append([]string{"kube-apiserver"}, APIServerArgs(u.l, cp).Render()...)}); err != nil {
+		return err
+	}
+	return waitFor(ctx, 90*time.Second, "kube-apiserver /readyz", u.l, []string{"etcd", "kube-apiserver"}, func(ctx context.Context) bool {
+		return apiServerReady(ctx, u.l)
+	})
+}
+
+func (u *upRun) startContainerd(ctx context.Context, n Node, tarballs []string) error {
+	name := n.Name + ".containerd"
+	if _, err := startProcess(u.l, processSpec{name: name, node: n, path: "containerd", args: ContainerdArgs(n).Render()}); err != nil {
+		return err
+	}
+	if err := waitFor(ctx, 30*time.Second, "containerd on "+n.Name, u.l, []string{name}, func(ctx context.Context) bool {
+		return containerdReady(ctx, n)
+	}); err != nil {
+		return err
+	}
+	return images.Import(ctx, n.ContainerdSocket(), tarballs)
+}
+
+func (u *upRun) startNodes(_ context.Context) error {
+	kube := filepath.Join(u.o.BinDir, "kube")
+	for _, n := range u.nodes {
+		for _, s := range []processSpec{
+			{name: n.Name + ".kubelet", node: n, path: kube, args: append([]string{"kubelet"}, KubeletArgs(u.l, n).Render()...)},
+			{name: n.Name + ".kube-proxy", node: n, path: kube, args: append([]string{"kube-proxy"}, KubeProxyArgs(n).Render()...)},
+		} {
+			if _, err := startProcess(u.l, s); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (u *upRun) installAddons(ctx context.Context) error {
+	c, err := adminClient(u.l)
+	if err != nil {
+		return err
+	}
+	objs := addons.CoreDNS(addons.DNSOptions{Image: images.CoreDNS, ClusterDomain: ClusterDomain, ServiceIP: DNSIP(), Replicas: 1})
+	objs = append(objs, addons.DefaultStorageClass("standard", provisioner.Name))
+	return addons.Apply(ctx, c, objs)
+}
+
+func (u *upRun) waitNodesReady(ctx context.Context) error {
+	c, err := adminClient(u.l)
+	if err != nil {
+		return err
+	}
+	var watched []string
+	for _, n := range u.nodes {
+		watched = append(watched, n.Name+".kubelet", n.Name+".containerd")
+	}
+	if err := waitFor(ctx, 2*time.Minute, fmt.Sprintf("%d nodes Ready", len(u.nodes)), u.l, watched, func(ctx context.Context) bool {
+		return nodesReady(ctx, c, u.nodes)
+	}); err != nil {
+		return err
+	}
+	return labelControlPlane(ctx, c, u.nodes[0])
+}
+
+func (u *upRun) waitDNS(ctx context.Context) error {
+	c, err := adminClient(u.l)
+	if err != nil {
+		return err
+	}
+	return waitFor(ctx, 2*time.Minute, "CoreDNS ready", u.l, nil, func(ctx context.Context) bool {
+		return coreDNSReady(ctx, c)
+	})
+}
+
+// waitFor polls ready every 200 ms until it is true, the timeout passes, or one
+// of the named processes dies; the error then carries the tail of its log.
+func waitFor(ctx context.Context, timeout time.Duration, what string, l Layout, watched []string, ready func(context.Context) bool) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if ready(ctx) {
+			return nil
+		}
+		for _, name := range watched {
+			if p, err := readProcess(l, name); err == nil && !p.Alive() {
+				return fmt.Errorf("waiting for %s: %s exited; last lines of %s:\n%s", what, name,
+					filepath.Join(l.LogDir(), name+".log"), logTail(l, name, 15))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
