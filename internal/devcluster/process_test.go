@@ -1,0 +1,60 @@
+package devcluster
+
+import (
+	"os"
+	"testing"
+	"time"
+)
+
+func TestProcessStartTimeOfSelf(t *testing.T) {
+	a, err := processStartTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := processStartTime(os.Getpid())
+	if a == 0 || a != b {
+		t.Fatalf("start time %d then %d; want a stable non-zero value", a, b)
+	}
+	p := Process{PID: os.Getpid(), StartTime: a}
+	if !p.Alive() {
+		t.Error("this process is not Alive")
+	}
+	p.StartTime++
+	if p.Alive() {
+		t.Error("a process with another start time (a reused PID) counts as alive")
+	}
+}
+
+func TestProcessRecordRoundTrip(t *testing.T) {
+	l := Layout{Root: t.TempDir()}
+	want := Process{Name: "nest-worker.kubelet", PID: 42, StartTime: 7, Command: []string{"kube", "kubelet"}}
+	if err := writeProcess(l, want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := readProcesses(l)
+	if err != nil || len(got) != 1 || got[0].Name != want.Name || got[0].PID != 42 || got[0].StartTime != 7 {
+		t.Fatalf("read %v, %v", got, err)
+	}
+	if nodes := recordedNodes(got); len(nodes) != 1 || nodes[0] != "nest-worker" {
+		t.Errorf("recordedNodes = %v", nodes)
+	}
+}
+
+func TestStopOfGoneProcessIsNoop(t *testing.T) {
+	p := Process{Name: "gone", PID: os.Getpid(), StartTime: 1}
+	if err := p.stop(time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestUnescapeMountPath(t *testing.T) {
+	for in, want := range map[string]string{
+		`/a/b`:          "/a/b",
+		`/with\040space`: "/with space",
+		`/tab\011x`:     "/tab\tx",
+	} {
+		if got := unescapeMountPath(in); got != want {
+			t.Errorf("unescape(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

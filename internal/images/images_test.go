@@ -1,0 +1,137 @@
+package images
+
+import (
+	"archive/tar"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+func TestImageLayerAndConfig(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "kube")
+	if err := os.WriteFile(bin, []byte("binary"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	spec := Spec{Name: "nest.local/x:1", Entrypoint: []string{"/usr/local/bin/kube"}, Files: []File{
+		tmpDir(),
+		{Path: "/usr/local/bin/kube", Source: bin, Mode: 0o755},
+		{Path: "/usr/local/bin/kubelet", Link: "kube"},
+	}}
+	img, err := Image(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.OS != "linux" || cfg.Architecture != runtime.GOARCH || cfg.Config.Entrypoint[0] != "/usr/local/bin/kube" {
+		t.Errorf("config = %s/%s %v", cfg.OS, cfg.Architecture, cfg.Config.Entrypoint)
+	}
+	layers, err := img.Layers()
+	if err != nil || len(layers) != 1 {
+		t.Fatalf("layers = %d, %v", len(layers), err)
+	}
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	entries := map[string]*tar.Header{}
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries[h.Name] = h
+	}
+	for name, typ := range map[string]byte{"usr/": tar.TypeDir, "usr/local/bin/": tar.TypeDir, "usr/local/bin/kube": tar.TypeReg, "usr/local/bin/kubelet": tar.TypeSymlink, "tmp/": tar.TypeDir} {
+		h, ok := entries[name]
+		if !ok || h.Typeflag != typ {
+			t.Errorf("entry %s missing or of the wrong type: %+v", name, h)
+		}
+	}
+	if entries["tmp/"].Mode != 0o1777 {
+		t.Errorf("/tmp mode = %o", entries["tmp/"].Mode)
+	}
+}
+
+func TestBuildIsIncremental(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "pause")
+	if err := os.WriteFile(bin, []byte("v1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	spec := Spec{Name: "nest.local/pause:test", Files: []File{{Path: "/pause", Source: bin, Mode: 0o755}}}
+	out := filepath.Join(dir, "images")
+	path, err := Build(spec, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _ := os.Stat(path)
+	// Same content rewritten (as `go build` does) must not rebuild.
+	if err := os.WriteFile(bin, []byte("v1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Build(spec, out); err != nil {
+		t.Fatal(err)
+	}
+	second, _ := os.Stat(path)
+	if !second.ModTime().Equal(first.ModTime()) {
+		t.Error("unchanged input rebuilt the tarball")
+	}
+	sumBefore, _ := os.ReadFile(path + ".sum")
+	if err := os.WriteFile(bin, []byte("v2"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Build(spec, out); err != nil {
+		t.Fatal(err)
+	}
+	sumAfter, _ := os.ReadFile(path + ".sum")
+	if string(sumBefore) == string(sumAfter) {
+		t.Error("changed input did not rebuild the tarball")
+	}
+	tag, _ := name.NewTag(spec.Name)
+	if _, err := tarball.ImageFromPath(path, &tag); err != nil {
+		t.Fatalf("tarball does not hold %s: %v", spec.Name, err)
+	}
+}
+
+func TestBuildNamesMissingInput(t *testing.T) {
+	spec := Spec{Name: "nest.local/x:1", Files: []File{{Path: "/x", Source: "/nonexistent/x"}}}
+	if _, err := Build(spec, t.TempDir()); err == nil {
+		t.Fatal("missing input accepted")
+	}
+}
+
+func TestSpecsCoverNestImages(t *testing.T) {
+	specs := Specs("/bin", "/busybox", []string{"sh", "busybox", "wget"})
+	names := map[string]Spec{}
+	for _, s := range specs {
+		names[s.Name] = s
+	}
+	for _, want := range []string{Pause, Kube, CoreDNS, Busybox, TestApp} {
+		if _, ok := names[want]; !ok {
+			t.Errorf("no spec for %s", want)
+		}
+	}
+	links := 0
+	for _, f := range names[Busybox].Files {
+		if f.Link == "busybox" {
+			links++
+		}
+	}
+	if links != 2 {
+		t.Errorf("busybox applet links = %d, want 2 (sh, wget; not busybox itself)", links)
+	}
+}

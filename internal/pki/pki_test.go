@@ -1,0 +1,136 @@
+package pki
+
+import (
+	"crypto/x509"
+	"net"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+func TestIssueVerifiesAgainstCA(t *testing.T) {
+	ca, err := NewCA("test-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name  string
+		spec  CertSpec
+		usage x509.ExtKeyUsage
+	}{
+		{"server", CertSpec{CommonName: "kube-apiserver", DNSNames: []string{"kubernetes.default.svc"}, IPs: []net.IP{net.IPv4(10, 96, 0, 1)}, Usage: ServerAuth}, x509.ExtKeyUsageServerAuth},
+		{"client", CertSpec{CommonName: "system:node:n1", Organizations: []string{"system:nodes"}, Usage: ClientAuth}, x509.ExtKeyUsageClientAuth},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pair, err := ca.Issue(tt.spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cert, err := ParseCertificate(pair.CertPEM)
+			if err != nil {
+				t.Fatal(err)
+			}
+			roots := x509.NewCertPool()
+			roots.AddCert(ca.Certificate())
+			opts := x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{tt.usage}}
+			if len(tt.spec.DNSNames) > 0 {
+				opts.DNSName = tt.spec.DNSNames[0]
+			}
+			if _, err := cert.Verify(opts); err != nil {
+				t.Fatalf("verify: %v", err)
+			}
+			if cert.Subject.CommonName != tt.spec.CommonName {
+				t.Errorf("CN = %q, want %q", cert.Subject.CommonName, tt.spec.CommonName)
+			}
+			if len(tt.spec.Organizations) > 0 && cert.Subject.Organization[0] != tt.spec.Organizations[0] {
+				t.Errorf("O = %v, want %v", cert.Subject.Organization, tt.spec.Organizations)
+			}
+			for _, ip := range tt.spec.IPs {
+				if err := cert.VerifyHostname(ip.String()); err != nil {
+					t.Errorf("IP SAN %s: %v", ip, err)
+				}
+			}
+			if got := cert.NotAfter.Sub(cert.NotBefore); got < LeafValidity || got > LeafValidity+time.Hour {
+				t.Errorf("validity = %s, want about %s", got, LeafValidity)
+			}
+			if _, err := ParsePrivateKey(pair.KeyPEM); err != nil {
+				t.Errorf("key: %v", err)
+			}
+		})
+	}
+}
+
+func TestIssueRejectsBadSpecs(t *testing.T) {
+	ca, err := NewCA("test-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, spec := range map[string]CertSpec{
+		"no common name": {Usage: ClientAuth},
+		"no usage":       {CommonName: "x"},
+	} {
+		if _, err := ca.Issue(spec); err == nil {
+			t.Errorf("%s: Issue succeeded, want an error", name)
+		}
+	}
+	if _, err := NewCA(""); err == nil {
+		t.Error("NewCA with no name succeeded")
+	}
+}
+
+func TestLoadCARoundTrip(t *testing.T) {
+	ca, err := NewCA("round-trip")
+	if err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := LoadCA(ca.KeyPair)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := loaded.Issue(CertSpec{CommonName: "leaf", Usage: ClientAuth})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := ParseCertificate(pair.CertPEM)
+	if err := cert.CheckSignatureFrom(ca.Certificate()); err != nil {
+		t.Fatalf("leaf from the loaded CA does not verify against the original: %v", err)
+	}
+	leafAsCA := KeyPair{CertPEM: pair.CertPEM, KeyPEM: pair.KeyPEM}
+	if _, err := LoadCA(leafAsCA); err == nil {
+		t.Error("LoadCA accepted a leaf certificate")
+	}
+}
+
+func TestServiceAccountKey(t *testing.T) {
+	priv, pub, err := NewServiceAccountKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ParsePrivateKey(priv); err != nil {
+		t.Fatal(err)
+	}
+	if len(pub) == 0 {
+		t.Fatal("empty public key")
+	}
+}
+
+func TestKubeconfigBytes(t *testing.T) {
+	ca, _ := NewCA("ca")
+	client, _ := ca.Issue(CertSpec{CommonName: "admin", Organizations: []string{"system:masters"}, Usage: ClientAuth})
+	data, err := Kubeconfig{ClusterName: "c1", Server: "https://198.51.100.10:6443", CACertPEM: ca.CertPEM, User: "admin", Client: client}.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Host != "https://198.51.100.10:6443" || string(cfg.CAData) != string(ca.CertPEM) || string(cfg.CertData) != string(client.CertPEM) {
+		t.Fatalf("round trip lost fields: host %q", cfg.Host)
+	}
+	if _, err := (Kubeconfig{ClusterName: "c1", User: "admin"}).Bytes(); err == nil {
+		t.Error("kubeconfig without server accepted")
+	}
+}
