@@ -167,11 +167,22 @@ func DefaultStorageClass(name, provisioner string) *storagev1.StorageClass {
 }
 
 // Apply creates each object that does not exist yet. Existing objects are left
-// as they are: an add-on a user changed keeps the change.
+// as they are: an add-on a user changed keeps the change. It looks each object
+// up first because creating an existing Service with a fixed ClusterIP fails on
+// the IP ("already allocated") before the API server reports AlreadyExists.
 func Apply(ctx context.Context, c client.Client, objs []client.Object) error {
 	for _, obj := range objs {
+		key := client.ObjectKeyFromObject(obj)
+		existing := obj.DeepCopyObject().(client.Object)
+		err := c.Get(ctx, key, existing)
+		if err == nil {
+			continue
+		}
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("get %T %s: %w", obj, key, err)
+		}
 		if err := c.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create %T %s: %w", obj, client.ObjectKeyFromObject(obj), err)
+			return fmt.Errorf("create %T %s: %w", obj, key, err)
 		}
 	}
 	return nil

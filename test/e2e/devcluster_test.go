@@ -7,8 +7,10 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -156,13 +158,52 @@ func TestLocalHostCluster(t *testing.T) {
 		})
 	})
 
+	token := fmt.Sprintf("written-%d", time.Now().UnixNano())
 	t.Run("volume data survives pod recreation", func(t *testing.T) {
 		c.createClaim("data")
-		token := fmt.Sprintf("written-%d", time.Now().UnixNano())
 		c.runToCompletion("writer", "data", "echo "+token+" > /data/token")
 		got := c.runToCompletion("reader", "data", "cat /data/token")
 		if strings.TrimSpace(got) != token {
 			t.Fatalf("the second pod read %q from the volume, want %q", got, token)
+		}
+	})
+
+	t.Run("up recovers after every process was killed", func(t *testing.T) {
+		killAll(t, recordedPIDs(t, stateDir))
+		out, err := framework.Run(ctx, t, "nest", "dev", "up", "--nodes", "2", "--state-dir", stateDir)
+		if err != nil {
+			t.Fatalf("up after a crash: %v\n%s", err, out)
+		}
+		// etcd data and volumes are kept: the claim and its data are still there.
+		if got := c.runToCompletion("reader-after-crash", "data", "cat /data/token"); strings.TrimSpace(got) != token {
+			t.Fatalf("after the crash the volume holds %q, want %q", got, token)
+		}
+	})
+
+	t.Run("up recovers after up itself was killed half-way", func(t *testing.T) {
+		killAll(t, recordedPIDs(t, stateDir))
+		before := recordedPIDs(t, stateDir)["kube-apiserver"]
+		up := exec.CommandContext(ctx, filepath.Join(framework.BinDir(t), "nest"), "dev", "up", "--nodes", "2", "--state-dir", stateDir)
+		if err := up.Start(); err != nil {
+			t.Fatal(err)
+		}
+		framework.Eventually(t, time.Minute, "a new kube-apiserver started", func() error {
+			p, ok := recordedPIDs(t, stateDir)["kube-apiserver"]
+			if !ok || p.PID == before.PID || !p.Alive() {
+				return fmt.Errorf("no new kube-apiserver yet")
+			}
+			return nil
+		})
+		if err := up.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		_ = up.Wait()
+		out, err := framework.Run(ctx, t, "nest", "dev", "up", "--nodes", "2", "--state-dir", stateDir)
+		if err != nil {
+			t.Fatalf("up after a killed up: %v\n%s", err, out)
+		}
+		if out, err := framework.Run(ctx, t, "nest", "dev", "status", "--state-dir", stateDir); err != nil {
+			t.Fatalf("status after recovery: %v\n%s", err, out)
 		}
 	})
 
@@ -384,6 +425,25 @@ func httpGet(ctx context.Context, url string) (string, error) {
 		return "", fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
 	return string(body), err
+}
+
+// killAll sends SIGKILL to the recorded processes, as a crash would, and waits
+// until they are gone.
+func killAll(t *testing.T, procs map[string]devcluster.Process) {
+	t.Helper()
+	for _, p := range procs {
+		if p.Alive() {
+			_ = syscall.Kill(p.PID, syscall.SIGKILL)
+		}
+	}
+	framework.Eventually(t, 30*time.Second, "killed processes gone", func() error {
+		for name, p := range procs {
+			if p.Alive() {
+				return fmt.Errorf("%s (pid %d) still runs", name, p.PID)
+			}
+		}
+		return nil
+	})
 }
 
 // recordedPIDs reads the PID files under the state directory: name -> pid.
