@@ -14,7 +14,7 @@ K8S_LDFLAGS := -s -w $(foreach p,$(K8S_VERSION_PKGS),-X $(p).gitVersion=$(K8S_VE
 
 NODES ?= 2
 
-.PHONY: all deps build build-k8s build-nest test unit e2e demo down clean
+.PHONY: all deps build build-k8s build-nest test unit e2e demo down clean bench
 
 all: build
 
@@ -55,3 +55,7 @@ down:
 
 clean:
 	rm -rf $(OUT)
+
+## bench: start and stop a local host cluster 3 times; report times and RSS
+bench: build
+	NEST_BIN_DIR=$(BIN) go test -run '^$$' -bench DevClusterUpDown -benchtime 3x -timeout 20m ./test/e2e/

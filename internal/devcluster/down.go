@@ -34,6 +34,9 @@ func Down(ctx context.Context, stateDir string, out io.Writer) error {
 	if err := stopRuntime(ctx, l, out); err != nil {
 		return err
 	}
+	if owner, err := os.ReadFile(ownerFile); err == nil && string(owner) == l.Root {
+		_ = os.Remove(ownerFile)
+	}
 	if err := os.RemoveAll(l.Root); err != nil {
 		return fmt.Errorf("remove state directory %s: %w", l.Root, err)
 	}
@@ -41,16 +44,34 @@ func Down(ctx context.Context, stateDir string, out io.Writer) error {
 	return nil
 }
 
-// stopRuntime tears down everything that runs, in dependency order: pods first
-// (so the kubelet unmounts their volumes and containerd removes their network
-// namespaces), then kubelets, kube-proxies and containerds, then the control
-// plane, then whatever is left in the cluster's cgroups, mounts, network and
-// cgroups. It keeps the PKI, etcd data and volumes.
+// stopRuntime tears down everything that runs, in dependency order (see
+// stopProcesses), then cleans up what processes leave behind (see
+// cleanupMachine). It keeps the PKI, etcd data and volumes.
 func stopRuntime(ctx context.Context, l Layout, out io.Writer) error {
 	procs, err := readProcesses(l)
 	if err != nil {
 		return err
 	}
+	errs := stopProcesses(ctx, l, procs, out)
+	for _, p := range procs {
+		_ = os.Remove(pidFile(l, p.Name))
+	}
+	if other, ok := otherOwner(ctx, l); ok {
+		// The network, cgroups and leftover pods belong to the cluster that runs.
+		fmt.Fprintf(out, "leaving the network and cgroups to the cluster running from %s\n", other)
+		return errors.Join(append(errs, unmountUnder(l.Root))...)
+	}
+	errs = append(errs, cleanupMachine(ctx, l)...)
+	_ = os.Remove(l.StateFile())
+	removeRuntimeDirs(l)
+	return errors.Join(errs...)
+}
+
+// stopProcesses stops the recorded processes: first the controllers that would
+// recreate or schedule pods, then the pods (so the kubelet unmounts their
+// volumes and containerd removes their network namespaces), then kubelets,
+// kube-proxies and containerds, and the API server and etcd last.
+func stopProcesses(ctx context.Context, l Layout, procs []Process, out io.Writer) []error {
 	byName := map[string]Process{}
 	for _, p := range procs {
 		byName[p.Name] = p
@@ -58,60 +79,60 @@ func stopRuntime(ctx context.Context, l Layout, out io.Writer) error {
 	var errs []error
 	stop := func(names ...string) {
 		for _, name := range names {
-			if p, ok := byName[name]; ok {
-				grace := 10 * time.Second
-				if name == "kube-apiserver" {
-					// It drains watches for over a minute on SIGTERM.
-					grace = 2 * time.Second
-				}
-				if err := p.stop(grace); err != nil {
-					errs = append(errs, err)
-				}
+			p, ok := byName[name]
+			if !ok {
+				continue
+			}
+			grace := 10 * time.Second
+			if name == "kube-apiserver" {
+				grace = 2 * time.Second // it drains watches for over a minute on SIGTERM
+			}
+			if err := p.stop(grace); err != nil {
+				errs = append(errs, err)
 			}
 		}
 	}
 	stop("kube-controller-manager", "kube-scheduler", "local-volume-provisioner")
-	nodeNames := recordedNodes(procs)
 	if p, ok := byName["kube-apiserver"]; ok && p.Alive() {
 		if err := deletePods(ctx, l, out); err != nil {
 			fmt.Fprintf(out, "pods were not all deleted through the API (%v); removing the rest through the container runtime\n", err)
 		}
 	}
-	for _, n := range nodeNames {
+	nodes := recordedNodes(procs)
+	for _, n := range nodes {
 		stop(n + ".kubelet")
 	}
-	for _, n := range nodeNames {
+	for _, n := range nodes {
 		if p, ok := byName[n+".containerd"]; ok && p.Alive() {
 			if err := removeSandboxes(ctx, socketOf(l, n)); err != nil {
 				fmt.Fprintf(out, "remove pod sandboxes on %s: %v\n", n, err)
 			}
 		}
 	}
-	for _, n := range nodeNames {
+	for _, n := range nodes {
 		stop(n+".kube-proxy", n+".containerd")
 	}
 	stop("kube-apiserver", "etcd")
-	for _, p := range procs {
-		_ = os.Remove(pidFile(l, p.Name))
+	return errs
+}
+
+// cleanupMachine removes what stopped processes leave: anything still in the
+// cluster's cgroups (shims, pod processes of a killed run), mounts under the
+// state directory, pod network namespaces, the node network and the cgroups.
+func cleanupMachine(ctx context.Context, l Layout) []error {
+	var errs []error
+	for _, step := range []func() error{
+		func() error { return killTracked(30 * time.Second) },
+		func() error { return unmountUnder(l.Root) },
+		func() error { return removePodNetns(ctx) },
+		func() error { return teardownNetwork(ctx) },
+		removeCgroups,
+	} {
+		if err := step(); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	if err := killTracked(30 * time.Second); err != nil {
-		errs = append(errs, err)
-	}
-	if err := unmountUnder(l.Root); err != nil {
-		errs = append(errs, err)
-	}
-	if err := removePodNetns(ctx); err != nil {
-		errs = append(errs, err)
-	}
-	if err := teardownNetwork(ctx); err != nil {
-		errs = append(errs, err)
-	}
-	if err := removeCgroups(); err != nil {
-		errs = append(errs, err)
-	}
-	_ = os.Remove(l.StateFile())
-	removeRuntimeDirs(l)
-	return errors.Join(errs...)
+	return errs
 }
 
 // removeRuntimeDirs deletes the per-node state that a fresh start rebuilds:

@@ -38,6 +38,9 @@ func Up(ctx context.Context, o Options) error {
 		fmt.Fprintf(o.Out, "cluster already running in %s with %d nodes\n", l.Root, rec.Nodes)
 		return nil
 	}
+	if err := claimMachine(ctx, l); err != nil {
+		return err
+	}
 	if err := stopRuntime(ctx, l, o.Out); err != nil {
 		return fmt.Errorf("clean up a previous run: %w", err)
 	}
@@ -52,6 +55,29 @@ func Up(ctx context.Context, o Options) error {
 		return err
 	}
 	return writeRecord(l, record{Nodes: o.Nodes, BinDir: o.BinDir, StartedAt: u.start})
+}
+
+// ownerFile records which state directory owns the machine-wide names (network
+// namespaces, bridge, cgroups): one local host cluster runs per machine.
+const ownerFile = "/run/nest-dev/owner"
+
+// claimMachine makes l the owner of the machine-wide names, unless a cluster
+// from another state directory is running, which it must not tear down.
+func claimMachine(ctx context.Context, l Layout) error {
+	if other, ok := otherOwner(ctx, l); ok {
+		return fmt.Errorf("a local host cluster from %s is running; one runs per machine: stop it with `nest dev down --state-dir %s`", other, other)
+	}
+	return writeFileAtomic(ownerFile, []byte(l.Root), 0o644)
+}
+
+// otherOwner returns the state directory of a running cluster other than l's.
+func otherOwner(ctx context.Context, l Layout) (string, bool) {
+	data, err := os.ReadFile(ownerFile)
+	if err != nil {
+		return "", false
+	}
+	other := Layout{Root: string(data)}
+	return other.Root, other.Root != l.Root && healthy(ctx, other)
 }
 
 // upRun is one run of Up, with the phases in the order they run.

@@ -448,6 +448,10 @@ func killAll(t *testing.T, procs map[string]devcluster.Process) {
 
 // recordedPIDs reads the PID files under the state directory: name -> pid.
 func recordedPIDs(t *testing.T, stateDir string) map[string]devcluster.Process {
+	return recordedPIDsB(t, stateDir)
+}
+
+func recordedPIDsB(t testing.TB, stateDir string) map[string]devcluster.Process {
 	t.Helper()
 	dir := devcluster.Layout{Root: stateDir}.RunDir()
 	entries, err := os.ReadDir(dir)
