@@ -189,4 +189,6 @@ func Apply(ctx context.Context, c client.Client, objs []client.Object) error {
 }
 
 // CoreDNSSelector selects the CoreDNS pods.
-func CoreDNSSelector() client.MatchingLabels { return client.MatchingLabels{dnsLabelKey: dnsLabelValue} }
+func CoreDNSSelector() client.MatchingLabels {
+	return client.MatchingLabels{dnsLabelKey: dnsLabelValue}
+}

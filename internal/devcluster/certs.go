@@ -33,9 +33,9 @@ func ensurePKI(l Layout, nodes []Node) error {
 	}
 	cp := nodes[0]
 	leaves := []struct {
-		ca         *pki.CA
-		cert, key  string
-		spec       pki.CertSpec
+		ca        *pki.CA
+		cert, key string
+		spec      pki.CertSpec
 	}{
 		{ca, apiserverCert, apiserverKey, apiserverCertSpec(cp)},
 		{ca, apiserverKubeletCert, apiserverKubeletKey, pki.CertSpec{CommonName: "kube-apiserver-kubelet-client", Organizations: []string{"system:masters"}, Usage: pki.ClientAuth}},

@@ -28,11 +28,11 @@ type Process struct {
 
 // processSpec says how to start one process.
 type processSpec struct {
-	name  string
-	node  Node
-	path  string
-	args  []string
-	env   []string
+	name string
+	node Node
+	path string
+	args []string
+	env  []string
 	// stopGrace is how long SIGTERM is given before SIGKILL.
 	stopGrace time.Duration
 }

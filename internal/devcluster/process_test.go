@@ -49,9 +49,9 @@ func TestStopOfGoneProcessIsNoop(t *testing.T) {
 
 func TestUnescapeMountPath(t *testing.T) {
 	for in, want := range map[string]string{
-		`/a/b`:          "/a/b",
+		`/a/b`:           "/a/b",
 		`/with\040space`: "/with space",
-		`/tab\011x`:     "/tab\tx",
+		`/tab\011x`:      "/tab\tx",
 	} {
 		if got := unescapeMountPath(in); got != want {
 			t.Errorf("unescape(%q) = %q, want %q", in, got, want)

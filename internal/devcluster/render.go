@@ -129,10 +129,10 @@ func KubeletConfig(n Node, p KubeletPaths) ([]byte, error) {
 		CgroupRoot:               n.CgroupRoot(),
 		CgroupsPerQOS:            ptr.To(true),
 		// Our machines run the cgroup v1 hierarchy; the kubelet refuses it by default.
-		FailCgroupV1: ptr.To(false),
-		FailSwapOn:   ptr.To(false),
-		PodLogsDir:   filepath.Join(n.Dir, "pod-logs"),
-		ClusterDNS:   []string{DNSIP().String()},
+		FailCgroupV1:  ptr.To(false),
+		FailSwapOn:    ptr.To(false),
+		PodLogsDir:    filepath.Join(n.Dir, "pod-logs"),
+		ClusterDNS:    []string{DNSIP().String()},
 		ClusterDomain: ClusterDomain,
 		// An empty resolv.conf: pods with dnsPolicy Default get no upstream server,
 		// so no DNS query leaves the machine.

@@ -152,11 +152,11 @@ func writeNodeFiles(l Layout, n Node, cniBinDir string) error {
 		return err
 	}
 	files := map[string][]byte{
-		filepath.Join(n.Dir, "containerd", "config.toml"): containerd,
+		filepath.Join(n.Dir, "containerd", "config.toml"):        containerd,
 		filepath.Join(n.Dir, "cni", "net.d", "10-nest.conflist"): cni,
-		filepath.Join(n.Dir, "kubelet", "config.yaml"):            kubelet,
-		filepath.Join(n.Dir, "kube-proxy.yaml"):                   proxy,
-		resolv: nil,
+		filepath.Join(n.Dir, "kubelet", "config.yaml"):           kubelet,
+		filepath.Join(n.Dir, "kube-proxy.yaml"):                  proxy,
+		resolv:                                                   nil,
 	}
 	for path, data := range files {
 		if err := writeFileAtomic(path, data, 0o644); err != nil {
