@@ -91,17 +91,13 @@ func teardownNetwork(ctx context.Context) error {
 	} {
 		_ = ip(ctx, s...) // absent when setup never got this far
 	}
-	if linkExists(bridgeName) {
-		if err := ip(ctx, "link", "delete", bridgeName); err != nil {
-			errs = append(errs, err.Error())
-		}
-	}
+	links := []string{bridgeName}
 	for i := 0; i < MaxNodes; i++ {
-		veth := fmt.Sprintf("%s%d", hostVethPfx, i)
-		if linkExists(veth) {
-			if err := ip(ctx, "link", "delete", veth); err != nil {
-				errs = append(errs, err.Error())
-			}
+		links = append(links, fmt.Sprintf("%s%d", hostVethPfx, i))
+	}
+	for _, link := range links {
+		if err := deleteLink(ctx, link); err != nil {
+			errs = append(errs, err.Error())
 		}
 	}
 	if len(errs) > 0 {
@@ -126,6 +122,20 @@ func ourNetns() ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// deleteLink deletes a link if it exists. The kernel removes a veth whose peer's
+// namespace was deleted asynchronously, so the link may vanish between the
+// check and the delete; that counts as success.
+func deleteLink(ctx context.Context, name string) error {
+	if !linkExists(name) {
+		return nil
+	}
+	err := ip(ctx, "link", "delete", name)
+	if err != nil && linkExists(name) {
+		return err
+	}
+	return nil
 }
 
 func linkExists(name string) bool {
