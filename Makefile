@@ -32,7 +32,7 @@ build-k8s:
 	cd k8s/coredns && go build -ldflags '-s -w' -o $(BIN)/coredns .
 
 build-nest:
-	go build -ldflags '-s -w' -o $(BIN)/ ./cmd/nest ./cmd/pause ./cmd/testapp
+	go build -ldflags '-s -w' -o $(BIN)/ ./cmd/nest ./cmd/nest-manager ./cmd/pause ./cmd/testapp
 
 ## test: every test CI runs: unit tests, then end-to-end tests on a real local host cluster
 test: deps build unit e2e

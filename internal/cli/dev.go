@@ -28,7 +28,7 @@ kube-proxy and CNI bridge, plus CoreDNS and a default StorageClass. Needs root.`
 		fmt.Sprintf("directory holding the cluster's state (default $%s, else %s)", devcluster.StateDirEnv, devcluster.DefaultStateDir))
 	resolved := func() string { return devcluster.StateDir(stateDir) }
 	dev.AddCommand(newDevUpCommand(resolved), newDevDownCommand(resolved), newDevStatusCommand(resolved),
-		newDevKubeconfigCommand(resolved), newDevProvisionerCommand())
+		newDevKubeconfigCommand(resolved), newDevInstallNestCommand(resolved), newDevProvisionerCommand())
 	return dev
 }
 
@@ -54,6 +54,23 @@ func newDevUpCommand(stateDir func() string) *cobra.Command {
 	cmd.Flags().IntVar(&o.Nodes, "nodes", 2, fmt.Sprintf("number of nodes, 1 to %d; the first is the control-plane node", devcluster.MaxNodes))
 	cmd.Flags().StringVar(&o.BinDir, "bin-dir", "", "directory of the kube, coredns, pause and testapp binaries (default: the directory of this nest binary)")
 	cmd.Flags().DurationVar(&o.Timeout, "timeout", 5*time.Minute, "give up when the cluster is not ready after this long")
+	cmd.Flags().BoolVar(&o.WithNest, "with-nest", false, "also install Nest (CRDs and nest-manager) into the cluster")
+	return cmd
+}
+
+func newDevInstallNestCommand(stateDir func() string) *cobra.Command {
+	var binDir string
+	cmd := &cobra.Command{
+		Use:   "install-nest",
+		Short: "Install or upgrade Nest (CRDs and nest-manager) in the running local host cluster",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Minute)
+			defer cancel()
+			return devcluster.InstallNest(ctx, stateDir(), binDir, cmd.OutOrStdout())
+		},
+	}
+	cmd.Flags().StringVar(&binDir, "bin-dir", "", "directory of the built binaries (default: the one the cluster was started with)")
 	return cmd
 }
 

@@ -13,10 +13,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nestdev/nest/internal/kube"
 )
 
 func adminConfig(l Layout) (*rest.Config, error) {
@@ -34,7 +35,7 @@ func adminClient(l Layout) (client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return client.New(cfg, client.Options{Scheme: scheme.Scheme})
+	return client.New(cfg, client.Options{Scheme: kube.NewScheme()})
 }
 
 func apiServerReady(ctx context.Context, l Layout) bool {

@@ -28,6 +28,8 @@ type Options struct {
 	Timeout time.Duration
 	// Out receives progress lines; nil discards them.
 	Out io.Writer
+	// WithNest also installs Nest (CRDs and nest-manager) once the cluster is up.
+	WithNest bool
 }
 
 // DefaultBinDir is the directory of the running executable: `make build` puts
@@ -73,7 +75,7 @@ func (o Options) preflight() error {
 	}
 	for _, f := range []string{
 		filepath.Join(o.BinDir, "kube"), filepath.Join(o.BinDir, "coredns"), filepath.Join(o.BinDir, "pause"),
-		filepath.Join(o.BinDir, "testapp"), filepath.Join(o.CNIBinDir, "bridge"), filepath.Join(o.CNIBinDir, "host-local"), o.BusyboxPath,
+		filepath.Join(o.BinDir, "testapp"), filepath.Join(o.BinDir, "nest-manager"), filepath.Join(o.CNIBinDir, "bridge"), filepath.Join(o.CNIBinDir, "host-local"), o.BusyboxPath,
 	} {
 		if _, err := os.Stat(f); err != nil {
 			missing = append(missing, fmt.Errorf("%s is missing: run `make build` (binaries) or `make deps` (CNI plugins, busybox-static), or pass --bin-dir", f))

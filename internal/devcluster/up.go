@@ -101,6 +101,12 @@ func (u *upRun) run(ctx context.Context) error {
 		{"wait for nodes Ready", u.waitNodesReady},
 		{"wait for cluster DNS", u.waitDNS},
 	}
+	if u.o.WithNest {
+		phases = append(phases, struct {
+			name string
+			fn   func(context.Context) error
+		}{"install Nest", func(ctx context.Context) error { return installNest(ctx, u.l, u.nodes, u.o) }})
+	}
 	for _, p := range phases {
 		if err := p.fn(ctx); err != nil {
 			return fmt.Errorf("%s: %w", p.name, err)
@@ -184,7 +190,7 @@ func (u *upRun) createNetwork(ctx context.Context) error {
 // startControlPlaneAndRuntimes starts etcd and the API server while every
 // node's containerd starts and imports the images, since neither waits on the other.
 func (u *upRun) startControlPlaneAndRuntimes(ctx context.Context) error {
-	tarballs, err := u.buildImages(ctx)
+	tarballs, err := buildImages(ctx, u.o)
 	if err != nil {
 		return err
 	}
@@ -213,22 +219,6 @@ func (u *upRun) startControlPlaneAndRuntimes(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-func (u *upRun) buildImages(ctx context.Context) ([]string, error) {
-	applets, err := images.BusyboxApplets(ctx, u.o.BusyboxPath)
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, s := range images.Specs(u.o.BinDir, u.o.BusyboxPath, applets) {
-		path, err := images.Build(s, filepath.Join(filepath.Dir(u.o.BinDir), "images"))
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, path)
-	}
-	return out, nil
 }
 
 func (u *upRun) startAPIServer(ctx context.Context) error {

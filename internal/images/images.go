@@ -41,6 +41,8 @@ const (
 	CoreDNS = "nest.local/coredns:v1.14.7"
 	Busybox = "nest.local/busybox:1.35"
 	TestApp = "nest.local/testapp:dev"
+	// NestManager runs the Nest operator in the host cluster.
+	NestManager = "nest.local/nest-manager:dev"
 )
 
 // KubeComponents are the names the multi-call kube binary answers to; the kube
@@ -105,6 +107,7 @@ func Specs(binDir, busyboxPath string, busyboxApplets []string) []Spec {
 		{Name: CoreDNS, Files: []File{tmpDir(), {Path: "/coredns", Source: filepath.Join(binDir, "coredns"), Mode: 0o755}}, Entrypoint: []string{"/coredns"}},
 		{Name: Busybox, Files: box, Cmd: []string{"sh"}},
 		{Name: TestApp, Files: []File{tmpDir(), {Path: "/testapp", Source: filepath.Join(binDir, "testapp"), Mode: 0o755}}, Entrypoint: []string{"/testapp"}},
+		{Name: NestManager, Files: []File{tmpDir(), {Path: "/nest-manager", Source: filepath.Join(binDir, "nest-manager"), Mode: 0o755}}, Entrypoint: []string{"/nest-manager"}},
 	}
 }
 

@@ -1,0 +1,259 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// SupportedVersions are the Kubernetes versions a tenant control plane can run:
+// the versions of the kube images Nest builds.
+var SupportedVersions = []string{"v1.36.3"}
+
+// Phase is the coarse lifecycle stage of a VirtualCluster, as kubenest names it.
+// Conditions carry the detail.
+// +kubebuilder:validation:Enum=Preparing;Initialized;Updating;Completed;Pending;Deleting
+type Phase string
+
+const (
+	// PhasePreparing: the PKI and host objects are being created.
+	PhasePreparing Phase = "Preparing"
+	// PhaseInitialized: the host objects exist; the control plane is starting.
+	PhaseInitialized Phase = "Initialized"
+	// PhaseUpdating: a spec change is being rolled out to a running control plane.
+	PhaseUpdating Phase = "Updating"
+	// PhaseCompleted: the control plane answers /readyz and the kubeconfig is written.
+	PhaseCompleted Phase = "Completed"
+	// PhasePending: waiting on something outside Nest, such as a LoadBalancer address.
+	PhasePending Phase = "Pending"
+	// PhaseDeleting: the finalizer is removing the host objects.
+	PhaseDeleting Phase = "Deleting"
+)
+
+// Condition types of a VirtualCluster.
+const (
+	// ConditionReady is True when tenants can use the cluster: the control plane
+	// is available, the kubeconfig is written and the add-ons are installed.
+	ConditionReady = "Ready"
+	// ConditionControlPlaneAvailable is True when the tenant API server answers /readyz.
+	ConditionControlPlaneAvailable = "ControlPlaneAvailable"
+	// ConditionCertificatesReady is True when every certificate and kubeconfig Secret exists.
+	ConditionCertificatesReady = "CertificatesReady"
+	// ConditionAddonsReady is True when CoreDNS is installed in the tenant cluster.
+	ConditionAddonsReady = "AddonsReady"
+)
+
+// ServiceType is how the tenant API server is exposed.
+// +kubebuilder:validation:Enum=NodePort;LoadBalancer;ClusterIP
+type ServiceType string
+
+// VirtualClusterSpec is the desired tenant cluster.
+//
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.clusterDomain) || (has(self.clusterDomain) && self.clusterDomain == oldSelf.clusterDomain)",message="clusterDomain is immutable: create a new VirtualCluster to change it"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.serviceCIDR) || (has(self.serviceCIDR) && self.serviceCIDR == oldSelf.serviceCIDR)",message="serviceCIDR is immutable: create a new VirtualCluster to change it"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.datastore) || (has(self.datastore) && self.datastore == oldSelf.datastore)",message="datastore is immutable: the tenant's etcd data lives on it"
+type VirtualClusterSpec struct {
+	// KubernetesVersion of the tenant control plane. Only v1.36.3 is built today.
+	// +optional
+	// +kubebuilder:default="v1.36.3"
+	// +kubebuilder:validation:XValidation:rule="self in ['v1.36.3']",message="unsupported kubernetesVersion: the supported versions are v1.36.3"
+	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
+
+	// ExternalIPs are extra addresses clients use to reach the tenant API
+	// server. Each is added to its serving certificate; the first is used in the
+	// kubeconfig when the Service is a NodePort.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=45
+	// +kubebuilder:validation:items:XValidation:rule="isIP(self)",message="each externalIPs entry must be an IPv4 or IPv6 address, such as 198.51.100.7"
+	ExternalIPs []string `json:"externalIPs,omitempty"`
+
+	// ControlPlane configures the tenant control-plane pod.
+	// +optional
+	ControlPlane ControlPlaneSpec `json:"controlPlane,omitempty"`
+
+	// Datastore configures the tenant's etcd storage. Immutable.
+	// +optional
+	Datastore DatastoreSpec `json:"datastore,omitempty"`
+
+	// ClusterDomain is the tenant's Service DNS suffix. Immutable.
+	// +optional
+	// +kubebuilder:default="cluster.local"
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	ClusterDomain string `json:"clusterDomain,omitempty"`
+
+	// ServiceCIDR is the tenant's Service ClusterIP range. Immutable.
+	// +optional
+	// +kubebuilder:default="10.96.0.0/16"
+	// +kubebuilder:validation:MaxLength=49
+	// +kubebuilder:validation:XValidation:rule="isCIDR(self) && cidr(self).ip().family() == 4 && cidr(self).prefixLength() >= 12 && cidr(self).prefixLength() <= 24",message="serviceCIDR must be an IPv4 CIDR with a prefix length from /12 to /24, such as 10.96.0.0/16"
+	ServiceCIDR string `json:"serviceCIDR,omitempty"`
+
+	// PromotePolicies select host nodes to promote into the tenant cluster as
+	// dedicated nodes. Served by node promotion (a later release).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	PromotePolicies []PromotePolicy `json:"promotePolicies,omitempty"`
+
+	// PromoteResources is the tenant's share of host capacity, shown as the
+	// virtual node's capacity. Served by shared mode (a later release).
+	// +optional
+	PromoteResources PromoteResources `json:"promoteResources,omitempty"`
+
+	// Kubeconfig is the tenant's admin kubeconfig, base64 encoded, written by
+	// the operator for kubenest compatibility. Prefer the Secret named in
+	// status.kubeconfigSecretRef.
+	// +optional
+	// +kubebuilder:validation:MaxLength=65536
+	Kubeconfig string `json:"kubeconfig,omitempty"`
+}
+
+// ControlPlaneSpec configures the tenant control-plane pod.
+type ControlPlaneSpec struct {
+	// Replicas of the control plane. The embedded etcd has one member, so 1 is
+	// the only value accepted today.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// Resources of the kube-apiserver container. The other containers get
+	// fixed, small requests.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// Service exposes the tenant API server.
+	// +optional
+	Service ServiceSpec `json:"service,omitempty"`
+}
+
+// ServiceSpec configures the Service in front of the tenant API server.
+type ServiceSpec struct {
+	// Type of the Service: NodePort (default), LoadBalancer or ClusterIP.
+	// +optional
+	// +kubebuilder:default=NodePort
+	Type ServiceType `json:"type,omitempty"`
+}
+
+// DatastoreSpec configures the tenant etcd's PersistentVolumeClaim.
+type DatastoreSpec struct {
+	// StorageSize of the etcd volume.
+	// +optional
+	// +kubebuilder:default="1Gi"
+	StorageSize *resource.Quantity `json:"storageSize,omitempty"`
+
+	// StorageClassName of the etcd volume; the host's default class when unset.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	StorageClassName *string `json:"storageClassName,omitempty"`
+}
+
+// PromotePolicy selects host nodes to promote into the tenant cluster.
+type PromotePolicy struct {
+	// LabelSelector selects candidate host nodes.
+	// +required
+	LabelSelector metav1.LabelSelector `json:"labelSelector"`
+
+	// NodeCount is how many of the selected nodes to promote.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	NodeCount int32 `json:"nodeCount"`
+}
+
+// PromoteResources is the tenant's share of host capacity.
+type PromoteResources struct {
+	// NodeInfos names host nodes to promote by name.
+	// +optional
+	// +listType=map
+	// +listMapKey=nodeName
+	// +kubebuilder:validation:MaxItems=1000
+	NodeInfos []NodeInfo `json:"nodeInfos,omitempty"`
+
+	// Resources is the capacity of the tenant's virtual node: cpu, memory,
+	// pods, and extended resources such as nvidia.com/gpu.
+	// +optional
+	Resources corev1.ResourceList `json:"resources,omitempty"`
+}
+
+// NodeInfo names one host node.
+type NodeInfo struct {
+	// NodeName is the host node's name.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	NodeName string `json:"nodeName"`
+}
+
+// VirtualClusterStatus is the observed state of a tenant cluster.
+type VirtualClusterStatus struct {
+	// Phase is the coarse lifecycle stage.
+	// +optional
+	Phase Phase `json:"phase,omitempty"`
+
+	// Conditions: Ready, ControlPlaneAvailable, CertificatesReady, AddonsReady.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// ObservedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Endpoint is the URL of the tenant API server that the kubeconfig uses.
+	// +optional
+	Endpoint string `json:"endpoint,omitempty"`
+
+	// KubeconfigSecretRef names the Secret holding the tenant's admin
+	// kubeconfig under the keys "kubeconfig" (Endpoint) and
+	// "kubeconfig-internal" (the in-cluster Service address).
+	// +optional
+	KubeconfigSecretRef *corev1.LocalObjectReference `json:"kubeconfigSecretRef,omitempty"`
+
+	// AssignedNodes are the host nodes promoted into the tenant cluster.
+	// +optional
+	// +listType=set
+	AssignedNodes []string `json:"assignedNodes,omitempty"`
+}
+
+// VirtualCluster is one tenant's Kubernetes cluster: a dedicated control plane
+// (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, CoreDNS) run
+// in the VirtualCluster's namespace of the host cluster, with its own PKI.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=vc,categories=nest
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.spec.kubernetesVersion`
+// +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoint`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 40",message="metadata.name must be at most 40 characters: host object names are derived from it"
+type VirtualCluster struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +optional
+	Spec VirtualClusterSpec `json:"spec,omitempty"`
+	// +optional
+	Status VirtualClusterStatus `json:"status,omitempty"`
+}
+
+// VirtualClusterList is a list of VirtualClusters.
+//
+// +kubebuilder:object:root=true
+type VirtualClusterList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []VirtualCluster `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&VirtualCluster{}, &VirtualClusterList{})
+}

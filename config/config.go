@@ -1,0 +1,15 @@
+// Package config embeds the manifests that install Nest into a host cluster:
+// the generated CRDs and RBAC, and the nest-manager Deployment. They are the
+// same files `kubectl apply -R -f config/` would use.
+package config
+
+import "embed"
+
+// Manifests holds crd/, rbac/ and manager/, in the order they must be applied.
+//
+//go:embed crd/*.yaml rbac/*.yaml manager/*.yaml
+var Manifests embed.FS
+
+// Order lists the folders of Manifests in apply order: the namespace and CRDs
+// before what lives in them.
+var Order = []string{"manager/namespace.yaml", "crd", "rbac", "manager/manager.yaml"}

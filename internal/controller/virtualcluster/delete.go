@@ -1,0 +1,87 @@
+package virtualcluster
+
+import (
+	"context"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/controlplane"
+)
+
+// reconcileDelete removes the VirtualCluster's host objects — the StatefulSet
+// first, then its etcd claim, Service and Secrets — and releases the finalizer
+// once none is left. Tenant data (the etcd claim) is deleted only here.
+func (r *Reconciler) reconcileDelete(ctx context.Context, vc *nestv1.VirtualCluster) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(vc, Finalizer) {
+		return ctrl.Result{}, nil
+	}
+	if vc.Status.Phase != nestv1.PhaseDeleting {
+		before := vc.DeepCopy()
+		vc.Status.Phase = nestv1.PhaseDeleting
+		if err := r.Status().Patch(ctx, vc, client.MergeFrom(before)); err != nil {
+			return ctrl.Result{}, fmt.Errorf("mark %s deleting: %w", klog.KObj(vc), err)
+		}
+		r.Recorder.Eventf(vc, nil, corev1.EventTypeNormal, string(nestv1.PhaseDeleting), "Delete", "removing the host objects")
+	}
+	remaining, err := r.deleteHostObjects(ctx, vc)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if remaining > 0 {
+		ctrl.LoggerFrom(ctx).Info("Waiting for host objects to go", "virtualCluster", klog.KObj(vc), "remaining", remaining)
+		return ctrl.Result{RequeueAfter: startingRequeue}, nil
+	}
+	controllerutil.RemoveFinalizer(vc, Finalizer)
+	if err := r.Update(ctx, vc); err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, fmt.Errorf("remove finalizer from %s: %w", klog.KObj(vc), err)
+	}
+	return ctrl.Result{}, nil
+}
+
+// deleteHostObjects deletes what still exists and returns how many objects
+// were still there. The etcd claim is deleted only after the StatefulSet is gone.
+func (r *Reconciler) deleteHostObjects(ctx context.Context, vc *nestv1.VirtualCluster) (int, error) {
+	n := controlplane.NamesOf(vc)
+	meta := func(name string) metav1.ObjectMeta { return metav1.ObjectMeta{Name: name, Namespace: n.Namespace} }
+	ordered := [][]client.Object{
+		{&appsv1.StatefulSet{ObjectMeta: meta(n.StatefulSet())}},
+		{
+			&corev1.PersistentVolumeClaim{ObjectMeta: meta(n.EtcdClaim())},
+			&corev1.Service{ObjectMeta: meta(n.Service())},
+			&corev1.Secret{ObjectMeta: meta(n.PKISecret())},
+			&corev1.Secret{ObjectMeta: meta(n.ComponentKubeconfigSecret())},
+			&corev1.Secret{ObjectMeta: meta(n.KubeconfigSecret())},
+		},
+	}
+	for _, group := range ordered {
+		remaining := 0
+		for _, obj := range group {
+			err := r.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			if err != nil {
+				return 0, err
+			}
+			remaining++
+			if obj.GetDeletionTimestamp().IsZero() {
+				if err := r.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationForeground)); client.IgnoreNotFound(err) != nil {
+					return 0, fmt.Errorf("delete %T %s: %w", obj, klog.KObj(obj), err)
+				}
+			}
+		}
+		if remaining > 0 {
+			return remaining, nil
+		}
+	}
+	return 0, nil
+}

@@ -1,0 +1,214 @@
+package virtualcluster
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"hash/fnv"
+	"maps"
+	"slices"
+	"sort"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/nestdev/nest/internal/controlplane"
+)
+
+// reconcileService creates or updates the Service and gathers the host node
+// IPs, which the serving certificate and a NodePort endpoint need.
+func (r *Reconciler) reconcileService(ctx context.Context, s *reconcileState) (bool, error) {
+	desired := controlplane.ServiceFor(s.vc)
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: desired.Name, Namespace: desired.Namespace}}
+	if _, err := controllerutil.CreateOrPatch(ctx, r.Client, svc, func() error {
+		svc.Labels = desired.Labels
+		svc.Spec.Type = desired.Spec.Type
+		svc.Spec.Selector = desired.Spec.Selector
+		svc.Spec.Ports = mergePorts(svc.Spec.Ports, desired.Spec.Ports)
+		return controllerutil.SetControllerReference(s.vc, svc, r.Scheme)
+	}); err != nil {
+		return false, fmt.Errorf("reconcile Service %s: %w", klog.KObj(svc), err)
+	}
+	ips, err := r.nodeIPs(ctx)
+	if err != nil {
+		return false, err
+	}
+	s.service, s.nodeIPs = svc, ips
+	return true, nil
+}
+
+// mergePorts keeps the node port the host assigned when the port is otherwise unchanged.
+func mergePorts(current, desired []corev1.ServicePort) []corev1.ServicePort {
+	out := slices.Clone(desired)
+	for i := range out {
+		for _, c := range current {
+			if c.Name == out[i].Name && out[i].NodePort == 0 {
+				out[i].NodePort = c.NodePort
+			}
+		}
+	}
+	return out
+}
+
+// nodeIPs lists the host nodes' internal IPs: control-plane nodes first (where
+// tenant control planes prefer to run), then by name.
+func (r *Reconciler) nodeIPs(ctx context.Context) ([]string, error) {
+	var nodes corev1.NodeList
+	if err := r.List(ctx, &nodes); err != nil {
+		return nil, fmt.Errorf("list host nodes: %w", err)
+	}
+	sort.Slice(nodes.Items, func(i, j int) bool {
+		_, ci := nodes.Items[i].Labels["node-role.kubernetes.io/control-plane"]
+		_, cj := nodes.Items[j].Labels["node-role.kubernetes.io/control-plane"]
+		if ci != cj {
+			return ci
+		}
+		return nodes.Items[i].Name < nodes.Items[j].Name
+	})
+	var ips []string
+	for _, n := range nodes.Items {
+		for _, a := range n.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP {
+				ips = append(ips, a.Address)
+			}
+		}
+	}
+	return ips, nil
+}
+
+// reconcilePKI issues what is missing or stale in the PKI Secret and the
+// component kubeconfig Secret.
+func (r *Reconciler) reconcilePKI(ctx context.Context, s *reconcileState) (bool, error) {
+	n := controlplane.NamesOf(s.vc)
+	endpoints := controlplane.EndpointsOf(s.vc, s.service, s.nodeIPs, r.HostClusterDomain)
+	pkiData, err := r.reconcileSecret(ctx, s, n.PKISecret(), func(existing map[string][]byte) (map[string][]byte, bool, error) {
+		return controlplane.ReconcilePKI(existing, n, endpoints)
+	})
+	if err != nil {
+		return false, err
+	}
+	if _, err := r.reconcileSecret(ctx, s, n.ComponentKubeconfigSecret(), func(existing map[string][]byte) (map[string][]byte, bool, error) {
+		return controlplane.ReconcileComponentKubeconfigs(existing, pkiData, n)
+	}); err != nil {
+		return false, err
+	}
+	s.pki = pkiData
+	s.obs.certificates = true
+	return true, nil
+}
+
+// reconcileSecret creates or updates a Secret owned by the VirtualCluster whose
+// data build derives from the current data. It returns the resulting data.
+func (r *Reconciler) reconcileSecret(ctx context.Context, s *reconcileState, name string,
+	build func(existing map[string][]byte) (map[string][]byte, bool, error)) (map[string][]byte, error) {
+	n := controlplane.NamesOf(s.vc)
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: n.Namespace}}
+	if _, err := controllerutil.CreateOrPatch(ctx, r.Client, secret, func() error {
+		data, changed, err := build(secret.Data)
+		if err != nil {
+			return err
+		}
+		if changed || secret.Data == nil {
+			secret.Data = data
+		}
+		secret.Type = corev1.SecretTypeOpaque
+		secret.Labels = n.Labels()
+		return controllerutil.SetControllerReference(s.vc, secret, r.Scheme)
+	}); err != nil {
+		return nil, fmt.Errorf("reconcile Secret %s: %w", klog.KObj(secret), err)
+	}
+	return secret.Data, nil
+}
+
+// reconcileStatefulSet creates the control-plane StatefulSet or updates its
+// pod template, replicas and labels. Volume claim templates cannot change.
+func (r *Reconciler) reconcileStatefulSet(ctx context.Context, s *reconcileState) (bool, error) {
+	desired := controlplane.StatefulSetFor(s.vc, r.ControlPlane)
+	// A changed certificate must reach the pod: the API server rereads its
+	// serving certificate, but the pod restarts for the others.
+	desired.Spec.Template.Annotations = map[string]string{"nest.dev/pki-hash": hashData(s.pki)}
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: desired.Name, Namespace: desired.Namespace}}
+	if _, err := controllerutil.CreateOrPatch(ctx, r.Client, sts, func() error {
+		if sts.CreationTimestamp.IsZero() {
+			sts.Spec = desired.Spec
+		}
+		sts.Labels = desired.Labels
+		sts.Spec.Replicas = desired.Spec.Replicas
+		if !equality.Semantic.DeepDerivative(desired.Spec.Template, sts.Spec.Template) {
+			sts.Spec.Template = desired.Spec.Template
+		}
+		return controllerutil.SetControllerReference(s.vc, sts, r.Scheme)
+	}); err != nil {
+		return false, fmt.Errorf("reconcile StatefulSet %s: %w", klog.KObj(sts), err)
+	}
+	s.obs.hostObjects = true
+	s.obs.endpoint = controlplane.ExternalServer(s.vc, s.service, s.nodeIPs)
+	if sts.Status.ReadyReplicas < 1 {
+		s.obs.availableMessage = fmt.Sprintf("StatefulSet %s has no ready replica yet", klog.KObj(sts))
+	}
+	return s.obs.endpoint != "", nil
+}
+
+// reconcileKubeconfig writes the tenant admin kubeconfig Secret and, base64
+// encoded, spec.kubeconfig as kubenest does.
+func (r *Reconciler) reconcileKubeconfig(ctx context.Context, s *reconcileState) (bool, error) {
+	n := controlplane.NamesOf(s.vc)
+	data, err := r.reconcileSecret(ctx, s, n.KubeconfigSecret(), func(existing map[string][]byte) (map[string][]byte, bool, error) {
+		return controlplane.ReconcileAdminKubeconfig(existing, s.pki, n, s.obs.endpoint)
+	})
+	if err != nil {
+		return false, err
+	}
+	encoded := base64.StdEncoding.EncodeToString(data[controlplane.KubeconfigKey])
+	if s.vc.Spec.Kubeconfig != encoded {
+		patch := client.MergeFrom(s.vc.DeepCopy())
+		s.vc.Spec.Kubeconfig = encoded
+		if err := r.Patch(ctx, s.vc, patch); err != nil {
+			return false, fmt.Errorf("write spec.kubeconfig of %s: %w", klog.KObj(s.vc), err)
+		}
+	}
+	s.internal = data[controlplane.KubeconfigInternalKey]
+	s.obs.kubeconfig = true
+	return true, nil
+}
+
+// reconcileAvailability asks the tenant API server for /readyz.
+func (r *Reconciler) reconcileAvailability(ctx context.Context, s *reconcileState) (bool, error) {
+	if s.obs.availableMessage != "" {
+		return false, nil
+	}
+	if err := r.Tenants.Ready(ctx, s.internal); err != nil {
+		s.obs.availableMessage = "tenant /readyz: " + err.Error()
+		ctrl.LoggerFrom(ctx).V(1).Info("Tenant API server not ready", "virtualCluster", klog.KObj(s.vc), "err", err)
+		return false, nil
+	}
+	s.obs.available = true
+	return true, nil
+}
+
+// reconcileAddons installs CoreDNS in the tenant cluster.
+func (r *Reconciler) reconcileAddons(ctx context.Context, s *reconcileState) (bool, error) {
+	if err := r.Tenants.InstallAddons(ctx, s.internal, s.vc); err != nil {
+		return false, fmt.Errorf("install add-ons in %s: %w", klog.KObj(s.vc), err)
+	}
+	s.obs.addons = true
+	return true, nil
+}
+
+// hashData is a short, stable digest of a Secret's data for a pod annotation.
+func hashData(data map[string][]byte) string {
+	h := fnv.New64a()
+	for _, k := range slices.Sorted(maps.Keys(data)) {
+		h.Write([]byte(k))
+		h.Write([]byte{0})
+		h.Write(data[k])
+		h.Write([]byte{0})
+	}
+	return fmt.Sprintf("%016x", h.Sum64())
+}

@@ -1,0 +1,162 @@
+// Package virtualcluster is the controller that runs a VirtualCluster's tenant
+// control plane in the host cluster: its PKI and kubeconfig Secrets, its Service
+// and StatefulSet, its readiness, and CoreDNS inside the tenant cluster. A
+// finalizer removes every host object, the etcd volume included, when the
+// VirtualCluster is deleted.
+package virtualcluster
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/controlplane"
+)
+
+// Finalizer holds a VirtualCluster until its host objects are gone.
+const Finalizer = "nest.dev/virtualcluster"
+
+// Requeue intervals: short while a control plane starts, long once it runs so a
+// failed control plane is noticed.
+const (
+	startingRequeue = 2 * time.Second
+	healthyRequeue  = 30 * time.Second
+)
+
+// TenantChecker checks a tenant API server and installs its add-ons, given the
+// tenant's in-cluster admin kubeconfig. Tests replace it; the default talks to
+// the tenant API server.
+type TenantChecker interface {
+	Ready(ctx context.Context, kubeconfig []byte) error
+	InstallAddons(ctx context.Context, kubeconfig []byte, vc *nestv1.VirtualCluster) error
+}
+
+// Reconciler reconciles VirtualClusters.
+type Reconciler struct {
+	client.Client
+	Scheme   *runtime.Scheme
+	Recorder events.EventRecorder
+	// ControlPlane holds the image and pull policy of tenant control planes.
+	ControlPlane controlplane.Options
+	// HostClusterDomain is the host cluster's DNS suffix, named in certificates.
+	HostClusterDomain string
+	// Tenants checks and configures tenant clusters.
+	Tenants TenantChecker
+}
+
+// +kubebuilder:rbac:groups=nest.dev,resources=virtualclusters,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=nest.dev,resources=virtualclusters/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=nest.dev,resources=virtualclusters/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=secrets;services,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile brings one VirtualCluster's host objects to their desired state and
+// reports what it found in the status.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	vc := &nestv1.VirtualCluster{}
+	if err := r.Get(ctx, req.NamespacedName, vc); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !vc.DeletionTimestamp.IsZero() {
+		return r.reconcileDelete(ctx, vc)
+	}
+	if controllerutil.AddFinalizer(vc, Finalizer) {
+		if err := r.Update(ctx, vc); err != nil {
+			return ctrl.Result{}, fmt.Errorf("add finalizer to %s: %w", klog.KObj(vc), err)
+		}
+	}
+	before := vc.DeepCopy()
+	s := &reconcileState{vc: vc}
+	result, err := r.runPhases(ctx, s)
+	if perr := r.patchStatus(ctx, before, s); perr != nil && err == nil {
+		err = perr
+	}
+	return result, err
+}
+
+// reconcileState carries one reconcile's objects and observations between phases.
+type reconcileState struct {
+	vc       *nestv1.VirtualCluster
+	obs      observed
+	service  *corev1.Service
+	nodeIPs  []string
+	pki      map[string][]byte
+	internal []byte // the in-cluster admin kubeconfig
+}
+
+// phase is one step of a reconcile. done=false means "not yet": the later
+// phases wait and the reconcile is requeued.
+type phase func(ctx context.Context, s *reconcileState) (done bool, err error)
+
+func (r *Reconciler) runPhases(ctx context.Context, s *reconcileState) (ctrl.Result, error) {
+	for _, p := range []phase{
+		r.reconcileService,
+		r.reconcilePKI,
+		r.reconcileStatefulSet,
+		r.reconcileKubeconfig,
+		r.reconcileAvailability,
+		r.reconcileAddons,
+	} {
+		done, err := p(ctx, s)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if !done {
+			return ctrl.Result{RequeueAfter: startingRequeue}, nil
+		}
+	}
+	return ctrl.Result{RequeueAfter: healthyRequeue}, nil
+}
+
+// patchStatus writes the phase and conditions derived from what was observed,
+// and emits an event when the phase changes.
+func (r *Reconciler) patchStatus(ctx context.Context, before *nestv1.VirtualCluster, s *reconcileState) error {
+	vc := s.vc
+	vc.Status.Phase = phaseFor(s.obs, before.Status.Phase)
+	for _, c := range conditionsFor(s.obs, vc.Generation) {
+		meta.SetStatusCondition(&vc.Status.Conditions, c)
+	}
+	vc.Status.ObservedGeneration = vc.Generation
+	vc.Status.Endpoint = s.obs.endpoint
+	if s.obs.kubeconfig {
+		vc.Status.KubeconfigSecretRef = &corev1.LocalObjectReference{Name: controlplane.NamesOf(vc).KubeconfigSecret()}
+	}
+	if vc.Status.Phase != before.Status.Phase {
+		log := ctrl.LoggerFrom(ctx)
+		log.Info("Phase changed", "virtualCluster", klog.KObj(vc), "from", before.Status.Phase, "to", vc.Status.Phase)
+		r.Recorder.Eventf(vc, nil, corev1.EventTypeNormal, string(vc.Status.Phase), "Reconcile",
+			"phase %s: %s", vc.Status.Phase, meta.FindStatusCondition(vc.Status.Conditions, nestv1.ConditionReady).Message)
+	}
+	if err := r.Status().Patch(ctx, vc, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("patch status of %s: %w", klog.KObj(vc), err)
+	}
+	return nil
+}
+
+// SetupWithManager registers the controller: it watches VirtualClusters and
+// the host objects they own, so a deleted Secret, Service or StatefulSet is
+// recreated at once.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&nestv1.VirtualCluster{}).
+		Owns(&appsv1.StatefulSet{}).
+		Owns(&corev1.Service{}).
+		Owns(&corev1.Secret{}).
+		Named("virtualcluster").
+		Complete(r)
+}

@@ -1,0 +1,106 @@
+package virtualcluster
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+)
+
+// observed is what one reconcile found, filled in by the phases in order. A
+// phase that cannot finish leaves the later fields at their zero values.
+type observed struct {
+	// certificates is true once the PKI and component kubeconfig Secrets are right.
+	certificates bool
+	// hostObjects is true once the Service and StatefulSet exist.
+	hostObjects bool
+	// endpoint is the external API server URL; "" while a LoadBalancer has none.
+	endpoint string
+	// kubeconfig is true once the admin kubeconfig Secret and spec.kubeconfig are written.
+	kubeconfig bool
+	// available is true when the tenant API server answers /readyz.
+	available bool
+	// availableMessage says why it is not available.
+	availableMessage string
+	// addons is true once CoreDNS is installed in the tenant cluster.
+	addons bool
+}
+
+// Condition reasons.
+const (
+	ReasonIssued             = "Issued"
+	ReasonIssuing            = "Issuing"
+	ReasonAvailable          = "Available"
+	ReasonStarting           = "ControlPlaneStarting"
+	ReasonWaitingForEndpoint = "WaitingForEndpoint"
+	ReasonInstalled          = "Installed"
+	ReasonNotInstalled       = "NotInstalled"
+	ReasonReady              = "Ready"
+	ReasonNotReady           = "NotReady"
+)
+
+// conditionsFor derives the VirtualCluster's conditions from what a reconcile observed.
+func conditionsFor(o observed, generation int64) []metav1.Condition {
+	cond := func(t string, ok bool, yes, no, msgYes, msgNo string) metav1.Condition {
+		c := metav1.Condition{Type: t, Status: metav1.ConditionFalse, Reason: no, Message: msgNo, ObservedGeneration: generation}
+		if ok {
+			c.Status, c.Reason, c.Message = metav1.ConditionTrue, yes, msgYes
+		}
+		return c
+	}
+	availableMsg := o.availableMessage
+	if availableMsg == "" {
+		availableMsg = "the tenant API server does not answer /readyz yet"
+	}
+	ready := o.certificates && o.hostObjects && o.endpoint != "" && o.kubeconfig && o.available && o.addons
+	return []metav1.Condition{
+		cond(nestv1.ConditionCertificatesReady, o.certificates, ReasonIssued, ReasonIssuing,
+			"every certificate and kubeconfig is issued", "issuing the tenant PKI"),
+		cond(nestv1.ConditionControlPlaneAvailable, o.available, ReasonAvailable, ReasonStarting,
+			"the tenant API server answers /readyz", availableMsg),
+		cond(nestv1.ConditionAddonsReady, o.addons, ReasonInstalled, ReasonNotInstalled,
+			"CoreDNS is installed in the tenant cluster", "CoreDNS is not installed yet"),
+		cond(nestv1.ConditionReady, ready, ReasonReady, notReadyReason(o),
+			"the virtual cluster is ready: use the kubeconfig Secret", notReadyMessage(o)),
+	}
+}
+
+func notReadyReason(o observed) string {
+	if o.hostObjects && o.endpoint == "" {
+		return ReasonWaitingForEndpoint
+	}
+	return ReasonNotReady
+}
+
+func notReadyMessage(o observed) string {
+	switch {
+	case !o.certificates:
+		return "issuing the tenant PKI"
+	case !o.hostObjects:
+		return "creating the control-plane Service and StatefulSet"
+	case o.endpoint == "":
+		return "waiting for the Service to get an external address"
+	case !o.available:
+		return "waiting for the tenant API server to answer /readyz"
+	case !o.kubeconfig:
+		return "writing the kubeconfig"
+	default:
+		return "installing add-ons"
+	}
+}
+
+// phaseFor derives the coarse phase. A cluster that was Completed and is not
+// ready again after a spec change is Updating.
+func phaseFor(o observed, previous nestv1.Phase) nestv1.Phase {
+	switch {
+	case !o.certificates || !o.hostObjects:
+		return nestv1.PhasePreparing
+	case o.endpoint == "":
+		return nestv1.PhasePending
+	case o.available && o.kubeconfig && o.addons:
+		return nestv1.PhaseCompleted
+	case previous == nestv1.PhaseCompleted || previous == nestv1.PhaseUpdating:
+		return nestv1.PhaseUpdating
+	default:
+		return nestv1.PhaseInitialized
+	}
+}

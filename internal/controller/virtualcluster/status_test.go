@@ -1,0 +1,50 @@
+package virtualcluster
+
+import (
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+)
+
+func TestPhaseAndConditions(t *testing.T) {
+	all := observed{certificates: true, hostObjects: true, endpoint: "https://x:1", kubeconfig: true, available: true, addons: true}
+	tests := []struct {
+		name      string
+		obs       observed
+		previous  nestv1.Phase
+		phase     nestv1.Phase
+		ready     bool
+		available bool
+		reason    string
+	}{
+		{"nothing yet", observed{}, "", nestv1.PhasePreparing, false, false, ReasonNotReady},
+		{"certificates only", observed{certificates: true}, nestv1.PhasePreparing, nestv1.PhasePreparing, false, false, ReasonNotReady},
+		{"waiting for load balancer", observed{certificates: true, hostObjects: true}, nestv1.PhasePreparing, nestv1.PhasePending, false, false, ReasonWaitingForEndpoint},
+		{"starting", observed{certificates: true, hostObjects: true, endpoint: "https://x:1", kubeconfig: true}, nestv1.PhasePreparing, nestv1.PhaseInitialized, false, false, ReasonNotReady},
+		{"available, add-ons missing", observed{certificates: true, hostObjects: true, endpoint: "https://x:1", kubeconfig: true, available: true}, nestv1.PhaseInitialized, nestv1.PhaseInitialized, false, true, ReasonNotReady},
+		{"ready", all, nestv1.PhaseInitialized, nestv1.PhaseCompleted, true, true, ReasonReady},
+		{"was ready, restarting", observed{certificates: true, hostObjects: true, endpoint: "https://x:1", kubeconfig: true}, nestv1.PhaseCompleted, nestv1.PhaseUpdating, false, false, ReasonNotReady},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := phaseFor(tt.obs, tt.previous); got != tt.phase {
+				t.Errorf("phase = %s, want %s", got, tt.phase)
+			}
+			conds := conditionsFor(tt.obs, 3)
+			ready := meta.FindStatusCondition(conds, nestv1.ConditionReady)
+			if ready == nil || meta.IsStatusConditionTrue(conds, nestv1.ConditionReady) != tt.ready || ready.Reason != tt.reason {
+				t.Errorf("Ready = %+v, want ready=%v reason=%s", ready, tt.ready, tt.reason)
+			}
+			if meta.IsStatusConditionTrue(conds, nestv1.ConditionControlPlaneAvailable) != tt.available {
+				t.Errorf("ControlPlaneAvailable = %v, want %v", !tt.available, tt.available)
+			}
+			for _, c := range conds {
+				if c.ObservedGeneration != 3 || c.Message == "" {
+					t.Errorf("condition %s lacks generation or message: %+v", c.Type, c)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,97 @@
+package controlplane
+
+import (
+	"bytes"
+	"fmt"
+
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/nestdev/nest/internal/pki"
+)
+
+// Keys of the component kubeconfig Secret, mounted at KubeconfigDir.
+const (
+	KubeconfigDir               = "/etc/kubernetes/kubeconfig"
+	ControllerManagerKubeconfig = "controller-manager.conf"
+	SchedulerKubeconfig         = "scheduler.conf"
+	// AdminUser is the tenant administrator's user name (group system:masters).
+	AdminUser = "nest-admin"
+)
+
+// loopbackServer is where the controller-manager and scheduler reach the API
+// server: the same pod.
+var loopbackServer = fmt.Sprintf("https://127.0.0.1:%d", Port)
+
+// ReconcileComponentKubeconfigs returns the controller-manager and scheduler
+// kubeconfigs, keeping existing ones whose client certificate the current CA signed.
+func ReconcileComponentKubeconfigs(existing map[string][]byte, pkiData map[string][]byte, n Names) (map[string][]byte, bool, error) {
+	ca, err := pki.LoadCA(pki.KeyPair{CertPEM: pkiData[CACert], KeyPEM: pkiData[CAKey]})
+	if err != nil {
+		return nil, false, fmt.Errorf("load tenant CA: %w", err)
+	}
+	out := map[string][]byte{}
+	changed := false
+	for file, user := range map[string]string{
+		ControllerManagerKubeconfig: "system:kube-controller-manager",
+		SchedulerKubeconfig:         "system:kube-scheduler",
+	} {
+		if kubeconfigValid(existing[file], ca.CertPEM, loopbackServer) {
+			out[file] = existing[file]
+			continue
+		}
+		data, err := issueKubeconfig(ca, n.VirtualCluster, loopbackServer, pki.CertSpec{CommonName: user})
+		if err != nil {
+			return nil, false, err
+		}
+		out[file], changed = data, true
+	}
+	return out, changed, nil
+}
+
+// ReconcileAdminKubeconfig returns the tenant admin kubeconfig for server (the
+// external endpoint) and its in-cluster variant, keeping existing ones that
+// still point at the right server and were signed by the current CA.
+func ReconcileAdminKubeconfig(existing map[string][]byte, pkiData map[string][]byte, n Names, server string) (map[string][]byte, bool, error) {
+	ca, err := pki.LoadCA(pki.KeyPair{CertPEM: pkiData[CACert], KeyPEM: pkiData[CAKey]})
+	if err != nil {
+		return nil, false, fmt.Errorf("load tenant CA: %w", err)
+	}
+	if kubeconfigValid(existing[KubeconfigKey], ca.CertPEM, server) && kubeconfigValid(existing[KubeconfigInternalKey], ca.CertPEM, n.InternalServer()) {
+		return existing, false, nil
+	}
+	client, err := ca.Issue(pki.CertSpec{CommonName: AdminUser, Organizations: []string{"system:masters"}, Usage: pki.ClientAuth})
+	if err != nil {
+		return nil, false, err
+	}
+	out := map[string][]byte{}
+	for key, url := range map[string]string{KubeconfigKey: server, KubeconfigInternalKey: n.InternalServer()} {
+		data, err := pki.Kubeconfig{ClusterName: n.VirtualCluster, Server: url, CACertPEM: ca.CertPEM, User: AdminUser, Client: client}.Bytes()
+		if err != nil {
+			return nil, false, err
+		}
+		out[key] = data
+	}
+	return out, true, nil
+}
+
+func issueKubeconfig(ca *pki.CA, cluster, server string, subject pki.CertSpec) ([]byte, error) {
+	subject.Usage = pki.ClientAuth
+	client, err := ca.Issue(subject)
+	if err != nil {
+		return nil, err
+	}
+	return pki.Kubeconfig{ClusterName: cluster, Server: server, CACertPEM: ca.CertPEM, User: subject.CommonName, Client: client}.Bytes()
+}
+
+// kubeconfigValid reports whether data is a kubeconfig for server whose CA is
+// caPEM and whose client certificate caPEM signed.
+func kubeconfigValid(data, caPEM []byte, server string) bool {
+	if len(data) == 0 {
+		return false
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
+	if err != nil {
+		return false
+	}
+	return cfg.Host == server && bytes.Equal(cfg.CAData, caPEM) && SignedBy(cfg.CertData, caPEM)
+}

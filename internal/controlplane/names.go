@@ -1,0 +1,73 @@
+// Package controlplane turns a VirtualCluster into the host objects that run its
+// tenant control plane: the PKI and kubeconfig Secrets, the Service and the
+// StatefulSet. Everything here is a pure function of its inputs, so the
+// controller stays small and the builders are table-tested.
+package controlplane
+
+import (
+	"fmt"
+
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+)
+
+// Labels put on every host object of a VirtualCluster.
+const (
+	LabelVirtualCluster = "nest.dev/virtualcluster"
+	LabelManagedBy      = "app.kubernetes.io/managed-by"
+	LabelComponent      = "app.kubernetes.io/component"
+	ManagedByValue      = "nest"
+)
+
+// Port is the tenant API server's port, in the pod and on the Service.
+const Port = 6443
+
+// Keys of the kubeconfig Secret.
+const (
+	KubeconfigKey         = "kubeconfig"
+	KubeconfigInternalKey = "kubeconfig-internal"
+)
+
+// Names of the host objects of one VirtualCluster, all in its namespace.
+type Names struct {
+	VirtualCluster string
+	Namespace      string
+}
+
+// NamesOf returns the host object names of vc.
+func NamesOf(vc *nestv1.VirtualCluster) Names {
+	return Names{VirtualCluster: vc.Name, Namespace: vc.Namespace}
+}
+
+// Service fronts the tenant API server; the StatefulSet is named the same.
+func (n Names) Service() string { return n.VirtualCluster }
+
+// StatefulSet runs the control-plane pod.
+func (n Names) StatefulSet() string { return n.VirtualCluster }
+
+// PKISecret holds every CA, certificate and key of the tenant.
+func (n Names) PKISecret() string { return n.VirtualCluster + "-pki" }
+
+// ComponentKubeconfigSecret holds the controller-manager's and scheduler's kubeconfigs.
+func (n Names) ComponentKubeconfigSecret() string { return n.VirtualCluster + "-component-kubeconfigs" }
+
+// KubeconfigSecret holds the tenant admin kubeconfig handed to users.
+func (n Names) KubeconfigSecret() string { return n.VirtualCluster + "-kubeconfig" }
+
+// EtcdVolumeClaimTemplate names the StatefulSet's etcd volume claim template.
+const EtcdVolumeClaimTemplate = "etcd-data"
+
+// EtcdClaim is the PersistentVolumeClaim the StatefulSet makes for replica 0.
+func (n Names) EtcdClaim() string {
+	return fmt.Sprintf("%s-%s-0", EtcdVolumeClaimTemplate, n.StatefulSet())
+}
+
+// InternalServer is the API server URL inside the host cluster, through the
+// Service's DNS name.
+func (n Names) InternalServer() string {
+	return fmt.Sprintf("https://%s.%s.svc:%d", n.Service(), n.Namespace, Port)
+}
+
+// Labels returns the labels of every host object of the VirtualCluster.
+func (n Names) Labels() map[string]string {
+	return map[string]string{LabelVirtualCluster: n.VirtualCluster, LabelManagedBy: ManagedByValue, LabelComponent: "control-plane"}
+}

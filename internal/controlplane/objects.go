@@ -1,0 +1,317 @@
+package controlplane
+
+import (
+	"fmt"
+	"path"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+)
+
+// Options are the operator-wide settings the builders need.
+type Options struct {
+	// KubeImage is the Kubernetes multi-call image (etcd and every control-plane binary).
+	KubeImage string
+	// ImagePullPolicy of the control-plane containers.
+	ImagePullPolicy corev1.PullPolicy
+}
+
+// controlPlaneNodeLabel marks host nodes meant for control planes; tenant
+// control planes prefer them, as in kubenest, so promoted worker nodes never
+// carry one.
+const controlPlaneNodeLabel = "node-role.kubernetes.io/control-plane"
+
+const etcdDataDir = "/var/lib/etcd"
+
+// ServiceFor returns the Service in front of the tenant API server.
+func ServiceFor(vc *nestv1.VirtualCluster) *corev1.Service {
+	n := NamesOf(vc)
+	typ := corev1.ServiceType(vc.Spec.ControlPlane.Service.Type)
+	if typ == "" {
+		typ = corev1.ServiceTypeNodePort
+	}
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: n.Service(), Namespace: n.Namespace, Labels: n.Labels()},
+		Spec: corev1.ServiceSpec{
+			Type:     typ,
+			Selector: n.Labels(),
+			Ports: []corev1.ServicePort{{
+				Name: "https", Port: Port, TargetPort: intstr.FromInt32(Port), Protocol: corev1.ProtocolTCP,
+			}},
+		},
+	}
+}
+
+// StatefulSetFor returns the StatefulSet that runs the tenant control plane:
+// one pod with etcd (data on a PersistentVolumeClaim), kube-apiserver,
+// kube-controller-manager and kube-scheduler.
+func StatefulSetFor(vc *nestv1.VirtualCluster, o Options) *appsv1.StatefulSet {
+	n := NamesOf(vc)
+	pod := corev1.PodSpec{
+		Containers: []corev1.Container{
+			etcdContainer(n, o), apiServerContainer(vc, o), controllerManagerContainer(o), schedulerContainer(o),
+		},
+		Volumes: []corev1.Volume{
+			secretVolume("pki", n.PKISecret()),
+			secretVolume("kubeconfig", n.ComponentKubeconfigSecret()),
+		},
+		Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+			PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{
+				Weight:     100,
+				Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: controlPlaneNodeLabel, Operator: corev1.NodeSelectorOpExists}}},
+			}},
+		}},
+		Tolerations:                  []corev1.Toleration{{Key: controlPlaneNodeLabel, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+		AutomountServiceAccountToken: ptr.To(false),
+		EnableServiceLinks:           ptr.To(false),
+		// kube-apiserver drains watches for a long time on SIGTERM.
+		TerminationGracePeriodSeconds: ptr.To[int64](10),
+	}
+	claim := corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: EtcdVolumeClaimTemplate, Labels: n.Labels()},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: vc.Spec.Datastore.StorageClassName,
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: storageSize(vc)}},
+		},
+	}
+	return &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: n.StatefulSet(), Namespace: n.Namespace, Labels: n.Labels()},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas:             ptr.To[int32](1),
+			ServiceName:          n.Service(),
+			Selector:             &metav1.LabelSelector{MatchLabels: n.Labels()},
+			Template:             corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: n.Labels()}, Spec: pod},
+			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{claim},
+			PersistentVolumeClaimRetentionPolicy: &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{
+				// Tenant data is deleted only with the VirtualCluster; the
+				// finalizer deletes the claim explicitly.
+				WhenDeleted: appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
+				WhenScaled:  appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
+			},
+		},
+	}
+}
+
+func storageSize(vc *nestv1.VirtualCluster) resource.Quantity {
+	if vc.Spec.Datastore.StorageSize != nil {
+		return *vc.Spec.Datastore.StorageSize
+	}
+	return resource.MustParse("1Gi")
+}
+
+func secretVolume(name, secret string) corev1.Volume {
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: secret, DefaultMode: ptr.To[int32](0o400)}}}
+}
+
+func pkiFile(f string) string { return path.Join(PKIDir, f) }
+
+func mounts(withEtcd bool) []corev1.VolumeMount {
+	m := []corev1.VolumeMount{{Name: "pki", MountPath: PKIDir, ReadOnly: true}, {Name: "kubeconfig", MountPath: KubeconfigDir, ReadOnly: true}}
+	if withEtcd {
+		m = append(m, corev1.VolumeMount{Name: EtcdVolumeClaimTemplate, MountPath: etcdDataDir})
+	}
+	return m
+}
+
+func requests(cpu, memory string) corev1.ResourceRequirements {
+	return corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(memory)}}
+}
+
+func container(name string, o Options, args []string) corev1.Container {
+	return corev1.Container{
+		Name: name, Image: o.KubeImage, ImagePullPolicy: o.ImagePullPolicy,
+		Command: []string{"/usr/local/bin/" + name}, Args: args,
+		SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false)},
+	}
+}
+
+func etcdContainer(n Names, o Options) corev1.Container {
+	peer := "https://127.0.0.1:2380"
+	c := container("etcd", o, []string{
+		"--name=" + n.VirtualCluster,
+		"--data-dir=" + etcdDataDir + "/data",
+		"--listen-client-urls=https://127.0.0.1:2379",
+		"--advertise-client-urls=https://127.0.0.1:2379",
+		"--listen-peer-urls=" + peer,
+		"--initial-advertise-peer-urls=" + peer,
+		"--initial-cluster=" + n.VirtualCluster + "=" + peer,
+		// Plain HTTP /health and /metrics for the kubelet's probes; no data.
+		"--listen-metrics-urls=http://0.0.0.0:2381",
+		"--cert-file=" + pkiFile(EtcdServerCert), "--key-file=" + pkiFile(EtcdServerKey),
+		"--client-cert-auth=true", "--trusted-ca-file=" + pkiFile(EtcdCACert),
+		"--peer-cert-file=" + pkiFile(EtcdPeerCert), "--peer-key-file=" + pkiFile(EtcdPeerKey),
+		"--peer-client-cert-auth=true", "--peer-trusted-ca-file=" + pkiFile(EtcdCACert),
+		"--snapshot-count=10000",
+		"--log-level=warn",
+	})
+	c.VolumeMounts = mounts(true)
+	c.Resources = requests("50m", "64Mi")
+	c.Ports = []corev1.ContainerPort{{Name: "etcd-metrics", ContainerPort: 2381}}
+	c.LivenessProbe = httpProbe("/health?serializable=true", 2381, corev1.URISchemeHTTP, 10, 8)
+	c.StartupProbe = httpProbe("/health?serializable=false", 2381, corev1.URISchemeHTTP, 1, 60)
+	return c
+}
+
+func apiServerContainer(vc *nestv1.VirtualCluster, o Options) corev1.Container {
+	domain := vc.Spec.ClusterDomain
+	if domain == "" {
+		domain = "cluster.local"
+	}
+	c := container("kube-apiserver", o, []string{
+		"--advertise-address=$(POD_IP)",
+		"--bind-address=0.0.0.0",
+		fmt.Sprintf("--secure-port=%d", Port),
+		"--etcd-servers=https://127.0.0.1:2379",
+		"--etcd-cafile=" + pkiFile(EtcdCACert),
+		"--etcd-certfile=" + pkiFile(EtcdClientCert), "--etcd-keyfile=" + pkiFile(EtcdClientKey),
+		"--service-cluster-ip-range=" + serviceCIDR(vc),
+		"--client-ca-file=" + pkiFile(CACert),
+		"--tls-cert-file=" + pkiFile(APIServerCert), "--tls-private-key-file=" + pkiFile(APIServerKey),
+		"--kubelet-client-certificate=" + pkiFile(KubeletClientCert), "--kubelet-client-key=" + pkiFile(KubeletClientKey),
+		"--kubelet-preferred-address-types=InternalIP,Hostname",
+		"--service-account-issuer=https://kubernetes.default.svc." + domain,
+		"--service-account-key-file=" + pkiFile(ServiceAccountPub),
+		"--service-account-signing-key-file=" + pkiFile(ServiceAccountKey),
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
+		"--enable-bootstrap-token-auth=true",
+		"--allow-privileged=true",
+		"--requestheader-client-ca-file=" + pkiFile(FrontProxyCACert),
+		"--requestheader-allowed-names=" + frontProxyClientName,
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-username-headers=X-Remote-User",
+		"--proxy-client-cert-file=" + pkiFile(FrontProxyClientCert), "--proxy-client-key-file=" + pkiFile(FrontProxyClientKey),
+		"--profiling=false",
+	})
+	c.Env = []corev1.EnvVar{{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}}}
+	c.VolumeMounts = mounts(false)
+	c.Resources = vc.Spec.ControlPlane.Resources
+	if len(c.Resources.Requests) == 0 {
+		c.Resources.Requests = requests("100m", "256Mi").Requests
+	}
+	c.Ports = []corev1.ContainerPort{{Name: "https", ContainerPort: Port}}
+	c.StartupProbe = httpProbe("/livez", Port, corev1.URISchemeHTTPS, 1, 120)
+	c.ReadinessProbe = httpProbe("/readyz", Port, corev1.URISchemeHTTPS, 2, 3)
+	c.LivenessProbe = httpProbe("/livez", Port, corev1.URISchemeHTTPS, 10, 8)
+	return c
+}
+
+func controllerManagerContainer(o Options) corev1.Container {
+	kc := path.Join(KubeconfigDir, ControllerManagerKubeconfig)
+	c := container("kube-controller-manager", o, []string{
+		"--kubeconfig=" + kc, "--authentication-kubeconfig=" + kc, "--authorization-kubeconfig=" + kc,
+		"--bind-address=0.0.0.0",
+		"--root-ca-file=" + pkiFile(CACert),
+		"--service-account-private-key-file=" + pkiFile(ServiceAccountKey),
+		"--cluster-signing-cert-file=" + pkiFile(CACert), "--cluster-signing-key-file=" + pkiFile(CAKey),
+		"--use-service-account-credentials=true",
+		"--controllers=*,bootstrapsigner,tokencleaner",
+		"--leader-elect=false",
+		"--profiling=false",
+	})
+	c.VolumeMounts = mounts(false)
+	c.Resources = requests("50m", "64Mi")
+	c.LivenessProbe = httpProbe("/healthz", 10257, corev1.URISchemeHTTPS, 10, 8)
+	return c
+}
+
+func schedulerContainer(o Options) corev1.Container {
+	kc := path.Join(KubeconfigDir, SchedulerKubeconfig)
+	c := container("kube-scheduler", o, []string{
+		"--kubeconfig=" + kc, "--authentication-kubeconfig=" + kc, "--authorization-kubeconfig=" + kc,
+		"--bind-address=0.0.0.0",
+		"--leader-elect=false",
+		"--profiling=false",
+	})
+	c.VolumeMounts = mounts(false)
+	c.Resources = requests("25m", "32Mi")
+	c.LivenessProbe = httpProbe("/healthz", 10259, corev1.URISchemeHTTPS, 10, 8)
+	return c
+}
+
+func httpProbe(p string, port int32, scheme corev1.URIScheme, period, failures int32) *corev1.Probe {
+	return &corev1.Probe{
+		ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: p, Port: intstr.FromInt32(port), Scheme: scheme}},
+		PeriodSeconds:    period,
+		FailureThreshold: failures,
+		TimeoutSeconds:   5,
+	}
+}
+
+func serviceCIDR(vc *nestv1.VirtualCluster) string {
+	if vc.Spec.ServiceCIDR != "" {
+		return vc.Spec.ServiceCIDR
+	}
+	return "10.96.0.0/16"
+}
+
+// EndpointsOf gathers what the serving certificate must name, from the VirtualCluster,
+// its Service and the host nodes' IPs.
+func EndpointsOf(vc *nestv1.VirtualCluster, svc *corev1.Service, nodeIPs []string, hostDomain string) Endpoints {
+	e := Endpoints{
+		ServiceIP:           svc.Spec.ClusterIP,
+		ExternalIPs:         vc.Spec.ExternalIPs,
+		HostClusterDomain:   hostDomain,
+		TenantClusterDomain: vc.Spec.ClusterDomain,
+		TenantServiceCIDR:   serviceCIDR(vc),
+	}
+	if svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
+		e.NodeIPs = nodeIPs
+	}
+	for _, ing := range svc.Status.LoadBalancer.Ingress {
+		if ing.IP != "" {
+			e.LoadBalancerIPs = append(e.LoadBalancerIPs, ing.IP)
+		}
+	}
+	return e
+}
+
+// ExternalServer returns the URL tenants use, or "" while it is not known yet
+// (a LoadBalancer with no address). NodePort uses the first external IP, else
+// the first node IP; ClusterIP uses the in-cluster name.
+func ExternalServer(vc *nestv1.VirtualCluster, svc *corev1.Service, nodeIPs []string) string {
+	n := NamesOf(vc)
+	switch svc.Spec.Type {
+	case corev1.ServiceTypeNodePort:
+		host := ""
+		if len(vc.Spec.ExternalIPs) > 0 {
+			host = vc.Spec.ExternalIPs[0]
+		} else if len(nodeIPs) > 0 {
+			host = nodeIPs[0]
+		}
+		if host == "" || len(svc.Spec.Ports) == 0 || svc.Spec.Ports[0].NodePort == 0 {
+			return ""
+		}
+		return fmt.Sprintf("https://%s:%d", hostPort(host), svc.Spec.Ports[0].NodePort)
+	case corev1.ServiceTypeLoadBalancer:
+		for _, ing := range svc.Status.LoadBalancer.Ingress {
+			if ing.IP != "" {
+				return fmt.Sprintf("https://%s:%d", hostPort(ing.IP), Port)
+			}
+			if ing.Hostname != "" {
+				return fmt.Sprintf("https://%s:%d", ing.Hostname, Port)
+			}
+		}
+		return ""
+	default:
+		return n.InternalServer()
+	}
+}
+
+// hostPort brackets IPv6 addresses for use in a URL.
+func hostPort(ip string) string {
+	for _, c := range ip {
+		if c == ':' {
+			return "[" + ip + "]"
+		}
+	}
+	return ip
+}

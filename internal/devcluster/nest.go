@@ -1,0 +1,88 @@
+package devcluster
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+	"time"
+
+	"github.com/nestdev/nest/internal/images"
+	"github.com/nestdev/nest/internal/install"
+)
+
+// InstallNest builds Nest's images, imports them into every node's containerd
+// and installs or upgrades Nest in the running local host cluster. The manager
+// restarts only when its image changed.
+func InstallNest(ctx context.Context, stateDir, binDir string, out io.Writer) error {
+	l := Layout{Root: stateDir}
+	rec, err := readRecord(l)
+	if err != nil {
+		return fmt.Errorf("no local host cluster in %s: start one with `nest dev up`: %w", stateDir, err)
+	}
+	if binDir == "" {
+		binDir = rec.BinDir
+	}
+	nodes, err := Topology(stateDir, rec.Nodes)
+	if err != nil {
+		return err
+	}
+	return installNest(ctx, l, nodes, Options{BinDir: binDir, BusyboxPath: "/bin/busybox", Out: out})
+}
+
+func installNest(ctx context.Context, l Layout, nodes []Node, o Options) error {
+	o.setDefaults()
+	tarballs, err := buildImages(ctx, o)
+	if err != nil {
+		return err
+	}
+	for _, n := range nodes {
+		if err := images.Import(ctx, n.ContainerdSocket(), tarballs); err != nil {
+			return err
+		}
+	}
+	manager, err := managerFingerprint(o)
+	if err != nil {
+		return err
+	}
+	c, err := adminClient(l)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := install.Apply(ctx, c, install.Options{ManagerPodAnnotations: map[string]string{"nest.dev/image-fingerprint": manager}}, 3*time.Minute); err != nil {
+		return err
+	}
+	fmt.Fprintf(o.Out, "%-40s done in %5.1fs\n", "install Nest (CRDs, nest-manager)", time.Since(start).Seconds())
+	return nil
+}
+
+func managerFingerprint(o Options) (string, error) {
+	for _, s := range images.Specs(o.BinDir, o.BusyboxPath, nil) {
+		if s.Name == images.NestManager {
+			sum, err := images.Fingerprint(s)
+			if err != nil {
+				return "", err
+			}
+			return sum[:16], nil
+		}
+	}
+	return "", fmt.Errorf("no %s image spec", images.NestManager)
+}
+
+// buildImages builds every image tarball next to the binaries and returns their paths.
+func buildImages(ctx context.Context, o Options) ([]string, error) {
+	applets, err := images.BusyboxApplets(ctx, o.BusyboxPath)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, s := range images.Specs(o.BinDir, o.BusyboxPath, applets) {
+		path, err := images.Build(s, filepath.Join(filepath.Dir(o.BinDir), "images"))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, path)
+	}
+	return out, nil
+}

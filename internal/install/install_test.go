@@ -1,0 +1,48 @@
+package install
+
+import (
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+func TestManifestsInApplyOrder(t *testing.T) {
+	objs, err := Manifests()
+	if err != nil {
+		t.Fatal(err)
+	}
+	index := map[string]int{}
+	for i, u := range objs {
+		index[u.GetKind()+"/"+u.GetName()] = i
+	}
+	for _, want := range []string{
+		"Namespace/nest-system", "CustomResourceDefinition/virtualclusters.nest.dev", "ClusterRole/nest-manager",
+		"ClusterRoleBinding/nest-manager", "ServiceAccount/nest-manager", "Deployment/nest-manager",
+	} {
+		if _, ok := index[want]; !ok {
+			t.Errorf("manifests lack %s", want)
+		}
+	}
+	if index["Namespace/nest-system"] > index["ServiceAccount/nest-manager"] || index["CustomResourceDefinition/virtualclusters.nest.dev"] > index["Deployment/nest-manager"] {
+		t.Errorf("apply order is wrong: %v", index)
+	}
+}
+
+func TestSetImage(t *testing.T) {
+	objs, err := Manifests()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range objs {
+		if u.GetKind() != "Deployment" {
+			continue
+		}
+		if err := setImage(u, "example/nest-manager:v1"); err != nil {
+			t.Fatal(err)
+		}
+		containers, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+		if got := containers[0].(map[string]any)["image"]; got != "example/nest-manager:v1" {
+			t.Errorf("image = %v", got)
+		}
+	}
+}
