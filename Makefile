@@ -14,7 +14,7 @@ K8S_LDFLAGS := -s -w $(foreach p,$(K8S_VERSION_PKGS),-X $(p).gitVersion=$(K8S_VE
 
 NODES ?= 2
 
-.PHONY: all deps build build-k8s build-nest test unit e2e demo down clean bench
+.PHONY: all deps build build-k8s build-nest test unit e2e demo down clean bench generate envtest-assets
 
 all: build
 
@@ -37,8 +37,20 @@ build-nest:
 ## test: every test CI runs: unit tests, then end-to-end tests on a real local host cluster
 test: deps build unit e2e
 
-unit:
-	go test -count=1 ./internal/... ./cmd/...
+# envtest runs our own kube-apiserver and etcd: symlinks to the multi-call binary.
+ENVTEST_ASSETS := $(OUT)/envtest
+envtest-assets: build-k8s
+	mkdir -p $(ENVTEST_ASSETS)
+	for c in kube-apiserver etcd kubectl; do ln -sfn ../bin/kube $(ENVTEST_ASSETS)/$$c; done
+
+unit: envtest-assets
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 ./api/... ./internal/... ./cmd/...
+
+## generate: regenerate deepcopy, CRDs and RBAC from the Go markers
+generate:
+	go tool controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/... \
+		crd paths=./api/... output:crd:artifacts:config=config/crd \
+		rbac:roleName=nest-manager paths=./internal/controller/... output:rbac:artifacts:config=config/rbac
 
 e2e:
 	NEST_BIN_DIR=$(BIN) go test -count=1 -timeout 30m -v ./test/e2e/...

@@ -74,7 +74,7 @@ func (r *Reconciler) deleteHostObjects(ctx context.Context, vc *nestv1.VirtualCl
 			}
 			remaining++
 			if obj.GetDeletionTimestamp().IsZero() {
-				if err := r.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationForeground)); client.IgnoreNotFound(err) != nil {
+				if err := r.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
 					return 0, fmt.Errorf("delete %T %s: %w", obj, klog.KObj(obj), err)
 				}
 			}

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nestdev/nest/internal/testutil"
 )
 
 // BinDir is where `make build` put the binaries: $NEST_BIN_DIR, else _output/bin
@@ -58,19 +60,9 @@ func Kubectl(ctx context.Context, kubeconfig string, args ...string) (string, er
 	return stdout.String(), nil
 }
 
-// Eventually calls check every interval until it returns nil, and fails the
-// test with check's last error when timeout passes.
+// Eventually calls check until it returns nil, and fails the test with check's
+// last error when timeout passes.
 func Eventually(t testing.TB, timeout time.Duration, what string, check func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for {
-		if err = check(); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true after %s: %v", what, timeout, err)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	testutil.Eventually(t, timeout, what, check)
 }

@@ -1,0 +1,367 @@
+package virtualcluster
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/controlplane"
+	"github.com/nestdev/nest/internal/pki"
+)
+
+const nodeIP = "198.51.100.10"
+
+func newNamespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "vc-"}}
+	if err := k8sClient.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+// ensureNode creates a host node with an InternalIP, which NodePort endpoints use.
+func ensureNode(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "host-node", Labels: map[string]string{"node-role.kubernetes.io/control-plane": ""}}}
+	if err := k8sClient.Create(ctx, node); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return
+		}
+		t.Fatal(err)
+	}
+	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: nodeIP}}
+	if err := k8sClient.Status().Update(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func createVC(t *testing.T, ns, name string) *nestv1.VirtualCluster {
+	t.Helper()
+	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+	if err := k8sClient.Create(context.Background(), vc); err != nil {
+		t.Fatal(err)
+	}
+	return vc
+}
+
+func getVC(t *testing.T, ns, name string) *nestv1.VirtualCluster {
+	t.Helper()
+	vc := &nestv1.VirtualCluster{}
+	if err := k8sClient.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, vc); err != nil {
+		t.Fatal(err)
+	}
+	return vc
+}
+
+func TestCreateMakesHostObjectsAndKubeconfig(t *testing.T) {
+	ensureNode(t)
+	ns := newNamespace(t)
+	createVC(t, ns, "alpha")
+	n := controlplane.Names{VirtualCluster: "alpha", Namespace: ns}
+	ctx := context.Background()
+
+	eventually(t, "phase Initialized with certificates issued", func() error {
+		vc := getVC(t, ns, "alpha")
+		if vc.Status.Phase != nestv1.PhaseInitialized || !meta.IsStatusConditionTrue(vc.Status.Conditions, nestv1.ConditionCertificatesReady) {
+			return fmt.Errorf("phase %q conditions %v", vc.Status.Phase, vc.Status.Conditions)
+		}
+		return nil
+	})
+	vc := getVC(t, ns, "alpha")
+	if !strings.Contains(strings.Join(vc.Finalizers, ","), Finalizer) {
+		t.Errorf("finalizers = %v", vc.Finalizers)
+	}
+	if meta.IsStatusConditionTrue(vc.Status.Conditions, nestv1.ConditionReady) {
+		t.Error("Ready is True although no control plane runs")
+	}
+
+	var pkiSecret corev1.Secret
+	if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: n.PKISecret()}, &pkiSecret); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{controlplane.CACert, controlplane.CAKey, controlplane.EtcdCACert, controlplane.FrontProxyCACert, controlplane.ServiceAccountKey,
+		controlplane.APIServerCert, controlplane.KubeletClientCert, controlplane.EtcdServerCert, controlplane.EtcdPeerCert, controlplane.EtcdClientCert} {
+		if len(pkiSecret.Data[key]) == 0 {
+			t.Errorf("PKI Secret lacks %s", key)
+		}
+	}
+	if !metav1.IsControlledBy(&pkiSecret, vc) {
+		t.Error("PKI Secret is not owned by the VirtualCluster")
+	}
+
+	var svc corev1.Service
+	if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: n.Service()}, &svc); err != nil {
+		t.Fatal(err)
+	}
+	if svc.Spec.Type != corev1.ServiceTypeNodePort || svc.Spec.Ports[0].NodePort == 0 {
+		t.Fatalf("service = %s port %+v", svc.Spec.Type, svc.Spec.Ports)
+	}
+	wantServer := fmt.Sprintf("https://%s:%d", nodeIP, svc.Spec.Ports[0].NodePort)
+	if vc.Status.Endpoint != wantServer {
+		t.Errorf("endpoint = %q, want %q", vc.Status.Endpoint, wantServer)
+	}
+	cert, err := pki.ParseCertificate(pkiSecret.Data[controlplane.APIServerCert])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cert.VerifyHostname(nodeIP); err != nil {
+		t.Errorf("serving certificate does not name the node IP: %v", err)
+	}
+	if err := cert.VerifyHostname(svc.Spec.ClusterIP); err != nil {
+		t.Errorf("serving certificate does not name the Service IP: %v", err)
+	}
+
+	raw, err := base64.StdEncoding.DecodeString(vc.Spec.Kubeconfig)
+	if err != nil {
+		t.Fatalf("spec.kubeconfig is not base64: %v", err)
+	}
+	restCfg, err := clientcmd.RESTConfigFromKubeConfig(raw)
+	if err != nil || restCfg.Host != wantServer {
+		t.Fatalf("spec.kubeconfig server = %v, %v; want %s", restCfg, err, wantServer)
+	}
+	var kc corev1.Secret
+	if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: n.KubeconfigSecret()}, &kc); err != nil {
+		t.Fatal(err)
+	}
+	internal, err := clientcmd.RESTConfigFromKubeConfig(kc.Data[controlplane.KubeconfigInternalKey])
+	if err != nil || internal.Host != n.InternalServer() {
+		t.Fatalf("internal kubeconfig server = %v, %v", internal, err)
+	}
+	if vc.Status.KubeconfigSecretRef == nil || vc.Status.KubeconfigSecretRef.Name != n.KubeconfigSecret() {
+		t.Errorf("kubeconfigSecretRef = %v", vc.Status.KubeconfigSecretRef)
+	}
+
+	var sts appsv1.StatefulSet
+	if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: n.StatefulSet()}, &sts); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, c := range sts.Spec.Template.Spec.Containers {
+		names = append(names, c.Name)
+	}
+	if strings.Join(names, ",") != "etcd,kube-apiserver,kube-controller-manager,kube-scheduler" {
+		t.Errorf("containers = %v", names)
+	}
+	if got := sts.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[corev1.ResourceStorage]; got.String() != "1Gi" {
+		t.Errorf("etcd volume size = %s", got.String())
+	}
+}
+
+func TestBecomesReadyWhenControlPlaneAnswers(t *testing.T) {
+	ensureNode(t)
+	ns := newNamespace(t)
+	createVC(t, ns, "ready")
+	ctx := context.Background()
+	var sts appsv1.StatefulSet
+	eventually(t, "StatefulSet created", func() error {
+		return k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: "ready"}, &sts)
+	})
+	// Stand in for the StatefulSet controller and kubelet, absent from envtest.
+	sts.Status.Replicas, sts.Status.ReadyReplicas, sts.Status.AvailableReplicas = 1, 1, 1
+	if err := k8sClient.Status().Update(ctx, &sts); err != nil {
+		t.Fatal(err)
+	}
+	tenants.ready.Store(true)
+	defer tenants.ready.Store(false)
+	eventually(t, "phase Completed and Ready", func() error {
+		vc := getVC(t, ns, "ready")
+		if vc.Status.Phase != nestv1.PhaseCompleted || !meta.IsStatusConditionTrue(vc.Status.Conditions, nestv1.ConditionReady) {
+			return fmt.Errorf("phase %q", vc.Status.Phase)
+		}
+		if vc.Status.ObservedGeneration != vc.Generation {
+			return fmt.Errorf("observedGeneration %d, generation %d", vc.Status.ObservedGeneration, vc.Generation)
+		}
+		return nil
+	})
+	eventually(t, "events for the phases", func() error {
+		var list corev1.EventList
+		if err := k8sClient.List(ctx, &list, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		seen := map[string]bool{}
+		for _, e := range list.Items {
+			seen[e.Reason] = true
+		}
+		if !seen[string(nestv1.PhaseCompleted)] || !seen[string(nestv1.PhaseInitialized)] {
+			return fmt.Errorf("event reasons %v", seen)
+		}
+		return nil
+	})
+}
+
+func TestDeletedHostObjectsAreRecreated(t *testing.T) {
+	ensureNode(t)
+	ns := newNamespace(t)
+	createVC(t, ns, "heal")
+	n := controlplane.Names{VirtualCluster: "heal", Namespace: ns}
+	ctx := context.Background()
+	objs := []client.Object{
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: n.PKISecret(), Namespace: ns}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: n.KubeconfigSecret(), Namespace: ns}},
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: n.Service(), Namespace: ns}},
+		&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: n.StatefulSet(), Namespace: ns}},
+	}
+	for _, obj := range objs {
+		eventually(t, "created", func() error { return k8sClient.Get(ctx, client.ObjectKeyFromObject(obj), obj) })
+	}
+	for _, obj := range objs {
+		t.Run(fmt.Sprintf("%T %s", obj, obj.GetName()), func(t *testing.T) {
+			oldUID := obj.GetUID()
+			if err := k8sClient.Delete(ctx, obj); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "recreated", func() error {
+				fresh := obj.DeepCopyObject().(client.Object)
+				if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(obj), fresh); err != nil {
+					return err
+				}
+				if fresh.GetUID() == oldUID {
+					return fmt.Errorf("still the deleted object")
+				}
+				return nil
+			})
+		})
+	}
+}
+
+func TestDeleteRemovesHostObjectsAndData(t *testing.T) {
+	ensureNode(t)
+	ns := newNamespace(t)
+	createVC(t, ns, "gone")
+	n := controlplane.Names{VirtualCluster: "gone", Namespace: ns}
+	ctx := context.Background()
+	eventually(t, "StatefulSet created", func() error {
+		return k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: n.StatefulSet()}, &appsv1.StatefulSet{})
+	})
+	// The StatefulSet controller would create the etcd claim; envtest has none.
+	claim := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: n.EtcdClaim(), Namespace: ns},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+	}
+	if err := k8sClient.Create(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	other := createVC(t, ns, "stays")
+	if err := k8sClient.Delete(ctx, getVC(t, ns, "gone")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "claim marked for deletion", func() error {
+		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(claim), claim); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		if claim.DeletionTimestamp.IsZero() {
+			return fmt.Errorf("claim not deleted yet")
+		}
+		return nil
+	})
+	// Stand in for the controller-manager's PVC protection controller.
+	claim.Finalizers = nil
+	if err := k8sClient.Update(ctx, claim); client.IgnoreNotFound(err) != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "VirtualCluster gone", func() error {
+		err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: "gone"}, &nestv1.VirtualCluster{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there: %v", err)
+	})
+	for _, obj := range []client.Object{
+		&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: n.StatefulSet(), Namespace: ns}},
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: n.Service(), Namespace: ns}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: n.PKISecret(), Namespace: ns}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: n.ComponentKubeconfigSecret(), Namespace: ns}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: n.KubeconfigSecret(), Namespace: ns}},
+		claim,
+	} {
+		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(obj), obj); !apierrors.IsNotFound(err) {
+			t.Errorf("%T %s remains after delete (err %v)", obj, obj.GetName(), err)
+		}
+	}
+	if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(other), &corev1.Service{}); err != nil {
+		t.Errorf("the other VirtualCluster's Service was touched: %v", err)
+	}
+}
+
+func TestInvalidSpecsAreRejected(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := context.Background()
+	tests := []struct {
+		name   string
+		mutate func(*nestv1.VirtualCluster)
+		want   string
+	}{
+		{"unknown version", func(vc *nestv1.VirtualCluster) { vc.Spec.KubernetesVersion = "v1.99.0" }, "spec.kubernetesVersion"},
+		{"bad service type", func(vc *nestv1.VirtualCluster) { vc.Spec.ControlPlane.Service.Type = "Ingress" }, "spec.controlPlane.service.type"},
+		{"external IP not an IP", func(vc *nestv1.VirtualCluster) { vc.Spec.ExternalIPs = []string{"not-an-ip"} }, "spec.externalIPs[0]"},
+		{"two replicas", func(vc *nestv1.VirtualCluster) { vc.Spec.ControlPlane.Replicas = ptr.To[int32](2) }, "spec.controlPlane.replicas"},
+		{"bad service CIDR", func(vc *nestv1.VirtualCluster) { vc.Spec.ServiceCIDR = "10.96.0.0/33" }, "spec.serviceCIDR"},
+		{"bad cluster domain", func(vc *nestv1.VirtualCluster) { vc.Spec.ClusterDomain = "Not_A_Domain" }, "spec.clusterDomain"},
+		{"negative node count", func(vc *nestv1.VirtualCluster) {
+			vc.Spec.PromotePolicies = []nestv1.PromotePolicy{{NodeCount: -1}}
+		}, "spec.promotePolicies[0].nodeCount"},
+		{"name too long", func(vc *nestv1.VirtualCluster) { vc.Name = strings.Repeat("a", 41) }, "metadata.name"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "invalid", Namespace: ns}}
+			tt.mutate(vc)
+			err := k8sClient.Create(ctx, vc)
+			if err == nil {
+				_ = k8sClient.Delete(ctx, vc)
+				t.Fatal("accepted")
+			}
+			if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %v does not name %s", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestImmutableFieldsCannotChange(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := context.Background()
+	createVC(t, ns, "fixed")
+	tests := []struct {
+		name   string
+		mutate func(*nestv1.VirtualCluster)
+		want   string
+	}{
+		{"cluster domain", func(vc *nestv1.VirtualCluster) { vc.Spec.ClusterDomain = "other.local" }, "clusterDomain is immutable"},
+		{"service CIDR", func(vc *nestv1.VirtualCluster) { vc.Spec.ServiceCIDR = "10.100.0.0/16" }, "serviceCIDR is immutable"},
+		{"datastore", func(vc *nestv1.VirtualCluster) { vc.Spec.Datastore.StorageSize = ptr.To(resource.MustParse("5Gi")) }, "datastore is immutable"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// The controller writes the object too: retry on a conflict.
+			err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				vc := getVC(t, ns, "fixed")
+				tt.mutate(vc)
+				return k8sClient.Update(ctx, vc)
+			})
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("update error %v, want %q", err, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,105 @@
+package virtualcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/controlplane"
+	"github.com/nestdev/nest/internal/kube"
+	"github.com/nestdev/nest/internal/testutil"
+)
+
+// The suite runs the reconciler against a real kube-apiserver and etcd (our
+// own builds, found through KUBEBUILDER_ASSETS). envtest runs no kubelet and
+// no controller-manager: pods never start, so tests stand in for them where
+// needed (StatefulSet status, the PVC protection finalizer), and the tenant
+// API server is the fakeTenants below.
+var (
+	k8sClient client.Client
+	tenants   = &fakeTenants{}
+	cfg       *rest.Config
+)
+
+// fakeTenants answers for tenant API servers, which do not run in envtest.
+type fakeTenants struct{ ready atomic.Bool }
+
+func (f *fakeTenants) Ready(context.Context, []byte) error {
+	if f.ready.Load() {
+		return nil
+	}
+	return errors.New("connection refused")
+}
+
+func (f *fakeTenants) InstallAddons(context.Context, []byte, *nestv1.VirtualCluster) error { return nil }
+
+func TestMain(m *testing.M) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run the controller tests with `make unit`, which points it at our kube-apiserver and etcd builds")
+		os.Exit(1)
+	}
+	env := &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "..", "config", "crd")},
+		ErrorIfCRDPathMissing: true,
+	}
+	var err error
+	cfg, err = env.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start envtest:", err)
+		os.Exit(1)
+	}
+	code := run(m)
+	if err := env.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stop envtest:", err)
+	}
+	os.Exit(code)
+}
+
+func run(m *testing.M) int {
+	scheme := kube.NewScheme()
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	r := &Reconciler{
+		Client: mgr.GetClient(), Scheme: scheme, Recorder: mgr.GetEventRecorder("nest-manager"),
+		ControlPlane:      controlplane.Options{KubeImage: "nest.local/kube:test", ImagePullPolicy: "IfNotPresent"},
+		HostClusterDomain: "cluster.local",
+		Tenants:           tenants,
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "manager:", err)
+		}
+	}()
+	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
+}
+
+func eventually(t *testing.T, what string, check func() error) {
+	t.Helper()
+	testutil.Eventually(t, 30*time.Second, what, check)
+}
