@@ -15,5 +15,6 @@ func NewRootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newDevCommand())
+	addVirtualClusterCommands(root)
 	return root
 }

@@ -1,0 +1,291 @@
+package cli
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/controlplane"
+)
+
+// createdByLabel marks namespaces `nest create` made, so `nest delete` removes them too.
+const createdByLabel = "nest.dev/created-by"
+
+// defaultNamespace is the host namespace of a virtual cluster when -n is not
+// given: one namespace per tenant, as vcluster does.
+func defaultNamespace(name string) string { return "vc-" + name }
+
+func addVirtualClusterCommands(root *cobra.Command) {
+	var host hostFlags
+	root.PersistentFlags().StringVar(&host.kubeconfig, "kubeconfig", "", "host cluster kubeconfig (default $KUBECONFIG, else the local host cluster's)")
+	root.AddCommand(newCreateCommand(&host), newListCommand(&host), newKubeconfigCommand(&host), newDeleteCommand(&host))
+}
+
+func namespaceFlag(cmd *cobra.Command, ns *string) {
+	cmd.Flags().StringVarP(ns, "namespace", "n", "", "host namespace of the virtual cluster (default vc-NAME)")
+}
+
+func resolveNamespace(ns, name string) string {
+	if ns != "" {
+		return ns
+	}
+	return defaultNamespace(name)
+}
+
+func newCreateCommand(host *hostFlags) *cobra.Command {
+	var (
+		ns      string
+		wait    bool
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "create NAME",
+		Short: "Create a virtual cluster: a tenant control plane in the host cluster",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := args[0]
+			ns = resolveNamespace(ns, name)
+			c, err := host.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			if err := ensureNamespace(ctx, c, ns); err != nil {
+				return err
+			}
+			vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+			if err := c.Create(ctx, vc); err != nil {
+				return fmt.Errorf("create virtual cluster %s/%s: %w", ns, name, err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "virtualcluster %s/%s created\n", ns, name)
+			if !wait {
+				return nil
+			}
+			if err := waitReady(ctx, c, types.NamespacedName{Namespace: ns, Name: name}, cmd.OutOrStdout()); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "get its kubeconfig with: nest kubeconfig %s -n %s -o %s.kubeconfig\n", name, ns, name)
+			return nil
+		},
+	}
+	namespaceFlag(cmd, &ns)
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the virtual cluster is Ready, showing its progress")
+	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "give up waiting after this long")
+	return cmd
+}
+
+func ensureNamespace(ctx context.Context, c client.Client, name string) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{createdByLabel: "nest-cli"}}}
+	if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace %s: %w", name, err)
+	}
+	return nil
+}
+
+// waitReady prints each phase and condition change until Ready is True.
+func waitReady(ctx context.Context, c client.Client, key types.NamespacedName, out io.Writer) error {
+	start := time.Now()
+	last := ""
+	tick := time.NewTicker(300 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		vc := &nestv1.VirtualCluster{}
+		if err := c.Get(ctx, key, vc); err != nil {
+			return err
+		}
+		ready := meta.FindStatusCondition(vc.Status.Conditions, nestv1.ConditionReady)
+		line := string(vc.Status.Phase)
+		if ready != nil {
+			line += ": " + ready.Message
+		}
+		if line != last && vc.Status.Phase != "" {
+			fmt.Fprintf(out, "%6.1fs  %s\n", time.Since(start).Seconds(), line)
+			last = line
+		}
+		if ready != nil && ready.Status == metav1.ConditionTrue {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("virtual cluster %s is not ready (%s): %w", key, line, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+func newListCommand(host *hostFlags) *cobra.Command {
+	var ns string
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List virtual clusters (in every namespace unless -n is given)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := host.client()
+			if err != nil {
+				return err
+			}
+			var list nestv1.VirtualClusterList
+			if err := c.List(cmd.Context(), &list, client.InNamespace(ns)); err != nil {
+				return err
+			}
+			printList(cmd.OutOrStdout(), list.Items)
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&ns, "namespace", "n", "", "only this host namespace")
+	return cmd
+}
+
+func printList(w io.Writer, items []nestv1.VirtualCluster) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAMESPACE\tNAME\tPHASE\tREADY\tVERSION\tENDPOINT\tAGE")
+	for _, vc := range items {
+		ready := "Unknown"
+		if c := meta.FindStatusCondition(vc.Status.Conditions, nestv1.ConditionReady); c != nil {
+			ready = string(c.Status)
+		}
+		age := time.Since(vc.CreationTimestamp.Time).Round(time.Second)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", vc.Namespace, vc.Name, vc.Status.Phase, ready, vc.Spec.KubernetesVersion, vc.Status.Endpoint, age)
+	}
+	tw.Flush()
+}
+
+func newKubeconfigCommand(host *hostFlags) *cobra.Command {
+	var ns, out string
+	var internal bool
+	cmd := &cobra.Command{
+		Use:   "kubeconfig NAME",
+		Short: "Print or save the admin kubeconfig of a virtual cluster",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := args[0]
+			ns = resolveNamespace(ns, name)
+			c, err := host.client()
+			if err != nil {
+				return err
+			}
+			data, err := readKubeconfig(cmd.Context(), c, ns, name, internal)
+			if err != nil {
+				return err
+			}
+			if out == "" {
+				_, err := cmd.OutOrStdout().Write(data)
+				return err
+			}
+			return os.WriteFile(out, data, 0o600)
+		},
+	}
+	namespaceFlag(cmd, &ns)
+	cmd.Flags().StringVarP(&out, "output", "o", "", "write to this file (mode 0600) instead of standard output")
+	cmd.Flags().BoolVar(&internal, "internal", false, "the variant for use inside the host cluster (Service DNS name)")
+	return cmd
+}
+
+func readKubeconfig(ctx context.Context, c client.Client, ns, name string, internal bool) ([]byte, error) {
+	vc := &nestv1.VirtualCluster{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, vc); err != nil {
+		return nil, fmt.Errorf("virtual cluster %s/%s: %w", ns, name, err)
+	}
+	if internal {
+		var s corev1.Secret
+		if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: controlplane.NamesOf(vc).KubeconfigSecret()}, &s); err != nil {
+			return nil, err
+		}
+		return s.Data[controlplane.KubeconfigInternalKey], nil
+	}
+	if vc.Spec.Kubeconfig == "" {
+		return nil, fmt.Errorf("virtual cluster %s/%s has no kubeconfig yet (phase %q): wait with `nest create --wait`", ns, name, vc.Status.Phase)
+	}
+	return base64.StdEncoding.DecodeString(vc.Spec.Kubeconfig)
+}
+
+func newDeleteCommand(host *hostFlags) *cobra.Command {
+	var (
+		ns      string
+		wait    bool
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "delete NAME",
+		Short: "Delete a virtual cluster and all its host objects, tenant data included",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := args[0]
+			ns = resolveNamespace(ns, name)
+			c, err := host.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+			if err := c.Delete(ctx, vc); err != nil {
+				return fmt.Errorf("delete virtual cluster %s/%s: %w", ns, name, err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "virtualcluster %s/%s deleting\n", ns, name)
+			if !wait {
+				return nil
+			}
+			if err := waitGone(ctx, c, vc); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "virtualcluster %s/%s deleted\n", ns, name)
+			return deleteOwnNamespace(ctx, c, ns)
+		},
+	}
+	namespaceFlag(cmd, &ns)
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait until every host object is gone")
+	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "give up waiting after this long")
+	return cmd
+}
+
+func waitGone(ctx context.Context, c client.Client, obj client.Object) error {
+	tick := time.NewTicker(300 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s is still being deleted: %w", client.ObjectKeyFromObject(obj), ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// deleteOwnNamespace removes the namespace if `nest create` made it and no
+// other virtual cluster lives there.
+func deleteOwnNamespace(ctx context.Context, c client.Client, name string) error {
+	var ns corev1.Namespace
+	if err := c.Get(ctx, types.NamespacedName{Name: name}, &ns); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if ns.Labels[createdByLabel] != "nest-cli" {
+		return nil
+	}
+	var rest nestv1.VirtualClusterList
+	if err := c.List(ctx, &rest, client.InNamespace(name)); err != nil || len(rest.Items) > 0 {
+		return err
+	}
+	return client.IgnoreNotFound(c.Delete(ctx, &ns))
+}

@@ -1,0 +1,170 @@
+package controlplane
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/pki"
+)
+
+var names = Names{VirtualCluster: "alpha", Namespace: "tenant-a"}
+
+func endpoints() Endpoints {
+	return Endpoints{ServiceIP: "10.96.5.5", NodeIPs: []string{"198.51.100.10"}, HostClusterDomain: "cluster.local",
+		TenantClusterDomain: "cluster.local", TenantServiceCIDR: "10.96.0.0/16"}
+}
+
+func TestReconcilePKIIsStable(t *testing.T) {
+	first, changed, err := ReconcilePKI(nil, names, endpoints())
+	if err != nil || !changed {
+		t.Fatalf("first issue: changed=%v err=%v", changed, err)
+	}
+	second, changed, err := ReconcilePKI(first, names, endpoints())
+	if err != nil || changed {
+		t.Fatalf("second reconcile changed=%v err=%v; want no change", changed, err)
+	}
+	for k := range first {
+		if !bytes.Equal(first[k], second[k]) {
+			t.Errorf("%s changed on a no-op reconcile", k)
+		}
+	}
+}
+
+func TestReconcilePKIReissuesServingCertForNewEndpoint(t *testing.T) {
+	first, _, _ := ReconcilePKI(nil, names, endpoints())
+	e := endpoints()
+	e.ExternalIPs = []string{"203.0.113.7"}
+	second, changed, err := ReconcilePKI(first, names, e)
+	if err != nil || !changed {
+		t.Fatalf("changed=%v err=%v", changed, err)
+	}
+	if !bytes.Equal(first[CACert], second[CACert]) || !bytes.Equal(first[ServiceAccountKey], second[ServiceAccountKey]) {
+		t.Error("the CA or service-account key changed: tenants would lose their credentials and tokens")
+	}
+	if bytes.Equal(first[APIServerCert], second[APIServerCert]) {
+		t.Fatal("the serving certificate was not reissued")
+	}
+	cert, _ := pki.ParseCertificate(second[APIServerCert])
+	for _, host := range []string{"203.0.113.7", "198.51.100.10", "10.96.5.5", "10.96.0.1", "alpha.tenant-a.svc", "kubernetes.default.svc.cluster.local"} {
+		if err := cert.VerifyHostname(host); err != nil {
+			t.Errorf("serving certificate does not name %s: %v", host, err)
+		}
+	}
+	if !bytes.Equal(first[EtcdServerCert], second[EtcdServerCert]) {
+		t.Error("an unrelated certificate was reissued")
+	}
+}
+
+func TestReconcilePKIReplacesLeavesOfAnotherCA(t *testing.T) {
+	first, _, _ := ReconcilePKI(nil, names, endpoints())
+	delete(first, CACert)
+	delete(first, CAKey)
+	second, _, err := ReconcilePKI(first, names, endpoints())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !SignedBy(second[APIServerCert], second[CACert]) || !SignedBy(second[KubeletClientCert], second[CACert]) {
+		t.Error("leaves were kept although the CA was replaced")
+	}
+}
+
+func TestKubeconfigsFollowEndpointAndCA(t *testing.T) {
+	pkiData, _, _ := ReconcilePKI(nil, names, endpoints())
+	admin, changed, err := ReconcileAdminKubeconfig(nil, pkiData, names, "https://198.51.100.10:30001")
+	if err != nil || !changed {
+		t.Fatal(changed, err)
+	}
+	if _, changed, _ := ReconcileAdminKubeconfig(admin, pkiData, names, "https://198.51.100.10:30001"); changed {
+		t.Error("unchanged endpoint reissued the kubeconfig")
+	}
+	moved, changed, _ := ReconcileAdminKubeconfig(admin, pkiData, names, "https://198.51.100.11:30001")
+	if !changed || !strings.Contains(string(moved[KubeconfigKey]), "198.51.100.11") {
+		t.Error("a new endpoint did not update the kubeconfig")
+	}
+	if !strings.Contains(string(moved[KubeconfigInternalKey]), names.InternalServer()) {
+		t.Error("the internal kubeconfig does not use the Service name")
+	}
+	comp, _, err := ReconcileComponentKubeconfigs(nil, pkiData, names)
+	if err != nil || len(comp[ControllerManagerKubeconfig]) == 0 || len(comp[SchedulerKubeconfig]) == 0 {
+		t.Fatalf("component kubeconfigs: %v", err)
+	}
+}
+
+func vc(mut func(*nestv1.VirtualCluster)) *nestv1.VirtualCluster {
+	v := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "alpha", Namespace: "tenant-a"}}
+	if mut != nil {
+		mut(v)
+	}
+	return v
+}
+
+func TestExternalServer(t *testing.T) {
+	nodePort := &corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Ports: []corev1.ServicePort{{NodePort: 31000}}}}
+	lbNone := &corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer}}
+	lb := lbNone.DeepCopy()
+	lb.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "203.0.113.9"}}
+	clusterIP := &corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP}}
+	tests := []struct {
+		name string
+		vc   *nestv1.VirtualCluster
+		svc  *corev1.Service
+		ips  []string
+		want string
+	}{
+		{"node port on first node", vc(nil), nodePort, []string{"198.51.100.10", "198.51.100.11"}, "https://198.51.100.10:31000"},
+		{"node port on external IP", vc(func(v *nestv1.VirtualCluster) { v.Spec.ExternalIPs = []string{"2001:db8::1"} }), nodePort, nil, "https://[2001:db8::1]:31000"},
+		{"node port without nodes", vc(nil), nodePort, nil, ""},
+		{"load balancer pending", vc(nil), lbNone, nil, ""},
+		{"load balancer", vc(nil), lb, nil, "https://203.0.113.9:6443"},
+		{"cluster IP", vc(nil), clusterIP, nil, "https://alpha.tenant-a.svc:6443"},
+	}
+	for _, tt := range tests {
+		if got := ExternalServer(tt.vc, tt.svc, tt.ips); got != tt.want {
+			t.Errorf("%s: %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestStatefulSetFor(t *testing.T) {
+	sts := StatefulSetFor(vc(func(v *nestv1.VirtualCluster) { v.Spec.ServiceCIDR = "10.100.0.0/16"; v.Spec.ClusterDomain = "tenant.local" }),
+		Options{KubeImage: "img", ImagePullPolicy: corev1.PullNever})
+	pod := sts.Spec.Template.Spec
+	if len(pod.Containers) != 4 {
+		t.Fatalf("containers = %d", len(pod.Containers))
+	}
+	api := pod.Containers[1]
+	args := strings.Join(api.Args, " ")
+	for _, want := range []string{"--service-cluster-ip-range=10.100.0.0/16", "--etcd-servers=https://127.0.0.1:2379", "--service-account-issuer=https://kubernetes.default.svc.tenant.local", "--authorization-mode=Node,RBAC"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("kube-apiserver lacks %s", want)
+		}
+	}
+	for _, c := range pod.Containers {
+		if c.Image != "img" || c.ImagePullPolicy != corev1.PullNever || c.Resources.Requests.Cpu().IsZero() || c.LivenessProbe == nil {
+			t.Errorf("container %s: image %s policy %s requests %v probe %v", c.Name, c.Image, c.ImagePullPolicy, c.Resources.Requests, c.LivenessProbe)
+		}
+	}
+	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
+		t.Error("the control plane must not get a host service-account token")
+	}
+	if sts.Spec.Selector.MatchLabels[LabelVirtualCluster] != "alpha" {
+		t.Errorf("selector %v", sts.Spec.Selector)
+	}
+}
+
+func TestNthServiceIP(t *testing.T) {
+	if ip, _ := NthServiceIP("10.96.0.0/16", 10); ip.String() != "10.96.0.10" {
+		t.Errorf("dns ip = %s", ip)
+	}
+	if ip, _ := FirstServiceIP("10.100.7.0/24"); ip.String() != "10.100.7.1" {
+		t.Errorf("first ip = %s", ip)
+	}
+	if _, err := FirstServiceIP("nope"); err == nil || !strings.Contains(err.Error(), "spec.serviceCIDR") {
+		t.Errorf("bad CIDR error %v", err)
+	}
+}

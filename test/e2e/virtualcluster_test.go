@@ -1,0 +1,304 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/controlplane"
+	"github.com/nestdev/nest/internal/devcluster"
+	"github.com/nestdev/nest/internal/kube"
+	"github.com/nestdev/nest/test/e2e/framework"
+)
+
+// TestVirtualClusters runs Nest on a local host cluster and checks what issue 3
+// asks of VirtualClusters: creation, tenant access and isolation, convergence,
+// deletion and validation.
+func TestVirtualClusters(t *testing.T) {
+	framework.RequireRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	defer cancel()
+	stateDir := startHostCluster(t, ctx, "--with-nest")
+	hostKubeconfig := devcluster.Layout{Root: stateDir}.AdminKubeconfig()
+	host := hostClient(t, hostKubeconfig)
+	nest := func(args ...string) (string, error) {
+		return framework.Run(ctx, t, "nest", append(args, "--kubeconfig", hostKubeconfig)...)
+	}
+
+	dir := t.TempDir()
+	tenants := map[string]*tenant{"alpha": {name: "alpha", dir: dir}, "beta": {name: "beta", dir: dir}}
+	t.Run("two virtual clusters created at once both become Ready", func(t *testing.T) {
+		var wg sync.WaitGroup
+		errs := make(chan error, len(tenants))
+		for name := range tenants {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if out, err := nest("create", name, "--wait", "--timeout", "4m"); err != nil {
+					errs <- fmt.Errorf("create %s: %v\n%s", name, err, out)
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		for _, tn := range tenants {
+			tn.load(t, nest)
+		}
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+	alpha, beta := tenants["alpha"], tenants["beta"]
+
+	t.Run("tenants use their cluster with kubectl", func(t *testing.T) {
+		for _, tn := range tenants {
+			tn.kubectl(t, ctx, "get", "nodes")
+			tn.kubectl(t, ctx, "create", "namespace", "app")
+			tn.kubectl(t, ctx, "-n", "app", "create", "configmap", "settings", "--from-literal=owner="+tn.name)
+			tn.kubectl(t, ctx, "-n", "app", "create", "deployment", "web", "--image=nest.local/testapp:dev", "--replicas=2")
+			if got := tn.kubectl(t, ctx, "-n", "app", "get", "configmap", "settings", "-o", "jsonpath={.data.owner}"); got != tn.name {
+				t.Errorf("%s reads owner %q from its ConfigMap", tn.name, got)
+			}
+		}
+	})
+
+	t.Run("a tenant's credentials are rejected elsewhere", func(t *testing.T) {
+		hostCfg, err := clientcmd.BuildConfigFromFlags("", hostKubeconfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for target, server := range map[string]*rest.Config{"tenant beta": beta.config, "the host": hostCfg} {
+			cfg := rest.CopyConfig(alpha.config)
+			cfg.Host, cfg.CAData = server.Host, server.CAData
+			cs := kubernetes.NewForConfigOrDie(cfg)
+			_, err := cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+			if !apierrors.IsUnauthorized(err) {
+				t.Errorf("alpha's credentials against %s: %v, want 401 Unauthorized", target, err)
+			}
+		}
+	})
+
+	t.Run("deleted host objects are recreated and tenant data survives", func(t *testing.T) {
+		n := controlplane.Names{VirtualCluster: "alpha", Namespace: alpha.ns}
+		for _, obj := range []client.Object{
+			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: n.PKISecret(), Namespace: n.Namespace}},
+			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: n.Service(), Namespace: n.Namespace}},
+			&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: n.StatefulSet(), Namespace: n.Namespace}},
+		} {
+			if err := host.Delete(ctx, obj); err != nil {
+				t.Fatalf("delete %T: %v", obj, err)
+			}
+			waitRecreated(t, ctx, host, obj)
+			waitReady(t, ctx, host, alpha)
+			alpha.load(t, nest)
+			framework.Eventually(t, 2*time.Minute, fmt.Sprintf("alpha's data after deleting its %T", obj), func() error {
+				got, err := alpha.kubectlErr(ctx, "-n", "app", "get", "configmap", "settings", "-o", "jsonpath={.data.owner}")
+				if err != nil {
+					return err
+				}
+				if got != "alpha" {
+					return fmt.Errorf("owner = %q", got)
+				}
+				return nil
+			})
+		}
+	})
+
+	t.Run("killing the control-plane pod loses no tenant object", func(t *testing.T) {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "beta-0", Namespace: beta.ns}}
+		if err := host.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+			t.Fatal(err)
+		}
+		oldUID := pod.UID
+		if err := host.Delete(ctx, pod, client.GracePeriodSeconds(0)); err != nil {
+			t.Fatal(err)
+		}
+		framework.Eventually(t, 3*time.Minute, "beta answers from a new pod", func() error {
+			if err := host.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+				return err
+			}
+			if pod.UID == oldUID {
+				return errors.New("old pod still there")
+			}
+			got, err := beta.kubectlErr(ctx, "-n", "app", "get", "configmap", "settings", "-o", "jsonpath={.data.owner}")
+			if err != nil {
+				return err
+			}
+			if got != "beta" {
+				return fmt.Errorf("owner = %q", got)
+			}
+			return nil
+		})
+		if got := beta.kubectl(t, ctx, "-n", "app", "get", "deployment", "web", "-o", "jsonpath={.spec.replicas}"); got != "2" {
+			t.Errorf("deployment replicas after restart = %q", got)
+		}
+	})
+
+	t.Run("an operator restart during creation still converges to Ready", func(t *testing.T) {
+		gamma := &tenant{name: "gamma", dir: dir}
+		if out, err := nest("create", "gamma"); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		var pods corev1.PodList
+		if err := host.List(ctx, &pods, client.InNamespace("nest-system"), client.MatchingLabels{"app.kubernetes.io/name": "nest-manager"}); err != nil {
+			t.Fatal(err)
+		}
+		for i := range pods.Items {
+			if err := host.Delete(ctx, &pods.Items[i], client.GracePeriodSeconds(0)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		gamma.ns = "vc-gamma"
+		waitReady(t, ctx, host, gamma)
+	})
+
+	t.Run("deleting one virtual cluster removes its host objects and leaves the other working", func(t *testing.T) {
+		if out, err := nest("delete", "beta", "--wait", "--timeout", "3m"); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		n := controlplane.Names{VirtualCluster: "beta", Namespace: beta.ns}
+		for _, obj := range []client.Object{
+			&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: n.StatefulSet(), Namespace: n.Namespace}},
+			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: n.Service(), Namespace: n.Namespace}},
+			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: n.PKISecret(), Namespace: n.Namespace}},
+			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: n.KubeconfigSecret(), Namespace: n.Namespace}},
+			&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: n.EtcdClaim(), Namespace: n.Namespace}},
+		} {
+			if err := host.Get(ctx, client.ObjectKeyFromObject(obj), obj); !apierrors.IsNotFound(err) {
+				t.Errorf("%T %s remains (err %v)", obj, obj.GetName(), err)
+			}
+		}
+		framework.Eventually(t, time.Minute, "beta's etcd volume released", func() error {
+			var pvs corev1.PersistentVolumeList
+			if err := host.List(ctx, &pvs); err != nil {
+				return err
+			}
+			for _, pv := range pvs.Items {
+				if ref := pv.Spec.ClaimRef; ref != nil && ref.Namespace == beta.ns {
+					return fmt.Errorf("volume %s of %s/%s remains", pv.Name, ref.Namespace, ref.Name)
+				}
+			}
+			return nil
+		})
+		if got := alpha.kubectl(t, ctx, "-n", "app", "get", "configmap", "settings", "-o", "jsonpath={.data.owner}"); got != "alpha" {
+			t.Errorf("alpha after beta's deletion: owner %q", got)
+		}
+	})
+
+	t.Run("invalid specs are rejected by the host API server", func(t *testing.T) {
+		for _, tc := range []struct{ yaml, want string }{
+			{"spec: {kubernetesVersion: v1.20.0}", "spec.kubernetesVersion"},
+			{"spec: {controlPlane: {service: {type: Ingress}}}", "spec.controlPlane.service.type"},
+			{"spec: {externalIPs: [not-an-ip]}", "each externalIPs entry must be an IPv4 or IPv6 address"},
+		} {
+			manifest := "apiVersion: nest.dev/v1alpha1\nkind: VirtualCluster\nmetadata: {name: bad, namespace: default}\n" + tc.yaml + "\n"
+			path := filepath.Join(t.TempDir(), "bad.yaml")
+			if err := os.WriteFile(path, []byte(manifest), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := framework.Kubectl(ctx, hostKubeconfig, "apply", "-f", path)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%s: error %v, want one naming %q", tc.yaml, err, tc.want)
+			}
+		}
+	})
+}
+
+// tenant is one virtual cluster seen from outside: its kubeconfig file and client config.
+type tenant struct {
+	name, ns string
+	// dir holds the kubeconfig file for the whole test.
+	dir        string
+	kubeconfig string
+	config     *rest.Config
+}
+
+// load fetches the tenant's current kubeconfig with `nest kubeconfig`.
+func (tn *tenant) load(t *testing.T, nest func(...string) (string, error)) {
+	t.Helper()
+	tn.ns = "vc-" + tn.name
+	tn.kubeconfig = filepath.Join(tn.dir, tn.name+".kubeconfig")
+	if out, err := nest("kubeconfig", tn.name, "-o", tn.kubeconfig); err != nil {
+		t.Fatalf("kubeconfig %s: %v\n%s", tn.name, err, out)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", tn.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn.config = cfg
+}
+
+func (tn *tenant) kubectl(t *testing.T, ctx context.Context, args ...string) string {
+	t.Helper()
+	out, err := tn.kubectlErr(ctx, args...)
+	if err != nil {
+		t.Fatalf("tenant %s: %v", tn.name, err)
+	}
+	return out
+}
+
+func (tn *tenant) kubectlErr(ctx context.Context, args ...string) (string, error) {
+	return framework.Kubectl(ctx, tn.kubeconfig, args...)
+}
+
+func hostClient(t *testing.T, kubeconfig string) client.Client {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: kube.NewScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func waitRecreated(t *testing.T, ctx context.Context, c client.Client, obj client.Object) {
+	t.Helper()
+	old := obj.GetUID()
+	framework.Eventually(t, time.Minute, fmt.Sprintf("%T %s recreated", obj, obj.GetName()), func() error {
+		fresh := obj.DeepCopyObject().(client.Object)
+		if err := c.Get(ctx, client.ObjectKeyFromObject(obj), fresh); err != nil {
+			return err
+		}
+		if fresh.GetUID() == old {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+}
+
+func waitReady(t *testing.T, ctx context.Context, c client.Client, tn *tenant) {
+	t.Helper()
+	framework.Eventually(t, 4*time.Minute, "virtual cluster "+tn.name+" Ready", func() error {
+		vc := &nestv1.VirtualCluster{}
+		if err := c.Get(ctx, types.NamespacedName{Namespace: tn.ns, Name: tn.name}, vc); err != nil {
+			return err
+		}
+		if !meta.IsStatusConditionTrue(vc.Status.Conditions, nestv1.ConditionReady) || vc.Status.ObservedGeneration != vc.Generation {
+			return fmt.Errorf("phase %s", vc.Status.Phase)
+		}
+		return nil
+	})
+}
