@@ -131,7 +131,10 @@ func TestExternalServer(t *testing.T) {
 }
 
 func TestStatefulSetFor(t *testing.T) {
-	sts := StatefulSetFor(vc(func(v *nestv1.VirtualCluster) { v.Spec.ServiceCIDR = "10.100.0.0/16"; v.Spec.ClusterDomain = "tenant.local" }),
+	sts := StatefulSetFor(vc(func(v *nestv1.VirtualCluster) {
+		v.Spec.ServiceCIDR = "10.100.0.0/16"
+		v.Spec.ClusterDomain = "tenant.local"
+	}),
 		Options{KubeImage: "img", ImagePullPolicy: corev1.PullNever})
 	pod := sts.Spec.Template.Spec
 	if len(pod.Containers) != 4 {

@@ -43,7 +43,9 @@ func (f *fakeTenants) Ready(context.Context, []byte) error {
 	return errors.New("connection refused")
 }
 
-func (f *fakeTenants) InstallAddons(context.Context, []byte, *nestv1.VirtualCluster) error { return nil }
+func (f *fakeTenants) InstallAddons(context.Context, []byte, *nestv1.VirtualCluster) error {
+	return nil
+}
 
 func TestMain(m *testing.M) {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
