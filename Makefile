@@ -45,12 +45,15 @@ envtest-assets: build-k8s
 
 unit: envtest-assets
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 ./api/... ./internal/... ./cmd/...
+	cd charts/nest/test && go test -count=1 ./...
 
 ## generate: regenerate deepcopy, CRDs and RBAC from the Go markers
 generate:
 	go tool controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/... \
 		crd paths=./api/... output:crd:artifacts:config=config/crd \
 		rbac:roleName=nest-manager paths=./internal/controller/... output:rbac:artifacts:config=config/rbac
+	cp config/crd/*.yaml charts/nest/crds/
+	sed -n '/^rules:/,$$p' config/rbac/role.yaml | tail -n +2 > charts/nest/files/clusterrole-rules.yaml
 
 e2e:
 	NEST_BIN_DIR=$(BIN) go test -count=1 -timeout 30m -v ./test/e2e/...

@@ -1,0 +1,151 @@
+// Package test renders the Nest Helm chart with Helm's own engine and checks
+// it against the manifests in config/. It is a module of its own so Helm's
+// dependencies stay out of Nest's main module.
+package test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"helm.sh/helm/v4/pkg/chart/common"
+	"helm.sh/helm/v4/pkg/chart/common/util"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
+	"helm.sh/helm/v4/pkg/engine"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+)
+
+const chartDir = ".."
+
+func render(t *testing.T, values map[string]any) []*unstructured.Unstructured {
+	t.Helper()
+	chrt, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals, err := util.ToRenderValues(chrt, values, common.ReleaseOptions{Name: "nest", Namespace: "nest-system", IsInstall: true}, common.DefaultCapabilities)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := engine.Render(chrt, vals)
+	if err != nil {
+		t.Fatalf("render: %v", err)
+	}
+	var objs []*unstructured.Unstructured
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if !strings.HasSuffix(name, ".yaml") {
+			continue
+		}
+		objs = append(objs, decode(t, name, files[name])...)
+	}
+	return objs
+}
+
+func decode(t *testing.T, name, data string) []*unstructured.Unstructured {
+	t.Helper()
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(data), 4096)
+	var out []*unstructured.Unstructured
+	for {
+		u := &unstructured.Unstructured{}
+		err := dec.Decode(&u.Object)
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("%s is not valid YAML: %v\n%s", name, err, data)
+		}
+		if len(u.Object) > 0 {
+			out = append(out, u)
+		}
+	}
+}
+
+func find(objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			return o
+		}
+	}
+	return nil
+}
+
+func TestChartRendersTheManagerAndItsRBAC(t *testing.T) {
+	objs := render(t, nil)
+	for _, want := range [][2]string{
+		{"ServiceAccount", "nest-manager"}, {"ClusterRole", "nest-manager"}, {"ClusterRoleBinding", "nest-manager"},
+		{"Role", "nest-manager-leader-election"}, {"RoleBinding", "nest-manager-leader-election"},
+		{"Deployment", "nest-manager"}, {"Service", "nest-manager-metrics"},
+	} {
+		if find(objs, want[0], want[1]) == nil {
+			t.Errorf("chart does not render %s %s", want[0], want[1])
+		}
+	}
+	role := find(objs, "ClusterRole", "nest-manager")
+	rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
+	if len(rules) == 0 {
+		t.Fatal("ClusterRole has no rules")
+	}
+}
+
+func TestChartValuesReachTheDeployment(t *testing.T) {
+	objs := render(t, map[string]any{"image": map[string]any{"repository": "example.com/nest-manager", "tag": "v9"}, "replicas": 2})
+	d := find(objs, "Deployment", "nest-manager")
+	containers, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
+	if img := containers[0].(map[string]any)["image"]; img != "example.com/nest-manager:v9" {
+		t.Errorf("image = %v", img)
+	}
+	if r, _, _ := unstructured.NestedFieldNoCopy(d.Object, "spec", "replicas"); fmt.Sprint(r) != "2" {
+		t.Errorf("replicas = %v", r)
+	}
+	if ns := d.GetNamespace(); ns != "nest-system" {
+		t.Errorf("namespace = %s, want the release namespace", ns)
+	}
+}
+
+// The chart's CRDs and ClusterRole rules are copies of config/ made by
+// `make generate`; this fails when someone forgot to run it.
+func TestChartCopiesMatchGeneratedConfig(t *testing.T) {
+	crds, err := filepath.Glob("../../../config/crd/*.yaml")
+	if err != nil || len(crds) == 0 {
+		t.Fatalf("no CRDs in config/crd: %v", err)
+	}
+	for _, src := range crds {
+		assertSame(t, src, filepath.Join(chartDir, "crds", filepath.Base(src)))
+	}
+	role, err := os.ReadFile("../../../config/rbac/role.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rules, ok := bytes.Cut(role, []byte("rules:\n"))
+	if !ok {
+		t.Fatal("config/rbac/role.yaml has no rules")
+	}
+	copied, err := os.ReadFile(filepath.Join(chartDir, "files", "clusterrole-rules.yaml"))
+	if err != nil || !bytes.Equal(rules, copied) {
+		t.Errorf("charts/nest/files/clusterrole-rules.yaml differs from config/rbac/role.yaml: run `make generate` (%v)", err)
+	}
+}
+
+func assertSame(t *testing.T, a, b string) {
+	t.Helper()
+	da, err := os.ReadFile(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := os.ReadFile(b)
+	if err != nil || !bytes.Equal(da, db) {
+		t.Errorf("%s differs from %s: run `make generate` (%v)", b, a, err)
+	}
+}
