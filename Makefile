@@ -71,6 +71,7 @@ down:
 clean:
 	rm -rf $(OUT)
 
-## bench: start and stop a local host cluster 3 times; report times and RSS
+## bench: local host cluster up/down times and RSS; VirtualCluster create-to-Ready times and RSS
 bench: build
 	NEST_BIN_DIR=$(BIN) go test -run '^$$' -bench DevClusterUpDown -benchtime 3x -timeout 20m ./test/e2e/
+	NEST_BIN_DIR=$(BIN) go test -run '^$$' -bench VirtualClusterCreate -benchtime 1x -timeout 30m ./test/e2e/

@@ -137,17 +137,22 @@ func TestStatefulSetFor(t *testing.T) {
 	}),
 		Options{KubeImage: "img", ImagePullPolicy: corev1.PullNever})
 	pod := sts.Spec.Template.Spec
-	if len(pod.Containers) != 4 {
-		t.Fatalf("containers = %d", len(pod.Containers))
+	if len(pod.InitContainers) != 2 || len(pod.Containers) != 2 {
+		t.Fatalf("init containers %d, containers %d; want etcd and kube-apiserver as sidecars, then two", len(pod.InitContainers), len(pod.Containers))
 	}
-	api := pod.Containers[1]
+	for _, c := range pod.InitContainers {
+		if c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways || c.StartupProbe == nil {
+			t.Errorf("%s is not a sidecar with a startup probe", c.Name)
+		}
+	}
+	api := pod.InitContainers[1]
 	args := strings.Join(api.Args, " ")
 	for _, want := range []string{"--service-cluster-ip-range=10.100.0.0/16", "--etcd-servers=https://127.0.0.1:2379", "--service-account-issuer=https://kubernetes.default.svc.tenant.local", "--authorization-mode=Node,RBAC"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("kube-apiserver lacks %s", want)
 		}
 	}
-	for _, c := range pod.Containers {
+	for _, c := range append(pod.InitContainers, pod.Containers...) {
 		if c.Image != "img" || c.ImagePullPolicy != corev1.PullNever || c.Resources.Requests.Cpu().IsZero() || c.LivenessProbe == nil {
 			t.Errorf("container %s: image %s policy %s requests %v probe %v", c.Name, c.Image, c.ImagePullPolicy, c.Resources.Requests, c.LivenessProbe)
 		}

@@ -54,9 +54,12 @@ func ServiceFor(vc *nestv1.VirtualCluster) *corev1.Service {
 func StatefulSetFor(vc *nestv1.VirtualCluster, o Options) *appsv1.StatefulSet {
 	n := NamesOf(vc)
 	pod := corev1.PodSpec{
-		Containers: []corev1.Container{
-			etcdContainer(n, o), apiServerContainer(vc, o), controllerManagerContainer(o), schedulerContainer(o),
-		},
+		// etcd and kube-apiserver are sidecars: the kubelet starts them in order
+		// and starts the controller-manager and scheduler only once the API
+		// server's startup probe (/readyz) passes, so those never crash-loop on
+		// an API server that is not up yet.
+		InitContainers: []corev1.Container{sidecar(etcdContainer(n, o)), sidecar(apiServerContainer(vc, o))},
+		Containers:     []corev1.Container{controllerManagerContainer(o), schedulerContainer(o)},
 		Volumes: []corev1.Volume{
 			secretVolume("pki", n.PKISecret()),
 			secretVolume("kubeconfig", n.ComponentKubeconfigSecret()),
@@ -97,6 +100,11 @@ func StatefulSetFor(vc *nestv1.VirtualCluster, o Options) *appsv1.StatefulSet {
 			},
 		},
 	}
+}
+
+func sidecar(c corev1.Container) corev1.Container {
+	c.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
+	return c
 }
 
 func storageSize(vc *nestv1.VirtualCluster) resource.Quantity {
@@ -198,7 +206,7 @@ func apiServerContainer(vc *nestv1.VirtualCluster, o Options) corev1.Container {
 		c.Resources.Requests = requests("100m", "256Mi").Requests
 	}
 	c.Ports = []corev1.ContainerPort{{Name: "https", ContainerPort: Port}}
-	c.StartupProbe = httpProbe("/livez", Port, corev1.URISchemeHTTPS, 1, 120)
+	c.StartupProbe = httpProbe("/readyz", Port, corev1.URISchemeHTTPS, 1, 120)
 	c.ReadinessProbe = httpProbe("/readyz", Port, corev1.URISchemeHTTPS, 2, 3)
 	c.LivenessProbe = httpProbe("/livez", Port, corev1.URISchemeHTTPS, 10, 8)
 	return c

@@ -262,7 +262,7 @@ func (tn *tenant) kubectlErr(ctx context.Context, args ...string) (string, error
 	return framework.Kubectl(ctx, tn.kubeconfig, args...)
 }
 
-func hostClient(t *testing.T, kubeconfig string) client.Client {
+func hostClient(t testing.TB, kubeconfig string) client.Client {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		t.Fatal(err)

@@ -153,7 +153,7 @@ func TestCreateMakesHostObjectsAndKubeconfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	var names []string
-	for _, c := range sts.Spec.Template.Spec.Containers {
+	for _, c := range append(sts.Spec.Template.Spec.InitContainers, sts.Spec.Template.Spec.Containers...) {
 		names = append(names, c.Name)
 	}
 	if strings.Join(names, ",") != "etcd,kube-apiserver,kube-controller-manager,kube-scheduler" {
