@@ -58,11 +58,16 @@ generate:
 e2e:
 	NEST_BIN_DIR=$(BIN) go test -count=1 -timeout 30m -v ./test/e2e/...
 
-## demo: start a local host cluster with $(NODES) nodes and show it
+## demo: start a local host cluster with Nest, create the virtual cluster "demo" and use it
 demo: deps build
-	$(BIN)/nest dev up --nodes $(NODES)
-	$(BIN)/nest dev status
+	$(BIN)/nest dev up --nodes $(NODES) --with-nest
 	$(BIN)/kube kubectl --kubeconfig "$$($(BIN)/nest dev kubeconfig)" get nodes -o wide
+	$(BIN)/nest create demo --wait
+	$(BIN)/nest list
+	$(BIN)/nest kubeconfig demo -o $(OUT)/demo.kubeconfig
+	$(BIN)/kube kubectl --kubeconfig $(OUT)/demo.kubeconfig create namespace hello --dry-run=client -o name
+	$(BIN)/kube kubectl --kubeconfig $(OUT)/demo.kubeconfig get namespaces
+	@echo "tenant kubeconfig: $(OUT)/demo.kubeconfig"
 
 ## down: stop the local host cluster and remove its state
 down:

@@ -69,10 +69,16 @@ func newCreateCommand(host *hostFlags) *cobra.Command {
 				return err
 			}
 			vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
-			if err := c.Create(ctx, vc); err != nil {
+			switch err := c.Create(ctx, vc); {
+			case apierrors.IsAlreadyExists(err):
+				// Like `kubectl apply`, creating what exists is not an error;
+				// with --wait it waits for the existing one.
+				fmt.Fprintf(cmd.OutOrStdout(), "virtualcluster %s/%s already exists\n", ns, name)
+			case err != nil:
 				return fmt.Errorf("create virtual cluster %s/%s: %w", ns, name, err)
+			default:
+				fmt.Fprintf(cmd.OutOrStdout(), "virtualcluster %s/%s created\n", ns, name)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "virtualcluster %s/%s created\n", ns, name)
 			if !wait {
 				return nil
 			}
