@@ -46,6 +46,19 @@ func resolveNamespace(ns, name string) string {
 	return defaultNamespace(name)
 }
 
+// withTarget resolves a command's virtual cluster (its name and host
+// namespace), connects to the host cluster and runs fn within timeout.
+func withTarget(cmd *cobra.Command, host *hostFlags, name, ns string, timeout time.Duration,
+	fn func(ctx context.Context, c client.Client, key types.NamespacedName) error) error {
+	c, err := host.client()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+	defer cancel()
+	return fn(ctx, c, types.NamespacedName{Namespace: resolveNamespace(ns, name), Name: name})
+}
+
 func newCreateCommand(host *hostFlags) *cobra.Command {
 	var (
 		ns      string
@@ -57,42 +70,41 @@ func newCreateCommand(host *hostFlags) *cobra.Command {
 		Short: "Create a virtual cluster: a tenant control plane in the host cluster",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			name := args[0]
-			ns = resolveNamespace(ns, name)
-			c, err := host.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			if err := ensureNamespace(ctx, c, ns); err != nil {
-				return err
-			}
-			vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
-			switch err := c.Create(ctx, vc); {
-			case apierrors.IsAlreadyExists(err):
-				// Like `kubectl apply`, creating what exists is not an error;
-				// with --wait it waits for the existing one.
-				fmt.Fprintf(cmd.OutOrStdout(), "virtualcluster %s/%s already exists\n", ns, name)
-			case err != nil:
-				return fmt.Errorf("create virtual cluster %s/%s: %w", ns, name, err)
-			default:
-				fmt.Fprintf(cmd.OutOrStdout(), "virtualcluster %s/%s created\n", ns, name)
-			}
-			if !wait {
-				return nil
-			}
-			if err := waitReady(ctx, c, types.NamespacedName{Namespace: ns, Name: name}, cmd.OutOrStdout()); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "get its kubeconfig with: nest kubeconfig %s -n %s -o %s.kubeconfig\n", name, ns, name)
-			return nil
+			return withTarget(cmd, host, args[0], ns, timeout, func(ctx context.Context, c client.Client, key types.NamespacedName) error {
+				return create(ctx, c, key, wait, cmd.OutOrStdout())
+			})
 		},
 	}
 	namespaceFlag(cmd, &ns)
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the virtual cluster is Ready, showing its progress")
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "give up waiting after this long")
 	return cmd
+}
+
+func create(ctx context.Context, c client.Client, key types.NamespacedName, wait bool, out io.Writer) error {
+	ns, name := key.Namespace, key.Name
+	if err := ensureNamespace(ctx, c, ns); err != nil {
+		return err
+	}
+	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+	switch err := c.Create(ctx, vc); {
+	case apierrors.IsAlreadyExists(err):
+		// Like `kubectl apply`, creating what exists is not an error;
+		// with --wait it waits for the existing one.
+		fmt.Fprintf(out, "virtualcluster %s already exists\n", key)
+	case err != nil:
+		return fmt.Errorf("create virtual cluster %s: %w", key, err)
+	default:
+		fmt.Fprintf(out, "virtualcluster %s created\n", key)
+	}
+	if !wait {
+		return nil
+	}
+	if err := waitReady(ctx, c, key, out); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "get its kubeconfig with: nest kubeconfig %s -n %s -o %s.kubeconfig\n", name, ns, name)
+	return nil
 }
 
 func ensureNamespace(ctx context.Context, c client.Client, name string) error {
@@ -231,33 +243,31 @@ func newDeleteCommand(host *hostFlags) *cobra.Command {
 		Short: "Delete a virtual cluster and all its host objects, tenant data included",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			name := args[0]
-			ns = resolveNamespace(ns, name)
-			c, err := host.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
-			if err := c.Delete(ctx, vc); err != nil {
-				return fmt.Errorf("delete virtual cluster %s/%s: %w", ns, name, err)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "virtualcluster %s/%s deleting\n", ns, name)
-			if !wait {
-				return nil
-			}
-			if err := waitGone(ctx, c, vc); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "virtualcluster %s/%s deleted\n", ns, name)
-			return deleteOwnNamespace(ctx, c, ns)
+			return withTarget(cmd, host, args[0], ns, timeout, func(ctx context.Context, c client.Client, key types.NamespacedName) error {
+				return remove(ctx, c, key, wait, cmd.OutOrStdout())
+			})
 		},
 	}
 	namespaceFlag(cmd, &ns)
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait until every host object is gone")
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "give up waiting after this long")
 	return cmd
+}
+
+func remove(ctx context.Context, c client.Client, key types.NamespacedName, wait bool, out io.Writer) error {
+	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace}}
+	if err := c.Delete(ctx, vc); err != nil {
+		return fmt.Errorf("delete virtual cluster %s: %w", key, err)
+	}
+	fmt.Fprintf(out, "virtualcluster %s deleting\n", key)
+	if !wait {
+		return nil
+	}
+	if err := waitGone(ctx, c, vc); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "virtualcluster %s deleted\n", key)
+	return deleteOwnNamespace(ctx, c, key.Namespace)
 }
 
 func waitGone(ctx context.Context, c client.Client, obj client.Object) error {

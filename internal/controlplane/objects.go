@@ -212,19 +212,26 @@ func apiServerContainer(vc *nestv1.VirtualCluster, o Options) corev1.Container {
 	return c
 }
 
-func controllerManagerContainer(o Options) corev1.Container {
-	kc := path.Join(KubeconfigDir, ControllerManagerKubeconfig)
-	c := container("kube-controller-manager", o, []string{
+// clientComponentArgs are the flags the controller-manager and scheduler share:
+// one kubeconfig for their API calls and for delegated authn/z of their own
+// endpoints, served on the pod IP for the kubelet's probes.
+func clientComponentArgs(kubeconfigFile string, extra ...string) []string {
+	kc := path.Join(KubeconfigDir, kubeconfigFile)
+	args := []string{
 		"--kubeconfig=" + kc, "--authentication-kubeconfig=" + kc, "--authorization-kubeconfig=" + kc,
-		"--bind-address=0.0.0.0",
-		"--root-ca-file=" + pkiFile(CACert),
-		"--service-account-private-key-file=" + pkiFile(ServiceAccountKey),
-		"--cluster-signing-cert-file=" + pkiFile(CACert), "--cluster-signing-key-file=" + pkiFile(CAKey),
+		"--bind-address=0.0.0.0", "--leader-elect=false", "--profiling=false",
+	}
+	return append(args, extra...)
+}
+
+func controllerManagerContainer(o Options) corev1.Container {
+	c := container("kube-controller-manager", o, clientComponentArgs(ControllerManagerKubeconfig,
+		"--root-ca-file="+pkiFile(CACert),
+		"--service-account-private-key-file="+pkiFile(ServiceAccountKey),
+		"--cluster-signing-cert-file="+pkiFile(CACert), "--cluster-signing-key-file="+pkiFile(CAKey),
 		"--use-service-account-credentials=true",
 		"--controllers=*,bootstrapsigner,tokencleaner",
-		"--leader-elect=false",
-		"--profiling=false",
-	})
+	))
 	c.VolumeMounts = mounts(false)
 	c.Resources = requests("50m", "64Mi")
 	c.LivenessProbe = httpProbe("/healthz", 10257, corev1.URISchemeHTTPS, 10, 8)
@@ -232,13 +239,7 @@ func controllerManagerContainer(o Options) corev1.Container {
 }
 
 func schedulerContainer(o Options) corev1.Container {
-	kc := path.Join(KubeconfigDir, SchedulerKubeconfig)
-	c := container("kube-scheduler", o, []string{
-		"--kubeconfig=" + kc, "--authentication-kubeconfig=" + kc, "--authorization-kubeconfig=" + kc,
-		"--bind-address=0.0.0.0",
-		"--leader-elect=false",
-		"--profiling=false",
-	})
+	c := container("kube-scheduler", o, clientComponentArgs(SchedulerKubeconfig))
 	c.VolumeMounts = mounts(false)
 	c.Resources = requests("25m", "32Mi")
 	c.LivenessProbe = httpProbe("/healthz", 10259, corev1.URISchemeHTTPS, 10, 8)

@@ -1,0 +1,76 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/kube"
+)
+
+func TestCreateMakesNamespaceAndIsRepeatable(t *testing.T) {
+	c := fake.NewClientBuilder().WithScheme(kube.NewScheme()).Build()
+	ctx := context.Background()
+	key := types.NamespacedName{Namespace: resolveNamespace("", "demo"), Name: "demo"}
+	var out bytes.Buffer
+	if err := create(ctx, c, key, false, &out); err != nil {
+		t.Fatal(err)
+	}
+	var ns corev1.Namespace
+	if err := c.Get(ctx, types.NamespacedName{Name: "vc-demo"}, &ns); err != nil || ns.Labels[createdByLabel] != "nest-cli" {
+		t.Fatalf("namespace vc-demo: %v %v", ns.Labels, err)
+	}
+	if err := create(ctx, c, key, false, &out); err != nil {
+		t.Fatalf("second create: %v", err)
+	}
+	if !strings.Contains(out.String(), "already exists") {
+		t.Errorf("output %q does not say it already exists", out.String())
+	}
+}
+
+func TestRemoveDeletesOnlyNamespacesNestMade(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		labels  map[string]string
+		removed bool
+	}{{map[string]string{createdByLabel: "nest-cli"}, true}, {nil, false}} {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team", Labels: tc.labels}}
+		vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "team"}}
+		c := fake.NewClientBuilder().WithScheme(kube.NewScheme()).WithObjects(ns, vc).Build()
+		if err := remove(ctx, c, client.ObjectKeyFromObject(vc), true, &bytes.Buffer{}); err != nil {
+			t.Fatal(err)
+		}
+		err := c.Get(ctx, types.NamespacedName{Name: "team"}, &corev1.Namespace{})
+		if apierrors.IsNotFound(err) != tc.removed {
+			t.Errorf("labels %v: namespace removed = %v, want %v", tc.labels, apierrors.IsNotFound(err), tc.removed)
+		}
+	}
+}
+
+func TestReadKubeconfig(t *testing.T) {
+	ctx := context.Background()
+	pending := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "vc-p"}, Status: nestv1.VirtualClusterStatus{Phase: nestv1.PhasePreparing}}
+	ready := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "vc-r"},
+		Spec: nestv1.VirtualClusterSpec{Kubeconfig: base64.StdEncoding.EncodeToString([]byte("apiVersion: v1\n"))}}
+	c := fake.NewClientBuilder().WithScheme(kube.NewScheme()).WithObjects(pending, ready).Build()
+	if _, err := readKubeconfig(ctx, c, "vc-p", "p", false); err == nil || !strings.Contains(err.Error(), "no kubeconfig yet") {
+		t.Errorf("pending cluster: %v", err)
+	}
+	data, err := readKubeconfig(ctx, c, "vc-r", "r", false)
+	if err != nil || string(data) != "apiVersion: v1\n" {
+		t.Errorf("ready cluster: %q %v", data, err)
+	}
+	if _, err := readKubeconfig(ctx, c, "vc-x", "x", false); err == nil {
+		t.Error("missing cluster gave no error")
+	}
+}
