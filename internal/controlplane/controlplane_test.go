@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -174,5 +175,50 @@ func TestNthServiceIP(t *testing.T) {
 	}
 	if _, err := FirstServiceIP("nope"); err == nil || !strings.Contains(err.Error(), "spec.serviceCIDR") {
 		t.Errorf("bad CIDR error %v", err)
+	}
+}
+
+func TestDueForRenewal(t *testing.T) {
+	ca, _ := pki.NewCA("ca")
+	pair, _ := ca.Issue(pki.CertSpec{CommonName: "x", Usage: pki.ClientAuth})
+	cert, _ := pki.ParseCertificate(pair.CertPEM)
+	life := cert.NotAfter.Sub(cert.NotBefore)
+	for _, tc := range []struct {
+		at   time.Time
+		want bool
+	}{
+		{cert.NotBefore.Add(life / 2), false},
+		{cert.NotBefore.Add(life * 3 / 4), true},
+		{cert.NotAfter.Add(time.Hour), true},
+	} {
+		if got := DueForRenewal(cert, tc.at); got != tc.want {
+			t.Errorf("at %s: due = %v, want %v", tc.at, got, tc.want)
+		}
+	}
+}
+
+func TestReconcilePKIRenewsCertificatesNearExpiry(t *testing.T) {
+	data, _, _ := ReconcilePKI(nil, names, endpoints())
+	etcdCA, _ := pki.LoadCA(pki.KeyPair{CertPEM: data[EtcdCACert], KeyPEM: data[EtcdCAKey]})
+	// Backdated by five minutes, a two-minute certificate has less than a third
+	// of its life left as soon as it is issued.
+	short, err := etcdCA.Issue(pki.CertSpec{CommonName: "kube-apiserver-etcd-client", Usage: pki.ClientAuth, Validity: 2 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cert, _ := pki.ParseCertificate(short.CertPEM); !DueForRenewal(cert, time.Now()) {
+		t.Fatal("the short certificate is not due for renewal; the test proves nothing")
+	}
+	data[EtcdClientCert], data[EtcdClientKey] = short.CertPEM, short.KeyPEM
+	renewed, changed, err := ReconcilePKI(data, names, endpoints())
+	if err != nil || !changed {
+		t.Fatalf("changed=%v err=%v; want the near-expiry certificate renewed", changed, err)
+	}
+	cert, _ := pki.ParseCertificate(renewed[EtcdClientCert])
+	if cert.NotAfter.Sub(time.Now()) < 300*24*time.Hour {
+		t.Errorf("renewed certificate expires at %s", cert.NotAfter)
+	}
+	if !bytes.Equal(renewed[APIServerCert], data[APIServerCert]) {
+		t.Error("a certificate that was not due was renewed too")
 	}
 }

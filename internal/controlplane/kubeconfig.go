@@ -3,6 +3,7 @@ package controlplane
 import (
 	"bytes"
 	"fmt"
+	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -91,6 +92,10 @@ func kubeconfigValid(data, caPEM []byte, server string) bool {
 	}
 	cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
 	if err != nil {
+		return false
+	}
+	cert, err := pki.ParseCertificate(cfg.CertData)
+	if err != nil || DueForRenewal(cert, time.Now()) {
 		return false
 	}
 	return cfg.Host == server && bytes.Equal(cfg.CAData, caPEM) && SignedBy(cfg.CertData, caPEM)

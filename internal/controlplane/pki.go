@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"time"
 
 	"github.com/nestdev/nest/internal/pki"
 )
@@ -180,14 +181,14 @@ func ensureCA(data map[string][]byte, certFile, keyFile, name string) (*pki.CA, 
 	return ca, true, nil
 }
 
-// certMatches reports whether certPEM and keyPEM are a valid pair signed by ca
-// whose subject and SANs are those of spec.
+// certMatches reports whether certPEM and keyPEM are a valid pair signed by ca,
+// not due for renewal, whose subject and SANs are those of spec.
 func certMatches(certPEM, keyPEM []byte, ca *pki.CA, spec pki.CertSpec) bool {
 	if len(certPEM) == 0 || len(keyPEM) == 0 {
 		return false
 	}
 	cert, err := pki.ParseCertificate(certPEM)
-	if err != nil || cert.CheckSignatureFrom(ca.Certificate()) != nil {
+	if err != nil || cert.CheckSignatureFrom(ca.Certificate()) != nil || DueForRenewal(cert, time.Now()) {
 		return false
 	}
 	if cert.Subject.CommonName != spec.CommonName || !slices.Equal(cert.Subject.Organization, spec.Organizations) {
@@ -209,6 +210,13 @@ func sameNames(cert *x509.Certificate, spec pki.CertSpec) bool {
 		}
 	}
 	return true
+}
+
+// DueForRenewal reports whether less than a third of cert's lifetime is left
+// at now, the point at which the kubelet also renews its certificates.
+func DueForRenewal(cert *x509.Certificate, now time.Time) bool {
+	lifetime := cert.NotAfter.Sub(cert.NotBefore)
+	return cert.NotAfter.Sub(now) < lifetime/3
 }
 
 // SignedBy reports whether the PEM certificate was signed by the PEM CA.
