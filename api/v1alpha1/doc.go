@@ -10,15 +10,23 @@
 package v1alpha1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
 var (
 	// GroupVersion is the API group and version of this package.
 	GroupVersion = schema.GroupVersion{Group: "nest.dev", Version: "v1alpha1"}
-	// SchemeBuilder registers this package's types with a runtime.Scheme.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+	// SchemeBuilder registers this package's types with a runtime.Scheme. The
+	// package depends only on apimachinery, so clients can import it cheaply.
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
 	// AddToScheme adds this package's types to a runtime.Scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
 )
+
+func addKnownTypes(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion, &VirtualCluster{}, &VirtualClusterList{})
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}

@@ -253,7 +253,3 @@ type VirtualClusterList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []VirtualCluster `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&VirtualCluster{}, &VirtualClusterList{})
-}

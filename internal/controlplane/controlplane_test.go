@@ -215,7 +215,7 @@ func TestReconcilePKIRenewsCertificatesNearExpiry(t *testing.T) {
 		t.Fatalf("changed=%v err=%v; want the near-expiry certificate renewed", changed, err)
 	}
 	cert, _ := pki.ParseCertificate(renewed[EtcdClientCert])
-	if cert.NotAfter.Sub(time.Now()) < 300*24*time.Hour {
+	if time.Until(cert.NotAfter) < 300*24*time.Hour {
 		t.Errorf("renewed certificate expires at %s", cert.NotAfter)
 	}
 	if !bytes.Equal(renewed[APIServerCert], data[APIServerCert]) {

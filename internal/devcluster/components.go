@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"sort"
-	"strings"
 )
 
 // Files of the cluster PKI, relative to Layout.PKIDir.
@@ -154,13 +153,4 @@ func sortedKeys(m map[string]string) []string {
 	}
 	sort.Strings(keys)
 	return keys
-}
-
-// joinKV renders labels as k=v,k=v in key order.
-func joinKV(m map[string]string) string {
-	parts := make([]string, 0, len(m))
-	for _, k := range sortedKeys(m) {
-		parts = append(parts, k+"="+m[k])
-	}
-	return strings.Join(parts, ",")
 }

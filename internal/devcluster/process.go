@@ -33,8 +33,6 @@ type processSpec struct {
 	path string
 	args []string
 	env  []string
-	// stopGrace is how long SIGTERM is given before SIGKILL.
-	stopGrace time.Duration
 }
 
 // startProcess starts spec detached from this process (own session, output to
