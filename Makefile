@@ -14,7 +14,7 @@ K8S_LDFLAGS := -s -w $(foreach p,$(K8S_VERSION_PKGS),-X $(p).gitVersion=$(K8S_VE
 
 NODES ?= 2
 
-.PHONY: all deps build build-k8s build-nest test unit e2e demo down clean bench generate envtest-assets
+.PHONY: all deps build build-k8s build-nest test unit e2e demo down clean bench generate envtest-assets lint
 
 all: build
 
@@ -34,8 +34,15 @@ build-k8s:
 build-nest:
 	go build -ldflags '-s -w' -o $(BIN)/ ./cmd/nest ./cmd/nest-manager ./cmd/pause ./cmd/testapp
 
-## test: every test CI runs: unit tests, then end-to-end tests on a real local host cluster
-test: deps build unit e2e
+## test: every test CI runs: lint, unit tests, then end-to-end tests on a real local host cluster
+test: deps build lint unit e2e
+
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+## lint: go vet and staticcheck on the main module
+lint:
+	go vet ./...
+	go run $(STATICCHECK) ./...
 
 # envtest runs our own kube-apiserver and etcd: symlinks to the multi-call binary.
 ENVTEST_ASSETS := $(OUT)/envtest
