@@ -41,6 +41,7 @@ func main() {
 
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                        scheme,
+		Cache:                         virtualcluster.CacheOptions(),
 		Metrics:                       metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress:        probeAddr,
 		LeaderElection:                leaderElect,
@@ -53,6 +54,7 @@ func main() {
 	}
 	r := &virtualcluster.Reconciler{
 		Client:            mgr.GetClient(),
+		APIReader:         mgr.GetAPIReader(),
 		Scheme:            scheme,
 		Recorder:          mgr.GetEventRecorder("nest-manager"),
 		ControlPlane:      controlplane.Options{KubeImage: kubeImage, ImagePullPolicy: corev1.PullPolicy(pullPolicy)},

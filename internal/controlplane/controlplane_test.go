@@ -161,6 +161,15 @@ func TestStatefulSetFor(t *testing.T) {
 	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
 		t.Error("the control plane must not get a host service-account token")
 	}
+	if sc := pod.SecurityContext; sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.FSGroup == nil {
+		t.Errorf("pod security context %+v: want non-root with an fsGroup", sc)
+	}
+	for _, c := range append(pod.InitContainers, pod.Containers...) {
+		sc := c.SecurityContext
+		if sc == nil || *sc.AllowPrivilegeEscalation || !*sc.ReadOnlyRootFilesystem || len(sc.Capabilities.Drop) == 0 {
+			t.Errorf("container %s security context %+v", c.Name, sc)
+		}
+	}
 	if sts.Spec.Selector.MatchLabels[LabelVirtualCluster] != "alpha" {
 		t.Errorf("selector %v", sts.Spec.Selector)
 	}

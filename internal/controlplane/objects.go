@@ -29,6 +29,9 @@ const controlPlaneNodeLabel = "node-role.kubernetes.io/control-plane"
 
 const etcdDataDir = "/var/lib/etcd"
 
+// controlPlaneUID is the user and group the control-plane containers run as.
+const controlPlaneUID int64 = 65532
+
 // ServiceFor returns the Service in front of the tenant API server.
 func ServiceFor(vc *nestv1.VirtualCluster) *corev1.Service {
 	n := NamesOf(vc)
@@ -72,7 +75,16 @@ func StatefulSetFor(vc *nestv1.VirtualCluster, o Options) *appsv1.StatefulSet {
 		}},
 		Tolerations:                  []corev1.Toleration{{Key: controlPlaneNodeLabel, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 		AutomountServiceAccountToken: ptr.To(false),
-		EnableServiceLinks:           ptr.To(false),
+		// The control plane needs no privilege: it runs as a fixed non-root
+		// user that owns its secrets and etcd volume through fsGroup.
+		SecurityContext: &corev1.PodSecurityContext{
+			RunAsNonRoot:   ptr.To(true),
+			RunAsUser:      ptr.To(controlPlaneUID),
+			RunAsGroup:     ptr.To(controlPlaneUID),
+			FSGroup:        ptr.To(controlPlaneUID),
+			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+		EnableServiceLinks: ptr.To(false),
 		// kube-apiserver drains watches for a long time on SIGTERM.
 		TerminationGracePeriodSeconds: ptr.To[int64](10),
 	}
@@ -115,7 +127,8 @@ func storageSize(vc *nestv1.VirtualCluster) resource.Quantity {
 }
 
 func secretVolume(name, secret string) corev1.Volume {
-	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: secret, DefaultMode: ptr.To[int32](0o400)}}}
+	// Group-readable: the files belong to root and to the pod's fsGroup.
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: secret, DefaultMode: ptr.To[int32](0o440)}}}
 }
 
 func pkiFile(f string) string { return path.Join(PKIDir, f) }
@@ -136,7 +149,11 @@ func container(name string, o Options, args []string) corev1.Container {
 	return corev1.Container{
 		Name: name, Image: o.KubeImage, ImagePullPolicy: o.ImagePullPolicy,
 		Command: []string{"/usr/local/bin/" + name}, Args: args,
-		SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false)},
+		SecurityContext: &corev1.SecurityContext{
+			AllowPrivilegeEscalation: ptr.To(false),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		},
 	}
 }
 

@@ -65,7 +65,7 @@ func (r *Reconciler) deleteHostObjects(ctx context.Context, vc *nestv1.VirtualCl
 	for _, group := range ordered {
 		remaining := 0
 		for _, obj := range group {
-			err := r.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+			err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(obj), obj)
 			if apierrors.IsNotFound(err) {
 				continue
 			}

@@ -46,8 +46,11 @@ type TenantChecker interface {
 // Reconciler reconciles VirtualClusters.
 type Reconciler struct {
 	client.Client
-	Scheme   *runtime.Scheme
-	Recorder events.EventRecorder
+	// APIReader reads from the API server, not the cache. Deletion uses it, so
+	// it finds every host object even if its label was removed.
+	APIReader client.Reader
+	Scheme    *runtime.Scheme
+	Recorder  events.EventRecorder
 	// ControlPlane holds the image and pull policy of tenant control planes.
 	ControlPlane controlplane.Options
 	// HostClusterDomain is the host cluster's DNS suffix, named in certificates.

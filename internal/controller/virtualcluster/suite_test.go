@@ -71,13 +71,13 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	scheme := kube.NewScheme()
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Cache: CacheOptions(), Metrics: metricsserver.Options{BindAddress: "0"}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	r := &Reconciler{
-		Client: mgr.GetClient(), Scheme: scheme, Recorder: mgr.GetEventRecorder("nest-manager"),
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: scheme, Recorder: mgr.GetEventRecorder("nest-manager"),
 		ControlPlane:      controlplane.Options{KubeImage: "nest.local/kube:test", ImagePullPolicy: "IfNotPresent"},
 		HostClusterDomain: "cluster.local",
 		Tenants:           tenants,
