@@ -59,26 +59,41 @@ func withTarget(cmd *cobra.Command, host *hostFlags, name, ns string, timeout ti
 	return fn(ctx, c, types.NamespacedName{Namespace: resolveNamespace(ns, name), Name: name})
 }
 
-func newCreateCommand(host *hostFlags) *cobra.Command {
+// action is what a waiting command does to one virtual cluster.
+type action func(ctx context.Context, c client.Client, key types.NamespacedName, wait bool, out io.Writer) error
+
+// newWaitingCommand builds a command that acts on the virtual cluster NAME
+// with -n, --wait and --timeout.
+func newWaitingCommand(host *hostFlags, use, short, waitHelp string, act action) *cobra.Command {
 	var (
 		ns      string
 		wait    bool
 		timeout time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "create NAME",
-		Short: "Create a virtual cluster: a tenant control plane in the host cluster",
+		Use:   use + " NAME",
+		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withTarget(cmd, host, args[0], ns, timeout, func(ctx context.Context, c client.Client, key types.NamespacedName) error {
-				return create(ctx, c, key, wait, cmd.OutOrStdout())
+				return act(ctx, c, key, wait, cmd.OutOrStdout())
 			})
 		},
 	}
 	namespaceFlag(cmd, &ns)
-	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the virtual cluster is Ready, showing its progress")
+	cmd.Flags().BoolVar(&wait, "wait", false, waitHelp)
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "give up waiting after this long")
 	return cmd
+}
+
+func newCreateCommand(host *hostFlags) *cobra.Command {
+	return newWaitingCommand(host, "create", "Create a virtual cluster: a tenant control plane in the host cluster",
+		"wait until the virtual cluster is Ready, showing its progress", create)
+}
+
+func newDeleteCommand(host *hostFlags) *cobra.Command {
+	return newWaitingCommand(host, "delete", "Delete a virtual cluster and all its host objects, tenant data included",
+		"wait until every host object is gone", remove)
 }
 
 func create(ctx context.Context, c client.Client, key types.NamespacedName, wait bool, out io.Writer) error {
@@ -230,28 +245,6 @@ func readKubeconfig(ctx context.Context, c client.Client, ns, name string, inter
 		return nil, fmt.Errorf("virtual cluster %s/%s has no kubeconfig yet (phase %q): wait with `nest create --wait`", ns, name, vc.Status.Phase)
 	}
 	return base64.StdEncoding.DecodeString(vc.Spec.Kubeconfig)
-}
-
-func newDeleteCommand(host *hostFlags) *cobra.Command {
-	var (
-		ns      string
-		wait    bool
-		timeout time.Duration
-	)
-	cmd := &cobra.Command{
-		Use:   "delete NAME",
-		Short: "Delete a virtual cluster and all its host objects, tenant data included",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return withTarget(cmd, host, args[0], ns, timeout, func(ctx context.Context, c client.Client, key types.NamespacedName) error {
-				return remove(ctx, c, key, wait, cmd.OutOrStdout())
-			})
-		},
-	}
-	namespaceFlag(cmd, &ns)
-	cmd.Flags().BoolVar(&wait, "wait", false, "wait until every host object is gone")
-	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "give up waiting after this long")
-	return cmd
 }
 
 func remove(ctx context.Context, c client.Client, key types.NamespacedName, wait bool, out io.Writer) error {
