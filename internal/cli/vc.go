@@ -31,7 +31,7 @@ func defaultNamespace(name string) string { return "vc-" + name }
 
 func addVirtualClusterCommands(root *cobra.Command) {
 	var host hostFlags
-	root.PersistentFlags().StringVar(&host.kubeconfig, "kubeconfig", "", "host cluster kubeconfig (default $KUBECONFIG, else the local host cluster's)")
+	root.PersistentFlags().StringVar(&host.kubeconfig, "kubeconfig", "", "host cluster kubeconfig (default $KUBECONFIG, else the local host cluster's, else ~/.kube/config)")
 	root.AddCommand(newCreateCommand(&host), newListCommand(&host), newKubeconfigCommand(&host), newDeleteCommand(&host))
 }
 

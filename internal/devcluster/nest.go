@@ -27,7 +27,7 @@ func InstallNest(ctx context.Context, stateDir, binDir string, out io.Writer) er
 	if err != nil {
 		return err
 	}
-	return installNest(ctx, l, nodes, Options{BinDir: binDir, BusyboxPath: "/bin/busybox", Out: out})
+	return installNest(ctx, l, nodes, Options{BinDir: binDir, Out: out})
 }
 
 func installNest(ctx context.Context, l Layout, nodes []Node, o Options) error {

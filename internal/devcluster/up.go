@@ -88,11 +88,14 @@ type upRun struct {
 	start time.Time
 }
 
+// upPhase is one named step of Up; its name prefixes its error.
+type upPhase struct {
+	name string
+	fn   func(context.Context) error
+}
+
 func (u *upRun) run(ctx context.Context) error {
-	phases := []struct {
-		name string
-		fn   func(context.Context) error
-	}{
+	phases := []upPhase{
 		{"write configs and PKI", u.writeFiles},
 		{"create node network", u.createNetwork},
 		{"start control plane and containerd", u.startControlPlaneAndRuntimes},
@@ -102,10 +105,7 @@ func (u *upRun) run(ctx context.Context) error {
 		{"wait for cluster DNS", u.waitDNS},
 	}
 	if u.o.WithNest {
-		phases = append(phases, struct {
-			name string
-			fn   func(context.Context) error
-		}{"install Nest", func(ctx context.Context) error { return installNest(ctx, u.l, u.nodes, u.o) }})
+		phases = append(phases, upPhase{"install Nest", func(ctx context.Context) error { return installNest(ctx, u.l, u.nodes, u.o) }})
 	}
 	for _, p := range phases {
 		if err := p.fn(ctx); err != nil {

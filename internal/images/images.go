@@ -71,17 +71,6 @@ type Spec struct {
 	Cmd []string
 }
 
-// Inputs returns the files on this machine the image is made from.
-func (s Spec) Inputs() []string {
-	var out []string
-	for _, f := range s.Files {
-		if f.Source != "" {
-			out = append(out, f.Source)
-		}
-	}
-	return out
-}
-
 // TarballName is the file name of the image's tarball, derived from its name.
 func (s Spec) TarballName() string {
 	r := strings.NewReplacer("/", "_", ":", "_")

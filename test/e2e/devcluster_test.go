@@ -25,6 +25,7 @@ import (
 
 	"github.com/nestdev/nest/internal/devcluster"
 	"github.com/nestdev/nest/internal/images"
+	"github.com/nestdev/nest/internal/testutil"
 	"github.com/nestdev/nest/test/e2e/framework"
 )
 
@@ -105,7 +106,7 @@ func TestLocalHostCluster(t *testing.T) {
 	svc := c.createService("web", corev1.ServiceTypeClusterIP)
 	t.Run("ClusterIP service is reached by DNS name", func(t *testing.T) {
 		url := fmt.Sprintf("http://web.%s.svc.%s/hostname", testNamespace, devcluster.ClusterDomain)
-		framework.Eventually(t, 30*time.Second, "service by DNS name", func() error {
+		testutil.Eventually(t, 30*time.Second, "service by DNS name", func() error {
 			got, err := c.execErr(a.Name, "/testapp", "get", url)
 			if err != nil {
 				return err
@@ -129,7 +130,7 @@ func TestLocalHostCluster(t *testing.T) {
 		}
 		for _, n := range nodes {
 			url := fmt.Sprintf("http://%s:%d/hostname", n.IP, port)
-			framework.Eventually(t, 30*time.Second, "NodePort on "+n.Name, func() error {
+			testutil.Eventually(t, 30*time.Second, "NodePort on "+n.Name, func() error {
 				got, err := httpGet(ctx, url)
 				if err != nil {
 					return err
@@ -146,7 +147,7 @@ func TestLocalHostCluster(t *testing.T) {
 		if got := c.exec(a.Name, "/testapp", "get", "http://127.0.0.1:8080/echo?msg=nest-exec"); got != "nest-exec" {
 			t.Fatalf("kubectl exec echo = %q, want nest-exec", got)
 		}
-		framework.Eventually(t, 30*time.Second, "request in kubectl logs", func() error {
+		testutil.Eventually(t, 30*time.Second, "request in kubectl logs", func() error {
 			logs, err := framework.Kubectl(ctx, kubeconfig, "-n", testNamespace, "logs", a.Name)
 			if err != nil {
 				return err
@@ -183,11 +184,11 @@ func TestLocalHostCluster(t *testing.T) {
 	t.Run("up recovers after up itself was killed half-way", func(t *testing.T) {
 		killAll(t, recordedPIDs(t, stateDir))
 		before := recordedPIDs(t, stateDir)["kube-apiserver"]
-		up := exec.CommandContext(ctx, filepath.Join(framework.BinDir(t), "nest"), "dev", "up", "--nodes", "2", "--state-dir", stateDir)
+		up := exec.CommandContext(ctx, filepath.Join(framework.BinDir(), "nest"), "dev", "up", "--nodes", "2", "--state-dir", stateDir)
 		if err := up.Start(); err != nil {
 			t.Fatal(err)
 		}
-		framework.Eventually(t, time.Minute, "a new kube-apiserver started", func() error {
+		testutil.Eventually(t, time.Minute, "a new kube-apiserver started", func() error {
 			p, ok := recordedPIDs(t, stateDir)["kube-apiserver"]
 			if !ok || p.PID == before.PID || !p.Alive() {
 				return fmt.Errorf("no new kube-apiserver yet")
@@ -303,7 +304,7 @@ func (c *cluster) spreadDeployment(name string, replicas int32) []corev1.Pod {
 		c.t.Fatal(err)
 	}
 	var pods []corev1.Pod
-	framework.Eventually(c.t, 2*time.Minute, "deployment pods ready on distinct nodes", func() error {
+	testutil.Eventually(c.t, 2*time.Minute, "deployment pods ready on distinct nodes", func() error {
 		list, err := c.cs.CoreV1().Pods(testNamespace).List(c.ctx, metav1.ListOptions{LabelSelector: "app=" + name})
 		if err != nil {
 			return err
@@ -400,7 +401,7 @@ func (c *cluster) runToCompletion(name, claim, script string) string {
 	if _, err := pods.Create(c.ctx, pod, metav1.CreateOptions{}); err != nil {
 		c.t.Fatal(err)
 	}
-	framework.Eventually(c.t, 2*time.Minute, "pod "+name+" succeeded", func() error {
+	testutil.Eventually(c.t, 2*time.Minute, "pod "+name+" succeeded", func() error {
 		p, err := pods.Get(c.ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -420,7 +421,7 @@ func (c *cluster) runToCompletion(name, claim, script string) string {
 	if err := pods.Delete(c.ctx, name, metav1.DeleteOptions{}); err != nil {
 		c.t.Fatal(err)
 	}
-	framework.Eventually(c.t, time.Minute, "pod "+name+" deleted", func() error {
+	testutil.Eventually(c.t, time.Minute, "pod "+name+" deleted", func() error {
 		if _, err := pods.Get(c.ctx, name, metav1.GetOptions{}); err == nil {
 			return fmt.Errorf("pod %s still exists", name)
 		}
@@ -457,7 +458,7 @@ func killAll(t *testing.T, procs map[string]devcluster.Process) {
 			_ = syscall.Kill(p.PID, syscall.SIGKILL)
 		}
 	}
-	framework.Eventually(t, 30*time.Second, "killed processes gone", func() error {
+	testutil.Eventually(t, 30*time.Second, "killed processes gone", func() error {
 		for name, p := range procs {
 			if p.Alive() {
 				return fmt.Errorf("%s (pid %d) still runs", name, p.PID)

@@ -26,6 +26,7 @@ import (
 	"github.com/nestdev/nest/internal/controlplane"
 	"github.com/nestdev/nest/internal/devcluster"
 	"github.com/nestdev/nest/internal/kube"
+	"github.com/nestdev/nest/internal/testutil"
 	"github.com/nestdev/nest/test/e2e/framework"
 )
 
@@ -112,7 +113,7 @@ func TestVirtualClusters(t *testing.T) {
 			waitRecreated(t, ctx, host, obj)
 			waitReady(t, ctx, host, alpha)
 			alpha.load(t, nest)
-			framework.Eventually(t, 2*time.Minute, fmt.Sprintf("alpha's data after deleting its %T", obj), func() error {
+			testutil.Eventually(t, 2*time.Minute, fmt.Sprintf("alpha's data after deleting its %T", obj), func() error {
 				got, err := alpha.kubectlErr(ctx, "-n", "app", "get", "configmap", "settings", "-o", "jsonpath={.data.owner}")
 				if err != nil {
 					return err
@@ -134,7 +135,7 @@ func TestVirtualClusters(t *testing.T) {
 		if err := host.Delete(ctx, pod, client.GracePeriodSeconds(0)); err != nil {
 			t.Fatal(err)
 		}
-		framework.Eventually(t, 3*time.Minute, "beta answers from a new pod", func() error {
+		testutil.Eventually(t, 3*time.Minute, "beta answers from a new pod", func() error {
 			if err := host.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
 				return err
 			}
@@ -189,7 +190,7 @@ func TestVirtualClusters(t *testing.T) {
 				t.Errorf("%T %s remains (err %v)", obj, obj.GetName(), err)
 			}
 		}
-		framework.Eventually(t, time.Minute, "beta's etcd volume released", func() error {
+		testutil.Eventually(t, time.Minute, "beta's etcd volume released", func() error {
 			var pvs corev1.PersistentVolumeList
 			if err := host.List(ctx, &pvs); err != nil {
 				return err
@@ -277,7 +278,7 @@ func hostClient(t testing.TB, kubeconfig string) client.Client {
 func waitRecreated(t *testing.T, ctx context.Context, c client.Client, obj client.Object) {
 	t.Helper()
 	old := obj.GetUID()
-	framework.Eventually(t, time.Minute, fmt.Sprintf("%T %s recreated", obj, obj.GetName()), func() error {
+	testutil.Eventually(t, time.Minute, fmt.Sprintf("%T %s recreated", obj, obj.GetName()), func() error {
 		fresh := obj.DeepCopyObject().(client.Object)
 		if err := c.Get(ctx, client.ObjectKeyFromObject(obj), fresh); err != nil {
 			return err
@@ -291,7 +292,7 @@ func waitRecreated(t *testing.T, ctx context.Context, c client.Client, obj clien
 
 func waitReady(t *testing.T, ctx context.Context, c client.Client, tn *tenant) {
 	t.Helper()
-	framework.Eventually(t, 4*time.Minute, "virtual cluster "+tn.name+" Ready", func() error {
+	testutil.Eventually(t, 4*time.Minute, "virtual cluster "+tn.name+" Ready", func() error {
 		vc := &nestv1.VirtualCluster{}
 		if err := c.Get(ctx, types.NamespacedName{Namespace: tn.ns, Name: tn.name}, vc); err != nil {
 			return err

@@ -52,6 +52,16 @@ func ensureNode(t *testing.T) {
 	}
 }
 
+// newCluster creates a host node (for NodePort endpoints), a namespace and the
+// VirtualCluster name in it, and returns the names of its host objects.
+func newCluster(t *testing.T, name string) controlplane.Names {
+	t.Helper()
+	ensureNode(t)
+	ns := newNamespace(t)
+	createVC(t, ns, name)
+	return controlplane.Names{VirtualCluster: name, Namespace: ns}
+}
+
 func createVC(t *testing.T, ns, name string) *nestv1.VirtualCluster {
 	t.Helper()
 	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
@@ -71,10 +81,8 @@ func getVC(t *testing.T, ns, name string) *nestv1.VirtualCluster {
 }
 
 func TestCreateMakesHostObjectsAndKubeconfig(t *testing.T) {
-	ensureNode(t)
-	ns := newNamespace(t)
-	createVC(t, ns, "alpha")
-	n := controlplane.Names{VirtualCluster: "alpha", Namespace: ns}
+	n := newCluster(t, "alpha")
+	ns := n.Namespace
 	ctx := context.Background()
 
 	eventually(t, "phase Initialized with certificates issued", func() error {
@@ -165,9 +173,7 @@ func TestCreateMakesHostObjectsAndKubeconfig(t *testing.T) {
 }
 
 func TestBecomesReadyWhenControlPlaneAnswers(t *testing.T) {
-	ensureNode(t)
-	ns := newNamespace(t)
-	createVC(t, ns, "ready")
+	ns := newCluster(t, "ready").Namespace
 	ctx := context.Background()
 	var sts appsv1.StatefulSet
 	eventually(t, "StatefulSet created", func() error {
@@ -207,10 +213,8 @@ func TestBecomesReadyWhenControlPlaneAnswers(t *testing.T) {
 }
 
 func TestDeletedHostObjectsAreRecreated(t *testing.T) {
-	ensureNode(t)
-	ns := newNamespace(t)
-	createVC(t, ns, "heal")
-	n := controlplane.Names{VirtualCluster: "heal", Namespace: ns}
+	n := newCluster(t, "heal")
+	ns := n.Namespace
 	ctx := context.Background()
 	objs := []client.Object{
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: n.PKISecret(), Namespace: ns}},
@@ -242,10 +246,8 @@ func TestDeletedHostObjectsAreRecreated(t *testing.T) {
 }
 
 func TestDeleteRemovesHostObjectsAndData(t *testing.T) {
-	ensureNode(t)
-	ns := newNamespace(t)
-	createVC(t, ns, "gone")
-	n := controlplane.Names{VirtualCluster: "gone", Namespace: ns}
+	n := newCluster(t, "gone")
+	ns := n.Namespace
 	ctx := context.Background()
 	eventually(t, "StatefulSet created", func() error {
 		return k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: n.StatefulSet()}, &appsv1.StatefulSet{})

@@ -149,7 +149,8 @@ func (r *Reconciler) reconcileStatefulSet(ctx context.Context, s *reconcileState
 	}
 	s.obs.hostObjects = true
 	s.obs.endpoint = controlplane.ExternalServer(s.vc, s.service, s.nodeIPs)
-	if sts.Status.ReadyReplicas < 1 {
+	s.obs.podReady = sts.Status.ReadyReplicas >= 1
+	if !s.obs.podReady {
 		s.obs.availableMessage = fmt.Sprintf("StatefulSet %s has no ready replica yet", klog.KObj(sts))
 	}
 	return s.obs.endpoint != "", nil
@@ -180,7 +181,7 @@ func (r *Reconciler) reconcileKubeconfig(ctx context.Context, s *reconcileState)
 
 // reconcileAvailability asks the tenant API server for /readyz.
 func (r *Reconciler) reconcileAvailability(ctx context.Context, s *reconcileState) (bool, error) {
-	if s.obs.availableMessage != "" {
+	if !s.obs.podReady {
 		return false, nil
 	}
 	if err := r.Tenants.Ready(ctx, s.internal); err != nil {

@@ -17,6 +17,8 @@ type observed struct {
 	endpoint string
 	// kubeconfig is true once the admin kubeconfig Secret and spec.kubeconfig are written.
 	kubeconfig bool
+	// podReady is true when the control-plane StatefulSet has a ready replica.
+	podReady bool
 	// available is true when the tenant API server answers /readyz.
 	available bool
 	// availableMessage says why it is not available.

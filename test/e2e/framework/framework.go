@@ -12,14 +12,11 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/nestdev/nest/internal/testutil"
 )
 
 // BinDir is where `make build` put the binaries: $NEST_BIN_DIR, else _output/bin
 // at the repository root.
-func BinDir(_ testing.TB) string {
+func BinDir() string {
 	if d := os.Getenv("NEST_BIN_DIR"); d != "" {
 		return d
 	}
@@ -40,7 +37,7 @@ func RequireRoot(t testing.TB) {
 // Run runs a binary from BinDir with args and returns its combined output.
 func Run(ctx context.Context, t testing.TB, name string, args ...string) (string, error) {
 	t.Helper()
-	cmd := exec.CommandContext(ctx, filepath.Join(BinDir(t), name), args...)
+	cmd := exec.CommandContext(ctx, filepath.Join(BinDir(), name), args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
@@ -50,7 +47,7 @@ func Run(ctx context.Context, t testing.TB, name string, args ...string) (string
 // Kubectl runs our kubectl build with kubeconfig and returns stdout; stderr is
 // part of the error.
 func Kubectl(ctx context.Context, kubeconfig string, args ...string) (string, error) {
-	bin := filepath.Join(BinDir(nil), "kube")
+	bin := filepath.Join(BinDir(), "kube")
 	cmd := exec.CommandContext(ctx, bin, append([]string{"kubectl", "--kubeconfig", kubeconfig}, args...)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -58,11 +55,4 @@ func Kubectl(ctx context.Context, kubeconfig string, args ...string) (string, er
 		return stdout.String(), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, stderr.String())
 	}
 	return stdout.String(), nil
-}
-
-// Eventually calls check until it returns nil, and fails the test with check's
-// last error when timeout passes.
-func Eventually(t testing.TB, timeout time.Duration, what string, check func() error) {
-	t.Helper()
-	testutil.Eventually(t, timeout, what, check)
 }
