@@ -1,5 +1,5 @@
-// Package framework holds the helpers Nest's end-to-end tests share: running the
-// nest and kubectl binaries, polling with a deadline, and building test pods.
+// Package framework holds the helpers Nest's end-to-end tests share: finding and
+// running the nest and kubectl binaries, and requiring root.
 package framework
 
 import (
