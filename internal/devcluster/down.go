@@ -48,7 +48,7 @@ func Down(ctx context.Context, stateDir string, out io.Writer) error {
 // stopProcesses), then cleans up what processes leave behind (see
 // cleanupMachine). It keeps the PKI, etcd data and volumes.
 func stopRuntime(ctx context.Context, l Layout, out io.Writer) error {
-	procs, err := readProcesses(l)
+	procs, err := RecordedProcesses(l)
 	if err != nil {
 		return err
 	}

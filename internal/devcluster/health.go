@@ -103,7 +103,7 @@ func labelControlPlane(ctx context.Context, c client.Client, cp Node) error {
 // healthy reports whether a recorded cluster runs: every process alive and the
 // API server ready.
 func healthy(ctx context.Context, l Layout) bool {
-	procs, err := readProcesses(l)
+	procs, err := RecordedProcesses(l)
 	if err != nil || len(procs) == 0 {
 		return false
 	}

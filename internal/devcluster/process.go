@@ -127,8 +127,10 @@ func writeProcess(l Layout, p Process) error {
 	return writeFileAtomic(pidFile(l, p.Name), data, 0o644)
 }
 
-// readProcesses returns every process recorded under the run directory.
-func readProcesses(l Layout) ([]Process, error) {
+// RecordedProcesses returns every process recorded under the run directory of
+// l. Only complete records count: a record is written to a temporary file and
+// renamed into place, so a run killed mid-write leaves no half record behind.
+func RecordedProcesses(l Layout) ([]Process, error) {
 	entries, err := os.ReadDir(l.RunDir())
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil

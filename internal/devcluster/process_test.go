@@ -2,6 +2,7 @@ package devcluster
 
 import (
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -31,12 +32,27 @@ func TestProcessRecordRoundTrip(t *testing.T) {
 	if err := writeProcess(l, want); err != nil {
 		t.Fatal(err)
 	}
-	got, err := readProcesses(l)
+	got, err := RecordedProcesses(l)
 	if err != nil || len(got) != 1 || got[0].Name != want.Name || got[0].PID != 42 || got[0].StartTime != 7 {
 		t.Fatalf("read %v, %v", got, err)
 	}
 	if nodes := recordedNodes(got); len(nodes) != 1 || nodes[0] != "nest-worker" {
 		t.Errorf("recordedNodes = %v", nodes)
+	}
+}
+
+func TestRecordedProcessesIgnoresInterruptedWrites(t *testing.T) {
+	l := Layout{Root: t.TempDir()}
+	if err := writeProcess(l, Process{Name: "etcd", PID: 1, StartTime: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// What writeFileAtomic leaves when the writer is killed before the rename.
+	if err := os.WriteFile(filepath.Join(l.RunDir(), ".kube-apiserver.pid.123"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := RecordedProcesses(l)
+	if err != nil || len(got) != 1 || got[0].Name != "etcd" {
+		t.Fatalf("RecordedProcesses = %v, %v; want only etcd", got, err)
 	}
 }
 

@@ -56,7 +56,7 @@ func Status(ctx context.Context, stateDir string) (ClusterStatus, error) {
 	st := ClusterStatus{StateDir: stateDir, Kubeconfig: l.AdminKubeconfig()}
 	_, err := readRecord(l)
 	st.Recorded = err == nil
-	procs, err := readProcesses(l)
+	procs, err := RecordedProcesses(l)
 	if err != nil {
 		return st, err
 	}

@@ -61,7 +61,7 @@ func BenchmarkDevClusterUpDown(b *testing.B) {
 // (node-specific processes are named by component only, e.g. "kubelet@nest-worker").
 func componentRSS(b *testing.B, stateDir string) map[string]float64 {
 	out := map[string]float64{}
-	for name, p := range recordedPIDsB(b, stateDir) {
+	for name, p := range recordedPIDs(b, stateDir) {
 		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.PID))
 		if err != nil {
 			b.Fatalf("read status of %s: %v", name, err)

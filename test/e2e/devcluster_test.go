@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -468,28 +467,15 @@ func killAll(t *testing.T, procs map[string]devcluster.Process) {
 	})
 }
 
-// recordedPIDs reads the PID files under the state directory: name -> pid.
-func recordedPIDs(t *testing.T, stateDir string) map[string]devcluster.Process {
-	return recordedPIDsB(t, stateDir)
-}
-
-func recordedPIDsB(t testing.TB, stateDir string) map[string]devcluster.Process {
+// recordedPIDs reads the process records under the state directory: name -> process.
+func recordedPIDs(t testing.TB, stateDir string) map[string]devcluster.Process {
 	t.Helper()
-	dir := devcluster.Layout{Root: stateDir}.RunDir()
-	entries, err := os.ReadDir(dir)
+	procs, err := devcluster.RecordedProcesses(devcluster.Layout{Root: stateDir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]devcluster.Process{}
-	for _, e := range entries {
-		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var p devcluster.Process
-		if err := json.Unmarshal(data, &p); err != nil {
-			t.Fatal(err)
-		}
+	out := make(map[string]devcluster.Process, len(procs))
+	for _, p := range procs {
 		out[p.Name] = p
 	}
 	return out
