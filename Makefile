@@ -32,7 +32,7 @@ build-k8s:
 	cd k8s/coredns && go build -ldflags '-s -w' -o $(BIN)/coredns .
 
 build-nest:
-	go build -ldflags '-s -w' -o $(BIN)/ ./cmd/nest ./cmd/nest-manager ./cmd/pause ./cmd/testapp
+	go build -ldflags '-s -w' -o $(BIN)/ ./cmd/nest ./cmd/nest-manager ./cmd/nest-syncer ./cmd/pause ./cmd/testapp
 
 ## test: every test CI runs: lint, unit tests, then end-to-end tests on a real local host cluster
 test: deps build lint unit e2e
@@ -59,8 +59,11 @@ generate:
 	go tool controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/... \
 		crd paths=./api/... output:crd:artifacts:config=config/crd \
 		rbac:roleName=nest-manager paths=./internal/controller/... output:rbac:artifacts:config=config/rbac
+	go tool controller-gen rbac:roleName=nest-syncer paths=./internal/syncer/... output:rbac:artifacts:config=config/syncer
 	cp config/crd/*.yaml charts/nest/crds/
 	sed -n '/^rules:/,$$p' config/rbac/role.yaml | tail -n +2 > charts/nest/files/clusterrole-rules.yaml
+	sed -n '/^rules:/,$$p' config/syncer/role.yaml | tail -n +2 > charts/nest/files/syncer-clusterrole-rules.yaml
+	cp config/scheduling/priorityclass.yaml charts/nest/templates/priorityclass.yaml
 
 e2e:
 	NEST_BIN_DIR=$(BIN) go test -count=1 -timeout 30m -v ./test/e2e/...

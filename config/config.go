@@ -5,11 +5,12 @@ package config
 
 import "embed"
 
-// Manifests holds crd/, rbac/ and manager/, in the order they must be applied.
+// Manifests holds crd/, rbac/, syncer/ (nest-syncer's ClusterRole),
+// scheduling/ (the tenant PriorityClass) and manager/.
 //
-//go:embed crd/*.yaml rbac/*.yaml manager/*.yaml
+//go:embed crd/*.yaml rbac/*.yaml syncer/*.yaml scheduling/*.yaml manager/*.yaml
 var Manifests embed.FS
 
 // Order lists the folders of Manifests in apply order: the namespace and CRDs
 // before what lives in them.
-var Order = []string{"manager/namespace.yaml", "crd", "rbac", "manager/manager.yaml"}
+var Order = []string{"manager/namespace.yaml", "crd", "rbac", "syncer", "scheduling", "manager/manager.yaml"}

@@ -33,14 +33,15 @@ const (
 // Condition types of a VirtualCluster.
 const (
 	// ConditionReady is True when tenants can use the cluster: the control plane
-	// is available, the kubeconfig is written and the add-ons are installed.
+	// is available, the kubeconfig is written and the virtual node is Ready.
 	ConditionReady = "Ready"
 	// ConditionControlPlaneAvailable is True when the tenant API server answers /readyz.
 	ConditionControlPlaneAvailable = "ControlPlaneAvailable"
 	// ConditionCertificatesReady is True when every certificate and kubeconfig Secret exists.
 	ConditionCertificatesReady = "CertificatesReady"
-	// ConditionAddonsReady is True when CoreDNS is installed in the tenant cluster.
-	ConditionAddonsReady = "AddonsReady"
+	// ConditionNodesReady is True when the virtual node is Ready in the tenant
+	// cluster, so tenant pods can be scheduled.
+	ConditionNodesReady = "NodesReady"
 )
 
 // ServiceType is how the tenant API server is exposed.
@@ -98,11 +99,15 @@ type VirtualClusterSpec struct {
 	// +kubebuilder:validation:MaxItems=16
 	PromotePolicies []PromotePolicy `json:"promotePolicies,omitempty"`
 
-	// PromoteResources is the tenant's share of host capacity, shown as the
-	// virtual node's capacity. Served by shared mode (a later release).
+	// PromoteResources is the tenant's share of host capacity: the virtual
+	// node's capacity, and the host ResourceQuota of the tenant's pods.
 	// +optional
 	PromoteResources PromoteResources `json:"promoteResources,omitempty"`
 
+	// VirtualNode configures the virtual node that runs tenant pods on host
+	// capacity (shared mode).
+	// +optional
+	VirtualNode VirtualNodeSpec `json:"virtualNode,omitempty"`
 	// Kubeconfig is the tenant's admin kubeconfig, base64 encoded, written by
 	// the operator for kubenest compatibility. Prefer the Secret named in
 	// status.kubeconfigSecretRef.
@@ -152,6 +157,28 @@ type DatastoreSpec struct {
 	StorageClassName *string `json:"storageClassName,omitempty"`
 }
 
+// PodSecurityLevel is a Pod Security Standard level a tenant pod must meet
+// before nest-syncer runs it on the host. "privileged" is not offered: it
+// would let a tenant pod escape onto the host.
+// +kubebuilder:validation:Enum=baseline;restricted
+type PodSecurityLevel string
+
+// VirtualNodeSpec configures the virtual node and nest-syncer.
+type VirtualNodeSpec struct {
+	// PodSecurityLevel every pod on the virtual node must meet, checked by
+	// nest-syncer with the upstream Pod Security admission checks. Tenants
+	// cannot lower it: namespace labels in the tenant cluster do not apply.
+	// +optional
+	// +kubebuilder:default=baseline
+	PodSecurityLevel PodSecurityLevel `json:"podSecurityLevel,omitempty"`
+	// TokenMaxAge bounds how long a service-account token delivered to a host
+	// pod is used before nest-syncer refreshes it in place. Tokens are also
+	// refreshed at 80% of their lifetime, as the kubelet does.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s') && duration(self) <= duration('24h')",message="tokenMaxAge must be from 10s to 24h, such as 1h"
+	TokenMaxAge *metav1.Duration `json:"tokenMaxAge,omitempty"`
+}
+
 // PromotePolicy selects host nodes to promote into the tenant cluster.
 type PromotePolicy struct {
 	// LabelSelector selects candidate host nodes.
@@ -175,7 +202,8 @@ type PromoteResources struct {
 	NodeInfos []NodeInfo `json:"nodeInfos,omitempty"`
 
 	// Resources is the capacity of the tenant's virtual node: cpu, memory,
-	// pods, and extended resources such as nvidia.com/gpu.
+	// pods, and extended resources such as nvidia.com/gpu. Unset names default
+	// to cpu 2, memory 4Gi and pods 110.
 	// +optional
 	Resources corev1.ResourceList `json:"resources,omitempty"`
 }
@@ -195,7 +223,7 @@ type VirtualClusterStatus struct {
 	// +optional
 	Phase Phase `json:"phase,omitempty"`
 
-	// Conditions: Ready, ControlPlaneAvailable, CertificatesReady, AddonsReady.
+	// Conditions: Ready, ControlPlaneAvailable, CertificatesReady, NodesReady.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

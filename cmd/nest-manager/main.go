@@ -21,7 +21,7 @@ import (
 
 func main() {
 	var (
-		metricsAddr, probeAddr, hostDomain, kubeImage, corednsImage, pullPolicy string
+		metricsAddr, probeAddr, hostDomain, kubeImage, corednsImage, syncerImage, pullPolicy string
 		leaderElect                                                             bool
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint; 0 disables it")
@@ -29,7 +29,8 @@ func main() {
 	flag.BoolVar(&leaderElect, "leader-elect", true, "elect a leader so only one replica reconciles")
 	flag.StringVar(&hostDomain, "host-cluster-domain", "cluster.local", "DNS suffix of the host cluster, named in tenant API server certificates")
 	flag.StringVar(&kubeImage, "kube-image", images.Kube, "image of the tenant control-plane components")
-	flag.StringVar(&corednsImage, "coredns-image", images.CoreDNS, "image of CoreDNS in tenant clusters")
+	flag.StringVar(&corednsImage, "coredns-image", images.CoreDNS, "image of the tenant CoreDNS in control-plane pods")
+	flag.StringVar(&syncerImage, "syncer-image", images.NestSyncer, "image of nest-syncer in control-plane pods")
 	flag.StringVar(&pullPolicy, "image-pull-policy", string(corev1.PullIfNotPresent), "pull policy of tenant control-plane images")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
@@ -57,9 +58,9 @@ func main() {
 		APIReader:         mgr.GetAPIReader(),
 		Scheme:            scheme,
 		Recorder:          mgr.GetEventRecorder("nest-manager"),
-		ControlPlane:      controlplane.Options{KubeImage: kubeImage, ImagePullPolicy: corev1.PullPolicy(pullPolicy)},
+		ControlPlane:      controlplane.Options{KubeImage: kubeImage, SyncerImage: syncerImage, CoreDNSImage: corednsImage, ImagePullPolicy: corev1.PullPolicy(pullPolicy)},
 		HostClusterDomain: hostDomain,
-		Tenants:           virtualcluster.APITenants{CoreDNSImage: corednsImage},
+		Tenants:           virtualcluster.APITenants{},
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		log.Error(err, "Unable to set up controller", "controller", "virtualcluster")

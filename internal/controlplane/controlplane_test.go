@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
@@ -136,10 +137,24 @@ func TestStatefulSetFor(t *testing.T) {
 		v.Spec.ServiceCIDR = "10.100.0.0/16"
 		v.Spec.ClusterDomain = "tenant.local"
 	}),
-		Options{KubeImage: "img", ImagePullPolicy: corev1.PullNever})
+		Options{KubeImage: "img", SyncerImage: "img", CoreDNSImage: "img", ImagePullPolicy: corev1.PullNever},
+		ServiceIPs{APIServer: "10.96.0.5", DNS: "10.96.0.6"})
 	pod := sts.Spec.Template.Spec
-	if len(pod.InitContainers) != 2 || len(pod.Containers) != 2 {
-		t.Fatalf("init containers %d, containers %d; want etcd and kube-apiserver as sidecars, then two", len(pod.InitContainers), len(pod.Containers))
+	if len(pod.InitContainers) != 3 || len(pod.Containers) != 3 {
+		t.Fatalf("init containers %d, containers %d; want etcd, kube-apiserver and nest-syncer as sidecars, then three", len(pod.InitContainers), len(pod.Containers))
+	}
+	syncerArgs := strings.Join(pod.InitContainers[2].Args, " ")
+	for _, want := range []string{"--api-server-host=10.96.0.5", "--dns-server=10.96.0.6", "--cluster-domain=tenant.local", "--capacity=cpu=2,memory=4Gi,pods=110", "--pod-security-level=baseline"} {
+		if !strings.Contains(syncerArgs, want) {
+			t.Errorf("nest-syncer lacks %s in %s", want, syncerArgs)
+		}
+	}
+	for _, c := range append(pod.InitContainers, pod.Containers...) {
+		for _, m := range c.VolumeMounts {
+			if m.Name == "host-token" && c.Name != "nest-syncer" {
+				t.Errorf("container %s mounts the syncer's host token", c.Name)
+			}
+		}
 	}
 	for _, c := range pod.InitContainers {
 		if c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways || c.StartupProbe == nil {
@@ -229,5 +244,27 @@ func TestReconcilePKIRenewsCertificatesNearExpiry(t *testing.T) {
 	}
 	if !bytes.Equal(renewed[APIServerCert], data[APIServerCert]) {
 		t.Error("a certificate that was not due was renewed too")
+	}
+}
+
+func TestTenantQuotaFor(t *testing.T) {
+	v := vc(func(v *nestv1.VirtualCluster) {
+		v.Spec.PromoteResources.Resources = corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse("4"), "nvidia.com/gpu": resource.MustParse("2"),
+		}
+	})
+	q := TenantQuotaFor(v)
+	want := map[corev1.ResourceName]string{"requests.cpu": "4", "requests.memory": "4Gi", "pods": "110", "requests.nvidia.com/gpu": "2"}
+	if len(q.Spec.Hard) != len(want) {
+		t.Errorf("hard = %v, want %v", q.Spec.Hard, want)
+	}
+	for name, v := range want {
+		if got := q.Spec.Hard[name]; got.String() != v {
+			t.Errorf("hard[%s] = %s, want %s", name, got.String(), v)
+		}
+	}
+	sel := q.Spec.ScopeSelector.MatchExpressions
+	if len(sel) != 1 || sel[0].ScopeName != corev1.ResourceQuotaScopePriorityClass || sel[0].Values[0] != TenantPriorityClass {
+		t.Errorf("scope selector %v: want the tenant priority class only", sel)
 	}
 }

@@ -15,6 +15,10 @@ const (
 	KubeconfigDir               = "/etc/kubernetes/kubeconfig"
 	ControllerManagerKubeconfig = "controller-manager.conf"
 	SchedulerKubeconfig         = "scheduler.conf"
+	// SyncerKubeconfig is nest-syncer's tenant credential. The syncer is part
+	// of the control plane, as the controller-manager is, and acts for the
+	// virtual node and for every namespace, so it is in system:masters.
+	SyncerKubeconfig = "nest-syncer.conf"
 	// AdminUser is the tenant administrator's user name (group system:masters).
 	AdminUser = "nest-admin"
 )
@@ -23,8 +27,8 @@ const (
 // server: the same pod.
 var loopbackServer = fmt.Sprintf("https://127.0.0.1:%d", Port)
 
-// ReconcileComponentKubeconfigs returns the controller-manager and scheduler
-// kubeconfigs, keeping existing ones whose client certificate the current CA signed.
+// ReconcileComponentKubeconfigs returns the controller-manager, scheduler and
+// nest-syncer kubeconfigs, keeping existing ones whose client certificate the current CA signed.
 func ReconcileComponentKubeconfigs(existing map[string][]byte, pkiData map[string][]byte, n Names) (map[string][]byte, bool, error) {
 	ca, err := pki.LoadCA(pki.KeyPair{CertPEM: pkiData[CACert], KeyPEM: pkiData[CAKey]})
 	if err != nil {
@@ -32,15 +36,16 @@ func ReconcileComponentKubeconfigs(existing map[string][]byte, pkiData map[strin
 	}
 	out := map[string][]byte{}
 	changed := false
-	for file, user := range map[string]string{
-		ControllerManagerKubeconfig: "system:kube-controller-manager",
-		SchedulerKubeconfig:         "system:kube-scheduler",
+	for file, subject := range map[string]pki.CertSpec{
+		ControllerManagerKubeconfig: {CommonName: "system:kube-controller-manager"},
+		SchedulerKubeconfig:         {CommonName: "system:kube-scheduler"},
+		SyncerKubeconfig:            {CommonName: "nest:syncer", Organizations: []string{"system:masters"}},
 	} {
 		if kubeconfigValid(existing[file], ca.CertPEM, loopbackServer) {
 			out[file] = existing[file]
 			continue
 		}
-		data, err := issueKubeconfig(ca, n.VirtualCluster, loopbackServer, pki.CertSpec{CommonName: user})
+		data, err := issueKubeconfig(ca, n.VirtualCluster, loopbackServer, subject)
 		if err != nil {
 			return nil, false, err
 		}

@@ -71,3 +71,13 @@ func (n Names) InternalServer() string {
 func (n Names) Labels() map[string]string {
 	return map[string]string{LabelVirtualCluster: n.VirtualCluster, LabelManagedBy: ManagedByValue, LabelComponent: "control-plane"}
 }
+
+// DNSService fronts the tenant's CoreDNS for host pods.
+func (n Names) DNSService() string { return n.VirtualCluster + "-dns" }
+
+// SyncerServiceAccount is nest-syncer's host identity; a RoleBinding of the
+// same name grants it the nest-syncer ClusterRole in this namespace only.
+func (n Names) SyncerServiceAccount() string { return n.VirtualCluster + "-syncer" }
+
+// TenantQuota is the host ResourceQuota of the tenant's pods.
+func (n Names) TenantQuota() string { return n.VirtualCluster + "-tenant-share" }

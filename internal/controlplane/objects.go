@@ -18,6 +18,8 @@ import (
 type Options struct {
 	// KubeImage is the Kubernetes multi-call image (etcd and every control-plane binary).
 	KubeImage string
+	// SyncerImage runs nest-syncer; CoreDNSImage the tenant's CoreDNS.
+	SyncerImage, CoreDNSImage string
 	// ImagePullPolicy of the control-plane containers.
 	ImagePullPolicy corev1.PullPolicy
 }
@@ -53,20 +55,22 @@ func ServiceFor(vc *nestv1.VirtualCluster) *corev1.Service {
 
 // StatefulSetFor returns the StatefulSet that runs the tenant control plane:
 // one pod with etcd (data on a PersistentVolumeClaim), kube-apiserver,
-// kube-controller-manager and kube-scheduler.
-func StatefulSetFor(vc *nestv1.VirtualCluster, o Options) *appsv1.StatefulSet {
+// nest-syncer, kube-controller-manager, kube-scheduler and CoreDNS. ips are
+// the host ClusterIPs of the API server's and CoreDNS' Services.
+func StatefulSetFor(vc *nestv1.VirtualCluster, o Options, ips ServiceIPs) *appsv1.StatefulSet {
 	n := NamesOf(vc)
 	pod := corev1.PodSpec{
-		// etcd and kube-apiserver are sidecars: the kubelet starts them in order
-		// and starts the controller-manager and scheduler only once the API
-		// server's startup probe (/readyz) passes, so those never crash-loop on
-		// an API server that is not up yet.
-		InitContainers: []corev1.Container{sidecar(etcdContainer(n, o)), sidecar(apiServerContainer(vc, o))},
-		Containers:     []corev1.Container{controllerManagerContainer(o), schedulerContainer(o)},
-		Volumes: []corev1.Volume{
+		// etcd, kube-apiserver and nest-syncer are sidecars: the kubelet
+		// starts them in order, each once the one before passes its startup
+		// probe, so nothing crash-loops on an API server that is not up yet and
+		// CoreDNS starts once the syncer has written its Corefile.
+		InitContainers: []corev1.Container{sidecar(etcdContainer(n, o)), sidecar(apiServerContainer(vc, o)), sidecar(syncerContainer(vc, o, ips))},
+		Containers:     []corev1.Container{controllerManagerContainer(o), schedulerContainer(o), coreDNSContainer(o)},
+		Volumes: append([]corev1.Volume{
 			secretVolume("pki", n.PKISecret()),
 			secretVolume("kubeconfig", n.ComponentKubeconfigSecret()),
-		},
+		}, virtualNodeVolumes()...),
+		ServiceAccountName: n.SyncerServiceAccount(),
 		Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
 			PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{
 				Weight:     100,

@@ -26,6 +26,8 @@ const (
 	FrontProxyClientCert, FrontProxyClientKey = "front-proxy-client.crt", "front-proxy-client.key"
 	EtcdServerCert, EtcdServerKey             = "etcd-server.crt", "etcd-server.key"
 	EtcdPeerCert, EtcdPeerKey                 = "etcd-peer.crt", "etcd-peer.key"
+	// SyncerServingCert serves the virtual node's kubelet API on loopback.
+	SyncerServingCert, SyncerServingKey = "nest-syncer-serving.crt", "nest-syncer-serving.key"
 
 	frontProxyClientName = "front-proxy-client"
 )
@@ -162,6 +164,7 @@ func leafSpecs(n Names, e Endpoints) ([]leaf, error) {
 		{FrontProxyCACert, FrontProxyClientCert, FrontProxyClientKey, pki.CertSpec{CommonName: frontProxyClientName, Usage: pki.ClientAuth}},
 		{EtcdCACert, EtcdClientCert, EtcdClientKey, pki.CertSpec{CommonName: "kube-apiserver-etcd-client", Usage: pki.ClientAuth}},
 		{EtcdCACert, EtcdServerCert, EtcdServerKey, pki.CertSpec{CommonName: "etcd-server", DNSNames: []string{"localhost"}, IPs: loopback, Usage: pki.ServerAuth | pki.ClientAuth}},
+		{CACert, SyncerServingCert, SyncerServingKey, pki.CertSpec{CommonName: "nest-syncer", DNSNames: []string{"localhost"}, IPs: loopback, Usage: pki.ServerAuth}},
 		{EtcdCACert, EtcdPeerCert, EtcdPeerKey, pki.CertSpec{CommonName: "etcd-peer", DNSNames: []string{"localhost"}, IPs: loopback, Usage: pki.ServerAuth | pki.ClientAuth}},
 	}, nil
 }

@@ -43,6 +43,8 @@ const (
 	TestApp = "nest.local/testapp:dev"
 	// NestManager runs the Nest operator in the host cluster.
 	NestManager = "nest.local/nest-manager:dev"
+	// NestSyncer runs in every tenant control-plane pod: the virtual node.
+	NestSyncer = "nest.local/nest-syncer:dev"
 )
 
 // KubeComponents are the names the multi-call kube binary answers to; the kube
@@ -97,6 +99,7 @@ func Specs(binDir, busyboxPath string, busyboxApplets []string) []Spec {
 		{Name: Busybox, Files: box, Cmd: []string{"sh"}},
 		{Name: TestApp, Files: []File{tmpDir(), {Path: "/testapp", Source: filepath.Join(binDir, "testapp"), Mode: 0o755}}, Entrypoint: []string{"/testapp"}},
 		{Name: NestManager, Files: []File{tmpDir(), {Path: "/nest-manager", Source: filepath.Join(binDir, "nest-manager"), Mode: 0o755}}, Entrypoint: []string{"/nest-manager"}},
+		{Name: NestSyncer, Files: []File{tmpDir(), {Path: "/nest-syncer", Source: filepath.Join(binDir, "nest-syncer"), Mode: 0o755}}, Entrypoint: []string{"/nest-syncer"}},
 	}
 }
 

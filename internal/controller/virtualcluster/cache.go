@@ -3,6 +3,7 @@ package virtualcluster
 import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -12,7 +13,8 @@ import (
 )
 
 // CacheOptions limits the manager's informers for Secrets, Services,
-// StatefulSets and PersistentVolumeClaims to the objects Nest made (those
+// StatefulSets, PersistentVolumeClaims, ServiceAccounts, ResourceQuotas and
+// RoleBindings to the objects Nest made (those
 // labelled with the VirtualCluster's name), so a large host cluster's other
 // Secrets are never held in the manager's memory.
 func CacheOptions() cache.Options {
@@ -26,5 +28,8 @@ func CacheOptions() cache.Options {
 		&corev1.Service{}:               own,
 		&corev1.PersistentVolumeClaim{}: own,
 		&appsv1.StatefulSet{}:           own,
+		&corev1.ServiceAccount{}:        own,
+		&corev1.ResourceQuota{}:         own,
+		&rbacv1.RoleBinding{}:           own,
 	}}
 }

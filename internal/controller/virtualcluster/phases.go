@@ -11,6 +11,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
@@ -82,6 +83,48 @@ func (r *Reconciler) nodeIPs(ctx context.Context) ([]string, error) {
 	return ips, nil
 }
 
+// reconcileVirtualNodeObjects creates what the virtual node needs on the host:
+// the tenant CoreDNS Service, the syncer's ServiceAccount and RoleBinding, and
+// the ResourceQuota that enforces the tenant's share.
+func (r *Reconciler) reconcileVirtualNodeObjects(ctx context.Context, s *reconcileState) (bool, error) {
+	dns := controlplane.DNSServiceFor(s.vc)
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: dns.Name, Namespace: dns.Namespace}}
+	if err := r.ensure(ctx, s, svc, func() {
+		svc.Labels, svc.Spec.Type, svc.Spec.Selector = dns.Labels, dns.Spec.Type, dns.Spec.Selector
+		svc.Spec.Ports = mergePorts(svc.Spec.Ports, dns.Spec.Ports)
+	}); err != nil {
+		return false, err
+	}
+	sa, wantSA := &corev1.ServiceAccount{}, controlplane.SyncerServiceAccountFor(s.vc)
+	sa.ObjectMeta = metav1.ObjectMeta{Name: wantSA.Name, Namespace: wantSA.Namespace}
+	if err := r.ensure(ctx, s, sa, func() { sa.Labels, sa.AutomountServiceAccountToken = wantSA.Labels, wantSA.AutomountServiceAccountToken }); err != nil {
+		return false, err
+	}
+	rb, wantRB := &rbacv1.RoleBinding{}, controlplane.SyncerRoleBindingFor(s.vc)
+	rb.ObjectMeta = metav1.ObjectMeta{Name: wantRB.Name, Namespace: wantRB.Namespace}
+	if err := r.ensure(ctx, s, rb, func() { rb.Labels, rb.RoleRef, rb.Subjects = wantRB.Labels, wantRB.RoleRef, wantRB.Subjects }); err != nil {
+		return false, err
+	}
+	quota, wantQuota := &corev1.ResourceQuota{}, controlplane.TenantQuotaFor(s.vc)
+	quota.ObjectMeta = metav1.ObjectMeta{Name: wantQuota.Name, Namespace: wantQuota.Namespace}
+	if err := r.ensure(ctx, s, quota, func() { quota.Labels, quota.Spec = wantQuota.Labels, wantQuota.Spec }); err != nil {
+		return false, err
+	}
+	s.ips = controlplane.ServiceIPs{APIServer: s.service.Spec.ClusterIP, DNS: svc.Spec.ClusterIP}
+	return s.ips.APIServer != "" && s.ips.DNS != "", nil
+}
+
+// ensure creates or patches one host object owned by the VirtualCluster.
+func (r *Reconciler) ensure(ctx context.Context, s *reconcileState, obj client.Object, mutate func()) error {
+	if _, err := controllerutil.CreateOrPatch(ctx, r.Client, obj, func() error {
+		mutate()
+		return controllerutil.SetControllerReference(s.vc, obj, r.Scheme)
+	}); err != nil {
+		return fmt.Errorf("reconcile %T %s: %w", obj, klog.KObj(obj), err)
+	}
+	return nil
+}
+
 // reconcilePKI issues what is missing or stale in the PKI Secret and the
 // component kubeconfig Secret.
 func (r *Reconciler) reconcilePKI(ctx context.Context, s *reconcileState) (bool, error) {
@@ -129,7 +172,7 @@ func (r *Reconciler) reconcileSecret(ctx context.Context, s *reconcileState, nam
 // reconcileStatefulSet creates the control-plane StatefulSet or updates its
 // pod template, replicas and labels. Volume claim templates cannot change.
 func (r *Reconciler) reconcileStatefulSet(ctx context.Context, s *reconcileState) (bool, error) {
-	desired := controlplane.StatefulSetFor(s.vc, r.ControlPlane)
+	desired := controlplane.StatefulSetFor(s.vc, r.ControlPlane, s.ips)
 	// A changed certificate must reach the pod: the API server rereads its
 	// serving certificate, but the pod restarts for the others.
 	desired.Spec.Template.Annotations = map[string]string{"nest.dev/pki-hash": hashData(s.pki)}
@@ -193,12 +236,13 @@ func (r *Reconciler) reconcileAvailability(ctx context.Context, s *reconcileStat
 	return true, nil
 }
 
-// reconcileAddons installs CoreDNS in the tenant cluster.
-func (r *Reconciler) reconcileAddons(ctx context.Context, s *reconcileState) (bool, error) {
-	if err := r.Tenants.InstallAddons(ctx, s.internal, s.vc); err != nil {
-		return false, fmt.Errorf("install add-ons in %s: %w", klog.KObj(s.vc), err)
+// reconcileVirtualNode waits for nest-syncer to register a Ready virtual node.
+func (r *Reconciler) reconcileVirtualNode(ctx context.Context, s *reconcileState) (bool, error) {
+	if err := r.Tenants.VirtualNodeReady(ctx, s.internal); err != nil {
+		s.obs.nodesMessage = err.Error()
+		return false, nil
 	}
-	s.obs.addons = true
+	s.obs.nodesReady = true
 	return true, nil
 }
 

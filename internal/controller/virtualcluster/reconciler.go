@@ -12,6 +12,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -35,12 +36,12 @@ const (
 	healthyRequeue  = 30 * time.Second
 )
 
-// TenantChecker checks a tenant API server and installs its add-ons, given the
+// TenantChecker checks a tenant API server and its virtual node, given the
 // tenant's in-cluster admin kubeconfig. Tests replace it; the default talks to
 // the tenant API server.
 type TenantChecker interface {
 	Ready(ctx context.Context, kubeconfig []byte) error
-	InstallAddons(ctx context.Context, kubeconfig []byte, vc *nestv1.VirtualCluster) error
+	VirtualNodeReady(ctx context.Context, kubeconfig []byte) error
 }
 
 // Reconciler reconciles VirtualClusters.
@@ -66,6 +67,9 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=serviceaccounts;resourcequotas,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=bind,resourceNames=nest-syncer
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile brings one VirtualCluster's host objects to their desired state and
@@ -98,6 +102,7 @@ type reconcileState struct {
 	obs      observed
 	service  *corev1.Service
 	nodeIPs  []string
+	ips      controlplane.ServiceIPs
 	pki      map[string][]byte
 	internal []byte // the in-cluster admin kubeconfig
 }
@@ -109,11 +114,12 @@ type phase func(ctx context.Context, s *reconcileState) (done bool, err error)
 func (r *Reconciler) runPhases(ctx context.Context, s *reconcileState) (ctrl.Result, error) {
 	for _, p := range []phase{
 		r.reconcileService,
+		r.reconcileVirtualNodeObjects,
 		r.reconcilePKI,
 		r.reconcileStatefulSet,
 		r.reconcileKubeconfig,
 		r.reconcileAvailability,
-		r.reconcileAddons,
+		r.reconcileVirtualNode,
 	} {
 		done, err := p(ctx, s)
 		if err != nil {
@@ -160,6 +166,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&corev1.Service{}).
 		Owns(&corev1.Secret{}).
+		Owns(&corev1.ResourceQuota{}).
+		Owns(&rbacv1.RoleBinding{}).
 		Named("virtualcluster").
 		Complete(r)
 }

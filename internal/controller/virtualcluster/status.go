@@ -23,8 +23,10 @@ type observed struct {
 	available bool
 	// availableMessage says why it is not available.
 	availableMessage string
-	// addons is true once CoreDNS is installed in the tenant cluster.
-	addons bool
+	// nodesReady is true once the virtual node is Ready in the tenant cluster.
+	nodesReady bool
+	// nodesMessage says why it is not.
+	nodesMessage string
 }
 
 // Condition reasons.
@@ -34,8 +36,8 @@ const (
 	ReasonAvailable          = "Available"
 	ReasonStarting           = "ControlPlaneStarting"
 	ReasonWaitingForEndpoint = "WaitingForEndpoint"
-	ReasonInstalled          = "Installed"
-	ReasonNotInstalled       = "NotInstalled"
+	ReasonNodesReady         = "NodesReady"
+	ReasonNodesNotReady      = "NodesNotReady"
 	ReasonReady              = "Ready"
 	ReasonNotReady           = "NotReady"
 )
@@ -53,14 +55,18 @@ func conditionsFor(o observed, generation int64) []metav1.Condition {
 	if availableMsg == "" {
 		availableMsg = "the tenant API server does not answer /readyz yet"
 	}
-	ready := o.certificates && o.hostObjects && o.endpoint != "" && o.kubeconfig && o.available && o.addons
+	nodesMsg := o.nodesMessage
+	if nodesMsg == "" {
+		nodesMsg = "waiting for the virtual node to register"
+	}
+	ready := o.certificates && o.hostObjects && o.endpoint != "" && o.kubeconfig && o.available && o.nodesReady
 	return []metav1.Condition{
 		cond(nestv1.ConditionCertificatesReady, o.certificates, ReasonIssued, ReasonIssuing,
 			"every certificate and kubeconfig is issued", "issuing the tenant PKI"),
 		cond(nestv1.ConditionControlPlaneAvailable, o.available, ReasonAvailable, ReasonStarting,
 			"the tenant API server answers /readyz", availableMsg),
-		cond(nestv1.ConditionAddonsReady, o.addons, ReasonInstalled, ReasonNotInstalled,
-			"CoreDNS is installed in the tenant cluster", "CoreDNS is not installed yet"),
+		cond(nestv1.ConditionNodesReady, o.nodesReady, ReasonNodesReady, ReasonNodesNotReady,
+			"the virtual node is Ready in the tenant cluster", nodesMsg),
 		cond(nestv1.ConditionReady, ready, ReasonReady, notReadyReason(o),
 			"the virtual cluster is ready: use the kubeconfig Secret", notReadyMessage(o)),
 	}
@@ -86,7 +92,7 @@ func notReadyMessage(o observed) string {
 	case !o.kubeconfig:
 		return "writing the kubeconfig"
 	default:
-		return "installing add-ons"
+		return "waiting for the virtual node to be Ready"
 	}
 }
 
@@ -98,7 +104,7 @@ func phaseFor(o observed, previous nestv1.Phase) nestv1.Phase {
 		return nestv1.PhasePreparing
 	case o.endpoint == "":
 		return nestv1.PhasePending
-	case o.available && o.kubeconfig && o.addons:
+	case o.available && o.kubeconfig && o.nodesReady:
 		return nestv1.PhaseCompleted
 	case previous == nestv1.PhaseCompleted || previous == nestv1.PhaseUpdating:
 		return nestv1.PhaseUpdating

@@ -9,7 +9,7 @@ import (
 )
 
 func TestPhaseAndConditions(t *testing.T) {
-	all := observed{certificates: true, hostObjects: true, endpoint: "https://x:1", kubeconfig: true, available: true, addons: true}
+	all := observed{certificates: true, hostObjects: true, endpoint: "https://x:1", kubeconfig: true, available: true, nodesReady: true}
 	tests := []struct {
 		name      string
 		obs       observed

@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/controlplane"
 	"github.com/nestdev/nest/internal/kube"
 	"github.com/nestdev/nest/internal/testutil"
@@ -43,8 +42,8 @@ func (f *fakeTenants) Ready(context.Context, []byte) error {
 	return errors.New("connection refused")
 }
 
-func (f *fakeTenants) InstallAddons(context.Context, []byte, *nestv1.VirtualCluster) error {
-	return nil
+func (f *fakeTenants) VirtualNodeReady(context.Context, []byte) error {
+	return f.Ready(context.Background(), nil)
 }
 
 func TestMain(m *testing.M) {

@@ -5,41 +5,32 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	nestv1 "github.com/nestdev/nest/api/v1alpha1"
-	"github.com/nestdev/nest/internal/addons"
 	"github.com/nestdev/nest/internal/controlplane"
 )
 
 // APITenants talks to tenant API servers with their in-cluster admin kubeconfig.
-type APITenants struct {
-	// CoreDNSImage is the CoreDNS image installed in tenant clusters.
-	CoreDNSImage string
-}
+type APITenants struct{}
 
 var _ TenantChecker = APITenants{}
 
-func restConfig(kubeconfig []byte) (*rest.Config, error) {
+func tenantClient(kubeconfig []byte) (*kubernetes.Clientset, error) {
 	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("parse tenant kubeconfig: %w", err)
 	}
 	cfg.Timeout = 5 * time.Second
-	return cfg, nil
+	return kubernetes.NewForConfig(rest.CopyConfig(cfg))
 }
 
 // Ready returns nil when the tenant API server's /readyz answers "ok".
 func (APITenants) Ready(ctx context.Context, kubeconfig []byte) error {
-	cfg, err := restConfig(kubeconfig)
-	if err != nil {
-		return err
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := tenantClient(kubeconfig)
 	if err != nil {
 		return err
 	}
@@ -53,28 +44,21 @@ func (APITenants) Ready(ctx context.Context, kubeconfig []byte) error {
 	return nil
 }
 
-// InstallAddons creates CoreDNS in the tenant cluster, with its Service at the
-// tenth address of the tenant's Service CIDR, as kubeadm places it.
-func (t APITenants) InstallAddons(ctx context.Context, kubeconfig []byte, vc *nestv1.VirtualCluster) error {
-	cfg, err := restConfig(kubeconfig)
+// VirtualNodeReady returns nil when the tenant's virtual node has condition
+// Ready=True, else an error saying what is missing.
+func (APITenants) VirtualNodeReady(ctx context.Context, kubeconfig []byte) error {
+	cs, err := tenantClient(kubeconfig)
 	if err != nil {
 		return err
 	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})
+	node, err := cs.CoreV1().Nodes().Get(ctx, controlplane.VirtualNodeName, metav1.GetOptions{})
 	if err != nil {
-		return err
+		return fmt.Errorf("virtual node %s: %w", controlplane.VirtualNodeName, err)
 	}
-	cidr := vc.Spec.ServiceCIDR
-	if cidr == "" {
-		cidr = "10.96.0.0/16"
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+			return nil
+		}
 	}
-	dnsIP, err := controlplane.NthServiceIP(cidr, 10)
-	if err != nil {
-		return err
-	}
-	domain := vc.Spec.ClusterDomain
-	if domain == "" {
-		domain = "cluster.local"
-	}
-	return addons.Apply(ctx, c, addons.CoreDNS(addons.DNSOptions{Image: t.CoreDNSImage, ClusterDomain: domain, ServiceIP: dnsIP, Replicas: 1}))
+	return fmt.Errorf("virtual node %s is not Ready yet", controlplane.VirtualNodeName)
 }

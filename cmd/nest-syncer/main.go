@@ -1,0 +1,35 @@
+// Command nest-syncer runs beside a tenant API server in the tenant
+// control-plane pod: it registers the virtual node and runs the tenant's pods
+// on the host. Flags and wiring only; the syncer lives in internal/syncer.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"k8s.io/klog/v2"
+
+	"github.com/nestdev/nest/internal/syncer"
+)
+
+func main() {
+	klog.InitFlags(nil)
+	var o syncer.Options
+	o.BindFlags(flag.CommandLine)
+	flag.Parse()
+	if err := o.Validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "nest-syncer:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	ctx = klog.NewContext(ctx, klog.Background())
+	if err := syncer.Run(ctx, o); err != nil && ctx.Err() == nil {
+		klog.ErrorS(err, "nest-syncer stopped")
+		os.Exit(1)
+	}
+}

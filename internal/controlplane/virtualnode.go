@@ -1,0 +1,195 @@
+package controlplane
+
+import (
+	"path"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/syncer"
+)
+
+// SyncerClusterRole is the ClusterRole installed with Nest that holds
+// nest-syncer's host permissions; each tenant's RoleBinding grants it in the
+// tenant's host namespace only.
+const SyncerClusterRole = "nest-syncer"
+
+// TenantPriorityClass is the host PriorityClass of every tenant pod, installed
+// with Nest. The tenant's host ResourceQuota selects pods by it, so the
+// control-plane pod does not count against the tenant's share.
+const TenantPriorityClass = "nest-tenant-workload"
+
+// VirtualNodeName is the virtual node's name in every tenant cluster.
+const VirtualNodeName = "nest-virtual-node"
+
+// dnsDir is the emptyDir the syncer writes CoreDNS' files to.
+const dnsDir = "/var/run/nest-dns"
+
+// hostTokenDir is where client-go's in-cluster configuration looks for the
+// syncer's host credentials.
+const hostTokenDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+// defaultShare is the virtual node's capacity for names the VirtualCluster
+// leaves out.
+var defaultShare = corev1.ResourceList{
+	corev1.ResourceCPU:    resource.MustParse("2"),
+	corev1.ResourceMemory: resource.MustParse("4Gi"),
+	corev1.ResourcePods:   resource.MustParse("110"),
+}
+
+// Share returns the tenant's share of host capacity: spec.promoteResources.resources
+// with defaults for cpu, memory and pods.
+func Share(vc *nestv1.VirtualCluster) corev1.ResourceList {
+	out := defaultShare.DeepCopy()
+	for name, q := range vc.Spec.PromoteResources.Resources {
+		out[name] = q.DeepCopy()
+	}
+	return out
+}
+
+// TenantQuotaFor returns the host ResourceQuota that enforces the share on
+// the host: requests of cpu, memory and extended resources, and the pod
+// count, of the pods in the tenant priority class.
+func TenantQuotaFor(vc *nestv1.VirtualCluster) *corev1.ResourceQuota {
+	n := NamesOf(vc)
+	hard := corev1.ResourceList{}
+	for name, q := range Share(vc) {
+		switch name {
+		case corev1.ResourcePods:
+			hard[name] = q
+		case corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourceEphemeralStorage:
+			hard["requests."+name] = q
+		default:
+			hard[corev1.ResourceName(corev1.DefaultResourceRequestsPrefix)+name] = q
+		}
+	}
+	return &corev1.ResourceQuota{
+		ObjectMeta: metav1.ObjectMeta{Name: n.TenantQuota(), Namespace: n.Namespace, Labels: n.Labels()},
+		Spec: corev1.ResourceQuotaSpec{
+			Hard: hard,
+			ScopeSelector: &corev1.ScopeSelector{MatchExpressions: []corev1.ScopedResourceSelectorRequirement{{
+				ScopeName: corev1.ResourceQuotaScopePriorityClass, Operator: corev1.ScopeSelectorOpIn, Values: []string{TenantPriorityClass},
+			}}},
+		},
+	}
+}
+
+// DNSServiceFor returns the Service host pods use as their nameserver: the
+// tenant CoreDNS in the control-plane pod.
+func DNSServiceFor(vc *nestv1.VirtualCluster) *corev1.Service {
+	n := NamesOf(vc)
+	target := intstr.FromInt32(syncer.DefaultDNSPort)
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: n.DNSService(), Namespace: n.Namespace, Labels: n.Labels()},
+		Spec: corev1.ServiceSpec{
+			Type:     corev1.ServiceTypeClusterIP,
+			Selector: n.Labels(),
+			Ports: []corev1.ServicePort{
+				{Name: "dns", Port: 53, TargetPort: target, Protocol: corev1.ProtocolUDP},
+				{Name: "dns-tcp", Port: 53, TargetPort: target, Protocol: corev1.ProtocolTCP},
+			},
+		},
+	}
+}
+
+// SyncerServiceAccountFor is nest-syncer's host identity.
+func SyncerServiceAccountFor(vc *nestv1.VirtualCluster) *corev1.ServiceAccount {
+	n := NamesOf(vc)
+	return &corev1.ServiceAccount{
+		ObjectMeta:                   metav1.ObjectMeta{Name: n.SyncerServiceAccount(), Namespace: n.Namespace, Labels: n.Labels()},
+		AutomountServiceAccountToken: ptr.To(false),
+	}
+}
+
+// SyncerRoleBindingFor grants the nest-syncer ClusterRole to the syncer in
+// the tenant's host namespace, and nowhere else.
+func SyncerRoleBindingFor(vc *nestv1.VirtualCluster) *rbacv1.RoleBinding {
+	n := NamesOf(vc)
+	return &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: n.SyncerServiceAccount(), Namespace: n.Namespace, Labels: n.Labels()},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: SyncerClusterRole},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: n.SyncerServiceAccount(), Namespace: n.Namespace}},
+	}
+}
+
+// ServiceIPs are the host ClusterIPs the syncer hands to host pods.
+type ServiceIPs struct {
+	APIServer, DNS string
+}
+
+func syncerOptions(vc *nestv1.VirtualCluster, ips ServiceIPs) syncer.Options {
+	o := syncer.Options{
+		Translator: syncer.Translator{
+			VirtualCluster: vc.Name, HostNamespace: vc.Namespace, ClusterDomain: clusterDomain(vc),
+			APIServerHost: ips.APIServer, APIServerPort: Port, DNSServer: ips.DNS,
+			NodeName: VirtualNodeName, PriorityClassName: TenantPriorityClass,
+		},
+		TenantKubeconfig: path.Join(KubeconfigDir, SyncerKubeconfig),
+		Capacity:         Share(vc),
+		PodSecurityLevel: string(vc.Spec.VirtualNode.PodSecurityLevel),
+		ServingCert:      pkiFile(SyncerServingCert), ServingKey: pkiFile(SyncerServingKey), ClientCA: pkiFile(CACert),
+		DNSDir: dnsDir,
+	}
+	if o.PodSecurityLevel == "" {
+		o.PodSecurityLevel = "baseline"
+	}
+	if d := vc.Spec.VirtualNode.TokenMaxAge; d != nil {
+		o.TokenMaxAge = d.Duration
+	} else {
+		o.TokenMaxAge = syncer.DefaultTokenMaxAge
+	}
+	return o
+}
+
+func syncerContainer(vc *nestv1.VirtualCluster, o Options, ips ServiceIPs) corev1.Container {
+	c := container("nest-syncer", o, syncerOptions(vc, ips).Args())
+	c.Image, c.Command = o.SyncerImage, []string{"/nest-syncer"}
+	c.VolumeMounts = append(mounts(false),
+		corev1.VolumeMount{Name: "dns", MountPath: dnsDir},
+		corev1.VolumeMount{Name: "host-token", MountPath: hostTokenDir, ReadOnly: true},
+	)
+	c.Resources = requests("50m", "64Mi")
+	c.StartupProbe = httpProbe("/healthz", 10248, corev1.URISchemeHTTP, 1, 120)
+	c.LivenessProbe = httpProbe("/healthz", 10248, corev1.URISchemeHTTP, 10, 6)
+	return c
+}
+
+func coreDNSContainer(o Options) corev1.Container {
+	c := container("coredns", o, []string{"-conf", path.Join(dnsDir, syncer.CorefileName)})
+	c.Image, c.Command = o.CoreDNSImage, []string{"/coredns"}
+	c.VolumeMounts = []corev1.VolumeMount{{Name: "dns", MountPath: dnsDir, ReadOnly: true}}
+	c.Resources = requests("25m", "32Mi")
+	c.Ports = []corev1.ContainerPort{{Name: "dns", ContainerPort: syncer.DefaultDNSPort, Protocol: corev1.ProtocolUDP}, {Name: "dns-tcp", ContainerPort: syncer.DefaultDNSPort}}
+	c.LivenessProbe = httpProbe("/health", syncer.DefaultDNSHealthPort, corev1.URISchemeHTTP, 10, 6)
+	c.ReadinessProbe = httpProbe("/ready", syncer.DefaultDNSHealthPort+1, corev1.URISchemeHTTP, 2, 3)
+	return c
+}
+
+// virtualNodeVolumes are the CoreDNS files, and the syncer's host token:
+// projected only into the syncer container, refreshed by the kubelet.
+func virtualNodeVolumes() []corev1.Volume {
+	return []corev1.Volume{
+		{Name: "dns", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse("16Mi"))}}},
+		{Name: "host-token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+			DefaultMode: ptr.To[int32](0o440),
+			Sources: []corev1.VolumeProjection{
+				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: ptr.To(int64(time.Hour / time.Second))}},
+				{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"}, Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
+				{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{Path: "namespace", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}},
+			},
+		}}},
+	}
+}
+
+func clusterDomain(vc *nestv1.VirtualCluster) string {
+	if vc.Spec.ClusterDomain == "" {
+		return "cluster.local"
+	}
+	return vc.Spec.ClusterDomain
+}

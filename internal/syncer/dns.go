@@ -1,0 +1,153 @@
+package syncer
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/klog/v2"
+)
+
+// Files the syncer writes for the tenant's CoreDNS.
+const (
+	CorefileName  = "Corefile"
+	HostsFileName = "hosts"
+)
+
+// serviceSyncer mirrors tenant Services on the host and keeps the tenant's
+// DNS records pointing at their host ClusterIPs.
+type serviceSyncer struct {
+	tr             Translator
+	host           kubernetes.Interface
+	dnsDir         string
+	tenantServices corelisters.ServiceLister
+	hostServices   corelisters.ServiceNamespaceLister
+	changed        chan struct{}
+	last           []byte
+}
+
+func (s *serviceSyncer) tenantServiceChanged(ctx context.Context, svc *corev1.Service) {
+	defer s.trigger()
+	want, ok := s.tr.HostService(svc)
+	if !ok {
+		return
+	}
+	have, err := s.hostServices.Get(want.Name)
+	switch {
+	case apierrors.IsNotFound(err):
+		_, err = s.host.CoreV1().Services(want.Namespace).Create(ctx, want, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			err = nil
+		}
+	case err == nil && ServiceNeedsUpdate(have, want):
+		upd := have.DeepCopy()
+		upd.Labels, upd.Annotations = want.Labels, want.Annotations
+		upd.Spec.Selector, upd.Spec.Ports = want.Spec.Selector, want.Spec.Ports
+		upd.Spec.SessionAffinity, upd.Spec.SessionAffinityConfig = want.Spec.SessionAffinity, want.Spec.SessionAffinityConfig
+		upd.Spec.PublishNotReadyAddresses = want.Spec.PublishNotReadyAddresses
+		_, err = s.host.CoreV1().Services(want.Namespace).Update(ctx, upd, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Sync Service to the host", "service", klog.KObj(svc))
+	}
+}
+
+func (s *serviceSyncer) tenantServiceDeleted(ctx context.Context, svc *corev1.Service) {
+	defer s.trigger()
+	err := s.host.CoreV1().Services(s.tr.HostNamespace).Delete(ctx, HostName(s.tr.VirtualCluster, svc.Namespace, svc.Name), metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		klog.FromContext(ctx).Error(err, "Delete host Service", "service", klog.KObj(svc))
+	}
+}
+
+// trigger asks for the hosts file to be rewritten; bursts coalesce.
+func (s *serviceSyncer) trigger() {
+	select {
+	case s.changed <- struct{}{}:
+	default:
+	}
+}
+
+// run rewrites the hosts file whenever a Service changes on either side.
+func (s *serviceSyncer) run(ctx context.Context) {
+	s.trigger()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.changed:
+		}
+		if err := s.writeHosts(); err != nil {
+			klog.FromContext(ctx).Error(err, "Write DNS records")
+		}
+	}
+}
+
+// Records returns the tenant's DNS records: the API server, and every
+// tenant Service whose host copy has a ClusterIP.
+func (s *serviceSyncer) Records() []DNSRecord {
+	records := []DNSRecord{s.tr.APIServerRecord()}
+	tenant, _ := s.tenantServices.List(labels.Everything())
+	for _, svc := range tenant {
+		host, err := s.hostServices.Get(HostName(s.tr.VirtualCluster, svc.Namespace, svc.Name))
+		if err != nil {
+			continue
+		}
+		if r, ok := s.tr.ServiceRecord(svc.Namespace, svc.Name, host.Spec.ClusterIP); ok {
+			records = append(records, r)
+		}
+	}
+	return records
+}
+
+func (s *serviceSyncer) writeHosts() error {
+	data := HostsFile(s.Records())
+	if bytes.Equal(data, s.last) {
+		return nil
+	}
+	if err := writeAtomic(filepath.Join(s.dnsDir, HostsFileName), data); err != nil {
+		return err
+	}
+	s.last = data
+	return nil
+}
+
+func (s *serviceSyncer) writeCorefile(port, healthPort int) error {
+	if err := os.MkdirAll(s.dnsDir, 0o755); err != nil {
+		return err
+	}
+	if err := s.writeHosts(); err != nil {
+		return err
+	}
+	return writeAtomic(filepath.Join(s.dnsDir, CorefileName), []byte(Corefile(port, filepath.Join(s.dnsDir, HostsFileName), s.tr.ClusterDomain, healthPort)))
+}
+
+// writeAtomic replaces a file by renaming a complete temporary file over it,
+// so CoreDNS never reads half a file.
+func writeAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

@@ -1,0 +1,18 @@
+// Package syncer is nest-syncer: it runs beside a tenant API server, shows the
+// tenant's share of host capacity as one virtual node, and runs the pods the
+// tenant schedules there as ordinary pods in the tenant's host namespace.
+//
+// It follows the ClusterTree / Virtual Kubelet pattern, on the virtual-kubelet
+// library's node and pod controllers. Each resource kind has one translator:
+//
+//   - pods (pod.go): tenant pod → host pod, and host status → tenant status;
+//   - ConfigMaps and Secrets a pod references (objects.go), kept up to date;
+//   - service-account tokens (token.go), requested from the tenant API server
+//     and delivered to the host pod as a file that is refreshed in place;
+//   - Services (service.go), whose host ClusterIPs the tenant's CoreDNS serves
+//     under the tenant's names (dns.go).
+//
+// Every translation is a pure function of its inputs and is unit-tested; the
+// provider (provider.go) wires them to the two API servers. The syncer's host
+// credentials reach only its own host namespace.
+package syncer

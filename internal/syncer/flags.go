@@ -1,0 +1,148 @@
+package syncer
+
+import (
+	"flag"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// Flag names of nest-syncer. The VirtualCluster controller writes them with
+// Args and the binary reads them with BindFlags, so both agree by construction.
+const (
+	flagVirtualCluster   = "virtual-cluster"
+	flagHostNamespace    = "host-namespace"
+	flagNodeName         = "node-name"
+	flagClusterDomain    = "cluster-domain"
+	flagAPIServerHost    = "api-server-host"
+	flagAPIServerPort    = "api-server-port"
+	flagDNSServer        = "dns-server"
+	flagPriorityClass    = "priority-class"
+	flagCapacity         = "capacity"
+	flagPodSecurity      = "pod-security-level"
+	flagTokenMaxAge      = "token-max-age"
+	flagTenantKubeconfig = "tenant-kubeconfig"
+	flagServingCert      = "kubelet-serving-cert"
+	flagServingKey       = "kubelet-serving-key"
+	flagClientCA         = "kubelet-client-ca"
+	flagDNSDir           = "dns-dir"
+)
+
+// Defaults of the flags that the controller leaves alone.
+const (
+	DefaultKubeletAddr   = "127.0.0.1:10250"
+	DefaultHealthAddr    = ":10248"
+	DefaultDNSPort       = 1053
+	DefaultDNSHealthPort = 8080
+	DefaultTokenMaxAge   = 24 * time.Hour
+	// KubeletClientName is the tenant API server's kubelet client certificate name.
+	KubeletClientName = "kube-apiserver-kubelet-client"
+)
+
+// BindFlags registers every option on fs.
+func (o *Options) BindFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.VirtualCluster, flagVirtualCluster, "", "name of the VirtualCluster (required)")
+	fs.StringVar(&o.HostNamespace, flagHostNamespace, "", "host namespace of the VirtualCluster (required)")
+	fs.StringVar(&o.NodeName, flagNodeName, "nest-virtual-node", "name of the virtual node in the tenant cluster")
+	fs.StringVar(&o.ClusterDomain, flagClusterDomain, "cluster.local", "tenant DNS suffix")
+	fs.StringVar(&o.APIServerHost, flagAPIServerHost, "", "host ClusterIP of the tenant API server's Service (required)")
+	fs.Func(flagAPIServerPort, "port of the tenant API server's Service (default 6443)", func(s string) error {
+		p, err := strconv.ParseInt(s, 10, 32)
+		o.APIServerPort = int32(p)
+		return err
+	})
+	fs.StringVar(&o.DNSServer, flagDNSServer, "", "host ClusterIP of the tenant's CoreDNS (required)")
+	fs.StringVar(&o.PriorityClassName, flagPriorityClass, "", "host PriorityClass of tenant pods, selected by the tenant's host ResourceQuota")
+	fs.Func(flagCapacity, "virtual node capacity, such as cpu=4,memory=8Gi,pods=110,nvidia.com/gpu=1", func(s string) error {
+		l, err := ParseResourceList(s)
+		o.Capacity = l
+		return err
+	})
+	fs.StringVar(&o.PodSecurityLevel, flagPodSecurity, "baseline", "Pod Security Standard level of tenant pods: baseline or restricted")
+	fs.DurationVar(&o.TokenMaxAge, flagTokenMaxAge, DefaultTokenMaxAge, "longest a service-account token is used before it is refreshed")
+	fs.StringVar(&o.TenantKubeconfig, flagTenantKubeconfig, "", "kubeconfig for the tenant API server (required)")
+	fs.StringVar(&o.ServingCert, flagServingCert, "", "kubelet API serving certificate (PEM)")
+	fs.StringVar(&o.ServingKey, flagServingKey, "", "kubelet API serving key (PEM)")
+	fs.StringVar(&o.ClientCA, flagClientCA, "", "CA of the tenant API server's kubelet client certificate (PEM)")
+	fs.StringVar(&o.DNSDir, flagDNSDir, "/var/run/nest-dns", "directory for the tenant CoreDNS' Corefile and hosts file")
+	o.KubeletAddr, o.HealthAddr = DefaultKubeletAddr, DefaultHealthAddr
+	o.DNSPort, o.DNSHealthPort = DefaultDNSPort, DefaultDNSHealthPort
+	o.KubeletClientName = KubeletClientName
+	o.APIServerPort = 6443
+}
+
+// Args renders o as nest-syncer flags.
+func (o Options) Args() []string {
+	args := []string{
+		"--" + flagVirtualCluster + "=" + o.VirtualCluster,
+		"--" + flagHostNamespace + "=" + o.HostNamespace,
+		"--" + flagNodeName + "=" + o.NodeName,
+		"--" + flagClusterDomain + "=" + o.ClusterDomain,
+		"--" + flagAPIServerHost + "=" + o.APIServerHost,
+		"--" + flagAPIServerPort + "=" + strconv.Itoa(int(o.APIServerPort)),
+		"--" + flagDNSServer + "=" + o.DNSServer,
+		"--" + flagPriorityClass + "=" + o.PriorityClassName,
+		"--" + flagCapacity + "=" + FormatResourceList(o.Capacity),
+		"--" + flagPodSecurity + "=" + o.PodSecurityLevel,
+		"--" + flagTenantKubeconfig + "=" + o.TenantKubeconfig,
+		"--" + flagServingCert + "=" + o.ServingCert,
+		"--" + flagServingKey + "=" + o.ServingKey,
+		"--" + flagClientCA + "=" + o.ClientCA,
+		"--" + flagDNSDir + "=" + o.DNSDir,
+	}
+	if o.TokenMaxAge > 0 {
+		args = append(args, "--"+flagTokenMaxAge+"="+o.TokenMaxAge.String())
+	}
+	return args
+}
+
+// Validate names the first required option that is missing.
+func (o Options) Validate() error {
+	for _, f := range []struct{ name, value string }{
+		{flagVirtualCluster, o.VirtualCluster}, {flagHostNamespace, o.HostNamespace}, {flagAPIServerHost, o.APIServerHost},
+		{flagDNSServer, o.DNSServer}, {flagTenantKubeconfig, o.TenantKubeconfig},
+	} {
+		if f.value == "" {
+			return fmt.Errorf("--%s is required", f.name)
+		}
+	}
+	if len(o.Capacity) == 0 {
+		return fmt.Errorf("--%s is required, such as cpu=4,memory=8Gi,pods=110", flagCapacity)
+	}
+	return nil
+}
+
+// ParseResourceList parses "name=quantity" pairs separated by commas.
+func ParseResourceList(s string) (corev1.ResourceList, error) {
+	out := corev1.ResourceList{}
+	for _, pair := range strings.Split(s, ",") {
+		if pair = strings.TrimSpace(pair); pair == "" {
+			continue
+		}
+		name, value, ok := strings.Cut(pair, "=")
+		if !ok {
+			return nil, fmt.Errorf("%q: want name=quantity, such as cpu=4", pair)
+		}
+		q, err := resource.ParseQuantity(value)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		out[corev1.ResourceName(name)] = q
+	}
+	return out, nil
+}
+
+// FormatResourceList renders l for ParseResourceList, sorted by name.
+func FormatResourceList(l corev1.ResourceList) string {
+	var parts []string
+	for name, q := range l {
+		parts = append(parts, string(name)+"="+q.String())
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ",")
+}

@@ -1,0 +1,70 @@
+package syncer
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+)
+
+// Labels and annotations on host objects the syncer makes. Tenants may not
+// set labels or annotations under nest.dev/, so these always mean what they say.
+const (
+	// LabelTenantOf names the VirtualCluster a host object belongs to.
+	LabelTenantOf = "nest.dev/tenant-of"
+	// LabelTenantNamespace is the tenant namespace of the object.
+	LabelTenantNamespace = "nest.dev/tenant-namespace"
+	// AnnotationTenantName is the tenant object's name.
+	AnnotationTenantName = "nest.dev/tenant-name"
+	// AnnotationTenantNamespace is the tenant object's namespace.
+	AnnotationTenantNamespace = "nest.dev/tenant-namespace"
+	// AnnotationTenantUID is the tenant object's UID.
+	AnnotationTenantUID = "nest.dev/tenant-uid"
+	// AnnotationSpecHash digests the tenant pod fields a pod update may change,
+	// so a restarted syncer knows whether the host pod is current.
+	AnnotationSpecHash = "nest.dev/tenant-spec-hash"
+
+	reservedPrefix = "nest.dev/"
+)
+
+// maxHostName keeps host names valid DNS labels: a pod's name becomes its
+// hostname in places, and labels are at most 63 characters.
+const maxHostName = 63
+
+// hashLen hex characters of SHA-256 make a collision between two tenant
+// objects of one virtual cluster practically impossible (2^-40 per pair).
+const hashLen = 10
+
+// HostName returns the host name of the tenant object namespace/name of the
+// virtual cluster vc. It is "<name>-<namespace>-<hash>", cut to 63
+// characters. The hash covers the unambiguous triple, so two different tenant
+// objects never share a host name even when their readable parts do.
+func HostName(vc, namespace, name string) string {
+	sum := sha256.Sum256([]byte(vc + "/" + namespace + "/" + name))
+	suffix := "-" + hex.EncodeToString(sum[:])[:hashLen]
+	readable := name + "-" + namespace
+	if limit := maxHostName - len(suffix); len(readable) > limit {
+		readable = strings.TrimRight(readable[:limit], "-.")
+	}
+	return readable + suffix
+}
+
+// tokenSecretName is the host Secret that carries one pod's service-account
+// tokens and identity, owned by the host pod.
+func tokenSecretName(hostPod string) string { return hostPod + "-token" }
+
+// hostLabels are the labels that select a virtual cluster's host objects of
+// one tenant namespace.
+func hostLabels(vc, namespace string) map[string]string {
+	return map[string]string{LabelTenantOf: vc, LabelTenantNamespace: namespace}
+}
+
+func hostAnnotations(namespace, name, uid string) map[string]string {
+	return map[string]string{AnnotationTenantNamespace: namespace, AnnotationTenantName: name, AnnotationTenantUID: uid}
+}
+
+// TenantKey returns the tenant namespace and name a host object stands for,
+// and false when the object was not made by a syncer.
+func TenantKey(annotations map[string]string) (namespace, name string, ok bool) {
+	namespace, name = annotations[AnnotationTenantNamespace], annotations[AnnotationTenantName]
+	return namespace, name, namespace != "" && name != ""
+}

@@ -1,0 +1,434 @@
+package syncer
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
+)
+
+// Translator holds what pod translation needs to know about the virtual
+// cluster and its host side.
+type Translator struct {
+	// VirtualCluster is the VirtualCluster's name.
+	VirtualCluster string
+	// HostNamespace is where host objects are made.
+	HostNamespace string
+	// ClusterDomain is the tenant's DNS suffix, such as cluster.local.
+	ClusterDomain string
+	// APIServerHost and APIServerPort reach the tenant API server from host
+	// pods: the ClusterIP and port of the control plane's host Service.
+	APIServerHost string
+	APIServerPort int32
+	// DNSServer is the host ClusterIP of the tenant's CoreDNS.
+	DNSServer string
+	// NodeName is the virtual node's name in the tenant cluster.
+	NodeName string
+	// PriorityClassName is put on every host pod; the host ResourceQuota of the
+	// tenant's share selects pods by it.
+	PriorityClassName string
+}
+
+// TokenProjection is one service-account token a host pod needs: requested
+// from the tenant API server and stored under Key in the pod's token Secret.
+type TokenProjection struct {
+	Key               string
+	Audience          string
+	ExpirationSeconds int64
+}
+
+// PodTranslation is a host pod and what must exist before it can start.
+type PodTranslation struct {
+	// Pod is the host pod.
+	Pod *corev1.Pod
+	// ConfigMaps and Secrets are the tenant objects (in the pod's namespace)
+	// the pod references, which must be copied to the host first. Optional
+	// references are listed in Optional.
+	ConfigMaps, Secrets []string
+	Optional            map[string]bool
+	// Tokens to request for the pod's token Secret; empty when the pod
+	// mounts no service-account token.
+	Tokens []TokenProjection
+	// Identity is the data of the token Secret besides the tokens: the tenant
+	// pod's name, namespace and UID for downward API files.
+	Identity map[string]string
+	// UsesTokenSecret is true when the host pod mounts its token Secret.
+	UsesTokenSecret bool
+}
+
+// Keys of the token Secret that stand for downward API fields.
+const (
+	identityName      = "pod-name"
+	identityNamespace = "pod-namespace"
+	identityUID       = "pod-uid"
+)
+
+// Env names that point in-cluster clients at the tenant API server.
+const (
+	envServiceHost = "KUBERNETES_SERVICE_HOST"
+	envServicePort = "KUBERNETES_SERVICE_PORT"
+)
+
+// allowedVolume reports whether the host can honour a volume as the tenant
+// means it. Claims and network volumes name tenant objects or host storage that
+// the tenant has no right to; they are refused rather than silently changed.
+func allowedVolume(v corev1.VolumeSource) (string, bool) {
+	switch {
+	case v.EmptyDir != nil, v.ConfigMap != nil, v.Secret != nil, v.Projected != nil, v.DownwardAPI != nil, v.Image != nil:
+		return "", true
+	case v.PersistentVolumeClaim != nil:
+		return "persistentVolumeClaim", false
+	case v.Ephemeral != nil:
+		return "ephemeral", false
+	case v.HostPath != nil:
+		return "hostPath", false
+	}
+	return "this volume type", false
+}
+
+// TranslatePod returns the host pod for a tenant pod bound to the virtual
+// node. It refuses, with an error naming the field, what the host cannot
+// honour. Pod Security is checked separately, before translation.
+func (t Translator) TranslatePod(tenant *corev1.Pod) (*PodTranslation, error) {
+	if err := checkReservedKeys(tenant); err != nil {
+		return nil, err
+	}
+	if err := checkUnsupportedSpec(&tenant.Spec); err != nil {
+		return nil, err
+	}
+	name := HostName(t.VirtualCluster, tenant.Namespace, tenant.Name)
+	out := &PodTranslation{
+		Optional: map[string]bool{},
+		Identity: map[string]string{identityName: tenant.Name, identityNamespace: tenant.Namespace, identityUID: string(tenant.UID)},
+	}
+	spec := tenant.Spec.DeepCopy()
+	t.scheduleOnHost(spec, tenant.Namespace, tenant.Name)
+	if err := t.translateVolumes(spec, tenant.Namespace, name, out); err != nil {
+		return nil, err
+	}
+	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+		for i := range cs {
+			t.translateContainer(&cs[i], tenant, out)
+		}
+	}
+	for i, s := range spec.ImagePullSecrets {
+		out.addSecret(s.Name, false)
+		spec.ImagePullSecrets[i].Name = HostName(t.VirtualCluster, tenant.Namespace, s.Name)
+	}
+	labels := maps.Clone(tenant.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	maps.Copy(labels, hostLabels(t.VirtualCluster, tenant.Namespace))
+	annotations := maps.Clone(tenant.Annotations)
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	maps.Copy(annotations, hostAnnotations(tenant.Namespace, tenant.Name, string(tenant.UID)))
+	annotations[AnnotationSpecHash] = SpecHash(tenant)
+	out.Pod = &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: t.HostNamespace, Labels: labels, Annotations: annotations},
+		Spec:       *spec,
+	}
+	return out, nil
+}
+
+func checkReservedKeys(p *corev1.Pod) error {
+	for _, m := range []struct {
+		field string
+		keys  map[string]string
+	}{{"metadata.labels", p.Labels}, {"metadata.annotations", p.Annotations}} {
+		for k := range m.keys {
+			if strings.HasPrefix(k, reservedPrefix) {
+				return fmt.Errorf("%s: key %q is reserved for Nest: remove it or use another prefix", m.field, k)
+			}
+		}
+	}
+	return nil
+}
+
+func checkUnsupportedSpec(s *corev1.PodSpec) error {
+	for i, v := range s.Volumes {
+		if kind, ok := allowedVolume(v.VolumeSource); !ok {
+			return fmt.Errorf("spec.volumes[%d] (%s): %s volumes are not supported on the virtual node: use emptyDir, configMap, secret, projected or downwardAPI", i, v.Name, kind)
+		}
+	}
+	if s.RuntimeClassName != nil {
+		return fmt.Errorf("spec.runtimeClassName: the host chooses the container runtime on the virtual node: remove the field")
+	}
+	if len(s.ResourceClaims) > 0 {
+		return fmt.Errorf("spec.resourceClaims: dynamic resource allocation is not supported on the virtual node: request extended resources such as nvidia.com/gpu instead")
+	}
+	return nil
+}
+
+// scheduleOnHost clears what only makes sense among tenant nodes and pods:
+// the host scheduler places the pod by host rules, within the tenant's quota.
+func (t Translator) scheduleOnHost(spec *corev1.PodSpec, namespace, tenantName string) {
+	spec.NodeName = ""
+	spec.NodeSelector = nil
+	spec.Affinity = nil
+	spec.Tolerations = nil
+	spec.TopologySpreadConstraints = nil
+	spec.SchedulerName = ""
+	spec.ReadinessGates = nil
+	spec.PriorityClassName = t.PriorityClassName
+	spec.Priority = nil
+	spec.PreemptionPolicy = nil
+	spec.Overhead = nil
+	spec.EphemeralContainers = nil
+	// No host credentials and no host Service environment reach a tenant pod.
+	spec.ServiceAccountName = ""
+	spec.DeprecatedServiceAccount = ""
+	spec.AutomountServiceAccountToken = ptr.To(false)
+	spec.EnableServiceLinks = ptr.To(false)
+	if spec.Hostname == "" && len(validation.IsDNS1123Label(tenantName)) == 0 {
+		spec.Hostname = tenantName
+	}
+	if spec.DNSPolicy != corev1.DNSNone && spec.DNSPolicy != corev1.DNSDefault {
+		spec.DNSPolicy = corev1.DNSNone
+		spec.DNSConfig = t.dnsConfig(namespace, spec.DNSConfig)
+	}
+}
+
+// dnsConfig points a pod at the tenant's CoreDNS with the search path the
+// kubelet would write for ClusterFirst, keeping the tenant's extra options.
+func (t Translator) dnsConfig(namespace string, extra *corev1.PodDNSConfig) *corev1.PodDNSConfig {
+	c := &corev1.PodDNSConfig{
+		Nameservers: []string{t.DNSServer},
+		Searches:    t.searchPath(namespace),
+		Options:     []corev1.PodDNSConfigOption{{Name: "ndots", Value: ptr.To("5")}},
+	}
+	if extra != nil {
+		c.Nameservers = append(c.Nameservers, extra.Nameservers...)
+		c.Searches = append(c.Searches, extra.Searches...)
+		c.Options = append(c.Options, extra.Options...)
+	}
+	return c
+}
+
+// searchPath is the tenant DNS search path of a namespace, as the kubelet
+// writes it for ClusterFirst.
+func (t Translator) searchPath(namespace string) []string {
+	return []string{namespace + ".svc." + t.ClusterDomain, "svc." + t.ClusterDomain, t.ClusterDomain}
+}
+
+func (out *PodTranslation) addConfigMap(name string, optional bool) {
+	out.addRef(&out.ConfigMaps, "configmap/"+name, name, optional)
+}
+
+func (out *PodTranslation) addSecret(name string, optional bool) {
+	out.addRef(&out.Secrets, "secret/"+name, name, optional)
+}
+
+// addRef records a reference; an object is optional only if every reference
+// to it is.
+func (out *PodTranslation) addRef(list *[]string, key, name string, optional bool) {
+	if !slices.Contains(*list, name) {
+		*list = append(*list, name)
+		out.Optional[key] = optional
+		return
+	}
+	out.Optional[key] = out.Optional[key] && optional
+}
+
+// IsOptional reports whether every reference to the ConfigMap (kind
+// "configmap") or Secret (kind "secret") is optional.
+func (out *PodTranslation) IsOptional(kind, name string) bool { return out.Optional[kind+"/"+name] }
+
+func (t Translator) translateVolumes(spec *corev1.PodSpec, namespace, hostPod string, out *PodTranslation) error {
+	for i := range spec.Volumes {
+		v := &spec.Volumes[i].VolumeSource
+		switch {
+		case v.ConfigMap != nil:
+			out.addConfigMap(v.ConfigMap.Name, ptr.Deref(v.ConfigMap.Optional, false))
+			v.ConfigMap.Name = HostName(t.VirtualCluster, namespace, v.ConfigMap.Name)
+		case v.Secret != nil:
+			out.addSecret(v.Secret.SecretName, ptr.Deref(v.Secret.Optional, false))
+			v.Secret.SecretName = HostName(t.VirtualCluster, namespace, v.Secret.SecretName)
+		case v.DownwardAPI != nil:
+			p := &corev1.ProjectedVolumeSource{DefaultMode: v.DownwardAPI.DefaultMode, Sources: []corev1.VolumeProjection{{DownwardAPI: &corev1.DownwardAPIProjection{Items: v.DownwardAPI.Items}}}}
+			v.DownwardAPI, v.Projected = nil, p
+			fallthrough
+		case v.Projected != nil:
+			if err := t.translateProjection(v.Projected, namespace, hostPod, i, out); err != nil {
+				return fmt.Errorf("spec.volumes[%d] (%s): %w", i, spec.Volumes[i].Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// translateProjection rewrites one projected volume: ConfigMaps and Secrets
+// point at their host copies, service-account tokens and tenant identity
+// fields come from the pod's token Secret.
+func (t Translator) translateProjection(p *corev1.ProjectedVolumeSource, namespace, hostPod string, volume int, out *PodTranslation) error {
+	var sources []corev1.VolumeProjection
+	for j, src := range p.Sources {
+		switch {
+		case src.ConfigMap != nil:
+			out.addConfigMap(src.ConfigMap.Name, ptr.Deref(src.ConfigMap.Optional, false))
+			src.ConfigMap.Name = HostName(t.VirtualCluster, namespace, src.ConfigMap.Name)
+		case src.Secret != nil:
+			out.addSecret(src.Secret.Name, ptr.Deref(src.Secret.Optional, false))
+			src.Secret.Name = HostName(t.VirtualCluster, namespace, src.Secret.Name)
+		case src.ServiceAccountToken != nil:
+			key := fmt.Sprintf("token-%d-%d", volume, j)
+			out.Tokens = append(out.Tokens, TokenProjection{Key: key, Audience: src.ServiceAccountToken.Audience, ExpirationSeconds: ptr.Deref(src.ServiceAccountToken.ExpirationSeconds, 3600)})
+			src = tokenSecretProjection(hostPod, key, src.ServiceAccountToken.Path)
+			out.UsesTokenSecret = true
+		case src.DownwardAPI != nil:
+			identity, rest := splitIdentityItems(src.DownwardAPI.Items)
+			if len(identity) > 0 {
+				out.UsesTokenSecret = true
+				sources = append(sources, corev1.VolumeProjection{Secret: &corev1.SecretProjection{
+					LocalObjectReference: corev1.LocalObjectReference{Name: tokenSecretName(hostPod)}, Items: identity,
+				}})
+			}
+			if len(rest) == 0 {
+				continue
+			}
+			src.DownwardAPI = &corev1.DownwardAPIProjection{Items: rest}
+		case src.ClusterTrustBundle != nil, src.PodCertificate != nil:
+			return fmt.Errorf("sources[%d]: clusterTrustBundle and podCertificate projections are not supported on the virtual node", j)
+		}
+		sources = append(sources, src)
+	}
+	p.Sources = sources
+	return nil
+}
+
+func tokenSecretProjection(hostPod, key, path string) corev1.VolumeProjection {
+	return corev1.VolumeProjection{Secret: &corev1.SecretProjection{
+		LocalObjectReference: corev1.LocalObjectReference{Name: tokenSecretName(hostPod)},
+		Items:                []corev1.KeyToPath{{Key: key, Path: path}},
+	}}
+}
+
+// identityFields maps the downward API fields whose host value would differ
+// from the tenant's to the token Secret key that holds the tenant's value.
+var identityFields = map[string]string{
+	"metadata.name":      identityName,
+	"metadata.namespace": identityNamespace,
+	"metadata.uid":       identityUID,
+}
+
+func splitIdentityItems(items []corev1.DownwardAPIVolumeFile) ([]corev1.KeyToPath, []corev1.DownwardAPIVolumeFile) {
+	var identity []corev1.KeyToPath
+	var rest []corev1.DownwardAPIVolumeFile
+	for _, it := range items {
+		if it.FieldRef != nil {
+			if key, ok := identityFields[it.FieldRef.FieldPath]; ok {
+				identity = append(identity, corev1.KeyToPath{Key: key, Path: it.Path, Mode: it.Mode})
+				continue
+			}
+		}
+		rest = append(rest, it)
+	}
+	return identity, rest
+}
+
+// translateContainer points references at host copies, resolves the
+// downward API fields that would otherwise show host values, and points
+// in-cluster clients at the tenant API server.
+func (t Translator) translateContainer(c *corev1.Container, tenant *corev1.Pod, out *PodTranslation) {
+	ns := tenant.Namespace
+	for i := range c.EnvFrom {
+		e := &c.EnvFrom[i]
+		if e.ConfigMapRef != nil {
+			out.addConfigMap(e.ConfigMapRef.Name, ptr.Deref(e.ConfigMapRef.Optional, false))
+			e.ConfigMapRef.Name = HostName(t.VirtualCluster, ns, e.ConfigMapRef.Name)
+		}
+		if e.SecretRef != nil {
+			out.addSecret(e.SecretRef.Name, ptr.Deref(e.SecretRef.Optional, false))
+			e.SecretRef.Name = HostName(t.VirtualCluster, ns, e.SecretRef.Name)
+		}
+	}
+	has := map[string]bool{}
+	for i := range c.Env {
+		e := &c.Env[i]
+		has[e.Name] = true
+		if e.ValueFrom == nil {
+			continue
+		}
+		switch {
+		case e.ValueFrom.ConfigMapKeyRef != nil:
+			out.addConfigMap(e.ValueFrom.ConfigMapKeyRef.Name, ptr.Deref(e.ValueFrom.ConfigMapKeyRef.Optional, false))
+			e.ValueFrom.ConfigMapKeyRef.Name = HostName(t.VirtualCluster, ns, e.ValueFrom.ConfigMapKeyRef.Name)
+		case e.ValueFrom.SecretKeyRef != nil:
+			out.addSecret(e.ValueFrom.SecretKeyRef.Name, ptr.Deref(e.ValueFrom.SecretKeyRef.Optional, false))
+			e.ValueFrom.SecretKeyRef.Name = HostName(t.VirtualCluster, ns, e.ValueFrom.SecretKeyRef.Name)
+		case e.ValueFrom.FieldRef != nil:
+			if v, ok := t.tenantFieldValue(e.ValueFrom.FieldRef.FieldPath, tenant); ok {
+				e.Value, e.ValueFrom = v, nil
+			}
+		}
+	}
+	for _, e := range []corev1.EnvVar{
+		{Name: envServiceHost, Value: t.APIServerHost},
+		{Name: envServicePort, Value: strconv.Itoa(int(t.APIServerPort))},
+	} {
+		if !has[e.Name] {
+			c.Env = append(c.Env, e)
+		}
+	}
+	zeroFillRequests(&c.Resources)
+}
+
+// tenantFieldValue returns the tenant's value of a downward API field whose
+// host value would be wrong; status fields (pod IP, host IP) are true on the host.
+func (t Translator) tenantFieldValue(path string, p *corev1.Pod) (string, bool) {
+	switch path {
+	case "metadata.name":
+		return p.Name, true
+	case "metadata.namespace":
+		return p.Namespace, true
+	case "metadata.uid":
+		return string(p.UID), true
+	case "spec.nodeName":
+		return t.NodeName, true
+	case "spec.serviceAccountName":
+		return p.Spec.ServiceAccountName, true
+	}
+	return "", false
+}
+
+// zeroFillRequests states a zero cpu and memory request where a container
+// gives none. A host ResourceQuota on requests refuses pods that leave them
+// out; a zero request is what the tenant scheduler counted anyway.
+func zeroFillRequests(r *corev1.ResourceRequirements) {
+	if r.Requests == nil {
+		r.Requests = corev1.ResourceList{}
+	}
+	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		if _, ok := r.Requests[name]; !ok {
+			r.Requests[name] = resource.Quantity{Format: resource.DecimalSI}
+		}
+	}
+}
+
+// SpecHash digests the tenant pod fields that a pod update may change and
+// that the host pod mirrors: labels, annotations, images and the active
+// deadline.
+func SpecHash(p *corev1.Pod) string {
+	images := func(cs []corev1.Container) []string {
+		var out []string
+		for _, c := range cs {
+			out = append(out, c.Name+"="+c.Image)
+		}
+		return out
+	}
+	data, _ := json.Marshal([]any{p.Labels, p.Annotations, images(p.Spec.InitContainers), images(p.Spec.Containers), p.Spec.ActiveDeadlineSeconds})
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:8])
+}

@@ -1,0 +1,316 @@
+package syncer
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+)
+
+// podProvider is the virtual-kubelet pod lifecycle handler: it runs tenant
+// pods as host pods and reports their status back.
+type podProvider struct {
+	tr       Translator
+	security *PodSecurity
+	host     kubernetes.Interface
+	hostCfg  *rest.Config
+	tenant   kubernetes.Interface
+	objects  *objectSyncer
+	tokens   *tokenIssuer
+	recorder record.EventRecorder
+
+	tenantPods corelisters.PodLister
+	hostPods   corelisters.PodNamespaceLister
+
+	mu     sync.Mutex
+	notify func(*corev1.Pod)
+	// deleting holds host pods this syncer deleted, by name, so their
+	// disappearance finishes a tenant deletion instead of replacing the pod.
+	deleting sync.Map
+}
+
+// CreatePod checks the tenant pod against the Pod Security level, translates
+// it, copies what it references, issues its tokens and creates the host pod.
+// A refused pod never reaches the host; the error becomes the tenant pod's
+// status message and an event.
+func (p *podProvider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
+	if err := p.security.Check(pod); err != nil {
+		return errdefs.AsInvalidInput(fmt.Errorf("refused by the virtual node: %w", err))
+	}
+	pt, err := p.tr.TranslatePod(pod)
+	if err != nil {
+		return errdefs.AsInvalidInput(fmt.Errorf("refused by the virtual node: %w", err))
+	}
+	if err := p.objects.ensureFor(ctx, pod.Namespace, pt); err != nil {
+		return err
+	}
+	tokenSecret, err := p.applyTokenSecret(ctx, pod, pt)
+	if err != nil {
+		return err
+	}
+	created, err := p.host.CoreV1().Pods(p.tr.HostNamespace).Create(ctx, pt.Pod, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return p.adoptExisting(ctx, pod, pt.Pod.Name)
+	}
+	if err != nil {
+		return fmt.Errorf("create host pod %s/%s: %w", p.tr.HostNamespace, pt.Pod.Name, err)
+	}
+	klog.FromContext(ctx).V(2).Info("Created host pod", "pod", klog.KObj(pod), "hostPod", klog.KObj(created))
+	if tokenSecret != nil {
+		return p.ownTokenSecret(ctx, tokenSecret, created)
+	}
+	return nil
+}
+
+// adoptExisting accepts a host pod that already runs this tenant pod (a
+// restarted syncer), and waits for a stale one, left by an earlier tenant pod
+// of the same name, to go away.
+func (p *podProvider) adoptExisting(ctx context.Context, pod *corev1.Pod, hostName string) error {
+	existing, err := p.host.CoreV1().Pods(p.tr.HostNamespace).Get(ctx, hostName, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("get host pod %s: %w", hostName, err)
+	}
+	if existing.Annotations[AnnotationTenantUID] == string(pod.UID) {
+		return nil
+	}
+	if existing.DeletionTimestamp == nil {
+		p.deleting.Store(hostName, true)
+		if err := p.host.CoreV1().Pods(p.tr.HostNamespace).Delete(ctx, hostName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete stale host pod %s: %w", hostName, err)
+		}
+	}
+	return fmt.Errorf("host pod %s of an earlier pod named %s is still terminating", hostName, klog.KObj(pod))
+}
+
+// applyTokenSecret creates or renews the pod's token Secret when the pod
+// mounts a service-account token or tenant identity fields.
+func (p *podProvider) applyTokenSecret(ctx context.Context, pod *corev1.Pod, pt *PodTranslation) (*corev1.Secret, error) {
+	if !pt.UsesTokenSecret {
+		return nil, nil
+	}
+	s, err := p.tokens.secretFor(ctx, p.tr, pod, pt)
+	if err != nil {
+		return nil, err
+	}
+	created, err := p.host.CoreV1().Secrets(p.tr.HostNamespace).Create(ctx, s, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		existing, getErr := p.host.CoreV1().Secrets(p.tr.HostNamespace).Get(ctx, s.Name, metav1.GetOptions{})
+		if getErr != nil {
+			return nil, getErr
+		}
+		existing.Data, existing.Annotations, existing.Labels = s.Data, s.Annotations, s.Labels
+		created, err = p.host.CoreV1().Secrets(p.tr.HostNamespace).Update(ctx, existing, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("write token Secret %s: %w", s.Name, err)
+	}
+	return created, nil
+}
+
+// ownTokenSecret makes the host pod own its token Secret, so the host's
+// garbage collector removes the Secret with the pod.
+func (p *podProvider) ownTokenSecret(ctx context.Context, s *corev1.Secret, owner *corev1.Pod) error {
+	s = s.DeepCopy()
+	s.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: owner.Name, UID: owner.UID}}
+	if _, err := p.host.CoreV1().Secrets(s.Namespace).Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("set owner of token Secret %s: %w", s.Name, err)
+	}
+	return nil
+}
+
+// UpdatePod carries the fields a pod update may change (labels, annotations,
+// images, active deadline) to the host pod.
+func (p *podProvider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
+	pt, err := p.tr.TranslatePod(pod)
+	if err != nil {
+		return errdefs.AsInvalidInput(err)
+	}
+	host, err := p.hostPods.Get(pt.Pod.Name)
+	if err != nil {
+		return err
+	}
+	upd := host.DeepCopy()
+	upd.Labels, upd.Annotations = pt.Pod.Labels, pt.Pod.Annotations
+	upd.Spec.ActiveDeadlineSeconds = pt.Pod.Spec.ActiveDeadlineSeconds
+	copyImages(upd.Spec.InitContainers, pt.Pod.Spec.InitContainers)
+	copyImages(upd.Spec.Containers, pt.Pod.Spec.Containers)
+	if _, err := p.host.CoreV1().Pods(p.tr.HostNamespace).Update(ctx, upd, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("update host pod %s: %w", upd.Name, err)
+	}
+	return nil
+}
+
+func copyImages(dst, src []corev1.Container) {
+	for i := range dst {
+		if i < len(src) && dst[i].Name == src[i].Name {
+			dst[i].Image = src[i].Image
+		}
+	}
+}
+
+// DeletePod deletes the host pod with the tenant's grace period. The tenant
+// pod is finished once the host pod is gone (see hostPodDeleted).
+func (p *podProvider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
+	name := HostName(p.tr.VirtualCluster, pod.Namespace, pod.Name)
+	p.deleting.Store(name, true)
+	opts := metav1.DeleteOptions{GracePeriodSeconds: pod.DeletionGracePeriodSeconds}
+	if uid, ok := p.hostUID(name, pod); ok {
+		opts.Preconditions = &metav1.Preconditions{UID: &uid}
+	}
+	err := p.host.CoreV1().Pods(p.tr.HostNamespace).Delete(ctx, name, opts)
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		p.notifyTerminated(pod, "Deleted")
+		return nil
+	}
+	return err
+}
+
+// hostUID is the UID of the host pod that runs exactly this tenant pod.
+func (p *podProvider) hostUID(name string, pod *corev1.Pod) (types.UID, bool) {
+	host, err := p.hostPods.Get(name)
+	if err != nil || host.Annotations[AnnotationTenantUID] != string(pod.UID) {
+		return "", false
+	}
+	return host.UID, true
+}
+
+// GetPod returns the tenant view of the pod if it runs on the host. When the
+// host pod was made from an older version of the tenant pod, the view carries
+// a marker so the pod controller calls UpdatePod.
+func (p *podProvider) GetPod(_ context.Context, namespace, name string) (*corev1.Pod, error) {
+	host, err := p.hostPods.Get(HostName(p.tr.VirtualCluster, namespace, name))
+	if err != nil {
+		return nil, errdefs.NotFoundf("pod %s/%s is not on the host", namespace, name)
+	}
+	tenant, err := p.tenantPods.Pods(namespace).Get(name)
+	if err != nil || host.Annotations[AnnotationTenantUID] != string(tenant.UID) {
+		return nil, errdefs.NotFoundf("pod %s/%s is not on the host", namespace, name)
+	}
+	view := tenant.DeepCopy()
+	if host.Annotations[AnnotationSpecHash] != SpecHash(tenant) {
+		if view.Annotations == nil {
+			view.Annotations = map[string]string{}
+		}
+		view.Annotations[AnnotationSpecHash] = "stale"
+	}
+	view.Status = TenantStatus(tenant, host)
+	return view, nil
+}
+
+// GetPodStatus returns the tenant pod's status from its host pod.
+func (p *podProvider) GetPodStatus(ctx context.Context, namespace, name string) (*corev1.PodStatus, error) {
+	pod, err := p.GetPod(ctx, namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	return &pod.Status, nil
+}
+
+// GetPods lists the tenant pods that have a host pod, by tenant namespace and
+// name, so the pod controller can delete host pods whose tenant pod is gone.
+func (p *podProvider) GetPods(context.Context) ([]*corev1.Pod, error) {
+	hosts, err := p.hostPods.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*corev1.Pod, 0, len(hosts))
+	for _, h := range hosts {
+		ns, name, ok := TenantKey(h.Annotations)
+		if !ok {
+			continue
+		}
+		out = append(out, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(h.Annotations[AnnotationTenantUID])},
+			Status:     h.Status,
+		})
+	}
+	return out, nil
+}
+
+// NotifyPods registers the pod controller's status callback, then reports
+// the current status of every host pod once.
+func (p *podProvider) NotifyPods(ctx context.Context, notify func(*corev1.Pod)) {
+	p.mu.Lock()
+	p.notify = notify
+	p.mu.Unlock()
+	go func() {
+		hosts, _ := p.hostPods.List(labels.Everything())
+		for _, h := range hosts {
+			p.hostPodChanged(h)
+		}
+	}()
+}
+
+func (p *podProvider) callback() func(*corev1.Pod) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.notify
+}
+
+// tenantPodOf returns the tenant pod a host pod runs, if it still exists.
+func (p *podProvider) tenantPodOf(host *corev1.Pod) (*corev1.Pod, bool) {
+	ns, name, ok := TenantKey(host.Annotations)
+	if !ok {
+		return nil, false
+	}
+	tenant, err := p.tenantPods.Pods(ns).Get(name)
+	if err != nil || string(tenant.UID) != host.Annotations[AnnotationTenantUID] {
+		return nil, false
+	}
+	return tenant, true
+}
+
+// hostPodChanged sends a host pod's status up to its tenant pod.
+func (p *podProvider) hostPodChanged(host *corev1.Pod) {
+	notify := p.callback()
+	tenant, ok := p.tenantPodOf(host)
+	if notify == nil || !ok {
+		return
+	}
+	view := tenant.DeepCopy()
+	view.Status = TenantStatus(tenant, host)
+	notify(view)
+}
+
+// hostPodDeleted finishes a tenant deletion the syncer started. A host pod
+// deleted by anyone else (an eviction, an administrator) fails the tenant
+// pod and deletes it, so its controller replaces it, as after a node loss.
+func (p *podProvider) hostPodDeleted(ctx context.Context, host *corev1.Pod) {
+	_, ours := p.deleting.LoadAndDelete(host.Name)
+	tenant, ok := p.tenantPodOf(host)
+	if !ok {
+		return
+	}
+	if ours || tenant.DeletionTimestamp != nil {
+		p.notifyTerminated(tenant, "Deleted")
+		return
+	}
+	p.recorder.Eventf(tenant, corev1.EventTypeWarning, "HostPodDeleted", "The pod running this pod on the host was deleted; deleting the pod so its controller replaces it")
+	p.notifyTerminated(tenant, "HostPodDeleted")
+	err := p.tenant.CoreV1().Pods(tenant.Namespace).Delete(ctx, tenant.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: ptr.To[int64](0), Preconditions: &metav1.Preconditions{UID: &tenant.UID},
+	})
+	if err != nil && !apierrors.IsNotFound(err) {
+		klog.FromContext(ctx).Error(err, "Delete tenant pod whose host pod is gone", "pod", klog.KObj(tenant))
+	}
+}
+
+func (p *podProvider) notifyTerminated(tenant *corev1.Pod, reason string) {
+	if notify := p.callback(); notify != nil {
+		view := tenant.DeepCopy()
+		view.Status = terminatedStatus(tenant, reason)
+		notify(view)
+	}
+}

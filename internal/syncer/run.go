@@ -1,0 +1,277 @@
+package syncer
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/virtual-kubelet/virtual-kubelet/node"
+	"github.com/virtual-kubelet/virtual-kubelet/node/nodeutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+)
+
+// Options configure one nest-syncer. cmd/nest-syncer fills them from flags
+// that the VirtualCluster controller sets.
+type Options struct {
+	Translator
+	// TenantKubeconfig is the syncer's kubeconfig for the tenant API server.
+	TenantKubeconfig string
+	// Host is the host API server; nil means the in-cluster configuration.
+	Host *rest.Config
+	// Capacity is the virtual node's capacity and allocatable.
+	Capacity corev1.ResourceList
+	// PodSecurityLevel every tenant pod must meet: baseline or restricted.
+	PodSecurityLevel string
+	// TokenMaxAge bounds how long a delivered token is used before refresh.
+	TokenMaxAge time.Duration
+	// KubeletAddr is where the kubelet API listens, with ServingCert/Key and
+	// ClientCA (PEM files). Only the tenant API server's kubelet client
+	// certificate is accepted.
+	KubeletAddr, ServingCert, ServingKey, ClientCA string
+	// KubeletClientName is the common name the API server's client certificate has.
+	KubeletClientName string
+	// HealthAddr serves /healthz, ok once the virtual node is registered.
+	HealthAddr string
+	// DNSDir receives the Corefile and hosts file of the tenant's CoreDNS,
+	// which listens on DNSPort with health on DNSHealthPort.
+	DNSDir                 string
+	DNSPort, DNSHealthPort int
+}
+
+// kubeletPort is the kubelet API port the virtual node advertises.
+const kubeletPort = 10250
+
+// Run runs the syncer until ctx ends.
+func Run(ctx context.Context, o Options) error {
+	s, err := newSyncer(ctx, o)
+	if err != nil {
+		return err
+	}
+	return s.run(ctx)
+}
+
+type syncer struct {
+	o        Options
+	provider *podProvider
+	services *serviceSyncer
+	tenantF  informers.SharedInformerFactory
+	podsF    informers.SharedInformerFactory
+	hostF    informers.SharedInformerFactory
+	events   informers.SharedInformerFactory
+	tenant   kubernetes.Interface
+	recorder record.EventRecorder
+	ready    atomic.Bool
+	started  time.Time
+}
+
+func newSyncer(ctx context.Context, o Options) (*syncer, error) {
+	security, err := NewPodSecurity(o.PodSecurityLevel)
+	if err != nil {
+		return nil, err
+	}
+	tenantCfg, err := clientcmd.BuildConfigFromFlags("", o.TenantKubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("tenant kubeconfig %s: %w", o.TenantKubeconfig, err)
+	}
+	tenantCfg.QPS, tenantCfg.Burst = 200, 400
+	if o.Host == nil {
+		if o.Host, err = rest.InClusterConfig(); err != nil {
+			return nil, fmt.Errorf("host credentials: %w", err)
+		}
+	}
+	o.Host.QPS, o.Host.Burst = 200, 400
+	tenant, err := kubernetes.NewForConfig(tenantCfg)
+	if err != nil {
+		return nil, err
+	}
+	host, err := kubernetes.NewForConfig(o.Host)
+	if err != nil {
+		return nil, err
+	}
+	s := &syncer{o: o, tenant: tenant, started: time.Now()}
+	s.tenantF = informers.NewSharedInformerFactory(tenant, 0)
+	s.podsF = informers.NewSharedInformerFactoryWithOptions(tenant, 0, informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+		lo.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", o.NodeName).String()
+	}))
+	ours := labels.SelectorFromSet(labels.Set{LabelTenantOf: o.VirtualCluster}).String()
+	s.hostF = informers.NewSharedInformerFactoryWithOptions(host, 0, informers.WithNamespace(o.HostNamespace),
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = ours }))
+	s.events = informers.NewSharedInformerFactoryWithOptions(host, 0, informers.WithNamespace(o.HostNamespace))
+
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: tenant.CoreV1().Events("")})
+	s.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "nest-syncer", Host: o.NodeName})
+
+	objects := &objectSyncer{
+		tr: o.Translator, host: host,
+		tenantConfigMaps: s.tenantF.Core().V1().ConfigMaps().Lister(), tenantSecrets: s.tenantF.Core().V1().Secrets().Lister(),
+		hostConfigMaps: s.hostF.Core().V1().ConfigMaps().Lister().ConfigMaps(o.HostNamespace),
+		hostSecrets:    s.hostF.Core().V1().Secrets().Lister().Secrets(o.HostNamespace),
+	}
+	s.provider = &podProvider{
+		tr: o.Translator, security: security, host: host, hostCfg: o.Host, tenant: tenant, objects: objects,
+		tokens:     &tokenIssuer{tenant: tenant, maxAge: o.TokenMaxAge, now: time.Now},
+		recorder:   s.recorder,
+		tenantPods: s.podsF.Core().V1().Pods().Lister(),
+		hostPods:   s.hostF.Core().V1().Pods().Lister().Pods(o.HostNamespace),
+	}
+	s.services = &serviceSyncer{
+		tr: o.Translator, host: host, dnsDir: o.DNSDir,
+		tenantServices: s.tenantF.Core().V1().Services().Lister(),
+		hostServices:   s.hostF.Core().V1().Services().Lister().Services(o.HostNamespace),
+		changed:        make(chan struct{}, 1),
+	}
+	s.addHandlers(ctx, objects)
+	return s, nil
+}
+
+func (s *syncer) run(ctx context.Context) error {
+	if err := s.services.writeCorefile(s.o.DNSPort, s.o.DNSHealthPort); err != nil {
+		return err
+	}
+	go s.serveHealth(ctx)
+	for _, f := range []informers.SharedInformerFactory{s.tenantF, s.podsF, s.hostF, s.events} {
+		f.Start(ctx.Done())
+	}
+	for _, f := range []informers.SharedInformerFactory{s.tenantF, s.podsF, s.hostF, s.events} {
+		for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
+			if !ok {
+				return fmt.Errorf("informer for %v did not sync", typ)
+			}
+		}
+	}
+	go s.services.run(ctx)
+	go s.refreshTokens(ctx)
+	n, err := s.newNode()
+	if err != nil {
+		return err
+	}
+	go func() {
+		if err := n.WaitReady(ctx, 0); err == nil {
+			s.ready.Store(true)
+			klog.FromContext(ctx).Info("Virtual node is ready", "node", s.o.NodeName)
+		}
+	}()
+	return n.Run(ctx)
+}
+
+func (s *syncer) newNode() (*nodeutil.Node, error) {
+	tlsConfig, err := s.kubeletTLS()
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	return nodeutil.NewNode(s.o.NodeName,
+		func(nodeutil.ProviderConfig) (nodeutil.Provider, node.NodeProvider, error) { return s.provider, nil, nil },
+		nodeutil.WithClient(s.tenant),
+		nodeutil.AttachProviderRoutes(mux),
+		func(cfg *nodeutil.NodeConfig) error {
+			cfg.NodeSpec = VirtualNode(s.o.NodeName, s.o.Capacity)
+			cfg.HTTPListenAddr = s.o.KubeletAddr
+			cfg.TLSConfig = tlsConfig
+			cfg.Handler = onlyCommonName(s.o.KubeletClientName, mux)
+			cfg.EventRecorder = s.recorder
+			cfg.SkipDownwardAPIResolution = true
+			cfg.NumWorkers = 16
+			cfg.InformerResyncPeriod = 0
+			return nil
+		},
+	)
+}
+
+// VirtualNode is the tenant's view of its share of host capacity: a Ready
+// node whose capacity and allocatable are the share. The kubelet API
+// address is loopback: only the API server in the same pod reaches it.
+func VirtualNode(name string, capacity corev1.ResourceList) corev1.Node {
+	return corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+			"type":                             "virtual-kubelet",
+			"kubernetes.io/role":               "agent",
+			"kubernetes.io/hostname":           name,
+			"kubernetes.io/os":                 "linux",
+			"kubernetes.io/arch":               runtime.GOARCH,
+			"node.kubernetes.io/instance-type": "nest-virtual-node",
+		}},
+		Status: corev1.NodeStatus{
+			Phase:       corev1.NodePending,
+			Capacity:    capacity.DeepCopy(),
+			Allocatable: capacity.DeepCopy(),
+			Conditions: []corev1.NodeCondition{
+				{Type: corev1.NodeReady}, {Type: corev1.NodeMemoryPressure}, {Type: corev1.NodeDiskPressure},
+				{Type: corev1.NodePIDPressure}, {Type: corev1.NodeNetworkUnavailable},
+			},
+			Addresses:       []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}, {Type: corev1.NodeHostName, Address: name}},
+			DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: kubeletPort}},
+			NodeInfo: corev1.NodeSystemInfo{
+				KubeletVersion: "v1.36.3", OperatingSystem: "linux", Architecture: runtime.GOARCH,
+				OSImage: "Nest virtual node", KernelVersion: "n/a", ContainerRuntimeVersion: "host://shared",
+			},
+		},
+	}
+}
+
+func (s *syncer) kubeletTLS() (*tls.Config, error) {
+	pair, err := tls.LoadX509KeyPair(s.o.ServingCert, s.o.ServingKey)
+	if err != nil {
+		return nil, fmt.Errorf("kubelet serving certificate: %w", err)
+	}
+	caPEM, err := os.ReadFile(s.o.ClientCA)
+	if err != nil {
+		return nil, fmt.Errorf("kubelet client CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("kubelet client CA %s holds no certificate", s.o.ClientCA)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}, nil
+}
+
+// onlyCommonName lets through only clients whose verified certificate has
+// the given common name: the tenant API server's kubelet client.
+func onlyCommonName(cn string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 || r.TLS.PeerCertificates[0].Subject.CommonName != cn {
+			http.Error(w, "forbidden: only the tenant API server may use the kubelet API", http.StatusForbidden)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *syncer) serveHealth(ctx context.Context) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if !s.ready.Load() {
+			http.Error(w, "virtual node not registered yet", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	srv := &http.Server{Addr: s.o.HealthAddr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		klog.FromContext(ctx).Error(err, "Health endpoint stopped")
+	}
+}
+
