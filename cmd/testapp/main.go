@@ -7,31 +7,44 @@
 //	GET /echo?msg=X X
 //
 // and writes one log line per request, so tests can read it with kubectl logs.
-// With "testapp get URL" it is instead a client: it prints the body of URL and
-// exits non-zero on any error or non-2xx status.
+// Other forms make it a one-shot client that exits non-zero on any error or
+// non-2xx status:
+//
+//	testapp get URL              print the body of URL
+//	testapp cat FILE             print a file (the image has no shell)
+//	testapp kube PATH [SERVER]   GET PATH from the Kubernetes API the way an
+//	                             in-cluster client does: the service-account
+//	                             token and CA, and KUBERNETES_SERVICE_HOST/PORT
+//	                             unless SERVER (https://host:port) is given
 package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 )
 
 func main() {
-	if len(os.Args) > 2 && os.Args[1] == "get" {
-		if err := get(os.Args[2]); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
+	if len(os.Args) > 2 {
+		if cmd, ok := clients[os.Args[1]]; ok {
+			if err := cmd(os.Args[2:]); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(1)
+			}
+			return
 		}
-		return
 	}
 	addr := flag.String("listen", ":8080", "address to serve on")
 	flag.Parse()
@@ -68,9 +81,51 @@ func serve(addr string) error {
 	return nil
 }
 
-func get(url string) error {
-	client := &http.Client{Timeout: 10 * time.Second}
-	resp, err := client.Get(url)
+var clients = map[string]func(args []string) error{
+	"get": func(args []string) error { return get(&http.Client{Timeout: 10 * time.Second}, args[0], "") },
+	"cat": func(args []string) error {
+		data, err := os.ReadFile(args[0])
+		if err == nil {
+			_, err = os.Stdout.Write(data)
+		}
+		return err
+	},
+	"kube": kube,
+}
+
+const saDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+func kube(args []string) error {
+	server := "https://" + net.JoinHostPort(os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT"))
+	if len(args) > 1 {
+		server = args[1]
+	}
+	token, err := os.ReadFile(saDir + "/token")
+	if err != nil {
+		return err
+	}
+	ca, err := os.ReadFile(saDir + "/ca.crt")
+	if err != nil {
+		return err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	// Another server's certificate is not signed by this CA: the caller asks
+	// for it on purpose, to check that the token is refused there.
+	tlsConfig := &tls.Config{RootCAs: pool, InsecureSkipVerify: len(args) > 1} //nolint:gosec
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig}}
+	return get(client, server+args[0], strings.TrimSpace(string(token)))
+}
+
+func get(client *http.Client, url, bearer string) error {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}

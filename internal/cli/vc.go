@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -86,9 +87,61 @@ func newWaitingCommand(host *hostFlags, use, short, waitHelp string, act action)
 	return cmd
 }
 
+// shareFlags are the tenant's share of host capacity, set with nest create.
+type shareFlags struct {
+	cpu, memory, gpu string
+	pods             int
+	podSecurity      string
+}
+
+// spec returns the VirtualCluster spec the flags ask for, or an error naming
+// the flag with a bad value.
+func (f *shareFlags) spec() (nestv1.VirtualClusterSpec, error) {
+	var spec nestv1.VirtualClusterSpec
+	res := corev1.ResourceList{}
+	for _, q := range []struct {
+		flag, value string
+		name        corev1.ResourceName
+	}{{"--cpu", f.cpu, corev1.ResourceCPU}, {"--memory", f.memory, corev1.ResourceMemory}, {"--gpu", f.gpu, "nvidia.com/gpu"}} {
+		if q.value == "" {
+			continue
+		}
+		v, err := resource.ParseQuantity(q.value)
+		if err != nil || v.Sign() <= 0 {
+			return spec, fmt.Errorf("%s %q: want a positive quantity, such as 4 or 8Gi", q.flag, q.value)
+		}
+		res[q.name] = v
+	}
+	if f.pods < 0 {
+		return spec, fmt.Errorf("--pods %d: want a positive number", f.pods)
+	}
+	if f.pods > 0 {
+		res[corev1.ResourcePods] = *resource.NewQuantity(int64(f.pods), resource.DecimalSI)
+	}
+	if len(res) > 0 {
+		spec.PromoteResources.Resources = res
+	}
+	spec.VirtualNode.PodSecurityLevel = nestv1.PodSecurityLevel(f.podSecurity)
+	return spec, nil
+}
+
 func newCreateCommand(host *hostFlags) *cobra.Command {
-	return newWaitingCommand(host, "create", "Create a virtual cluster: a tenant control plane in the host cluster",
-		"wait until the virtual cluster is Ready, showing its progress", create)
+	share := &shareFlags{}
+	cmd := newWaitingCommand(host, "create", "Create a virtual cluster: a tenant control plane in the host cluster",
+		"wait until the virtual cluster is Ready, showing its progress",
+		func(ctx context.Context, c client.Client, key types.NamespacedName, wait bool, out io.Writer) error {
+			spec, err := share.spec()
+			if err != nil {
+				return err
+			}
+			return create(ctx, c, key, spec, wait, out)
+		})
+	cmd.Flags().StringVar(&share.cpu, "cpu", "", "CPU of the virtual node and the host quota (default 2)")
+	cmd.Flags().StringVar(&share.memory, "memory", "", "memory of the virtual node and the host quota (default 4Gi)")
+	cmd.Flags().StringVar(&share.gpu, "gpu", "", "nvidia.com/gpu of the virtual node and the host quota (default none)")
+	cmd.Flags().IntVar(&share.pods, "pods", 0, "pods the virtual node holds (default 110)")
+	cmd.Flags().StringVar(&share.podSecurity, "pod-security", "baseline", "Pod Security Standard level of tenant pods: baseline or restricted")
+	return cmd
 }
 
 func newDeleteCommand(host *hostFlags) *cobra.Command {
@@ -96,12 +149,12 @@ func newDeleteCommand(host *hostFlags) *cobra.Command {
 		"wait until every host object is gone", remove)
 }
 
-func create(ctx context.Context, c client.Client, key types.NamespacedName, wait bool, out io.Writer) error {
+func create(ctx context.Context, c client.Client, key types.NamespacedName, spec nestv1.VirtualClusterSpec, wait bool, out io.Writer) error {
 	ns, name := key.Namespace, key.Name
 	if err := ensureNamespace(ctx, c, ns); err != nil {
 		return err
 	}
-	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: spec}
 	switch err := c.Create(ctx, vc); {
 	case apierrors.IsAlreadyExists(err):
 		// Like `kubectl apply`, creating what exists is not an error;

@@ -23,14 +23,14 @@ func TestCreateMakesNamespaceAndIsRepeatable(t *testing.T) {
 	ctx := context.Background()
 	key := types.NamespacedName{Namespace: resolveNamespace("", "demo"), Name: "demo"}
 	var out bytes.Buffer
-	if err := create(ctx, c, key, false, &out); err != nil {
+	if err := create(ctx, c, key, nestv1.VirtualClusterSpec{}, false, &out); err != nil {
 		t.Fatal(err)
 	}
 	var ns corev1.Namespace
 	if err := c.Get(ctx, types.NamespacedName{Name: "vc-demo"}, &ns); err != nil || ns.Labels[createdByLabel] != "nest-cli" {
 		t.Fatalf("namespace vc-demo: %v %v", ns.Labels, err)
 	}
-	if err := create(ctx, c, key, false, &out); err != nil {
+	if err := create(ctx, c, key, nestv1.VirtualClusterSpec{}, false, &out); err != nil {
 		t.Fatalf("second create: %v", err)
 	}
 	if !strings.Contains(out.String(), "already exists") {
@@ -72,5 +72,21 @@ func TestReadKubeconfig(t *testing.T) {
 	}
 	if _, err := readKubeconfig(ctx, c, "vc-x", "x", false); err == nil {
 		t.Error("missing cluster gave no error")
+	}
+}
+
+func TestShareFlags(t *testing.T) {
+	spec, err := (&shareFlags{cpu: "4", memory: "8Gi", pods: 20, podSecurity: "restricted"}).spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := spec.PromoteResources.Resources
+	if r.Cpu().String() != "4" || r.Memory().String() != "8Gi" || r.Pods().Value() != 20 || spec.VirtualNode.PodSecurityLevel != "restricted" {
+		t.Errorf("spec = %+v", spec)
+	}
+	for _, bad := range []shareFlags{{cpu: "four"}, {memory: "-1Gi"}, {pods: -3}} {
+		if _, err := bad.spec(); err == nil {
+			t.Errorf("%+v: want an error naming the flag", bad)
+		}
 	}
 }

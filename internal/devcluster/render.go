@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"text/template"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	componentbasev1alpha1 "k8s.io/component-base/config/v1alpha1"
@@ -116,8 +117,11 @@ func KubeletConfig(n Node, p KubeletPaths) ([]byte, error) {
 		ReadOnlyPort:       0,
 		HealthzBindAddress: "127.0.0.1",
 		HealthzPort:        ptr.To[int32](10248),
-		TLSCertFile:        p.TLSCertFile,
-		TLSPrivateKeyFile:  p.TLSKeyFile,
+		// Updated ConfigMap and Secret volumes (a refreshed token among them)
+		// reach pods within this; upstream's default is a minute.
+		SyncFrequency:     metav1.Duration{Duration: 10 * time.Second},
+		TLSCertFile:       p.TLSCertFile,
+		TLSPrivateKeyFile: p.TLSKeyFile,
 		Authentication: kubeletv1beta1.KubeletAuthentication{
 			X509:      kubeletv1beta1.KubeletX509Authentication{ClientCAFile: p.ClientCAFile},
 			Webhook:   kubeletv1beta1.KubeletWebhookAuthentication{Enabled: ptr.To(true)},

@@ -180,7 +180,9 @@ func (s *syncer) newNode() (*nodeutil.Node, error) {
 	}
 	mux := http.NewServeMux()
 	return nodeutil.NewNode(s.o.NodeName,
-		func(nodeutil.ProviderConfig) (nodeutil.Provider, node.NodeProvider, error) { return s.provider, nil, nil },
+		func(nodeutil.ProviderConfig) (nodeutil.Provider, node.NodeProvider, error) {
+			return s.provider, nil, nil
+		},
 		nodeutil.WithClient(s.tenant),
 		nodeutil.AttachProviderRoutes(mux),
 		func(cfg *nodeutil.NodeConfig) error {
@@ -274,4 +276,3 @@ func (s *syncer) serveHealth(ctx context.Context) {
 		klog.FromContext(ctx).Error(err, "Health endpoint stopped")
 	}
 }
-

@@ -6,7 +6,9 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -15,6 +17,7 @@ import (
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/controlplane"
+	"github.com/nestdev/nest/internal/syncer"
 )
 
 // reconcileDelete removes the VirtualCluster's host objects — the StatefulSet
@@ -60,6 +63,10 @@ func (r *Reconciler) deleteHostObjects(ctx context.Context, vc *nestv1.VirtualCl
 			&corev1.Secret{ObjectMeta: meta(n.PKISecret())},
 			&corev1.Secret{ObjectMeta: meta(n.ComponentKubeconfigSecret())},
 			&corev1.Secret{ObjectMeta: meta(n.KubeconfigSecret())},
+			&corev1.Service{ObjectMeta: meta(n.DNSService())},
+			&corev1.ServiceAccount{ObjectMeta: meta(n.SyncerServiceAccount())},
+			&rbacv1.RoleBinding{ObjectMeta: meta(n.SyncerServiceAccount())},
+			&corev1.ResourceQuota{ObjectMeta: meta(n.TenantQuota())},
 		},
 	}
 	for _, group := range ordered {
@@ -82,6 +89,38 @@ func (r *Reconciler) deleteHostObjects(ctx context.Context, vc *nestv1.VirtualCl
 		if remaining > 0 {
 			return remaining, nil
 		}
+		// Once the control-plane pod is gone, no syncer recreates tenant
+		// workloads: delete the host pods, Services, ConfigMaps and Secrets it made.
+		if remaining, err := r.deleteTenantWorkloads(ctx, vc); err != nil || remaining > 0 {
+			return remaining, err
+		}
 	}
 	return 0, nil
+}
+
+// deleteTenantWorkloads deletes every host object nest-syncer made for vc and
+// returns how many were still there.
+func (r *Reconciler) deleteTenantWorkloads(ctx context.Context, vc *nestv1.VirtualCluster) (int, error) {
+	selector := client.MatchingLabels{syncer.LabelTenantOf: vc.Name}
+	remaining := 0
+	for _, kind := range []struct {
+		obj  client.Object
+		list client.ObjectList
+	}{
+		{&corev1.Pod{}, &corev1.PodList{}}, {&corev1.Service{}, &corev1.ServiceList{}},
+		{&corev1.ConfigMap{}, &corev1.ConfigMapList{}}, {&corev1.Secret{}, &corev1.SecretList{}},
+	} {
+		if err := r.APIReader.List(ctx, kind.list, client.InNamespace(vc.Namespace), selector); err != nil {
+			return 0, err
+		}
+		n := meta.LenList(kind.list)
+		if n == 0 {
+			continue
+		}
+		remaining += n
+		if err := r.DeleteAllOf(ctx, kind.obj, client.InNamespace(vc.Namespace), selector); err != nil {
+			return 0, fmt.Errorf("delete tenant %T objects of %s: %w", kind.obj, klog.KObj(vc), err)
+		}
+	}
+	return remaining, nil
 }

@@ -97,7 +97,9 @@ func (r *Reconciler) reconcileVirtualNodeObjects(ctx context.Context, s *reconci
 	}
 	sa, wantSA := &corev1.ServiceAccount{}, controlplane.SyncerServiceAccountFor(s.vc)
 	sa.ObjectMeta = metav1.ObjectMeta{Name: wantSA.Name, Namespace: wantSA.Namespace}
-	if err := r.ensure(ctx, s, sa, func() { sa.Labels, sa.AutomountServiceAccountToken = wantSA.Labels, wantSA.AutomountServiceAccountToken }); err != nil {
+	if err := r.ensure(ctx, s, sa, func() {
+		sa.Labels, sa.AutomountServiceAccountToken = wantSA.Labels, wantSA.AutomountServiceAccountToken
+	}); err != nil {
 		return false, err
 	}
 	rb, wantRB := &rbacv1.RoleBinding{}, controlplane.SyncerRoleBindingFor(s.vc)
