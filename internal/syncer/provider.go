@@ -294,15 +294,25 @@ func (p *podProvider) hostPodDeleted(ctx context.Context, host *corev1.Pod) {
 		return
 	}
 	if ours || tenant.DeletionTimestamp != nil {
+		// As a kubelet does once a pod's containers have stopped: report the
+		// final status, then finish the deletion at once instead of waiting
+		// out the rest of the grace period.
 		p.notifyTerminated(tenant, "Deleted")
+		p.deleteTenantPod(ctx, tenant)
 		return
 	}
 	p.recorder.Eventf(tenant, corev1.EventTypeWarning, "HostPodDeleted", "The pod running this pod on the host was deleted; deleting the pod so its controller replaces it")
 	p.notifyTerminated(tenant, "HostPodDeleted")
+	p.deleteTenantPod(ctx, tenant)
+}
+
+// deleteTenantPod removes a tenant pod whose host pod is gone, with no grace
+// period left to wait: nothing runs any more.
+func (p *podProvider) deleteTenantPod(ctx context.Context, tenant *corev1.Pod) {
 	err := p.tenant.CoreV1().Pods(tenant.Namespace).Delete(ctx, tenant.Name, metav1.DeleteOptions{
 		GracePeriodSeconds: ptr.To[int64](0), Preconditions: &metav1.Preconditions{UID: &tenant.UID},
 	})
-	if err != nil && !apierrors.IsNotFound(err) {
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		klog.FromContext(ctx).Error(err, "Delete tenant pod whose host pod is gone", "pod", klog.KObj(tenant))
 	}
 }

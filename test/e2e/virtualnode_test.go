@@ -1,0 +1,566 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/controlplane"
+	"github.com/nestdev/nest/internal/devcluster"
+	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/testutil"
+	"github.com/nestdev/nest/test/e2e/framework"
+)
+
+const testImage = "nest.local/testapp:dev"
+
+// TestVirtualNode checks shared mode (issue 4) end to end: tenant pods run on
+// host capacity through the virtual node, with Services, DNS, ConfigMaps,
+// Secrets, tokens, status, the kubelet API, Pod Security, the host quota, a
+// syncer restart and isolation between two tenants.
+func TestVirtualNode(t *testing.T) {
+	framework.RequireRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	defer cancel()
+	stateDir := startHostCluster(t, ctx, "--with-nest")
+	hostKubeconfig := devcluster.Layout{Root: stateDir}.AdminKubeconfig()
+	host := hostClient(t, hostKubeconfig)
+	nest := func(args ...string) (string, error) {
+		return framework.Run(ctx, t, "nest", append(args, "--kubeconfig", hostKubeconfig)...)
+	}
+	dir := t.TempDir()
+	alpha := &tenant{name: "alpha", dir: dir}
+	beta := &tenant{name: "beta", dir: dir}
+	// alpha: a small share with a GPU to pass through, and tokens refreshed
+	// every 15 seconds; beta: the restricted Pod Security level.
+	if out, err := nest("create", "beta", "--cpu", "1", "--memory", "2Gi", "--pods", "10", "--pod-security", "restricted"); err != nil {
+		t.Fatalf("create beta: %v\n%s", err, out)
+	}
+	createAlpha(t, ctx, host)
+	waitReady(t, ctx, host, &tenant{name: "alpha", ns: "vc-alpha"})
+	waitReady(t, ctx, host, &tenant{name: "beta", ns: "vc-beta"})
+	for _, tn := range []*tenant{alpha, beta} {
+		tn.load(t, nest)
+		waitDefaultServiceAccount(t, ctx, tn)
+	}
+	hostPods := func(tn *tenant) []corev1.Pod { return listHostPods(t, ctx, host, tn) }
+
+	t.Run("the virtual node shows the tenant's share and the host quota enforces it", func(t *testing.T) {
+		node := tenantNode(t, ctx, alpha)
+		for name, want := range map[corev1.ResourceName]string{"cpu": "2", "memory": "4Gi", "pods": "20", "nvidia.com/gpu": "2"} {
+			if got := node.Status.Allocatable[name]; got.String() != want {
+				t.Errorf("allocatable %s = %s, want %s", name, got.String(), want)
+			}
+		}
+		alpha.kubectl(t, ctx, "-n", "kube-node-lease", "get", "lease", controlplane.VirtualNodeName)
+		quota := &corev1.ResourceQuota{}
+		if err := host.Get(ctx, client.ObjectKey{Namespace: "vc-alpha", Name: "alpha-tenant-share"}, quota); err != nil {
+			t.Fatal(err)
+		}
+		if got := quota.Spec.Hard["requests.nvidia.com/gpu"]; got.String() != "2" {
+			t.Errorf("host quota %v lacks the GPU share", quota.Spec.Hard)
+		}
+		// A pod in the tenant priority class beyond the share is refused by the
+		// host itself, whatever the tenant does.
+		big := testPod("too-big", "vc-alpha")
+		big.Spec.PriorityClassName = controlplane.TenantPriorityClass
+		big.Spec.Containers[0].Resources.Requests = corev1.ResourceList{"cpu": resource.MustParse("3"), "memory": resource.MustParse("1Mi")}
+		if err := host.Create(ctx, big); err == nil || !strings.Contains(err.Error(), "exceeded quota") {
+			t.Errorf("host accepted a tenant-class pod beyond the share: %v", err)
+		}
+	})
+
+	t.Run("a deployment runs on host capacity and its Service resolves by DNS name", func(t *testing.T) {
+		alpha.kubectl(t, ctx, "create", "deployment", "web", "--image="+testImage, "--replicas=3")
+		alpha.kubectl(t, ctx, "expose", "deployment", "web", "--port=80", "--target-port=8080")
+		alpha.kubectl(t, ctx, "run", "client", "--image="+testImage)
+		waitTenantPods(t, ctx, alpha, "app=web", 3)
+		waitTenantPods(t, ctx, alpha, "run=client", 1)
+		web := tenantPodNames(t, ctx, alpha, "app=web")
+		for _, p := range hostPods(alpha) {
+			if len(p.Name) > 63 || p.Labels[syncer.LabelTenantNamespace] != "default" || p.Annotations[syncer.AnnotationTenantName] == "" {
+				t.Errorf("host pod %s: name length %d, labels %v", p.Name, len(p.Name), p.Labels)
+			}
+			if ptr.Deref(p.Spec.AutomountServiceAccountToken, true) || p.Spec.PriorityClassName != controlplane.TenantPriorityClass {
+				t.Errorf("host pod %s mounts a host token or lacks the tenant priority class", p.Name)
+			}
+		}
+		for _, name := range []string{"web.default.svc.cluster.local", "web"} {
+			testutil.Eventually(t, time.Minute, "client reaches "+name, func() error {
+				out, err := alpha.kubectlErr(ctx, "exec", "client", "--", "/testapp", "get", "http://"+name+"/hostname")
+				if err != nil {
+					return err
+				}
+				if !slices.Contains(web, strings.TrimSpace(out)) {
+					return fmt.Errorf("answer %q is not a web pod (%v)", out, web)
+				}
+				return nil
+			})
+		}
+	})
+
+	t.Run("status and events flow up to the tenant pod", func(t *testing.T) {
+		pod := tenantPod(t, ctx, alpha, "client")
+		if pod.Status.PodIP == "" || pod.Status.HostIP == "" || len(pod.Status.ContainerStatuses) != 1 || !pod.Status.ContainerStatuses[0].Ready {
+			t.Errorf("status %+v", pod.Status)
+		}
+		testutil.Eventually(t, time.Minute, "host kubelet events on the tenant pod", func() error {
+			out, err := alpha.kubectlErr(ctx, "get", "events", "--field-selector", "involvedObject.name=client", "-o", "jsonpath={.items[*].reason}")
+			if err != nil || !strings.Contains(out, "Started") {
+				return fmt.Errorf("events %q: %v", out, err)
+			}
+			return nil
+		})
+	})
+
+	t.Run("kubectl logs -f, exec and port-forward reach tenant pods", func(t *testing.T) {
+		follow := startKubectl(t, ctx, alpha, "logs", "-f", "client")
+		alpha.kubectl(t, ctx, "exec", "client", "--", "/testapp", "get", "http://localhost:8080/echo?msg=followed")
+		follow.waitFor(t, "path=/echo")
+		if out := alpha.kubectl(t, ctx, "exec", "client", "--", "/testapp", "get", "http://localhost:8080/hostname"); out != "client" {
+			t.Errorf("exec hostname = %q", out)
+		}
+		pf := startKubectl(t, ctx, alpha, "port-forward", "pod/client", ":8080")
+		port := pf.waitFor(t, `Forwarding from 127\.0\.0\.1:(\d+)`)
+		body, err := httpGet(ctx, "http://127.0.0.1:"+port+"/echo?msg=forwarded")
+		if err != nil || body != "forwarded" {
+			t.Errorf("port-forward answered %q, %v", body, err)
+		}
+	})
+
+	t.Run("ConfigMaps and Secrets reach pods and follow updates", func(t *testing.T) {
+		alpha.kubectl(t, ctx, "create", "configmap", "settings", "--from-literal=color=blue")
+		alpha.kubectl(t, ctx, "create", "secret", "generic", "creds", "--from-literal=password=one")
+		alpha.kubectl(t, ctx, "apply", "-f", writeManifest(t, dir, "configured.yaml", configuredPod))
+		waitTenantPods(t, ctx, alpha, "app=configured", 1)
+		if out := alpha.kubectl(t, ctx, "exec", "configured", "--", "/testapp", "cat", "/etc/settings/color"); out != "blue" {
+			t.Errorf("mounted ConfigMap = %q", out)
+		}
+		if out := alpha.kubectl(t, ctx, "exec", "configured", "--", "/testapp", "cat", "/etc/creds/password"); out != "one" {
+			t.Errorf("mounted Secret = %q", out)
+		}
+		alpha.kubectl(t, ctx, "patch", "configmap", "settings", "-p", `{"data":{"color":"green"}}`)
+		alpha.kubectl(t, ctx, "patch", "secret", "creds", "-p", `{"stringData":{"password":"two"}}`)
+		for file, want := range map[string]string{"/etc/settings/color": "green", "/etc/creds/password": "two"} {
+			testutil.Eventually(t, 2*time.Minute, file+" updated in the running pod", func() error {
+				out, err := alpha.kubectlErr(ctx, "exec", "configured", "--", "/testapp", "cat", file)
+				if err != nil || out != want {
+					return fmt.Errorf("%s = %q (%v), want %q", file, out, err, want)
+				}
+				return nil
+			})
+		}
+		if pod := tenantPod(t, ctx, alpha, "configured"); pod.Status.ContainerStatuses[0].RestartCount != 0 {
+			t.Errorf("the pod restarted %d times", pod.Status.ContainerStatuses[0].RestartCount)
+		}
+	})
+
+	t.Run("service-account tokens come from the tenant and are refreshed in place", func(t *testing.T) {
+		// The pod's service account may read pods, as a tenant would allow it.
+		alpha.kubectl(t, ctx, "create", "rolebinding", "default-view", "--clusterrole=view", "--serviceaccount=default:default")
+		kubeAPI := func() error {
+			out, err := alpha.kubectlErr(ctx, "exec", "client", "--", "/testapp", "kube", "/api/v1/namespaces/default/pods")
+			if err != nil || !strings.Contains(out, `"kind":"PodList"`) {
+				return fmt.Errorf("in-cluster call to the tenant API: %q, %v", out, err)
+			}
+			return nil
+		}
+		testutil.Eventually(t, 30*time.Second, "in-cluster client reads pods", kubeAPI)
+		first := alpha.kubectl(t, ctx, "exec", "client", "--", "/testapp", "cat", "/var/run/secrets/kubernetes.io/serviceaccount/token")
+		testutil.Eventually(t, 2*time.Minute, "a refreshed token in the running pod", func() error {
+			now, err := alpha.kubectlErr(ctx, "exec", "client", "--", "/testapp", "cat", "/var/run/secrets/kubernetes.io/serviceaccount/token")
+			if err != nil || now == first {
+				return fmt.Errorf("token unchanged (%v)", err)
+			}
+			return nil
+		})
+		if err := kubeAPI(); err != nil {
+			t.Errorf("after the refresh: %v", err)
+		}
+		if pod := tenantPod(t, ctx, alpha, "client"); pod.Status.ContainerStatuses[0].RestartCount != 0 {
+			t.Errorf("the refresh restarted the pod %d times", pod.Status.ContainerStatuses[0].RestartCount)
+		}
+	})
+
+	t.Run("Pod Security refuses every forbidden field before it reaches the host", func(t *testing.T) {
+		forbidden := map[string]string{
+			"privileged":   `"containers":[{"name":"c","image":"` + testImage + `","securityContext":{"privileged":true}}]`,
+			"host-network": `"hostNetwork":true,"containers":[{"name":"c","image":"` + testImage + `"}]`,
+			"host-pid":     `"hostPID":true,"containers":[{"name":"c","image":"` + testImage + `"}]`,
+			"host-ipc":     `"hostIPC":true,"containers":[{"name":"c","image":"` + testImage + `"}]`,
+			"host-path":    `"volumes":[{"name":"root","hostPath":{"path":"/"}}],"containers":[{"name":"c","image":"` + testImage + `","volumeMounts":[{"name":"root","mountPath":"/host"}]}]`,
+			"host-port":    `"containers":[{"name":"c","image":"` + testImage + `","ports":[{"containerPort":8080,"hostPort":8080}]}]`,
+			"capabilities": `"containers":[{"name":"c","image":"` + testImage + `","securityContext":{"capabilities":{"add":["SYS_ADMIN"]}}}]`,
+		}
+		for name, spec := range forbidden {
+			alpha.kubectl(t, ctx, "run", "bad-"+name, "--image="+testImage, "--restart=Never", "--overrides", `{"spec":{`+spec+`}}`)
+		}
+		for name := range forbidden {
+			waitRefused(t, ctx, alpha, "bad-"+name)
+		}
+		for _, p := range hostPods(alpha) {
+			if strings.HasPrefix(p.Annotations[syncer.AnnotationTenantName], "bad-") {
+				t.Errorf("refused pod reached the host as %s", p.Name)
+			}
+		}
+		// beta is restricted: a pod that may run as root is refused there.
+		beta.kubectl(t, ctx, "run", "root-ok-elsewhere", "--image="+testImage, "--restart=Never")
+		waitRefused(t, ctx, beta, "root-ok-elsewhere")
+	})
+
+	t.Run("pods beyond the virtual node's capacity stay Pending and never reach the host", func(t *testing.T) {
+		alpha.kubectl(t, ctx, "run", "greedy", "--image="+testImage, "--overrides", `{"spec":{"containers":[{"name":"greedy","image":"`+testImage+`","resources":{"requests":{"cpu":"3"}}}]}}`)
+		testutil.Eventually(t, time.Minute, "greedy unschedulable", func() error {
+			pod := tenantPod(t, ctx, alpha, "greedy")
+			for _, c := range pod.Status.Conditions {
+				if c.Type == corev1.PodScheduled && c.Reason == corev1.PodReasonUnschedulable {
+					return nil
+				}
+			}
+			return fmt.Errorf("phase %s, conditions %v", pod.Status.Phase, pod.Status.Conditions)
+		})
+		for _, p := range hostPods(alpha) {
+			if p.Annotations[syncer.AnnotationTenantName] == "greedy" {
+				t.Error("an unschedulable tenant pod reached the host")
+			}
+		}
+	})
+
+	t.Run("a host pod deleted from outside is replaced by the tenant's ReplicaSet", func(t *testing.T) {
+		before := tenantPodNames(t, ctx, alpha, "app=web")
+		victim := hostPodOf(t, hostPods(alpha), before[0])
+		if err := host.Delete(ctx, &victim); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, 2*time.Minute, "a replacement web pod", func() error {
+			now := tenantPodNames(t, ctx, alpha, "app=web")
+			if slices.Contains(now, before[0]) || len(now) != 3 {
+				return fmt.Errorf("web pods %v", now)
+			}
+			return nil
+		})
+		waitTenantPods(t, ctx, alpha, "app=web", 3)
+	})
+
+	t.Run("deleting a tenant pod deletes its host pod", func(t *testing.T) {
+		alpha.kubectl(t, ctx, "delete", "pod", "configured", "--wait=true", "--timeout=60s")
+		for _, p := range hostPods(alpha) {
+			if p.Annotations[syncer.AnnotationTenantName] == "configured" {
+				t.Errorf("host pod %s outlived its tenant pod", p.Name)
+			}
+		}
+	})
+
+	t.Run("a control-plane restart adopts running host pods without recreating them", func(t *testing.T) {
+		before := map[string]string{}
+		for _, p := range hostPods(alpha) {
+			before[p.Name] = string(p.UID)
+		}
+		cp := &corev1.Pod{}
+		if err := host.Get(ctx, client.ObjectKey{Namespace: "vc-alpha", Name: "alpha-0"}, cp); err != nil {
+			t.Fatal(err)
+		}
+		if err := host.Delete(ctx, cp); err != nil {
+			t.Fatal(err)
+		}
+		restarted := time.Now()
+		waitRecreated(t, ctx, host, cp)
+		// Ready means every container, the syncer included, passed its
+		// probes: the new syncer has registered the node and synced its caches.
+		testutil.Eventually(t, 3*time.Minute, "new control-plane pod Ready", func() error {
+			fresh := &corev1.Pod{}
+			if err := host.Get(ctx, client.ObjectKeyFromObject(cp), fresh); err != nil {
+				return err
+			}
+			if fresh.UID == cp.UID || !podReady(fresh) {
+				return errors.New("not yet")
+			}
+			return nil
+		})
+		waitReady(t, ctx, host, &tenant{name: "alpha", ns: "vc-alpha"})
+		waitTenantPods(t, ctx, alpha, "app=web", 3)
+		for _, p := range hostPods(alpha) {
+			if uid, ok := before[p.Name]; (ok && uid != string(p.UID)) || p.CreationTimestamp.After(restarted) {
+				t.Errorf("host pod %s was recreated", p.Name)
+			}
+			delete(before, p.Name)
+		}
+		if len(before) != 0 {
+			t.Errorf("host pods gone after the restart: %v", before)
+		}
+	})
+
+	t.Run("tenants cannot see or touch each other, nor the host through their pods", func(t *testing.T) {
+		beta.kubectl(t, ctx, "create", "secret", "generic", "beta-only", "--from-literal=k=v")
+		if out := beta.kubectl(t, ctx, "get", "pods,services,secrets", "-A", "-o", "name"); strings.Contains(out, "web") || strings.Contains(out, "creds") {
+			t.Errorf("beta sees alpha's objects:\n%s", out)
+		}
+		if out := alpha.kubectl(t, ctx, "get", "secrets", "-A", "-o", "name"); strings.Contains(out, "beta-only") {
+			t.Errorf("alpha sees beta's Secret:\n%s", out)
+		}
+		// alpha's pod token against the host API and against beta's API server.
+		betaAPI := &corev1.Service{}
+		if err := host.Get(ctx, client.ObjectKey{Namespace: "vc-beta", Name: "beta"}, betaAPI); err != nil {
+			t.Fatal(err)
+		}
+		for _, target := range []struct{ name, server, path string }{
+			{"host", "https://10.96.0.1:443", "/api/v1/namespaces/vc-beta/pods"},
+			{"beta", fmt.Sprintf("https://%s:%d", betaAPI.Spec.ClusterIP, controlplane.Port), "/api/v1/namespaces/default/secrets"},
+		} {
+			out, err := alpha.kubectlErr(ctx, "exec", "client", "--", "/testapp", "kube", target.path, target.server)
+			if err == nil || !strings.Contains(err.Error(), "401 Unauthorized") {
+				t.Errorf("alpha's pod token against the %s API server: %q, %v; want 401", target.name, out, err)
+			}
+		}
+		if out, err := alpha.kubectlErr(ctx, "exec", "client", "--", "/testapp", "cat", "/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err != nil || out != "default" {
+			t.Errorf("pod namespace file = %q, %v; want the tenant namespace", out, err)
+		}
+	})
+}
+
+// waitDefaultServiceAccount waits for the tenant controller-manager to make
+// the default namespace's service account, which pod admission needs.
+func waitDefaultServiceAccount(t *testing.T, ctx context.Context, tn *tenant) {
+	t.Helper()
+	testutil.Eventually(t, time.Minute, "default service account in "+tn.name, func() error {
+		_, err := tn.kubectlErr(ctx, "get", "serviceaccount", "default")
+		return err
+	})
+}
+
+func createAlpha(t *testing.T, ctx context.Context, host client.Client) {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "vc-alpha"}}
+	if err := host.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	vc := &nestv1.VirtualCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "vc-alpha", Name: "alpha"},
+		Spec: nestv1.VirtualClusterSpec{
+			PromoteResources: nestv1.PromoteResources{Resources: corev1.ResourceList{
+				"cpu": resource.MustParse("2"), "memory": resource.MustParse("4Gi"), "pods": resource.MustParse("20"), "nvidia.com/gpu": resource.MustParse("2"),
+			}},
+			VirtualNode: nestv1.VirtualNodeSpec{TokenMaxAge: &metav1.Duration{Duration: 15 * time.Second}},
+		},
+	}
+	if err := host.Create(ctx, vc); err != nil {
+		t.Fatal(err)
+	}
+}
+
+const configuredPod = `apiVersion: v1
+kind: Pod
+metadata:
+  name: configured
+  labels: {app: configured}
+spec:
+  containers:
+  - name: app
+    image: nest.local/testapp:dev
+    env:
+    - name: COLOR
+      valueFrom: {configMapKeyRef: {name: settings, key: color}}
+    - name: POD_NAMESPACE
+      valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
+    volumeMounts:
+    - {name: settings, mountPath: /etc/settings}
+    - {name: creds, mountPath: /etc/creds}
+  volumes:
+  - name: settings
+    configMap: {name: settings}
+  - name: creds
+    secret: {secretName: creds}
+`
+
+func writeManifest(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func testPod(name, ns string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: testImage}}},
+	}
+}
+
+func tenantClientset(t *testing.T, tn *tenant) *kubernetes.Clientset {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(tn.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+func tenantNode(t *testing.T, ctx context.Context, tn *tenant) *corev1.Node {
+	t.Helper()
+	n, err := tenantClientset(t, tn).CoreV1().Nodes().Get(ctx, controlplane.VirtualNodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func tenantPod(t *testing.T, ctx context.Context, tn *tenant, name string) *corev1.Pod {
+	t.Helper()
+	p, err := tenantClientset(t, tn).CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func tenantPodNames(t *testing.T, ctx context.Context, tn *tenant, selector string) []string {
+	t.Helper()
+	list, err := tenantClientset(t, tn).CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range list.Items {
+		if p.DeletionTimestamp == nil {
+			names = append(names, p.Name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// waitTenantPods waits until n pods match selector, all Running and Ready.
+func waitTenantPods(t *testing.T, ctx context.Context, tn *tenant, selector string, n int) {
+	t.Helper()
+	cs := tenantClientset(t, tn)
+	testutil.Eventually(t, 3*time.Minute, fmt.Sprintf("%d ready pods %s in %s", n, selector, tn.name), func() error {
+		list, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return err
+		}
+		ready := 0
+		for _, p := range list.Items {
+			if p.DeletionTimestamp == nil && podReady(&p) {
+				ready++
+			}
+		}
+		if ready != n || len(list.Items) != n {
+			return fmt.Errorf("%d of %d ready", ready, len(list.Items))
+		}
+		return nil
+	})
+}
+
+// waitRefused waits for the syncer's refusal to show in the pod's status and
+// events, naming Pod Security.
+func waitRefused(t *testing.T, ctx context.Context, tn *tenant, name string) {
+	t.Helper()
+	testutil.Eventually(t, time.Minute, name+" refused with a reason", func() error {
+		pod := tenantPod(t, ctx, tn, name)
+		if pod.Status.Reason != "ProviderFailed" || !strings.Contains(pod.Status.Message, "violates PodSecurity") {
+			return fmt.Errorf("status reason %q message %q", pod.Status.Reason, pod.Status.Message)
+		}
+		out, err := tn.kubectlErr(ctx, "get", "events", "--field-selector", "involvedObject.name="+name, "-o", "jsonpath={.items[*].message}")
+		if err != nil || !strings.Contains(out, "violates PodSecurity") {
+			return fmt.Errorf("events %q: %v", out, err)
+		}
+		return nil
+	})
+}
+
+func listHostPods(t *testing.T, ctx context.Context, host client.Client, tn *tenant) []corev1.Pod {
+	t.Helper()
+	var list corev1.PodList
+	if err := host.List(ctx, &list, client.InNamespace("vc-"+tn.name), client.MatchingLabels{syncer.LabelTenantOf: tn.name}); err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
+}
+
+func hostPodOf(t *testing.T, pods []corev1.Pod, tenantName string) corev1.Pod {
+	t.Helper()
+	for _, p := range pods {
+		if p.Annotations[syncer.AnnotationTenantName] == tenantName {
+			return p
+		}
+	}
+	t.Fatalf("no host pod for %s", tenantName)
+	return corev1.Pod{}
+}
+
+// streamingKubectl is a kubectl process whose output a test watches.
+type streamingKubectl struct {
+	lines chan string
+}
+
+// startKubectl starts a long-running kubectl against the tenant and stops it,
+// by its PID, when the test ends.
+func startKubectl(t *testing.T, ctx context.Context, tn *tenant, args ...string) *streamingKubectl {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, filepath.Join(framework.BinDir(), "kube"), append([]string{"kubectl", "--kubeconfig", tn.kubeconfig}, args...)...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	s := &streamingKubectl{lines: make(chan string, 256)}
+	go func() {
+		defer close(s.lines)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			s.lines <- sc.Text()
+		}
+	}()
+	return s
+}
+
+// waitFor waits for a line matching pattern and returns its first submatch.
+func (s *streamingKubectl) waitFor(t *testing.T, pattern string) string {
+	t.Helper()
+	re := regexp.MustCompile(pattern)
+	deadline := time.After(time.Minute)
+	var seen []string
+	for {
+		select {
+		case line, ok := <-s.lines:
+			if !ok {
+				t.Fatalf("kubectl ended before printing %q:\n%s", pattern, strings.Join(seen, "\n"))
+			}
+			seen = append(seen, line)
+			if m := re.FindStringSubmatch(line); m != nil {
+				if len(m) > 1 {
+					return m[1]
+				}
+				return m[0]
+			}
+		case <-deadline:
+			t.Fatalf("no line matching %q within a minute:\n%s", pattern, strings.Join(seen, "\n"))
+		}
+	}
+}
