@@ -61,7 +61,7 @@ func (o *objectSyncer) ensureFor(ctx context.Context, namespace string, pt *PodT
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("ConfigMap %s/%s: %w", namespace, name, err)
+			return fmt.Errorf("configmap %s/%s: %w", namespace, name, err)
 		}
 		if err := o.applyConfigMap(ctx, cm); err != nil {
 			return err
@@ -73,7 +73,7 @@ func (o *objectSyncer) ensureFor(ctx context.Context, namespace string, pt *PodT
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("Secret %s/%s: %w", namespace, name, err)
+			return fmt.Errorf("secret %s/%s: %w", namespace, name, err)
 		}
 		if err := o.applySecret(ctx, s); err != nil {
 			return err

@@ -73,6 +73,10 @@ const (
 	identityUID       = "pod-uid"
 )
 
+// defaultTokenSeconds is what the API server defaults a projected token's
+// expirationSeconds to.
+const defaultTokenSeconds = 3600
+
 // Env names that point in-cluster clients at the tenant API server.
 const (
 	envServiceHost = "KUBERNETES_SERVICE_HOST"
@@ -284,7 +288,7 @@ func (t Translator) translateProjection(p *corev1.ProjectedVolumeSource, namespa
 			src.Secret.Name = HostName(t.VirtualCluster, namespace, src.Secret.Name)
 		case src.ServiceAccountToken != nil:
 			key := fmt.Sprintf("token-%d-%d", volume, j)
-			out.Tokens = append(out.Tokens, TokenProjection{Key: key, Audience: src.ServiceAccountToken.Audience, ExpirationSeconds: ptr.Deref(src.ServiceAccountToken.ExpirationSeconds, 3600)})
+			out.Tokens = append(out.Tokens, TokenProjection{Key: key, Audience: src.ServiceAccountToken.Audience, ExpirationSeconds: ptr.Deref(src.ServiceAccountToken.ExpirationSeconds, defaultTokenSeconds)})
 			src = tokenSecretProjection(hostPod, key, src.ServiceAccountToken.Path)
 			out.UsesTokenSecret = true
 		case src.DownwardAPI != nil:

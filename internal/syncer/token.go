@@ -27,10 +27,6 @@ const (
 	LabelTokenSecret = "nest.dev/token-secret"
 )
 
-// defaultTokenSeconds is what the API server defaults a projected token's
-// expirationSeconds to.
-const defaultTokenSeconds = 3600
-
 // tokenIssuer requests service-account tokens from the tenant API server and
 // decides when to refresh them: at 80% of their lifetime, as the kubelet
 // does, or after maxAge, whichever comes first.

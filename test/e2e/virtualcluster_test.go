@@ -290,7 +290,7 @@ func waitRecreated(t *testing.T, ctx context.Context, c client.Client, obj clien
 	})
 }
 
-func waitReady(t *testing.T, ctx context.Context, c client.Client, tn *tenant) {
+func waitReady(t testing.TB, ctx context.Context, c client.Client, tn *tenant) {
 	t.Helper()
 	testutil.Eventually(t, 4*time.Minute, "virtual cluster "+tn.name+" Ready", func() error {
 		vc := &nestv1.VirtualCluster{}

@@ -1,0 +1,291 @@
+package syncer
+
+import (
+	"flag"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+var tr = Translator{
+	VirtualCluster: "alpha", HostNamespace: "vc-alpha", ClusterDomain: "cluster.local",
+	APIServerHost: "10.96.0.5", APIServerPort: 6443, DNSServer: "10.96.0.6",
+	NodeName: "nest-virtual-node", PriorityClassName: "nest-tenant-workload",
+}
+
+func TestHostNameIsBoundedAndCollisionFree(t *testing.T) {
+	long := strings.Repeat("a", 253)
+	names := map[string]bool{}
+	for _, c := range [][3]string{
+		{"alpha", "default", "web"},
+		{"alpha", "default", "web-x"},
+		{"alpha", "default-x", "web"},
+		{"beta", "default", "web"},
+		{"alpha", "web-default", "x"}, // same readable parts as x/web-default in another layout
+		{"alpha", "x", "web-default"},
+		{"alpha", "default", long},
+		{"alpha", "default", long[:252] + "b"},
+	} {
+		n := HostName(c[0], c[1], c[2])
+		if len(n) > 63 || strings.HasSuffix(n, "-") {
+			t.Errorf("HostName%v = %q: not a valid DNS label", c, n)
+		}
+		if names[n] {
+			t.Errorf("HostName%v = %q collides", c, n)
+		}
+		names[n] = true
+	}
+	if first, again := HostName("alpha", "default", "web"), HostName("alpha", "default", "web"); first != again {
+		t.Errorf("HostName is not stable: %s then %s", first, again)
+	}
+}
+
+func tenantPod() *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "shop", UID: "uid-1", Labels: map[string]string{"app": "web"}},
+		Spec: corev1.PodSpec{
+			NodeName:           "nest-virtual-node",
+			ServiceAccountName: "builder",
+			NodeSelector:       map[string]string{"disk": "ssd"},
+			Tolerations:        []corev1.Toleration{{Key: "k", Operator: corev1.TolerationOpExists}},
+			PriorityClassName:  "tenant-high",
+			Priority:           ptr.To[int32](1000),
+			ImagePullSecrets:   []corev1.LocalObjectReference{{Name: "registry"}},
+			Containers: []corev1.Container{{
+				Name: "app", Image: "img",
+				Env: []corev1.EnvVar{
+					{Name: "NS", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
+					{Name: "IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
+					{Name: "COLOR", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}, Key: "color"}}},
+				},
+				EnvFrom:   []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "creds"}, Optional: ptr.To(true)}}},
+				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}},
+				ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz"}}},
+			}},
+			Volumes: []corev1.Volume{
+				{Name: "kube-api-access", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+					{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: ptr.To[int64](3607)}},
+					{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"}}},
+					{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{Path: "namespace", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}},
+				}}}},
+				{Name: "cache", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			},
+		},
+	}
+}
+
+func TestTranslatePod(t *testing.T) {
+	pt, err := tr.TranslatePod(tenantPod())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := pt.Pod
+	if p.Namespace != "vc-alpha" || p.Name != HostName("alpha", "shop", "web-1") {
+		t.Errorf("host pod %s/%s", p.Namespace, p.Name)
+	}
+	if p.Labels["app"] != "web" || p.Labels[LabelTenantOf] != "alpha" || p.Labels[LabelTenantNamespace] != "shop" {
+		t.Errorf("labels %v", p.Labels)
+	}
+	if ns, name, ok := TenantKey(p.Annotations); !ok || ns != "shop" || name != "web-1" || p.Annotations[AnnotationTenantUID] != "uid-1" {
+		t.Errorf("annotations %v do not point back to the tenant pod", p.Annotations)
+	}
+	s := p.Spec
+	if s.NodeName != "" || s.NodeSelector != nil || s.Tolerations != nil || s.Priority != nil || s.PriorityClassName != "nest-tenant-workload" {
+		t.Errorf("tenant scheduling fields kept: %+v", s)
+	}
+	if s.ServiceAccountName != "" || ptr.Deref(s.AutomountServiceAccountToken, true) || ptr.Deref(s.EnableServiceLinks, true) {
+		t.Error("the host pod may get a host token or host Service environment")
+	}
+	if s.Hostname != "web-1" || s.DNSPolicy != corev1.DNSNone || s.DNSConfig.Nameservers[0] != "10.96.0.6" || s.DNSConfig.Searches[0] != "shop.svc.cluster.local" {
+		t.Errorf("hostname %q, DNS %s %+v", s.Hostname, s.DNSPolicy, s.DNSConfig)
+	}
+	if s.ImagePullSecrets[0].Name != HostName("alpha", "shop", "registry") {
+		t.Errorf("image pull secret %v", s.ImagePullSecrets)
+	}
+	c := s.Containers[0]
+	env := map[string]corev1.EnvVar{}
+	for _, e := range c.Env {
+		env[e.Name] = e
+	}
+	if env["NS"].Value != "shop" || env["IP"].ValueFrom == nil || env["COLOR"].ValueFrom.ConfigMapKeyRef.Name != HostName("alpha", "shop", "settings") {
+		t.Errorf("env %+v", env)
+	}
+	if env[envServiceHost].Value != "10.96.0.5" || env[envServicePort].Value != "6443" {
+		t.Errorf("in-cluster clients are not pointed at the tenant API server: %+v", env)
+	}
+	if c.EnvFrom[0].SecretRef.Name != HostName("alpha", "shop", "creds") || c.ReadinessProbe == nil {
+		t.Errorf("envFrom %+v, probe %v", c.EnvFrom, c.ReadinessProbe)
+	}
+	if cpu, mem := c.Resources.Requests[corev1.ResourceCPU], c.Resources.Requests[corev1.ResourceMemory]; cpu.String() != "100m" || !mem.IsZero() {
+		t.Errorf("requests %v: want the tenant's cpu and a stated zero memory", c.Resources.Requests)
+	}
+	sources := s.Volumes[0].Projected.Sources
+	if len(sources) != 3 || sources[0].Secret == nil || sources[0].Secret.Name != tokenSecretName(p.Name) || sources[0].Secret.Items[0].Path != "token" {
+		t.Fatalf("token projection %+v", sources)
+	}
+	if sources[1].ConfigMap.Name != HostName("alpha", "shop", "kube-root-ca.crt") || sources[2].Secret.Items[0].Key != identityNamespace {
+		t.Errorf("projection %+v", sources)
+	}
+	if len(pt.Tokens) != 1 || pt.Tokens[0].ExpirationSeconds != 3607 || !pt.UsesTokenSecret || pt.Identity[identityNamespace] != "shop" {
+		t.Errorf("tokens %+v identity %v", pt.Tokens, pt.Identity)
+	}
+	if strings.Join(pt.ConfigMaps, ",") != "kube-root-ca.crt,settings" || strings.Join(pt.Secrets, ",") != "creds,registry" {
+		t.Errorf("references: configmaps %v secrets %v", pt.ConfigMaps, pt.Secrets)
+	}
+	if !pt.IsOptional("secret", "creds") || pt.IsOptional("configmap", "settings") {
+		t.Errorf("optional %v", pt.Optional)
+	}
+}
+
+func TestTranslatePodRefuses(t *testing.T) {
+	for name, mutate := range map[string]func(*corev1.Pod){
+		"persistentVolumeClaim": func(p *corev1.Pod) {
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}}})
+		},
+		"runtimeClassName": func(p *corev1.Pod) { p.Spec.RuntimeClassName = ptr.To("kata") },
+		"nest.dev/":        func(p *corev1.Pod) { p.Labels["nest.dev/tenant-of"] = "beta" },
+	} {
+		p := tenantPod()
+		mutate(p)
+		if _, err := tr.TranslatePod(p); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: error %v does not name the field", name, err)
+		}
+	}
+}
+
+func TestPodSecurity(t *testing.T) {
+	baseline, err := NewPodSecurity("baseline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := baseline.Check(tenantPod()); err != nil {
+		t.Errorf("an ordinary pod is refused: %v", err)
+	}
+	for name, mutate := range map[string]func(*corev1.Pod){
+		"privileged":  func(p *corev1.Pod) { p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)} },
+		"hostNetwork": func(p *corev1.Pod) { p.Spec.HostNetwork = true },
+		"hostPID":     func(p *corev1.Pod) { p.Spec.HostPID = true },
+		"hostIPC":     func(p *corev1.Pod) { p.Spec.HostIPC = true },
+		"hostPath": func(p *corev1.Pod) {
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "h", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}})
+		},
+		"hostPort": func(p *corev1.Pod) { p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 80, HostPort: 80}} },
+		"SYS_ADMIN": func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"SYS_ADMIN"}}}
+		},
+	} {
+		p := tenantPod()
+		mutate(p)
+		if err := baseline.Check(p); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	restricted, err := NewPodSecurity("restricted")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := restricted.Check(tenantPod()); err == nil {
+		t.Error("restricted accepts a pod that may run as root")
+	}
+	if _, err := NewPodSecurity("privileged"); err == nil {
+		t.Error("the privileged level is accepted")
+	}
+}
+
+func TestHostService(t *testing.T) {
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, ClusterIP: "10.0.0.9", Selector: map[string]string{"app": "web"},
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, NodePort: 30080, Protocol: corev1.ProtocolTCP}}},
+	}
+	h, ok := tr.HostService(svc)
+	if !ok || h.Spec.Type != corev1.ServiceTypeClusterIP || h.Spec.ClusterIP != "" || h.Spec.Ports[0].NodePort != 0 {
+		t.Fatalf("host service %+v", h)
+	}
+	if h.Spec.Selector["app"] != "web" || h.Spec.Selector[LabelTenantOf] != "alpha" || h.Spec.Selector[LabelTenantNamespace] != "shop" {
+		t.Errorf("selector %v may select other tenants' pods", h.Spec.Selector)
+	}
+	for _, skip := range []*corev1.Service{
+		{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Namespace: "default"}, Spec: corev1.ServiceSpec{Selector: map[string]string{"a": "b"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "ext", Namespace: "shop"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "manual", Namespace: "shop"}},
+	} {
+		if _, ok := tr.HostService(skip); ok {
+			t.Errorf("%s is synced", skip.Name)
+		}
+	}
+	if ServiceNeedsUpdate(h, h) {
+		t.Error("an unchanged Service needs an update")
+	}
+}
+
+func TestHostsFile(t *testing.T) {
+	r1, _ := tr.ServiceRecord("shop", "web", "10.96.3.4")
+	if _, ok := tr.ServiceRecord("shop", "headless", "None"); ok {
+		t.Error("a headless Service got an address record")
+	}
+	a := HostsFile([]DNSRecord{r1, tr.APIServerRecord()})
+	b := HostsFile([]DNSRecord{tr.APIServerRecord(), r1})
+	if string(a) != string(b) || !strings.Contains(string(a), "10.96.3.4 web.shop.svc.cluster.local\n") || !strings.Contains(string(a), "10.96.0.5 kubernetes.default.svc.cluster.local\n") {
+		t.Errorf("hosts file:\n%s", a)
+	}
+}
+
+func TestHostSecretNeverCarriesAHostToken(t *testing.T) {
+	s := tr.HostSecret(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "t", Namespace: "shop"}, Type: corev1.SecretTypeServiceAccountToken, Data: map[string][]byte{"token": []byte("x")}})
+	if s.Type != corev1.SecretTypeOpaque || string(s.Data["token"]) != "x" {
+		t.Errorf("host copy %+v", s)
+	}
+}
+
+func TestTokenRefreshTime(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ti := &tokenIssuer{maxAge: time.Hour, now: func() time.Time { return now }}
+	// A 3607 s request the API server extended to a year: refresh at 80% of
+	// what the pod asked for.
+	if got := ti.refreshAt(now.AddDate(1, 0, 0), 3607); got.Sub(now) != 3607*time.Second*8/10 {
+		t.Errorf("refreshAt = %v after now", got.Sub(now))
+	}
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{annotationRefreshAt: now.Add(time.Minute).Format(time.RFC3339)}}}
+	if ti.due(s) {
+		t.Error("due a minute early")
+	}
+	now = now.Add(2 * time.Minute)
+	if !ti.due(s) {
+		t.Error("not due after its time")
+	}
+	if ti.due(&corev1.Secret{}) {
+		t.Error("a Secret without tokens is due")
+	}
+}
+
+func TestFlagsRoundTrip(t *testing.T) {
+	want := Options{Translator: tr, Capacity: corev1.ResourceList{"cpu": resource.MustParse("4"), "nvidia.com/gpu": resource.MustParse("1")},
+		PodSecurityLevel: "restricted", TokenMaxAge: 15 * time.Second, TenantKubeconfig: "/k", DNSDir: "/d"}
+	var got Options
+	fs := newFlagSet()
+	got.BindFlags(fs)
+	if err := fs.Parse(want.Args()); err != nil {
+		t.Fatal(err)
+	}
+	if got.Translator != want.Translator || FormatResourceList(got.Capacity) != "cpu=4,nvidia.com/gpu=1" || got.TokenMaxAge != want.TokenMaxAge || got.PodSecurityLevel != "restricted" {
+		t.Errorf("round trip: %+v", got)
+	}
+	if err := got.Validate(); err != nil {
+		t.Error(err)
+	}
+	got.APIServerHost = ""
+	if err := got.Validate(); err == nil || !strings.Contains(err.Error(), "--api-server-host") {
+		t.Errorf("Validate = %v, want the missing flag named", err)
+	}
+	if _, err := ParseResourceList("cpu"); err == nil {
+		t.Error("a pair without = parses")
+	}
+}
+
+func newFlagSet() *flag.FlagSet { return flag.NewFlagSet("nest-syncer", flag.ContinueOnError) }
