@@ -9,6 +9,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -164,8 +165,21 @@ func TestCreateMakesHostObjectsAndKubeconfig(t *testing.T) {
 	for _, c := range append(sts.Spec.Template.Spec.InitContainers, sts.Spec.Template.Spec.Containers...) {
 		names = append(names, c.Name)
 	}
-	if strings.Join(names, ",") != "etcd,kube-apiserver,kube-controller-manager,kube-scheduler" {
+	if strings.Join(names, ",") != "etcd,kube-apiserver,nest-syncer,kube-controller-manager,kube-scheduler,coredns" {
 		t.Errorf("containers = %v", names)
+	}
+	// The virtual node's host objects: CoreDNS' Service, the syncer's
+	// identity bound to the nest-syncer ClusterRole, and the tenant's quota.
+	for _, o := range []struct {
+		obj  client.Object
+		name string
+	}{
+		{&corev1.Service{}, n.DNSService()}, {&corev1.ServiceAccount{}, n.SyncerServiceAccount()},
+		{&rbacv1.RoleBinding{}, n.SyncerServiceAccount()}, {&corev1.ResourceQuota{}, n.TenantQuota()},
+	} {
+		if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: o.name}, o.obj); err != nil {
+			t.Errorf("%T %s: %v", o.obj, o.name, err)
+		}
 	}
 	if got := sts.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[corev1.ResourceStorage]; got.String() != "1Gi" {
 		t.Errorf("etcd volume size = %s", got.String())

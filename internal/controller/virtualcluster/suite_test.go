@@ -77,7 +77,7 @@ func run(m *testing.M) int {
 	}
 	r := &Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: scheme, Recorder: mgr.GetEventRecorder("nest-manager"),
-		ControlPlane:      controlplane.Options{KubeImage: "nest.local/kube:test", ImagePullPolicy: "IfNotPresent"},
+		ControlPlane:      controlplane.Options{KubeImage: "nest.local/kube:test", SyncerImage: "nest.local/nest-syncer:test", CoreDNSImage: "nest.local/coredns:test", ImagePullPolicy: "IfNotPresent"},
 		HostClusterDomain: "cluster.local",
 		Tenants:           tenants,
 	}
