@@ -166,8 +166,9 @@ func coreDNSContainer(o Options) corev1.Container {
 	c.VolumeMounts = []corev1.VolumeMount{{Name: "dns", MountPath: dnsDir, ReadOnly: true}}
 	c.Resources = requests("25m", "32Mi")
 	c.Ports = []corev1.ContainerPort{{Name: "dns", ContainerPort: syncer.DefaultDNSPort, Protocol: corev1.ProtocolUDP}, {Name: "dns-tcp", ContainerPort: syncer.DefaultDNSPort}}
+	// Liveness only: the pod's readiness gates the tenant API server's
+	// Service, and a DNS hiccup must not cut tenants off their API.
 	c.LivenessProbe = httpProbe("/health", syncer.DefaultDNSHealthPort, corev1.URISchemeHTTP, 10, 6)
-	c.ReadinessProbe = httpProbe("/ready", syncer.DefaultDNSHealthPort+1, corev1.URISchemeHTTP, 2, 3)
 	return c
 }
 

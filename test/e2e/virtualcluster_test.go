@@ -151,9 +151,14 @@ func TestVirtualClusters(t *testing.T) {
 			}
 			return nil
 		})
-		if got := beta.kubectl(t, ctx, "-n", "app", "get", "deployment", "web", "-o", "jsonpath={.spec.replicas}"); got != "2" {
-			t.Errorf("deployment replicas after restart = %q", got)
-		}
+		// The restarted etcd may still be settling: read until it answers.
+		testutil.Eventually(t, time.Minute, "deployment kept after the restart", func() error {
+			got, err := beta.kubectlErr(ctx, "-n", "app", "get", "deployment", "web", "-o", "jsonpath={.spec.replicas}")
+			if err == nil && got != "2" {
+				return fmt.Errorf("deployment replicas after restart = %q", got)
+			}
+			return err
+		})
 	})
 
 	t.Run("an operator restart during creation still converges to Ready", func(t *testing.T) {
