@@ -68,16 +68,9 @@ generate:
 e2e:
 	NEST_BIN_DIR=$(BIN) go test -count=1 -timeout 30m -v ./test/e2e/...
 
-## demo: start a local host cluster with Nest, create the virtual cluster "demo" and use it
+## demo: the main job: a local host cluster with Nest, the virtual cluster "demo" and a tenant workload on its virtual node
 demo: deps build
-	$(BIN)/nest dev up --nodes $(NODES) --with-nest
-	$(BIN)/kube kubectl --kubeconfig "$$($(BIN)/nest dev kubeconfig)" get nodes -o wide
-	$(BIN)/nest create demo --wait
-	$(BIN)/nest list
-	$(BIN)/nest kubeconfig demo -o $(OUT)/demo.kubeconfig
-	$(BIN)/kube kubectl --kubeconfig $(OUT)/demo.kubeconfig create namespace hello --dry-run=client -o name
-	$(BIN)/kube kubectl --kubeconfig $(OUT)/demo.kubeconfig get namespaces
-	@echo "tenant kubeconfig: $(OUT)/demo.kubeconfig"
+	BIN=$(BIN) OUT=$(OUT) NODES=$(NODES) hack/demo.sh
 
 ## down: stop the local host cluster and remove its state
 down:
@@ -86,7 +79,8 @@ down:
 clean:
 	rm -rf $(OUT)
 
-## bench: local host cluster up/down times and RSS; VirtualCluster create-to-Ready times and RSS
+## bench: local host cluster up/down times and RSS; VirtualCluster create-to-Ready times and RSS; virtual node pod start latency and sync throughput
 bench: build
 	NEST_BIN_DIR=$(BIN) go test -run '^$$' -bench DevClusterUpDown -benchtime 3x -timeout 20m ./test/e2e/
 	NEST_BIN_DIR=$(BIN) go test -run '^$$' -bench VirtualClusterCreate -benchtime 1x -timeout 30m ./test/e2e/
+	NEST_BIN_DIR=$(BIN) go test -run '^$$' -bench VirtualNodePods -benchtime 1x -timeout 30m ./test/e2e/

@@ -1,0 +1,55 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nestdev/nest/test/e2e/framework"
+)
+
+// TestDemo runs the README's main job, hack/demo.sh, against a cluster of its
+// own and checks what it printed: web reached by DNS name from another pod,
+// and kubectl logs and exec answering.
+func TestDemo(t *testing.T) {
+	framework.RequireRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	stateDir := filepath.Join(os.TempDir(), "nest-e2e-demo-"+strings.ReplaceAll(t.Name(), "/", "-"))
+	t.Cleanup(func() {
+		if out, err := framework.Run(context.Background(), t, "nest", "dev", "down", "--state-dir", stateDir); err != nil {
+			t.Errorf("nest dev down: %v\n%s", err, out)
+		}
+	})
+	cmd := exec.CommandContext(ctx, mustAbs(t, "../../hack/demo.sh"))
+	cmd.Env = append(os.Environ(), "BIN="+framework.BinDir(), "OUT="+t.TempDir(), "NODES=2", "NEST_DEV_DIR="+stateDir, "KUBECONFIG=")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("hack/demo.sh: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		`GET http://web\.default\.svc\.cluster\.local/hostname -> web-[a-z0-9]+-[a-z0-9]+`,
+		`GET http://web/hostname -> web-`,
+		`serving addr=:8080`,
+		`exec hostname in (web-\S+) -> web-`,
+		`nest-virtual-node\s+Ready\s+4\s+8Gi`,
+	} {
+		if !regexp.MustCompile(want).Match(out) {
+			t.Errorf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func mustAbs(t *testing.T, p string) string {
+	t.Helper()
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return abs
+}
