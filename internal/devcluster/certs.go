@@ -2,11 +2,11 @@ package devcluster
 
 import (
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 
+	"github.com/nestdev/nest/internal/atomicfile"
 	"github.com/nestdev/nest/internal/pki"
 )
 
@@ -176,29 +176,10 @@ func writePair(certPath, keyPath string, pair pki.KeyPair) error {
 	return writeFileAtomic(certPath, pair.CertPEM, 0o644)
 }
 
-// writeFileAtomic writes data to a temporary file and renames it into place, so
-// an interrupted run never leaves a truncated certificate or config.
+// writeFileAtomic writes a file so an interrupted run never leaves a
+// truncated certificate or config.
 func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Chmod(perm); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return atomicfile.Write(path, data, perm)
 }
 
 func exists(path string) bool {

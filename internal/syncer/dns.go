@@ -3,7 +3,6 @@ package syncer
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 
@@ -14,6 +13,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/klog/v2"
+
+	"github.com/nestdev/nest/internal/atomicfile"
 )
 
 // Files the syncer writes for the tenant's CoreDNS.
@@ -113,7 +114,7 @@ func (s *serviceSyncer) writeHosts() error {
 	if bytes.Equal(data, s.last) {
 		return nil
 	}
-	if err := writeAtomic(filepath.Join(s.dnsDir, HostsFileName), data); err != nil {
+	if err := atomicfile.Write(filepath.Join(s.dnsDir, HostsFileName), data, 0o644); err != nil {
 		return err
 	}
 	s.last = data
@@ -127,27 +128,5 @@ func (s *serviceSyncer) writeCorefile(port, healthPort int) error {
 	if err := s.writeHosts(); err != nil {
 		return err
 	}
-	return writeAtomic(filepath.Join(s.dnsDir, CorefileName), []byte(Corefile(port, filepath.Join(s.dnsDir, HostsFileName), s.tr.ClusterDomain, healthPort)))
-}
-
-// writeAtomic replaces a file by renaming a complete temporary file over it,
-// so CoreDNS never reads half a file.
-func writeAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return atomicfile.Write(filepath.Join(s.dnsDir, CorefileName), []byte(Corefile(port, filepath.Join(s.dnsDir, HostsFileName), s.tr.ClusterDomain, healthPort)), 0o644)
 }

@@ -64,6 +64,8 @@ type PodTranslation struct {
 	Identity map[string]string
 	// UsesTokenSecret is true when the host pod mounts its token Secret.
 	UsesTokenSecret bool
+
+	virtualCluster, namespace string
 }
 
 // Keys of the token Secret that stand for downward API fields.
@@ -112,12 +114,13 @@ func (t Translator) TranslatePod(tenant *corev1.Pod) (*PodTranslation, error) {
 	}
 	name := HostName(t.VirtualCluster, tenant.Namespace, tenant.Name)
 	out := &PodTranslation{
+		virtualCluster: t.VirtualCluster, namespace: tenant.Namespace,
 		Optional: map[string]bool{},
 		Identity: map[string]string{identityName: tenant.Name, identityNamespace: tenant.Namespace, identityUID: string(tenant.UID)},
 	}
 	spec := tenant.Spec.DeepCopy()
 	t.scheduleOnHost(spec, tenant.Namespace, tenant.Name)
-	if err := t.translateVolumes(spec, tenant.Namespace, name, out); err != nil {
+	if err := t.translateVolumes(spec, name, out); err != nil {
 		return nil, err
 	}
 	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
@@ -126,8 +129,7 @@ func (t Translator) TranslatePod(tenant *corev1.Pod) (*PodTranslation, error) {
 		}
 	}
 	for i, s := range spec.ImagePullSecrets {
-		out.addSecret(s.Name, false)
-		spec.ImagePullSecrets[i].Name = HostName(t.VirtualCluster, tenant.Namespace, s.Name)
+		spec.ImagePullSecrets[i].Name = out.secret(s.Name, nil)
 	}
 	labels := maps.Clone(tenant.Labels)
 	if labels == nil {
@@ -227,12 +229,18 @@ func (t Translator) searchPath(namespace string) []string {
 	return []string{namespace + ".svc." + t.ClusterDomain, "svc." + t.ClusterDomain, t.ClusterDomain}
 }
 
-func (out *PodTranslation) addConfigMap(name string, optional bool) {
-	out.addRef(&out.ConfigMaps, "configmap/"+name, name, optional)
+// configMap records a reference to a tenant ConfigMap and returns the name
+// of its host copy.
+func (out *PodTranslation) configMap(name string, optional *bool) string {
+	out.addRef(&out.ConfigMaps, "configmap/"+name, name, ptr.Deref(optional, false))
+	return HostName(out.virtualCluster, out.namespace, name)
 }
 
-func (out *PodTranslation) addSecret(name string, optional bool) {
-	out.addRef(&out.Secrets, "secret/"+name, name, optional)
+// secret records a reference to a tenant Secret and returns the name of its
+// host copy.
+func (out *PodTranslation) secret(name string, optional *bool) string {
+	out.addRef(&out.Secrets, "secret/"+name, name, ptr.Deref(optional, false))
+	return HostName(out.virtualCluster, out.namespace, name)
 }
 
 // addRef records a reference; an object is optional only if every reference
@@ -250,22 +258,20 @@ func (out *PodTranslation) addRef(list *[]string, key, name string, optional boo
 // "configmap") or Secret (kind "secret") is optional.
 func (out *PodTranslation) IsOptional(kind, name string) bool { return out.Optional[kind+"/"+name] }
 
-func (t Translator) translateVolumes(spec *corev1.PodSpec, namespace, hostPod string, out *PodTranslation) error {
+func (t Translator) translateVolumes(spec *corev1.PodSpec, hostPod string, out *PodTranslation) error {
 	for i := range spec.Volumes {
 		v := &spec.Volumes[i].VolumeSource
 		switch {
 		case v.ConfigMap != nil:
-			out.addConfigMap(v.ConfigMap.Name, ptr.Deref(v.ConfigMap.Optional, false))
-			v.ConfigMap.Name = HostName(t.VirtualCluster, namespace, v.ConfigMap.Name)
+			v.ConfigMap.Name = out.configMap(v.ConfigMap.Name, v.ConfigMap.Optional)
 		case v.Secret != nil:
-			out.addSecret(v.Secret.SecretName, ptr.Deref(v.Secret.Optional, false))
-			v.Secret.SecretName = HostName(t.VirtualCluster, namespace, v.Secret.SecretName)
+			v.Secret.SecretName = out.secret(v.Secret.SecretName, v.Secret.Optional)
 		case v.DownwardAPI != nil:
 			p := &corev1.ProjectedVolumeSource{DefaultMode: v.DownwardAPI.DefaultMode, Sources: []corev1.VolumeProjection{{DownwardAPI: &corev1.DownwardAPIProjection{Items: v.DownwardAPI.Items}}}}
 			v.DownwardAPI, v.Projected = nil, p
 			fallthrough
 		case v.Projected != nil:
-			if err := t.translateProjection(v.Projected, namespace, hostPod, i, out); err != nil {
+			if err := t.translateProjection(v.Projected, hostPod, i, out); err != nil {
 				return fmt.Errorf("spec.volumes[%d] (%s): %w", i, spec.Volumes[i].Name, err)
 			}
 		}
@@ -276,16 +282,14 @@ func (t Translator) translateVolumes(spec *corev1.PodSpec, namespace, hostPod st
 // translateProjection rewrites one projected volume: ConfigMaps and Secrets
 // point at their host copies, service-account tokens and tenant identity
 // fields come from the pod's token Secret.
-func (t Translator) translateProjection(p *corev1.ProjectedVolumeSource, namespace, hostPod string, volume int, out *PodTranslation) error {
+func (t Translator) translateProjection(p *corev1.ProjectedVolumeSource, hostPod string, volume int, out *PodTranslation) error {
 	var sources []corev1.VolumeProjection
 	for j, src := range p.Sources {
 		switch {
 		case src.ConfigMap != nil:
-			out.addConfigMap(src.ConfigMap.Name, ptr.Deref(src.ConfigMap.Optional, false))
-			src.ConfigMap.Name = HostName(t.VirtualCluster, namespace, src.ConfigMap.Name)
+			src.ConfigMap.Name = out.configMap(src.ConfigMap.Name, src.ConfigMap.Optional)
 		case src.Secret != nil:
-			out.addSecret(src.Secret.Name, ptr.Deref(src.Secret.Optional, false))
-			src.Secret.Name = HostName(t.VirtualCluster, namespace, src.Secret.Name)
+			src.Secret.Name = out.secret(src.Secret.Name, src.Secret.Optional)
 		case src.ServiceAccountToken != nil:
 			key := fmt.Sprintf("token-%d-%d", volume, j)
 			out.Tokens = append(out.Tokens, TokenProjection{Key: key, Audience: src.ServiceAccountToken.Audience, ExpirationSeconds: ptr.Deref(src.ServiceAccountToken.ExpirationSeconds, defaultTokenSeconds)})
@@ -346,16 +350,13 @@ func splitIdentityItems(items []corev1.DownwardAPIVolumeFile) ([]corev1.KeyToPat
 // downward API fields that would otherwise show host values, and points
 // in-cluster clients at the tenant API server.
 func (t Translator) translateContainer(c *corev1.Container, tenant *corev1.Pod, out *PodTranslation) {
-	ns := tenant.Namespace
 	for i := range c.EnvFrom {
 		e := &c.EnvFrom[i]
 		if e.ConfigMapRef != nil {
-			out.addConfigMap(e.ConfigMapRef.Name, ptr.Deref(e.ConfigMapRef.Optional, false))
-			e.ConfigMapRef.Name = HostName(t.VirtualCluster, ns, e.ConfigMapRef.Name)
+			e.ConfigMapRef.Name = out.configMap(e.ConfigMapRef.Name, e.ConfigMapRef.Optional)
 		}
 		if e.SecretRef != nil {
-			out.addSecret(e.SecretRef.Name, ptr.Deref(e.SecretRef.Optional, false))
-			e.SecretRef.Name = HostName(t.VirtualCluster, ns, e.SecretRef.Name)
+			e.SecretRef.Name = out.secret(e.SecretRef.Name, e.SecretRef.Optional)
 		}
 	}
 	has := map[string]bool{}
@@ -367,11 +368,9 @@ func (t Translator) translateContainer(c *corev1.Container, tenant *corev1.Pod, 
 		}
 		switch {
 		case e.ValueFrom.ConfigMapKeyRef != nil:
-			out.addConfigMap(e.ValueFrom.ConfigMapKeyRef.Name, ptr.Deref(e.ValueFrom.ConfigMapKeyRef.Optional, false))
-			e.ValueFrom.ConfigMapKeyRef.Name = HostName(t.VirtualCluster, ns, e.ValueFrom.ConfigMapKeyRef.Name)
+			e.ValueFrom.ConfigMapKeyRef.Name = out.configMap(e.ValueFrom.ConfigMapKeyRef.Name, e.ValueFrom.ConfigMapKeyRef.Optional)
 		case e.ValueFrom.SecretKeyRef != nil:
-			out.addSecret(e.ValueFrom.SecretKeyRef.Name, ptr.Deref(e.ValueFrom.SecretKeyRef.Optional, false))
-			e.ValueFrom.SecretKeyRef.Name = HostName(t.VirtualCluster, ns, e.ValueFrom.SecretKeyRef.Name)
+			e.ValueFrom.SecretKeyRef.Name = out.secret(e.ValueFrom.SecretKeyRef.Name, e.ValueFrom.SecretKeyRef.Optional)
 		case e.ValueFrom.FieldRef != nil:
 			if v, ok := t.tenantFieldValue(e.ValueFrom.FieldRef.FieldPath, tenant); ok {
 				e.Value, e.ValueFrom = v, nil

@@ -13,7 +13,8 @@ import (
 	"time"
 
 	"github.com/virtual-kubelet/virtual-kubelet/node"
-	"github.com/virtual-kubelet/virtual-kubelet/node/nodeutil"
+	"github.com/virtual-kubelet/virtual-kubelet/node/api"
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -25,6 +26,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 )
 
@@ -160,43 +162,139 @@ func (s *syncer) run(ctx context.Context) error {
 	}
 	go s.services.run(ctx)
 	go s.refreshTokens(ctx)
-	n, err := s.newNode()
+	if err := s.serveKubeletAPI(ctx); err != nil {
+		return err
+	}
+	return s.runNode(ctx)
+}
+
+// queueLimiter replaces client-go's default controller rate limiter (10
+// items per second overall after a burst of 100), which would hold a burst of
+// tenant pods and their status updates to 10 per second. Failed items still
+// back off per item.
+func queueLimiter() workqueue.TypedRateLimiter[any] {
+	return workqueue.NewTypedMaxOfRateLimiter[any](
+		workqueue.NewTypedItemExponentialFailureRateLimiter[any](5*time.Millisecond, 2*time.Minute),
+		&workqueue.TypedBucketRateLimiter[any]{Limiter: rate.NewLimiter(rate.Limit(1000), 2000)},
+	)
+}
+
+// podWorkers is how many tenant pods are translated at once.
+const podWorkers = 32
+
+// runNode runs virtual-kubelet's pod and node controllers: pods first, so
+// the node is Ready only when its pods are handled.
+func (s *syncer) runNode(ctx context.Context) error {
+	pc, err := node.NewPodController(node.PodControllerConfig{
+		PodClient:                            s.tenant.CoreV1(),
+		PodInformer:                          s.podsF.Core().V1().Pods(),
+		EventRecorder:                        s.recorder,
+		Provider:                             s.provider,
+		ConfigMapInformer:                    s.tenantF.Core().V1().ConfigMaps(),
+		SecretInformer:                       s.tenantF.Core().V1().Secrets(),
+		ServiceInformer:                      s.tenantF.Core().V1().Services(),
+		SyncPodsFromKubernetesRateLimiter:    queueLimiter(),
+		DeletePodsFromKubernetesRateLimiter:  queueLimiter(),
+		SyncPodStatusFromProviderRateLimiter: queueLimiter(),
+		SkipDownwardAPIResolution:            true,
+	})
 	if err != nil {
 		return err
 	}
-	go func() {
-		if err := n.WaitReady(ctx, 0); err == nil {
-			s.ready.Store(true)
-			klog.FromContext(ctx).Info("Virtual node is ready", "node", s.o.NodeName)
-		}
-	}()
-	return n.Run(ctx)
+	spec := VirtualNode(s.o.NodeName, s.o.Capacity)
+	status := node.NewNaiveNodeProvider()
+	nc, err := node.NewNodeController(status, &spec, s.tenant.CoreV1().Nodes(),
+		node.WithNodeEnableLeaseV1(s.tenant.CoordinationV1().Leases(corev1.NamespaceNodeLease), node.DefaultLeaseDuration))
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { _ = pc.Run(ctx, podWorkers) }()
+	if err := waitReady(ctx, pc.Ready(), pc.Done(), pc.Err); err != nil {
+		return fmt.Errorf("pod controller: %w", err)
+	}
+	go func() { _ = nc.Run(ctx) }()
+	if err := waitReady(ctx, nc.Ready(), nc.Done(), nc.Err); err != nil {
+		return fmt.Errorf("node controller: %w", err)
+	}
+	markReady(&spec)
+	if err := status.UpdateStatus(ctx, &spec); err != nil {
+		return fmt.Errorf("mark the virtual node Ready: %w", err)
+	}
+	s.ready.Store(true)
+	klog.FromContext(ctx).Info("Virtual node is ready", "node", s.o.NodeName)
+	select {
+	case <-pc.Done():
+		return pc.Err()
+	case <-nc.Done():
+		return nc.Err()
+	case <-ctx.Done():
+		return nil
+	}
 }
 
-func (s *syncer) newNode() (*nodeutil.Node, error) {
+func waitReady(ctx context.Context, ready, done <-chan struct{}, errOf func() error) error {
+	select {
+	case <-ready:
+		return nil
+	case <-done:
+		return errOf()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// markReady sets the node's Ready condition, as a kubelet does once it runs.
+func markReady(n *corev1.Node) {
+	now := metav1.Now()
+	n.Status.Phase = corev1.NodeRunning
+	for i := range n.Status.Conditions {
+		c := &n.Status.Conditions[i]
+		c.LastHeartbeatTime, c.LastTransitionTime = now, now
+		if c.Type == corev1.NodeReady {
+			c.Status, c.Reason, c.Message = corev1.ConditionTrue, "KubeletReady", "nest-syncer is running the virtual node"
+			continue
+		}
+		c.Status, c.Reason = corev1.ConditionFalse, "NotApplicable"
+	}
+}
+
+// serveKubeletAPI serves logs, exec, attach and port-forward for the virtual
+// node over TLS, to the tenant API server's kubelet client only.
+func (s *syncer) serveKubeletAPI(ctx context.Context) error {
 	tlsConfig, err := s.kubeletTLS()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	mux := http.NewServeMux()
-	return nodeutil.NewNode(s.o.NodeName,
-		func(nodeutil.ProviderConfig) (nodeutil.Provider, node.NodeProvider, error) {
-			return s.provider, nil, nil
+	l, err := tls.Listen("tcp", s.o.KubeletAddr, tlsConfig)
+	if err != nil {
+		return fmt.Errorf("kubelet API listener: %w", err)
+	}
+	pods := s.podsF.Core().V1().Pods().Lister()
+	handler := api.PodHandler(api.PodHandlerConfig{
+		RunInContainer:    s.provider.RunInContainer,
+		AttachToContainer: s.provider.AttachToContainer,
+		PortForward:       s.provider.PortForward,
+		GetContainerLogs:  s.provider.GetContainerLogs,
+		GetPods:           s.provider.GetPods,
+		GetPodsFromKubernetes: func(context.Context) ([]*corev1.Pod, error) {
+			return pods.List(labels.Everything())
 		},
-		nodeutil.WithClient(s.tenant),
-		nodeutil.AttachProviderRoutes(mux),
-		func(cfg *nodeutil.NodeConfig) error {
-			cfg.NodeSpec = VirtualNode(s.o.NodeName, s.o.Capacity)
-			cfg.HTTPListenAddr = s.o.KubeletAddr
-			cfg.TLSConfig = tlsConfig
-			cfg.Handler = onlyCommonName(s.o.KubeletClientName, mux)
-			cfg.EventRecorder = s.recorder
-			cfg.SkipDownwardAPIResolution = true
-			cfg.NumWorkers = 16
-			cfg.InformerResyncPeriod = 0
-			return nil
-		},
-	)
+		GetStatsSummary:    s.provider.GetStatsSummary,
+		GetMetricsResource: s.provider.GetMetricsResource,
+	}, false)
+	srv := &http.Server{Handler: onlyCommonName(s.o.KubeletClientName, handler), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	go func() {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			klog.FromContext(ctx).Error(err, "Kubelet API stopped")
+		}
+	}()
+	return nil
 }
 
 // VirtualNode is the tenant's view of its share of host capacity: a Ready

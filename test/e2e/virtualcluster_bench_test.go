@@ -32,11 +32,7 @@ import (
 func BenchmarkVirtualClusterCreate(b *testing.B) {
 	framework.RequireRoot(b)
 	ctx := context.Background()
-	stateDir := filepath.Join(os.TempDir(), fmt.Sprintf("nest-bench-vc-%d", os.Getpid()))
-	if out, err := framework.Run(ctx, b, "nest", "dev", "up", "--nodes", "2", "--with-nest", "--state-dir", stateDir); err != nil {
-		b.Fatalf("up: %v\n%s", err, out)
-	}
-	defer framework.Run(ctx, b, "nest", "dev", "down", "--state-dir", stateDir)
+	stateDir := startBenchCluster(b, ctx, "vc")
 	host := hostClient(b, devcluster.Layout{Root: stateDir}.AdminKubeconfig())
 	var sequential, parallel []time.Duration
 	var mem podMemory
@@ -72,6 +68,17 @@ func BenchmarkVirtualClusterCreate(b *testing.B) {
 	b.ReportMetric(mem.RSS, "MB-rss-idle-control-plane")
 	b.ReportMetric(mem.PSS, "MB-pss-idle-control-plane")
 	b.ReportMetric(mem.Private, "MB-private-idle-control-plane")
+}
+
+// startBenchCluster starts a two-node local host cluster with Nest for a
+// benchmark and stops it when the benchmark ends. It returns the state directory.
+func startBenchCluster(b *testing.B, ctx context.Context, name string) string {
+	stateDir := filepath.Join(os.TempDir(), fmt.Sprintf("nest-bench-%s-%d", name, os.Getpid()))
+	if out, err := framework.Run(ctx, b, "nest", "dev", "up", "--nodes", "2", "--with-nest", "--state-dir", stateDir); err != nil {
+		b.Fatalf("up: %v\n%s", err, out)
+	}
+	b.Cleanup(func() { _, _ = framework.Run(ctx, b, "nest", "dev", "down", "--state-dir", stateDir) })
+	return stateDir
 }
 
 func createReady(b *testing.B, ctx context.Context, c client.Client, name string) time.Duration {

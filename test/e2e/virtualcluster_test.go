@@ -37,12 +37,7 @@ func TestVirtualClusters(t *testing.T) {
 	framework.RequireRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
-	stateDir := startHostCluster(t, ctx, "--with-nest")
-	hostKubeconfig := devcluster.Layout{Root: stateDir}.AdminKubeconfig()
-	host := hostClient(t, hostKubeconfig)
-	nest := func(args ...string) (string, error) {
-		return framework.Run(ctx, t, "nest", append(args, "--kubeconfig", hostKubeconfig)...)
-	}
+	host, hostKubeconfig, nest := startNest(t, ctx)
 
 	dir := t.TempDir()
 	tenants := map[string]*tenant{"alpha": {name: "alpha", dir: dir}, "beta": {name: "beta", dir: dir}}
@@ -229,6 +224,19 @@ func TestVirtualClusters(t *testing.T) {
 			}
 		}
 	})
+}
+
+// startNest starts a local host cluster with Nest installed for the test, and
+// returns a host client, the host kubeconfig and a runner of the nest CLI
+// against that cluster.
+func startNest(t *testing.T, ctx context.Context) (client.Client, string, func(...string) (string, error)) {
+	t.Helper()
+	stateDir := startHostCluster(t, ctx, "--with-nest")
+	hostKubeconfig := devcluster.Layout{Root: stateDir}.AdminKubeconfig()
+	nest := func(args ...string) (string, error) {
+		return framework.Run(ctx, t, "nest", append(args, "--kubeconfig", hostKubeconfig)...)
+	}
+	return hostClient(t, hostKubeconfig), hostKubeconfig, nest
 }
 
 // tenant is one virtual cluster seen from outside: its kubeconfig file and client config.

@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -38,11 +36,7 @@ import (
 func BenchmarkVirtualNodePods(b *testing.B) {
 	framework.RequireRoot(b)
 	ctx := context.Background()
-	stateDir := filepath.Join(os.TempDir(), fmt.Sprintf("nest-bench-vn-%d", os.Getpid()))
-	if out, err := framework.Run(ctx, b, "nest", "dev", "up", "--nodes", "2", "--with-nest", "--state-dir", stateDir); err != nil {
-		b.Fatalf("up: %v\n%s", err, out)
-	}
-	defer framework.Run(ctx, b, "nest", "dev", "down", "--state-dir", stateDir)
+	stateDir := startBenchCluster(b, ctx, "vn")
 	hostCfg, err := clientcmd.BuildConfigFromFlags("", devcluster.Layout{Root: stateDir}.AdminKubeconfig())
 	if err != nil {
 		b.Fatal(err)

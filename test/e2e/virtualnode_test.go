@@ -23,7 +23,6 @@ import (
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/controlplane"
-	"github.com/nestdev/nest/internal/devcluster"
 	"github.com/nestdev/nest/internal/syncer"
 	"github.com/nestdev/nest/internal/testutil"
 	"github.com/nestdev/nest/test/e2e/framework"
@@ -39,12 +38,7 @@ func TestVirtualNode(t *testing.T) {
 	framework.RequireRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
-	stateDir := startHostCluster(t, ctx, "--with-nest")
-	hostKubeconfig := devcluster.Layout{Root: stateDir}.AdminKubeconfig()
-	host := hostClient(t, hostKubeconfig)
-	nest := func(args ...string) (string, error) {
-		return framework.Run(ctx, t, "nest", append(args, "--kubeconfig", hostKubeconfig)...)
-	}
+	host, _, nest := startNest(t, ctx)
 	dir := t.TempDir()
 	alpha := &tenant{name: "alpha", dir: dir}
 	beta := &tenant{name: "beta", dir: dir}
