@@ -260,7 +260,9 @@ func controllerManagerContainer(o Options) corev1.Container {
 }
 
 func schedulerContainer(o Options) corev1.Container {
-	c := container("kube-scheduler", o, clientComponentArgs(SchedulerKubeconfig))
+	// The default client limit (50 requests/s) would cap how fast a burst of
+	// tenant pods is bound to the virtual node.
+	c := container("kube-scheduler", o, clientComponentArgs(SchedulerKubeconfig, "--kube-api-qps=200", "--kube-api-burst=400"))
 	c.VolumeMounts = mounts(false)
 	c.Resources = requests("25m", "32Mi")
 	c.LivenessProbe = httpProbe("/healthz", 10259, corev1.URISchemeHTTPS, 10, 8)

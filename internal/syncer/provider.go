@@ -56,76 +56,71 @@ func (p *podProvider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	if err := p.objects.ensureFor(ctx, pod.Namespace, pt); err != nil {
 		return err
 	}
-	tokenSecret, err := p.applyTokenSecret(ctx, pod, pt)
+	// Tokens are requested before the pod exists, so a tenant that refuses
+	// them leaves nothing on the host.
+	var tokenSecret *corev1.Secret
+	if pt.UsesTokenSecret {
+		if tokenSecret, err = p.tokens.secretFor(ctx, p.tr, pod, pt); err != nil {
+			return err
+		}
+	}
+	host, err := p.createOrAdopt(ctx, pod, pt.Pod)
 	if err != nil {
 		return err
 	}
-	created, err := p.host.CoreV1().Pods(p.tr.HostNamespace).Create(ctx, pt.Pod, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		return p.adoptExisting(ctx, pod, pt.Pod.Name)
-	}
-	if err != nil {
-		return fmt.Errorf("create host pod %s/%s: %w", p.tr.HostNamespace, pt.Pod.Name, err)
-	}
-	klog.FromContext(ctx).V(2).Info("Created host pod", "pod", klog.KObj(pod), "hostPod", klog.KObj(created))
 	if tokenSecret != nil {
-		return p.ownTokenSecret(ctx, tokenSecret, created)
+		// Written right after the pod, owned by it: the host kubelet mounts it
+		// once it gets to the pod, and the garbage collector removes it with
+		// the pod.
+		return p.writeTokenSecret(ctx, tokenSecret, host)
 	}
 	return nil
 }
 
-// adoptExisting accepts a host pod that already runs this tenant pod (a
-// restarted syncer), and waits for a stale one, left by an earlier tenant pod
-// of the same name, to go away.
-func (p *podProvider) adoptExisting(ctx context.Context, pod *corev1.Pod, hostName string) error {
-	existing, err := p.host.CoreV1().Pods(p.tr.HostNamespace).Get(ctx, hostName, metav1.GetOptions{})
+// createOrAdopt creates the host pod, or returns the one that already runs
+// this tenant pod (a restarted syncer, a retried create). A stale host pod,
+// left by an earlier tenant pod of the same name, is deleted and waited for.
+func (p *podProvider) createOrAdopt(ctx context.Context, pod, want *corev1.Pod) (*corev1.Pod, error) {
+	pods := p.host.CoreV1().Pods(p.tr.HostNamespace)
+	created, err := pods.Create(ctx, want, metav1.CreateOptions{})
+	if err == nil {
+		klog.FromContext(ctx).V(2).Info("Created host pod", "pod", klog.KObj(pod), "hostPod", klog.KObj(created))
+		return created, nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("create host pod %s/%s: %w", p.tr.HostNamespace, want.Name, err)
+	}
+	existing, err := pods.Get(ctx, want.Name, metav1.GetOptions{})
 	if err != nil {
-		return fmt.Errorf("get host pod %s: %w", hostName, err)
+		return nil, fmt.Errorf("get host pod %s: %w", want.Name, err)
 	}
 	if existing.Annotations[AnnotationTenantUID] == string(pod.UID) {
-		return nil
+		return existing, nil
 	}
 	if existing.DeletionTimestamp == nil {
-		p.deleting.Store(hostName, true)
-		if err := p.host.CoreV1().Pods(p.tr.HostNamespace).Delete(ctx, hostName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("delete stale host pod %s: %w", hostName, err)
+		p.deleting.Store(want.Name, true)
+		if err := pods.Delete(ctx, want.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("delete stale host pod %s: %w", want.Name, err)
 		}
 	}
-	return fmt.Errorf("host pod %s of an earlier pod named %s is still terminating", hostName, klog.KObj(pod))
+	return nil, fmt.Errorf("host pod %s of an earlier pod named %s is still terminating", want.Name, klog.KObj(pod))
 }
 
-// applyTokenSecret creates or renews the pod's token Secret when the pod
-// mounts a service-account token or tenant identity fields.
-func (p *podProvider) applyTokenSecret(ctx context.Context, pod *corev1.Pod, pt *PodTranslation) (*corev1.Secret, error) {
-	if !pt.UsesTokenSecret {
-		return nil, nil
-	}
-	s, err := p.tokens.secretFor(ctx, p.tr, pod, pt)
-	if err != nil {
-		return nil, err
-	}
-	created, err := p.host.CoreV1().Secrets(p.tr.HostNamespace).Create(ctx, s, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		existing, getErr := p.host.CoreV1().Secrets(p.tr.HostNamespace).Get(ctx, s.Name, metav1.GetOptions{})
-		if getErr != nil {
-			return nil, getErr
-		}
-		existing.Data, existing.Annotations, existing.Labels = s.Data, s.Annotations, s.Labels
-		created, err = p.host.CoreV1().Secrets(p.tr.HostNamespace).Update(ctx, existing, metav1.UpdateOptions{})
-	}
-	if err != nil {
-		return nil, fmt.Errorf("write token Secret %s: %w", s.Name, err)
-	}
-	return created, nil
-}
-
-// ownTokenSecret makes the host pod own its token Secret, so the host's
-// garbage collector removes the Secret with the pod.
-func (p *podProvider) ownTokenSecret(ctx context.Context, s *corev1.Secret, owner *corev1.Pod) error {
-	s = s.DeepCopy()
+// writeTokenSecret creates the pod's token Secret, owned by the host pod, or
+// renews an existing one.
+func (p *podProvider) writeTokenSecret(ctx context.Context, s *corev1.Secret, owner *corev1.Pod) error {
 	s.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: owner.Name, UID: owner.UID}}
-	if _, err := p.host.CoreV1().Secrets(s.Namespace).Update(ctx, s, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("set owner of token Secret %s: %w", s.Name, err)
+	secrets := p.host.CoreV1().Secrets(p.tr.HostNamespace)
+	_, err := secrets.Create(ctx, s, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		var existing *corev1.Secret
+		if existing, err = secrets.Get(ctx, s.Name, metav1.GetOptions{}); err == nil {
+			existing.Data, existing.Annotations, existing.Labels, existing.OwnerReferences = s.Data, s.Annotations, s.Labels, s.OwnerReferences
+			_, err = secrets.Update(ctx, existing, metav1.UpdateOptions{})
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("write token Secret %s: %w", s.Name, err)
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -63,7 +64,16 @@ func TestVirtualNode(t *testing.T) {
 				t.Errorf("allocatable %s = %s, want %s", name, got.String(), want)
 			}
 		}
-		alpha.kubectl(t, ctx, "-n", "kube-node-lease", "get", "lease", controlplane.VirtualNodeName)
+		renewed := func() string {
+			return alpha.kubectl(t, ctx, "-n", "kube-node-lease", "get", "lease", controlplane.VirtualNodeName, "-o", "jsonpath={.spec.renewTime}")
+		}
+		first := renewed()
+		testutil.Eventually(t, time.Minute, "the virtual node's lease is renewed", func() error {
+			if renewed() == first {
+				return errors.New("renewTime unchanged")
+			}
+			return nil
+		})
 		quota := &corev1.ResourceQuota{}
 		if err := host.Get(ctx, client.ObjectKey{Namespace: "vc-alpha", Name: "alpha-tenant-share"}, quota); err != nil {
 			t.Fatal(err)
@@ -96,6 +106,21 @@ func TestVirtualNode(t *testing.T) {
 				t.Errorf("host pod %s mounts a host token or lacks the tenant priority class", p.Name)
 			}
 		}
+		// The tenant's endpoints list the host pod IPs that flowed up.
+		testutil.Eventually(t, time.Minute, "tenant endpoints of web", func() error {
+			var ips []string
+			for _, name := range web {
+				ips = append(ips, tenantPod(t, ctx, alpha, name).Status.PodIP)
+			}
+			slices.Sort(ips)
+			out, err := alpha.kubectlErr(ctx, "get", "endpointslices", "-l", "kubernetes.io/service-name=web", "-o", "jsonpath={.items[*].endpoints[*].addresses[0]}")
+			got := strings.Fields(out)
+			slices.Sort(got)
+			if err != nil || !slices.Equal(got, ips) {
+				return fmt.Errorf("endpoints %v (%v), pod IPs %v", got, err, ips)
+			}
+			return nil
+		})
 		for _, name := range []string{"web.default.svc.cluster.local", "web"} {
 			testutil.Eventually(t, time.Minute, "client reaches "+name, func() error {
 				out, err := alpha.kubectlErr(ctx, "exec", "client", "--", "/testapp", "get", "http://"+name+"/hostname")
@@ -323,6 +348,20 @@ func TestVirtualNode(t *testing.T) {
 				t.Errorf("alpha's pod token against the %s API server: %q, %v; want 401", target.name, out, err)
 			}
 		}
+		// The syncer's own host identity reaches only its namespace.
+		for _, c := range []struct {
+			ns, verb, group, resource string
+			allowed                   bool
+		}{
+			{"vc-alpha", "create", "", "pods", true}, {"vc-alpha", "create", "", "pods/exec", true},
+			{"vc-beta", "get", "", "pods", false}, {"vc-beta", "get", "", "secrets", false},
+			{"", "list", "", "pods", false}, {"", "list", "", "nodes", false},
+			{"vc-alpha", "create", "rbac.authorization.k8s.io", "rolebindings", false},
+		} {
+			if got := syncerCan(t, ctx, host, c.ns, c.verb, c.group, c.resource); got != c.allowed {
+				t.Errorf("alpha's syncer may %s %s in %q: %v, want %v", c.verb, c.resource, c.ns, got, c.allowed)
+			}
+		}
 		if out, err := alpha.kubectlErr(ctx, "exec", "client", "--", "/testapp", "cat", "/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err != nil || out != "default" {
 			t.Errorf("pod namespace file = %q, %v; want the tenant namespace", out, err)
 		}
@@ -337,6 +376,25 @@ func waitDefaultServiceAccount(t *testing.T, ctx context.Context, tn *tenant) {
 		_, err := tn.kubectlErr(ctx, "get", "serviceaccount", "default")
 		return err
 	})
+}
+
+// syncerCan asks the host API server whether alpha's syncer service account
+// may do verb on resource of group (with an optional subresource after "/")
+// in ns.
+func syncerCan(t *testing.T, ctx context.Context, host client.Client, ns, verb, group, resource string) bool {
+	t.Helper()
+	res, sub, _ := strings.Cut(resource, "/")
+	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User:   "system:serviceaccount:vc-alpha:alpha-syncer",
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:vc-alpha", "system:authenticated"},
+		ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Namespace: ns, Verb: verb, Group: group, Resource: res, Subresource: sub,
+		},
+	}}
+	if err := host.Create(ctx, sar); err != nil {
+		t.Fatal(err)
+	}
+	return sar.Status.Allowed
 }
 
 func createAlpha(t *testing.T, ctx context.Context, host client.Client) {
