@@ -183,13 +183,18 @@ func (p *podProvider) hostUID(name string, pod *corev1.Pod) (types.UID, bool) {
 
 // GetPod returns the tenant view of the pod if it runs on the host. When the
 // host pod was made from an older version of the tenant pod, the view carries
-// a marker so the pod controller calls UpdatePod.
+// a marker so the pod controller calls UpdatePod. When the tenant pod is
+// already gone from the API (a deletion with no grace period), the view is
+// built from the host pod, so the pod controller deletes it.
 func (p *podProvider) GetPod(_ context.Context, namespace, name string) (*corev1.Pod, error) {
 	host, err := p.hostPods.Get(HostName(p.tr.VirtualCluster, namespace, name))
 	if err != nil {
 		return nil, errdefs.NotFoundf("pod %s/%s is not on the host", namespace, name)
 	}
 	tenant, err := p.tenantPods.Pods(namespace).Get(name)
+	if apierrors.IsNotFound(err) {
+		return viewOfHostPod(host), nil
+	}
 	if err != nil || host.Annotations[AnnotationTenantUID] != string(tenant.UID) {
 		return nil, errdefs.NotFoundf("pod %s/%s is not on the host", namespace, name)
 	}
@@ -222,16 +227,25 @@ func (p *podProvider) GetPods(context.Context) ([]*corev1.Pod, error) {
 	}
 	out := make([]*corev1.Pod, 0, len(hosts))
 	for _, h := range hosts {
-		ns, name, ok := TenantKey(h.Annotations)
-		if !ok {
-			continue
+		if view := viewOfHostPod(h); view != nil {
+			out = append(out, view)
 		}
-		out = append(out, &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(h.Annotations[AnnotationTenantUID])},
-			Status:     h.Status,
-		})
 	}
 	return out, nil
+}
+
+// viewOfHostPod is the little the host pod tells of its tenant pod: its
+// namespace, name and UID, and the host status. It is nil for a host pod the
+// syncer did not make.
+func viewOfHostPod(h *corev1.Pod) *corev1.Pod {
+	ns, name, ok := TenantKey(h.Annotations)
+	if !ok {
+		return nil
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(h.Annotations[AnnotationTenantUID])},
+		Status:     h.Status,
+	}
 }
 
 // NotifyPods registers the pod controller's status callback, then reports

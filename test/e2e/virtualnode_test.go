@@ -278,13 +278,26 @@ func TestVirtualNode(t *testing.T) {
 		waitTenantPods(t, ctx, alpha, "app=web", 3)
 	})
 
-	t.Run("deleting a tenant pod deletes its host pod", func(t *testing.T) {
+	t.Run("deleting a tenant pod deletes its host pod, gracefully or at once", func(t *testing.T) {
 		alpha.kubectl(t, ctx, "delete", "pod", "configured", "--wait=true", "--timeout=60s")
 		for _, p := range hostPods(alpha) {
 			if p.Annotations[syncer.AnnotationTenantName] == "configured" {
 				t.Errorf("host pod %s outlived its tenant pod", p.Name)
 			}
 		}
+		// A forced deletion removes the tenant pod from the API at once; the
+		// syncer must still find and delete the host pod.
+		alpha.kubectl(t, ctx, "run", "doomed", "--image="+testImage)
+		waitTenantPods(t, ctx, alpha, "run=doomed", 1)
+		alpha.kubectl(t, ctx, "delete", "pod", "doomed", "--force", "--grace-period=0")
+		testutil.Eventually(t, time.Minute, "host pod of a force-deleted pod gone", func() error {
+			for _, p := range hostPods(alpha) {
+				if p.Annotations[syncer.AnnotationTenantName] == "doomed" {
+					return fmt.Errorf("host pod %s still there", p.Name)
+				}
+			}
+			return nil
+		})
 	})
 
 	t.Run("a control-plane restart adopts running host pods without recreating them", func(t *testing.T) {
