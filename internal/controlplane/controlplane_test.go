@@ -140,10 +140,14 @@ func TestStatefulSetFor(t *testing.T) {
 		Options{KubeImage: "img", SyncerImage: "img", CoreDNSImage: "img", ImagePullPolicy: corev1.PullNever},
 		ServiceIPs{APIServer: "10.96.0.5", DNS: "10.96.0.6"})
 	pod := sts.Spec.Template.Spec
-	if len(pod.InitContainers) != 3 || len(pod.Containers) != 3 {
-		t.Fatalf("init containers %d, containers %d; want etcd, kube-apiserver and nest-syncer as sidecars, then three", len(pod.InitContainers), len(pod.Containers))
+	if len(pod.InitContainers) != 2 || len(pod.Containers) != 4 {
+		t.Fatalf("init containers %d, containers %d; want etcd and kube-apiserver as sidecars, then four", len(pod.InitContainers), len(pod.Containers))
 	}
-	syncerArgs := strings.Join(pod.InitContainers[2].Args, " ")
+	syncer := pod.Containers[2]
+	if syncer.Name != "nest-syncer" || syncer.StartupProbe != nil || syncer.ReadinessProbe != nil {
+		t.Errorf("%s: the syncer must not gate the pod's readiness, which gates the tenant API", syncer.Name)
+	}
+	syncerArgs := strings.Join(syncer.Args, " ")
 	for _, want := range []string{"--api-server-host=10.96.0.5", "--dns-server=10.96.0.6", "--cluster-domain=tenant.local", "--capacity=cpu=2,memory=4Gi,pods=110", "--pod-security-level=baseline"} {
 		if !strings.Contains(syncerArgs, want) {
 			t.Errorf("nest-syncer lacks %s in %s", want, syncerArgs)

@@ -72,6 +72,9 @@ func (n Names) Labels() map[string]string {
 	return map[string]string{LabelVirtualCluster: n.VirtualCluster, LabelManagedBy: ManagedByValue, LabelComponent: "control-plane"}
 }
 
+// DNSConfigMap holds the tenant CoreDNS' Corefile.
+func (n Names) DNSConfigMap() string { return n.VirtualCluster + "-dns" }
+
 // DNSService fronts the tenant's CoreDNS for host pods.
 func (n Names) DNSService() string { return n.VirtualCluster + "-dns" }
 

@@ -60,16 +60,16 @@ func ServiceFor(vc *nestv1.VirtualCluster) *corev1.Service {
 func StatefulSetFor(vc *nestv1.VirtualCluster, o Options, ips ServiceIPs) *appsv1.StatefulSet {
 	n := NamesOf(vc)
 	pod := corev1.PodSpec{
-		// etcd, kube-apiserver and nest-syncer are sidecars: the kubelet
-		// starts them in order, each once the one before passes its startup
-		// probe, so nothing crash-loops on an API server that is not up yet and
-		// CoreDNS starts once the syncer has written its Corefile.
-		InitContainers: []corev1.Container{sidecar(etcdContainer(n, o)), sidecar(apiServerContainer(vc, o)), sidecar(syncerContainer(vc, o, ips))},
-		Containers:     []corev1.Container{controllerManagerContainer(o), schedulerContainer(o), coreDNSContainer(o)},
+		// etcd and kube-apiserver are sidecars: the kubelet starts them in
+		// order and starts the rest only once the API server's startup probe
+		// (/readyz) passes, so nothing crash-loops on an API server that is
+		// not up yet.
+		InitContainers: []corev1.Container{sidecar(etcdContainer(n, o)), sidecar(apiServerContainer(vc, o))},
+		Containers:     []corev1.Container{controllerManagerContainer(o), schedulerContainer(o), syncerContainer(vc, o, ips), coreDNSContainer(o)},
 		Volumes: append([]corev1.Volume{
 			secretVolume("pki", n.PKISecret()),
 			secretVolume("kubeconfig", n.ComponentKubeconfigSecret()),
-		}, virtualNodeVolumes()...),
+		}, virtualNodeVolumes(n)...),
 		ServiceAccountName: n.SyncerServiceAccount(),
 		Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
 			PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{

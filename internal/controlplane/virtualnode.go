@@ -28,8 +28,13 @@ const TenantPriorityClass = "nest-tenant-workload"
 // VirtualNodeName is the virtual node's name in every tenant cluster.
 const VirtualNodeName = "nest-virtual-node"
 
-// dnsDir is the emptyDir the syncer writes CoreDNS' files to.
-const dnsDir = "/var/run/nest-dns"
+// dnsDir is the emptyDir the syncer writes CoreDNS' hosts file to;
+// corefileDir holds the Corefile from the DNS ConfigMap.
+const (
+	dnsDir       = "/var/run/nest-dns"
+	corefileDir  = "/etc/coredns"
+	corefileName = "Corefile"
+)
 
 // hostTokenDir is where client-go's in-cluster configuration looks for the
 // syncer's host credentials.
@@ -77,6 +82,18 @@ func TenantQuotaFor(vc *nestv1.VirtualCluster) *corev1.ResourceQuota {
 				ScopeName: corev1.ResourceQuotaScopePriorityClass, Operator: corev1.ScopeSelectorOpIn, Values: []string{TenantPriorityClass},
 			}}},
 		},
+	}
+}
+
+// DNSConfigMapFor returns the ConfigMap with the tenant CoreDNS' Corefile. It
+// comes from the controller, not the syncer, so CoreDNS starts with the
+// control plane whatever the syncer is doing.
+func DNSConfigMapFor(vc *nestv1.VirtualCluster) *corev1.ConfigMap {
+	n := NamesOf(vc)
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: n.DNSConfigMap(), Namespace: n.Namespace, Labels: n.Labels()},
+		Data: map[string]string{corefileName: syncer.Corefile(syncer.DefaultDNSPort, path.Join(dnsDir, syncer.HostsFileName),
+			clusterDomain(vc), syncer.DefaultDNSHealthPort)},
 	}
 }
 
@@ -155,15 +172,17 @@ func syncerContainer(vc *nestv1.VirtualCluster, o Options, ips ServiceIPs) corev
 		corev1.VolumeMount{Name: "host-token", MountPath: hostTokenDir, ReadOnly: true},
 	)
 	c.Resources = requests("50m", "64Mi")
-	c.StartupProbe = httpProbe("/healthz", 10248, corev1.URISchemeHTTP, 1, 120)
+	// Liveness only, no startup or readiness probe: the pod's readiness gates
+	// the tenant API server's Service, and the syncer must never cut tenants
+	// off their API, even while it waits for it.
 	c.LivenessProbe = httpProbe("/healthz", 10248, corev1.URISchemeHTTP, 10, 6)
 	return c
 }
 
 func coreDNSContainer(o Options) corev1.Container {
-	c := container("coredns", o, []string{"-conf", path.Join(dnsDir, syncer.CorefileName)})
+	c := container("coredns", o, []string{"-conf", path.Join(corefileDir, corefileName)})
 	c.Image, c.Command = o.CoreDNSImage, []string{"/coredns"}
-	c.VolumeMounts = []corev1.VolumeMount{{Name: "dns", MountPath: dnsDir, ReadOnly: true}}
+	c.VolumeMounts = []corev1.VolumeMount{{Name: "dns", MountPath: dnsDir, ReadOnly: true}, {Name: "dns-config", MountPath: corefileDir, ReadOnly: true}}
 	c.Resources = requests("25m", "32Mi")
 	c.Ports = []corev1.ContainerPort{{Name: "dns", ContainerPort: syncer.DefaultDNSPort, Protocol: corev1.ProtocolUDP}, {Name: "dns-tcp", ContainerPort: syncer.DefaultDNSPort}}
 	// Liveness only: the pod's readiness gates the tenant API server's
@@ -174,8 +193,9 @@ func coreDNSContainer(o Options) corev1.Container {
 
 // virtualNodeVolumes are the CoreDNS files, and the syncer's host token:
 // projected only into the syncer container, refreshed by the kubelet.
-func virtualNodeVolumes() []corev1.Volume {
+func virtualNodeVolumes(n Names) []corev1.Volume {
 	return []corev1.Volume{
+		{Name: "dns-config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: n.DNSConfigMap()}}}},
 		{Name: "dns", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse("16Mi"))}}},
 		{Name: "host-token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
 			DefaultMode: ptr.To[int32](0o440),

@@ -17,11 +17,8 @@ import (
 	"github.com/nestdev/nest/internal/atomicfile"
 )
 
-// Files the syncer writes for the tenant's CoreDNS.
-const (
-	CorefileName  = "Corefile"
-	HostsFileName = "hosts"
-)
+// HostsFileName is the file the syncer writes for the tenant's CoreDNS.
+const HostsFileName = "hosts"
 
 // serviceSyncer mirrors tenant Services on the host and keeps the tenant's
 // DNS records pointing at their host ClusterIPs.
@@ -121,12 +118,11 @@ func (s *serviceSyncer) writeHosts() error {
 	return nil
 }
 
-func (s *serviceSyncer) writeCorefile(port, healthPort int) error {
+// start makes the DNS directory and writes the first hosts file, with the API
+// server's record, so CoreDNS answers for the API server at once.
+func (s *serviceSyncer) start() error {
 	if err := os.MkdirAll(s.dnsDir, 0o755); err != nil {
 		return err
 	}
-	if err := s.writeHosts(); err != nil {
-		return err
-	}
-	return atomicfile.Write(filepath.Join(s.dnsDir, CorefileName), []byte(Corefile(port, filepath.Join(s.dnsDir, HostsFileName), s.tr.ClusterDomain, healthPort)), 0o644)
+	return s.writeHosts()
 }

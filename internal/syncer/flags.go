@@ -35,8 +35,10 @@ const (
 
 // Defaults of the flags that the controller leaves alone.
 const (
-	DefaultKubeletAddr   = "127.0.0.1:10250"
-	DefaultHealthAddr    = ":10248"
+	DefaultKubeletAddr = "127.0.0.1:10250"
+	DefaultHealthAddr  = ":10248"
+	// DefaultDNSPort and DefaultDNSHealthPort are where the tenant's CoreDNS
+	// serves DNS and /health in the control-plane pod.
 	DefaultDNSPort       = 1053
 	DefaultDNSHealthPort = 8080
 	DefaultTokenMaxAge   = 24 * time.Hour
@@ -69,9 +71,8 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ServingCert, flagServingCert, "", "kubelet API serving certificate (PEM)")
 	fs.StringVar(&o.ServingKey, flagServingKey, "", "kubelet API serving key (PEM)")
 	fs.StringVar(&o.ClientCA, flagClientCA, "", "CA of the tenant API server's kubelet client certificate (PEM)")
-	fs.StringVar(&o.DNSDir, flagDNSDir, "/var/run/nest-dns", "directory for the tenant CoreDNS' Corefile and hosts file")
+	fs.StringVar(&o.DNSDir, flagDNSDir, "/var/run/nest-dns", "directory for the tenant CoreDNS' hosts file")
 	o.KubeletAddr, o.HealthAddr = DefaultKubeletAddr, DefaultHealthAddr
-	o.DNSPort, o.DNSHealthPort = DefaultDNSPort, DefaultDNSHealthPort
 	o.KubeletClientName = KubeletClientName
 	o.APIServerPort = 6443
 }

@@ -50,12 +50,11 @@ type Options struct {
 	KubeletAddr, ServingCert, ServingKey, ClientCA string
 	// KubeletClientName is the common name the API server's client certificate has.
 	KubeletClientName string
-	// HealthAddr serves /healthz, ok once the virtual node is registered.
+	// HealthAddr serves /healthz (ok while the process serves: the
+	// liveness probe) and /readyz (ok once the virtual node is registered).
 	HealthAddr string
-	// DNSDir receives the Corefile and hosts file of the tenant's CoreDNS,
-	// which listens on DNSPort with health on DNSHealthPort.
-	DNSDir                 string
-	DNSPort, DNSHealthPort int
+	// DNSDir receives the hosts file of the tenant's CoreDNS.
+	DNSDir string
 }
 
 // kubeletPort is the kubelet API port the virtual node advertises.
@@ -146,7 +145,7 @@ func newSyncer(ctx context.Context, o Options) (*syncer, error) {
 }
 
 func (s *syncer) run(ctx context.Context) error {
-	if err := s.services.writeCorefile(s.o.DNSPort, s.o.DNSHealthPort); err != nil {
+	if err := s.services.start(); err != nil {
 		return err
 	}
 	go s.serveHealth(ctx)
@@ -358,7 +357,10 @@ func onlyCommonName(cn string, next http.Handler) http.Handler {
 
 func (s *syncer) serveHealth(ctx context.Context) {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+	// Liveness must not depend on the tenant or host API servers: a slow
+	// start is not a wedged process, and a restart would not help.
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !s.ready.Load() {
 			http.Error(w, "virtual node not registered yet", http.StatusServiceUnavailable)
 			return

@@ -96,8 +96,9 @@ func (t Translator) APIServerRecord() DNSRecord {
 }
 
 // Corefile is CoreDNS' configuration for the tenant: the hosts file the
-// syncer writes answers every name under the cluster domain, and nothing is
-// forwarded anywhere else.
+// syncer writes (hostsPath) answers every name under the cluster domain, and
+// nothing is forwarded anywhere else. CoreDNS serves on port, and /health on
+// healthPort.
 func Corefile(port int, hostsPath, clusterDomain string, healthPort int) string {
 	return fmt.Sprintf(`.:%d {
     errors

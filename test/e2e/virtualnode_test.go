@@ -312,23 +312,34 @@ func TestVirtualNode(t *testing.T) {
 		if err := host.Delete(ctx, cp); err != nil {
 			t.Fatal(err)
 		}
-		restarted := time.Now()
 		waitRecreated(t, ctx, host, cp)
-		// Ready means every container, the syncer included, passed its
-		// probes: the new syncer has registered the node and synced its caches.
-		testutil.Eventually(t, 3*time.Minute, "new control-plane pod Ready", func() error {
+		// The old pod object is gone only once its containers stopped: from
+		// now on, a heartbeat comes from the new syncer.
+		restarted := time.Now()
+		testutil.Eventually(t, 3*time.Minute, "the new syncer marked the virtual node Ready", func() error {
 			fresh := &corev1.Pod{}
-			if err := host.Get(ctx, client.ObjectKeyFromObject(cp), fresh); err != nil {
+			if err := host.Get(ctx, client.ObjectKeyFromObject(cp), fresh); err != nil || fresh.UID == cp.UID {
+				return fmt.Errorf("new control-plane pod not there yet (%v)", err)
+			}
+			node, err := tenantClientset(t, alpha).CoreV1().Nodes().Get(ctx, controlplane.VirtualNodeName, metav1.GetOptions{})
+			if err != nil {
 				return err
 			}
-			if fresh.UID == cp.UID || !podReady(fresh) {
-				return errors.New("not yet")
+			for _, c := range node.Status.Conditions {
+				if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue && c.LastHeartbeatTime.After(restarted) {
+					return nil
+				}
 			}
-			return nil
+			return errors.New("no Ready heartbeat from the new syncer yet")
 		})
-		waitReady(t, ctx, host, &tenant{name: "alpha", ns: "vc-alpha"})
+		// A pod created now is handled after the existing ones were adopted.
+		alpha.kubectl(t, ctx, "run", "after-restart", "--image="+testImage)
+		waitTenantPods(t, ctx, alpha, "run=after-restart", 1)
 		waitTenantPods(t, ctx, alpha, "app=web", 3)
 		for _, p := range hostPods(alpha) {
+			if p.Annotations[syncer.AnnotationTenantName] == "after-restart" {
+				continue
+			}
 			if uid, ok := before[p.Name]; (ok && uid != string(p.UID)) || p.CreationTimestamp.After(restarted) {
 				t.Errorf("host pod %s was recreated", p.Name)
 			}

@@ -13,8 +13,8 @@ import (
 )
 
 // CacheOptions limits the manager's informers for Secrets, Services,
-// StatefulSets, PersistentVolumeClaims, ServiceAccounts, ResourceQuotas and
-// RoleBindings to the objects Nest made (those
+// StatefulSets, PersistentVolumeClaims, ServiceAccounts, ResourceQuotas,
+// ConfigMaps and RoleBindings to the objects Nest made (those
 // labelled with the VirtualCluster's name), so a large host cluster's other
 // Secrets are never held in the manager's memory.
 func CacheOptions() cache.Options {
@@ -30,6 +30,7 @@ func CacheOptions() cache.Options {
 		&appsv1.StatefulSet{}:           own,
 		&corev1.ServiceAccount{}:        own,
 		&corev1.ResourceQuota{}:         own,
+		&corev1.ConfigMap{}:             own,
 		&rbacv1.RoleBinding{}:           own,
 	}}
 }

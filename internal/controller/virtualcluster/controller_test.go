@@ -165,7 +165,7 @@ func TestCreateMakesHostObjectsAndKubeconfig(t *testing.T) {
 	for _, c := range append(sts.Spec.Template.Spec.InitContainers, sts.Spec.Template.Spec.Containers...) {
 		names = append(names, c.Name)
 	}
-	if strings.Join(names, ",") != "etcd,kube-apiserver,nest-syncer,kube-controller-manager,kube-scheduler,coredns" {
+	if strings.Join(names, ",") != "etcd,kube-apiserver,kube-controller-manager,kube-scheduler,nest-syncer,coredns" {
 		t.Errorf("containers = %v", names)
 	}
 	// The virtual node's host objects: CoreDNS' Service, the syncer's
@@ -174,7 +174,7 @@ func TestCreateMakesHostObjectsAndKubeconfig(t *testing.T) {
 		obj  client.Object
 		name string
 	}{
-		{&corev1.Service{}, n.DNSService()}, {&corev1.ServiceAccount{}, n.SyncerServiceAccount()},
+		{&corev1.Service{}, n.DNSService()}, {&corev1.ConfigMap{}, n.DNSConfigMap()}, {&corev1.ServiceAccount{}, n.SyncerServiceAccount()},
 		{&rbacv1.RoleBinding{}, n.SyncerServiceAccount()}, {&corev1.ResourceQuota{}, n.TenantQuota()},
 	} {
 		if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: o.name}, o.obj); err != nil {

@@ -64,6 +64,7 @@ func (r *Reconciler) deleteHostObjects(ctx context.Context, vc *nestv1.VirtualCl
 			&corev1.Secret{ObjectMeta: meta(n.ComponentKubeconfigSecret())},
 			&corev1.Secret{ObjectMeta: meta(n.KubeconfigSecret())},
 			&corev1.Service{ObjectMeta: meta(n.DNSService())},
+			&corev1.ConfigMap{ObjectMeta: meta(n.DNSConfigMap())},
 			&corev1.ServiceAccount{ObjectMeta: meta(n.SyncerServiceAccount())},
 			&rbacv1.RoleBinding{ObjectMeta: meta(n.SyncerServiceAccount())},
 			&corev1.ResourceQuota{ObjectMeta: meta(n.TenantQuota())},

@@ -84,9 +84,14 @@ func (r *Reconciler) nodeIPs(ctx context.Context) ([]string, error) {
 }
 
 // reconcileVirtualNodeObjects creates what the virtual node needs on the host:
-// the tenant CoreDNS Service, the syncer's ServiceAccount and RoleBinding, and
+// the tenant CoreDNS' ConfigMap and Service, the syncer's ServiceAccount and RoleBinding, and
 // the ResourceQuota that enforces the tenant's share.
 func (r *Reconciler) reconcileVirtualNodeObjects(ctx context.Context, s *reconcileState) (bool, error) {
+	cm, wantCM := &corev1.ConfigMap{}, controlplane.DNSConfigMapFor(s.vc)
+	cm.ObjectMeta = metav1.ObjectMeta{Name: wantCM.Name, Namespace: wantCM.Namespace}
+	if err := r.ensure(ctx, s, cm, func() { cm.Labels, cm.Data = wantCM.Labels, wantCM.Data }); err != nil {
+		return false, err
+	}
 	dns := controlplane.DNSServiceFor(s.vc)
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: dns.Name, Namespace: dns.Namespace}}
 	if err := r.ensure(ctx, s, svc, func() {

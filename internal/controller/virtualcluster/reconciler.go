@@ -69,6 +69,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=serviceaccounts;resourcequotas,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods;configmaps;services;secrets,verbs=list;delete;deletecollection
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;watch;create;update;patch
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=bind,resourceNames=nest-syncer
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -168,6 +169,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.Service{}).
 		Owns(&corev1.Secret{}).
 		Owns(&corev1.ResourceQuota{}).
+		Owns(&corev1.ConfigMap{}).
 		Owns(&rbacv1.RoleBinding{}).
 		Named("virtualcluster").
 		Complete(r)
