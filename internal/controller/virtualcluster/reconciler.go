@@ -1,7 +1,8 @@
 // Package virtualcluster is the controller that runs a VirtualCluster's tenant
 // control plane in the host cluster: its PKI and kubeconfig Secrets, its Service
-// and StatefulSet, its readiness, and CoreDNS inside the tenant cluster. A
-// finalizer removes every host object, the etcd volume included, when the
+// and StatefulSet (etcd, kube-apiserver, controller-manager, scheduler,
+// nest-syncer and CoreDNS), the host objects of its virtual node, and its
+// readiness. A finalizer removes every host object, the etcd volume included, when the
 // VirtualCluster is deleted.
 package virtualcluster
 
@@ -13,14 +14,18 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/controlplane"
@@ -159,6 +164,18 @@ func (r *Reconciler) patchStatus(ctx context.Context, before *nestv1.VirtualClus
 	return nil
 }
 
+// quotaSpecChanged lets through every ResourceQuota event but a status
+// update: the host's quota controller rewrites status.used on each tenant
+// pod created or deleted, which would otherwise run a full reconcile per pod.
+var quotaSpecChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	before, okBefore := e.ObjectOld.(*corev1.ResourceQuota)
+	after, okAfter := e.ObjectNew.(*corev1.ResourceQuota)
+	if !okBefore || !okAfter {
+		return true
+	}
+	return !equality.Semantic.DeepEqual(before.Spec, after.Spec) || !equality.Semantic.DeepEqual(before.Labels, after.Labels)
+}}
+
 // SetupWithManager registers the controller: it watches VirtualClusters and
 // the host objects they own, so a deleted Secret, Service or StatefulSet is
 // recreated at once.
@@ -168,7 +185,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&corev1.Service{}).
 		Owns(&corev1.Secret{}).
-		Owns(&corev1.ResourceQuota{}).
+		Owns(&corev1.ResourceQuota{}, builder.WithPredicates(quotaSpecChanged)).
 		Owns(&corev1.ConfigMap{}).
 		Owns(&rbacv1.RoleBinding{}).
 		Named("virtualcluster").
