@@ -7,11 +7,13 @@ import (
 	"path/filepath"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/nestdev/nest/internal/atomicfile"
@@ -21,12 +23,14 @@ import (
 const HostsFileName = "hosts"
 
 // serviceSyncer mirrors tenant Services on the host and keeps the tenant's
-// DNS records pointing at their host ClusterIPs.
+// DNS records pointing at their host ClusterIPs, or at the pods behind
+// headless Services.
 type serviceSyncer struct {
 	tr             Translator
 	host           kubernetes.Interface
 	dnsDir         string
 	tenantServices corelisters.ServiceLister
+	tenantSlices   discoverylisters.EndpointSliceLister
 	hostServices   corelisters.ServiceNamespaceLister
 	changed        chan struct{}
 	last           []byte
@@ -89,12 +93,18 @@ func (s *serviceSyncer) run(ctx context.Context) {
 	}
 }
 
-// Records returns the tenant's DNS records: the API server, and every
-// tenant Service whose host copy has a ClusterIP.
+// Records returns the tenant's DNS records: the API server, every tenant
+// Service whose host copy has a ClusterIP, and the endpoints of headless
+// Services.
 func (s *serviceSyncer) Records() []DNSRecord {
 	records := []DNSRecord{s.tr.APIServerRecord()}
 	tenant, _ := s.tenantServices.List(labels.Everything())
 	for _, svc := range tenant {
+		if svc.Spec.ClusterIP == corev1.ClusterIPNone {
+			endpoints, _ := s.tenantSlices.EndpointSlices(svc.Namespace).List(labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: svc.Name}))
+			records = append(records, s.tr.HeadlessRecords(svc, endpoints)...)
+			continue
+		}
 		host, err := s.hostServices.Get(HostName(s.tr.VirtualCluster, svc.Namespace, svc.Name))
 		if err != nil {
 			continue

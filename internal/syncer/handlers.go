@@ -49,11 +49,13 @@ func (s *syncer) addHandlers(ctx context.Context, objects *objectSyncer) {
 			}
 		},
 	})
-	_, _ = s.hostF.Core().V1().Services().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	rewriteDNS := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { svc.trigger() },
 		UpdateFunc: func(any, any) { svc.trigger() },
 		DeleteFunc: func(any) { svc.trigger() },
-	})
+	}
+	_, _ = s.hostF.Core().V1().Services().Informer().AddEventHandler(rewriteDNS)
+	_, _ = s.tenantF.Discovery().V1().EndpointSlices().Informer().AddEventHandler(rewriteDNS)
 	_, _ = s.events.Core().V1().Events().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { s.forwardEvent(obj.(*corev1.Event)) },
 		UpdateFunc: func(old, obj any) {

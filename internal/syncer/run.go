@@ -137,6 +137,7 @@ func newSyncer(ctx context.Context, o Options) (*syncer, error) {
 	s.services = &serviceSyncer{
 		tr: o.Translator, host: host, dnsDir: o.DNSDir,
 		tenantServices: s.tenantF.Core().V1().Services().Lister(),
+		tenantSlices:   s.tenantF.Discovery().V1().EndpointSlices().Lister(),
 		hostServices:   s.hostF.Core().V1().Services().Lister().Services(o.HostNamespace),
 		changed:        make(chan struct{}, 1),
 	}

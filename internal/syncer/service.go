@@ -7,7 +7,9 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 )
 
 // HostService returns the host Service for a tenant Service, and false for
@@ -74,7 +76,7 @@ func HostsFile(records []DNSRecord) []byte {
 	}
 	slices.Sort(lines)
 	var b strings.Builder
-	b.WriteString("# Written by nest-syncer: tenant Service names and their host ClusterIPs.\n")
+	b.WriteString("# Written by nest-syncer: tenant Service names and their host ClusterIPs or, headless, pod IPs.\n")
 	for _, l := range lines {
 		b.WriteString(l + "\n")
 	}
@@ -82,12 +84,44 @@ func HostsFile(records []DNSRecord) []byte {
 }
 
 // ServiceRecord is the DNS record of a tenant Service whose host copy has
-// the ClusterIP hostIP, and false for headless Services.
+// the ClusterIP hostIP, and false for headless Services (see
+// HeadlessRecords).
 func (t Translator) ServiceRecord(namespace, name, hostIP string) (DNSRecord, bool) {
 	if hostIP == "" || hostIP == corev1.ClusterIPNone {
 		return DNSRecord{}, false
 	}
 	return DNSRecord{Name: fmt.Sprintf("%s.%s.svc.%s", name, namespace, t.ClusterDomain), IP: hostIP}, true
+}
+
+// HeadlessRecords are the DNS records of a tenant headless Service, as the
+// Kubernetes DNS specification gives them: the Service name resolves to the
+// address of every ready endpoint (every endpoint with
+// publishNotReadyAddresses), and an endpoint with a hostname, such as a
+// StatefulSet pod, also as <hostname>.<service>. The addresses are tenant pod
+// IPs, which are the host pod IPs the syncer reported.
+func (t Translator) HeadlessRecords(svc *corev1.Service, endpointSlices []*discoveryv1.EndpointSlice) []DNSRecord {
+	if svc.Spec.ClusterIP != corev1.ClusterIPNone {
+		return nil
+	}
+	name := fmt.Sprintf("%s.%s.svc.%s", svc.Name, svc.Namespace, t.ClusterDomain)
+	var records []DNSRecord
+	for _, slice := range endpointSlices {
+		if slice.AddressType != discoveryv1.AddressTypeIPv4 && slice.AddressType != discoveryv1.AddressTypeIPv6 {
+			continue
+		}
+		for _, ep := range slice.Endpoints {
+			if !svc.Spec.PublishNotReadyAddresses && !ptr.Deref(ep.Conditions.Ready, true) {
+				continue
+			}
+			for _, ip := range ep.Addresses {
+				records = append(records, DNSRecord{Name: name, IP: ip})
+				if ep.Hostname != nil && *ep.Hostname != "" {
+					records = append(records, DNSRecord{Name: *ep.Hostname + "." + name, IP: ip})
+				}
+			}
+		}
+	}
+	return records
 }
 
 // APIServerRecord names the tenant API server as pods expect to find it.

@@ -2,11 +2,13 @@ package syncer
 
 import (
 	"flag"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -237,6 +239,47 @@ func TestHostsFile(t *testing.T) {
 	b := HostsFile([]DNSRecord{tr.APIServerRecord(), r1})
 	if string(a) != string(b) || !strings.Contains(string(a), "10.96.3.4 web.shop.svc.cluster.local\n") || !strings.Contains(string(a), "10.96.0.5 kubernetes.default.svc.cluster.local\n") {
 		t.Errorf("hosts file:\n%s", a)
+	}
+}
+
+func TestHeadlessRecords(t *testing.T) {
+	headless := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "shop"},
+		Spec:       corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Selector: map[string]string{"app": "db"}},
+	}
+	slice := &discoveryv1.EndpointSlice{
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{
+			{Addresses: []string{"10.244.1.7"}, Hostname: ptr.To("db-0"), Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}},
+			{Addresses: []string{"10.244.2.9"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(false)}},
+		},
+	}
+	fqdn := func(rs []DNSRecord) []string {
+		var out []string
+		for _, r := range rs {
+			out = append(out, r.IP+" "+r.Name)
+		}
+		return out
+	}
+	got := fqdn(tr.HeadlessRecords(headless, []*discoveryv1.EndpointSlice{slice}))
+	want := []string{"10.244.1.7 db.shop.svc.cluster.local", "10.244.1.7 db-0.db.shop.svc.cluster.local"}
+	if !slices.Equal(got, want) {
+		t.Errorf("ready endpoints only: got %v, want %v", got, want)
+	}
+	publish := headless.DeepCopy()
+	publish.Spec.PublishNotReadyAddresses = true
+	if got := fqdn(tr.HeadlessRecords(publish, []*discoveryv1.EndpointSlice{slice})); !slices.Contains(got, "10.244.2.9 db.shop.svc.cluster.local") {
+		t.Errorf("publishNotReadyAddresses: not-ready endpoint missing from %v", got)
+	}
+	clusterIP := headless.DeepCopy()
+	clusterIP.Spec.ClusterIP = "10.96.4.4"
+	if got := tr.HeadlessRecords(clusterIP, []*discoveryv1.EndpointSlice{slice}); len(got) != 0 {
+		t.Errorf("a ClusterIP Service got endpoint records %v", got)
+	}
+	fqdnSlice := slice.DeepCopy()
+	fqdnSlice.AddressType = discoveryv1.AddressTypeFQDN
+	if got := tr.HeadlessRecords(headless, []*discoveryv1.EndpointSlice{fqdnSlice}); len(got) != 0 {
+		t.Errorf("FQDN endpoints became address records %v", got)
 	}
 }
 

@@ -135,6 +135,39 @@ func TestVirtualNode(t *testing.T) {
 		}
 	})
 
+	t.Run("a headless Service resolves to its pods, and a StatefulSet pod by its own name", func(t *testing.T) {
+		alpha.kubectl(t, ctx, "apply", "-f", writeManifest(t, dir, "db.yaml", headlessStatefulSet))
+		waitTenantPods(t, ctx, alpha, "app=db", 2)
+		for name, want := range map[string][]string{
+			"db-0.db.default.svc.cluster.local": {"db-0"},
+			"db-1.db":                           {"db-1"},
+			"db.default.svc.cluster.local":      {"db-0", "db-1"},
+		} {
+			testutil.Eventually(t, time.Minute, "client reaches "+name, func() error {
+				out, err := alpha.kubectlErr(ctx, "exec", "client", "--", "/testapp", "get", "http://"+name+":8080/hostname")
+				if err != nil {
+					return err
+				}
+				if !slices.Contains(want, strings.TrimSpace(out)) {
+					return fmt.Errorf("answer %q, want one of %v", out, want)
+				}
+				return nil
+			})
+		}
+		// Scaled down, the gone pod's name stops resolving. CoreDNS' hosts
+		// plugin has no SOA to deny a name with, so the answer is SERVFAIL,
+		// not NXDOMAIN: what matters is that the lookup fails.
+		alpha.kubectl(t, ctx, "scale", "statefulset", "db", "--replicas=1")
+		testutil.Eventually(t, time.Minute, "db-1 no longer resolves", func() error {
+			out, err := alpha.kubectlErr(ctx, "exec", "client", "--", "/testapp", "get", "http://db-1.db.default.svc.cluster.local.:8080/hostname")
+			if err == nil || !strings.Contains(err.Error(), "lookup db-1.db.default.svc.cluster.local.") {
+				return fmt.Errorf("db-1: answer %q, error %v", out, err)
+			}
+			return nil
+		})
+		alpha.kubectl(t, ctx, "delete", "-f", filepath.Join(dir, "db.yaml"), "--wait=false")
+	})
+
 	t.Run("status and events flow up to the tenant pod", func(t *testing.T) {
 		pod := tenantPod(t, ctx, alpha, "client")
 		if pod.Status.PodIP == "" || pod.Status.HostIP == "" || len(pod.Status.ContainerStatuses) != 1 || !pod.Status.ContainerStatuses[0].Ready {
@@ -440,6 +473,37 @@ func createAlpha(t *testing.T, ctx context.Context, host client.Client) {
 		t.Fatal(err)
 	}
 }
+
+// headlessStatefulSet is a StatefulSet of two test servers behind a headless
+// Service: DNS gives each pod a name of its own.
+const headlessStatefulSet = `apiVersion: v1
+kind: Service
+metadata:
+  name: db
+spec:
+  clusterIP: None
+  selector: {app: db}
+  ports: [{port: 8080}]
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: db
+spec:
+  serviceName: db
+  replicas: 2
+  podManagementPolicy: Parallel
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata:
+      labels: {app: db}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: db
+        image: ` + testImage + `
+        imagePullPolicy: Never
+`
 
 const configuredPod = `apiVersion: v1
 kind: Pod
