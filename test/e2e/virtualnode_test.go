@@ -122,16 +122,7 @@ func TestVirtualNode(t *testing.T) {
 			return nil
 		})
 		for _, name := range []string{"web.default.svc.cluster.local", "web"} {
-			testutil.Eventually(t, time.Minute, "client reaches "+name, func() error {
-				out, err := alpha.kubectlErr(ctx, "exec", "client", "--", "/testapp", "get", "http://"+name+"/hostname")
-				if err != nil {
-					return err
-				}
-				if !slices.Contains(web, strings.TrimSpace(out)) {
-					return fmt.Errorf("answer %q is not a web pod (%v)", out, web)
-				}
-				return nil
-			})
+			clientReaches(t, ctx, alpha, "http://"+name+"/hostname", web)
 		}
 	})
 
@@ -143,16 +134,7 @@ func TestVirtualNode(t *testing.T) {
 			"db-1.db":                           {"db-1"},
 			"db.default.svc.cluster.local":      {"db-0", "db-1"},
 		} {
-			testutil.Eventually(t, time.Minute, "client reaches "+name, func() error {
-				out, err := alpha.kubectlErr(ctx, "exec", "client", "--", "/testapp", "get", "http://"+name+":8080/hostname")
-				if err != nil {
-					return err
-				}
-				if !slices.Contains(want, strings.TrimSpace(out)) {
-					return fmt.Errorf("answer %q, want one of %v", out, want)
-				}
-				return nil
-			})
+			clientReaches(t, ctx, alpha, "http://"+name+":8080/hostname", want)
 		}
 		// Scaled down, the gone pod's name stops resolving. CoreDNS' hosts
 		// plugin has no SOA to deny a name with, so the answer is SERVFAIL,
@@ -528,6 +510,22 @@ spec:
   - name: creds
     secret: {secretName: creds}
 `
+
+// clientReaches waits until the tenant's "client" pod gets, from url, the
+// host name of one of the pods in want.
+func clientReaches(t *testing.T, ctx context.Context, tn *tenant, url string, want []string) {
+	t.Helper()
+	testutil.Eventually(t, time.Minute, "client reaches "+url, func() error {
+		out, err := tn.kubectlErr(ctx, "exec", "client", "--", "/testapp", "get", url)
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(want, strings.TrimSpace(out)) {
+			return fmt.Errorf("answer %q, want one of %v", out, want)
+		}
+		return nil
+	})
+}
 
 func writeManifest(t *testing.T, dir, name, content string) string {
 	t.Helper()
