@@ -42,21 +42,20 @@ func (s *serviceSyncer) tenantServiceChanged(ctx context.Context, svc *corev1.Se
 	if !ok {
 		return
 	}
+	client := s.host.CoreV1().Services(want.Namespace)
 	have, err := s.hostServices.Get(want.Name)
-	switch {
-	case apierrors.IsNotFound(err):
-		_, err = s.host.CoreV1().Services(want.Namespace).Create(ctx, want, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			err = nil
-		}
-	case err == nil && ServiceNeedsUpdate(have, want):
-		upd := have.DeepCopy()
-		upd.Labels, upd.Annotations = want.Labels, want.Annotations
-		upd.Spec.Selector, upd.Spec.Ports = want.Spec.Selector, want.Spec.Ports
-		upd.Spec.SessionAffinity, upd.Spec.SessionAffinityConfig = want.Spec.SessionAffinity, want.Spec.SessionAffinityConfig
-		upd.Spec.PublishNotReadyAddresses = want.Spec.PublishNotReadyAddresses
-		_, err = s.host.CoreV1().Services(want.Namespace).Update(ctx, upd, metav1.UpdateOptions{})
-	}
+	err = createOrUpdate(err,
+		func() bool { return ServiceNeedsUpdate(have, want) },
+		func() error { _, err := client.Create(ctx, want, metav1.CreateOptions{}); return err },
+		func() error {
+			upd := have.DeepCopy()
+			upd.Labels, upd.Annotations = want.Labels, want.Annotations
+			upd.Spec.Selector, upd.Spec.Ports = want.Spec.Selector, want.Spec.Ports
+			upd.Spec.SessionAffinity, upd.Spec.SessionAffinityConfig = want.Spec.SessionAffinity, want.Spec.SessionAffinityConfig
+			upd.Spec.PublishNotReadyAddresses = want.Spec.PublishNotReadyAddresses
+			_, err := client.Update(ctx, upd, metav1.UpdateOptions{})
+			return err
+		})
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Sync Service to the host", "service", klog.KObj(svc))
 	}

@@ -88,6 +88,8 @@ type resizeQueue struct {
 	ch  <-chan api.TermSize
 }
 
+// Next blocks until the next resize, and returns nil once the client's
+// stream or the request ends, as remotecommand.TerminalSizeQueue requires.
 func (q resizeQueue) Next() *remotecommand.TerminalSize {
 	select {
 	case s, ok := <-q.ch:

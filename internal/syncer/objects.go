@@ -84,18 +84,19 @@ func (o *objectSyncer) ensureFor(ctx context.Context, namespace string, pt *PodT
 
 func (o *objectSyncer) applyConfigMap(ctx context.Context, cm *corev1.ConfigMap) error {
 	want := o.tr.HostConfigMap(cm)
+	client := o.host.CoreV1().ConfigMaps(want.Namespace)
 	have, err := o.hostConfigMaps.Get(want.Name)
-	switch {
-	case apierrors.IsNotFound(err):
-		_, err = o.host.CoreV1().ConfigMaps(want.Namespace).Create(ctx, want, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			err = nil
-		}
-	case err == nil && (!maps.Equal(have.Data, want.Data) || !mapsEqualBytes(have.BinaryData, want.BinaryData) || have.Annotations[AnnotationTenantUID] != want.Annotations[AnnotationTenantUID]):
-		upd := have.DeepCopy()
-		upd.Data, upd.BinaryData, upd.Annotations = want.Data, want.BinaryData, want.Annotations
-		_, err = o.host.CoreV1().ConfigMaps(want.Namespace).Update(ctx, upd, metav1.UpdateOptions{})
-	}
+	err = createOrUpdate(err,
+		func() bool {
+			return !maps.Equal(have.Data, want.Data) || !mapsEqualBytes(have.BinaryData, want.BinaryData) || have.Annotations[AnnotationTenantUID] != want.Annotations[AnnotationTenantUID]
+		},
+		func() error { _, err := client.Create(ctx, want, metav1.CreateOptions{}); return err },
+		func() error {
+			upd := have.DeepCopy()
+			upd.Data, upd.BinaryData, upd.Annotations = want.Data, want.BinaryData, want.Annotations
+			_, err := client.Update(ctx, upd, metav1.UpdateOptions{})
+			return err
+		})
 	if err != nil {
 		return fmt.Errorf("host copy of ConfigMap %s: %w", klog.KObj(cm), err)
 	}
@@ -104,20 +105,40 @@ func (o *objectSyncer) applyConfigMap(ctx context.Context, cm *corev1.ConfigMap)
 
 func (o *objectSyncer) applySecret(ctx context.Context, s *corev1.Secret) error {
 	want := o.tr.HostSecret(s)
+	client := o.host.CoreV1().Secrets(want.Namespace)
 	have, err := o.hostSecrets.Get(want.Name)
-	switch {
-	case apierrors.IsNotFound(err):
-		_, err = o.host.CoreV1().Secrets(want.Namespace).Create(ctx, want, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			err = nil
-		}
-	case err == nil && (!mapsEqualBytes(have.Data, want.Data) || have.Annotations[AnnotationTenantUID] != want.Annotations[AnnotationTenantUID]):
-		upd := have.DeepCopy()
-		upd.Data, upd.Annotations = want.Data, want.Annotations
-		_, err = o.host.CoreV1().Secrets(want.Namespace).Update(ctx, upd, metav1.UpdateOptions{})
-	}
+	err = createOrUpdate(err,
+		func() bool {
+			return !mapsEqualBytes(have.Data, want.Data) || have.Annotations[AnnotationTenantUID] != want.Annotations[AnnotationTenantUID]
+		},
+		func() error { _, err := client.Create(ctx, want, metav1.CreateOptions{}); return err },
+		func() error {
+			upd := have.DeepCopy()
+			upd.Data, upd.Annotations = want.Data, want.Annotations
+			_, err := client.Update(ctx, upd, metav1.UpdateOptions{})
+			return err
+		})
 	if err != nil {
 		return fmt.Errorf("host copy of Secret %s: %w", klog.KObj(s), err)
+	}
+	return nil
+}
+
+// createOrUpdate brings one host object in line with what the syncer wants,
+// given the error of looking it up in the host informer cache: missing, it
+// is created (one made meanwhile by another worker counts as created); found
+// and differing, it is updated.
+func createOrUpdate(lookupErr error, differs func() bool, create, update func() error) error {
+	switch {
+	case apierrors.IsNotFound(lookupErr):
+		if err := create(); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		return nil
+	case lookupErr != nil:
+		return lookupErr
+	case differs():
+		return update()
 	}
 	return nil
 }

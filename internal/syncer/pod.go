@@ -293,15 +293,13 @@ func (t Translator) translateProjection(p *corev1.ProjectedVolumeSource, hostPod
 		case src.ServiceAccountToken != nil:
 			key := fmt.Sprintf("token-%d-%d", volume, j)
 			out.Tokens = append(out.Tokens, TokenProjection{Key: key, Audience: src.ServiceAccountToken.Audience, ExpirationSeconds: ptr.Deref(src.ServiceAccountToken.ExpirationSeconds, defaultTokenSeconds)})
-			src = tokenSecretProjection(hostPod, key, src.ServiceAccountToken.Path)
+			src = tokenSecretProjection(hostPod, []corev1.KeyToPath{{Key: key, Path: src.ServiceAccountToken.Path}})
 			out.UsesTokenSecret = true
 		case src.DownwardAPI != nil:
 			identity, rest := splitIdentityItems(src.DownwardAPI.Items)
 			if len(identity) > 0 {
 				out.UsesTokenSecret = true
-				sources = append(sources, corev1.VolumeProjection{Secret: &corev1.SecretProjection{
-					LocalObjectReference: corev1.LocalObjectReference{Name: tokenSecretName(hostPod)}, Items: identity,
-				}})
+				sources = append(sources, tokenSecretProjection(hostPod, identity))
 			}
 			if len(rest) == 0 {
 				continue
@@ -316,10 +314,11 @@ func (t Translator) translateProjection(p *corev1.ProjectedVolumeSource, hostPod
 	return nil
 }
 
-func tokenSecretProjection(hostPod, key, path string) corev1.VolumeProjection {
+// tokenSecretProjection projects items of the host pod's token Secret.
+func tokenSecretProjection(hostPod string, items []corev1.KeyToPath) corev1.VolumeProjection {
 	return corev1.VolumeProjection{Secret: &corev1.SecretProjection{
 		LocalObjectReference: corev1.LocalObjectReference{Name: tokenSecretName(hostPod)},
-		Items:                []corev1.KeyToPath{{Key: key, Path: path}},
+		Items:                items,
 	}}
 }
 

@@ -21,6 +21,7 @@ import (
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/devcluster"
+	"github.com/nestdev/nest/internal/testutil"
 	"github.com/nestdev/nest/test/e2e/framework"
 )
 
@@ -82,6 +83,10 @@ func startBenchCluster(b *testing.B, ctx context.Context, name string) string {
 	return stateDir
 }
 
+// createReady creates a VirtualCluster and returns how long it took to be
+// Ready, or zero after reporting an error. It polls by hand rather than with
+// testutil.Eventually because it runs in goroutines, where b.Fatal must not
+// be called.
 func createReady(b *testing.B, ctx context.Context, c client.Client, name string) time.Duration {
 	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}}
 	start := time.Now()
@@ -94,7 +99,7 @@ func createReady(b *testing.B, ctx context.Context, c client.Client, name string
 		if err := c.Get(ctx, client.ObjectKeyFromObject(vc), vc); err == nil && meta.IsStatusConditionTrue(vc.Status.Conditions, nestv1.ConditionReady) {
 			return time.Since(start)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // polling with a deadline
 	}
 	b.Errorf("%s not Ready after 5 minutes", name)
 	return 0
@@ -105,18 +110,16 @@ func deleteVC(b *testing.B, ctx context.Context, c client.Client, name string) {
 	if err := c.Delete(ctx, vc); err != nil {
 		b.Fatal(err)
 	}
-	deadline := time.Now().Add(3 * time.Minute)
-	for time.Now().Before(deadline) {
-		if err := c.Get(ctx, client.ObjectKeyFromObject(vc), vc); apierrors.IsNotFound(err) {
-			return
+	testutil.Eventually(b, 3*time.Minute, name+" deleted", func() error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(vc), vc); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still there (%v)", err)
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	b.Fatalf("%s not deleted after 3 minutes", name)
+		return nil
+	})
 }
 
-// podMemory is a pod's memory in MiB (reported as MB), summed over its processes from
-// /proc/PID/smaps_rollup. RSS counts the shared pages of the one multi-call
+// podMemory is a pod's memory in MiB (reported as MB), summed over its
+// processes from /proc/PID/smaps_rollup. RSS counts the shared pages of the one multi-call
 // binary once per process; PSS splits them between the processes that share
 // them; Private is what the pod alone holds. WorkingSet is the pod cgroup's
 // usage less its inactive file pages, the figure kubectl top and the

@@ -29,6 +29,7 @@ import (
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/devcluster"
 	"github.com/nestdev/nest/internal/images"
+	"github.com/nestdev/nest/internal/testutil"
 	"github.com/nestdev/nest/test/e2e/framework"
 )
 
@@ -126,16 +127,10 @@ func benchTenant(b *testing.B, ctx context.Context, host client.Client) *rest.Co
 }
 
 func waitServiceAccount(b *testing.B, ctx context.Context, cs kubernetes.Interface, ns string) {
-	deadline := time.Now().Add(time.Minute)
-	for {
-		if _, err := cs.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{}); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("no default service account in %s", ns)
-		}
-		time.Sleep(100 * time.Millisecond) // polling with a deadline
-	}
+	testutil.Eventually(b, time.Minute, "default service account in "+ns, func() error {
+		_, err := cs.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		return err
+	})
 }
 
 // syncSlot is an extended resource only the virtual node offers: a tenant pod
@@ -167,8 +162,11 @@ func sequentialStarts(b *testing.B, ctx context.Context, cs kubernetes.Interface
 		if _, err := cs.CoreV1().Pods(ns).Create(ctx, pausePod(name), metav1.CreateOptions{}); err != nil {
 			b.Fatal(err)
 		}
-		waitRunning(b, w, name)
-		out = append(out, time.Since(start))
+		took := passedBy(w, 1, start, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+		if took == 0 {
+			b.Fatalf("pod %s/%s not Running within 10 minutes", ns, name)
+		}
+		out = append(out, took)
 	}
 	if err := cs.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "bench=nest"}); err != nil {
 		b.Fatal(err)
@@ -176,30 +174,23 @@ func sequentialStarts(b *testing.B, ctx context.Context, cs kubernetes.Interface
 	return out
 }
 
-func waitRunning(b *testing.B, w watch.Interface, name string) {
-	defer w.Stop()
-	timeout := time.After(2 * time.Minute)
-	for {
-		select {
-		case ev := <-w.ResultChan():
-			if p, ok := ev.Object.(*corev1.Pod); ok && p.Status.Phase == corev1.PodRunning {
-				return
-			}
-		case <-timeout:
-			b.Fatalf("pod %s not Running within 2 minutes", name)
-		}
-	}
-}
-
 // burstTimes are the moments, from the first create call, when the last of
 // a burst of tenant pods passed each stage.
 type burstTimes struct {
 	created, scheduled, synced, running time.Duration
 	// cpu is the machine's busy CPU, in cores, averaged from the first create
-	// until the last host pod was made.
+	// until the last stage ended.
 	cpu float64
 	// syncerCPU is the CPU time all nest-syncer processes used meanwhile.
 	syncerCPU time.Duration
+}
+
+// burstStage is one stage of a burst: the watch that sees pods pass it, the
+// test they pass, and where its time goes.
+type burstStage struct {
+	w      watch.Interface
+	passed func(*corev1.Pod) bool
+	at     *time.Duration
 }
 
 // burst creates n tenant pods at once, from 20 clients, and times each
@@ -215,26 +206,31 @@ func burst(b *testing.B, ctx context.Context, tenant, host kubernetes.Interface,
 	waitGone(b, ctx, host, "bench-direct")
 	waitQuiet(b)
 	sel := metav1.ListOptions{LabelSelector: "bench=nest"}
-	tw := retryWatch(b, ctx, tenant.CoreV1().Pods("default"), sel)
-	hw := retryWatch(b, ctx, host.CoreV1().Pods("vc-bench"), sel)
+	var t burstTimes
+	stages := []burstStage{
+		{retryWatch(b, ctx, tenant.CoreV1().Pods("default"), sel), func(p *corev1.Pod) bool { return p.Spec.NodeName != "" }, &t.scheduled},
+		{retryWatch(b, ctx, host.CoreV1().Pods("vc-bench"), sel), func(*corev1.Pod) bool { return true }, &t.synced},
+	}
+	if run {
+		stages = append(stages, burstStage{retryWatch(b, ctx, host.CoreV1().Pods("vc-bench"), sel), func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning }, &t.running})
+	}
 	cpu0, syncer0 := readCPU(b), processCPU(b, "nest-syncer")
 	start := time.Now()
-	scheduled := make(chan time.Duration, 1)
-	go func() { scheduled <- lastOf(tw, n, start, func(p *corev1.Pod) bool { return p.Spec.NodeName != "" }) }()
-	type hostTimes struct{ synced, running time.Duration }
-	hostDone := make(chan hostTimes, 1)
-	go func() {
-		var h hostTimes
-		h.synced, h.running = watchHost(hw, n, start, run)
-		hostDone <- h
-	}()
-	t := burstTimes{created: createAll(b, ctx, tenant, n, prefix, run)}
-	h := <-hostDone
-	t.synced, t.running, t.cpu = h.synced, h.running, readCPU(b).busySince(cpu0)
-	t.syncerCPU = processCPU(b, "nest-syncer") - syncer0
-	t.scheduled = <-scheduled
-	if t.synced == 0 || (run && t.running == 0) {
-		b.Fatalf("the burst of %d pods did not reach the host within 10 minutes", n)
+	var wg sync.WaitGroup
+	for _, st := range stages {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			*st.at = passedBy(st.w, n, start, st.passed)
+		}()
+	}
+	t.created = createAll(b, ctx, tenant, n, prefix, run)
+	wg.Wait()
+	t.cpu, t.syncerCPU = readCPU(b).busySince(cpu0), processCPU(b, "nest-syncer")-syncer0
+	for _, st := range stages {
+		if *st.at == 0 {
+			b.Fatalf("a stage of the burst of %d pods did not finish within 10 minutes: %+v", n, t)
+		}
 	}
 	if err := tenant.CoreV1().Pods("default").DeleteCollection(ctx, metav1.DeleteOptions{}, sel); err != nil {
 		b.Fatal(err)
@@ -262,6 +258,8 @@ func retryWatch(b *testing.B, ctx context.Context, pods typedcorev1.PodInterface
 	return w
 }
 
+// createAll creates n tenant pods named prefix-<i> from 20 clients at once
+// and returns how long that took; without run they request a sync slot.
 func createAll(b *testing.B, ctx context.Context, tenant kubernetes.Interface, n int, prefix string, run bool) time.Duration {
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -290,9 +288,10 @@ func createAll(b *testing.B, ctx context.Context, tenant kubernetes.Interface, n
 	return time.Since(start)
 }
 
-// lastOf returns when the n-th distinct pod of the watch first passed the
-// test, or 10 minutes if they did not all; it stops the watch.
-func lastOf(w watch.Interface, n int, start time.Time, passed func(*corev1.Pod) bool) time.Duration {
+// passedBy returns when, counted from start, the n-th distinct pod of the
+// watch first passed the test; zero if the watch ended or 10 minutes went by
+// first. It stops the watch.
+func passedBy(w watch.Interface, n int, start time.Time, passed func(*corev1.Pod) bool) time.Duration {
 	defer w.Stop()
 	seen := map[string]bool{}
 	timeout := time.After(10 * time.Minute)
@@ -300,49 +299,16 @@ func lastOf(w watch.Interface, n int, start time.Time, passed func(*corev1.Pod) 
 		select {
 		case ev, ok := <-w.ResultChan():
 			if !ok {
-				return 10 * time.Minute
+				return 0
 			}
 			if p, isPod := ev.Object.(*corev1.Pod); isPod && passed(p) {
 				seen[p.Name] = true
 			}
 		case <-timeout:
-			return 10 * time.Minute
+			return 0
 		}
 	}
 	return time.Since(start)
-}
-
-// watchHost returns when the n-th host pod appeared and, with run, when the
-// n-th was Running; zero for what did not happen within 10 minutes.
-func watchHost(w watch.Interface, n int, start time.Time, run bool) (synced, running time.Duration) {
-	defer w.Stop()
-	made, up := map[string]bool{}, map[string]bool{}
-	timeout := time.After(10 * time.Minute)
-	for synced == 0 || (run && running == 0) {
-		select {
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return synced, running
-			}
-			p, isPod := ev.Object.(*corev1.Pod)
-			if !isPod {
-				continue
-			}
-			made[p.Name] = true
-			if p.Status.Phase == corev1.PodRunning {
-				up[p.Name] = true
-			}
-			if synced == 0 && len(made) >= n {
-				synced = time.Since(start)
-			}
-			if running == 0 && len(up) >= n {
-				running = time.Since(start)
-			}
-		case <-timeout:
-			return synced, running
-		}
-	}
-	return synced, running
 }
 
 // cpuTimes is the machine's busy and total CPU time from /proc/stat, in ticks.
@@ -416,15 +382,11 @@ func (t cpuTimes) busySince(before cpuTimes) float64 {
 
 // waitGone waits until no bench pod is left in a namespace.
 func waitGone(b *testing.B, ctx context.Context, cs kubernetes.Interface, ns string) {
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	testutil.Eventually(b, 2*time.Minute, "bench pods gone from "+ns, func() error {
 		list, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "bench=nest"})
-		if err == nil && len(list.Items) == 0 {
-			return
+		if err == nil && len(list.Items) > 0 {
+			err = fmt.Errorf("%d left", len(list.Items))
 		}
-		if time.Now().After(deadline) {
-			b.Fatalf("old bench pods still there")
-		}
-		time.Sleep(100 * time.Millisecond) // polling with a deadline
-	}
+		return err
+	})
 }
