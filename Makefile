@@ -26,13 +26,15 @@ deps:
 build: build-k8s build-nest
 
 # The Kubernetes components live in their own module (k8s/) so the main module
-# does not inherit k8s.io/kubernetes' replace lines; CoreDNS in one more.
+# does not inherit k8s.io/kubernetes' replace lines; CoreDNS and the
+# NetworkPolicy enforcer (kube-network-policies) in one more each.
 build-k8s:
 	cd k8s && go build -ldflags '$(K8S_LDFLAGS)' -o $(BIN)/kube ./cmd/kube
 	cd k8s/coredns && go build -ldflags '-s -w' -o $(BIN)/coredns .
+	cd k8s/netpol && go build -ldflags '-s -w' -o $(BIN)/kube-network-policies sigs.k8s.io/kube-network-policies/cmd/kube-network-policies/standard
 
 build-nest:
-	go build -ldflags '-s -w' -o $(BIN)/ ./cmd/nest ./cmd/nest-manager ./cmd/nest-syncer ./cmd/pause ./cmd/testapp
+	go build -ldflags '-s -w' -o $(BIN)/ ./cmd/nest ./cmd/nest-manager ./cmd/nest-syncer ./cmd/nest-probe ./cmd/pause ./cmd/testapp
 
 ## test: every test CI runs: lint, unit tests, then end-to-end tests on a real local host cluster
 test: deps build lint unit e2e
@@ -66,7 +68,8 @@ generate:
 	cp config/scheduling/priorityclass.yaml charts/nest/templates/priorityclass.yaml
 
 e2e:
-	NEST_BIN_DIR=$(BIN) go test -count=1 -timeout 30m -v ./test/e2e/...
+	# -p 1: each package starts its own local host cluster, and one runs per machine.
+	NEST_BIN_DIR=$(BIN) go test -p 1 -count=1 -timeout 80m -v ./test/e2e/...
 
 ## demo: the main job: a local host cluster with Nest, the virtual cluster "demo" and a tenant workload on its virtual node
 demo: deps build

@@ -108,6 +108,13 @@ type VirtualClusterSpec struct {
 	// capacity (shared mode).
 	// +optional
 	VirtualNode VirtualNodeSpec `json:"virtualNode,omitempty"`
+
+	// Network restricts what the tenant's pods may reach from the host network.
+	// Tenant pods always reach their own virtual cluster's pods, API server and
+	// DNS, and never the host API server, node ports or other namespaces.
+	// +optional
+	Network NetworkSpec `json:"network,omitempty"`
+
 	// Kubeconfig is the tenant's admin kubeconfig, base64 encoded, written by
 	// the operator for kubenest compatibility. Prefer the Secret named in
 	// status.kubeconfigSecretRef.
@@ -163,6 +170,14 @@ type DatastoreSpec struct {
 // +kubebuilder:validation:Enum=baseline;restricted
 type PodSecurityLevel string
 
+// Pod Security levels a VirtualCluster may ask for.
+const (
+	// PodSecurityBaseline prevents known privilege escalations; the default.
+	PodSecurityBaseline PodSecurityLevel = "baseline"
+	// PodSecurityRestricted also enforces current pod hardening practice.
+	PodSecurityRestricted PodSecurityLevel = "restricted"
+)
+
 // VirtualNodeSpec configures the virtual node and nest-syncer.
 type VirtualNodeSpec struct {
 	// PodSecurityLevel every pod on the virtual node must meet, checked by
@@ -177,6 +192,79 @@ type VirtualNodeSpec struct {
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s') && duration(self) <= duration('24h')",message="tokenMaxAge must be from 10s to 24h, such as 1h"
 	TokenMaxAge *metav1.Duration `json:"tokenMaxAge,omitempty"`
+
+	// HostMetadata is the allow-list of tenant pod label and annotation keys
+	// copied onto host pods. Unset lists take the manager's defaults
+	// (--host-label-allowlist, --host-annotation-allowlist). Keys Nest or host
+	// add-ons act on (nest.dev/, kubernetes.io/, k8s.io/ and the control-plane
+	// selector labels) are never copied, whatever the list says.
+	// +optional
+	HostMetadata *HostMetadataSpec `json:"hostMetadata,omitempty"`
+
+	// ObjectBudget bounds what the tenant's synced objects may take on the host.
+	// +optional
+	ObjectBudget ObjectBudgetSpec `json:"objectBudget,omitempty"`
+}
+
+// HostMetadataSpec lists the tenant label and annotation keys that reach host
+// pods. An entry is a whole key ("app", "app.kubernetes.io/name") or a prefix
+// ending in "*" ("example.com/*"). An empty list copies nothing.
+type HostMetadataSpec struct {
+	// Labels are the label keys copied to host pods.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=317
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:XValidation:rule="self.matches('^[^*]*[*]?$')",message="a * may only end an entry, such as example.com/*"
+	Labels []string `json:"labels,omitempty"`
+	// Annotations are the annotation keys copied to host pods.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=317
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:XValidation:rule="self.matches('^[^*]*[*]?$')",message="a * may only end an entry, such as example.com/*"
+	Annotations []string `json:"annotations,omitempty"`
+}
+
+// ObjectBudgetSpec bounds the tenant objects copied to the host. Past a
+// budget the tenant pod that needs the copy waits with an event naming it.
+type ObjectBudgetSpec struct {
+	// ConfigMaps is the most host copies of tenant ConfigMaps. Default 500.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100000
+	ConfigMaps *int32 `json:"configMaps,omitempty"`
+	// Secrets is the most host copies of tenant Secrets, not counting the
+	// per-pod token Secrets Nest makes. Default 500.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100000
+	Secrets *int32 `json:"secrets,omitempty"`
+	// Services is the most host copies of tenant Services. Default 200.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10000
+	Services *int32 `json:"services,omitempty"`
+	// DataBytes bounds the data of all host copies of tenant ConfigMaps and
+	// Secrets together. Default 64Mi.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="!quantity(string(self)).isLessThan(quantity('0'))",message="objectBudget.dataBytes must not be negative: give a size such as 64Mi"
+	DataBytes *resource.Quantity `json:"dataBytes,omitempty"`
+}
+
+// NetworkSpec restricts tenant pods' traffic.
+type NetworkSpec struct {
+	// EgressCIDRs, when set, are the only addresses outside the host cluster's
+	// pod, Service and node ranges that tenant pods may connect to. Unset
+	// allows every such address.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=49
+	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self)",message="each network.egressCIDRs entry must be a CIDR, such as 203.0.113.0/24"
+	EgressCIDRs []string `json:"egressCIDRs,omitempty"`
 }
 
 // PromotePolicy selects host nodes to promote into the tenant cluster.

@@ -5,7 +5,10 @@ package main
 
 import (
 	"flag"
+	"net/netip"
 	"os"
+	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -17,12 +20,48 @@ import (
 	"github.com/nestdev/nest/internal/controlplane"
 	"github.com/nestdev/nest/internal/images"
 	"github.com/nestdev/nest/internal/kube"
+	"github.com/nestdev/nest/internal/syncer"
 )
+
+// namespaceFile is where a pod finds its own namespace.
+const namespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// ownNamespace is the namespace the manager runs in, or nest-system outside a pod.
+func ownNamespace() string {
+	if data, err := os.ReadFile(namespaceFile); err == nil && strings.TrimSpace(string(data)) != "" {
+		return strings.TrimSpace(string(data))
+	}
+	return "nest-system"
+}
+
+// cidrsFlag parses a comma-separated CIDR list flag into *dst.
+func cidrsFlag(name, usage string, dst *[]netip.Prefix) {
+	flag.Func(name, usage, func(s string) error {
+		p, err := controlplane.ParseCIDRs(name, s)
+		*dst = p
+		return err
+	})
+}
+
+// allowListFlag parses a comma-separated allow-list flag into *dst, which
+// holds its default; an empty value is an empty list.
+func allowListFlag(name, usage string, dst *[]string) {
+	def := strings.Join(*dst, ",")
+	if def == "" {
+		def = "none"
+	}
+	flag.Func(name, usage+" (default "+def+")", func(s string) error {
+		l, err := syncer.ParseAllowList(s)
+		*dst = l
+		return err
+	})
+}
 
 func main() {
 	var (
 		metricsAddr, probeAddr, hostDomain, kubeImage, corednsImage, syncerImage, pullPolicy string
 		leaderElect                                                                          bool
+		cp                                                                                   controlplane.Options
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint; 0 disables it")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
@@ -32,11 +71,26 @@ func main() {
 	flag.StringVar(&corednsImage, "coredns-image", images.CoreDNS, "image of the tenant CoreDNS in control-plane pods")
 	flag.StringVar(&syncerImage, "syncer-image", images.NestSyncer, "image of nest-syncer in control-plane pods")
 	flag.StringVar(&pullPolicy, "image-pull-policy", string(corev1.PullIfNotPresent), "pull policy of tenant control-plane images")
+	cidrsFlag("host-pod-cidrs", "comma-separated pod CIDRs of the host cluster, such as 10.244.0.0/16: tenant pods cannot reach them, and NodePort tenant API servers take no traffic from them",
+		&cp.HostNetwork.PodCIDRs)
+	cidrsFlag("host-service-cidrs", "comma-separated Service CIDRs of the host cluster, such as 10.96.0.0/16: tenant pods cannot reach them",
+		&cp.HostNetwork.ServiceCIDRs)
+	cidrsFlag("host-node-cidrs", "comma-separated CIDRs holding the host nodes' IPs, such as 192.0.2.0/24: tenant pods cannot reach them, and the kubelets' probes and NodePort traffic from them reach tenant API servers",
+		&cp.HostNetwork.NodeCIDRs)
+	flag.StringVar(&cp.ManagerNamespace, "manager-namespace", ownNamespace(), "namespace of nest-manager, whose pods may reach tenant API servers")
+	cp.HostMetadata = syncer.MetadataAllowList{Labels: slices.Clone(syncer.DefaultHostLabels), Annotations: slices.Clone(syncer.DefaultHostAnnotations)}
+	allowListFlag("host-label-allowlist", "comma-separated tenant pod label keys copied to host pods for VirtualClusters that set no spec.virtualNode.hostMetadata.labels: whole keys or prefixes ending in *; empty copies none", &cp.HostMetadata.Labels)
+	allowListFlag("host-annotation-allowlist", "comma-separated tenant pod annotation keys copied to host pods for VirtualClusters that set no spec.virtualNode.hostMetadata.annotations, as for --host-label-allowlist", &cp.HostMetadata.Annotations)
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("setup")
+	if len(cp.HostNetwork.PodCIDRs) == 0 || len(cp.HostNetwork.NodeCIDRs) == 0 {
+		log.Info("Host pod or node CIDRs not given: tenant pods are kept only from the private address ranges, and tenant API servers take no probes from other nodes; set --host-pod-cidrs, --host-service-cidrs and --host-node-cidrs",
+			"podCIDRs", cp.HostNetwork.PodCIDRs, "nodeCIDRs", cp.HostNetwork.NodeCIDRs)
+	}
+	cp.KubeImage, cp.SyncerImage, cp.CoreDNSImage, cp.ImagePullPolicy = kubeImage, syncerImage, corednsImage, corev1.PullPolicy(pullPolicy)
 
 	scheme := kube.NewScheme()
 
@@ -58,7 +112,7 @@ func main() {
 		APIReader:         mgr.GetAPIReader(),
 		Scheme:            scheme,
 		Recorder:          mgr.GetEventRecorder("nest-manager"),
-		ControlPlane:      controlplane.Options{KubeImage: kubeImage, SyncerImage: syncerImage, CoreDNSImage: corednsImage, ImagePullPolicy: corev1.PullPolicy(pullPolicy)},
+		ControlPlane:      cp,
 		HostClusterDomain: hostDomain,
 		Tenants:           virtualcluster.APITenants{},
 	}

@@ -16,6 +16,13 @@
 //	                             in-cluster client does: the service-account
 //	                             token and CA, and KUBERNETES_SERVICE_HOST/PORT
 //	                             unless SERVER (https://host:port) is given
+//	testapp dial HOST:PORT       open a TCP connection within 3 seconds
+//	testapp dns NAME [SERVER]    resolve NAME, through SERVER (host:port,
+//	                             UDP) instead of resolv.conf if given
+//	testapp statfs PATH          print the size in bytes of PATH's file system
+//	testapp spawn N              start up to N sleeping child processes and
+//	                             print how many started before the first
+//	                             failure (exits 0 either way)
 package main
 
 import (
@@ -30,6 +37,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -90,7 +98,79 @@ var clients = map[string]func(args []string) error{
 		}
 		return err
 	},
-	"kube": kube,
+	"kube":   kube,
+	"dial":   dial,
+	"dns":    lookup,
+	"statfs": statfs,
+	"spawn":  spawn,
+	// sleep is what spawn's children run.
+	"sleep": func([]string) error { time.Sleep(time.Hour); return nil },
+}
+
+func dial(args []string) error {
+	conn, err := net.DialTimeout("tcp", args[0], 3*time.Second)
+	if err != nil {
+		return err
+	}
+	fmt.Println("connected", conn.RemoteAddr())
+	return conn.Close()
+}
+
+func lookup(args []string) error {
+	r := net.DefaultResolver
+	if len(args) > 1 {
+		server := args[1]
+		r = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "udp", server)
+		}}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	addrs, err := r.LookupHost(ctx, args[0])
+	if err != nil {
+		return err
+	}
+	fmt.Println(strings.Join(addrs, " "))
+	return nil
+}
+
+func statfs(args []string) error {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(args[0], &st); err != nil {
+		return err
+	}
+	fmt.Println(st.Blocks * uint64(st.Bsize))
+	return nil
+}
+
+// spawn starts children until one fails to start (a pids limit), then
+// kills them all.
+func spawn(args []string) error {
+	var n int
+	if _, err := fmt.Sscan(args[0], &n); err != nil {
+		return fmt.Errorf("spawn %q: want a number: %w", args[0], err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	var started []*exec.Cmd
+	defer func() {
+		for _, c := range started {
+			_ = c.Process.Kill()
+			_ = c.Wait()
+		}
+	}()
+	var failure error
+	for len(started) < n {
+		c := exec.Command(self, "sleep", "x")
+		if failure = c.Start(); failure != nil {
+			break
+		}
+		started = append(started, c)
+	}
+	fmt.Println(len(started), failure)
+	return nil
 }
 
 const saDir = "/var/run/secrets/kubernetes.io/serviceaccount"

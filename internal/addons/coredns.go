@@ -1,6 +1,7 @@
 // Package addons builds the objects of the cluster add-ons Nest installs into a
-// Kubernetes cluster, the local host cluster and tenant clusters alike: CoreDNS
-// and the default StorageClass. Builders are pure; Apply creates them.
+// Kubernetes cluster, the local host cluster and tenant clusters alike: CoreDNS,
+// the default StorageClass and the RBAC of a NetworkPolicy enforcer.
+// Builders are pure; Apply creates them.
 package addons
 
 import (

@@ -151,6 +151,9 @@ func newDeleteCommand(host *hostFlags) *cobra.Command {
 
 func create(ctx context.Context, c client.Client, key types.NamespacedName, spec nestv1.VirtualClusterSpec, wait bool, out io.Writer) error {
 	ns, name := key.Namespace, key.Name
+	if err := checkNamespaceFree(ctx, c, key); err != nil {
+		return err
+	}
 	if err := ensureNamespace(ctx, c, ns); err != nil {
 		return err
 	}
@@ -172,6 +175,24 @@ func create(ctx context.Context, c client.Client, key types.NamespacedName, spec
 		return err
 	}
 	fmt.Fprintf(out, "get its kubeconfig with: nest kubeconfig %s -n %s -o %s.kubeconfig\n", name, ns, name)
+	return nil
+}
+
+// checkNamespaceFree refuses a new VirtualCluster in a namespace that holds
+// another: nest-manager would refuse it too, with the same message.
+func checkNamespaceFree(ctx context.Context, c client.Client, key types.NamespacedName) error {
+	var list nestv1.VirtualClusterList
+	if err := c.List(ctx, &list, client.InNamespace(key.Namespace)); err != nil {
+		return fmt.Errorf("list virtual clusters in namespace %s: %w", key.Namespace, err)
+	}
+	for _, vc := range list.Items {
+		if vc.Name == key.Name {
+			return nil // already there: create reports it
+		}
+	}
+	if holder := controlplane.NamespaceHolder(list.Items); holder != "" {
+		return errors.New(controlplane.NamespaceInUseMessage(key.Namespace, holder, key.Name))
+	}
 	return nil
 }
 

@@ -90,3 +90,19 @@ func TestShareFlags(t *testing.T) {
 		}
 	}
 }
+
+func TestCreateRefusesAnOccupiedNamespace(t *testing.T) {
+	held := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "first", Namespace: "team"}}
+	c := fake.NewClientBuilder().WithScheme(kube.NewScheme()).WithObjects(held).Build()
+	ctx := context.Background()
+	err := create(ctx, c, types.NamespacedName{Namespace: "team", Name: "second"}, nestv1.VirtualClusterSpec{}, false, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "VirtualCluster first") || !strings.Contains(err.Error(), "namespace of its own") {
+		t.Fatalf("error %v: want one naming the holder and the fix", err)
+	}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: "team", Name: "second"}, &nestv1.VirtualCluster{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the second VirtualCluster was created (%v)", err)
+	}
+	if err := create(ctx, c, client.ObjectKeyFromObject(held), nestv1.VirtualClusterSpec{}, false, &bytes.Buffer{}); err != nil {
+		t.Errorf("creating the holder again: %v, want the already-exists path", err)
+	}
+}

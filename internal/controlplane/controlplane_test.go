@@ -70,7 +70,7 @@ func TestReconcilePKIReplacesLeavesOfAnotherCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !SignedBy(second[APIServerCert], second[CACert]) || !SignedBy(second[KubeletClientCert], second[CACert]) {
+	if !SignedBy(second[APIServerCert], second[CACert]) || !SignedBy(second[SyncerServingCert], second[CACert]) {
 		t.Error("leaves were kept although the CA was replaced")
 	}
 }
@@ -258,7 +258,9 @@ func TestTenantQuotaFor(t *testing.T) {
 		}
 	})
 	q := TenantQuotaFor(v)
-	want := map[corev1.ResourceName]string{"requests.cpu": "4", "requests.memory": "4Gi", "pods": "110", "requests.nvidia.com/gpu": "2"}
+	// limits are LimitOvercommit (4) times the share.
+	want := map[corev1.ResourceName]string{"requests.cpu": "4", "requests.memory": "4Gi", "pods": "110", "requests.nvidia.com/gpu": "2",
+		"limits.cpu": "16", "limits.memory": "16Gi"}
 	if len(q.Spec.Hard) != len(want) {
 		t.Errorf("hard = %v, want %v", q.Spec.Hard, want)
 	}

@@ -1,6 +1,8 @@
 // Package controlplane turns a VirtualCluster into the host objects that run its
-// tenant control plane: the PKI and kubeconfig Secrets, the Service and the
-// StatefulSet. Everything here is a pure function of its inputs, so the
+// tenant control plane and isolate its tenant: the PKI and kubeconfig Secrets,
+// the Service and the StatefulSet, the NetworkPolicies, LimitRange and
+// ResourceQuotas of its host namespace and the namespace's Pod Security
+// labels. Everything here is a pure function of its inputs, so the
 // controller stays small and the builders are table-tested.
 package controlplane
 
@@ -8,6 +10,7 @@ import (
 	"fmt"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/syncer"
 )
 
 // Labels put on every host object of a VirtualCluster.
@@ -84,3 +87,47 @@ func (n Names) SyncerServiceAccount() string { return n.VirtualCluster + "-synce
 
 // TenantQuota is the host ResourceQuota of the tenant's pods.
 func (n Names) TenantQuota() string { return n.VirtualCluster + "-tenant-share" }
+
+// ObjectQuota is the host ResourceQuota that bounds the number of
+// ConfigMaps, Secrets and Services in the namespace.
+func (n Names) ObjectQuota() string { return n.VirtualCluster + "-object-budget" }
+
+// LimitRange gives containers in the namespace default requests and limits.
+func (n Names) LimitRange() string { return n.VirtualCluster + "-container-defaults" }
+
+// TenantNetworkPolicy confines the tenant's host pods to their own virtual cluster.
+func (n Names) TenantNetworkPolicy() string { return n.VirtualCluster + "-tenant-pods" }
+
+// ControlPlaneNetworkPolicy admits only the expected clients to the control-plane pod.
+func (n Names) ControlPlaneNetworkPolicy() string { return n.VirtualCluster + "-control-plane" }
+
+// DenyIngressNetworkPolicy denies ingress to every pod of the namespace that
+// no other policy admits.
+func (n Names) DenyIngressNetworkPolicy() string { return n.VirtualCluster + "-deny-ingress" }
+
+// NetworkPolicies are the names of every NetworkPolicy Nest keeps for the
+// VirtualCluster.
+func (n Names) NetworkPolicies() []string {
+	return []string{n.TenantNetworkPolicy(), n.ControlPlaneNetworkPolicy(), n.DenyIngressNetworkPolicy()}
+}
+
+// Secrets are the Secrets Nest itself keeps in the namespace; the per-pod
+// token Secrets of nest-syncer are not among them.
+func (n Names) Secrets() []string {
+	return []string{n.PKISecret(), n.ComponentKubeconfigSecret(), n.KubeconfigSecret()}
+}
+
+// ConfigMaps are the ConfigMaps Nest itself keeps in the namespace.
+func (n Names) ConfigMaps() []string { return []string{n.DNSConfigMap()} }
+
+// Services are the Services Nest itself keeps in the namespace.
+func (n Names) Services() []string { return []string{n.Service(), n.DNSService()} }
+
+// TenantPodLabels select the host pods nest-syncer runs for the virtual cluster.
+func (n Names) TenantPodLabels() map[string]string {
+	return map[string]string{syncer.LabelTenantOf: n.VirtualCluster}
+}
+
+// HostRootCAConfigMap is the ConfigMap the host's controller-manager
+// publishes in every namespace; nest-syncer's host token volume reads it.
+const HostRootCAConfigMap = "kube-root-ca.crt"

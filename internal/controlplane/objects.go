@@ -3,6 +3,7 @@ package controlplane
 import (
 	"fmt"
 	"path"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -12,6 +13,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/images"
+	"github.com/nestdev/nest/internal/syncer"
 )
 
 // Options are the operator-wide settings the builders need.
@@ -22,6 +25,16 @@ type Options struct {
 	SyncerImage, CoreDNSImage string
 	// ImagePullPolicy of the control-plane containers.
 	ImagePullPolicy corev1.PullPolicy
+	// HostNetwork holds the host cluster's address ranges, which tenant
+	// pods may not reach.
+	HostNetwork HostNetwork
+	// ManagerNamespace is nest-manager's namespace; its pods may reach
+	// tenant API servers.
+	ManagerNamespace string
+	// HostMetadata is the allow-list of tenant label and annotation keys
+	// copied to host pods when a VirtualCluster names none
+	// (spec.virtualNode.hostMetadata unset).
+	HostMetadata syncer.MetadataAllowList
 }
 
 // controlPlaneNodeLabel marks host nodes meant for control planes; tenant
@@ -145,14 +158,14 @@ func mounts(withEtcd bool) []corev1.VolumeMount {
 	return m
 }
 
-func requests(cpu, memory string) corev1.ResourceRequirements {
-	return corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(memory)}}
-}
-
-func container(name string, o Options, args []string) corev1.Container {
+// container returns a control-plane container with the resources r and a
+// GOMEMLIMIT that follows its memory limit.
+func container(name string, o Options, r corev1.ResourceRequirements, args []string) corev1.Container {
 	return corev1.Container{
 		Name: name, Image: o.KubeImage, ImagePullPolicy: o.ImagePullPolicy,
 		Command: []string{"/usr/local/bin/" + name}, Args: args,
+		Resources: r,
+		Env:       goMemLimit(r),
 		SecurityContext: &corev1.SecurityContext{
 			AllowPrivilegeEscalation: ptr.To(false),
 			ReadOnlyRootFilesystem:   ptr.To(true),
@@ -161,9 +174,12 @@ func container(name string, o Options, args []string) corev1.Container {
 	}
 }
 
+// etcdMetricsPort serves etcd's plain-HTTP /health and /metrics on loopback.
+const etcdMetricsPort = 2381
+
 func etcdContainer(n Names, o Options) corev1.Container {
 	peer := "https://127.0.0.1:2380"
-	c := container("etcd", o, []string{
+	c := container(etcdName, o, componentResources[etcdName], []string{
 		"--name=" + n.VirtualCluster,
 		"--data-dir=" + etcdDataDir + "/data",
 		"--listen-client-urls=https://127.0.0.1:2379",
@@ -171,8 +187,9 @@ func etcdContainer(n Names, o Options) corev1.Container {
 		"--listen-peer-urls=" + peer,
 		"--initial-advertise-peer-urls=" + peer,
 		"--initial-cluster=" + n.VirtualCluster + "=" + peer,
-		// Plain HTTP /health and /metrics for the kubelet's probes; no data.
-		"--listen-metrics-urls=http://0.0.0.0:2381",
+		// Plain HTTP /health and /metrics, for the exec probes only: on
+		// loopback, out of reach of other pods.
+		fmt.Sprintf("--listen-metrics-urls=http://127.0.0.1:%d", etcdMetricsPort),
 		"--cert-file=" + pkiFile(EtcdServerCert), "--key-file=" + pkiFile(EtcdServerKey),
 		"--client-cert-auth=true", "--trusted-ca-file=" + pkiFile(EtcdCACert),
 		"--peer-cert-file=" + pkiFile(EtcdPeerCert), "--peer-key-file=" + pkiFile(EtcdPeerKey),
@@ -181,10 +198,8 @@ func etcdContainer(n Names, o Options) corev1.Container {
 		"--log-level=warn",
 	})
 	c.VolumeMounts = mounts(true)
-	c.Resources = requests("50m", "64Mi")
-	c.Ports = []corev1.ContainerPort{{Name: "etcd-metrics", ContainerPort: 2381}}
-	c.LivenessProbe = httpProbe("/health?serializable=true", 2381, corev1.URISchemeHTTP, 10, 8)
-	c.StartupProbe = httpProbe("/health?serializable=false", 2381, corev1.URISchemeHTTP, 1, 60)
+	c.LivenessProbe = loopbackProbe(etcdMetricsPort, "/health?serializable=true", 10, 8)
+	c.StartupProbe = loopbackProbe(etcdMetricsPort, "/health?serializable=false", 1, 60)
 	return c
 }
 
@@ -193,7 +208,9 @@ func apiServerContainer(vc *nestv1.VirtualCluster, o Options) corev1.Container {
 	if domain == "" {
 		domain = "cluster.local"
 	}
-	c := container("kube-apiserver", o, []string{
+	r := apiServerResources(vc)
+	readOnly, mutating := APIServerInflight(r.Limits[corev1.ResourceMemory])
+	c := container(apiServerName, o, r, []string{
 		"--advertise-address=$(POD_IP)",
 		"--bind-address=0.0.0.0",
 		fmt.Sprintf("--secure-port=%d", Port),
@@ -203,6 +220,7 @@ func apiServerContainer(vc *nestv1.VirtualCluster, o Options) corev1.Container {
 		"--service-cluster-ip-range=" + serviceCIDR(vc),
 		"--client-ca-file=" + pkiFile(CACert),
 		"--tls-cert-file=" + pkiFile(APIServerCert), "--tls-private-key-file=" + pkiFile(APIServerKey),
+		// Signed by the kubelet-client CA, which only the virtual node trusts.
 		"--kubelet-client-certificate=" + pkiFile(KubeletClientCert), "--kubelet-client-key=" + pkiFile(KubeletClientKey),
 		"--kubelet-preferred-address-types=InternalIP,Hostname",
 		"--service-account-issuer=https://kubernetes.default.svc." + domain,
@@ -219,13 +237,11 @@ func apiServerContainer(vc *nestv1.VirtualCluster, o Options) corev1.Container {
 		"--requestheader-username-headers=X-Remote-User",
 		"--proxy-client-cert-file=" + pkiFile(FrontProxyClientCert), "--proxy-client-key-file=" + pkiFile(FrontProxyClientKey),
 		"--profiling=false",
+		fmt.Sprintf("--max-requests-inflight=%d", readOnly),
+		fmt.Sprintf("--max-mutating-requests-inflight=%d", mutating),
 	})
-	c.Env = []corev1.EnvVar{{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}}}
+	c.Env = append(c.Env, corev1.EnvVar{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}})
 	c.VolumeMounts = mounts(false)
-	c.Resources = vc.Spec.ControlPlane.Resources
-	if len(c.Resources.Requests) == 0 {
-		c.Resources.Requests = requests("100m", "256Mi").Requests
-	}
 	c.Ports = []corev1.ContainerPort{{Name: "https", ContainerPort: Port}}
 	c.StartupProbe = httpProbe("/readyz", Port, corev1.URISchemeHTTPS, 1, 120)
 	c.ReadinessProbe = httpProbe("/readyz", Port, corev1.URISchemeHTTPS, 2, 3)
@@ -246,26 +262,26 @@ func clientComponentArgs(kubeconfigFile string, extra ...string) []string {
 }
 
 func controllerManagerContainer(o Options) corev1.Container {
-	c := container("kube-controller-manager", o, clientComponentArgs(ControllerManagerKubeconfig,
+	c := container(controllerManagerName, o, componentResources[controllerManagerName], clientComponentArgs(ControllerManagerKubeconfig,
 		"--root-ca-file="+pkiFile(CACert),
 		"--service-account-private-key-file="+pkiFile(ServiceAccountKey),
+		// The tenant's CSR signer: never the kubelet-client CA, so no
+		// certificate a tenant mints is accepted by the virtual node.
 		"--cluster-signing-cert-file="+pkiFile(CACert), "--cluster-signing-key-file="+pkiFile(CAKey),
 		"--use-service-account-credentials=true",
 		"--controllers=*,bootstrapsigner,tokencleaner",
 	))
 	c.VolumeMounts = mounts(false)
-	c.Resources = requests("50m", "64Mi")
-	c.LivenessProbe = httpProbe("/healthz", 10257, corev1.URISchemeHTTPS, 10, 8)
+	c.LivenessProbe = httpProbe("/healthz", controllerManagerPort, corev1.URISchemeHTTPS, 10, 8)
 	return c
 }
 
 func schedulerContainer(o Options) corev1.Container {
 	// The default client limit (50 requests/s) would cap how fast a burst of
 	// tenant pods is bound to the virtual node.
-	c := container("kube-scheduler", o, clientComponentArgs(SchedulerKubeconfig, "--kube-api-qps=200", "--kube-api-burst=400"))
+	c := container(schedulerName, o, componentResources[schedulerName], clientComponentArgs(SchedulerKubeconfig, "--kube-api-qps=200", "--kube-api-burst=400"))
 	c.VolumeMounts = mounts(false)
-	c.Resources = requests("25m", "32Mi")
-	c.LivenessProbe = httpProbe("/healthz", 10259, corev1.URISchemeHTTPS, 10, 8)
+	c.LivenessProbe = httpProbe("/healthz", schedulerPort, corev1.URISchemeHTTPS, 10, 8)
 	return c
 }
 
@@ -275,6 +291,25 @@ func httpProbe(p string, port int32, scheme corev1.URIScheme, period, failures i
 		PeriodSeconds:    period,
 		FailureThreshold: failures,
 		TimeoutSeconds:   5,
+	}
+}
+
+// probeTimeout bounds one exec probe's HTTP request (nest-probe -timeout);
+// the kubelet waits a second longer, so nest-probe's reason reaches the
+// probe's event.
+const probeTimeout = 5 * time.Second
+
+// loopbackProbe runs nest-probe, from the container's image, against
+// http://127.0.0.1:port/path: for servers that listen on loopback only, out
+// of reach of the kubelet's HTTP probes and of other pods.
+func loopbackProbe(port int, path string, period, failures int32) *corev1.Probe {
+	return &corev1.Probe{
+		ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{
+			images.ProbePath, "-timeout=" + probeTimeout.String(), fmt.Sprintf("http://127.0.0.1:%d%s", port, path),
+		}}},
+		PeriodSeconds:    period,
+		FailureThreshold: failures,
+		TimeoutSeconds:   int32(probeTimeout/time.Second) + 1,
 	}
 }
 

@@ -10,15 +10,21 @@ import (
 	"time"
 
 	"github.com/nestdev/nest/internal/pki"
+	"github.com/nestdev/nest/internal/syncer"
 )
 
 // Files of the PKI Secret, mounted at PKIDir in the control-plane pod.
 const (
 	PKIDir = "/etc/kubernetes/pki"
 
-	CACert, CAKey                             = "ca.crt", "ca.key"
-	EtcdCACert, EtcdCAKey                     = "etcd-ca.crt", "etcd-ca.key"
-	FrontProxyCACert, FrontProxyCAKey         = "front-proxy-ca.crt", "front-proxy-ca.key"
+	CACert, CAKey                     = "ca.crt", "ca.key"
+	EtcdCACert, EtcdCAKey             = "etcd-ca.crt", "etcd-ca.key"
+	FrontProxyCACert, FrontProxyCAKey = "front-proxy-ca.crt", "front-proxy-ca.key"
+	// KubeletClientCACert signs only the API server's kubelet client
+	// certificate, and the virtual node trusts nothing else. The tenant's CSR
+	// signer uses CACert, so a tenant cannot mint a certificate the virtual
+	// node's kubelet API accepts.
+	KubeletClientCACert, KubeletClientCAKey   = "kubelet-client-ca.crt", "kubelet-client-ca.key"
 	ServiceAccountKey, ServiceAccountPub      = "sa.key", "sa.pub"
 	APIServerCert, APIServerKey               = "apiserver.crt", "apiserver.key"
 	KubeletClientCert, KubeletClientKey       = "apiserver-kubelet-client.crt", "apiserver-kubelet-client.key"
@@ -103,9 +109,11 @@ func NthServiceIP(cidr string, n int) (netip.Addr, error) {
 }
 
 // ReconcilePKI returns the PKI Secret data for the tenant: existing
-// authorities and keys are kept; a certificate is issued when it is missing,
-// was not signed by the current authority, or (for the API server) does not
-// name every endpoint. changed is false when existing is already right.
+// authorities and keys are kept, and a missing one (such as the kubelet-client
+// CA in a Secret from before it existed) is made; a certificate is issued
+// when it is missing, was not signed by the current authority, or (for the
+// API server) does not name every endpoint. changed is false when existing is
+// already right.
 func ReconcilePKI(existing map[string][]byte, n Names, e Endpoints) (data map[string][]byte, changed bool, err error) {
 	data = map[string][]byte{}
 	for k, v := range existing {
@@ -114,6 +122,7 @@ func ReconcilePKI(existing map[string][]byte, n Names, e Endpoints) (data map[st
 	cas := map[string]*pki.CA{}
 	for _, c := range []struct{ cert, key, name string }{
 		{CACert, CAKey, "kubernetes-ca"}, {EtcdCACert, EtcdCAKey, "etcd-ca"}, {FrontProxyCACert, FrontProxyCAKey, "front-proxy-ca"},
+		{KubeletClientCACert, KubeletClientCAKey, "kubelet-client-ca"},
 	} {
 		ca, issued, err := ensureCA(data, c.cert, c.key, c.name+"-"+n.VirtualCluster)
 		if err != nil {
@@ -160,7 +169,7 @@ func leafSpecs(n Names, e Endpoints) ([]leaf, error) {
 	loopback := []net.IP{net.IPv4(127, 0, 0, 1)}
 	return []leaf{
 		{CACert, APIServerCert, APIServerKey, pki.CertSpec{CommonName: "kube-apiserver", DNSNames: dns, IPs: ips, Usage: pki.ServerAuth}},
-		{CACert, KubeletClientCert, KubeletClientKey, pki.CertSpec{CommonName: "kube-apiserver-kubelet-client", Organizations: []string{"system:masters"}, Usage: pki.ClientAuth}},
+		{KubeletClientCACert, KubeletClientCert, KubeletClientKey, pki.CertSpec{CommonName: syncer.KubeletClientName, Organizations: []string{"system:masters"}, Usage: pki.ClientAuth}},
 		{FrontProxyCACert, FrontProxyClientCert, FrontProxyClientKey, pki.CertSpec{CommonName: frontProxyClientName, Usage: pki.ClientAuth}},
 		{EtcdCACert, EtcdClientCert, EtcdClientKey, pki.CertSpec{CommonName: "kube-apiserver-etcd-client", Usage: pki.ClientAuth}},
 		{EtcdCACert, EtcdServerCert, EtcdServerKey, pki.CertSpec{CommonName: "etcd-server", DNSNames: []string{"localhost"}, IPs: loopback, Usage: pki.ServerAuth | pki.ClientAuth}},

@@ -1,7 +1,11 @@
 package controlplane
 
 import (
+	"fmt"
+	"net"
 	"path"
+	"slices"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -56,33 +60,6 @@ func Share(vc *nestv1.VirtualCluster) corev1.ResourceList {
 		out[name] = q.DeepCopy()
 	}
 	return out
-}
-
-// TenantQuotaFor returns the host ResourceQuota that enforces the share on
-// the host: requests of cpu, memory and extended resources, and the pod
-// count, of the pods in the tenant priority class.
-func TenantQuotaFor(vc *nestv1.VirtualCluster) *corev1.ResourceQuota {
-	n := NamesOf(vc)
-	hard := corev1.ResourceList{}
-	for name, q := range Share(vc) {
-		switch name {
-		case corev1.ResourcePods:
-			hard[name] = q
-		case corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourceEphemeralStorage:
-			hard["requests."+name] = q
-		default:
-			hard[corev1.ResourceName(corev1.DefaultResourceRequestsPrefix)+name] = q
-		}
-	}
-	return &corev1.ResourceQuota{
-		ObjectMeta: metav1.ObjectMeta{Name: n.TenantQuota(), Namespace: n.Namespace, Labels: n.Labels()},
-		Spec: corev1.ResourceQuotaSpec{
-			Hard: hard,
-			ScopeSelector: &corev1.ScopeSelector{MatchExpressions: []corev1.ScopedResourceSelectorRequirement{{
-				ScopeName: corev1.ResourceQuotaScopePriorityClass, Operator: corev1.ScopeSelectorOpIn, Values: []string{TenantPriorityClass},
-			}}},
-		},
-	}
 }
 
 // DNSConfigMapFor returns the ConfigMap with the tenant CoreDNS' Corefile. It
@@ -140,21 +117,23 @@ type ServiceIPs struct {
 	APIServer, DNS string
 }
 
-func syncerOptions(vc *nestv1.VirtualCluster, ips ServiceIPs) syncer.Options {
+func syncerOptions(vc *nestv1.VirtualCluster, opts Options, ips ServiceIPs) syncer.Options {
 	o := syncer.Options{
 		Translator: syncer.Translator{
 			VirtualCluster: vc.Name, HostNamespace: vc.Namespace, ClusterDomain: clusterDomain(vc),
 			APIServerHost: ips.APIServer, APIServerPort: Port, DNSServer: ips.DNS,
 			NodeName: VirtualNodeName, PriorityClassName: TenantPriorityClass,
+			DefaultLimits: DefaultContainerLimits(vc),
 		},
 		TenantKubeconfig: path.Join(KubeconfigDir, SyncerKubeconfig),
 		Capacity:         Share(vc),
-		PodSecurityLevel: string(vc.Spec.VirtualNode.PodSecurityLevel),
-		ServingCert:      pkiFile(SyncerServingCert), ServingKey: pkiFile(SyncerServingKey), ClientCA: pkiFile(CACert),
-		DNSDir: dnsDir,
-	}
-	if o.PodSecurityLevel == "" {
-		o.PodSecurityLevel = "baseline"
+		PodSecurityLevel: PodSecurityLevel(vc),
+		// Only the kubelet-client CA: the tenant's CSR API signs with the
+		// cluster CA, so a certificate a tenant mints is refused.
+		ServingCert: pkiFile(SyncerServingCert), ServingKey: pkiFile(SyncerServingKey), ClientCA: pkiFile(KubeletClientCACert),
+		DNSDir:          dnsDir,
+		HostMetadata:    hostMetadata(vc, opts),
+		DataBudgetBytes: BudgetOf(vc).DataBytes,
 	}
 	if d := vc.Spec.VirtualNode.TokenMaxAge; d != nil {
 		o.TokenMaxAge = d.Duration
@@ -164,30 +143,43 @@ func syncerOptions(vc *nestv1.VirtualCluster, ips ServiceIPs) syncer.Options {
 	return o
 }
 
+// hostMetadata is spec.virtualNode.hostMetadata, each unset list taking the
+// manager's default.
+func hostMetadata(vc *nestv1.VirtualCluster, o Options) syncer.MetadataAllowList {
+	out := syncer.MetadataAllowList{Labels: slices.Clone(o.HostMetadata.Labels), Annotations: slices.Clone(o.HostMetadata.Annotations)}
+	if m := vc.Spec.VirtualNode.HostMetadata; m != nil {
+		if m.Labels != nil {
+			out.Labels = slices.Clone(m.Labels)
+		}
+		if m.Annotations != nil {
+			out.Annotations = slices.Clone(m.Annotations)
+		}
+	}
+	return out
+}
+
 func syncerContainer(vc *nestv1.VirtualCluster, o Options, ips ServiceIPs) corev1.Container {
-	c := container("nest-syncer", o, syncerOptions(vc, ips).Args())
+	c := container(syncerName, o, componentResources[syncerName], syncerOptions(vc, o, ips).Args())
 	c.Image, c.Command = o.SyncerImage, []string{"/nest-syncer"}
 	c.VolumeMounts = append(mounts(false),
 		corev1.VolumeMount{Name: "dns", MountPath: dnsDir},
 		corev1.VolumeMount{Name: "host-token", MountPath: hostTokenDir, ReadOnly: true},
 	)
-	c.Resources = requests("50m", "64Mi")
 	// Liveness only, no startup or readiness probe: the pod's readiness gates
 	// the tenant API server's Service, and the syncer must never cut tenants
 	// off their API, even while it waits for it.
-	c.LivenessProbe = httpProbe("/healthz", 10248, corev1.URISchemeHTTP, 10, 6)
+	c.LivenessProbe = loopbackProbe(syncerHealthPort(), "/healthz", 10, 6)
 	return c
 }
 
 func coreDNSContainer(o Options) corev1.Container {
-	c := container("coredns", o, []string{"-conf", path.Join(corefileDir, corefileName)})
+	c := container(coreDNSName, o, componentResources[coreDNSName], []string{"-conf", path.Join(corefileDir, corefileName)})
 	c.Image, c.Command = o.CoreDNSImage, []string{"/coredns"}
 	c.VolumeMounts = []corev1.VolumeMount{{Name: "dns", MountPath: dnsDir, ReadOnly: true}, {Name: "dns-config", MountPath: corefileDir, ReadOnly: true}}
-	c.Resources = requests("25m", "32Mi")
 	c.Ports = []corev1.ContainerPort{{Name: "dns", ContainerPort: syncer.DefaultDNSPort, Protocol: corev1.ProtocolUDP}, {Name: "dns-tcp", ContainerPort: syncer.DefaultDNSPort}}
 	// Liveness only: the pod's readiness gates the tenant API server's
 	// Service, and a DNS hiccup must not cut tenants off their API.
-	c.LivenessProbe = httpProbe("/health", syncer.DefaultDNSHealthPort, corev1.URISchemeHTTP, 10, 6)
+	c.LivenessProbe = loopbackProbe(syncer.DefaultDNSHealthPort, "/health", 10, 6)
 	return c
 }
 
@@ -201,11 +193,33 @@ func virtualNodeVolumes(n Names) []corev1.Volume {
 			DefaultMode: ptr.To[int32](0o440),
 			Sources: []corev1.VolumeProjection{
 				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: ptr.To(int64(time.Hour / time.Second))}},
-				{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"}, Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
+				{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: HostRootCAConfigMap}, Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
 				{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{Path: "namespace", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}},
 			},
 		}}},
 	}
+}
+
+// syncerHealthPort is the port of nest-syncer's /healthz
+// (syncer.DefaultHealthAddr, such as "127.0.0.1:10248").
+func syncerHealthPort() int {
+	_, port, err := net.SplitHostPort(syncer.DefaultHealthAddr)
+	if err != nil {
+		panic(fmt.Sprintf("syncer.DefaultHealthAddr %q: %v", syncer.DefaultHealthAddr, err)) // a constant
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		panic(fmt.Sprintf("syncer.DefaultHealthAddr %q: %v", syncer.DefaultHealthAddr, err))
+	}
+	return p
+}
+
+// PodSecurityLevel is spec.virtualNode.podSecurityLevel, baseline when unset.
+func PodSecurityLevel(vc *nestv1.VirtualCluster) string {
+	if l := vc.Spec.VirtualNode.PodSecurityLevel; l != "" {
+		return string(l)
+	}
+	return string(nestv1.PodSecurityBaseline)
 }
 
 func clusterDomain(vc *nestv1.VirtualCluster) string {

@@ -82,6 +82,7 @@ func kubeconfigSpecs(nodes []Node) []kubeconfigSpec {
 		{"controller-manager", loopbackAPIServerURL(), pki.CertSpec{CommonName: "system:kube-controller-manager"}},
 		{"scheduler", loopbackAPIServerURL(), pki.CertSpec{CommonName: "system:kube-scheduler"}},
 		{"kube-proxy", external, pki.CertSpec{CommonName: "system:kube-proxy"}},
+		{"kube-network-policies", external, pki.CertSpec{CommonName: NetworkPolicyName}},
 	}
 	for _, n := range nodes {
 		specs = append(specs, kubeconfigSpec{"kubelet-" + n.Name, external,

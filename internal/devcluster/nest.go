@@ -50,7 +50,11 @@ func installNest(ctx context.Context, l Layout, nodes []Node, o Options) error {
 		return err
 	}
 	start := time.Now()
-	if err := install.Apply(ctx, c, install.Options{ManagerPodAnnotations: map[string]string{"nest.dev/image-fingerprint": manager}}, 3*time.Minute); err != nil {
+	if err := install.Apply(ctx, c, install.Options{
+		ManagerPodAnnotations: map[string]string{"nest.dev/image-fingerprint": manager},
+		// The host ranges tenant pods must not reach; see controlplane.HostNetwork.
+		ManagerArgs: []string{"--host-pod-cidrs=" + ClusterCIDR, "--host-service-cidrs=" + ServiceCIDR, "--host-node-cidrs=" + NodeSubnet},
+	}, 3*time.Minute); err != nil {
 		return err
 	}
 	fmt.Fprintf(o.Out, "%-40s done in %5.1fs\n", "install Nest (CRDs, nest-manager)", time.Since(start).Seconds())

@@ -17,8 +17,8 @@ type Options struct {
 	StateDir string
 	// Nodes is the number of nodes, 1 to MaxNodes. The first is the control plane.
 	Nodes int
-	// BinDir holds the binaries built by `make build`: kube, coredns, pause,
-	// testapp and nest.
+	// BinDir holds the binaries built by `make build`: kube, coredns,
+	// kube-network-policies, pause, testapp, nest-probe and the nest commands.
 	BinDir string
 	// CNIBinDir holds the CNI plugins (Debian's containernetworking-plugins).
 	CNIBinDir string
@@ -68,14 +68,15 @@ func (o Options) preflight() error {
 		return errors.New("nest dev needs root: it creates network namespaces, cgroups and mounts; run it with sudo")
 	}
 	var missing []error
-	for _, prog := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "ip", "nsenter", "iptables", "sysctl"} {
+	for _, prog := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "ip", "nsenter", "iptables", "nft", "sysctl"} {
 		if _, err := exec.LookPath(prog); err != nil {
 			missing = append(missing, fmt.Errorf("program %s is not on PATH: run `make deps` (hack/install-deps.sh) as root", prog))
 		}
 	}
 	for _, f := range []string{
 		filepath.Join(o.BinDir, "kube"), filepath.Join(o.BinDir, "coredns"), filepath.Join(o.BinDir, "pause"),
-		filepath.Join(o.BinDir, "testapp"), filepath.Join(o.BinDir, "nest-manager"), filepath.Join(o.CNIBinDir, "bridge"), filepath.Join(o.CNIBinDir, "host-local"), o.BusyboxPath,
+		filepath.Join(o.BinDir, "testapp"), filepath.Join(o.BinDir, "nest-manager"), filepath.Join(o.BinDir, "nest-probe"),
+		filepath.Join(o.BinDir, "kube-network-policies"), filepath.Join(o.CNIBinDir, "bridge"), filepath.Join(o.CNIBinDir, "host-local"), o.BusyboxPath,
 	} {
 		if _, err := os.Stat(f); err != nil {
 			missing = append(missing, fmt.Errorf("%s is missing: run `make build` (binaries) or `make deps` (CNI plugins, busybox-static), or pass --bin-dir", f))

@@ -107,6 +107,10 @@ type KubeletPaths struct {
 	ResolvConf   string
 }
 
+// PodPidsLimit is the most processes and threads a pod may run on a node
+// of the local host cluster.
+const PodPidsLimit = 1024
+
 // KubeletConfig renders node n's KubeletConfiguration.
 func KubeletConfig(n Node, p KubeletPaths) ([]byte, error) {
 	cfg := kubeletv1beta1.KubeletConfiguration{
@@ -150,6 +154,9 @@ func KubeletConfig(n Node, p KubeletPaths) ([]byte, error) {
 			"nodefs.available":  "1%",
 			"imagefs.available": "1%",
 		},
+		// A fork bomb in one pod stops at this many processes instead of
+		// exhausting the node's, which the other tenants share.
+		PodPidsLimit:       ptr.To[int64](PodPidsLimit),
 		RotateCertificates: false,
 		// Several kubelets share one kernel; kernel tunables are the machine's.
 		ProtectKernelDefaults: false,

@@ -254,6 +254,7 @@ func (u *upRun) startNodes(_ context.Context) error {
 		for _, s := range []processSpec{
 			{name: n.Name + ".kubelet", node: n, path: kube, args: append([]string{"kubelet"}, KubeletArgs(u.l, n).Render()...)},
 			{name: n.Name + ".kube-proxy", node: n, path: kube, args: append([]string{"kube-proxy"}, KubeProxyArgs(n).Render()...)},
+			{name: n.Name + "." + NetworkPolicyTable, node: n, path: filepath.Join(u.o.BinDir, "kube-network-policies"), args: NetworkPolicyArgs(u.l, n).Render()},
 		} {
 			if _, err := startProcess(u.l, s); err != nil {
 				return err
@@ -270,6 +271,7 @@ func (u *upRun) installAddons(ctx context.Context) error {
 	}
 	objs := addons.CoreDNS(addons.DNSOptions{Image: images.CoreDNS, ClusterDomain: ClusterDomain, ServiceIP: DNSIP(), Replicas: 1})
 	objs = append(objs, addons.DefaultStorageClass("standard", provisioner.Name))
+	objs = append(objs, addons.NetworkPolicyReader(NetworkPolicyName)...)
 	return addons.Apply(ctx, c, objs)
 }
 

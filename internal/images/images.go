@@ -47,6 +47,10 @@ const (
 	NestSyncer = "nest.local/nest-syncer:dev"
 )
 
+// ProbePath is where the kube, nest-syncer and CoreDNS images hold
+// nest-probe, which exec probes run to check servers that listen on loopback only.
+const ProbePath = "/usr/local/bin/nest-probe"
+
 // KubeComponents are the names the multi-call kube binary answers to; the kube
 // image has a symlink for each in /usr/local/bin.
 var KubeComponents = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "kubectl", "etcd"}
@@ -82,7 +86,8 @@ func (s Spec) TarballName() string {
 // Specs returns Nest's images, made from the binaries in binDir and Debian's
 // busybox-static at busyboxPath.
 func Specs(binDir, busyboxPath string, busyboxApplets []string) []Spec {
-	kube := []File{tmpDir(), {Path: "/usr/local/bin/kube", Source: filepath.Join(binDir, "kube"), Mode: 0o755}}
+	probe := File{Path: ProbePath, Source: filepath.Join(binDir, "nest-probe"), Mode: 0o755}
+	kube := []File{tmpDir(), {Path: "/usr/local/bin/kube", Source: filepath.Join(binDir, "kube"), Mode: 0o755}, probe}
 	for _, c := range KubeComponents {
 		kube = append(kube, File{Path: "/usr/local/bin/" + c, Link: "kube"})
 	}
@@ -95,11 +100,11 @@ func Specs(binDir, busyboxPath string, busyboxApplets []string) []Spec {
 	return []Spec{
 		{Name: Pause, Files: []File{{Path: "/pause", Source: filepath.Join(binDir, "pause"), Mode: 0o755}}, Entrypoint: []string{"/pause"}},
 		{Name: Kube, Files: kube},
-		{Name: CoreDNS, Files: []File{tmpDir(), {Path: "/coredns", Source: filepath.Join(binDir, "coredns"), Mode: 0o755}}, Entrypoint: []string{"/coredns"}},
+		{Name: CoreDNS, Files: []File{tmpDir(), {Path: "/coredns", Source: filepath.Join(binDir, "coredns"), Mode: 0o755}, probe}, Entrypoint: []string{"/coredns"}},
 		{Name: Busybox, Files: box, Cmd: []string{"sh"}},
 		{Name: TestApp, Files: []File{tmpDir(), {Path: "/testapp", Source: filepath.Join(binDir, "testapp"), Mode: 0o755}}, Entrypoint: []string{"/testapp"}},
 		{Name: NestManager, Files: []File{tmpDir(), {Path: "/nest-manager", Source: filepath.Join(binDir, "nest-manager"), Mode: 0o755}}, Entrypoint: []string{"/nest-manager"}},
-		{Name: NestSyncer, Files: []File{tmpDir(), {Path: "/nest-syncer", Source: filepath.Join(binDir, "nest-syncer"), Mode: 0o755}}, Entrypoint: []string{"/nest-syncer"}},
+		{Name: NestSyncer, Files: []File{tmpDir(), {Path: "/nest-syncer", Source: filepath.Join(binDir, "nest-syncer"), Mode: 0o755}, probe}, Entrypoint: []string{"/nest-syncer"}},
 	}
 }
 

@@ -135,3 +135,20 @@ func TestSpecsCoverNestImages(t *testing.T) {
 		t.Errorf("busybox applet links = %d, want 2 (sh, wget; not busybox itself)", links)
 	}
 }
+
+// The control plane's exec probes run nest-probe from the image of the
+// container they check.
+func TestProbeInControlPlaneImages(t *testing.T) {
+	for _, s := range Specs("/out/bin", "/busybox", nil) {
+		has := false
+		for _, f := range s.Files {
+			if f.Path == ProbePath && f.Source == "/out/bin/nest-probe" && f.Mode&0o111 != 0 {
+				has = true
+			}
+		}
+		want := s.Name == Kube || s.Name == NestSyncer || s.Name == CoreDNS
+		if has != want {
+			t.Errorf("%s holds %s: %v, want %v", s.Name, ProbePath, has, want)
+		}
+	}
+}

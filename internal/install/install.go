@@ -90,6 +90,10 @@ type Options struct {
 	// ManagerPodAnnotations are added to the manager's pod template; a changed
 	// value (such as an image fingerprint) rolls the manager.
 	ManagerPodAnnotations map[string]string
+	// ManagerArgs are appended to the manager container's arguments, such as
+	// the host cluster's address ranges (--host-pod-cidrs=10.244.0.0/16); a
+	// flag given again overrides the manifest's.
+	ManagerArgs []string
 }
 
 // Apply installs or upgrades Nest in the cluster c talks to, then waits (up to
@@ -118,12 +122,31 @@ func customizeManager(u *unstructured.Unstructured, o Options) error {
 			return err
 		}
 	}
+	if len(o.ManagerArgs) > 0 {
+		if err := appendArgs(u, o.ManagerArgs); err != nil {
+			return err
+		}
+	}
 	for k, v := range o.ManagerPodAnnotations {
 		if err := unstructured.SetNestedField(u.Object, v, "spec", "template", "metadata", "annotations", k); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+func appendArgs(u *unstructured.Unstructured, args []string) error {
+	containers, _, err := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+	if err != nil || len(containers) == 0 {
+		return fmt.Errorf("nest-manager Deployment has no containers: %v", err)
+	}
+	c := containers[0].(map[string]any)
+	have, _ := c["args"].([]any)
+	for _, a := range args {
+		have = append(have, a)
+	}
+	c["args"] = have
+	return unstructured.SetNestedSlice(u.Object, containers, "spec", "template", "spec", "containers")
 }
 
 func setImage(u *unstructured.Unstructured, image string) error {

@@ -46,3 +46,27 @@ func TestSetImage(t *testing.T) {
 		}
 	}
 }
+
+func TestManagerArgsAreAppended(t *testing.T) {
+	objs, err := Manifests()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range objs {
+		if u.GetKind() != "Deployment" || u.GetName() != "nest-manager" {
+			continue
+		}
+		containers, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+		before := len(containers[0].(map[string]any)["args"].([]any))
+		if err := customizeManager(u, Options{ManagerArgs: []string{"--host-pod-cidrs=10.244.0.0/16", "--host-node-cidrs=198.51.100.0/24"}}); err != nil {
+			t.Fatal(err)
+		}
+		containers, _, _ = unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+		args := containers[0].(map[string]any)["args"].([]any)
+		if len(args) != before+2 || args[before] != "--host-pod-cidrs=10.244.0.0/16" || args[before+1] != "--host-node-cidrs=198.51.100.0/24" {
+			t.Errorf("args = %v: want the manifest's %d then the two given", args, before)
+		}
+		return
+	}
+	t.Fatal("no nest-manager Deployment")
+}

@@ -8,12 +8,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/nestdev/nest/internal/atomicfile"
@@ -28,6 +27,7 @@ const HostsFileName = "hosts"
 type serviceSyncer struct {
 	tr             Translator
 	host           kubernetes.Interface
+	recorder       record.EventRecorder
 	dnsDir         string
 	tenantServices corelisters.ServiceLister
 	tenantSlices   discoverylisters.EndpointSliceLister
@@ -36,35 +36,42 @@ type serviceSyncer struct {
 	last           []byte
 }
 
+func (s *serviceSyncer) copies() hostCopy[*corev1.Service] {
+	return hostCopy[*corev1.Service]{
+		kind: "Service", client: s.host.CoreV1().Services(s.tr.HostNamespace), cached: s.hostServices.Get,
+		differs: func(have, want *corev1.Service) bool {
+			return ServiceNeedsUpdate(have, want) || have.Annotations[AnnotationTenantUID] != want.Annotations[AnnotationTenantUID]
+		},
+		merged: func(have, want *corev1.Service) *corev1.Service {
+			upd := have.DeepCopy()
+			upd.Labels, upd.Annotations = want.Labels, want.Annotations
+			upd.Spec.Selector, upd.Spec.Ports = want.Spec.Selector, want.Spec.Ports
+			upd.Spec.SessionAffinity, upd.Spec.SessionAffinityConfig = want.Spec.SessionAffinity, want.Spec.SessionAffinityConfig
+			upd.Spec.PublishNotReadyAddresses = want.Spec.PublishNotReadyAddresses
+			return upd
+		},
+	}
+}
+
+// tenantServiceChanged copies a tenant Service to the host. A failure, such
+// as an exhausted host quota on Services, is an event on the tenant Service:
+// the tenant sees why its name does not resolve.
 func (s *serviceSyncer) tenantServiceChanged(ctx context.Context, svc *corev1.Service) {
 	defer s.trigger()
 	want, ok := s.tr.HostService(svc)
 	if !ok {
 		return
 	}
-	client := s.host.CoreV1().Services(want.Namespace)
-	have, err := s.hostServices.Get(want.Name)
-	err = createOrUpdate(err,
-		func() bool { return ServiceNeedsUpdate(have, want) },
-		func() error { _, err := client.Create(ctx, want, metav1.CreateOptions{}); return err },
-		func() error {
-			upd := have.DeepCopy()
-			upd.Labels, upd.Annotations = want.Labels, want.Annotations
-			upd.Spec.Selector, upd.Spec.Ports = want.Spec.Selector, want.Spec.Ports
-			upd.Spec.SessionAffinity, upd.Spec.SessionAffinityConfig = want.Spec.SessionAffinity, want.Spec.SessionAffinityConfig
-			upd.Spec.PublishNotReadyAddresses = want.Spec.PublishNotReadyAddresses
-			_, err := client.Update(ctx, upd, metav1.UpdateOptions{})
-			return err
-		})
-	if err != nil {
+	if err := s.copies().apply(ctx, want); err != nil {
 		klog.FromContext(ctx).Error(err, "Sync Service to the host", "service", klog.KObj(svc))
+		s.recorder.Eventf(svc, corev1.EventTypeWarning, "HostServiceFailed", "Writing host Service %s/%s failed, so the Service's name may not resolve or may be out of date: %v", want.Namespace, want.Name, err)
 	}
 }
 
 func (s *serviceSyncer) tenantServiceDeleted(ctx context.Context, svc *corev1.Service) {
 	defer s.trigger()
-	err := s.host.CoreV1().Services(s.tr.HostNamespace).Delete(ctx, HostName(s.tr.VirtualCluster, svc.Namespace, svc.Name), metav1.DeleteOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
+	err := s.copies().delete(ctx, s.tr.VirtualCluster, HostName(s.tr.VirtualCluster, svc.Namespace, svc.Name), svc.Namespace, svc.Name)
+	if err != nil {
 		klog.FromContext(ctx).Error(err, "Delete host Service", "service", klog.KObj(svc))
 	}
 }

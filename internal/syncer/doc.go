@@ -5,8 +5,12 @@
 // It follows the ClusterTree / Virtual Kubelet pattern, on the virtual-kubelet
 // library's node and pod controllers. Each resource kind has one translator:
 //
-//   - pods (pod.go): tenant pod → host pod, and host status → tenant status;
-//   - ConfigMaps and Secrets a pod references (objects.go), kept up to date;
+//   - pods (pod.go): tenant pod → host pod, and host status → tenant status,
+//     with the labels and annotations an allow-list names (metadata.go), a
+//     hardened runtime (hardening.go) and the tenant's DNS (resolv.go); pods
+//     are admitted against the tenant's share of the host (resources.go);
+//   - ConfigMaps and Secrets a pod references (objects.go), kept up to date
+//     within a byte budget (budget.go);
 //   - service-account tokens (token.go), requested from the tenant API server
 //     and delivered to the host pod as a file that is refreshed in place;
 //   - Services (service.go), whose host ClusterIPs the tenant's CoreDNS serves
@@ -14,5 +18,6 @@
 //
 // Every translation is a pure function of its inputs and is unit-tested; the
 // provider (provider.go) wires them to the two API servers. The syncer's host
-// credentials reach only its own host namespace.
+// credentials reach only its own host namespace, and it writes or deletes a
+// host object only if it is the copy of the same tenant object.
 package syncer

@@ -24,6 +24,7 @@ const (
 	flagDNSServer        = "dns-server"
 	flagPriorityClass    = "priority-class"
 	flagCapacity         = "capacity"
+	flagDefaultLimits    = "default-limits"
 	flagPodSecurity      = "pod-security-level"
 	flagTokenMaxAge      = "token-max-age"
 	flagTenantKubeconfig = "tenant-kubeconfig"
@@ -31,12 +32,17 @@ const (
 	flagServingKey       = "kubelet-serving-key"
 	flagClientCA         = "kubelet-client-ca"
 	flagDNSDir           = "dns-dir"
+	flagHostLabels       = "host-labels"
+	flagHostAnnotations  = "host-annotations"
+	flagDataBudget       = "data-budget-bytes"
 )
 
 // Defaults of the flags that the controller leaves alone.
 const (
 	DefaultKubeletAddr = "127.0.0.1:10250"
-	DefaultHealthAddr  = ":10248"
+	// DefaultHealthAddr is on loopback: the exec probes run in the pod, and
+	// nothing unauthenticated listens on the pod IP.
+	DefaultHealthAddr = "127.0.0.1:10248"
 	// DefaultDNSPort and DefaultDNSHealthPort are where the tenant's CoreDNS
 	// serves DNS and /health in the control-plane pod.
 	DefaultDNSPort       = 1053
@@ -65,6 +71,11 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		o.Capacity = l
 		return err
 	})
+	fs.Func(flagDefaultLimits, "limits the host namespace's LimitRange gives a container that states none, such as cpu=500m,memory=512Mi: a container that requests more and states no limit is limited to its request instead", func(s string) error {
+		l, err := ParseResourceList(s)
+		o.DefaultLimits = l
+		return err
+	})
 	fs.StringVar(&o.PodSecurityLevel, flagPodSecurity, "baseline", "Pod Security Standard level of tenant pods: baseline or restricted")
 	fs.DurationVar(&o.TokenMaxAge, flagTokenMaxAge, DefaultTokenMaxAge, "longest a service-account token is used before it is refreshed")
 	fs.StringVar(&o.TenantKubeconfig, flagTenantKubeconfig, "", "kubeconfig for the tenant API server (required)")
@@ -72,6 +83,12 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ServingKey, flagServingKey, "", "kubelet API serving key (PEM)")
 	fs.StringVar(&o.ClientCA, flagClientCA, "", "CA of the tenant API server's kubelet client certificate (PEM)")
 	fs.StringVar(&o.DNSDir, flagDNSDir, "/var/run/nest-dns", "directory for the tenant CoreDNS' hosts file")
+	o.HostMetadata = MetadataAllowList{Labels: slices.Clone(DefaultHostLabels), Annotations: slices.Clone(DefaultHostAnnotations)}
+	fs.Func(flagHostLabels, "comma-separated tenant label keys copied to host pods: whole keys, or beginnings ending in * that match up to a / (\"*\": every key without a prefix, \"example.com/*\": every key under example.com); empty copies none (default "+strings.Join(DefaultHostLabels, ",")+")",
+		allowListFlag(&o.HostMetadata.Labels))
+	fs.Func(flagHostAnnotations, "comma-separated tenant annotation keys copied to host pods, as for --"+flagHostLabels+" (default none)",
+		allowListFlag(&o.HostMetadata.Annotations))
+	fs.Int64Var(&o.DataBudgetBytes, flagDataBudget, 0, "most bytes of data all host copies of tenant ConfigMaps and Secrets may hold together; 0 is no bound")
 	o.KubeletAddr, o.HealthAddr = DefaultKubeletAddr, DefaultHealthAddr
 	o.KubeletClientName = KubeletClientName
 	o.APIServerPort = 6443
@@ -95,6 +112,14 @@ func (o Options) Args() []string {
 		"--" + flagServingKey + "=" + o.ServingKey,
 		"--" + flagClientCA + "=" + o.ClientCA,
 		"--" + flagDNSDir + "=" + o.DNSDir,
+		// Always rendered: an empty list copies nothing, while a missing flag
+		// would mean the defaults.
+		"--" + flagHostLabels + "=" + strings.Join(o.HostMetadata.Labels, ","),
+		"--" + flagHostAnnotations + "=" + strings.Join(o.HostMetadata.Annotations, ","),
+		"--" + flagDataBudget + "=" + strconv.FormatInt(o.DataBudgetBytes, 10),
+	}
+	if len(o.DefaultLimits) > 0 {
+		args = append(args, "--"+flagDefaultLimits+"="+FormatResourceList(o.DefaultLimits))
 	}
 	if o.TokenMaxAge > 0 {
 		args = append(args, "--"+flagTokenMaxAge+"="+o.TokenMaxAge.String())
@@ -102,7 +127,16 @@ func (o Options) Args() []string {
 	return args
 }
 
-// Validate names the first required option that is missing.
+// allowListFlag parses a flag value into an allow-list, replacing the default.
+func allowListFlag(list *[]string) func(string) error {
+	return func(s string) error {
+		l, err := ParseAllowList(s)
+		*list = l
+		return err
+	}
+}
+
+// Validate names the first required option that is missing or out of range.
 func (o Options) Validate() error {
 	for _, f := range []struct{ name, value string }{
 		{flagVirtualCluster, o.VirtualCluster}, {flagHostNamespace, o.HostNamespace}, {flagAPIServerHost, o.APIServerHost},
@@ -114,6 +148,9 @@ func (o Options) Validate() error {
 	}
 	if len(o.Capacity) == 0 {
 		return fmt.Errorf("--%s is required, such as cpu=4,memory=8Gi,pods=110", flagCapacity)
+	}
+	if o.DataBudgetBytes < 0 {
+		return fmt.Errorf("--%s=%d: want a number of bytes, or 0 for no bound", flagDataBudget, o.DataBudgetBytes)
 	}
 	return nil
 }

@@ -27,7 +27,7 @@ func (s *syncer) addHandlers(ctx context.Context, objects *objectSyncer) {
 		UpdateFunc: func(_, obj any) { objects.tenantConfigMapChanged(ctx, obj.(*corev1.ConfigMap)) },
 		DeleteFunc: func(obj any) {
 			if cm, ok := unwrap(obj).(*corev1.ConfigMap); ok {
-				objects.tenantObjectDeleted(ctx, "configmap", cm.Namespace, cm.Name)
+				objects.tenantObjectDeleted(ctx, configMapKind, cm.Namespace, cm.Name)
 			}
 		},
 	})
@@ -35,7 +35,7 @@ func (s *syncer) addHandlers(ctx context.Context, objects *objectSyncer) {
 		UpdateFunc: func(_, obj any) { objects.tenantSecretChanged(ctx, obj.(*corev1.Secret)) },
 		DeleteFunc: func(obj any) {
 			if sec, ok := unwrap(obj).(*corev1.Secret); ok {
-				objects.tenantObjectDeleted(ctx, "secret", sec.Namespace, sec.Name)
+				objects.tenantObjectDeleted(ctx, secretKind, sec.Namespace, sec.Name)
 			}
 		},
 	})

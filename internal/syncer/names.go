@@ -3,7 +3,10 @@ package syncer
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Labels and annotations on host objects the syncer makes. Tenants may not
@@ -30,20 +33,23 @@ const (
 // hostname in places, and labels are at most 63 characters.
 const maxHostName = 63
 
-// hashLen hex characters of SHA-256 make a collision between two tenant
-// objects of one virtual cluster practically impossible (2^-40 per pair).
-const hashLen = 10
+// hashLen hex characters (64 bits) of SHA-256 make a collision between two
+// tenant objects of one virtual cluster practically impossible: about 2^-64
+// per pair, and about 3·10^-8 that any two of a million objects collide.
+const hashLen = 16
 
 // HostName returns the host name of the tenant object namespace/name of the
-// virtual cluster vc. It is "<name>-<namespace>-<hash>", cut to 63
-// characters. The hash covers the unambiguous triple, so two different tenant
+// virtual cluster vc: "<name>-<namespace>-<hash>", with dots turned into
+// dashes and the readable part cut so the whole is at most 63 characters. It
+// is a valid DNS label, and a DNS-1035 label (a Service name) when name is
+// one. The hash covers the unambiguous triple, so two different tenant
 // objects never share a host name even when their readable parts do.
 func HostName(vc, namespace, name string) string {
 	sum := sha256.Sum256([]byte(vc + "/" + namespace + "/" + name))
 	suffix := "-" + hex.EncodeToString(sum[:])[:hashLen]
-	readable := name + "-" + namespace
+	readable := strings.ReplaceAll(name+"-"+namespace, ".", "-")
 	if limit := maxHostName - len(suffix); len(readable) > limit {
-		readable = strings.TrimRight(readable[:limit], "-.")
+		readable = strings.TrimRight(readable[:limit], "-")
 	}
 	return readable + suffix
 }
@@ -60,6 +66,22 @@ func hostLabels(vc, namespace string) map[string]string {
 
 func hostAnnotations(namespace, name, uid string) map[string]string {
 	return map[string]string{AnnotationTenantNamespace: namespace, AnnotationTenantName: name, AnnotationTenantUID: uid}
+}
+
+// isCopyOf reports whether the host object with labels and annotations is
+// the syncer's copy of the tenant object namespace/name of the virtual
+// cluster vc. Only then may the syncer adopt, update or delete it: a host
+// name can be taken by anything else in the host namespace.
+func isCopyOf(host metav1.Object, vc, namespace, name string) bool {
+	ns, n, ok := TenantKey(host.GetAnnotations())
+	return ok && host.GetLabels()[LabelTenantOf] == vc && ns == namespace && n == name
+}
+
+// notOurCopy is the error for a host object that holds the name of the copy
+// of the tenant object tenantKey ("namespace/name") but is not that copy.
+func notOurCopy(kind string, host metav1.Object, tenantKey string) error {
+	return fmt.Errorf("host %s %s/%s already exists and is not the copy of %s: refusing to overwrite or delete it; rename the tenant object, or ask the host administrator to remove the host %s",
+		kind, host.GetNamespace(), host.GetName(), tenantKey, kind)
 }
 
 // TenantKey returns the tenant namespace and name a host object stands for,

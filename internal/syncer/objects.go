@@ -8,8 +8,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 )
 
@@ -46,6 +48,8 @@ func (t Translator) copyMeta(m *metav1.ObjectMeta) metav1.ObjectMeta {
 type objectSyncer struct {
 	tr               Translator
 	host             kubernetes.Interface
+	recorder         record.EventRecorder
+	budget           *dataBudget
 	tenantConfigMaps corelisters.ConfigMapLister
 	tenantSecrets    corelisters.SecretLister
 	hostConfigMaps   corelisters.ConfigMapNamespaceLister
@@ -82,65 +86,180 @@ func (o *objectSyncer) ensureFor(ctx context.Context, namespace string, pt *PodT
 	return nil
 }
 
-func (o *objectSyncer) applyConfigMap(ctx context.Context, cm *corev1.ConfigMap) error {
-	want := o.tr.HostConfigMap(cm)
-	client := o.host.CoreV1().ConfigMaps(want.Namespace)
-	have, err := o.hostConfigMaps.Get(want.Name)
-	err = createOrUpdate(err,
-		func() bool {
+func (o *objectSyncer) configMapCopies() hostCopy[*corev1.ConfigMap] {
+	return hostCopy[*corev1.ConfigMap]{
+		kind: "ConfigMap", client: o.host.CoreV1().ConfigMaps(o.tr.HostNamespace), cached: o.hostConfigMaps.Get,
+		differs: func(have, want *corev1.ConfigMap) bool {
 			return !maps.Equal(have.Data, want.Data) || !mapsEqualBytes(have.BinaryData, want.BinaryData) || have.Annotations[AnnotationTenantUID] != want.Annotations[AnnotationTenantUID]
 		},
-		func() error { _, err := client.Create(ctx, want, metav1.CreateOptions{}); return err },
-		func() error {
+		merged: func(have, want *corev1.ConfigMap) *corev1.ConfigMap {
 			upd := have.DeepCopy()
 			upd.Data, upd.BinaryData, upd.Annotations = want.Data, want.BinaryData, want.Annotations
-			_, err := client.Update(ctx, upd, metav1.UpdateOptions{})
-			return err
-		})
-	if err != nil {
+			return upd
+		},
+		admit: func(want *corev1.ConfigMap) (func(), error) {
+			return o.budget.reserve(configMapKind, want, configMapSize(want))
+		},
+	}
+}
+
+func (o *objectSyncer) secretCopies() hostCopy[*corev1.Secret] {
+	return hostCopy[*corev1.Secret]{
+		kind: "Secret", client: o.host.CoreV1().Secrets(o.tr.HostNamespace), cached: o.hostSecrets.Get,
+		differs: func(have, want *corev1.Secret) bool {
+			return !mapsEqualBytes(have.Data, want.Data) || have.Annotations[AnnotationTenantUID] != want.Annotations[AnnotationTenantUID]
+		},
+		merged: func(have, want *corev1.Secret) *corev1.Secret {
+			upd := have.DeepCopy()
+			upd.Data, upd.Annotations = want.Data, want.Annotations
+			return upd
+		},
+		admit: func(want *corev1.Secret) (func(), error) {
+			return o.budget.reserve(secretKind, want, secretSize(want))
+		},
+	}
+}
+
+func (o *objectSyncer) applyConfigMap(ctx context.Context, cm *corev1.ConfigMap) error {
+	if err := o.configMapCopies().apply(ctx, o.tr.HostConfigMap(cm)); err != nil {
 		return fmt.Errorf("host copy of ConfigMap %s: %w", klog.KObj(cm), err)
 	}
 	return nil
 }
 
 func (o *objectSyncer) applySecret(ctx context.Context, s *corev1.Secret) error {
-	want := o.tr.HostSecret(s)
-	client := o.host.CoreV1().Secrets(want.Namespace)
-	have, err := o.hostSecrets.Get(want.Name)
-	err = createOrUpdate(err,
-		func() bool {
-			return !mapsEqualBytes(have.Data, want.Data) || have.Annotations[AnnotationTenantUID] != want.Annotations[AnnotationTenantUID]
-		},
-		func() error { _, err := client.Create(ctx, want, metav1.CreateOptions{}); return err },
-		func() error {
-			upd := have.DeepCopy()
-			upd.Data, upd.Annotations = want.Data, want.Annotations
-			_, err := client.Update(ctx, upd, metav1.UpdateOptions{})
-			return err
-		})
-	if err != nil {
+	if err := o.secretCopies().apply(ctx, o.tr.HostSecret(s)); err != nil {
 		return fmt.Errorf("host copy of Secret %s: %w", klog.KObj(s), err)
 	}
 	return nil
 }
 
-// createOrUpdate brings one host object in line with what the syncer wants,
-// given the error of looking it up in the host informer cache: missing, it
-// is created (one made meanwhile by another worker counts as created); found
-// and differing, it is updated.
-func createOrUpdate(lookupErr error, differs func() bool, create, update func() error) error {
+// hostClient is what the syncer uses of a typed client-go client of one
+// host kind, such as typedcorev1.ConfigMapInterface for T *corev1.ConfigMap.
+type hostClient[T any] interface {
+	Create(context.Context, T, metav1.CreateOptions) (T, error)
+	Get(context.Context, string, metav1.GetOptions) (T, error)
+	Update(context.Context, T, metav1.UpdateOptions) (T, error)
+	Delete(context.Context, string, metav1.DeleteOptions) error
+}
+
+// hostCopy creates, updates and deletes the host copies of one kind of
+// tenant object. It only ever writes a host object that is the copy of the
+// same tenant object (isCopyOf): any other object holding the name is left
+// alone and reported.
+type hostCopy[T metav1.Object] struct {
+	// kind names the host kind in errors, such as "ConfigMap".
+	kind   string
+	client hostClient[T]
+	// cached looks a host object up in the host informer cache, which holds
+	// only objects labelled as this virtual cluster's.
+	cached func(name string) (T, error)
+	// differs reports whether have needs an update to match want.
+	differs func(have, want T) bool
+	// merged returns a new object: have with the fields the syncer controls
+	// taken from want.
+	merged func(have, want T) T
+	// admit, if set, is asked before every create or update; it returns a
+	// function that undoes its bookkeeping if the write then fails.
+	admit func(want T) (undo func(), err error)
+}
+
+// apply brings the host copy want in line with its tenant object: missing
+// from the cache, it is created; found, it is updated if it differs. An
+// object that exists under the name but is not this tenant object's copy is
+// an error and is never written.
+func (h hostCopy[T]) apply(ctx context.Context, want T) error {
+	have, err := h.cached(want.GetName())
 	switch {
-	case apierrors.IsNotFound(lookupErr):
-		if err := create(); err != nil && !apierrors.IsAlreadyExists(err) {
-			return err
-		}
+	case apierrors.IsNotFound(err):
+		return h.create(ctx, want)
+	case err != nil:
+		return err
+	}
+	return h.update(ctx, have, want)
+}
+
+func (h hostCopy[T]) create(ctx context.Context, want T) error {
+	undo, err := h.admitWrite(want)
+	if err != nil {
+		return err
+	}
+	_, err = h.client.Create(ctx, want, metav1.CreateOptions{})
+	if err == nil {
 		return nil
-	case lookupErr != nil:
-		return lookupErr
-	case differs():
-		return update()
+	}
+	undo()
+	if !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	// Not in the cache yet exists: made meanwhile by another worker, or by
+	// someone else altogether. The live object tells which.
+	have, err := h.client.Get(ctx, want.GetName(), metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	return h.update(ctx, have, want)
+}
+
+func (h hostCopy[T]) update(ctx context.Context, have, want T) error {
+	if !sameTenantObject(have, want) {
+		return notOurCopy(h.kind, have, tenantKeyOf(want))
+	}
+	if !h.differs(have, want) {
+		return nil
+	}
+	undo, err := h.admitWrite(want)
+	if err != nil {
+		return err
+	}
+	if _, err := h.client.Update(ctx, h.merged(have, want), metav1.UpdateOptions{}); err != nil {
+		undo()
+		return err
 	}
 	return nil
+}
+
+func (h hostCopy[T]) admitWrite(want T) (func(), error) {
+	if h.admit == nil {
+		return func() {}, nil
+	}
+	return h.admit(want)
+}
+
+// delete removes the host copy name of the tenant object namespace/name. A
+// host object under that name that is not the copy is left alone. The
+// deletion is bound to the UID that was checked, so an object that replaced
+// the copy meanwhile is not deleted either.
+func (h hostCopy[T]) delete(ctx context.Context, vc, name, tenantNamespace, tenantName string) error {
+	have, err := h.client.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !isCopyOf(have, vc, tenantNamespace, tenantName) {
+		return notOurCopy(h.kind, have, tenantNamespace+"/"+tenantName)
+	}
+	uid := have.GetUID()
+	err = h.client.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	return err
+}
+
+// sameTenantObject reports whether the host object have is the copy of the
+// tenant object that want, made by copyMeta, stands for.
+func sameTenantObject(have, want metav1.Object) bool {
+	ns, name, _ := TenantKey(want.GetAnnotations())
+	return isCopyOf(have, want.GetLabels()[LabelTenantOf], ns, name)
+}
+
+// tenantKeyOf is "namespace/name" of the tenant object a host copy stands for.
+func tenantKeyOf(copy metav1.Object) string {
+	ns, name, _ := TenantKey(copy.GetAnnotations())
+	return ns + "/" + name
 }
 
 // tenantConfigMapChanged refreshes a host copy, if there is one: only objects
@@ -149,18 +268,24 @@ func (o *objectSyncer) tenantConfigMapChanged(ctx context.Context, cm *corev1.Co
 	if _, err := o.hostConfigMaps.Get(HostName(o.tr.VirtualCluster, cm.Namespace, cm.Name)); err != nil {
 		return
 	}
-	if err := o.applyConfigMap(ctx, cm); err != nil {
-		klog.FromContext(ctx).Error(err, "Refresh host ConfigMap", "configMap", klog.KObj(cm))
-	}
+	o.reportRefresh(ctx, cm, o.applyConfigMap(ctx, cm))
 }
 
 func (o *objectSyncer) tenantSecretChanged(ctx context.Context, s *corev1.Secret) {
 	if _, err := o.hostSecrets.Get(HostName(o.tr.VirtualCluster, s.Namespace, s.Name)); err != nil {
 		return
 	}
-	if err := o.applySecret(ctx, s); err != nil {
-		klog.FromContext(ctx).Error(err, "Refresh host Secret", "secret", klog.KObj(s))
+	o.reportRefresh(ctx, s, o.applySecret(ctx, s))
+}
+
+// reportRefresh tells the tenant, on the object itself, that its host copy
+// could not follow a change: pods that mount it keep the old data.
+func (o *objectSyncer) reportRefresh(ctx context.Context, obj runtime.Object, err error) {
+	if err == nil {
+		return
 	}
+	klog.FromContext(ctx).Error(err, "Refresh host copy")
+	o.recorder.Eventf(obj, corev1.EventTypeWarning, "HostCopyFailed", "Pods on the virtual node keep the previous data: %v", err)
 }
 
 // tenantObjectDeleted removes the host copy of a deleted tenant ConfigMap or
@@ -168,14 +293,16 @@ func (o *objectSyncer) tenantSecretChanged(ctx context.Context, s *corev1.Secret
 func (o *objectSyncer) tenantObjectDeleted(ctx context.Context, kind, namespace, name string) {
 	hostName := HostName(o.tr.VirtualCluster, namespace, name)
 	var err error
-	if kind == "configmap" {
-		err = o.host.CoreV1().ConfigMaps(o.tr.HostNamespace).Delete(ctx, hostName, metav1.DeleteOptions{})
+	if kind == configMapKind {
+		err = o.configMapCopies().delete(ctx, o.tr.VirtualCluster, hostName, namespace, name)
 	} else {
-		err = o.host.CoreV1().Secrets(o.tr.HostNamespace).Delete(ctx, hostName, metav1.DeleteOptions{})
+		err = o.secretCopies().delete(ctx, o.tr.VirtualCluster, hostName, namespace, name)
 	}
-	if err != nil && !apierrors.IsNotFound(err) {
+	if err != nil {
 		klog.FromContext(ctx).Error(err, "Delete host copy", "kind", kind, "namespace", namespace, "name", name)
+		return
 	}
+	o.budget.forget(kind, hostName)
 }
 
 func mapsEqualBytes(a, b map[string][]byte) bool {

@@ -37,6 +37,12 @@ type Translator struct {
 	// PriorityClassName is put on every host pod; the host ResourceQuota of the
 	// tenant's share selects pods by it.
 	PriorityClassName string
+	// DefaultLimits are the limits the host namespace's LimitRange gives a
+	// container that states none (cpu, memory, ephemeral-storage). A
+	// container that requests more than one of them and states no limit gets
+	// its request as the limit: the LimitRange's default would be below the
+	// request, and the host API server would refuse the pod.
+	DefaultLimits corev1.ResourceList
 }
 
 // TokenProjection is one service-account token a host pod needs: requested
@@ -104,12 +110,17 @@ func allowedVolume(v corev1.VolumeSource) (string, bool) {
 
 // TranslatePod returns the host pod for a tenant pod bound to the virtual
 // node. It refuses, with an error naming the field, what the host cannot
-// honour. Pod Security is checked separately, before translation.
-func (t Translator) TranslatePod(tenant *corev1.Pod) (*PodTranslation, error) {
+// honour. Pod Security is checked separately, before translation. Of the
+// tenant's labels and annotations, only the keys metadata allows reach the
+// host pod (see copyAllowed); the rest stay in the tenant cluster.
+func (t Translator) TranslatePod(tenant *corev1.Pod, metadata MetadataAllowList) (*PodTranslation, error) {
 	if err := checkReservedKeys(tenant); err != nil {
 		return nil, err
 	}
 	if err := checkUnsupportedSpec(&tenant.Spec); err != nil {
+		return nil, err
+	}
+	if err := checkHostProfiles(tenant); err != nil {
 		return nil, err
 	}
 	name := HostName(t.VirtualCluster, tenant.Namespace, tenant.Name)
@@ -120,6 +131,7 @@ func (t Translator) TranslatePod(tenant *corev1.Pod) (*PodTranslation, error) {
 	}
 	spec := tenant.Spec.DeepCopy()
 	t.scheduleOnHost(spec, tenant.Namespace, tenant.Name)
+	hardenRuntime(spec)
 	if err := t.translateVolumes(spec, name, out); err != nil {
 		return nil, err
 	}
@@ -131,16 +143,12 @@ func (t Translator) TranslatePod(tenant *corev1.Pod) (*PodTranslation, error) {
 	for i, s := range spec.ImagePullSecrets {
 		spec.ImagePullSecrets[i].Name = out.secret(s.Name, nil)
 	}
-	labels := maps.Clone(tenant.Labels)
-	if labels == nil {
-		labels = map[string]string{}
-	}
+	labels := copyAllowed(tenant.Labels, metadata.Labels)
 	maps.Copy(labels, hostLabels(t.VirtualCluster, tenant.Namespace))
-	annotations := maps.Clone(tenant.Annotations)
-	if annotations == nil {
-		annotations = map[string]string{}
-	}
+	annotations := copyAllowed(tenant.Annotations, metadata.Annotations)
 	maps.Copy(annotations, hostAnnotations(tenant.Namespace, tenant.Name, string(tenant.UID)))
+	// The hash covers the tenant's full metadata, copied or not, so any
+	// change reaches UpdatePod.
 	annotations[AnnotationSpecHash] = SpecHash(tenant)
 	out.Pod = &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: t.HostNamespace, Labels: labels, Annotations: annotations},
@@ -168,6 +176,9 @@ func checkUnsupportedSpec(s *corev1.PodSpec) error {
 		if kind, ok := allowedVolume(v.VolumeSource); !ok {
 			return fmt.Errorf("spec.volumes[%d] (%s): %s volumes are not supported on the virtual node: use emptyDir, configMap, secret, projected or downwardAPI", i, v.Name, kind)
 		}
+	}
+	if s.OS != nil && s.OS.Name != corev1.Linux {
+		return fmt.Errorf("spec.os.name: the virtual node runs Linux pods only: remove the field or set it to linux")
 	}
 	if s.RuntimeClassName != nil {
 		return fmt.Errorf("spec.runtimeClassName: the host chooses the container runtime on the virtual node: remove the field")
@@ -205,28 +216,6 @@ func (t Translator) scheduleOnHost(spec *corev1.PodSpec, namespace, tenantName s
 		spec.DNSPolicy = corev1.DNSNone
 		spec.DNSConfig = t.dnsConfig(namespace, spec.DNSConfig)
 	}
-}
-
-// dnsConfig points a pod at the tenant's CoreDNS with the search path the
-// kubelet would write for ClusterFirst, keeping the tenant's extra options.
-func (t Translator) dnsConfig(namespace string, extra *corev1.PodDNSConfig) *corev1.PodDNSConfig {
-	c := &corev1.PodDNSConfig{
-		Nameservers: []string{t.DNSServer},
-		Searches:    t.searchPath(namespace),
-		Options:     []corev1.PodDNSConfigOption{{Name: "ndots", Value: ptr.To("5")}},
-	}
-	if extra != nil {
-		c.Nameservers = append(c.Nameservers, extra.Nameservers...)
-		c.Searches = append(c.Searches, extra.Searches...)
-		c.Options = append(c.Options, extra.Options...)
-	}
-	return c
-}
-
-// searchPath is the tenant DNS search path of a namespace, as the kubelet
-// writes it for ClusterFirst.
-func (t Translator) searchPath(namespace string) []string {
-	return []string{namespace + ".svc." + t.ClusterDomain, "svc." + t.ClusterDomain, t.ClusterDomain}
 }
 
 // configMap records a reference to a tenant ConfigMap and returns the name
@@ -385,6 +374,7 @@ func (t Translator) translateContainer(c *corev1.Container, tenant *corev1.Pod, 
 		}
 	}
 	zeroFillRequests(&c.Resources)
+	raiseDefaultLimits(&c.Resources, t.DefaultLimits)
 }
 
 // tenantFieldValue returns the tenant's value of a downward API field whose
@@ -416,6 +406,22 @@ func zeroFillRequests(r *corev1.ResourceRequirements) {
 		if _, ok := r.Requests[name]; !ok {
 			r.Requests[name] = resource.Quantity{Format: resource.DecimalSI}
 		}
+	}
+}
+
+// raiseDefaultLimits sets the limit of each resource in defaults that r
+// requests above the default and does not limit to its request, the
+// smallest limit the host accepts; the LimitRange fills in the rest.
+func raiseDefaultLimits(r *corev1.ResourceRequirements, defaults corev1.ResourceList) {
+	for name, def := range defaults {
+		req, requested := r.Requests[name]
+		if _, limited := r.Limits[name]; limited || !requested || req.Cmp(def) <= 0 {
+			continue
+		}
+		if r.Limits == nil {
+			r.Limits = corev1.ResourceList{}
+		}
+		r.Limits[name] = req.DeepCopy()
 	}
 }
 

@@ -23,7 +23,9 @@ import (
 // pods as host pods and reports their status back.
 type podProvider struct {
 	tr       Translator
+	metadata MetadataAllowList
 	security *PodSecurity
+	capacity *admission
 	host     kubernetes.Interface
 	hostCfg  *rest.Config
 	tenant   kubernetes.Interface
@@ -41,17 +43,21 @@ type podProvider struct {
 	deleting sync.Map
 }
 
-// CreatePod checks the tenant pod against the Pod Security level, translates
-// it, copies what it references, issues its tokens and creates the host pod.
-// A refused pod never reaches the host; the error becomes the tenant pod's
-// status message and an event.
+// CreatePod checks the tenant pod against the Pod Security level,
+// translates it, admits it to the tenant's share of the host, copies what it
+// references, issues its tokens and creates the host pod. A refused pod never
+// reaches the host; the error becomes the tenant pod's status message and an
+// event.
 func (p *podProvider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	if err := p.security.Check(pod); err != nil {
-		return errdefs.AsInvalidInput(fmt.Errorf("refused by the virtual node: %w", err))
+		return refused(err)
 	}
-	pt, err := p.tr.TranslatePod(pod)
+	pt, err := p.tr.TranslatePod(pod, p.metadata)
 	if err != nil {
-		return errdefs.AsInvalidInput(fmt.Errorf("refused by the virtual node: %w", err))
+		return refused(err)
+	}
+	if err := p.capacity.admit(pod); err != nil {
+		return refused(err)
 	}
 	if err := p.objects.ensureFor(ctx, pod.Namespace, pt); err != nil {
 		return err
@@ -77,9 +83,16 @@ func (p *podProvider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	return nil
 }
 
+// refused marks err as the tenant's to fix: the pod controller reports it on
+// the tenant pod.
+func refused(err error) error {
+	return errdefs.AsInvalidInput(fmt.Errorf("refused by the virtual node: %w", err))
+}
+
 // createOrAdopt creates the host pod, or returns the one that already runs
 // this tenant pod (a restarted syncer, a retried create). A stale host pod,
 // left by an earlier tenant pod of the same name, is deleted and waited for.
+// A host pod under the name that is not this tenant pod's is never touched.
 func (p *podProvider) createOrAdopt(ctx context.Context, pod, want *corev1.Pod) (*corev1.Pod, error) {
 	pods := p.host.CoreV1().Pods(p.tr.HostNamespace)
 	created, err := pods.Create(ctx, want, metav1.CreateOptions{})
@@ -94,12 +107,16 @@ func (p *podProvider) createOrAdopt(ctx context.Context, pod, want *corev1.Pod) 
 	if err != nil {
 		return nil, fmt.Errorf("get host pod %s: %w", want.Name, err)
 	}
+	if !isCopyOf(existing, p.tr.VirtualCluster, pod.Namespace, pod.Name) {
+		return nil, notOurCopy("pod", existing, pod.Namespace+"/"+pod.Name)
+	}
 	if existing.Annotations[AnnotationTenantUID] == string(pod.UID) {
 		return existing, nil
 	}
 	if existing.DeletionTimestamp == nil {
 		p.deleting.Store(want.Name, true)
-		if err := pods.Delete(ctx, want.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		opts := metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &existing.UID}}
+		if err := pods.Delete(ctx, want.Name, opts); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			return nil, fmt.Errorf("delete stale host pod %s: %w", want.Name, err)
 		}
 	}
@@ -107,19 +124,24 @@ func (p *podProvider) createOrAdopt(ctx context.Context, pod, want *corev1.Pod) 
 }
 
 // writeTokenSecret creates the pod's token Secret, owned by the host pod, or
-// renews an existing one.
+// renews an existing one, if that is the token Secret of the same tenant pod.
 func (p *podProvider) writeTokenSecret(ctx context.Context, s *corev1.Secret, owner *corev1.Pod) error {
 	s.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: owner.Name, UID: owner.UID}}
-	secrets := p.host.CoreV1().Secrets(p.tr.HostNamespace)
-	_, err := secrets.Create(ctx, s, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		var existing *corev1.Secret
-		if existing, err = secrets.Get(ctx, s.Name, metav1.GetOptions{}); err == nil {
-			existing.Data, existing.Annotations, existing.Labels, existing.OwnerReferences = s.Data, s.Annotations, s.Labels, s.OwnerReferences
-			_, err = secrets.Update(ctx, existing, metav1.UpdateOptions{})
-		}
+	secrets := hostCopy[*corev1.Secret]{
+		kind: "Secret", client: p.host.CoreV1().Secrets(p.tr.HostNamespace),
+		// Never cached: a token Secret is written once per host pod, and the
+		// live object is what matters for the ownership check.
+		cached: func(name string) (*corev1.Secret, error) {
+			return nil, apierrors.NewNotFound(corev1.Resource("secrets"), name)
+		},
+		differs: func(_, _ *corev1.Secret) bool { return true },
+		merged: func(have, want *corev1.Secret) *corev1.Secret {
+			upd := have.DeepCopy()
+			upd.Data, upd.Annotations, upd.Labels, upd.OwnerReferences = want.Data, want.Annotations, want.Labels, want.OwnerReferences
+			return upd
+		},
 	}
-	if err != nil {
+	if err := secrets.apply(ctx, s); err != nil {
 		return fmt.Errorf("write token Secret %s: %w", s.Name, err)
 	}
 	return nil
@@ -128,13 +150,16 @@ func (p *podProvider) writeTokenSecret(ctx context.Context, s *corev1.Secret, ow
 // UpdatePod carries the fields a pod update may change (labels, annotations,
 // images, active deadline) to the host pod.
 func (p *podProvider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
-	pt, err := p.tr.TranslatePod(pod)
+	pt, err := p.tr.TranslatePod(pod, p.metadata)
 	if err != nil {
 		return errdefs.AsInvalidInput(err)
 	}
 	host, err := p.hostPods.Get(pt.Pod.Name)
 	if err != nil {
 		return err
+	}
+	if !p.isHostPodOf(host, pod) {
+		return notOurCopy("pod", host, pod.Namespace+"/"+pod.Name)
 	}
 	upd := host.DeepCopy()
 	upd.Labels, upd.Annotations = pt.Pod.Labels, pt.Pod.Annotations
@@ -156,15 +181,31 @@ func copyImages(dst, src []corev1.Container) {
 }
 
 // DeletePod deletes the host pod with the tenant's grace period. The tenant
-// pod is finished once the host pod is gone (see hostPodDeleted).
+// pod is finished once the host pod is gone (see hostPodDeleted). Only a host
+// pod of this tenant pod is deleted: when the informer cache does not show
+// one, the live object is checked, and a host pod under the name that is not
+// this tenant pod's is left alone.
 func (p *podProvider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	name := HostName(p.tr.VirtualCluster, pod.Namespace, pod.Name)
-	p.deleting.Store(name, true)
-	opts := metav1.DeleteOptions{GracePeriodSeconds: pod.DeletionGracePeriodSeconds}
-	if uid, ok := p.hostUID(name, pod); ok {
-		opts.Preconditions = &metav1.Preconditions{UID: &uid}
+	pods := p.host.CoreV1().Pods(p.tr.HostNamespace)
+	host, err := p.hostPods.Get(name)
+	if apierrors.IsNotFound(err) || (err == nil && !p.isHostPodOf(host, pod)) {
+		host, err = pods.Get(ctx, name, metav1.GetOptions{})
 	}
-	err := p.host.CoreV1().Pods(p.tr.HostNamespace).Delete(ctx, name, opts)
+	if apierrors.IsNotFound(err) {
+		p.notifyTerminated(pod, "Deleted")
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("get host pod %s: %w", name, err)
+	}
+	if !p.isHostPodOf(host, pod) {
+		klog.FromContext(ctx).Info("Host pod under the name runs another pod; not deleting it", "pod", klog.KObj(pod), "hostPod", klog.KObj(host))
+		p.notifyTerminated(pod, "Deleted")
+		return nil
+	}
+	p.deleting.Store(name, true)
+	err = pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: pod.DeletionGracePeriodSeconds, Preconditions: &metav1.Preconditions{UID: &host.UID}})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		p.notifyTerminated(pod, "Deleted")
 		return nil
@@ -172,13 +213,17 @@ func (p *podProvider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	return err
 }
 
-// hostUID is the UID of the host pod that runs exactly this tenant pod.
-func (p *podProvider) hostUID(name string, pod *corev1.Pod) (types.UID, bool) {
-	host, err := p.hostPods.Get(name)
-	if err != nil || host.Annotations[AnnotationTenantUID] != string(pod.UID) {
-		return "", false
-	}
-	return host.UID, true
+// runsOnHost reports whether the tenant pod has its host pod, as far as the
+// host informer cache knows.
+func (p *podProvider) runsOnHost(pod *corev1.Pod) bool {
+	host, err := p.hostPods.Get(HostName(p.tr.VirtualCluster, pod.Namespace, pod.Name))
+	return err == nil && p.isHostPodOf(host, pod)
+}
+
+// isHostPodOf reports whether host was made for exactly this tenant pod: not
+// for another object, nor for an earlier pod of the same name.
+func (p *podProvider) isHostPodOf(host, pod *corev1.Pod) bool {
+	return isCopyOf(host, p.tr.VirtualCluster, pod.Namespace, pod.Name) && host.Annotations[AnnotationTenantUID] == string(pod.UID)
 }
 
 // GetPod returns the tenant view of the pod if it runs on the host. When the

@@ -55,6 +55,21 @@ type Options struct {
 	HealthAddr string
 	// DNSDir receives the hosts file of the tenant's CoreDNS.
 	DNSDir string
+	// HostMetadata is the allow-list of tenant label and annotation keys
+	// copied onto host pods.
+	HostMetadata MetadataAllowList
+	// DataBudgetBytes bounds the data of all host copies of tenant ConfigMaps
+	// and Secrets together; 0 means no bound.
+	DataBudgetBytes int64
+}
+
+// MetadataAllowList names the tenant label and annotation keys that reach
+// host pods: whole keys, or beginnings ending in "*" that match up to the next
+// "/" ("*" is every key without a prefix, "example.com/*" every key under
+// example.com). An empty list copies nothing. Keys Nest or host add-ons act
+// on are never copied, whatever the list says (see DefaultHostLabels).
+type MetadataAllowList struct {
+	Labels, Annotations []string
 }
 
 // kubeletPort is the kubelet API port the virtual node advertises.
@@ -121,21 +136,25 @@ func newSyncer(ctx context.Context, o Options) (*syncer, error) {
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: tenant.CoreV1().Events("")})
 	s.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "nest-syncer", Host: o.NodeName})
 
+	hostConfigMaps := s.hostF.Core().V1().ConfigMaps().Lister().ConfigMaps(o.HostNamespace)
+	hostSecrets := s.hostF.Core().V1().Secrets().Lister().Secrets(o.HostNamespace)
 	objects := &objectSyncer{
-		tr: o.Translator, host: host,
+		tr: o.Translator, host: host, recorder: s.recorder,
+		budget:           newDataBudget(o.DataBudgetBytes, o.VirtualCluster, hostConfigMaps, hostSecrets),
 		tenantConfigMaps: s.tenantF.Core().V1().ConfigMaps().Lister(), tenantSecrets: s.tenantF.Core().V1().Secrets().Lister(),
-		hostConfigMaps: s.hostF.Core().V1().ConfigMaps().Lister().ConfigMaps(o.HostNamespace),
-		hostSecrets:    s.hostF.Core().V1().Secrets().Lister().Secrets(o.HostNamespace),
+		hostConfigMaps: hostConfigMaps, hostSecrets: hostSecrets,
 	}
+	tenantPods := s.podsF.Core().V1().Pods().Lister()
 	s.provider = &podProvider{
-		tr: o.Translator, security: security, host: host, hostCfg: o.Host, tenant: tenant, objects: objects,
+		tr: o.Translator, metadata: o.HostMetadata, security: security, host: host, hostCfg: o.Host, tenant: tenant, objects: objects,
 		tokens:     &tokenIssuer{tenant: tenant, maxAge: o.TokenMaxAge, now: time.Now},
 		recorder:   s.recorder,
-		tenantPods: s.podsF.Core().V1().Pods().Lister(),
+		tenantPods: tenantPods,
 		hostPods:   s.hostF.Core().V1().Pods().Lister().Pods(o.HostNamespace),
 	}
+	s.provider.capacity = &admission{capacity: o.Capacity, pods: tenantPods, onHost: s.provider.runsOnHost}
 	s.services = &serviceSyncer{
-		tr: o.Translator, host: host, dnsDir: o.DNSDir,
+		tr: o.Translator, host: host, recorder: s.recorder, dnsDir: o.DNSDir,
 		tenantServices: s.tenantF.Core().V1().Services().Lister(),
 		tenantSlices:   s.tenantF.Discovery().V1().EndpointSlices().Lister(),
 		hostServices:   s.hostF.Core().V1().Services().Lister().Services(o.HostNamespace),

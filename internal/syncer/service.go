@@ -132,12 +132,13 @@ func (t Translator) APIServerRecord() DNSRecord {
 // Corefile is CoreDNS' configuration for the tenant: the hosts file the
 // syncer writes (hostsPath) answers every name under the cluster domain, and
 // nothing is forwarded anywhere else. CoreDNS serves on port, and /health on
-// healthPort.
+// healthPort and /ready on the next port, both on loopback only: other pods
+// must not reach them.
 func Corefile(port int, hostsPath, clusterDomain string, healthPort int) string {
 	return fmt.Sprintf(`.:%d {
     errors
-    health :%d
-    ready :%d
+    health 127.0.0.1:%d
+    ready 127.0.0.1:%d
     hosts %s %s {
         reload 1s
         ttl 5

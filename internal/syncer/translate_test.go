@@ -2,6 +2,8 @@ package syncer
 
 import (
 	"flag"
+	"io"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +13,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 )
 
@@ -19,6 +22,8 @@ var tr = Translator{
 	APIServerHost: "10.96.0.5", APIServerPort: 6443, DNSServer: "10.96.0.6",
 	NodeName: "nest-virtual-node", PriorityClassName: "nest-tenant-workload",
 }
+
+var defaultMetadata = MetadataAllowList{Labels: DefaultHostLabels, Annotations: DefaultHostAnnotations}
 
 func TestHostNameIsBoundedAndCollisionFree(t *testing.T) {
 	long := strings.Repeat("a", 253)
@@ -32,10 +37,16 @@ func TestHostNameIsBoundedAndCollisionFree(t *testing.T) {
 		{"alpha", "x", "web-default"},
 		{"alpha", "default", long},
 		{"alpha", "default", long[:252] + "b"},
+		{"alpha", "default", "web.v1"}, // dots are valid in pod, ConfigMap and Secret names
+		{"alpha", "default", "web-v1"}, // same readable part as web.v1
+		{"alpha", "default", strings.Repeat("a.", 40) + "b"},
 	} {
 		n := HostName(c[0], c[1], c[2])
-		if len(n) > 63 || strings.HasSuffix(n, "-") {
-			t.Errorf("HostName%v = %q: not a valid DNS label", c, n)
+		if len(n) > 63 || len(validation.IsDNS1123Label(n)) > 0 {
+			t.Errorf("HostName%v = %q: not a valid DNS label: %v", c, n, validation.IsDNS1123Label(n))
+		}
+		if _, hash, _ := strings.Cut(n[len(n)-17:], "-"); len(hash) != 16 {
+			t.Errorf("HostName%v = %q: want a 16-hex-character (64-bit) hash suffix", c, n)
 		}
 		if names[n] {
 			t.Errorf("HostName%v = %q collides", c, n)
@@ -44,6 +55,9 @@ func TestHostNameIsBoundedAndCollisionFree(t *testing.T) {
 	}
 	if first, again := HostName("alpha", "default", "web"), HostName("alpha", "default", "web"); first != again {
 		t.Errorf("HostName is not stable: %s then %s", first, again)
+	}
+	if n := HostName("alpha", "shop", "web"); len(validation.IsDNS1035Label(n)) > 0 {
+		t.Errorf("HostName of a Service name %q is not a valid Service name", n)
 	}
 }
 
@@ -82,7 +96,7 @@ func tenantPod() *corev1.Pod {
 }
 
 func TestTranslatePod(t *testing.T) {
-	pt, err := tr.TranslatePod(tenantPod())
+	pt, err := tr.TranslatePod(tenantPod(), defaultMetadata)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,20 +156,80 @@ func TestTranslatePod(t *testing.T) {
 	if !pt.IsOptional("secret", "creds") || pt.IsOptional("configmap", "settings") {
 		t.Errorf("optional %v", pt.Optional)
 	}
+	if sc := s.SecurityContext; sc == nil || sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("pod security context %+v: want seccomp RuntimeDefault", sc)
+	}
+	if caps := c.SecurityContext.Capabilities; !slices.Contains(caps.Drop, "NET_RAW") {
+		t.Errorf("capabilities %+v: want NET_RAW dropped", caps)
+	}
+}
+
+// A container that requests more than the host's default limit and states no
+// limit would be refused by the host's LimitRange; it gets its request as limit.
+func TestDefaultLimitsNeverFallBelowRequests(t *testing.T) {
+	withLimits := tr
+	withLimits.DefaultLimits = corev1.ResourceList{"cpu": resource.MustParse("500m"), "memory": resource.MustParse("512Mi")}
+	p := tenantPod()
+	p.Spec.Containers[0].Resources = corev1.ResourceRequirements{Requests: corev1.ResourceList{
+		"cpu": resource.MustParse("2"), "memory": resource.MustParse("64Mi"),
+	}}
+	p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "limited", Image: "img", Resources: corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{"memory": resource.MustParse("1Gi")}, Limits: corev1.ResourceList{"memory": resource.MustParse("2Gi")},
+	}})
+	pt, err := withLimits.TranslatePod(p, defaultMetadata)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, second := pt.Pod.Spec.Containers[0].Resources.Limits, pt.Pod.Spec.Containers[1].Resources.Limits
+	if got := FormatResourceList(first); got != "cpu=2" {
+		t.Errorf("limits of a container requesting 2 cpu and 64Mi with no limits = %q, want cpu=2 only (memory left to the LimitRange)", got)
+	}
+	if got := FormatResourceList(second); got != "memory=2Gi" {
+		t.Errorf("a container's own limits = %q, want memory=2Gi untouched", got)
+	}
 }
 
 func TestTranslatePodRefuses(t *testing.T) {
-	for name, mutate := range map[string]func(*corev1.Pod){
-		"persistentVolumeClaim": func(p *corev1.Pod) {
+	for _, tt := range []struct {
+		field  string
+		mutate func(*corev1.Pod)
+	}{
+		{"persistentVolumeClaim", func(p *corev1.Pod) {
 			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}}})
-		},
-		"runtimeClassName": func(p *corev1.Pod) { p.Spec.RuntimeClassName = ptr.To("kata") },
-		"nest.dev/":        func(p *corev1.Pod) { p.Labels["nest.dev/tenant-of"] = "beta" },
+		}},
+		{"runtimeClassName", func(p *corev1.Pod) { p.Spec.RuntimeClassName = ptr.To("kata") }},
+		{"spec.os.name", func(p *corev1.Pod) { p.Spec.OS = &corev1.PodOS{Name: corev1.Windows} }},
+		{"nest.dev/", func(p *corev1.Pod) { p.Labels["nest.dev/tenant-of"] = "beta" }},
+		{"nest.dev/", func(p *corev1.Pod) { p.Annotations = map[string]string{"nest.dev/tenant-uid": "x"} }},
+		{"spec.securityContext.seccompProfile", func(p *corev1.Pod) {
+			p.Spec.SecurityContext = &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr.To("p.json")}}
+		}},
+		{"spec.containers[0] (app).securityContext.seccompProfile", func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr.To("p.json")}}
+		}},
+		{"spec.initContainers[0] (init).securityContext.seccompProfile", func(p *corev1.Pod) {
+			p.Spec.InitContainers = []corev1.Container{{Name: "init", Image: "img", SecurityContext: &corev1.SecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr.To("p.json")}}}}
+		}},
+		{"spec.securityContext.appArmorProfile", func(p *corev1.Pod) {
+			p.Spec.SecurityContext = &corev1.PodSecurityContext{AppArmorProfile: &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeLocalhost, LocalhostProfile: ptr.To("k8s-x")}}
+		}},
+		{"spec.containers[0] (app).securityContext.appArmorProfile", func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{AppArmorProfile: &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeLocalhost, LocalhostProfile: ptr.To("k8s-x")}}
+		}},
+		{"metadata.annotations[container.apparmor.security.beta.kubernetes.io/app]", func(p *corev1.Pod) {
+			p.Annotations = map[string]string{"container.apparmor.security.beta.kubernetes.io/app": "localhost/k8s-x"}
+		}},
+		{"metadata.annotations[seccomp.security.alpha.kubernetes.io/pod]", func(p *corev1.Pod) {
+			p.Annotations = map[string]string{"seccomp.security.alpha.kubernetes.io/pod": "localhost/p.json"}
+		}},
+		{"metadata.annotations[container.seccomp.security.alpha.kubernetes.io/app]", func(p *corev1.Pod) {
+			p.Annotations = map[string]string{"container.seccomp.security.alpha.kubernetes.io/app": "localhost/p.json"}
+		}},
 	} {
 		p := tenantPod()
-		mutate(p)
-		if _, err := tr.TranslatePod(p); err == nil || !strings.Contains(err.Error(), name) {
-			t.Errorf("%s: error %v does not name the field", name, err)
+		tt.mutate(p)
+		if _, err := tr.TranslatePod(p, defaultMetadata); err == nil || !strings.Contains(err.Error(), tt.field) {
+			t.Errorf("%s: error %v does not name the field", tt.field, err)
 		}
 	}
 }
@@ -312,16 +386,25 @@ func TestTokenRefreshTime(t *testing.T) {
 }
 
 func TestFlagsRoundTrip(t *testing.T) {
-	want := Options{Translator: tr, Capacity: corev1.ResourceList{"cpu": resource.MustParse("4"), "nvidia.com/gpu": resource.MustParse("1")},
-		PodSecurityLevel: "restricted", TokenMaxAge: 15 * time.Second, TenantKubeconfig: "/k", DNSDir: "/d"}
+	withLimits := tr
+	withLimits.DefaultLimits = corev1.ResourceList{"cpu": resource.MustParse("500m"), "memory": resource.MustParse("512Mi")}
+	want := Options{Translator: withLimits, Capacity: corev1.ResourceList{"cpu": resource.MustParse("4"), "nvidia.com/gpu": resource.MustParse("1")},
+		PodSecurityLevel: "restricted", TokenMaxAge: 15 * time.Second, TenantKubeconfig: "/k", DNSDir: "/d",
+		HostMetadata:    MetadataAllowList{Labels: []string{"app", "example.com/*"}, Annotations: []string{"example.com/owner"}},
+		DataBudgetBytes: 64 << 20}
 	var got Options
 	fs := newFlagSet()
 	got.BindFlags(fs)
 	if err := fs.Parse(want.Args()); err != nil {
 		t.Fatal(err)
 	}
-	if got.Translator != want.Translator || FormatResourceList(got.Capacity) != "cpu=4,nvidia.com/gpu=1" || got.TokenMaxAge != want.TokenMaxAge || got.PodSecurityLevel != "restricted" {
+	gotLimits := FormatResourceList(got.DefaultLimits)
+	got.DefaultLimits = nil
+	if gotLimits != "cpu=500m,memory=512Mi" || !reflect.DeepEqual(got.Translator, tr) || FormatResourceList(got.Capacity) != "cpu=4,nvidia.com/gpu=1" || got.TokenMaxAge != want.TokenMaxAge || got.PodSecurityLevel != "restricted" {
 		t.Errorf("round trip: %+v", got)
+	}
+	if !reflect.DeepEqual(got.HostMetadata, want.HostMetadata) || got.DataBudgetBytes != 64<<20 {
+		t.Errorf("round trip: host metadata %+v, data budget %d", got.HostMetadata, got.DataBudgetBytes)
 	}
 	if err := got.Validate(); err != nil {
 		t.Error(err)
@@ -332,6 +415,50 @@ func TestFlagsRoundTrip(t *testing.T) {
 	}
 	if _, err := ParseResourceList("cpu"); err == nil {
 		t.Error("a pair without = parses")
+	}
+}
+
+// An empty allow-list copies nothing, and must not come back as the
+// defaults; a flag left out means the defaults.
+func TestAllowListFlags(t *testing.T) {
+	for _, tt := range []struct {
+		name            string
+		args            []string
+		wantLabels      []string
+		wantAnnotations []string
+		wantBudget      int64
+		wantErr         string
+	}{
+		{name: "flags left out: defaults", args: nil, wantLabels: DefaultHostLabels, wantAnnotations: DefaultHostAnnotations},
+		{name: "empty lists stay empty", args: Options{}.Args(), wantLabels: []string{}, wantAnnotations: []string{}},
+		{name: "lists and budget", args: []string{"--host-labels=a, b/*", "--host-annotations=c", "--data-budget-bytes=1024"},
+			wantLabels: []string{"a", "b/*"}, wantAnnotations: []string{"c"}, wantBudget: 1024},
+		{name: "a * inside an entry", args: []string{"--host-labels=a*b"}, wantErr: "may only end an entry"},
+		{name: "a budget that is not a number", args: []string{"--data-budget-bytes=1Gi"}, wantErr: "data-budget-bytes"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var got Options
+			fs := newFlagSet()
+			fs.SetOutput(io.Discard)
+			got.BindFlags(fs)
+			err := fs.Parse(tt.args)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Parse = %v, want an error with %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got.HostMetadata.Labels, tt.wantLabels) || !reflect.DeepEqual(got.HostMetadata.Annotations, tt.wantAnnotations) || got.DataBudgetBytes != tt.wantBudget {
+				t.Errorf("labels %#v, annotations %#v, budget %d", got.HostMetadata.Labels, got.HostMetadata.Annotations, got.DataBudgetBytes)
+			}
+		})
+	}
+	o := Options{Translator: tr, TenantKubeconfig: "/k", Capacity: corev1.ResourceList{"cpu": resource.MustParse("1")}, DataBudgetBytes: -1}
+	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "--data-budget-bytes") {
+		t.Errorf("Validate = %v, want a negative budget refused", err)
 	}
 }
 

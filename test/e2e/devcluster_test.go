@@ -219,27 +219,6 @@ func TestLocalHostCluster(t *testing.T) {
 	})
 }
 
-// startHostCluster starts a two-node local host cluster with extra `up` flags,
-// tears it down when the test ends, and returns its state directory.
-func startHostCluster(t *testing.T, ctx context.Context, flags ...string) string {
-	t.Helper()
-	stateDir := filepath.Join(os.TempDir(), fmt.Sprintf("nest-e2e-%s-%d", strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")), os.Getpid()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		if out, err := framework.Run(ctx, t, "nest", "dev", "down", "--state-dir", stateDir); err != nil {
-			t.Errorf("cleanup: nest dev down: %v\n%s", err, out)
-		}
-	})
-	args := append([]string{"dev", "up", "--nodes", "2", "--state-dir", stateDir}, flags...)
-	out, err := framework.Run(ctx, t, "nest", args...)
-	if err != nil {
-		t.Fatalf("nest %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	t.Logf("nest dev up:\n%s", out)
-	return stateDir
-}
-
 // cluster drives the local host cluster through its API and kubectl.
 type cluster struct {
 	t          *testing.T

@@ -34,7 +34,7 @@ func BenchmarkVirtualClusterCreate(b *testing.B) {
 	framework.RequireRoot(b)
 	ctx := context.Background()
 	stateDir := startBenchCluster(b, ctx, "vc")
-	host := hostClient(b, devcluster.Layout{Root: stateDir}.AdminKubeconfig())
+	host := framework.HostClient(b, devcluster.Layout{Root: stateDir}.AdminKubeconfig())
 	var sequential, parallel []time.Duration
 	var mem podMemory
 	for i := 0; i < b.N; i++ {

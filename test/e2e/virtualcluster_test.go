@@ -14,18 +14,13 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/controlplane"
-	"github.com/nestdev/nest/internal/devcluster"
-	"github.com/nestdev/nest/internal/kube"
 	"github.com/nestdev/nest/internal/testutil"
 	"github.com/nestdev/nest/test/e2e/framework"
 )
@@ -37,10 +32,10 @@ func TestVirtualClusters(t *testing.T) {
 	framework.RequireRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
-	host, hostKubeconfig, nest := startNest(t, ctx)
+	host, hostKubeconfig, nest := framework.StartNest(t, ctx)
 
 	dir := t.TempDir()
-	tenants := map[string]*tenant{"alpha": {name: "alpha", dir: dir}, "beta": {name: "beta", dir: dir}}
+	tenants := map[string]*framework.Tenant{"alpha": {Name: "alpha", Dir: dir}, "beta": {Name: "beta", Dir: dir}}
 	t.Run("two virtual clusters created at once both become Ready", func(t *testing.T) {
 		var wg sync.WaitGroup
 		errs := make(chan error, len(tenants))
@@ -59,7 +54,7 @@ func TestVirtualClusters(t *testing.T) {
 			t.Error(err)
 		}
 		for _, tn := range tenants {
-			tn.load(t, nest)
+			tn.Load(t, nest)
 		}
 	})
 	if t.Failed() {
@@ -69,12 +64,12 @@ func TestVirtualClusters(t *testing.T) {
 
 	t.Run("tenants use their cluster with kubectl", func(t *testing.T) {
 		for _, tn := range tenants {
-			tn.kubectl(t, ctx, "get", "nodes")
-			tn.kubectl(t, ctx, "create", "namespace", "app")
-			tn.kubectl(t, ctx, "-n", "app", "create", "configmap", "settings", "--from-literal=owner="+tn.name)
-			tn.kubectl(t, ctx, "-n", "app", "create", "deployment", "web", "--image=nest.local/testapp:dev", "--replicas=2")
-			if got := tn.kubectl(t, ctx, "-n", "app", "get", "configmap", "settings", "-o", "jsonpath={.data.owner}"); got != tn.name {
-				t.Errorf("%s reads owner %q from its ConfigMap", tn.name, got)
+			tn.Kubectl(t, ctx, "get", "nodes")
+			tn.Kubectl(t, ctx, "create", "namespace", "app")
+			tn.Kubectl(t, ctx, "-n", "app", "create", "configmap", "settings", "--from-literal=owner="+tn.Name)
+			tn.Kubectl(t, ctx, "-n", "app", "create", "deployment", "web", "--image=nest.local/testapp:dev", "--replicas=2")
+			if got := tn.Kubectl(t, ctx, "-n", "app", "get", "configmap", "settings", "-o", "jsonpath={.data.owner}"); got != tn.Name {
+				t.Errorf("%s reads owner %q from its ConfigMap", tn.Name, got)
 			}
 		}
 	})
@@ -84,8 +79,8 @@ func TestVirtualClusters(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for target, server := range map[string]*rest.Config{"tenant beta": beta.config, "the host": hostCfg} {
-			cfg := rest.CopyConfig(alpha.config)
+		for target, server := range map[string]*rest.Config{"tenant beta": beta.Config, "the host": hostCfg} {
+			cfg := rest.CopyConfig(alpha.Config)
 			cfg.Host, cfg.CAData = server.Host, server.CAData
 			cs := kubernetes.NewForConfigOrDie(cfg)
 			_, err := cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
@@ -96,7 +91,7 @@ func TestVirtualClusters(t *testing.T) {
 	})
 
 	t.Run("deleted host objects are recreated and tenant data survives", func(t *testing.T) {
-		n := controlplane.Names{VirtualCluster: "alpha", Namespace: alpha.ns}
+		n := controlplane.Names{VirtualCluster: "alpha", Namespace: alpha.Namespace}
 		for _, obj := range []client.Object{
 			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: n.PKISecret(), Namespace: n.Namespace}},
 			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: n.Service(), Namespace: n.Namespace}},
@@ -106,10 +101,10 @@ func TestVirtualClusters(t *testing.T) {
 				t.Fatalf("delete %T: %v", obj, err)
 			}
 			waitRecreated(t, ctx, host, obj)
-			waitReady(t, ctx, host, alpha)
-			alpha.load(t, nest)
+			framework.WaitReady(t, ctx, host, alpha)
+			alpha.Load(t, nest)
 			testutil.Eventually(t, 2*time.Minute, fmt.Sprintf("alpha's data after deleting its %T", obj), func() error {
-				got, err := alpha.kubectlErr(ctx, "-n", "app", "get", "configmap", "settings", "-o", "jsonpath={.data.owner}")
+				got, err := alpha.KubectlErr(ctx, "-n", "app", "get", "configmap", "settings", "-o", "jsonpath={.data.owner}")
 				if err != nil {
 					return err
 				}
@@ -122,7 +117,7 @@ func TestVirtualClusters(t *testing.T) {
 	})
 
 	t.Run("killing the control-plane pod loses no tenant object", func(t *testing.T) {
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "beta-0", Namespace: beta.ns}}
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "beta-0", Namespace: beta.Namespace}}
 		if err := host.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
 			t.Fatal(err)
 		}
@@ -137,7 +132,7 @@ func TestVirtualClusters(t *testing.T) {
 			if pod.UID == oldUID {
 				return errors.New("old pod still there")
 			}
-			got, err := beta.kubectlErr(ctx, "-n", "app", "get", "configmap", "settings", "-o", "jsonpath={.data.owner}")
+			got, err := beta.KubectlErr(ctx, "-n", "app", "get", "configmap", "settings", "-o", "jsonpath={.data.owner}")
 			if err != nil {
 				return err
 			}
@@ -148,7 +143,7 @@ func TestVirtualClusters(t *testing.T) {
 		})
 		// The restarted etcd may still be settling: read until it answers.
 		testutil.Eventually(t, time.Minute, "deployment kept after the restart", func() error {
-			got, err := beta.kubectlErr(ctx, "-n", "app", "get", "deployment", "web", "-o", "jsonpath={.spec.replicas}")
+			got, err := beta.KubectlErr(ctx, "-n", "app", "get", "deployment", "web", "-o", "jsonpath={.spec.replicas}")
 			if err == nil && got != "2" {
 				return fmt.Errorf("deployment replicas after restart = %q", got)
 			}
@@ -157,7 +152,7 @@ func TestVirtualClusters(t *testing.T) {
 	})
 
 	t.Run("an operator restart during creation still converges to Ready", func(t *testing.T) {
-		gamma := &tenant{name: "gamma", dir: dir}
+		gamma := &framework.Tenant{Name: "gamma", Dir: dir}
 		if out, err := nest("create", "gamma"); err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
@@ -170,15 +165,15 @@ func TestVirtualClusters(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		gamma.ns = "vc-gamma"
-		waitReady(t, ctx, host, gamma)
+		gamma.Namespace = "vc-gamma"
+		framework.WaitReady(t, ctx, host, gamma)
 	})
 
 	t.Run("deleting one virtual cluster removes its host objects and leaves the other working", func(t *testing.T) {
 		if out, err := nest("delete", "beta", "--wait", "--timeout", "3m"); err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
-		n := controlplane.Names{VirtualCluster: "beta", Namespace: beta.ns}
+		n := controlplane.Names{VirtualCluster: "beta", Namespace: beta.Namespace}
 		for _, obj := range []client.Object{
 			&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: n.StatefulSet(), Namespace: n.Namespace}},
 			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: n.Service(), Namespace: n.Namespace}},
@@ -196,13 +191,13 @@ func TestVirtualClusters(t *testing.T) {
 				return err
 			}
 			for _, pv := range pvs.Items {
-				if ref := pv.Spec.ClaimRef; ref != nil && ref.Namespace == beta.ns {
+				if ref := pv.Spec.ClaimRef; ref != nil && ref.Namespace == beta.Namespace {
 					return fmt.Errorf("volume %s of %s/%s remains", pv.Name, ref.Namespace, ref.Name)
 				}
 			}
 			return nil
 		})
-		if got := alpha.kubectl(t, ctx, "-n", "app", "get", "configmap", "settings", "-o", "jsonpath={.data.owner}"); got != "alpha" {
+		if got := alpha.Kubectl(t, ctx, "-n", "app", "get", "configmap", "settings", "-o", "jsonpath={.data.owner}"); got != "alpha" {
 			t.Errorf("alpha after beta's deletion: owner %q", got)
 		}
 	})
@@ -226,68 +221,6 @@ func TestVirtualClusters(t *testing.T) {
 	})
 }
 
-// startNest starts a local host cluster with Nest installed for the test, and
-// returns a host client, the host kubeconfig and a runner of the nest CLI
-// against that cluster.
-func startNest(t *testing.T, ctx context.Context) (client.Client, string, func(...string) (string, error)) {
-	t.Helper()
-	stateDir := startHostCluster(t, ctx, "--with-nest")
-	hostKubeconfig := devcluster.Layout{Root: stateDir}.AdminKubeconfig()
-	nest := func(args ...string) (string, error) {
-		return framework.Run(ctx, t, "nest", append(args, "--kubeconfig", hostKubeconfig)...)
-	}
-	return hostClient(t, hostKubeconfig), hostKubeconfig, nest
-}
-
-// tenant is one virtual cluster seen from outside: its kubeconfig file and client config.
-type tenant struct {
-	name, ns string
-	// dir holds the kubeconfig file for the whole test.
-	dir        string
-	kubeconfig string
-	config     *rest.Config
-}
-
-// load fetches the tenant's current kubeconfig with `nest kubeconfig`.
-func (tn *tenant) load(t *testing.T, nest func(...string) (string, error)) {
-	t.Helper()
-	tn.ns = "vc-" + tn.name
-	tn.kubeconfig = filepath.Join(tn.dir, tn.name+".kubeconfig")
-	if out, err := nest("kubeconfig", tn.name, "-o", tn.kubeconfig); err != nil {
-		t.Fatalf("kubeconfig %s: %v\n%s", tn.name, err, out)
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", tn.kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tn.config = cfg
-}
-
-func (tn *tenant) kubectl(t *testing.T, ctx context.Context, args ...string) string {
-	t.Helper()
-	out, err := tn.kubectlErr(ctx, args...)
-	if err != nil {
-		t.Fatalf("tenant %s: %v", tn.name, err)
-	}
-	return out
-}
-
-func (tn *tenant) kubectlErr(ctx context.Context, args ...string) (string, error) {
-	return framework.Kubectl(ctx, tn.kubeconfig, args...)
-}
-
-func hostClient(t testing.TB, kubeconfig string) client.Client {
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: kube.NewScheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
 func waitRecreated(t *testing.T, ctx context.Context, c client.Client, obj client.Object) {
 	t.Helper()
 	old := obj.GetUID()
@@ -298,20 +231,6 @@ func waitRecreated(t *testing.T, ctx context.Context, c client.Client, obj clien
 		}
 		if fresh.GetUID() == old {
 			return errors.New("not yet")
-		}
-		return nil
-	})
-}
-
-func waitReady(t testing.TB, ctx context.Context, c client.Client, tn *tenant) {
-	t.Helper()
-	testutil.Eventually(t, 4*time.Minute, "virtual cluster "+tn.name+" Ready", func() error {
-		vc := &nestv1.VirtualCluster{}
-		if err := c.Get(ctx, types.NamespacedName{Namespace: tn.ns, Name: tn.name}, vc); err != nil {
-			return err
-		}
-		if !meta.IsStatusConditionTrue(vc.Status.Conditions, nestv1.ConditionReady) || vc.Status.ObservedGeneration != vc.Generation {
-			return fmt.Errorf("phase %s", vc.Status.Phase)
 		}
 		return nil
 	})

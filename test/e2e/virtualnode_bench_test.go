@@ -58,7 +58,7 @@ func BenchmarkVirtualNodePods(b *testing.B) {
 		b.Fatal(err)
 	}
 	hostCfg.QPS, hostCfg.Burst = 500, 1000
-	host := hostClient(b, devcluster.Layout{Root: stateDir}.AdminKubeconfig())
+	host := framework.HostClient(b, devcluster.Layout{Root: stateDir}.AdminKubeconfig())
 	tenantCfg := benchTenant(b, ctx, host)
 	tenantCS := kubernetes.NewForConfigOrDie(tenantCfg)
 	hostCS := kubernetes.NewForConfigOrDie(hostCfg)
@@ -113,7 +113,7 @@ func benchTenant(b *testing.B, ctx context.Context, host client.Client) *rest.Co
 	if err := host.Create(ctx, vc); err != nil {
 		b.Fatal(err)
 	}
-	waitReady(b, ctx, host, &tenant{name: "bench", ns: "vc-bench"})
+	framework.WaitReady(b, ctx, host, &framework.Tenant{Name: "bench", Namespace: "vc-bench"})
 	secret := &corev1.Secret{}
 	if err := host.Get(ctx, client.ObjectKey{Namespace: "vc-bench", Name: "bench-kubeconfig"}, secret); err != nil {
 		b.Fatal(err)

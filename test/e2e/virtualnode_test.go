@@ -18,7 +18,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -39,23 +38,23 @@ func TestVirtualNode(t *testing.T) {
 	framework.RequireRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
-	host, _, nest := startNest(t, ctx)
+	host, _, nest := framework.StartNest(t, ctx)
 	dir := t.TempDir()
-	alpha := &tenant{name: "alpha", dir: dir}
-	beta := &tenant{name: "beta", dir: dir}
+	alpha := &framework.Tenant{Name: "alpha", Dir: dir}
+	beta := &framework.Tenant{Name: "beta", Dir: dir}
 	// alpha: a small share with a GPU to pass through, and tokens refreshed
 	// every 15 seconds; beta: the restricted Pod Security level.
 	if out, err := nest("create", "beta", "--cpu", "1", "--memory", "2Gi", "--pods", "10", "--pod-security", "restricted"); err != nil {
 		t.Fatalf("create beta: %v\n%s", err, out)
 	}
 	createAlpha(t, ctx, host)
-	waitReady(t, ctx, host, &tenant{name: "alpha", ns: "vc-alpha"})
-	waitReady(t, ctx, host, &tenant{name: "beta", ns: "vc-beta"})
-	for _, tn := range []*tenant{alpha, beta} {
-		tn.load(t, nest)
+	framework.WaitReady(t, ctx, host, &framework.Tenant{Name: "alpha", Namespace: "vc-alpha"})
+	framework.WaitReady(t, ctx, host, &framework.Tenant{Name: "beta", Namespace: "vc-beta"})
+	for _, tn := range []*framework.Tenant{alpha, beta} {
+		tn.Load(t, nest)
 		waitDefaultServiceAccount(t, ctx, tn)
 	}
-	hostPods := func(tn *tenant) []corev1.Pod { return listHostPods(t, ctx, host, tn) }
+	hostPods := func(tn *framework.Tenant) []corev1.Pod { return listHostPods(t, ctx, host, tn) }
 
 	t.Run("the virtual node shows the tenant's share and the host quota enforces it", func(t *testing.T) {
 		node := tenantNode(t, ctx, alpha)
@@ -65,7 +64,7 @@ func TestVirtualNode(t *testing.T) {
 			}
 		}
 		renewed := func() string {
-			return alpha.kubectl(t, ctx, "-n", "kube-node-lease", "get", "lease", controlplane.VirtualNodeName, "-o", "jsonpath={.spec.renewTime}")
+			return alpha.Kubectl(t, ctx, "-n", "kube-node-lease", "get", "lease", controlplane.VirtualNodeName, "-o", "jsonpath={.spec.renewTime}")
 		}
 		first := renewed()
 		testutil.Eventually(t, time.Minute, "the virtual node's lease is renewed", func() error {
@@ -92,9 +91,9 @@ func TestVirtualNode(t *testing.T) {
 	})
 
 	t.Run("a deployment runs on host capacity and its Service resolves by DNS name", func(t *testing.T) {
-		alpha.kubectl(t, ctx, "create", "deployment", "web", "--image="+testImage, "--replicas=3")
-		alpha.kubectl(t, ctx, "expose", "deployment", "web", "--port=80", "--target-port=8080")
-		alpha.kubectl(t, ctx, "run", "client", "--image="+testImage)
+		alpha.Kubectl(t, ctx, "create", "deployment", "web", "--image="+testImage, "--replicas=3")
+		alpha.Kubectl(t, ctx, "expose", "deployment", "web", "--port=80", "--target-port=8080")
+		alpha.Kubectl(t, ctx, "run", "client", "--image="+testImage)
 		waitTenantPods(t, ctx, alpha, "app=web", 3)
 		waitTenantPods(t, ctx, alpha, "run=client", 1)
 		web := tenantPodNames(t, ctx, alpha, "app=web")
@@ -113,7 +112,7 @@ func TestVirtualNode(t *testing.T) {
 				ips = append(ips, tenantPod(t, ctx, alpha, name).Status.PodIP)
 			}
 			slices.Sort(ips)
-			out, err := alpha.kubectlErr(ctx, "get", "endpointslices", "-l", "kubernetes.io/service-name=web", "-o", "jsonpath={.items[*].endpoints[*].addresses[0]}")
+			out, err := alpha.KubectlErr(ctx, "get", "endpointslices", "-l", "kubernetes.io/service-name=web", "-o", "jsonpath={.items[*].endpoints[*].addresses[0]}")
 			got := strings.Fields(out)
 			slices.Sort(got)
 			if err != nil || !slices.Equal(got, ips) {
@@ -127,7 +126,7 @@ func TestVirtualNode(t *testing.T) {
 	})
 
 	t.Run("a headless Service resolves to its pods, and a StatefulSet pod by its own name", func(t *testing.T) {
-		alpha.kubectl(t, ctx, "apply", "-f", writeManifest(t, dir, "db.yaml", headlessStatefulSet))
+		alpha.Kubectl(t, ctx, "apply", "-f", writeManifest(t, dir, "db.yaml", headlessStatefulSet))
 		waitTenantPods(t, ctx, alpha, "app=db", 2)
 		for name, want := range map[string][]string{
 			"db-0.db.default.svc.cluster.local": {"db-0"},
@@ -139,15 +138,15 @@ func TestVirtualNode(t *testing.T) {
 		// Scaled down, the gone pod's name stops resolving. CoreDNS' hosts
 		// plugin has no SOA to deny a name with, so the answer is SERVFAIL,
 		// not NXDOMAIN: what matters is that the lookup fails.
-		alpha.kubectl(t, ctx, "scale", "statefulset", "db", "--replicas=1")
+		alpha.Kubectl(t, ctx, "scale", "statefulset", "db", "--replicas=1")
 		testutil.Eventually(t, time.Minute, "db-1 no longer resolves", func() error {
-			out, err := alpha.kubectlErr(ctx, "exec", "client", "--", "/testapp", "get", "http://db-1.db.default.svc.cluster.local.:8080/hostname")
+			out, err := alpha.KubectlErr(ctx, "exec", "client", "--", "/testapp", "get", "http://db-1.db.default.svc.cluster.local.:8080/hostname")
 			if err == nil || !strings.Contains(err.Error(), "lookup db-1.db.default.svc.cluster.local.") {
 				return fmt.Errorf("db-1: answer %q, error %v", out, err)
 			}
 			return nil
 		})
-		alpha.kubectl(t, ctx, "delete", "-f", filepath.Join(dir, "db.yaml"), "--wait=false")
+		alpha.Kubectl(t, ctx, "delete", "-f", filepath.Join(dir, "db.yaml"), "--wait=false")
 	})
 
 	t.Run("status and events flow up to the tenant pod", func(t *testing.T) {
@@ -156,7 +155,7 @@ func TestVirtualNode(t *testing.T) {
 			t.Errorf("status %+v", pod.Status)
 		}
 		testutil.Eventually(t, time.Minute, "host kubelet events on the tenant pod", func() error {
-			out, err := alpha.kubectlErr(ctx, "get", "events", "--field-selector", "involvedObject.name=client", "-o", "jsonpath={.items[*].reason}")
+			out, err := alpha.KubectlErr(ctx, "get", "events", "--field-selector", "involvedObject.name=client", "-o", "jsonpath={.items[*].reason}")
 			if err != nil || !strings.Contains(out, "Started") {
 				return fmt.Errorf("events %q: %v", out, err)
 			}
@@ -166,9 +165,9 @@ func TestVirtualNode(t *testing.T) {
 
 	t.Run("kubectl logs -f, exec and port-forward reach tenant pods", func(t *testing.T) {
 		follow := startKubectl(t, ctx, alpha, "logs", "-f", "client")
-		alpha.kubectl(t, ctx, "exec", "client", "--", "/testapp", "get", "http://localhost:8080/echo?msg=followed")
+		alpha.Kubectl(t, ctx, "exec", "client", "--", "/testapp", "get", "http://localhost:8080/echo?msg=followed")
 		follow.waitFor(t, "path=/echo")
-		if out := alpha.kubectl(t, ctx, "exec", "client", "--", "/testapp", "get", "http://localhost:8080/hostname"); out != "client" {
+		if out := alpha.Kubectl(t, ctx, "exec", "client", "--", "/testapp", "get", "http://localhost:8080/hostname"); out != "client" {
 			t.Errorf("exec hostname = %q", out)
 		}
 		pf := startKubectl(t, ctx, alpha, "port-forward", "pod/client", ":8080")
@@ -180,21 +179,21 @@ func TestVirtualNode(t *testing.T) {
 	})
 
 	t.Run("ConfigMaps and Secrets reach pods and follow updates", func(t *testing.T) {
-		alpha.kubectl(t, ctx, "create", "configmap", "settings", "--from-literal=color=blue")
-		alpha.kubectl(t, ctx, "create", "secret", "generic", "creds", "--from-literal=password=one")
-		alpha.kubectl(t, ctx, "apply", "-f", writeManifest(t, dir, "configured.yaml", configuredPod))
+		alpha.Kubectl(t, ctx, "create", "configmap", "settings", "--from-literal=color=blue")
+		alpha.Kubectl(t, ctx, "create", "secret", "generic", "creds", "--from-literal=password=one")
+		alpha.Kubectl(t, ctx, "apply", "-f", writeManifest(t, dir, "configured.yaml", configuredPod))
 		waitTenantPods(t, ctx, alpha, "app=configured", 1)
-		if out := alpha.kubectl(t, ctx, "exec", "configured", "--", "/testapp", "cat", "/etc/settings/color"); out != "blue" {
+		if out := alpha.Kubectl(t, ctx, "exec", "configured", "--", "/testapp", "cat", "/etc/settings/color"); out != "blue" {
 			t.Errorf("mounted ConfigMap = %q", out)
 		}
-		if out := alpha.kubectl(t, ctx, "exec", "configured", "--", "/testapp", "cat", "/etc/creds/password"); out != "one" {
+		if out := alpha.Kubectl(t, ctx, "exec", "configured", "--", "/testapp", "cat", "/etc/creds/password"); out != "one" {
 			t.Errorf("mounted Secret = %q", out)
 		}
-		alpha.kubectl(t, ctx, "patch", "configmap", "settings", "-p", `{"data":{"color":"green"}}`)
-		alpha.kubectl(t, ctx, "patch", "secret", "creds", "-p", `{"stringData":{"password":"two"}}`)
+		alpha.Kubectl(t, ctx, "patch", "configmap", "settings", "-p", `{"data":{"color":"green"}}`)
+		alpha.Kubectl(t, ctx, "patch", "secret", "creds", "-p", `{"stringData":{"password":"two"}}`)
 		for file, want := range map[string]string{"/etc/settings/color": "green", "/etc/creds/password": "two"} {
 			testutil.Eventually(t, 2*time.Minute, file+" updated in the running pod", func() error {
-				out, err := alpha.kubectlErr(ctx, "exec", "configured", "--", "/testapp", "cat", file)
+				out, err := alpha.KubectlErr(ctx, "exec", "configured", "--", "/testapp", "cat", file)
 				if err != nil || out != want {
 					return fmt.Errorf("%s = %q (%v), want %q", file, out, err, want)
 				}
@@ -208,18 +207,18 @@ func TestVirtualNode(t *testing.T) {
 
 	t.Run("service-account tokens come from the tenant and are refreshed in place", func(t *testing.T) {
 		// The pod's service account may read pods, as a tenant would allow it.
-		alpha.kubectl(t, ctx, "create", "rolebinding", "default-view", "--clusterrole=view", "--serviceaccount=default:default")
+		alpha.Kubectl(t, ctx, "create", "rolebinding", "default-view", "--clusterrole=view", "--serviceaccount=default:default")
 		kubeAPI := func() error {
-			out, err := alpha.kubectlErr(ctx, "exec", "client", "--", "/testapp", "kube", "/api/v1/namespaces/default/pods")
+			out, err := alpha.KubectlErr(ctx, "exec", "client", "--", "/testapp", "kube", "/api/v1/namespaces/default/pods")
 			if err != nil || !strings.Contains(out, `"kind":"PodList"`) {
 				return fmt.Errorf("in-cluster call to the tenant API: %q, %v", out, err)
 			}
 			return nil
 		}
 		testutil.Eventually(t, 30*time.Second, "in-cluster client reads pods", kubeAPI)
-		first := alpha.kubectl(t, ctx, "exec", "client", "--", "/testapp", "cat", "/var/run/secrets/kubernetes.io/serviceaccount/token")
+		first := alpha.Kubectl(t, ctx, "exec", "client", "--", "/testapp", "cat", "/var/run/secrets/kubernetes.io/serviceaccount/token")
 		testutil.Eventually(t, 2*time.Minute, "a refreshed token in the running pod", func() error {
-			now, err := alpha.kubectlErr(ctx, "exec", "client", "--", "/testapp", "cat", "/var/run/secrets/kubernetes.io/serviceaccount/token")
+			now, err := alpha.KubectlErr(ctx, "exec", "client", "--", "/testapp", "cat", "/var/run/secrets/kubernetes.io/serviceaccount/token")
 			if err != nil || now == first {
 				return fmt.Errorf("token unchanged (%v)", err)
 			}
@@ -244,7 +243,7 @@ func TestVirtualNode(t *testing.T) {
 			"capabilities": `"containers":[{"name":"c","image":"` + testImage + `","securityContext":{"capabilities":{"add":["SYS_ADMIN"]}}}]`,
 		}
 		for name, spec := range forbidden {
-			alpha.kubectl(t, ctx, "run", "bad-"+name, "--image="+testImage, "--restart=Never", "--overrides", `{"spec":{`+spec+`}}`)
+			alpha.Kubectl(t, ctx, "run", "bad-"+name, "--image="+testImage, "--restart=Never", "--overrides", `{"spec":{`+spec+`}}`)
 		}
 		for name := range forbidden {
 			waitRefused(t, ctx, alpha, "bad-"+name)
@@ -255,12 +254,12 @@ func TestVirtualNode(t *testing.T) {
 			}
 		}
 		// beta is restricted: a pod that may run as root is refused there.
-		beta.kubectl(t, ctx, "run", "root-ok-elsewhere", "--image="+testImage, "--restart=Never")
+		beta.Kubectl(t, ctx, "run", "root-ok-elsewhere", "--image="+testImage, "--restart=Never")
 		waitRefused(t, ctx, beta, "root-ok-elsewhere")
 	})
 
 	t.Run("pods beyond the virtual node's capacity stay Pending and never reach the host", func(t *testing.T) {
-		alpha.kubectl(t, ctx, "run", "greedy", "--image="+testImage, "--overrides", `{"spec":{"containers":[{"name":"greedy","image":"`+testImage+`","resources":{"requests":{"cpu":"3"}}}]}}`)
+		alpha.Kubectl(t, ctx, "run", "greedy", "--image="+testImage, "--overrides", `{"spec":{"containers":[{"name":"greedy","image":"`+testImage+`","resources":{"requests":{"cpu":"3"}}}]}}`)
 		testutil.Eventually(t, time.Minute, "greedy unschedulable", func() error {
 			pod := tenantPod(t, ctx, alpha, "greedy")
 			for _, c := range pod.Status.Conditions {
@@ -294,7 +293,7 @@ func TestVirtualNode(t *testing.T) {
 	})
 
 	t.Run("deleting a tenant pod deletes its host pod, gracefully or at once", func(t *testing.T) {
-		alpha.kubectl(t, ctx, "delete", "pod", "configured", "--wait=true", "--timeout=60s")
+		alpha.Kubectl(t, ctx, "delete", "pod", "configured", "--wait=true", "--timeout=60s")
 		for _, p := range hostPods(alpha) {
 			if p.Annotations[syncer.AnnotationTenantName] == "configured" {
 				t.Errorf("host pod %s outlived its tenant pod", p.Name)
@@ -302,9 +301,9 @@ func TestVirtualNode(t *testing.T) {
 		}
 		// A forced deletion removes the tenant pod from the API at once; the
 		// syncer must still find and delete the host pod.
-		alpha.kubectl(t, ctx, "run", "doomed", "--image="+testImage)
+		alpha.Kubectl(t, ctx, "run", "doomed", "--image="+testImage)
 		waitTenantPods(t, ctx, alpha, "run=doomed", 1)
-		alpha.kubectl(t, ctx, "delete", "pod", "doomed", "--force", "--grace-period=0")
+		alpha.Kubectl(t, ctx, "delete", "pod", "doomed", "--force", "--grace-period=0")
 		testutil.Eventually(t, time.Minute, "host pod of a force-deleted pod gone", func() error {
 			for _, p := range hostPods(alpha) {
 				if p.Annotations[syncer.AnnotationTenantName] == "doomed" {
@@ -336,7 +335,7 @@ func TestVirtualNode(t *testing.T) {
 			if err := host.Get(ctx, client.ObjectKeyFromObject(cp), fresh); err != nil || fresh.UID == cp.UID {
 				return fmt.Errorf("new control-plane pod not there yet (%v)", err)
 			}
-			node, err := tenantClientset(t, alpha).CoreV1().Nodes().Get(ctx, controlplane.VirtualNodeName, metav1.GetOptions{})
+			node, err := alpha.Clientset(t).CoreV1().Nodes().Get(ctx, controlplane.VirtualNodeName, metav1.GetOptions{})
 			if err != nil {
 				return err
 			}
@@ -348,7 +347,7 @@ func TestVirtualNode(t *testing.T) {
 			return errors.New("no Ready heartbeat from the new syncer yet")
 		})
 		// A pod created now is handled after the existing ones were adopted.
-		alpha.kubectl(t, ctx, "run", "after-restart", "--image="+testImage)
+		alpha.Kubectl(t, ctx, "run", "after-restart", "--image="+testImage)
 		waitTenantPods(t, ctx, alpha, "run=after-restart", 1)
 		waitTenantPods(t, ctx, alpha, "app=web", 3)
 		for _, p := range hostPods(alpha) {
@@ -366,11 +365,11 @@ func TestVirtualNode(t *testing.T) {
 	})
 
 	t.Run("tenants cannot see or touch each other, nor the host through their pods", func(t *testing.T) {
-		beta.kubectl(t, ctx, "create", "secret", "generic", "beta-only", "--from-literal=k=v")
-		if out := beta.kubectl(t, ctx, "get", "pods,services,secrets", "-A", "-o", "name"); strings.Contains(out, "web") || strings.Contains(out, "creds") {
+		beta.Kubectl(t, ctx, "create", "secret", "generic", "beta-only", "--from-literal=k=v")
+		if out := beta.Kubectl(t, ctx, "get", "pods,services,secrets", "-A", "-o", "name"); strings.Contains(out, "web") || strings.Contains(out, "creds") {
 			t.Errorf("beta sees alpha's objects:\n%s", out)
 		}
-		if out := alpha.kubectl(t, ctx, "get", "secrets", "-A", "-o", "name"); strings.Contains(out, "beta-only") {
+		if out := alpha.Kubectl(t, ctx, "get", "secrets", "-A", "-o", "name"); strings.Contains(out, "beta-only") {
 			t.Errorf("alpha sees beta's Secret:\n%s", out)
 		}
 		// alpha's pod token against the host API and against beta's API server.
@@ -382,7 +381,7 @@ func TestVirtualNode(t *testing.T) {
 			{"host", "https://10.96.0.1:443", "/api/v1/namespaces/vc-beta/pods"},
 			{"beta", fmt.Sprintf("https://%s:%d", betaAPI.Spec.ClusterIP, controlplane.Port), "/api/v1/namespaces/default/secrets"},
 		} {
-			out, err := alpha.kubectlErr(ctx, "exec", "client", "--", "/testapp", "kube", target.path, target.server)
+			out, err := alpha.KubectlErr(ctx, "exec", "client", "--", "/testapp", "kube", target.path, target.server)
 			if err == nil || !strings.Contains(err.Error(), "401 Unauthorized") {
 				t.Errorf("alpha's pod token against the %s API server: %q, %v; want 401", target.name, out, err)
 			}
@@ -401,7 +400,7 @@ func TestVirtualNode(t *testing.T) {
 				t.Errorf("alpha's syncer may %s %s in %q: %v, want %v", c.verb, c.resource, c.ns, got, c.allowed)
 			}
 		}
-		if out, err := alpha.kubectlErr(ctx, "exec", "client", "--", "/testapp", "cat", "/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err != nil || out != "default" {
+		if out, err := alpha.KubectlErr(ctx, "exec", "client", "--", "/testapp", "cat", "/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err != nil || out != "default" {
 			t.Errorf("pod namespace file = %q, %v; want the tenant namespace", out, err)
 		}
 	})
@@ -409,10 +408,10 @@ func TestVirtualNode(t *testing.T) {
 
 // waitDefaultServiceAccount waits for the tenant controller-manager to make
 // the default namespace's service account, which pod admission needs.
-func waitDefaultServiceAccount(t *testing.T, ctx context.Context, tn *tenant) {
+func waitDefaultServiceAccount(t *testing.T, ctx context.Context, tn *framework.Tenant) {
 	t.Helper()
-	testutil.Eventually(t, time.Minute, "default service account in "+tn.name, func() error {
-		_, err := tn.kubectlErr(ctx, "get", "serviceaccount", "default")
+	testutil.Eventually(t, time.Minute, "default service account in "+tn.Name, func() error {
+		_, err := tn.KubectlErr(ctx, "get", "serviceaccount", "default")
 		return err
 	})
 }
@@ -513,10 +512,10 @@ spec:
 
 // clientReaches waits until the tenant's "client" pod gets, from url, the
 // host name of one of the pods in want.
-func clientReaches(t *testing.T, ctx context.Context, tn *tenant, url string, want []string) {
+func clientReaches(t *testing.T, ctx context.Context, tn *framework.Tenant, url string, want []string) {
 	t.Helper()
 	testutil.Eventually(t, time.Minute, "client reaches "+url, func() error {
-		out, err := tn.kubectlErr(ctx, "exec", "client", "--", "/testapp", "get", url)
+		out, err := tn.KubectlErr(ctx, "exec", "client", "--", "/testapp", "get", url)
 		if err != nil {
 			return err
 		}
@@ -543,36 +542,27 @@ func testPod(name, ns string) *corev1.Pod {
 	}
 }
 
-func tenantClientset(t *testing.T, tn *tenant) *kubernetes.Clientset {
+func tenantNode(t *testing.T, ctx context.Context, tn *framework.Tenant) *corev1.Node {
 	t.Helper()
-	cs, err := kubernetes.NewForConfig(tn.config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cs
-}
-
-func tenantNode(t *testing.T, ctx context.Context, tn *tenant) *corev1.Node {
-	t.Helper()
-	n, err := tenantClientset(t, tn).CoreV1().Nodes().Get(ctx, controlplane.VirtualNodeName, metav1.GetOptions{})
+	n, err := tn.Clientset(t).CoreV1().Nodes().Get(ctx, controlplane.VirtualNodeName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return n
 }
 
-func tenantPod(t *testing.T, ctx context.Context, tn *tenant, name string) *corev1.Pod {
+func tenantPod(t *testing.T, ctx context.Context, tn *framework.Tenant, name string) *corev1.Pod {
 	t.Helper()
-	p, err := tenantClientset(t, tn).CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+	p, err := tn.Clientset(t).CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return p
 }
 
-func tenantPodNames(t *testing.T, ctx context.Context, tn *tenant, selector string) []string {
+func tenantPodNames(t *testing.T, ctx context.Context, tn *framework.Tenant, selector string) []string {
 	t.Helper()
-	list, err := tenantClientset(t, tn).CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: selector})
+	list, err := tn.Clientset(t).CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -587,10 +577,10 @@ func tenantPodNames(t *testing.T, ctx context.Context, tn *tenant, selector stri
 }
 
 // waitTenantPods waits until n pods match selector, all Running and Ready.
-func waitTenantPods(t *testing.T, ctx context.Context, tn *tenant, selector string, n int) {
+func waitTenantPods(t *testing.T, ctx context.Context, tn *framework.Tenant, selector string, n int) {
 	t.Helper()
-	cs := tenantClientset(t, tn)
-	testutil.Eventually(t, 3*time.Minute, fmt.Sprintf("%d ready pods %s in %s", n, selector, tn.name), func() error {
+	cs := tn.Clientset(t)
+	testutil.Eventually(t, 3*time.Minute, fmt.Sprintf("%d ready pods %s in %s", n, selector, tn.Name), func() error {
 		list, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: selector})
 		if err != nil {
 			return err
@@ -610,14 +600,14 @@ func waitTenantPods(t *testing.T, ctx context.Context, tn *tenant, selector stri
 
 // waitRefused waits for the syncer's refusal to show in the pod's status and
 // events, naming Pod Security.
-func waitRefused(t *testing.T, ctx context.Context, tn *tenant, name string) {
+func waitRefused(t *testing.T, ctx context.Context, tn *framework.Tenant, name string) {
 	t.Helper()
 	testutil.Eventually(t, time.Minute, name+" refused with a reason", func() error {
 		pod := tenantPod(t, ctx, tn, name)
 		if pod.Status.Reason != "ProviderFailed" || !strings.Contains(pod.Status.Message, "violates PodSecurity") {
 			return fmt.Errorf("status reason %q message %q", pod.Status.Reason, pod.Status.Message)
 		}
-		out, err := tn.kubectlErr(ctx, "get", "events", "--field-selector", "involvedObject.name="+name, "-o", "jsonpath={.items[*].message}")
+		out, err := tn.KubectlErr(ctx, "get", "events", "--field-selector", "involvedObject.name="+name, "-o", "jsonpath={.items[*].message}")
 		if err != nil || !strings.Contains(out, "violates PodSecurity") {
 			return fmt.Errorf("events %q: %v", out, err)
 		}
@@ -625,10 +615,10 @@ func waitRefused(t *testing.T, ctx context.Context, tn *tenant, name string) {
 	})
 }
 
-func listHostPods(t *testing.T, ctx context.Context, host client.Client, tn *tenant) []corev1.Pod {
+func listHostPods(t *testing.T, ctx context.Context, host client.Client, tn *framework.Tenant) []corev1.Pod {
 	t.Helper()
 	var list corev1.PodList
-	if err := host.List(ctx, &list, client.InNamespace("vc-"+tn.name), client.MatchingLabels{syncer.LabelTenantOf: tn.name}); err != nil {
+	if err := host.List(ctx, &list, client.InNamespace("vc-"+tn.Name), client.MatchingLabels{syncer.LabelTenantOf: tn.Name}); err != nil {
 		t.Fatal(err)
 	}
 	return list.Items
@@ -652,9 +642,9 @@ type streamingKubectl struct {
 
 // startKubectl starts a long-running kubectl against the tenant and stops it,
 // by its PID, when the test ends.
-func startKubectl(t *testing.T, ctx context.Context, tn *tenant, args ...string) *streamingKubectl {
+func startKubectl(t *testing.T, ctx context.Context, tn *framework.Tenant, args ...string) *streamingKubectl {
 	t.Helper()
-	cmd := exec.CommandContext(ctx, filepath.Join(framework.BinDir(), "kube"), append([]string{"kubectl", "--kubeconfig", tn.kubeconfig}, args...)...)
+	cmd := exec.CommandContext(ctx, filepath.Join(framework.BinDir(), "kube"), append([]string{"kubectl", "--kubeconfig", tn.Kubeconfig}, args...)...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

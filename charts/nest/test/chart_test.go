@@ -149,3 +149,46 @@ func assertSame(t *testing.T, a, b string) {
 		t.Errorf("%s differs from %s: run `make generate` (%v)", b, a, err)
 	}
 }
+
+func managerArgs(t *testing.T, values map[string]any) []string {
+	t.Helper()
+	d := find(render(t, values), "Deployment", "nest-manager")
+	containers, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
+	var args []string
+	for _, a := range containers[0].(map[string]any)["args"].([]any) {
+		args = append(args, fmt.Sprint(a))
+	}
+	return args
+}
+
+func TestChartPassesHostNetworkAndMetadata(t *testing.T) {
+	has := func(args []string, prefix string) (string, bool) {
+		for _, a := range args {
+			if v, ok := strings.CutPrefix(a, prefix); ok {
+				return v, true
+			}
+		}
+		return "", false
+	}
+	defaults := managerArgs(t, nil)
+	if ns, _ := has(defaults, "--manager-namespace="); ns != "nest-system" {
+		t.Errorf("--manager-namespace=%q, want the release namespace", ns)
+	}
+	for _, flag := range []string{"--host-pod-cidrs=", "--host-service-cidrs=", "--host-node-cidrs=", "--host-label-allowlist=", "--host-annotation-allowlist="} {
+		if v, ok := has(defaults, flag); ok {
+			t.Errorf("default values render %s%s: the manager's default must apply", flag, v)
+		}
+	}
+	set := managerArgs(t, map[string]any{
+		"hostNetwork":  map[string]any{"podCIDRs": []any{"10.244.0.0/16", "fd00:10:244::/56"}, "serviceCIDRs": []any{"10.96.0.0/16"}, "nodeCIDRs": []any{"192.0.2.0/24"}},
+		"hostMetadata": map[string]any{"labels": []any{"app", "example.com/*"}, "annotations": []any{}},
+	})
+	for flag, want := range map[string]string{
+		"--host-pod-cidrs=": "10.244.0.0/16,fd00:10:244::/56", "--host-service-cidrs=": "10.96.0.0/16", "--host-node-cidrs=": "192.0.2.0/24",
+		"--host-label-allowlist=": "app,example.com/*", "--host-annotation-allowlist=": "",
+	} {
+		if v, ok := has(set, flag); !ok || v != want {
+			t.Errorf("%s%q (present %v), want %q", flag, v, ok, want)
+		}
+	}
+}

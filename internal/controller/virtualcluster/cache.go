@@ -3,6 +3,7 @@ package virtualcluster
 import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
@@ -14,7 +15,7 @@ import (
 
 // CacheOptions limits the manager's informers for Secrets, Services,
 // StatefulSets, PersistentVolumeClaims, ServiceAccounts, ResourceQuotas,
-// ConfigMaps and RoleBindings to the objects Nest made (those
+// ConfigMaps, RoleBindings, NetworkPolicies and LimitRanges to the objects Nest made (those
 // labelled with the VirtualCluster's name), so a large host cluster's other
 // Secrets are never held in the manager's memory.
 func CacheOptions() cache.Options {
@@ -32,5 +33,7 @@ func CacheOptions() cache.Options {
 		&corev1.ResourceQuota{}:         own,
 		&corev1.ConfigMap{}:             own,
 		&rbacv1.RoleBinding{}:           own,
+		&networkingv1.NetworkPolicy{}:   own,
+		&corev1.LimitRange{}:            own,
 	}}
 }

@@ -277,7 +277,12 @@ func TestDeleteRemovesHostObjectsAndData(t *testing.T) {
 	if err := k8sClient.Create(ctx, claim); err != nil {
 		t.Fatal(err)
 	}
-	other := createVC(t, ns, "stays")
+	// Not Nest's: deleting the VirtualCluster leaves it alone.
+	other := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "stays", Namespace: ns},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}}
+	if err := k8sClient.Create(ctx, other); err != nil {
+		t.Fatal(err)
+	}
 	if err := k8sClient.Delete(ctx, getVC(t, ns, "gone")); err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +320,7 @@ func TestDeleteRemovesHostObjectsAndData(t *testing.T) {
 		}
 	}
 	if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(other), &corev1.Service{}); err != nil {
-		t.Errorf("the other VirtualCluster's Service was touched: %v", err)
+		t.Errorf("a Service Nest did not make was deleted: %v", err)
 	}
 }
 
@@ -337,6 +342,13 @@ func TestInvalidSpecsAreRejected(t *testing.T) {
 			vc.Spec.PromotePolicies = []nestv1.PromotePolicy{{NodeCount: -1}}
 		}, "spec.promotePolicies[0].nodeCount"},
 		{"name too long", func(vc *nestv1.VirtualCluster) { vc.Name = strings.Repeat("a", 41) }, "metadata.name"},
+		{"egress CIDR not a CIDR", func(vc *nestv1.VirtualCluster) { vc.Spec.Network.EgressCIDRs = []string{"203.0.113.7"} }, "spec.network.egressCIDRs[0]"},
+		{"negative data budget", func(vc *nestv1.VirtualCluster) {
+			vc.Spec.VirtualNode.ObjectBudget.DataBytes = ptr.To(resource.MustParse("-1Mi"))
+		}, "spec.virtualNode.objectBudget.dataBytes"},
+		{"allow-list entry with an inner *", func(vc *nestv1.VirtualCluster) {
+			vc.Spec.VirtualNode.HostMetadata = &nestv1.HostMetadataSpec{Labels: []string{"app", "example.*/name"}}
+		}, "spec.virtualNode.hostMetadata.labels[1]"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -21,7 +22,8 @@ import (
 )
 
 // reconcileDelete removes the VirtualCluster's host objects — the StatefulSet
-// first, then its etcd claim, Service and Secrets — and releases the finalizer
+// first, then the tenant's pods and copies, then its etcd claim, Services,
+// Secrets, NetworkPolicies and the rest — and releases the finalizer
 // once none is left. Tenant data (the etcd claim) is deleted only here.
 func (r *Reconciler) reconcileDelete(ctx context.Context, vc *nestv1.VirtualCluster) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(vc, Finalizer) {
@@ -55,21 +57,29 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, vc *nestv1.VirtualClus
 func (r *Reconciler) deleteHostObjects(ctx context.Context, vc *nestv1.VirtualCluster) (int, error) {
 	n := controlplane.NamesOf(vc)
 	meta := func(name string) metav1.ObjectMeta { return metav1.ObjectMeta{Name: name, Namespace: n.Namespace} }
-	ordered := [][]client.Object{
-		{&appsv1.StatefulSet{ObjectMeta: meta(n.StatefulSet())}},
-		{
-			&corev1.PersistentVolumeClaim{ObjectMeta: meta(n.EtcdClaim())},
-			&corev1.Service{ObjectMeta: meta(n.Service())},
-			&corev1.Secret{ObjectMeta: meta(n.PKISecret())},
-			&corev1.Secret{ObjectMeta: meta(n.ComponentKubeconfigSecret())},
-			&corev1.Secret{ObjectMeta: meta(n.KubeconfigSecret())},
-			&corev1.Service{ObjectMeta: meta(n.DNSService())},
-			&corev1.ConfigMap{ObjectMeta: meta(n.DNSConfigMap())},
-			&corev1.ServiceAccount{ObjectMeta: meta(n.SyncerServiceAccount())},
-			&rbacv1.RoleBinding{ObjectMeta: meta(n.SyncerServiceAccount())},
-			&corev1.ResourceQuota{ObjectMeta: meta(n.TenantQuota())},
-		},
+	// The NetworkPolicies, LimitRange and quotas go last, with the rest,
+	// once the tenant's pods are gone.
+	rest := []client.Object{
+		&corev1.PersistentVolumeClaim{ObjectMeta: meta(n.EtcdClaim())},
+		&corev1.ServiceAccount{ObjectMeta: meta(n.SyncerServiceAccount())},
+		&rbacv1.RoleBinding{ObjectMeta: meta(n.SyncerServiceAccount())},
+		&corev1.ResourceQuota{ObjectMeta: meta(n.TenantQuota())},
+		&corev1.ResourceQuota{ObjectMeta: meta(n.ObjectQuota())},
+		&corev1.LimitRange{ObjectMeta: meta(n.LimitRange())},
 	}
+	for _, name := range n.Services() {
+		rest = append(rest, &corev1.Service{ObjectMeta: meta(name)})
+	}
+	for _, name := range n.Secrets() {
+		rest = append(rest, &corev1.Secret{ObjectMeta: meta(name)})
+	}
+	for _, name := range n.ConfigMaps() {
+		rest = append(rest, &corev1.ConfigMap{ObjectMeta: meta(name)})
+	}
+	for _, name := range n.NetworkPolicies() {
+		rest = append(rest, &networkingv1.NetworkPolicy{ObjectMeta: meta(name)})
+	}
+	ordered := [][]client.Object{{&appsv1.StatefulSet{ObjectMeta: meta(n.StatefulSet())}}, rest}
 	for _, group := range ordered {
 		remaining := 0
 		for _, obj := range group {

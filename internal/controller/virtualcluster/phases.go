@@ -84,8 +84,8 @@ func (r *Reconciler) nodeIPs(ctx context.Context) ([]string, error) {
 }
 
 // reconcileVirtualNodeObjects creates what the virtual node needs on the host:
-// the tenant CoreDNS' ConfigMap and Service, the syncer's ServiceAccount and RoleBinding, and
-// the ResourceQuota that enforces the tenant's share.
+// the tenant CoreDNS' ConfigMap and Service, and the syncer's ServiceAccount
+// and RoleBinding. The quotas are reconcileLimits'.
 func (r *Reconciler) reconcileVirtualNodeObjects(ctx context.Context, s *reconcileState) (bool, error) {
 	cm, wantCM := &corev1.ConfigMap{}, controlplane.DNSConfigMapFor(s.vc)
 	cm.ObjectMeta = metav1.ObjectMeta{Name: wantCM.Name, Namespace: wantCM.Namespace}
@@ -110,11 +110,6 @@ func (r *Reconciler) reconcileVirtualNodeObjects(ctx context.Context, s *reconci
 	rb, wantRB := &rbacv1.RoleBinding{}, controlplane.SyncerRoleBindingFor(s.vc)
 	rb.ObjectMeta = metav1.ObjectMeta{Name: wantRB.Name, Namespace: wantRB.Namespace}
 	if err := r.ensure(ctx, s, rb, func() { rb.Labels, rb.RoleRef, rb.Subjects = wantRB.Labels, wantRB.RoleRef, wantRB.Subjects }); err != nil {
-		return false, err
-	}
-	quota, wantQuota := &corev1.ResourceQuota{}, controlplane.TenantQuotaFor(s.vc)
-	quota.ObjectMeta = metav1.ObjectMeta{Name: wantQuota.Name, Namespace: wantQuota.Namespace}
-	if err := r.ensure(ctx, s, quota, func() { quota.Labels, quota.Spec = wantQuota.Labels, wantQuota.Spec }); err != nil {
 		return false, err
 	}
 	s.ips = controlplane.ServiceIPs{APIServer: s.service.Spec.ClusterIP, DNS: svc.Spec.ClusterIP}

@@ -1,9 +1,11 @@
 // Package virtualcluster is the controller that runs a VirtualCluster's tenant
 // control plane in the host cluster: its PKI and kubeconfig Secrets, its Service
 // and StatefulSet (etcd, kube-apiserver, controller-manager, scheduler,
-// nest-syncer and CoreDNS), the host objects of its virtual node, and its
-// readiness. A finalizer removes every host object, the etcd volume included, when the
-// VirtualCluster is deleted.
+// nest-syncer and CoreDNS), the host objects of its virtual node, the
+// isolation of its host namespace (Pod Security labels, NetworkPolicies,
+// LimitRange, ResourceQuotas), and its readiness. A host namespace holds one
+// VirtualCluster: a later one is refused. A finalizer removes every host
+// object, the etcd volume included, when the VirtualCluster is deleted.
 package virtualcluster
 
 import (
@@ -13,6 +15,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -25,7 +28,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/controlplane"
@@ -57,7 +62,8 @@ type Reconciler struct {
 	APIReader client.Reader
 	Scheme    *runtime.Scheme
 	Recorder  events.EventRecorder
-	// ControlPlane holds the image and pull policy of tenant control planes.
+	// ControlPlane holds the image and pull policy of tenant control planes,
+	// the host's address ranges and nest-manager's namespace.
 	ControlPlane controlplane.Options
 	// HostClusterDomain is the host cluster's DNS suffix, named in certificates.
 	HostClusterDomain string
@@ -72,7 +78,9 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=serviceaccounts;resourcequotas,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=serviceaccounts;resourcequotas;limitranges,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;patch
 // +kubebuilder:rbac:groups="",resources=pods;configmaps;services;secrets,verbs=list;delete;deletecollection
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;watch;create;update;patch
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings,verbs=get;list;watch;create;update;patch;delete
@@ -88,6 +96,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if !vc.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, vc)
+	}
+	holder, err := r.namespaceHolder(ctx, vc)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if holder != vc.Name {
+		return r.refuseNamespace(ctx, vc, holder)
 	}
 	if controllerutil.AddFinalizer(vc, Finalizer) {
 		if err := r.Update(ctx, vc); err != nil {
@@ -120,6 +135,9 @@ type phase func(ctx context.Context, s *reconcileState) (done bool, err error)
 
 func (r *Reconciler) runPhases(ctx context.Context, s *reconcileState) (ctrl.Result, error) {
 	for _, p := range []phase{
+		r.reconcileNamespace,
+		r.reconcileNetworkPolicies,
+		r.reconcileLimits,
 		r.reconcileService,
 		r.reconcileVirtualNodeObjects,
 		r.reconcilePKI,
@@ -144,7 +162,7 @@ func (r *Reconciler) runPhases(ctx context.Context, s *reconcileState) (ctrl.Res
 func (r *Reconciler) patchStatus(ctx context.Context, before *nestv1.VirtualCluster, s *reconcileState) error {
 	vc := s.vc
 	vc.Status.Phase = phaseFor(s.obs, before.Status.Phase)
-	for _, c := range conditionsFor(s.obs, vc.Generation) {
+	for _, c := range conditionsFor(s.obs, vc.Generation, vc.Name, vc.Namespace) {
 		meta.SetStatusCondition(&vc.Status.Conditions, c)
 	}
 	vc.Status.ObservedGeneration = vc.Generation
@@ -176,9 +194,33 @@ var quotaSpecChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) boo
 	return !equality.Semantic.DeepEqual(before.Spec, after.Spec) || !equality.Semantic.DeepEqual(before.Labels, after.Labels)
 }}
 
+// onlyDeletes lets through delete events only.
+var onlyDeletes = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	UpdateFunc:  func(event.UpdateEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+// othersInNamespace maps a VirtualCluster to the other VirtualClusters of
+// its namespace: when the namespace's holder is gone, the next one takes it.
+func (r *Reconciler) othersInNamespace(ctx context.Context, obj client.Object) []reconcile.Request {
+	var list nestv1.VirtualClusterList
+	if err := r.List(ctx, &list, client.InNamespace(obj.GetNamespace())); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "List VirtualClusters of a namespace", "namespace", obj.GetNamespace())
+		return nil
+	}
+	var out []reconcile.Request
+	for _, vc := range list.Items {
+		if vc.Name != obj.GetName() {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&vc)})
+		}
+	}
+	return out
+}
+
 // SetupWithManager registers the controller: it watches VirtualClusters and
-// the host objects they own, so a deleted Secret, Service or StatefulSet is
-// recreated at once.
+// the host objects they own, so a deleted Secret, Service, StatefulSet,
+// NetworkPolicy or LimitRange is recreated at once.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&nestv1.VirtualCluster{}).
@@ -188,6 +230,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.ResourceQuota{}, builder.WithPredicates(quotaSpecChanged)).
 		Owns(&corev1.ConfigMap{}).
 		Owns(&rbacv1.RoleBinding{}).
+		Owns(&networkingv1.NetworkPolicy{}).
+		Owns(&corev1.LimitRange{}).
+		Watches(&nestv1.VirtualCluster{}, handler.EnqueueRequestsFromMapFunc(r.othersInNamespace), builder.WithPredicates(onlyDeletes)).
 		Named("virtualcluster").
 		Complete(r)
 }

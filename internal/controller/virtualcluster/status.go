@@ -4,11 +4,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/controlplane"
 )
 
 // observed is what one reconcile found, filled in by the phases in order. A
 // phase that cannot finish leaves the later fields at their zero values.
 type observed struct {
+	// namespaceHolder, when set, is the other VirtualCluster that holds the
+	// host namespace: this one gets nothing.
+	namespaceHolder string
 	// certificates is true once the PKI and component kubeconfig Secrets are right.
 	certificates bool
 	// hostObjects is true once the Service and StatefulSet exist.
@@ -40,10 +44,21 @@ const (
 	ReasonNodesNotReady      = "NodesNotReady"
 	ReasonReady              = "Ready"
 	ReasonNotReady           = "NotReady"
+	// ReasonNamespaceInUse: another VirtualCluster holds the host namespace.
+	ReasonNamespaceInUse = "NamespaceInUse"
 )
 
-// conditionsFor derives the VirtualCluster's conditions from what a reconcile observed.
-func conditionsFor(o observed, generation int64) []metav1.Condition {
+// conditionsFor derives the VirtualCluster's conditions from what a reconcile
+// observed. name and namespace name the VirtualCluster in messages.
+func conditionsFor(o observed, generation int64, name, namespace string) []metav1.Condition {
+	if o.namespaceHolder != "" {
+		msg := controlplane.NamespaceInUseMessage(namespace, o.namespaceHolder, name)
+		var out []metav1.Condition
+		for _, t := range []string{nestv1.ConditionCertificatesReady, nestv1.ConditionControlPlaneAvailable, nestv1.ConditionNodesReady, nestv1.ConditionReady} {
+			out = append(out, metav1.Condition{Type: t, Status: metav1.ConditionFalse, Reason: ReasonNamespaceInUse, Message: msg, ObservedGeneration: generation})
+		}
+		return out
+	}
 	cond := func(t string, ok bool, yes, no, msgYes, msgNo string) metav1.Condition {
 		c := metav1.Condition{Type: t, Status: metav1.ConditionFalse, Reason: no, Message: msgNo, ObservedGeneration: generation}
 		if ok {
@@ -100,6 +115,8 @@ func notReadyMessage(o observed) string {
 // ready again after a spec change is Updating.
 func phaseFor(o observed, previous nestv1.Phase) nestv1.Phase {
 	switch {
+	case o.namespaceHolder != "":
+		return nestv1.PhasePending
 	case !o.certificates || !o.hostObjects:
 		return nestv1.PhasePreparing
 	case o.endpoint == "":

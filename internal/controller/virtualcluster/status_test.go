@@ -25,6 +25,7 @@ func TestPhaseAndConditions(t *testing.T) {
 		{"starting", observed{certificates: true, hostObjects: true, endpoint: "https://x:1", kubeconfig: true}, nestv1.PhasePreparing, nestv1.PhaseInitialized, false, false, ReasonNotReady},
 		{"available, add-ons missing", observed{certificates: true, hostObjects: true, endpoint: "https://x:1", kubeconfig: true, available: true}, nestv1.PhaseInitialized, nestv1.PhaseInitialized, false, true, ReasonNotReady},
 		{"ready", all, nestv1.PhaseInitialized, nestv1.PhaseCompleted, true, true, ReasonReady},
+		{"namespace held by another", observed{namespaceHolder: "first"}, nestv1.PhaseCompleted, nestv1.PhasePending, false, false, ReasonNamespaceInUse},
 		{"was ready, restarting", observed{certificates: true, hostObjects: true, endpoint: "https://x:1", kubeconfig: true}, nestv1.PhaseCompleted, nestv1.PhaseUpdating, false, false, ReasonNotReady},
 	}
 	for _, tt := range tests {
@@ -32,7 +33,7 @@ func TestPhaseAndConditions(t *testing.T) {
 			if got := phaseFor(tt.obs, tt.previous); got != tt.phase {
 				t.Errorf("phase = %s, want %s", got, tt.phase)
 			}
-			conds := conditionsFor(tt.obs, 3)
+			conds := conditionsFor(tt.obs, 3, "alpha", "team")
 			ready := meta.FindStatusCondition(conds, nestv1.ConditionReady)
 			if ready == nil || meta.IsStatusConditionTrue(conds, nestv1.ConditionReady) != tt.ready || ready.Reason != tt.reason {
 				t.Errorf("Ready = %+v, want ready=%v reason=%s", ready, tt.ready, tt.reason)

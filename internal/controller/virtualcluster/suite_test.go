@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -31,6 +32,18 @@ var (
 	tenants   = &fakeTenants{}
 	cfg       *rest.Config
 )
+
+// testOptions are the reconciler's; the host network is the local host
+// cluster's, so the API server validates NetworkPolicies with exceptions.
+var testOptions = controlplane.Options{
+	KubeImage: "nest.local/kube:test", SyncerImage: "nest.local/nest-syncer:test", CoreDNSImage: "nest.local/coredns:test", ImagePullPolicy: "IfNotPresent",
+	HostNetwork: controlplane.HostNetwork{
+		PodCIDRs:     []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")},
+		ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")},
+		NodeCIDRs:    []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")},
+	},
+	ManagerNamespace: "nest-system",
+}
 
 // fakeTenants answers for tenant API servers, which do not run in envtest.
 type fakeTenants struct{ ready atomic.Bool }
@@ -77,7 +90,7 @@ func run(m *testing.M) int {
 	}
 	r := &Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: scheme, Recorder: mgr.GetEventRecorder("nest-manager"),
-		ControlPlane:      controlplane.Options{KubeImage: "nest.local/kube:test", SyncerImage: "nest.local/nest-syncer:test", CoreDNSImage: "nest.local/coredns:test", ImagePullPolicy: "IfNotPresent"},
+		ControlPlane:      testOptions,
 		HostClusterDomain: "cluster.local",
 		Tenants:           tenants,
 	}

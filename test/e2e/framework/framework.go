@@ -1,5 +1,6 @@
 // Package framework holds the helpers Nest's end-to-end tests share: finding and
-// running the nest and kubectl binaries, and requiring root.
+// running the nest and kubectl binaries, requiring root, starting a local host
+// cluster with Nest, and reaching virtual clusters as their tenants do.
 package framework
 
 import (

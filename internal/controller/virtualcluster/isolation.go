@@ -1,0 +1,109 @@
+package virtualcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/controlplane"
+)
+
+// namespaceHolder returns the name of the VirtualCluster that holds vc's
+// host namespace.
+func (r *Reconciler) namespaceHolder(ctx context.Context, vc *nestv1.VirtualCluster) (string, error) {
+	var list nestv1.VirtualClusterList
+	if err := r.List(ctx, &list, client.InNamespace(vc.Namespace)); err != nil {
+		return "", fmt.Errorf("list VirtualClusters in namespace %s: %w", vc.Namespace, err)
+	}
+	return controlplane.NamespaceHolder(list.Items), nil
+}
+
+// refuseNamespace reports that another VirtualCluster holds vc's namespace
+// and stops: nothing is created, and only a change to vc, or the holder's
+// deletion, reconciles it again.
+func (r *Reconciler) refuseNamespace(ctx context.Context, vc *nestv1.VirtualCluster, holder string) (ctrl.Result, error) {
+	before := vc.DeepCopy()
+	s := &reconcileState{vc: vc, obs: observed{namespaceHolder: holder}}
+	if err := r.patchStatus(ctx, before, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	ctrl.LoggerFrom(ctx).Info("Namespace held by another VirtualCluster", "virtualCluster", klog.KObj(vc), "holder", holder)
+	return ctrl.Result{}, reconcile.TerminalError(errors.New(controlplane.NamespaceInUseMessage(vc.Namespace, holder, vc.Name)))
+}
+
+// reconcileNamespace puts the Pod Security labels on the host namespace. It
+// reads without the cache, which holds no namespaces, and patches only when
+// a label differs.
+func (r *Reconciler) reconcileNamespace(ctx context.Context, s *reconcileState) (bool, error) {
+	ns := &corev1.Namespace{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Name: s.vc.Namespace}, ns); err != nil {
+		return false, fmt.Errorf("get namespace %s of %s: %w", s.vc.Namespace, klog.KObj(s.vc), err)
+	}
+	want := controlplane.NamespaceLabelsFor(s.vc)
+	if hasLabels(ns.Labels, want) {
+		return true, nil
+	}
+	patch := client.MergeFrom(ns.DeepCopy())
+	if ns.Labels == nil {
+		ns.Labels = map[string]string{}
+	}
+	maps.Copy(ns.Labels, want)
+	if err := r.Patch(ctx, ns, patch); err != nil {
+		return false, fmt.Errorf("label namespace %s of %s for Pod Security: %w", ns.Name, klog.KObj(s.vc), err)
+	}
+	return true, nil
+}
+
+// reconcileNetworkPolicies keeps the namespace's NetworkPolicies. A spec
+// the builder refuses (an egress CIDR that is no CIDR) is terminal: only an
+// edit of the VirtualCluster fixes it.
+func (r *Reconciler) reconcileNetworkPolicies(ctx context.Context, s *reconcileState) (bool, error) {
+	policies, err := controlplane.NetworkPoliciesFor(s.vc, r.ControlPlane)
+	if err != nil {
+		return false, reconcile.TerminalError(fmt.Errorf("NetworkPolicies of %s: %w", klog.KObj(s.vc), err))
+	}
+	for _, want := range policies {
+		np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: want.Name, Namespace: want.Namespace}}
+		if err := r.ensure(ctx, s, np, func() { np.Labels, np.Spec = want.Labels, want.Spec }); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// reconcileLimits keeps the namespace's LimitRange, the ResourceQuota that
+// enforces the tenant's share, and the one that bounds its objects.
+func (r *Reconciler) reconcileLimits(ctx context.Context, s *reconcileState) (bool, error) {
+	lr, wantLR := &corev1.LimitRange{}, controlplane.LimitRangeFor(s.vc)
+	lr.ObjectMeta = metav1.ObjectMeta{Name: wantLR.Name, Namespace: wantLR.Namespace}
+	if err := r.ensure(ctx, s, lr, func() { lr.Labels, lr.Spec = wantLR.Labels, wantLR.Spec }); err != nil {
+		return false, err
+	}
+	for _, want := range []*corev1.ResourceQuota{controlplane.TenantQuotaFor(s.vc), controlplane.ObjectQuotaFor(s.vc)} {
+		quota := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: want.Name, Namespace: want.Namespace}}
+		if err := r.ensure(ctx, s, quota, func() { quota.Labels, quota.Spec = want.Labels, want.Spec }); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// hasLabels reports whether have holds every label of want.
+func hasLabels(have, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := have[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}

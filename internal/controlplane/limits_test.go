@@ -1,0 +1,207 @@
+package controlplane
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+)
+
+func list(pairs ...string) corev1.ResourceList {
+	out := corev1.ResourceList{}
+	for i := 0; i < len(pairs); i += 2 {
+		out[corev1.ResourceName(pairs[i])] = resource.MustParse(pairs[i+1])
+	}
+	return out
+}
+
+func sameList(got, want corev1.ResourceList) error {
+	if len(got) != len(want) {
+		return fmt.Errorf("%v, want %v", got, want)
+	}
+	for name, q := range want {
+		if g, ok := got[name]; !ok || g.Cmp(q) != 0 {
+			return fmt.Errorf("%s = %s, want %s (all: %v)", name, g.String(), q.String(), got)
+		}
+	}
+	return nil
+}
+
+func TestLimitRangeFor(t *testing.T) {
+	tests := []struct {
+		name                   string
+		share                  corev1.ResourceList
+		defaults, requests, mx corev1.ResourceList
+	}{{
+		name:     "default share",
+		defaults: list("cpu", "500m", "memory", "512Mi", "ephemeral-storage", "1Gi"),
+		requests: list("cpu", "10m", "memory", "32Mi", "ephemeral-storage", "64Mi"),
+		// The share, except cpu: kube-apiserver's 2 cpu limit is larger.
+		mx: list("cpu", "2", "memory", "4Gi"),
+	}, {
+		name:     "small share caps the defaults; the control plane's limits raise max",
+		share:    list("cpu", "250m", "memory", "256Mi", "ephemeral-storage", "512Mi"),
+		defaults: list("cpu", "250m", "memory", "256Mi", "ephemeral-storage", "512Mi"),
+		requests: list("cpu", "10m", "memory", "32Mi", "ephemeral-storage", "64Mi"),
+		mx:       list("cpu", "2", "memory", "1Gi", "ephemeral-storage", "512Mi"),
+	}, {
+		name:     "tiny share caps the default requests too",
+		share:    list("cpu", "5m", "memory", "16Mi"),
+		defaults: list("cpu", "5m", "memory", "16Mi", "ephemeral-storage", "1Gi"),
+		requests: list("cpu", "5m", "memory", "16Mi", "ephemeral-storage", "64Mi"),
+		mx:       list("cpu", "2", "memory", "1Gi"),
+	}, {
+		name:     "large share",
+		share:    list("cpu", "64", "memory", "256Gi"),
+		defaults: list("cpu", "500m", "memory", "512Mi", "ephemeral-storage", "1Gi"),
+		requests: list("cpu", "10m", "memory", "32Mi", "ephemeral-storage", "64Mi"),
+		mx:       list("cpu", "64", "memory", "256Gi"),
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			lr := LimitRangeFor(vc(func(v *nestv1.VirtualCluster) { v.Spec.PromoteResources.Resources = tt.share }))
+			if lr.Name != names.LimitRange() || len(lr.Spec.Limits) != 1 || lr.Spec.Limits[0].Type != corev1.LimitTypeContainer {
+				t.Fatalf("limit range %s %+v", lr.Name, lr.Spec)
+			}
+			item := lr.Spec.Limits[0]
+			for _, c := range []struct {
+				field     string
+				got, want corev1.ResourceList
+			}{{"default", item.Default, tt.defaults}, {"defaultRequest", item.DefaultRequest, tt.requests}, {"max", item.Max, tt.mx}} {
+				if err := sameList(c.got, c.want); err != nil {
+					t.Errorf("%s: %v", c.field, err)
+				}
+			}
+		})
+	}
+}
+
+// The control-plane pod lives in the namespace the LimitRange governs: each
+// of its containers states requests and limits within max.
+func TestControlPlaneFitsLimitRange(t *testing.T) {
+	for _, share := range []corev1.ResourceList{nil, list("cpu", "100m", "memory", "128Mi")} {
+		v := vc(func(v *nestv1.VirtualCluster) { v.Spec.PromoteResources.Resources = share })
+		item := LimitRangeFor(v).Spec.Limits[0]
+		pod := StatefulSetFor(v, Options{}, ServiceIPs{}).Spec.Template.Spec
+		for _, c := range append(pod.InitContainers, pod.Containers...) {
+			for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+				limit, hasLimit := c.Resources.Limits[name]
+				request := c.Resources.Requests[name]
+				if !hasLimit || request.Cmp(limit) > 0 || limit.Cmp(item.Max[name]) > 0 {
+					t.Errorf("share %v: %s %s request %s limit %s max %s", share, c.Name, name, request.String(), limit.String(), ptr.To(item.Max[name]).String())
+				}
+			}
+		}
+	}
+}
+
+func TestControlPlaneResources(t *testing.T) {
+	tests := []struct {
+		name                      string
+		resources                 corev1.ResourceRequirements
+		cpu, memory               string
+		readOnly, mutating        int
+		requestCPU, requestMemory string
+	}{
+		{"defaults", corev1.ResourceRequirements{}, "2", "1Gi", 128, 64, "100m", "256Mi"},
+		{"request above the default limit", corev1.ResourceRequirements{Requests: list("cpu", "3", "memory", "2Gi")}, "3", "2Gi", 299, 149, "3", "2Gi"},
+		{"explicit limit", corev1.ResourceRequirements{Limits: list("memory", "4Gi")}, "2", "4Gi", 400, 200, "100m", "256Mi"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := vc(func(v *nestv1.VirtualCluster) { v.Spec.ControlPlane.Resources = tt.resources })
+			pod := StatefulSetFor(v, Options{}, ServiceIPs{}).Spec.Template.Spec
+			api := pod.InitContainers[1]
+			if err := sameList(api.Resources.Limits, list("cpu", tt.cpu, "memory", tt.memory)); err != nil {
+				t.Errorf("kube-apiserver limits: %v", err)
+			}
+			if err := sameList(api.Resources.Requests, list("cpu", tt.requestCPU, "memory", tt.requestMemory)); err != nil {
+				t.Errorf("kube-apiserver requests: %v", err)
+			}
+			args := strings.Join(api.Args, " ")
+			for _, want := range []string{fmt.Sprintf("--max-requests-inflight=%d ", tt.readOnly), fmt.Sprintf("--max-mutating-requests-inflight=%d", tt.mutating)} {
+				if !strings.Contains(args+" ", want) {
+					t.Errorf("kube-apiserver lacks %s", want)
+				}
+			}
+		})
+	}
+	// Every container has a memory limit its Go runtime knows about.
+	pod := StatefulSetFor(vc(nil), Options{}, ServiceIPs{}).Spec.Template.Spec
+	want := map[string]string{"etcd": "512Mi", "kube-apiserver": "1Gi", "kube-controller-manager": "512Mi", "kube-scheduler": "256Mi", "nest-syncer": "512Mi", "coredns": "128Mi"}
+	for _, c := range append(pod.InitContainers, pod.Containers...) {
+		limit := c.Resources.Limits[corev1.ResourceMemory]
+		if limit.String() != want[c.Name] {
+			t.Errorf("%s memory limit %s, want %s", c.Name, limit.String(), want[c.Name])
+		}
+		gomem := ""
+		for _, e := range c.Env {
+			if e.Name == "GOMEMLIMIT" {
+				gomem = e.Value
+			}
+		}
+		if n, err := strconv.ParseInt(gomem, 10, 64); err != nil || n >= limit.Value() || n < limit.Value()*8/10 {
+			t.Errorf("%s GOMEMLIMIT %q for a limit of %s", c.Name, gomem, limit.String())
+		}
+	}
+}
+
+func TestAPIServerInflight(t *testing.T) {
+	for _, tc := range []struct {
+		limit              string
+		readOnly, mutating int
+	}{
+		{"128Mi", 20, 10}, // below the baseline: the floor
+		{"512Mi", 43, 21},
+		{"1Gi", 128, 64},
+		{"2656Mi", 400, 200}, // the upstream defaults
+		{"16Gi", 400, 200},
+	} {
+		r, m := APIServerInflight(resource.MustParse(tc.limit))
+		if r != tc.readOnly || m != tc.mutating {
+			t.Errorf("%s: %d/%d, want %d/%d", tc.limit, r, m, tc.readOnly, tc.mutating)
+		}
+	}
+}
+
+func TestObjectQuotaFor(t *testing.T) {
+	tests := []struct {
+		name                         string
+		mutate                       func(*nestv1.VirtualCluster)
+		configMaps, secrets, service string
+		dataBytes                    int64
+	}{
+		// 500 + the DNS ConfigMap + kube-root-ca.crt; 500 + 3 Nest Secrets + 110
+		// token Secrets; 200 + the API server and DNS Services.
+		{"defaults", nil, "502", "613", "202", 64 << 20},
+		{"budget and pod count", func(v *nestv1.VirtualCluster) {
+			v.Spec.VirtualNode.ObjectBudget = nestv1.ObjectBudgetSpec{ConfigMaps: ptr.To[int32](10), Secrets: ptr.To[int32](0), Services: ptr.To[int32](5), DataBytes: ptr.To(resource.MustParse("1Mi"))}
+			v.Spec.PromoteResources.Resources = list("pods", "20")
+		}, "12", "23", "7", 1 << 20},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := vc(tt.mutate)
+			q := ObjectQuotaFor(v)
+			if q.Name != names.ObjectQuota() || q.Spec.ScopeSelector != nil || len(q.Spec.Scopes) != 0 {
+				t.Errorf("quota %s scopes %v %v: want an unscoped object quota", q.Name, q.Spec.ScopeSelector, q.Spec.Scopes)
+			}
+			if err := sameList(q.Spec.Hard, list("count/configmaps", tt.configMaps, "count/secrets", tt.secrets, "services", tt.service)); err != nil {
+				t.Error(err)
+			}
+			if got := BudgetOf(v).DataBytes; got != tt.dataBytes {
+				t.Errorf("data budget %d, want %d", got, tt.dataBytes)
+			}
+			args := strings.Join(StatefulSetFor(v, Options{}, ServiceIPs{}).Spec.Template.Spec.Containers[2].Args, " ")
+			if want := fmt.Sprintf("--data-budget-bytes=%d", tt.dataBytes); !strings.Contains(args, want) {
+				t.Errorf("nest-syncer lacks %s in %s", want, args)
+			}
+		})
+	}
+}

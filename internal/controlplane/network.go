@@ -1,0 +1,256 @@
+package controlplane
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/syncer"
+)
+
+// HostNetwork is the host cluster's own address space. Tenant pods never
+// reach it, except for their own virtual cluster's pods and control plane.
+type HostNetwork struct {
+	// PodCIDRs hold the host's pod IPs (the cluster CIDR).
+	PodCIDRs []netip.Prefix
+	// ServiceCIDRs hold the host's ClusterIPs. NetworkPolicies match after
+	// kube-proxy's DNAT, so these matter only where a ClusterIP is not
+	// rewritten, but they are never a destination tenants may reach.
+	ServiceCIDRs []netip.Prefix
+	// NodeCIDRs hold the host nodes' IPs: the host API server, kubelets and
+	// NodePorts listen there.
+	NodeCIDRs []netip.Prefix
+}
+
+// all returns every host range.
+func (h HostNetwork) all() []netip.Prefix {
+	return slices.Concat(h.PodCIDRs, h.ServiceCIDRs, h.NodeCIDRs)
+}
+
+// ParseCIDRs parses a comma-separated list of CIDRs, such as the value of
+// --host-pod-cidrs. Empty entries are skipped; host bits are masked off. The
+// error names flag and the bad entry.
+func ParseCIDRs(flag, list string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range strings.Split(list, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("--%s: %q is not a CIDR: list CIDRs separated by commas, such as 10.244.0.0/16,fd00:10:244::/56", flag, s)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+// privateRanges are destinations tenant pods cannot reach unless
+// spec.network.egressCIDRs names them: RFC 1918 and RFC 4193 private
+// networks, link-local addresses (cloud metadata services at
+// 169.254.169.254) and RFC 6598 shared address space (used by some CNIs and
+// cloud NATs). Host clusters usually take their own ranges from these.
+var privateRanges = []netip.Prefix{
+	netip.MustParsePrefix("10.0.0.0/8"),
+	netip.MustParsePrefix("172.16.0.0/12"),
+	netip.MustParsePrefix("192.168.0.0/16"),
+	netip.MustParsePrefix("169.254.0.0/16"),
+	netip.MustParsePrefix("100.64.0.0/10"),
+	netip.MustParsePrefix("fc00::/7"),
+	netip.MustParsePrefix("fe80::/10"),
+}
+
+var (
+	anyIPv4 = netip.MustParsePrefix("0.0.0.0/0")
+	anyIPv6 = netip.MustParsePrefix("::/0")
+)
+
+// Ports of the control-plane pod that other pods and the kubelet reach.
+const (
+	// controllerManagerPort and schedulerPort serve /healthz for the
+	// kubelet's probes, over authenticated HTTPS.
+	controllerManagerPort = 10257
+	schedulerPort         = 10259
+)
+
+// NetworkPoliciesFor returns the host NetworkPolicies of the virtual
+// cluster's namespace, in the order of Names.NetworkPolicies:
+//
+//   - the tenant's pods (label nest.dev/tenant-of=<name>) take ingress only from
+//     the virtual cluster's own pods and its control-plane pod (the tenant API
+//     server calls webhooks and proxies to pods), and send egress only to the
+//     virtual cluster's own pods, to the control-plane pod's API server port
+//     and CoreDNS port, and outside the host cluster (see egressBlocks);
+//   - the control-plane pod takes ingress from the tenant's pods (API server
+//     and DNS), from nest-manager's namespace and the host nodes (API server,
+//     and the controller-manager's and scheduler's probe ports), and, for a
+//     NodePort or LoadBalancer Service, from anywhere but the host's pods on
+//     the API server port. Its egress is open: nest-syncer talks to the host
+//     API server;
+//   - every other pod of the namespace takes no ingress.
+//
+// Rules name pod ports, not Service ports: policies match after kube-proxy's
+// DNAT. The error names a spec.network.egressCIDRs entry that is no CIDR.
+func NetworkPoliciesFor(vc *nestv1.VirtualCluster, o Options) ([]*networkingv1.NetworkPolicy, error) {
+	n := NamesOf(vc)
+	egress, err := egressBlocks(vc.Spec.Network.EgressCIDRs, o.HostNetwork)
+	if err != nil {
+		return nil, err
+	}
+	policy := func(name string, selector map[string]string, spec networkingv1.NetworkPolicySpec) *networkingv1.NetworkPolicy {
+		spec.PodSelector = metav1.LabelSelector{MatchLabels: selector}
+		return &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: n.Namespace, Labels: n.Labels()}, Spec: spec}
+	}
+	tenantPods := []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: n.TenantPodLabels()}}}
+	controlPlane := []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: n.Labels()}}}
+	apiPort := ports(corev1.ProtocolTCP, Port)
+	dnsPorts := append(ports(corev1.ProtocolUDP, syncer.DefaultDNSPort), ports(corev1.ProtocolTCP, syncer.DefaultDNSPort)...)
+
+	tenantEgress := []networkingv1.NetworkPolicyEgressRule{
+		{To: tenantPods},
+		{To: controlPlane, Ports: slices.Concat(apiPort, dnsPorts)},
+	}
+	// A rule without peers would allow every destination: add the outside
+	// world only when some of it is left.
+	if len(egress) > 0 {
+		tenantEgress = append(tenantEgress, networkingv1.NetworkPolicyEgressRule{To: ipPeers(egress)})
+	}
+	tenant := policy(n.TenantNetworkPolicy(), n.TenantPodLabels(), networkingv1.NetworkPolicySpec{
+		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+		Ingress:     []networkingv1.NetworkPolicyIngressRule{{From: tenantPods}, {From: controlPlane}},
+		Egress:      tenantEgress,
+	})
+
+	cpIngress := []networkingv1.NetworkPolicyIngressRule{
+		{From: tenantPods, Ports: slices.Concat(apiPort, dnsPorts)},
+		{From: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{
+			MatchLabels: map[string]string{corev1.LabelMetadataName: o.ManagerNamespace},
+		}}}, Ports: apiPort},
+	}
+	// The kubelet probes from its node's IP, and kube-proxy SNATs NodePort
+	// traffic that arrives on another node to that node's IP.
+	if len(o.HostNetwork.NodeCIDRs) > 0 {
+		cpIngress = append(cpIngress, networkingv1.NetworkPolicyIngressRule{
+			From:  ipPeers(subtract(o.HostNetwork.NodeCIDRs, nil)),
+			Ports: slices.Concat(apiPort, ports(corev1.ProtocolTCP, controllerManagerPort, schedulerPort)),
+		})
+	}
+	if typ := ServiceFor(vc).Spec.Type; typ == corev1.ServiceTypeNodePort || typ == corev1.ServiceTypeLoadBalancer {
+		// Tenants' clients come from anywhere outside the host cluster; a
+		// LoadBalancer with externalTrafficPolicy Local keeps their address.
+		cpIngress = append(cpIngress, networkingv1.NetworkPolicyIngressRule{
+			From:  ipPeers(subtract(everywhere(o.HostNetwork), o.HostNetwork.PodCIDRs)),
+			Ports: apiPort,
+		})
+	}
+	cp := policy(n.ControlPlaneNetworkPolicy(), n.Labels(), networkingv1.NetworkPolicySpec{
+		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+		Ingress:     cpIngress,
+	})
+
+	deny := policy(n.DenyIngressNetworkPolicy(), nil, networkingv1.NetworkPolicySpec{
+		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+	})
+	return []*networkingv1.NetworkPolicy{tenant, cp, deny}, nil
+}
+
+// egressBlocks returns the addresses outside the host cluster that tenant
+// pods may reach. By default that is every IPv4 address (and every IPv6
+// address when the host has IPv6 ranges) except the host's pod, Service and
+// node ranges and the private ranges; with spec.network.egressCIDRs, those
+// CIDRs except the host's ranges.
+func egressBlocks(egressCIDRs []string, h HostNetwork) ([]networkingv1.IPBlock, error) {
+	if len(egressCIDRs) == 0 {
+		return subtract(everywhere(h), slices.Concat(h.all(), privateRanges)), nil
+	}
+	var allow []netip.Prefix
+	for i, s := range egressCIDRs {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("spec.network.egressCIDRs[%d] %q is not a CIDR: use one such as 203.0.113.0/24", i, s)
+		}
+		allow = append(allow, p.Masked())
+	}
+	return subtract(allow, h.all()), nil
+}
+
+// everywhere is 0.0.0.0/0, and ::/0 when the host has an IPv6 range: a
+// single-stack host's ranges say nothing about IPv6.
+func everywhere(h HostNetwork) []netip.Prefix {
+	out := []netip.Prefix{anyIPv4}
+	if slices.ContainsFunc(h.all(), func(p netip.Prefix) bool { return p.Addr().Is6() }) {
+		out = append(out, anyIPv6)
+	}
+	return out
+}
+
+// subtract returns allow without deny as ipBlocks: an allowed range inside a
+// denied one is dropped, and denied ranges inside an allowed one become its
+// exceptions (the API accepts only exceptions strictly inside the CIDR).
+// Blocks and exceptions are masked, free of duplicates and of ranges inside
+// others, and sorted, so the result is stable.
+func subtract(allow, deny []netip.Prefix) []networkingv1.IPBlock {
+	deny = minimal(deny)
+	var out []networkingv1.IPBlock
+	for _, a := range minimal(allow) {
+		if slices.ContainsFunc(deny, func(d netip.Prefix) bool { return covers(d, a) }) {
+			continue
+		}
+		b := networkingv1.IPBlock{CIDR: a.String()}
+		for _, d := range deny {
+			if covers(a, d) {
+				b.Except = append(b.Except, d.String())
+			}
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+// covers reports whether outer contains every address of inner.
+func covers(outer, inner netip.Prefix) bool {
+	return outer.Addr().Is4() == inner.Addr().Is4() && outer.Bits() <= inner.Bits() && outer.Contains(inner.Addr())
+}
+
+// minimal masks the prefixes, sorts them and drops those inside another.
+func minimal(ps []netip.Prefix) []netip.Prefix {
+	masked := make([]netip.Prefix, 0, len(ps))
+	for _, p := range ps {
+		masked = append(masked, p.Masked())
+	}
+	slices.SortFunc(masked, func(a, b netip.Prefix) int {
+		return cmp.Or(a.Addr().Compare(b.Addr()), cmp.Compare(a.Bits(), b.Bits()))
+	})
+	var out []netip.Prefix
+	for _, p := range masked {
+		if !slices.ContainsFunc(out, func(q netip.Prefix) bool { return covers(q, p) }) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func ipPeers(blocks []networkingv1.IPBlock) []networkingv1.NetworkPolicyPeer {
+	out := make([]networkingv1.NetworkPolicyPeer, 0, len(blocks))
+	for i := range blocks {
+		out = append(out, networkingv1.NetworkPolicyPeer{IPBlock: &blocks[i]})
+	}
+	return out
+}
+
+func ports(protocol corev1.Protocol, numbers ...int32) []networkingv1.NetworkPolicyPort {
+	out := make([]networkingv1.NetworkPolicyPort, 0, len(numbers))
+	for _, p := range numbers {
+		out = append(out, networkingv1.NetworkPolicyPort{Protocol: &protocol, Port: ptr.To(intstr.FromInt32(p))})
+	}
+	return out
+}

@@ -1,0 +1,215 @@
+package controlplane
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+)
+
+// devNetwork is the local host cluster's addressing.
+var devNetwork = HostNetwork{
+	PodCIDRs:     []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")},
+	ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")},
+	NodeCIDRs:    []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")},
+}
+
+// rules renders a policy's rules one a line, such as
+// "ingress from pods(a=b) on TCP/6443", so tests state them exactly.
+func rules(p *networkingv1.NetworkPolicy) []string {
+	peers := func(ps []networkingv1.NetworkPolicyPeer) string {
+		var out []string
+		for _, peer := range ps {
+			switch {
+			case peer.IPBlock != nil:
+				s := peer.IPBlock.CIDR
+				if len(peer.IPBlock.Except) > 0 {
+					s += " except " + strings.Join(peer.IPBlock.Except, ",")
+				}
+				out = append(out, s)
+			case peer.NamespaceSelector != nil:
+				out = append(out, "namespace("+labels.Set(peer.NamespaceSelector.MatchLabels).String()+")")
+			case peer.PodSelector != nil:
+				out = append(out, "pods("+labels.Set(peer.PodSelector.MatchLabels).String()+")")
+			}
+		}
+		if len(out) == 0 {
+			return "anywhere"
+		}
+		return strings.Join(out, " | ")
+	}
+	ports := func(ps []networkingv1.NetworkPolicyPort) string {
+		if len(ps) == 0 {
+			return "all ports"
+		}
+		var out []string
+		for _, p := range ps {
+			out = append(out, fmt.Sprintf("%s/%s", *p.Protocol, p.Port.String()))
+		}
+		return strings.Join(out, ",")
+	}
+	out := []string{fmt.Sprintf("select pods(%s) types %v", labels.Set(p.Spec.PodSelector.MatchLabels), p.Spec.PolicyTypes)}
+	for _, r := range p.Spec.Ingress {
+		out = append(out, "ingress from "+peers(r.From)+" on "+ports(r.Ports))
+	}
+	for _, r := range p.Spec.Egress {
+		out = append(out, "egress to "+peers(r.To)+" on "+ports(r.Ports))
+	}
+	return out
+}
+
+func TestNetworkPoliciesFor(t *testing.T) {
+	const (
+		tenantPods   = "pods(nest.dev/tenant-of=alpha)"
+		controlPlane = "pods(app.kubernetes.io/component=control-plane,app.kubernetes.io/managed-by=nest,nest.dev/virtualcluster=alpha)"
+		cpPorts      = "TCP/6443,UDP/1053,TCP/1053"
+		private      = "10.0.0.0/8,100.64.0.0/10,169.254.0.0/16,172.16.0.0/12,192.168.0.0/16"
+	)
+	tenantHead := []string{
+		"select " + tenantPods + " types [Ingress Egress]",
+		"ingress from " + tenantPods + " on all ports",
+		"ingress from " + controlPlane + " on all ports",
+		"egress to " + tenantPods + " on all ports",
+		"egress to " + controlPlane + " on " + cpPorts,
+	}
+	cpHead := []string{
+		"select " + controlPlane + " types [Ingress]",
+		"ingress from " + tenantPods + " on " + cpPorts,
+		"ingress from namespace(kubernetes.io/metadata.name=nest-system) on TCP/6443",
+	}
+	nodes := "ingress from 198.51.100.0/24 on TCP/6443,TCP/10257,TCP/10259"
+	clusterIP := func(v *nestv1.VirtualCluster) { v.Spec.ControlPlane.Service.Type = "ClusterIP" }
+	tests := []struct {
+		name         string
+		mutate       func(*nestv1.VirtualCluster)
+		host         HostNetwork
+		tenant, cp   []string
+		errorMention string
+	}{{
+		name: "NodePort on the local host cluster",
+		host: devNetwork,
+		tenant: append(slices.Clone(tenantHead),
+			// 10.244/16 and 10.96/16 lie in 10/8.
+			"egress to 0.0.0.0/0 except "+private+",198.51.100.0/24 on all ports"),
+		cp: append(slices.Clone(cpHead), nodes, "ingress from 0.0.0.0/0 except 10.244.0.0/16 on TCP/6443"),
+	}, {
+		name:   "ClusterIP: nothing from outside",
+		mutate: clusterIP,
+		host:   devNetwork,
+		tenant: append(slices.Clone(tenantHead), "egress to 0.0.0.0/0 except "+private+",198.51.100.0/24 on all ports"),
+		cp:     append(slices.Clone(cpHead), nodes),
+	}, {
+		name: "egress CIDRs minus the host ranges",
+		mutate: func(v *nestv1.VirtualCluster) {
+			clusterIP(v)
+			v.Spec.Network.EgressCIDRs = []string{"203.0.113.0/24", "198.51.0.0/16", "10.244.1.0/24", "10.0.0.0/8"}
+		},
+		host: devNetwork,
+		tenant: append(slices.Clone(tenantHead),
+			// 10.244.1.0/24 is host pods: dropped. Sorted by address.
+			"egress to 10.0.0.0/8 except 10.96.0.0/16,10.244.0.0/16 | 198.51.0.0/16 except 198.51.100.0/24 | 203.0.113.0/24 on all ports"),
+		cp: append(slices.Clone(cpHead), nodes),
+	}, {
+		name: "egress CIDRs all inside the host: no rule, which would allow everything",
+		mutate: func(v *nestv1.VirtualCluster) {
+			clusterIP(v)
+			v.Spec.Network.EgressCIDRs = []string{"10.244.3.0/24", "198.51.100.7/32"}
+		},
+		host:   devNetwork,
+		tenant: tenantHead,
+		cp:     append(slices.Clone(cpHead), nodes),
+	}, {
+		name: "dual-stack host: IPv6 too",
+		host: HostNetwork{
+			PodCIDRs:  []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/56")},
+			NodeCIDRs: []netip.Prefix{netip.MustParsePrefix("2001:db8:1::/64")},
+		},
+		tenant: append(slices.Clone(tenantHead),
+			"egress to 0.0.0.0/0 except "+private+" | ::/0 except 2001:db8:1::/64,fc00::/7,fe80::/10 on all ports"),
+		cp: append(slices.Clone(cpHead), "ingress from 2001:db8:1::/64 on TCP/6443,TCP/10257,TCP/10259",
+			"ingress from 0.0.0.0/0 except 10.244.0.0/16 | ::/0 except fd00:10:244::/56 on TCP/6443"),
+	}, {
+		name:   "no host ranges given: private ranges still out, no node rule",
+		mutate: clusterIP,
+		tenant: append(slices.Clone(tenantHead), "egress to 0.0.0.0/0 except "+private+" on all ports"),
+		cp:     cpHead,
+	}, {
+		name:         "bad egress CIDR",
+		mutate:       func(v *nestv1.VirtualCluster) { v.Spec.Network.EgressCIDRs = []string{"203.0.113.0"} },
+		errorMention: "spec.network.egressCIDRs[0]",
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			policies, err := NetworkPoliciesFor(vc(tt.mutate), Options{HostNetwork: tt.host, ManagerNamespace: "nest-system"})
+			if tt.errorMention != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.errorMention) {
+					t.Fatalf("error %v, want one naming %s", err, tt.errorMention)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, p := range policies {
+				got = append(got, p.Name)
+				if p.Namespace != "tenant-a" || p.Labels[LabelVirtualCluster] != "alpha" {
+					t.Errorf("%s: namespace %s labels %v", p.Name, p.Namespace, p.Labels)
+				}
+				checkExcepts(t, p)
+			}
+			if !slices.Equal(got, names.NetworkPolicies()) {
+				t.Fatalf("policies %v, want %v", got, names.NetworkPolicies())
+			}
+			for i, want := range [][]string{tt.tenant, tt.cp, {"select pods() types [Ingress]"}} {
+				if got := rules(policies[i]); !slices.Equal(got, want) {
+					t.Errorf("%s:\n got  %s\n want %s", policies[i].Name, strings.Join(got, "\n      "), strings.Join(want, "\n      "))
+				}
+			}
+		})
+	}
+}
+
+// checkExcepts fails when an exception is not strictly inside its block,
+// which the API server refuses.
+func checkExcepts(t *testing.T, p *networkingv1.NetworkPolicy) {
+	t.Helper()
+	var peers []networkingv1.NetworkPolicyPeer
+	for _, r := range p.Spec.Ingress {
+		peers = append(peers, r.From...)
+	}
+	for _, r := range p.Spec.Egress {
+		peers = append(peers, r.To...)
+	}
+	for _, peer := range peers {
+		if peer.IPBlock == nil {
+			continue
+		}
+		block := netip.MustParsePrefix(peer.IPBlock.CIDR)
+		for _, e := range peer.IPBlock.Except {
+			ex := netip.MustParsePrefix(e)
+			if !covers(block, ex) || ex.Bits() <= block.Bits() {
+				t.Errorf("%s: except %s is not strictly inside %s", p.Name, e, block)
+			}
+		}
+	}
+}
+
+func TestParseCIDRs(t *testing.T) {
+	got, err := ParseCIDRs("host-pod-cidrs", " 10.244.1.7/16, ,fd00::/64")
+	if err != nil || len(got) != 2 || got[0].String() != "10.244.0.0/16" || got[1].String() != "fd00::/64" {
+		t.Errorf("got %v, %v; want masked 10.244.0.0/16 and fd00::/64", got, err)
+	}
+	if got, err := ParseCIDRs("host-pod-cidrs", ""); err != nil || len(got) != 0 {
+		t.Errorf("empty list: %v %v", got, err)
+	}
+	if _, err := ParseCIDRs("host-node-cidrs", "10.0.0.1"); err == nil || !strings.Contains(err.Error(), "--host-node-cidrs") || !strings.Contains(err.Error(), `"10.0.0.1"`) {
+		t.Errorf("error %v does not name the flag and the entry", err)
+	}
+}

@@ -1,0 +1,47 @@
+package syncer
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// indexerOf is an informer cache holding objs, for listers in tests.
+func indexerOf(t *testing.T, objs ...runtime.Object) cache.Indexer {
+	t.Helper()
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	for _, o := range objs {
+		if err := idx.Add(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return idx
+}
+
+func podLister(t *testing.T, pods ...runtime.Object) corelisters.PodLister {
+	return corelisters.NewPodLister(indexerOf(t, pods...))
+}
+
+// hostMeta is the metadata of the syncer's host copy of the tenant object
+// shop/name of virtual cluster vc.
+func hostMeta(vc, name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name: HostName(vc, "shop", name), Namespace: tr.HostNamespace,
+		Labels: hostLabels(vc, "shop"), Annotations: hostAnnotations("shop", name, "uid-"+name),
+	}
+}
+
+// foreignMeta is the metadata of a host object that holds the host name of
+// the tenant object shop/name but was not made for it.
+func foreignMeta(name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: HostName(tr.VirtualCluster, "shop", name), Namespace: tr.HostNamespace, UID: "foreign", Labels: map[string]string{"app": "host-thing"}}
+}
+
+func tenantConfigMap(name string, data map[string]string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop", UID: types.UID("uid-" + name)}, Data: data}
+}

@@ -1,0 +1,195 @@
+package syncer
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/record"
+)
+
+// newProvider is a podProvider over a fake host API server holding host,
+// whose informer cache holds the same, with tenant pods bound to the virtual
+// node and a share of capacity.
+func newProvider(t *testing.T, capacity corev1.ResourceList, host []runtime.Object, tenantPods ...runtime.Object) (*podProvider, *fake.Clientset) {
+	t.Helper()
+	security, err := NewPodSecurity("baseline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostClient := fake.NewClientset(host...)
+	objects, _ := newObjectSyncer(t, 0, nil, nil, nil)
+	objects.host = hostClient
+	p := &podProvider{
+		tr: tr, metadata: defaultMetadata, security: security, host: hostClient, objects: objects,
+		recorder:   record.NewFakeRecorder(10),
+		tenantPods: podLister(t, tenantPods...),
+		hostPods:   corelisters.NewPodLister(indexerOf(t, host...)).Pods(tr.HostNamespace),
+	}
+	p.capacity = &admission{capacity: capacity, pods: p.tenantPods, onHost: p.runsOnHost}
+	return p, hostClient
+}
+
+// simplePod is a tenant pod bound to the virtual node that references
+// nothing, requesting cpu.
+func simplePod(name, cpu string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop", UID: types.UID("uid-" + name)},
+		Spec: corev1.PodSpec{NodeName: tr.NodeName, Containers: []corev1.Container{{Name: "app", Image: "img",
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodPending},
+	}
+}
+
+// hostPodOf is the host pod the syncer made for a tenant pod.
+func hostPodOf(t *testing.T, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	pt, err := tr.TranslatePod(pod, defaultMetadata)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pt.Pod.UID = "host-" + pod.UID
+	return pt.Pod
+}
+
+func TestCreatePodRefusesWhatIsNotInTheShare(t *testing.T) {
+	share := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("4Gi"), corev1.ResourcePods: resource.MustParse("3")}
+	running := simplePod("running", "1500m")
+	gpu := simplePod("gpu", "100m")
+	gpu.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
+	hugepages := simplePod("hugepages", "100m")
+	hugepages.Spec.Containers[0].Resources.Requests["hugepages-2Mi"] = resource.MustParse("2Mi")
+	tests := []struct {
+		name    string
+		pod     *corev1.Pod
+		wantErr string
+	}{
+		{name: "fits", pod: simplePod("small", "500m")},
+		{name: "an extended resource the share lacks", pod: gpu,
+			wantErr: "refused by the virtual node: spec.containers[0] (app).resources.limits[nvidia.com/gpu]: nvidia.com/gpu is not in the tenant's share of the host"},
+		{name: "huge pages the share lacks", pod: hugepages, wantErr: "hugepages-2Mi is not in the tenant's share of the host"},
+		{name: "more cpu than is free", pod: simplePod("big", "501m"),
+			wantErr: "refused by the virtual node: insufficient cpu: the pod requests 501m, and 500m of the tenant's 2 is free (1500m requested by 1 other pods on the virtual node)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, host := newProvider(t, share, []runtime.Object{hostPodOf(t, running)}, running, tt.pod)
+			err := p.CreatePod(context.Background(), tt.pod)
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := host.CoreV1().Pods(tr.HostNamespace).Get(context.Background(), HostName("alpha", "shop", tt.pod.Name), metav1.GetOptions{}); err != nil {
+					t.Errorf("no host pod: %v", err)
+				}
+				return
+			}
+			if err == nil || !errdefs.IsInvalidInput(err) || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("CreatePod = %v, want invalid input with %q", err, tt.wantErr)
+			}
+			if n := countActions(host, "create"); n != 0 {
+				t.Errorf("a refused pod made %d host objects", n)
+			}
+		})
+	}
+}
+
+func TestCreateOrAdoptOnlyTouchesItsOwnHostPod(t *testing.T) {
+	pod := simplePod("web", "100m")
+	same := hostPodOf(t, pod)
+	stale := hostPodOf(t, pod)
+	stale.Annotations[AnnotationTenantUID] = "uid-earlier"
+	foreign := &corev1.Pod{ObjectMeta: foreignMeta("web")}
+	otherCluster := hostPodOf(t, pod)
+	otherCluster.Labels[LabelTenantOf] = "beta"
+	otherObject := hostPodOf(t, pod)
+	otherObject.Annotations[AnnotationTenantName] = "api"
+	tests := []struct {
+		name        string
+		existing    *corev1.Pod
+		wantErr     string
+		wantDeleted bool
+	}{
+		{name: "none: created"},
+		{name: "this pod's: adopted", existing: same},
+		{name: "an earlier pod of the same name: deleted, then waited for", existing: stale, wantErr: "still terminating", wantDeleted: true},
+		{name: "an unlabelled host pod", existing: foreign, wantErr: "already exists and is not the copy of shop/web"},
+		{name: "another virtual cluster's pod", existing: otherCluster, wantErr: "already exists and is not the copy of shop/web"},
+		{name: "another tenant pod's", existing: otherObject, wantErr: "already exists and is not the copy of shop/web"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var host []runtime.Object
+			if tt.existing != nil {
+				host = append(host, tt.existing)
+			}
+			p, client := newProvider(t, nil, host)
+			got, err := p.createOrAdopt(context.Background(), pod, hostPodOf(t, pod))
+			if tt.wantErr == "" && (err != nil || got.Annotations[AnnotationTenantUID] != string(pod.UID)) ||
+				tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Fatalf("createOrAdopt = %v, %v; want error %q", got, err, tt.wantErr)
+			}
+			_, err = client.CoreV1().Pods(tr.HostNamespace).Get(context.Background(), same.Name, metav1.GetOptions{})
+			if deleted := tt.existing != nil && apierrors.IsNotFound(err); deleted != tt.wantDeleted {
+				t.Errorf("existing host pod deleted %v, want %v", deleted, tt.wantDeleted)
+			}
+		})
+	}
+}
+
+func TestDeletePodOnlyDeletesItsOwnHostPod(t *testing.T) {
+	pod := simplePod("web", "100m")
+	stale := hostPodOf(t, pod)
+	stale.Annotations[AnnotationTenantUID] = "uid-earlier"
+	for _, tt := range []struct {
+		name     string
+		existing *corev1.Pod
+		cached   bool
+		wantGone bool
+	}{
+		{name: "in the cache", existing: hostPodOf(t, pod), cached: true, wantGone: true},
+		{name: "not in the cache yet", existing: hostPodOf(t, pod), wantGone: true},
+		{name: "a foreign host pod", existing: &corev1.Pod{ObjectMeta: foreignMeta("web")}},
+		{name: "an earlier pod's host pod", existing: stale, cached: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p, client := newProvider(t, nil, []runtime.Object{tt.existing})
+			if !tt.cached {
+				p.hostPods = corelisters.NewPodLister(indexerOf(t)).Pods(tr.HostNamespace)
+			}
+			if err := p.DeletePod(context.Background(), pod); err != nil {
+				t.Fatal(err)
+			}
+			_, err := client.CoreV1().Pods(tr.HostNamespace).Get(context.Background(), tt.existing.Name, metav1.GetOptions{})
+			if gone := apierrors.IsNotFound(err); gone != tt.wantGone {
+				t.Errorf("host pod deleted %v, want %v", gone, tt.wantGone)
+			}
+		})
+	}
+}
+
+func TestUpdatePodCopiesOnlyAllowedMetadata(t *testing.T) {
+	pod := simplePod("web", "100m")
+	p, client := newProvider(t, nil, []runtime.Object{hostPodOf(t, pod)})
+	upd := pod.DeepCopy()
+	upd.Labels = map[string]string{"tier": "front", "sidecar.istio.io/inject": "true"}
+	if err := p.UpdatePod(context.Background(), upd); err != nil {
+		t.Fatal(err)
+	}
+	got, err := client.CoreV1().Pods(tr.HostNamespace).Get(context.Background(), HostName("alpha", "shop", "web"), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Labels["tier"] != "front" || got.Labels["sidecar.istio.io/inject"] != "" || got.Annotations[AnnotationSpecHash] != SpecHash(upd) {
+		t.Errorf("host pod labels %v, annotations %v", got.Labels, got.Annotations)
+	}
+}

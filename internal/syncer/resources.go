@@ -1,0 +1,217 @@
+package syncer
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	corelisters "k8s.io/client-go/listers/core/v1"
+)
+
+// The virtual node's capacity is the tenant's share of the host, and the
+// host decides it: a tenant that binds pods itself (spec.nodeName) skips its
+// scheduler, so the syncer checks every pod against the share again, as a
+// kubelet admits pods against its node's allocatable.
+
+// alwaysKnown are the resources every node has; a share that leaves one out
+// does not bound it.
+var alwaysKnown = []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourceEphemeralStorage, corev1.ResourcePods}
+
+// checkKnownResources refuses a pod that requests or limits a resource the
+// share does not name, such as nvidia.com/gpu or hugepages-2Mi: the host
+// gave the tenant none of it.
+func checkKnownResources(spec *corev1.PodSpec, capacity corev1.ResourceList) error {
+	known := func(name corev1.ResourceName) bool {
+		_, ok := capacity[name]
+		return ok || slices.Contains(alwaysKnown, name)
+	}
+	check := func(field string, r corev1.ResourceRequirements) error {
+		for _, l := range []struct {
+			kind string
+			list corev1.ResourceList
+		}{{"requests", r.Requests}, {"limits", r.Limits}} {
+			for _, name := range slices.Sorted(maps.Keys(l.list)) {
+				if !known(name) {
+					return fmt.Errorf("%s.%s[%s]: %s is not in the tenant's share of the host (the virtual node has %s): remove it, or ask the host administrator to add it to the VirtualCluster's share",
+						field, l.kind, name, name, FormatResourceList(capacity))
+				}
+			}
+		}
+		return nil
+	}
+	if spec.Resources != nil {
+		if err := check("spec.resources", *spec.Resources); err != nil {
+			return err
+		}
+	}
+	for _, list := range []struct {
+		field      string
+		containers []corev1.Container
+	}{{"spec.initContainers", spec.InitContainers}, {"spec.containers", spec.Containers}} {
+		for i, c := range list.containers {
+			if err := check(fmt.Sprintf("%s[%d] (%s).resources", list.field, i, c.Name), c.Resources); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// podRequests is what a pod takes of a node, as the scheduler and the kubelet
+// count it (upstream k8s.io/component-helpers/resource.PodRequests with
+// default options, which is not a dependency of this module): the larger of
+// the sum of regular and sidecar containers and the peak of any init
+// container running beside the sidecars started before it; pod-level
+// requests, where set, replace the containers' for the resources they cover;
+// plus the pod overhead.
+func podRequests(pod *corev1.Pod) corev1.ResourceList {
+	reqs := corev1.ResourceList{}
+	for _, c := range pod.Spec.Containers {
+		addResources(reqs, c.Resources.Requests)
+	}
+	sidecars, initPeak := corev1.ResourceList{}, corev1.ResourceList{}
+	for _, c := range pod.Spec.InitContainers {
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			addResources(reqs, c.Resources.Requests)
+			addResources(sidecars, c.Resources.Requests)
+			continue
+		}
+		running := sidecars.DeepCopy()
+		addResources(running, c.Resources.Requests)
+		maxResources(initPeak, running)
+	}
+	maxResources(reqs, initPeak)
+	if pod.Spec.Resources != nil {
+		for name, q := range pod.Spec.Resources.Requests {
+			if isPodLevelResource(name) {
+				reqs[name] = q.DeepCopy()
+			}
+		}
+	}
+	addResources(reqs, pod.Spec.Overhead)
+	return reqs
+}
+
+// isPodLevelResource reports whether pod-level resources (spec.resources)
+// may set name: cpu, memory and huge pages.
+func isPodLevelResource(name corev1.ResourceName) bool {
+	return name == corev1.ResourceCPU || name == corev1.ResourceMemory || strings.HasPrefix(string(name), corev1.ResourceHugePagesPrefix)
+}
+
+func addResources(sum, add corev1.ResourceList) {
+	for name, q := range add {
+		if have, ok := sum[name]; ok {
+			have.Add(q)
+			sum[name] = have
+			continue
+		}
+		sum[name] = q.DeepCopy()
+	}
+}
+
+func maxResources(peak, l corev1.ResourceList) {
+	for name, q := range l {
+		if have, ok := peak[name]; !ok || q.Cmp(have) > 0 {
+			peak[name] = q.DeepCopy()
+		}
+	}
+}
+
+// checkFits refuses a pod whose requests do not fit beside others' in the
+// capacity, resource by resource, as the scheduler's NodeResourcesFit does:
+// a resource the pod does not request is not checked, and every pod counts
+// one against "pods".
+func checkFits(pod *corev1.Pod, others []*corev1.Pod, capacity corev1.ResourceList) error {
+	if limit, ok := capacity[corev1.ResourcePods]; ok && int64(len(others)+1) > limit.Value() {
+		return fmt.Errorf("the virtual node already runs %d pods, its most: wait for pods to finish, or ask the host administrator for a larger share", len(others))
+	}
+	want := podRequests(pod)
+	used := corev1.ResourceList{}
+	for _, o := range others {
+		addResources(used, podRequests(o))
+	}
+	for _, name := range slices.Sorted(maps.Keys(want)) {
+		request, limit := want[name], capacity[name]
+		if _, bounded := capacity[name]; !bounded || name == corev1.ResourcePods || request.IsZero() {
+			continue
+		}
+		taken := used[name]
+		free := nonNegative(limit, taken)
+		if request.Cmp(free) > 0 {
+			return fmt.Errorf("insufficient %s: the pod requests %s, and %s of the tenant's %s is free (%s requested by %d other pods on the virtual node): lower the request, or wait for other pods to finish",
+				name, request.String(), free.String(), limit.String(), taken.String(), len(others))
+		}
+	}
+	return nil
+}
+
+// nonNegative is limit - taken, or zero when taken is larger (a share
+// lowered under running pods).
+func nonNegative(limit, taken resource.Quantity) resource.Quantity {
+	free := limit.DeepCopy()
+	free.Sub(taken)
+	if free.Sign() < 0 {
+		return resource.Quantity{Format: limit.Format}
+	}
+	return free
+}
+
+// admission admits tenant pods to the virtual node's capacity. It counts the
+// pods it admitted and those already running on the host, not every pod
+// bound to the node: a pod it refused stays bound (Pending) and must not
+// hold capacity, as a kubelet counts only the pods it admitted.
+type admission struct {
+	capacity corev1.ResourceList
+	// pods lists the tenant pods bound to the virtual node.
+	pods corelisters.PodLister
+	// onHost reports whether a tenant pod has its host pod.
+	onHost func(*corev1.Pod) bool
+
+	mu       sync.Mutex
+	admitted map[types.UID]bool
+}
+
+// admit checks pod against the share (checkKnownResources, checkFits) and,
+// if it fits, holds its requests until it ends. Admissions are serialized so
+// concurrent pods cannot both take the last of a resource.
+func (a *admission) admit(pod *corev1.Pod) error {
+	if err := checkKnownResources(&pod.Spec, a.capacity); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	bound, err := a.pods.List(labels.Everything())
+	if err != nil {
+		return fmt.Errorf("list the virtual node's pods: %w", err)
+	}
+	if a.admitted == nil {
+		a.admitted = map[types.UID]bool{}
+	}
+	live := map[types.UID]bool{}
+	var others []*corev1.Pod
+	for _, p := range bound {
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		live[p.UID] = true
+		if p.UID != pod.UID && (a.admitted[p.UID] || a.onHost(p)) {
+			others = append(others, p)
+		}
+	}
+	for uid := range a.admitted {
+		if !live[uid] {
+			delete(a.admitted, uid)
+		}
+	}
+	if err := checkFits(pod, others, a.capacity); err != nil {
+		return err
+	}
+	a.admitted[pod.UID] = true
+	return nil
+}

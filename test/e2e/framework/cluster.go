@@ -1,0 +1,141 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/devcluster"
+	"github.com/nestdev/nest/internal/kube"
+	"github.com/nestdev/nest/internal/testutil"
+)
+
+// StartHostCluster starts a two-node local host cluster with `nest dev up`
+// and extra flags, in a state directory named for the test, and stops it with
+// `nest dev down` when the test ends. It returns the state directory.
+func StartHostCluster(t testing.TB, ctx context.Context, flags ...string) string {
+	t.Helper()
+	stateDir := filepath.Join(os.TempDir(), fmt.Sprintf("nest-e2e-%s-%d", strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")), os.Getpid()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		if out, err := Run(ctx, t, "nest", "dev", "down", "--state-dir", stateDir); err != nil {
+			t.Errorf("cleanup: nest dev down: %v\n%s", err, out)
+		}
+	})
+	args := append([]string{"dev", "up", "--nodes", "2", "--state-dir", stateDir}, flags...)
+	out, err := Run(ctx, t, "nest", args...)
+	if err != nil {
+		t.Fatalf("nest %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	t.Logf("nest dev up:\n%s", out)
+	return stateDir
+}
+
+// Nest runs the nest CLI against one host cluster and returns its combined output.
+type Nest func(args ...string) (string, error)
+
+// StartNest starts a local host cluster with Nest installed. It returns a
+// client of the host cluster, the host's admin kubeconfig and the nest CLI
+// bound to it.
+func StartNest(t testing.TB, ctx context.Context) (client.Client, string, Nest) {
+	t.Helper()
+	stateDir := StartHostCluster(t, ctx, "--with-nest")
+	hostKubeconfig := devcluster.Layout{Root: stateDir}.AdminKubeconfig()
+	nest := func(args ...string) (string, error) {
+		return Run(ctx, t, "nest", append(args, "--kubeconfig", hostKubeconfig)...)
+	}
+	return HostClient(t, hostKubeconfig), hostKubeconfig, nest
+}
+
+// HostClient is a controller-runtime client for kubeconfig with Nest's scheme.
+func HostClient(t testing.TB, kubeconfig string) client.Client {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: kube.NewScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// Tenant is one virtual cluster seen from outside: its kubeconfig file and
+// client config.
+type Tenant struct {
+	// Name is the VirtualCluster's name, Namespace its host namespace.
+	Name, Namespace string
+	// Dir holds the kubeconfig file for the whole test.
+	Dir        string
+	Kubeconfig string
+	Config     *rest.Config
+}
+
+// Load fetches the tenant's current kubeconfig with `nest kubeconfig`.
+func (tn *Tenant) Load(t testing.TB, nest Nest) {
+	t.Helper()
+	tn.Namespace = "vc-" + tn.Name
+	tn.Kubeconfig = filepath.Join(tn.Dir, tn.Name+".kubeconfig")
+	if out, err := nest("kubeconfig", tn.Name, "-o", tn.Kubeconfig); err != nil {
+		t.Fatalf("kubeconfig %s: %v\n%s", tn.Name, err, out)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", tn.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn.Config = cfg
+}
+
+// Kubectl runs kubectl against the tenant and fails the test on error.
+func (tn *Tenant) Kubectl(t testing.TB, ctx context.Context, args ...string) string {
+	t.Helper()
+	out, err := tn.KubectlErr(ctx, args...)
+	if err != nil {
+		t.Fatalf("tenant %s: %v", tn.Name, err)
+	}
+	return out
+}
+
+// KubectlErr runs kubectl against the tenant.
+func (tn *Tenant) KubectlErr(ctx context.Context, args ...string) (string, error) {
+	return Kubectl(ctx, tn.Kubeconfig, args...)
+}
+
+// Clientset is a client-go clientset of the tenant cluster.
+func (tn *Tenant) Clientset(t testing.TB) *kubernetes.Clientset {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(tn.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// WaitReady waits until the tenant's VirtualCluster is Ready for its
+// current generation.
+func WaitReady(t testing.TB, ctx context.Context, c client.Client, tn *Tenant) {
+	t.Helper()
+	testutil.Eventually(t, 4*time.Minute, "virtual cluster "+tn.Name+" Ready", func() error {
+		vc := &nestv1.VirtualCluster{}
+		if err := c.Get(ctx, types.NamespacedName{Namespace: tn.Namespace, Name: tn.Name}, vc); err != nil {
+			return err
+		}
+		if !meta.IsStatusConditionTrue(vc.Status.Conditions, nestv1.ConditionReady) || vc.Status.ObservedGeneration != vc.Generation {
+			return fmt.Errorf("phase %s", vc.Status.Phase)
+		}
+		return nil
+	})
+}
