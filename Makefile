@@ -87,3 +87,4 @@ bench: build
 	NEST_BIN_DIR=$(BIN) go test -run '^$$' -bench DevClusterUpDown -benchtime 3x -timeout 20m ./test/e2e/
 	NEST_BIN_DIR=$(BIN) go test -run '^$$' -bench VirtualClusterCreate -benchtime 1x -timeout 30m ./test/e2e/
 	NEST_BIN_DIR=$(BIN) go test -run '^$$' -bench VirtualNodePods -benchtime 1x -timeout 30m ./test/e2e/
+	NEST_BIN_DIR=$(BIN) go test -run '^$$' -bench NetworkPolicyEnforcer -benchtime 1x -timeout 30m ./test/e2e/

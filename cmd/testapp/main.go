@@ -17,6 +17,9 @@
 //	                             token and CA, and KUBERNETES_SERVICE_HOST/PORT
 //	                             unless SERVER (https://host:port) is given
 //	testapp dial HOST:PORT       open a TCP connection within 3 seconds
+//	testapp wait-dial HOST:PORT  dial every 20 ms for up to a minute; on the
+//	                             first connection print the wall clock in
+//	                             Unix nanoseconds
 //	testapp dns NAME [SERVER]    resolve NAME, through SERVER (host:port,
 //	                             UDP) instead of resolv.conf if given
 //	testapp statfs PATH          print the size in bytes of PATH's file system
@@ -98,11 +101,12 @@ var clients = map[string]func(args []string) error{
 		}
 		return err
 	},
-	"kube":   kube,
-	"dial":   dial,
-	"dns":    lookup,
-	"statfs": statfs,
-	"spawn":  spawn,
+	"kube":      kube,
+	"dial":      dial,
+	"wait-dial": waitDial,
+	"dns":       lookup,
+	"statfs":    statfs,
+	"spawn":     spawn,
 	// sleep is what spawn's children run.
 	"sleep": func([]string) error { time.Sleep(time.Hour); return nil },
 }
@@ -114,6 +118,21 @@ func dial(args []string) error {
 	}
 	fmt.Println("connected", conn.RemoteAddr())
 	return conn.Close()
+}
+
+func waitDial(args []string) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		conn, err := net.DialTimeout("tcp", args[0], 200*time.Millisecond)
+		if err == nil {
+			fmt.Println(time.Now().UnixNano())
+			return conn.Close()
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond) // the polling interval
+	}
 }
 
 func lookup(args []string) error {

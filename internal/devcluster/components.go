@@ -141,30 +141,6 @@ func KubeProxyArgs(n Node) Args {
 	return Args{"config": filepath.Join(n.Dir, "kube-proxy.yaml")}
 }
 
-// NetworkPolicyName is the user of the per-node NetworkPolicy enforcer
-// (kube-network-policies) in the host API, and NetworkPolicyTable the
-// nftables table it keeps in each node's network namespace.
-const (
-	NetworkPolicyName  = "system:kube-network-policies"
-	NetworkPolicyTable = "kube-network-policies"
-)
-
-// NetworkPolicyArgs is the command line of node n's NetworkPolicy enforcer,
-// kube-network-policies. It fails closed: while it is down, packets of pods
-// that NetworkPolicies select are dropped, not let through. NRI is off
-// (Debian's containerd 1.6 has none): pod IPs come from the API server. The
-// netfilter bug 1766 workaround is off: it is fixed in kernels 6.12 and later.
-func NetworkPolicyArgs(l Layout, n Node) Args {
-	return Args{
-		"kubeconfig":             l.Kubeconfig("kube-network-policies"),
-		"hostname-override":      n.Name,
-		"metrics-bind-address":   "127.0.0.1:9080",
-		"fail-open":              "false",
-		"disable-nri":            "true",
-		"netfilter-bug-1766-fix": "false",
-	}
-}
-
 // ContainerdArgs is node n's containerd command line.
 func ContainerdArgs(n Node) Args {
 	return Args{"config": filepath.Join(n.Dir, "containerd", "config.toml")}

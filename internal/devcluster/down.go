@@ -125,7 +125,7 @@ func cleanupMachine(ctx context.Context, l Layout) []error {
 		func() error { return killTracked(30 * time.Second) },
 		func() error { return unmountUnder(l.Root) },
 		func() error { return removePodNetns(ctx) },
-		func() error { return removeNetworkPolicyTables(ctx) },
+		func() error { return removeNetworkPolicyRules(ctx) },
 		func() error { return teardownNetwork(ctx) },
 		removeCgroups,
 	} {
@@ -234,35 +234,6 @@ func unescapeMountPath(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
-}
-
-// removeNetworkPolicyTables deletes the NetworkPolicy enforcer's nftables
-// table from every node namespace. The enforcer removes it itself when it
-// stops cleanly, and deleting a namespace drops its tables; this covers an
-// enforcer that was killed while its node namespace stays.
-func removeNetworkPolicyTables(ctx context.Context) error {
-	names, err := ourNetns()
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, ns := range names {
-		nsPath := filepath.Join("/run/netns", ns)
-		if !nftTableExists(ctx, nsPath, NetworkPolicyTable) {
-			continue
-		}
-		out, err := exec.CommandContext(ctx, "nsenter", "--net="+nsPath, "--", "nft", "delete", "table", "inet", NetworkPolicyTable).CombinedOutput()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("delete nftables table inet %s in %s: %w: %s", NetworkPolicyTable, ns, err, strings.TrimSpace(string(out))))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// nftTableExists reports whether the inet table exists in the network
-// namespace at nsPath.
-func nftTableExists(ctx context.Context, nsPath, table string) bool {
-	return exec.CommandContext(ctx, "nsenter", "--net="+nsPath, "--", "nft", "list", "table", "inet", table).Run() == nil
 }
 
 // removePodNetns deletes pod network namespaces (cni-*) that hold an address in

@@ -57,7 +57,10 @@ func setupNodeNetwork(ctx context.Context, n Node, all []Node) error {
 			return err
 		}
 	}
-	return nodeSysctls(ctx, n)
+	if err := nodeSysctls(ctx, n); err != nil {
+		return err
+	}
+	return setupNetworkPolicy(ctx, n)
 }
 
 // nodeSysctls enables forwarding (pods reach other nodes through the node) and

@@ -1,0 +1,241 @@
+package isolation
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"github.com/nestdev/nest/internal/testutil"
+)
+
+// Escape: a pod that would leave its container for the host node is refused
+// with a reason on the tenant pod, or runs hardened.
+func (e *env) escapes() []testCase {
+	container := func(f func(*corev1.Container)) func(*corev1.Pod) {
+		return func(p *corev1.Pod) { f(&p.Spec.Containers[0]) }
+	}
+	security := func(f func(*corev1.SecurityContext)) func(*corev1.Pod) {
+		return container(func(c *corev1.Container) {
+			c.SecurityContext = &corev1.SecurityContext{}
+			f(c.SecurityContext)
+		})
+	}
+	volume := func(name string, src corev1.VolumeSource) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: name, VolumeSource: src})
+		}
+	}
+	refuse := func(name, want string, mutate ...func(*corev1.Pod)) testCase {
+		return testCase{name, func(t *testing.T) { e.refused(t, testPod("escape-"+name, mutate...), want) }}
+	}
+	httpProbe := &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Host: e.nodeIPs[0], Port: intstr.FromInt32(10250), Path: "/pods"}}}
+	return []testCase{
+		refuse("privileged", "privileged", security(func(s *corev1.SecurityContext) { s.Privileged = ptr.To(true) })),
+		refuse("host-network", "host namespaces", func(p *corev1.Pod) { p.Spec.HostNetwork = true }),
+		refuse("host-pid-and-ipc", "host namespaces", func(p *corev1.Pod) { p.Spec.HostPID, p.Spec.HostIPC = true, true }),
+		refuse("host-port", "hostPort", container(func(c *corev1.Container) {
+			c.Ports = []corev1.ContainerPort{{ContainerPort: 8080, HostPort: 8080}}
+		})),
+		refuse("host-path", "hostPath", volume("root", corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}})),
+		{"persistent-volume-on-a-host-path", e.hostPathClaim},
+		refuse("csi-inline", "csi", volume("csi", corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: "hostpath.csi.k8s.io"}})),
+		refuse("nfs", "nfs", volume("nfs", corev1.VolumeSource{NFS: &corev1.NFSVolumeSource{Server: "127.0.0.1", Path: "/"}})),
+		refuse("generic-ephemeral", "ephemeral", volume("scratch", corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{
+			VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{Spec: corev1.PersistentVolumeClaimSpec{
+				AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+			}},
+		}})),
+		refuse("capability-sys-admin", "capabilities", security(func(s *corev1.SecurityContext) {
+			s.Capabilities = &corev1.Capabilities{Add: []corev1.Capability{"SYS_ADMIN"}}
+		})),
+		refuse("unsafe-sysctl", "sysctls", func(p *corev1.Pod) {
+			p.Spec.SecurityContext = &corev1.PodSecurityContext{Sysctls: []corev1.Sysctl{{Name: "kernel.msgmax", Value: "65536"}}}
+		}),
+		refuse("seccomp-unconfined", "seccompProfile", security(func(s *corev1.SecurityContext) {
+			s.SeccompProfile = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeUnconfined}
+		})),
+		refuse("seccomp-localhost", "Localhost profiles name files on host nodes", security(func(s *corev1.SecurityContext) {
+			s.SeccompProfile = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr.To("profiles/audit.json")}
+		})),
+		refuse("apparmor-unconfined", "AppArmor profile", security(func(s *corev1.SecurityContext) {
+			s.AppArmorProfile = &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeUnconfined}
+		})),
+		refuse("apparmor-localhost", "Localhost profiles name files on host nodes", security(func(s *corev1.SecurityContext) {
+			s.AppArmorProfile = &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeLocalhost, LocalhostProfile: ptr.To("host-profile")}
+		})),
+		{"proc-mount-unmasked", e.unmaskedProc},
+		refuse("probe-aimed-at-a-host-kubelet", "probe", container(func(c *corev1.Container) { c.LivenessProbe = httpProbe })),
+		refuse("lifecycle-hook-aimed-at-a-host-kubelet", "host", container(func(c *corev1.Container) {
+			c.Lifecycle = &corev1.Lifecycle{PostStart: &corev1.LifecycleHandler{HTTPGet: httpProbe.HTTPGet}}
+		})),
+		{"runtime-class", e.runtimeClass},
+		{"host-node-selection-is-cleared", e.hostNodeSelection},
+		{"kubectl-debug-node", e.debugNode},
+		{"kubectl-debug-ephemeral-container-never-reaches-the-host", e.debugEphemeral},
+		refuse("windows", "spec.os.name", func(p *corev1.Pod) { p.Spec.OS = &corev1.PodOS{Name: corev1.Windows} }),
+		{"runtime-default-seccomp-and-no-net-raw", e.hardenedRuntime},
+	}
+}
+
+// hostPathClaim: a tenant's PersistentVolume on a host path, bound to a
+// claim that a pod mounts.
+func (e *env) hostPathClaim(t *testing.T) {
+	cs := e.alpha.Clientset(t)
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "host-etc"},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/etc"}},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			ClaimRef:                      &corev1.ObjectReference{Namespace: "default", Name: "host-etc"},
+		},
+	}
+	if _, err := cs.CoreV1().PersistentVolumes().Create(e.ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "host-etc", Namespace: "default"},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, VolumeName: "host-etc", StorageClassName: ptr.To(""),
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+	}
+	if _, err := cs.CoreV1().PersistentVolumeClaims("default").Create(e.ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.refused(t, testPod("escape-host-path-claim", func(p *corev1.Pod) {
+		p.Spec.Volumes = []corev1.Volume{{Name: "etc", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "host-etc"}}}}
+	}), "persistentVolumeClaim")
+}
+
+// unmaskedProc: the tenant API server only accepts an Unmasked /proc in a
+// user namespace (hostUsers: false), which baseline Pod Security allows since
+// v1.35; the host pod, if there is one, must keep the user namespace.
+func (e *env) unmaskedProc(t *testing.T) {
+	unmasked := func(p *corev1.Pod) {
+		p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{ProcMount: ptr.To(corev1.UnmaskedProcMount)}
+	}
+	if _, err := e.alpha.Clientset(t).CoreV1().Pods("default").Create(e.ctx, testPod("escape-proc-host-users", unmasked), metav1.CreateOptions{}); err == nil {
+		t.Error("the tenant API server accepted an Unmasked /proc outside a user namespace")
+	}
+	pod := testPod("escape-proc-unmasked", unmasked, func(p *corev1.Pod) { p.Spec.HostUsers = ptr.To(false) })
+	e.create(t, e.alpha, pod)
+	testutil.Eventually(t, time.Minute, "the virtual node refuses the pod or runs it in a user namespace", func() error {
+		if hp, ok := e.findHostPod(t, e.alpha, "default", pod.Name); ok {
+			if hp.Spec.HostUsers == nil || *hp.Spec.HostUsers {
+				t.Fatalf("host pod %s has an Unmasked /proc outside a user namespace", hp.Name)
+			}
+			return nil
+		}
+		if p := e.tenantPod(t, e.alpha, "default", pod.Name); strings.HasPrefix(p.Status.Message, refusedPrefix) {
+			return nil
+		}
+		return errorf("no host pod and no refusal yet")
+	})
+}
+
+func (e *env) runtimeClass(t *testing.T) {
+	rc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "host-runc"}, Handler: "runc"}
+	if _, err := e.alpha.Clientset(t).NodeV1().RuntimeClasses().Create(e.ctx, rc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.refused(t, testPod("escape-runtime-class", func(p *corev1.Pod) { p.Spec.RuntimeClassName = ptr.To("host-runc") }), "runtimeClassName")
+}
+
+// hostNodeSelection: nodeSelector and tolerations aimed at the host's
+// control-plane node do not reach the host pod; the host scheduler places it.
+func (e *env) hostNodeSelection(t *testing.T) {
+	e.create(t, e.alpha, testPod("escape-node-selection", func(p *corev1.Pod) {
+		p.Spec.NodeSelector = map[string]string{"node-role.kubernetes.io/control-plane": ""}
+		p.Spec.Tolerations = []corev1.Toleration{{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.TolerationOpExists}, {Operator: corev1.TolerationOpExists}}
+	}))
+	e.waitRunning(t, e.alpha, "default", "escape-node-selection")
+	hp := e.hostPod(t, e.alpha, "default", "escape-node-selection")
+	if len(hp.Spec.NodeSelector) != 0 || hp.Spec.Affinity != nil {
+		t.Errorf("host pod keeps node selection: nodeSelector %v affinity %v", hp.Spec.NodeSelector, hp.Spec.Affinity)
+	}
+	for _, tol := range hp.Spec.Tolerations {
+		if tol.Key == "" || strings.Contains(tol.Key, "control-plane") {
+			t.Errorf("host pod keeps the tenant's toleration %+v", tol)
+		}
+	}
+}
+
+// debugNode: `kubectl debug node/...` makes a pod with the host's
+// namespaces and root file system.
+func (e *env) debugNode(t *testing.T) {
+	out := e.alpha.Kubectl(t, e.ctx, "debug", "node/nest-virtual-node", "--image=nest.local/testapp:dev", "--image-pull-policy=Never", "--profile=sysadmin")
+	name := ""
+	for _, f := range strings.Fields(out) {
+		if strings.HasPrefix(f, "node-debugger-") {
+			name = f
+		}
+	}
+	if name == "" {
+		t.Fatalf("no debugging pod named in %q", out)
+	}
+	t.Cleanup(func() { _, _ = e.alpha.KubectlErr(e.ctx, "delete", "pod", name, "--grace-period=0") })
+	testutil.Eventually(t, time.Minute, name+" refused", func() error {
+		p := e.tenantPod(t, e.alpha, "default", name)
+		if !strings.HasPrefix(p.Status.Message, refusedPrefix) {
+			return errorf("status %q %q", p.Status.Reason, p.Status.Message)
+		}
+		return nil
+	})
+	if p, ok := e.findHostPod(t, e.alpha, "default", name); ok {
+		t.Errorf("host pod %s exists for the node debugging pod", p.Name)
+	}
+}
+
+// debugEphemeral: an ephemeral container added with `kubectl debug
+// --profile=sysadmin` (privileged) never reaches the host pod.
+func (e *env) debugEphemeral(t *testing.T) {
+	e.runServer(t, e.alpha, "escape-debug-target")
+	e.alpha.Kubectl(t, e.ctx, "debug", "escape-debug-target", "--image=nest.local/testapp:dev", "--image-pull-policy=Never", "--profile=sysadmin", "--container=dbg", "--", "/testapp", "sleep", "x")
+	if p := e.tenantPod(t, e.alpha, "default", "escape-debug-target"); len(p.Spec.EphemeralContainers) != 1 {
+		t.Fatalf("tenant pod has %d ephemeral containers, want the debug container", len(p.Spec.EphemeralContainers))
+	}
+	// A later change the syncer must carry shows it has seen the pod since.
+	e.alpha.Kubectl(t, e.ctx, "label", "pod", "escape-debug-target", "app=after-debug", "--overwrite")
+	testutil.Eventually(t, time.Minute, "host pod carries the later label", func() error {
+		hp := e.hostPod(t, e.alpha, "default", "escape-debug-target")
+		if hp.Labels["app"] != "after-debug" {
+			return errorf("host label app=%q", hp.Labels["app"])
+		}
+		if len(hp.Spec.EphemeralContainers) != 0 {
+			t.Fatalf("host pod has ephemeral containers %v", hp.Spec.EphemeralContainers)
+		}
+		return nil
+	})
+}
+
+// hardenedRuntime: a pod that states nothing runs with the runtime's
+// seccomp filter and without CAP_NET_RAW, on the host pod and in the kernel.
+func (e *env) hardenedRuntime(t *testing.T) {
+	e.runServer(t, e.alpha, "escape-hardened")
+	hp := e.hostPod(t, e.alpha, "default", "escape-hardened")
+	if sc := hp.Spec.SecurityContext; sc == nil || sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("host pod seccomp %+v, want RuntimeDefault", hp.Spec.SecurityContext)
+	}
+	status := e.mustExec(t, e.alpha, "escape-hardened", "cat", "/proc/self/status")
+	if !strings.Contains(status, "Seccomp:\t2") {
+		t.Errorf("/proc/self/status has no seccomp filter mode 2:\n%s", status)
+	}
+	capBnd := statusField(t, status, "CapBnd")
+	const netRawBit = 13
+	if capBnd&(1<<netRawBit) != 0 {
+		t.Errorf("CapBnd %x still holds CAP_NET_RAW", capBnd)
+	}
+	if capBnd == 0 {
+		t.Errorf("CapBnd is empty: the check would pass for any pod")
+	}
+}
