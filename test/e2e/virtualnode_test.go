@@ -52,7 +52,7 @@ func TestVirtualNode(t *testing.T) {
 	framework.WaitReady(t, ctx, host, &framework.Tenant{Name: "beta", Namespace: "vc-beta"})
 	for _, tn := range []*framework.Tenant{alpha, beta} {
 		tn.Load(t, nest)
-		waitDefaultServiceAccount(t, ctx, tn)
+		tn.WaitDefaultServiceAccount(t, ctx)
 	}
 	hostPods := func(tn *framework.Tenant) []corev1.Pod { return listHostPods(t, ctx, host, tn) }
 
@@ -403,16 +403,6 @@ func TestVirtualNode(t *testing.T) {
 		if out, err := alpha.KubectlErr(ctx, "exec", "client", "--", "/testapp", "cat", "/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err != nil || out != "default" {
 			t.Errorf("pod namespace file = %q, %v; want the tenant namespace", out, err)
 		}
-	})
-}
-
-// waitDefaultServiceAccount waits for the tenant controller-manager to make
-// the default namespace's service account, which pod admission needs.
-func waitDefaultServiceAccount(t *testing.T, ctx context.Context, tn *framework.Tenant) {
-	t.Helper()
-	testutil.Eventually(t, time.Minute, "default service account in "+tn.Name, func() error {
-		_, err := tn.KubectlErr(ctx, "get", "serviceaccount", "default")
-		return err
 	})
 }
 

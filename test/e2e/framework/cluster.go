@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -122,6 +123,17 @@ func (tn *Tenant) Clientset(t testing.TB) *kubernetes.Clientset {
 		t.Fatal(err)
 	}
 	return cs
+}
+
+// WaitDefaultServiceAccount waits for the tenant's default ServiceAccount
+// in namespace default, without which the tenant API server refuses pods.
+func (tn *Tenant) WaitDefaultServiceAccount(t testing.TB, ctx context.Context) {
+	t.Helper()
+	cs := tn.Clientset(t)
+	testutil.Eventually(t, time.Minute, "default ServiceAccount in "+tn.Name, func() error {
+		_, err := cs.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		return err
+	})
 }
 
 // WaitReady waits until the tenant's VirtualCluster is Ready for its

@@ -188,17 +188,6 @@ func (e *env) blocked(t *testing.T, addr string) {
 	}
 }
 
-// waitDefaultServiceAccount waits for the tenant's default ServiceAccount,
-// without which pods are refused.
-func waitDefaultServiceAccount(t *testing.T, ctx context.Context, tn *framework.Tenant) {
-	t.Helper()
-	cs := tn.Clientset(t)
-	testutil.Eventually(t, time.Minute, "default ServiceAccount in "+tn.Name, func() error {
-		_, err := cs.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
-		return err
-	})
-}
-
 // tenantEvents returns the messages of the tenant's events about one object.
 func (e *env) tenantEvents(t *testing.T, tn *framework.Tenant, ns, name string) string {
 	t.Helper()

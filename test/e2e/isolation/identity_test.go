@@ -247,4 +247,3 @@ func bearerGet(t *testing.T, kubeconfig, token, path string) int {
 	defer resp.Body.Close()
 	return resp.StatusCode
 }
-

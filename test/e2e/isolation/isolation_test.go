@@ -103,7 +103,7 @@ func setup(t *testing.T, ctx context.Context) *env {
 		tn.Namespace = "vc-" + tn.Name
 		framework.WaitReady(t, ctx, host, tn)
 		tn.Load(t, nest)
-		waitDefaultServiceAccount(t, ctx, tn)
+		tn.WaitDefaultServiceAccount(t, ctx)
 	}
 	var nodes corev1.NodeList
 	if err := host.List(ctx, &nodes); err != nil {
