@@ -28,8 +28,9 @@ const (
 	NetworkPolicyTable = "kube-network-policies"
 	// networkPolicyQueue is the NFQUEUE number the enforcer reads.
 	networkPolicyQueue = 100
-	// divertChain is the iptables chain of divertToEnforcer.
-	divertChain = "NEST-NETPOL"
+	// DivertChain is the iptables chain, in each node namespace, of
+	// divertToEnforcer.
+	DivertChain = "NEST-NETPOL"
 )
 
 // NetworkPolicyArgs is the command line of node n's enforcer. It fails
@@ -80,11 +81,11 @@ func nftQueueSupported(ctx context.Context, nsPath string) bool {
 func divertToEnforcer(ctx context.Context, nsPath string) error {
 	queue := []string{"-j", "NFQUEUE", "--queue-num", strconv.Itoa(networkPolicyQueue)}
 	steps := [][]string{
-		{"-N", divertChain},
-		append([]string{"-A", divertChain, "-m", "conntrack", "--ctstate", "NEW", "-s", ClusterCIDR}, queue...),
-		append([]string{"-A", divertChain, "-m", "conntrack", "--ctstate", "NEW", "-d", ClusterCIDR}, queue...),
-		{"-I", "FORWARD", "1", "-j", divertChain},
-		{"-I", "INPUT", "1", "-j", divertChain},
+		{"-N", DivertChain},
+		append([]string{"-A", DivertChain, "-m", "conntrack", "--ctstate", "NEW", "-s", ClusterCIDR}, queue...),
+		append([]string{"-A", DivertChain, "-m", "conntrack", "--ctstate", "NEW", "-d", ClusterCIDR}, queue...),
+		{"-I", "FORWARD", "1", "-j", DivertChain},
+		{"-I", "INPUT", "1", "-j", DivertChain},
 	}
 	for _, s := range steps {
 		if err := iptables(ctx, nsPath, s...); err != nil {
@@ -111,10 +112,10 @@ func removeNetworkPolicyRules(ctx context.Context) error {
 				errs = append(errs, fmt.Errorf("delete nftables table inet %s in %s: %w: %s", NetworkPolicyTable, ns, err, bytes.TrimSpace(out)))
 			}
 		}
-		if iptables(ctx, nsPath, "-n", "-L", divertChain) != nil {
+		if iptables(ctx, nsPath, "-n", "-L", DivertChain) != nil {
 			continue
 		}
-		for _, s := range [][]string{{"-D", "FORWARD", "-j", divertChain}, {"-D", "INPUT", "-j", divertChain}, {"-F", divertChain}, {"-X", divertChain}} {
+		for _, s := range [][]string{{"-D", "FORWARD", "-j", DivertChain}, {"-D", "INPUT", "-j", DivertChain}, {"-F", DivertChain}, {"-X", DivertChain}} {
 			if err := iptables(ctx, nsPath, s...); err != nil {
 				errs = append(errs, err)
 			}

@@ -85,6 +85,24 @@ func TestLocalHostCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("every node runs the NetworkPolicy enforcer with its rules", func(t *testing.T) {
+		procs := recordedPIDs(t, stateDir)
+		nodes, err := devcluster.Topology(stateDir, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range nodes {
+			if p, ok := procs[n.Name+"."+devcluster.NetworkPolicyTable]; !ok || !p.Alive() {
+				t.Errorf("node %s: no live enforcer process (recorded: %v)", n.Name, ok)
+			}
+			nft := exec.CommandContext(ctx, "nsenter", "--net="+n.NetnsPath(), "--", "nft", "list", "table", "inet", devcluster.NetworkPolicyTable).Run()
+			ipt := exec.CommandContext(ctx, "nsenter", "--net="+n.NetnsPath(), "--", "iptables", "-w", "-n", "-L", devcluster.DivertChain).Run()
+			if nft != nil && ipt != nil {
+				t.Errorf("node %s: neither the enforcer's nftables table (%v) nor the diversion chain NEST-NETPOL (%v)", n.Name, nft, ipt)
+			}
+		}
+	})
+
 	c.createNamespace(testNamespace)
 	var pods []corev1.Pod
 	t.Run("deployment runs pods on both nodes", func(t *testing.T) {
