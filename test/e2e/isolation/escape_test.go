@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nestdev/nest/internal/testutil"
 )
@@ -82,6 +83,7 @@ func (e *env) escapes() []testCase {
 		{"kubectl-debug-ephemeral-container-never-reaches-the-host", e.debugEphemeral},
 		refuse("windows", "spec.os.name", func(p *corev1.Pod) { p.Spec.OS = &corev1.PodOS{Name: corev1.Windows} }),
 		{"runtime-default-seccomp-and-no-net-raw", e.hardenedRuntime},
+		{"host-namespace-enforces-pod-security-even-past-the-syncer", e.hostPodSecurity},
 	}
 }
 
@@ -216,6 +218,31 @@ func (e *env) debugEphemeral(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// hostPodSecurity: a privileged pod written straight into the tenant's host
+// namespace, as a compromised syncer could, is refused by the host's own Pod
+// Security admission.
+func (e *env) hostPodSecurity(t *testing.T) {
+	var ns corev1.Namespace
+	if err := e.host.Get(e.ctx, client.ObjectKey{Name: e.alpha.Namespace}, &ns); err != nil {
+		t.Fatal(err)
+	}
+	if got := ns.Labels["pod-security.kubernetes.io/enforce"]; got != "baseline" {
+		t.Errorf("host namespace %s enforces Pod Security level %q, want baseline", ns.Name, got)
+	}
+	p := testPod("escape-straight-to-the-host", func(p *corev1.Pod) {
+		p.Namespace, p.Spec.NodeName = e.alpha.Namespace, ""
+		p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
+	})
+	err := e.host.Create(e.ctx, p)
+	if err == nil {
+		_ = e.host.Delete(e.ctx, p)
+		t.Fatal("the host accepted a privileged pod in the tenant's host namespace")
+	}
+	if !strings.Contains(err.Error(), "violates PodSecurity") {
+		t.Errorf("refused, but not by Pod Security: %v", err)
+	}
 }
 
 // hardenedRuntime: a pod that states nothing runs with the runtime's
