@@ -102,8 +102,11 @@ func TestVirtualClusters(t *testing.T) {
 			}
 			waitRecreated(t, ctx, host, obj)
 			framework.WaitReady(t, ctx, host, alpha)
-			alpha.Load(t, nest)
 			testutil.Eventually(t, 2*time.Minute, fmt.Sprintf("alpha's data after deleting its %T", obj), func() error {
+				// Ready may still be the condition from before the deletion,
+				// and a recreated PKI brings a new kubeconfig only once the
+				// operator has run: fetch it on every try.
+				alpha.Load(t, nest)
 				got, err := alpha.KubectlErr(ctx, "-n", "app", "get", "configmap", "settings", "-o", "jsonpath={.data.owner}")
 				if err != nil {
 					return err

@@ -2,10 +2,12 @@ package isolation
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -26,34 +28,66 @@ func (e *env) controls() []testCase {
 }
 
 func (e *env) deploymentByDNS(t *testing.T) {
-	e.alpha.Kubectl(t, e.ctx, "create", "deployment", "shop", "--image=nest.local/testapp:dev", "--replicas=2", "--port=8080")
-	t.Cleanup(func() { _, _ = e.alpha.KubectlErr(e.ctx, "delete", "deployment", "shop") })
-	e.alpha.Kubectl(t, e.ctx, "patch", "deployment", "shop", "--type=json", `-p=[{"op":"add","path":"/spec/template/spec/containers/0/imagePullPolicy","value":"Never"}]`)
+	cs := e.alpha.Clientset(t)
+	labels := map[string]string{"app": "shop"}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "shop", Namespace: "default"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](2),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: testPod("shop").Spec},
+		},
+	}
+	d.Spec.Template.Spec.NodeName = ""
+	if _, err := cs.AppsV1().Deployments("default").Create(e.ctx, d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.AppsV1().Deployments("default").Delete(e.ctx, "shop", metav1.DeleteOptions{}) })
 	e.alpha.Kubectl(t, e.ctx, "expose", "deployment", "shop", "--port=8080")
 	e.alpha.Kubectl(t, e.ctx, "create", "service", "clusterip", "shop-headless", "--clusterip=None", "--tcp=8080:8080")
 	e.alpha.Kubectl(t, e.ctx, "set", "selector", "service", "shop-headless", "app=shop")
 	e.alpha.Kubectl(t, e.ctx, "rollout", "status", "deployment", "shop", "--timeout=2m")
-	pods := e.alpha.Kubectl(t, e.ctx, "get", "pods", "-l", "app=shop", "-o", "jsonpath={.items[*].metadata.name}")
-	testutil.Eventually(t, time.Minute, "the ClusterIP Service answers by name", func() error {
-		out, err := exec(e.ctx, e.alpha, "prober", "get", "http://shop.default.svc.cluster.local:8080/hostname")
-		if err != nil || !strings.Contains(pods, strings.TrimSpace(out)) || strings.TrimSpace(out) == "" {
-			return fmt.Errorf("got %q (%v), want one of %s", out, err, pods)
+	var names, ips []string
+	testutil.Eventually(t, time.Minute, "two running shop pods", func() error {
+		list, err := cs.CoreV1().Pods("default").List(e.ctx, metav1.ListOptions{LabelSelector: "app=shop"})
+		if err != nil {
+			return err
+		}
+		names, ips = nil, nil
+		for _, p := range list.Items {
+			if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
+				names, ips = append(names, p.Name), append(ips, p.Status.PodIP)
+			}
+		}
+		if len(ips) != 2 {
+			return fmt.Errorf("running pods %v", names)
 		}
 		return nil
 	})
-	ips := e.alpha.Kubectl(t, e.ctx, "get", "pods", "-l", "app=shop", "-o", "jsonpath={.items[*].status.podIP}")
+	testutil.Eventually(t, time.Minute, "the ClusterIP Service answers by name", func() error {
+		out, err := exec(e.ctx, e.alpha, "prober", "get", "http://shop.default.svc.cluster.local:8080/hostname")
+		if got := strings.TrimSpace(out); err != nil || !slices.Contains(names, got) {
+			return fmt.Errorf("got %q (%v), want one of %v", out, err, names)
+		}
+		return nil
+	})
 	testutil.Eventually(t, time.Minute, "the headless Service resolves to the pods", func() error {
 		out, err := exec(e.ctx, e.alpha, "prober", "dns", "shop-headless.default.svc.cluster.local")
 		if err != nil {
 			return err
 		}
-		for _, ip := range strings.Fields(ips) {
-			if !strings.Contains(out, ip) {
-				return fmt.Errorf("answer %q lacks %s", out, ip)
-			}
+		if got := strings.Fields(out); !sameSet(got, ips) {
+			return fmt.Errorf("answer %v, want %v", got, ips)
 		}
 		return nil
 	})
+}
+
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
 }
 
 func (e *env) restrictedPod(t *testing.T) {
