@@ -1,11 +1,8 @@
 package controlplane
 
 import (
-	"fmt"
-	"net"
 	"path"
 	"slices"
-	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -168,7 +165,7 @@ func syncerContainer(vc *nestv1.VirtualCluster, o Options, ips ServiceIPs) corev
 	// Liveness only, no startup or readiness probe: the pod's readiness gates
 	// the tenant API server's Service, and the syncer must never cut tenants
 	// off their API, even while it waits for it.
-	c.LivenessProbe = loopbackProbe(syncerHealthPort(), "/healthz", 10, 6)
+	c.LivenessProbe = loopbackProbe(syncer.DefaultHealthPort, "/healthz", 10, 6)
 	return c
 }
 
@@ -198,20 +195,6 @@ func virtualNodeVolumes(n Names) []corev1.Volume {
 			},
 		}}},
 	}
-}
-
-// syncerHealthPort is the port of nest-syncer's /healthz
-// (syncer.DefaultHealthAddr, such as "127.0.0.1:10248").
-func syncerHealthPort() int {
-	_, port, err := net.SplitHostPort(syncer.DefaultHealthAddr)
-	if err != nil {
-		panic(fmt.Sprintf("syncer.DefaultHealthAddr %q: %v", syncer.DefaultHealthAddr, err)) // a constant
-	}
-	p, err := strconv.Atoi(port)
-	if err != nil {
-		panic(fmt.Sprintf("syncer.DefaultHealthAddr %q: %v", syncer.DefaultHealthAddr, err))
-	}
-	return p
 }
 
 // PodSecurityLevel is spec.virtualNode.podSecurityLevel, baseline when unset.

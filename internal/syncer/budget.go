@@ -121,23 +121,16 @@ func sum(sizes map[string]int64) int64 {
 // configMapSize counts keys and values of Data and BinaryData, as the API
 // server does for its 1 MiB ConfigMap limit.
 func configMapSize(cm *corev1.ConfigMap) int64 {
-	return stringDataSize(cm.Data) + byteDataSize(cm.BinaryData)
+	return dataSize(cm.Data) + dataSize(cm.BinaryData)
 }
 
 // secretSize counts keys and values of Data and StringData.
 func secretSize(s *corev1.Secret) int64 {
-	return byteDataSize(s.Data) + stringDataSize(s.StringData)
+	return dataSize(s.Data) + dataSize(s.StringData)
 }
 
-func stringDataSize(m map[string]string) int64 {
-	var n int64
-	for k, v := range m {
-		n += int64(len(k) + len(v))
-	}
-	return n
-}
-
-func byteDataSize(m map[string][]byte) int64 {
+// dataSize counts the bytes of a ConfigMap's or Secret's keys and values.
+func dataSize[V string | []byte](m map[string]V) int64 {
 	var n int64
 	for k, v := range m {
 		n += int64(len(k) + len(v))

@@ -40,9 +40,10 @@ const (
 // Defaults of the flags that the controller leaves alone.
 const (
 	DefaultKubeletAddr = "127.0.0.1:10250"
-	// DefaultHealthAddr is on loopback: the exec probes run in the pod, and
-	// nothing unauthenticated listens on the pod IP.
-	DefaultHealthAddr = "127.0.0.1:10248"
+	// DefaultHealthPort serves /healthz and /readyz on loopback only
+	// (DefaultHealthAddr): the exec probes run in the pod, and nothing
+	// unauthenticated listens on the pod IP.
+	DefaultHealthPort = 10248
 	// DefaultDNSPort and DefaultDNSHealthPort are where the tenant's CoreDNS
 	// serves DNS and /health in the control-plane pod.
 	DefaultDNSPort       = 1053
@@ -51,6 +52,9 @@ const (
 	// KubeletClientName is the tenant API server's kubelet client certificate name.
 	KubeletClientName = "kube-apiserver-kubelet-client"
 )
+
+// DefaultHealthAddr is DefaultHealthPort on loopback.
+var DefaultHealthAddr = fmt.Sprintf("127.0.0.1:%d", DefaultHealthPort)
 
 // BindFlags registers every option on fs.
 func (o *Options) BindFlags(fs *flag.FlagSet) {

@@ -4,14 +4,15 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	quota "k8s.io/apiserver/pkg/quota/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	resourcehelper "k8s.io/component-helpers/resource"
 )
 
 // The virtual node's capacity is the tenant's share of the host, and the
@@ -64,63 +65,10 @@ func checkKnownResources(spec *corev1.PodSpec, capacity corev1.ResourceList) err
 }
 
 // podRequests is what a pod takes of a node, as the scheduler and the kubelet
-// count it (upstream k8s.io/component-helpers/resource.PodRequests with
-// default options, which is not a dependency of this module): the larger of
-// the sum of regular and sidecar containers and the peak of any init
-// container running beside the sidecars started before it; pod-level
-// requests, where set, replace the containers' for the resources they cover;
-// plus the pod overhead.
+// count it: upstream's PodRequests with default options (sidecars and init
+// containers, pod-level requests where set, and the pod overhead).
 func podRequests(pod *corev1.Pod) corev1.ResourceList {
-	reqs := corev1.ResourceList{}
-	for _, c := range pod.Spec.Containers {
-		addResources(reqs, c.Resources.Requests)
-	}
-	sidecars, initPeak := corev1.ResourceList{}, corev1.ResourceList{}
-	for _, c := range pod.Spec.InitContainers {
-		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
-			addResources(reqs, c.Resources.Requests)
-			addResources(sidecars, c.Resources.Requests)
-			continue
-		}
-		running := sidecars.DeepCopy()
-		addResources(running, c.Resources.Requests)
-		maxResources(initPeak, running)
-	}
-	maxResources(reqs, initPeak)
-	if pod.Spec.Resources != nil {
-		for name, q := range pod.Spec.Resources.Requests {
-			if isPodLevelResource(name) {
-				reqs[name] = q.DeepCopy()
-			}
-		}
-	}
-	addResources(reqs, pod.Spec.Overhead)
-	return reqs
-}
-
-// isPodLevelResource reports whether pod-level resources (spec.resources)
-// may set name: cpu, memory and huge pages.
-func isPodLevelResource(name corev1.ResourceName) bool {
-	return name == corev1.ResourceCPU || name == corev1.ResourceMemory || strings.HasPrefix(string(name), corev1.ResourceHugePagesPrefix)
-}
-
-func addResources(sum, add corev1.ResourceList) {
-	for name, q := range add {
-		if have, ok := sum[name]; ok {
-			have.Add(q)
-			sum[name] = have
-			continue
-		}
-		sum[name] = q.DeepCopy()
-	}
-}
-
-func maxResources(peak, l corev1.ResourceList) {
-	for name, q := range l {
-		if have, ok := peak[name]; !ok || q.Cmp(have) > 0 {
-			peak[name] = q.DeepCopy()
-		}
-	}
+	return resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
 }
 
 // checkFits refuses a pod whose requests do not fit beside others' in the
@@ -134,7 +82,7 @@ func checkFits(pod *corev1.Pod, others []*corev1.Pod, capacity corev1.ResourceLi
 	want := podRequests(pod)
 	used := corev1.ResourceList{}
 	for _, o := range others {
-		addResources(used, podRequests(o))
+		used = quota.Add(used, podRequests(o))
 	}
 	for _, name := range slices.Sorted(maps.Keys(want)) {
 		request, limit := want[name], capacity[name]

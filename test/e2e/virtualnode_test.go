@@ -54,7 +54,7 @@ func TestVirtualNode(t *testing.T) {
 		tn.Load(t, nest)
 		tn.WaitDefaultServiceAccount(t, ctx)
 	}
-	hostPods := func(tn *framework.Tenant) []corev1.Pod { return listHostPods(t, ctx, host, tn) }
+	hostPods := func(tn *framework.Tenant) []corev1.Pod { return tn.HostPods(t, ctx, host) }
 
 	t.Run("the virtual node shows the tenant's share and the host quota enforces it", func(t *testing.T) {
 		node := tenantNode(t, ctx, alpha)
@@ -613,24 +613,13 @@ func waitRefused(t *testing.T, ctx context.Context, tn *framework.Tenant, name s
 	})
 }
 
-func listHostPods(t *testing.T, ctx context.Context, host client.Client, tn *framework.Tenant) []corev1.Pod {
-	t.Helper()
-	var list corev1.PodList
-	if err := host.List(ctx, &list, client.InNamespace("vc-"+tn.Name), client.MatchingLabels{syncer.LabelTenantOf: tn.Name}); err != nil {
-		t.Fatal(err)
-	}
-	return list.Items
-}
-
 func hostPodOf(t *testing.T, pods []corev1.Pod, tenantName string) corev1.Pod {
 	t.Helper()
-	for _, p := range pods {
-		if p.Annotations[syncer.AnnotationTenantName] == tenantName {
-			return p
-		}
+	p, ok := framework.HostPodOf(pods, "default", tenantName)
+	if !ok {
+		t.Fatalf("no host pod for %s", tenantName)
 	}
-	t.Fatalf("no host pod for %s", tenantName)
-	return corev1.Pod{}
+	return p
 }
 
 // streamingKubectl is a kubectl process whose output a test watches.

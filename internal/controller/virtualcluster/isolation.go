@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -50,7 +51,7 @@ func (r *Reconciler) reconcileNamespace(ctx context.Context, s *reconcileState) 
 		return false, fmt.Errorf("get namespace %s of %s: %w", s.vc.Namespace, klog.KObj(s.vc), err)
 	}
 	want := controlplane.NamespaceLabelsFor(s.vc)
-	if hasLabels(ns.Labels, want) {
+	if labels.SelectorFromSet(want).Matches(labels.Set(ns.Labels)) {
 		return true, nil
 	}
 	patch := client.MergeFrom(ns.DeepCopy())
@@ -96,14 +97,4 @@ func (r *Reconciler) reconcileLimits(ctx context.Context, s *reconcileState) (bo
 		}
 	}
 	return true, nil
-}
-
-// hasLabels reports whether have holds every label of want.
-func hasLabels(have, want map[string]string) bool {
-	for k, v := range want {
-		if got, ok := have[k]; !ok || got != v {
-			return false
-		}
-	}
-	return true
 }

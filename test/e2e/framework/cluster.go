@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -20,6 +21,7 @@ import (
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/devcluster"
 	"github.com/nestdev/nest/internal/kube"
+	"github.com/nestdev/nest/internal/syncer"
 	"github.com/nestdev/nest/internal/testutil"
 )
 
@@ -123,6 +125,27 @@ func (tn *Tenant) Clientset(t testing.TB) *kubernetes.Clientset {
 		t.Fatal(err)
 	}
 	return cs
+}
+
+// HostPods lists the host pods nest-syncer runs for the tenant.
+func (tn *Tenant) HostPods(t testing.TB, ctx context.Context, host client.Client) []corev1.Pod {
+	t.Helper()
+	var list corev1.PodList
+	if err := host.List(ctx, &list, client.InNamespace("vc-"+tn.Name), client.MatchingLabels{syncer.LabelTenantOf: tn.Name}); err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
+}
+
+// HostPodOf finds, among host pods, the one that runs the tenant pod
+// namespace/name.
+func HostPodOf(pods []corev1.Pod, namespace, name string) (corev1.Pod, bool) {
+	for _, p := range pods {
+		if p.Annotations[syncer.AnnotationTenantName] == name && p.Annotations[syncer.AnnotationTenantNamespace] == namespace {
+			return p, true
+		}
+	}
+	return corev1.Pod{}, false
 }
 
 // WaitDefaultServiceAccount waits for the tenant's default ServiceAccount

@@ -109,16 +109,7 @@ func (e *env) tenantPod(t *testing.T, tn *framework.Tenant, ns, name string) *co
 // findHostPod returns the host pod that runs the tenant's pod ns/name.
 func (e *env) findHostPod(t *testing.T, tn *framework.Tenant, ns, name string) (corev1.Pod, bool) {
 	t.Helper()
-	var list corev1.PodList
-	if err := e.host.List(e.ctx, &list, client.InNamespace(tn.Namespace), client.MatchingLabels{syncer.LabelTenantOf: tn.Name}); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range list.Items {
-		if p.Annotations[syncer.AnnotationTenantName] == name && p.Annotations[syncer.AnnotationTenantNamespace] == ns {
-			return p, true
-		}
-	}
-	return corev1.Pod{}, false
+	return framework.HostPodOf(tn.HostPods(t, e.ctx, e.host), ns, name)
 }
 
 // hostPod waits for the host pod of the tenant's pod ns/name and returns it.
