@@ -6,6 +6,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// MaxNameLength is the longest VirtualCluster name: host object names are
+// derived from it. The CRD rule on VirtualCluster says the same number.
+const MaxNameLength = 40
+
 // SupportedVersions are the Kubernetes versions a tenant control plane can run:
 // the versions of the kube images Nest builds.
 var SupportedVersions = []string{"v1.36.3"}

@@ -2,33 +2,24 @@ package cli
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
-	"github.com/nestdev/nest/internal/controlplane"
+	"github.com/nestdev/nest/internal/vcops"
 )
-
-// createdByLabel marks namespaces `nest create` made, so `nest delete` removes them too.
-const createdByLabel = "nest.dev/created-by"
-
-// defaultNamespace is the host namespace of a virtual cluster when -n is not
-// given: one namespace per tenant, as vcluster does.
-func defaultNamespace(name string) string { return "vc-" + name }
 
 func addVirtualClusterCommands(root *cobra.Command) {
 	var host hostFlags
@@ -44,7 +35,7 @@ func resolveNamespace(ns, name string) string {
 	if ns != "" {
 		return ns
 	}
-	return defaultNamespace(name)
+	return vcops.DefaultNamespace(name)
 }
 
 // withTarget resolves a command's virtual cluster (its name and host
@@ -94,29 +85,29 @@ type shareFlags struct {
 	podSecurity      string
 }
 
+// flagOf names the nest create flag of each vcops field.
+var flagOf = map[string]string{vcops.FieldCPU: "--cpu", vcops.FieldMemory: "--memory", vcops.FieldGPU: "--gpu", vcops.FieldPods: "--pods", vcops.FieldName: "NAME", vcops.FieldNamespace: "--namespace"}
+
+// asFlagError renames a vcops field error after the flag the user typed.
+func asFlagError(err error) error {
+	var fe *vcops.FieldError
+	if errors.As(err, &fe) && flagOf[fe.Field] != "" {
+		return fmt.Errorf("%s %q: %s", flagOf[fe.Field], fe.Value, fe.Reason)
+	}
+	return err
+}
+
 // spec returns the VirtualCluster spec the flags ask for, or an error naming
 // the flag with a bad value.
 func (f *shareFlags) spec() (nestv1.VirtualClusterSpec, error) {
 	var spec nestv1.VirtualClusterSpec
-	res := corev1.ResourceList{}
-	for _, q := range []struct {
-		flag, value string
-		name        corev1.ResourceName
-	}{{"--cpu", f.cpu, corev1.ResourceCPU}, {"--memory", f.memory, corev1.ResourceMemory}, {"--gpu", f.gpu, "nvidia.com/gpu"}} {
-		if q.value == "" {
-			continue
-		}
-		v, err := resource.ParseQuantity(q.value)
-		if err != nil || v.Sign() <= 0 {
-			return spec, fmt.Errorf("%s %q: want a positive quantity, such as 4 or 8Gi", q.flag, q.value)
-		}
-		res[q.name] = v
+	pods := ""
+	if f.pods != 0 {
+		pods = strconv.Itoa(f.pods)
 	}
-	if f.pods < 0 {
-		return spec, fmt.Errorf("--pods %d: want a positive number", f.pods)
-	}
-	if f.pods > 0 {
-		res[corev1.ResourcePods] = *resource.NewQuantity(int64(f.pods), resource.DecimalSI)
+	res, err := vcops.Share{CPU: f.cpu, Memory: f.memory, GPU: f.gpu, Pods: pods}.Resources()
+	if err != nil {
+		return spec, asFlagError(err)
 	}
 	if len(res) > 0 {
 		spec.PromoteResources.Resources = res
@@ -150,23 +141,17 @@ func newDeleteCommand(host *hostFlags) *cobra.Command {
 }
 
 func create(ctx context.Context, c client.Client, key types.NamespacedName, spec nestv1.VirtualClusterSpec, wait bool, out io.Writer) error {
-	ns, name := key.Namespace, key.Name
-	if err := checkNamespaceFree(ctx, c, key); err != nil {
-		return err
-	}
-	if err := ensureNamespace(ctx, c, ns); err != nil {
-		return err
-	}
-	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: spec}
-	switch err := c.Create(ctx, vc); {
-	case apierrors.IsAlreadyExists(err):
+	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace}, Spec: spec}
+	created, err := vcops.Create(ctx, c, vc, vcops.CreatedByCLI)
+	switch {
+	case err != nil:
+		return asFlagError(err)
+	case created:
+		fmt.Fprintf(out, "virtualcluster %s created\n", key)
+	default:
 		// Like `kubectl apply`, creating what exists is not an error;
 		// with --wait it waits for the existing one.
 		fmt.Fprintf(out, "virtualcluster %s already exists\n", key)
-	case err != nil:
-		return fmt.Errorf("create virtual cluster %s: %w", key, err)
-	default:
-		fmt.Fprintf(out, "virtualcluster %s created\n", key)
 	}
 	if !wait {
 		return nil
@@ -174,33 +159,7 @@ func create(ctx context.Context, c client.Client, key types.NamespacedName, spec
 	if err := waitReady(ctx, c, key, out); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "get its kubeconfig with: nest kubeconfig %s -n %s -o %s.kubeconfig\n", name, ns, name)
-	return nil
-}
-
-// checkNamespaceFree refuses a new VirtualCluster in a namespace that holds
-// another: nest-manager would refuse it too, with the same message.
-func checkNamespaceFree(ctx context.Context, c client.Client, key types.NamespacedName) error {
-	var list nestv1.VirtualClusterList
-	if err := c.List(ctx, &list, client.InNamespace(key.Namespace)); err != nil {
-		return fmt.Errorf("list virtual clusters in namespace %s: %w", key.Namespace, err)
-	}
-	for _, vc := range list.Items {
-		if vc.Name == key.Name {
-			return nil // already there: create reports it
-		}
-	}
-	if holder := controlplane.NamespaceHolder(list.Items); holder != "" {
-		return errors.New(controlplane.NamespaceInUseMessage(key.Namespace, holder, key.Name))
-	}
-	return nil
-}
-
-func ensureNamespace(ctx context.Context, c client.Client, name string) error {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{createdByLabel: "nest-cli"}}}
-	if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create namespace %s: %w", name, err)
-	}
+	fmt.Fprintf(out, "get its kubeconfig with: nest kubeconfig %s -n %s -o %s.kubeconfig\n", key.Name, key.Namespace, key.Name)
 	return nil
 }
 
@@ -286,7 +245,7 @@ func newKubeconfigCommand(host *hostFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			data, err := readKubeconfig(cmd.Context(), c, ns, name, internal)
+			data, err := vcops.ReadKubeconfig(cmd.Context(), c, types.NamespacedName{Namespace: ns, Name: name}, internal)
 			if err != nil {
 				return err
 			}
@@ -303,38 +262,19 @@ func newKubeconfigCommand(host *hostFlags) *cobra.Command {
 	return cmd
 }
 
-func readKubeconfig(ctx context.Context, c client.Client, ns, name string, internal bool) ([]byte, error) {
-	vc := &nestv1.VirtualCluster{}
-	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, vc); err != nil {
-		return nil, fmt.Errorf("virtual cluster %s/%s: %w", ns, name, err)
-	}
-	if internal {
-		var s corev1.Secret
-		if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: controlplane.NamesOf(vc).KubeconfigSecret()}, &s); err != nil {
-			return nil, err
-		}
-		return s.Data[controlplane.KubeconfigInternalKey], nil
-	}
-	if vc.Spec.Kubeconfig == "" {
-		return nil, fmt.Errorf("virtual cluster %s/%s has no kubeconfig yet (phase %q): wait with `nest create --wait`", ns, name, vc.Status.Phase)
-	}
-	return base64.StdEncoding.DecodeString(vc.Spec.Kubeconfig)
-}
-
 func remove(ctx context.Context, c client.Client, key types.NamespacedName, wait bool, out io.Writer) error {
-	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace}}
-	if err := c.Delete(ctx, vc); err != nil {
-		return fmt.Errorf("delete virtual cluster %s: %w", key, err)
+	if err := vcops.Delete(ctx, c, key); err != nil {
+		return err
 	}
 	fmt.Fprintf(out, "virtualcluster %s deleting\n", key)
 	if !wait {
 		return nil
 	}
-	if err := waitGone(ctx, c, vc); err != nil {
+	if err := waitGone(ctx, c, &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace}}); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "virtualcluster %s deleted\n", key)
-	return deleteOwnNamespace(ctx, c, key.Namespace)
+	return vcops.DeleteOwnNamespace(ctx, c, key.Namespace)
 }
 
 func waitGone(ctx context.Context, c client.Client, obj client.Object) error {
@@ -354,21 +294,4 @@ func waitGone(ctx context.Context, c client.Client, obj client.Object) error {
 		case <-tick.C:
 		}
 	}
-}
-
-// deleteOwnNamespace removes the namespace if `nest create` made it and no
-// other virtual cluster lives there.
-func deleteOwnNamespace(ctx context.Context, c client.Client, name string) error {
-	var ns corev1.Namespace
-	if err := c.Get(ctx, types.NamespacedName{Name: name}, &ns); err != nil {
-		return client.IgnoreNotFound(err)
-	}
-	if ns.Labels[createdByLabel] != "nest-cli" {
-		return nil
-	}
-	var rest nestv1.VirtualClusterList
-	if err := c.List(ctx, &rest, client.InNamespace(name)); err != nil || len(rest.Items) > 0 {
-		return err
-	}
-	return client.IgnoreNotFound(c.Delete(ctx, &ns))
 }

@@ -3,7 +3,6 @@ package cli
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"strings"
 	"testing"
 
@@ -16,6 +15,7 @@ import (
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/kube"
+	"github.com/nestdev/nest/internal/vcops"
 )
 
 func TestCreateMakesNamespaceAndIsRepeatable(t *testing.T) {
@@ -27,7 +27,7 @@ func TestCreateMakesNamespaceAndIsRepeatable(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ns corev1.Namespace
-	if err := c.Get(ctx, types.NamespacedName{Name: "vc-demo"}, &ns); err != nil || ns.Labels[createdByLabel] != "nest-cli" {
+	if err := c.Get(ctx, types.NamespacedName{Name: "vc-demo"}, &ns); err != nil || ns.Labels[vcops.CreatedByLabel] != "nest-cli" {
 		t.Fatalf("namespace vc-demo: %v %v", ns.Labels, err)
 	}
 	if err := create(ctx, c, key, nestv1.VirtualClusterSpec{}, false, &out); err != nil {
@@ -43,7 +43,7 @@ func TestRemoveDeletesOnlyNamespacesNestMade(t *testing.T) {
 	for _, tc := range []struct {
 		labels  map[string]string
 		removed bool
-	}{{map[string]string{createdByLabel: "nest-cli"}, true}, {nil, false}} {
+	}{{map[string]string{vcops.CreatedByLabel: "nest-cli"}, true}, {nil, false}} {
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team", Labels: tc.labels}}
 		vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "team"}}
 		c := fake.NewClientBuilder().WithScheme(kube.NewScheme()).WithObjects(ns, vc).Build()
@@ -54,24 +54,6 @@ func TestRemoveDeletesOnlyNamespacesNestMade(t *testing.T) {
 		if apierrors.IsNotFound(err) != tc.removed {
 			t.Errorf("labels %v: namespace removed = %v, want %v", tc.labels, apierrors.IsNotFound(err), tc.removed)
 		}
-	}
-}
-
-func TestReadKubeconfig(t *testing.T) {
-	ctx := context.Background()
-	pending := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "vc-p"}, Status: nestv1.VirtualClusterStatus{Phase: nestv1.PhasePreparing}}
-	ready := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "vc-r"},
-		Spec: nestv1.VirtualClusterSpec{Kubeconfig: base64.StdEncoding.EncodeToString([]byte("apiVersion: v1\n"))}}
-	c := fake.NewClientBuilder().WithScheme(kube.NewScheme()).WithObjects(pending, ready).Build()
-	if _, err := readKubeconfig(ctx, c, "vc-p", "p", false); err == nil || !strings.Contains(err.Error(), "no kubeconfig yet") {
-		t.Errorf("pending cluster: %v", err)
-	}
-	data, err := readKubeconfig(ctx, c, "vc-r", "r", false)
-	if err != nil || string(data) != "apiVersion: v1\n" {
-		t.Errorf("ready cluster: %q %v", data, err)
-	}
-	if _, err := readKubeconfig(ctx, c, "vc-x", "x", false); err == nil {
-		t.Error("missing cluster gave no error")
 	}
 }
 

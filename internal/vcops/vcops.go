@@ -1,0 +1,262 @@
+// Package vcops holds what users do to VirtualCluster objects in the host
+// cluster: create one (with its host namespace), change its share, read its
+// kubeconfig and delete it. The nest CLI and the dashboard both call it, so
+// the two agree on defaults, validation and clean-up. Every function acts with
+// the client it is given, that is with its user's own rights.
+package vcops
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/controlplane"
+)
+
+// CreatedByLabel marks host namespaces a Nest tool made for a virtual
+// cluster; DeleteOwnNamespace removes only those.
+const CreatedByLabel = "nest.dev/created-by"
+
+// Values of CreatedByLabel, one per tool that creates namespaces.
+const (
+	CreatedByCLI       = "nest-cli"
+	CreatedByDashboard = "nest-dashboard"
+)
+
+// GPUResource is the extended resource the share's gpu field sets.
+const GPUResource corev1.ResourceName = "nvidia.com/gpu"
+
+// DefaultNamespace is the host namespace of a virtual cluster when the user
+// names none: one namespace per tenant, as vcluster does.
+func DefaultNamespace(name string) string { return "vc-" + name }
+
+// Field names the user-facing fields FieldError refers to. The CLI maps them
+// to flags (--cpu), the dashboard to form inputs.
+const (
+	FieldName        = "name"
+	FieldNamespace   = "namespace"
+	FieldCPU         = "cpu"
+	FieldMemory      = "memory"
+	FieldGPU         = "gpu"
+	FieldPods        = "pods"
+	FieldPodSecurity = "podSecurity"
+	FieldServiceType = "serviceType"
+	FieldExternalIPs = "externalIPs"
+)
+
+// FieldError is bad input in one field, with what a good value looks like.
+type FieldError struct {
+	// Field is one of the Field* names.
+	Field string
+	// Value is what the user gave.
+	Value string
+	// Reason says what is wrong and what is accepted, such as "want a
+	// positive quantity, such as 4 or 8Gi".
+	Reason string
+}
+
+func (e *FieldError) Error() string {
+	return fmt.Sprintf("%s %q: %s", e.Field, e.Value, e.Reason)
+}
+
+// Share is a tenant's share of host capacity as a user types it. Empty
+// strings and zero Pods leave that resource at its default (see
+// controlplane.Share).
+type Share struct {
+	CPU, Memory, GPU string
+	Pods             string
+}
+
+// Resources parses the share into spec.promoteResources.resources, or
+// returns a *FieldError for the first bad field.
+func (s Share) Resources() (corev1.ResourceList, error) {
+	res := corev1.ResourceList{}
+	for _, q := range []struct {
+		field, value string
+		name         corev1.ResourceName
+	}{{FieldCPU, s.CPU, corev1.ResourceCPU}, {FieldMemory, s.Memory, corev1.ResourceMemory}, {FieldGPU, s.GPU, GPUResource}} {
+		v := strings.TrimSpace(q.value)
+		if v == "" {
+			continue
+		}
+		parsed, err := resource.ParseQuantity(v)
+		if err != nil || parsed.Sign() <= 0 {
+			return nil, &FieldError{Field: q.field, Value: q.value, Reason: "want a positive quantity, such as 4 or 8Gi"}
+		}
+		res[q.name] = parsed
+	}
+	if p := strings.TrimSpace(s.Pods); p != "" {
+		n, err := strconv.ParseInt(p, 10, 32)
+		if err != nil || n <= 0 {
+			return nil, &FieldError{Field: FieldPods, Value: s.Pods, Reason: "want a positive whole number, such as 110"}
+		}
+		res[corev1.ResourcePods] = *resource.NewQuantity(n, resource.DecimalSI)
+	}
+	return res, nil
+}
+
+// ValidateName checks a VirtualCluster name before anything is created: a
+// DNS-1123 label of at most nestv1.MaxNameLength characters.
+func ValidateName(name string) error {
+	if msgs := validation.IsDNS1123Label(name); len(msgs) > 0 {
+		return &FieldError{Field: FieldName, Value: name, Reason: "want lower-case letters, digits and '-', starting and ending with a letter or digit, such as team-a"}
+	}
+	if len(name) > nestv1.MaxNameLength {
+		return &FieldError{Field: FieldName, Value: name, Reason: fmt.Sprintf("want at most %d characters: host object names are derived from it", nestv1.MaxNameLength)}
+	}
+	return nil
+}
+
+// Create makes the host namespace (labelled CreatedByLabel=createdBy) unless
+// it exists, then the VirtualCluster. It reports created=false when the
+// VirtualCluster already exists, as `kubectl apply` would. When the API
+// server refuses the VirtualCluster, a namespace Create made for it is
+// removed again, so a failure leaves nothing behind.
+func Create(ctx context.Context, c client.Client, vc *nestv1.VirtualCluster, createdBy string) (created bool, err error) {
+	key := client.ObjectKeyFromObject(vc)
+	if err := ValidateName(vc.Name); err != nil {
+		return false, err
+	}
+	if err := checkNamespaceFree(ctx, c, key); err != nil {
+		return false, err
+	}
+	madeNamespace, err := ensureNamespace(ctx, c, key.Namespace, createdBy)
+	if err != nil {
+		return false, err
+	}
+	switch err := c.Create(ctx, vc); {
+	case apierrors.IsAlreadyExists(err):
+		return false, nil
+	case err != nil:
+		if madeNamespace {
+			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: key.Namespace}}
+			if derr := client.IgnoreNotFound(c.Delete(ctx, ns)); derr != nil {
+				return false, fmt.Errorf("create virtual cluster %s: %w (and removing the namespace made for it failed: %v)", key, err, derr)
+			}
+		}
+		return false, fmt.Errorf("create virtual cluster %s: %w", key, err)
+	}
+	return true, nil
+}
+
+// checkNamespaceFree refuses a new VirtualCluster in a namespace that holds
+// another: nest-manager would refuse it too, with the same message.
+func checkNamespaceFree(ctx context.Context, c client.Client, key types.NamespacedName) error {
+	var list nestv1.VirtualClusterList
+	if err := c.List(ctx, &list, client.InNamespace(key.Namespace)); err != nil {
+		return fmt.Errorf("list virtual clusters in namespace %s: %w", key.Namespace, err)
+	}
+	for _, vc := range list.Items {
+		if vc.Name == key.Name {
+			return nil // already there: Create reports it
+		}
+	}
+	if holder := controlplane.NamespaceHolder(list.Items); holder != "" {
+		return &FieldError{Field: FieldNamespace, Value: key.Namespace, Reason: controlplane.NamespaceInUseMessage(key.Namespace, holder, key.Name)}
+	}
+	return nil
+}
+
+// ensureNamespace creates the namespace unless it exists and says whether it did.
+func ensureNamespace(ctx context.Context, c client.Client, name, createdBy string) (bool, error) {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{CreatedByLabel: createdBy}}}
+	switch err := c.Create(ctx, ns); {
+	case apierrors.IsAlreadyExists(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("create namespace %s: %w", name, err)
+	}
+	return true, nil
+}
+
+// SetShare replaces spec.promoteResources.resources of the VirtualCluster
+// with res for cpu, memory, gpu and pods, keeping other resource names. It
+// patches with an optimistic lock, so a concurrent change is not overwritten:
+// the caller gets a Conflict and retries.
+func SetShare(ctx context.Context, c client.Client, key types.NamespacedName, res corev1.ResourceList) error {
+	vc := &nestv1.VirtualCluster{}
+	if err := c.Get(ctx, key, vc); err != nil {
+		return fmt.Errorf("virtual cluster %s: %w", key, err)
+	}
+	before := vc.DeepCopy()
+	next := corev1.ResourceList{}
+	for name, q := range vc.Spec.PromoteResources.Resources {
+		switch name {
+		case corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourcePods, GPUResource:
+		default:
+			next[name] = q
+		}
+	}
+	for name, q := range res {
+		next[name] = q
+	}
+	vc.Spec.PromoteResources.Resources = next
+	if err := c.Patch(ctx, vc, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("change the share of virtual cluster %s: %w", key, err)
+	}
+	return nil
+}
+
+// ErrNoKubeconfig is returned by ReadKubeconfig while the operator has not
+// written the kubeconfig yet.
+var ErrNoKubeconfig = errors.New("no kubeconfig yet")
+
+// ReadKubeconfig returns the tenant admin kubeconfig of the VirtualCluster:
+// the external one from spec.kubeconfig, or with internal the in-cluster one
+// from its kubeconfig Secret.
+func ReadKubeconfig(ctx context.Context, c client.Client, key types.NamespacedName, internal bool) ([]byte, error) {
+	vc := &nestv1.VirtualCluster{}
+	if err := c.Get(ctx, key, vc); err != nil {
+		return nil, fmt.Errorf("virtual cluster %s: %w", key, err)
+	}
+	if internal {
+		var s corev1.Secret
+		if err := c.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: controlplane.NamesOf(vc).KubeconfigSecret()}, &s); err != nil {
+			return nil, err
+		}
+		return s.Data[controlplane.KubeconfigInternalKey], nil
+	}
+	if vc.Spec.Kubeconfig == "" {
+		return nil, fmt.Errorf("virtual cluster %s has %w (phase %q): wait until it is Ready", key, ErrNoKubeconfig, vc.Status.Phase)
+	}
+	return base64.StdEncoding.DecodeString(vc.Spec.Kubeconfig)
+}
+
+// Delete deletes the VirtualCluster; nest-manager then removes its host
+// objects, tenant data included.
+func Delete(ctx context.Context, c client.Client, key types.NamespacedName) error {
+	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace}}
+	if err := c.Delete(ctx, vc); err != nil {
+		return fmt.Errorf("delete virtual cluster %s: %w", key, err)
+	}
+	return nil
+}
+
+// DeleteOwnNamespace removes the namespace if a Nest tool made it
+// (CreatedByLabel) and no virtual cluster lives there any more.
+func DeleteOwnNamespace(ctx context.Context, c client.Client, name string) error {
+	var ns corev1.Namespace
+	if err := c.Get(ctx, types.NamespacedName{Name: name}, &ns); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if by := ns.Labels[CreatedByLabel]; by != CreatedByCLI && by != CreatedByDashboard {
+		return nil
+	}
+	var rest nestv1.VirtualClusterList
+	if err := c.List(ctx, &rest, client.InNamespace(name)); err != nil || len(rest.Items) > 0 {
+		return err
+	}
+	return client.IgnoreNotFound(c.Delete(ctx, &ns))
+}

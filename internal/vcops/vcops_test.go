@@ -1,0 +1,202 @@
+package vcops
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/kube"
+)
+
+func TestShareResources(t *testing.T) {
+	res, err := Share{CPU: "4", Memory: " 8Gi ", GPU: "1", Pods: "20"}.Resources()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Cpu().String() != "4" || res.Memory().String() != "8Gi" || res.Pods().Value() != 20 {
+		t.Errorf("resources = %v", res)
+	}
+	if q := res[GPUResource]; q.Value() != 1 {
+		t.Errorf("gpu = %v", q.String())
+	}
+	if res, err := (Share{}).Resources(); err != nil || len(res) != 0 {
+		t.Errorf("empty share = %v, %v; want no resources (defaults apply)", res, err)
+	}
+	for _, tc := range []struct {
+		share Share
+		field string
+	}{
+		{Share{CPU: "four"}, FieldCPU},
+		{Share{Memory: "-1Gi"}, FieldMemory},
+		{Share{GPU: "0"}, FieldGPU},
+		{Share{Pods: "1.5"}, FieldPods},
+		{Share{Pods: "-3"}, FieldPods},
+	} {
+		_, err := tc.share.Resources()
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != tc.field || !strings.Contains(fe.Reason, "such as") {
+			t.Errorf("%+v: error %v, want a FieldError for %s with an example", tc.share, err, tc.field)
+		}
+	}
+}
+
+func TestValidateName(t *testing.T) {
+	for name, ok := range map[string]bool{
+		"team-a": true, strings.Repeat("a", nestv1.MaxNameLength): true,
+		strings.Repeat("a", nestv1.MaxNameLength+1): false, "Team": false, "-a": false, "": false, "a_b": false,
+	} {
+		if err := ValidateName(name); (err == nil) != ok {
+			t.Errorf("ValidateName(%q) = %v, want ok=%v", name, err, ok)
+		}
+	}
+}
+
+// The CRD's own rule and MaxNameLength are one fact written twice (a CEL
+// rule cannot name a Go constant); this keeps them equal.
+func TestMaxNameLengthMatchesTheCRD(t *testing.T) {
+	crd, err := os.ReadFile(filepath.Join("..", "..", "config", "crd", "nest.dev_virtualclusters.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rule := fmt.Sprintf("size(self.metadata.name) <= %d", nestv1.MaxNameLength); !strings.Contains(string(crd), rule) {
+		t.Errorf("the CRD has no rule %q: update MaxNameLength or the marker on VirtualCluster", rule)
+	}
+}
+
+func newClient(objs ...client.Object) client.WithWatch {
+	return fake.NewClientBuilder().WithScheme(kube.NewScheme()).WithObjects(objs...).Build()
+}
+
+func TestCreateMakesTheNamespaceAndIsRepeatable(t *testing.T) {
+	ctx := context.Background()
+	c := newClient()
+	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: DefaultNamespace("demo")}}
+	created, err := Create(ctx, c, vc.DeepCopy(), CreatedByDashboard)
+	if err != nil || !created {
+		t.Fatalf("first create: %v, %v", created, err)
+	}
+	var ns corev1.Namespace
+	if err := c.Get(ctx, types.NamespacedName{Name: "vc-demo"}, &ns); err != nil || ns.Labels[CreatedByLabel] != CreatedByDashboard {
+		t.Fatalf("namespace vc-demo: %v %v", ns.Labels, err)
+	}
+	if created, err := Create(ctx, c, vc.DeepCopy(), CreatedByDashboard); err != nil || created {
+		t.Errorf("second create: created=%v err=%v, want the already-exists path", created, err)
+	}
+}
+
+// A VirtualCluster the API server refuses leaves no namespace behind.
+func TestCreateRemovesTheNamespaceItMadeWhenRefused(t *testing.T) {
+	ctx := context.Background()
+	refuse := interceptor.Funcs{Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+		if _, ok := obj.(*nestv1.VirtualCluster); ok {
+			return apierrors.NewInvalid(schema.GroupKind{Group: "nest.dev", Kind: "VirtualCluster"}, obj.GetName(), nil)
+		}
+		return c.Create(ctx, obj, opts...)
+	}}
+	existing := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team"}}
+	c := fake.NewClientBuilder().WithScheme(kube.NewScheme()).WithObjects(existing).WithInterceptorFuncs(refuse).Build()
+	for _, ns := range []string{"vc-new", "team"} {
+		vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "new", Namespace: ns}}
+		if _, err := Create(ctx, c, vc, CreatedByCLI); !apierrors.IsInvalid(err) {
+			t.Fatalf("%s: error %v, want the API server's Invalid", ns, err)
+		}
+	}
+	if err := c.Get(ctx, types.NamespacedName{Name: "vc-new"}, &corev1.Namespace{}); !apierrors.IsNotFound(err) {
+		t.Errorf("namespace vc-new made for the refused cluster is still there (%v)", err)
+	}
+	if err := c.Get(ctx, types.NamespacedName{Name: "team"}, &corev1.Namespace{}); err != nil {
+		t.Errorf("namespace team existed before and must stay: %v", err)
+	}
+}
+
+func TestCreateRefusesAnOccupiedNamespace(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(&nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "first", Namespace: "team"}})
+	_, err := Create(ctx, c, &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "second", Namespace: "team"}}, CreatedByCLI)
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Field != FieldNamespace || !strings.Contains(err.Error(), "VirtualCluster first") {
+		t.Fatalf("error %v: want a namespace FieldError naming the holder", err)
+	}
+}
+
+func TestSetShareKeepsOtherResources(t *testing.T) {
+	ctx := context.Background()
+	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "vc-demo"},
+		Spec: nestv1.VirtualClusterSpec{PromoteResources: nestv1.PromoteResources{Resources: corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse("4"), GPUResource: resource.MustParse("1"), corev1.ResourceEphemeralStorage: resource.MustParse("10Gi"),
+		}}}}
+	c := newClient(vc)
+	if err := SetShare(ctx, c, client.ObjectKeyFromObject(vc), corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")}); err != nil {
+		t.Fatal(err)
+	}
+	got := &nestv1.VirtualCluster{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(vc), got); err != nil {
+		t.Fatal(err)
+	}
+	r := got.Spec.PromoteResources.Resources
+	if r.Cpu().String() != "3" {
+		t.Errorf("cpu = %s, want 3", r.Cpu())
+	}
+	if _, ok := r[GPUResource]; ok {
+		t.Errorf("gpu kept (%v): a share without gpu removes it", r)
+	}
+	if q := r[corev1.ResourceEphemeralStorage]; q.String() != "10Gi" {
+		t.Errorf("ephemeral-storage = %v, want it kept", q.String())
+	}
+}
+
+func TestReadKubeconfig(t *testing.T) {
+	ctx := context.Background()
+	pending := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "vc-p"}, Status: nestv1.VirtualClusterStatus{Phase: nestv1.PhasePreparing}}
+	ready := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "vc-r"},
+		Spec: nestv1.VirtualClusterSpec{Kubeconfig: base64.StdEncoding.EncodeToString([]byte("apiVersion: v1\n"))}}
+	c := newClient(pending, ready)
+	if _, err := ReadKubeconfig(ctx, c, client.ObjectKeyFromObject(pending), false); !errors.Is(err, ErrNoKubeconfig) {
+		t.Errorf("pending cluster: %v, want ErrNoKubeconfig", err)
+	}
+	data, err := ReadKubeconfig(ctx, c, client.ObjectKeyFromObject(ready), false)
+	if err != nil || string(data) != "apiVersion: v1\n" {
+		t.Errorf("ready cluster: %q %v", data, err)
+	}
+	if _, err := ReadKubeconfig(ctx, c, types.NamespacedName{Namespace: "vc-x", Name: "x"}, false); !apierrors.IsNotFound(err) {
+		t.Errorf("missing cluster: %v, want NotFound", err)
+	}
+}
+
+func TestDeleteOwnNamespaceRemovesOnlyNamespacesNestMade(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		labels  map[string]string
+		removed bool
+	}{
+		{map[string]string{CreatedByLabel: CreatedByCLI}, true},
+		{map[string]string{CreatedByLabel: CreatedByDashboard}, true},
+		{map[string]string{CreatedByLabel: "someone-else"}, false},
+		{nil, false},
+	} {
+		c := newClient(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team", Labels: tc.labels}})
+		if err := DeleteOwnNamespace(ctx, c, "team"); err != nil {
+			t.Fatal(err)
+		}
+		err := c.Get(ctx, types.NamespacedName{Name: "team"}, &corev1.Namespace{})
+		if apierrors.IsNotFound(err) != tc.removed {
+			t.Errorf("labels %v: removed = %v, want %v", tc.labels, apierrors.IsNotFound(err), tc.removed)
+		}
+	}
+}
