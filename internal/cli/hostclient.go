@@ -41,13 +41,21 @@ func (f hostFlags) hostKubeconfig() (string, error) {
 	return "", errors.New("no host cluster: pass --kubeconfig, set KUBECONFIG, or start a local host cluster with `nest dev up --with-nest`")
 }
 
-func (f hostFlags) restConfig() (*rest.Config, error) {
+func (f hostFlags) loader() (clientcmd.ClientConfig, string, error) {
 	path, err := f.hostKubeconfig()
+	if err != nil {
+		return nil, "", err
+	}
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+		&clientcmd.ClientConfigLoadingRules{ExplicitPath: path}, &clientcmd.ConfigOverrides{}), path, nil
+}
+
+func (f hostFlags) restConfig() (*rest.Config, error) {
+	loader, path, err := f.loader()
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
-		&clientcmd.ClientConfigLoadingRules{ExplicitPath: path}, &clientcmd.ConfigOverrides{}).ClientConfig()
+	cfg, err := loader.ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("load host kubeconfig %s: %w", path, err)
 	}
@@ -60,4 +68,17 @@ func (f hostFlags) client() (client.Client, error) {
 		return nil, err
 	}
 	return client.New(cfg, client.Options{Scheme: kube.NewScheme()})
+}
+
+// contextName is the host kubeconfig's current context, or "" when unknown.
+func (f hostFlags) contextName() string {
+	loader, _, err := f.loader()
+	if err != nil {
+		return ""
+	}
+	raw, err := loader.RawConfig()
+	if err != nil {
+		return ""
+	}
+	return raw.CurrentContext
 }

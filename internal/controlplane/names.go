@@ -47,6 +47,9 @@ func (n Names) Service() string { return n.VirtualCluster }
 // StatefulSet runs the control-plane pod.
 func (n Names) StatefulSet() string { return n.VirtualCluster }
 
+// ControlPlanePod is the StatefulSet's one pod (replica 0).
+func (n Names) ControlPlanePod() string { return n.StatefulSet() + "-0" }
+
 // PKISecret holds every CA, certificate and key of the tenant.
 func (n Names) PKISecret() string { return n.VirtualCluster + "-pki" }
 
