@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Installs what Nest's build and local host cluster need on a Debian machine:
-# containerd, runc, the CNI plugins, iptables, nftables, iproute2, busybox-static.
+# containerd, runc, the CNI plugins, iptables, nftables, iproute2, busybox-static,
+# and Debian's Chromium, which the dashboard's browser test drives.
 # Go itself must already be installed (go.mod says which version).
 set -euo pipefail
 
-packages=(containerd runc containernetworking-plugins iptables nftables iproute2 busybox-static util-linux procps kmod)
+packages=(containerd runc containernetworking-plugins iptables nftables iproute2 busybox-static util-linux procps kmod chromium)
 # Each package with a file that proves it is installed.
 declare -A probe=(
   [containerd]=/usr/bin/containerd [runc]=/usr/sbin/runc [containernetworking-plugins]=/usr/lib/cni/bridge
   [iptables]=/usr/sbin/iptables [nftables]=/usr/sbin/nft [iproute2]=/usr/sbin/ip [busybox-static]=/bin/busybox
-  [util-linux]=/usr/bin/nsenter [procps]=/usr/sbin/sysctl [kmod]=/usr/sbin/modprobe
+  [util-linux]=/usr/bin/nsenter [procps]=/usr/sbin/sysctl [kmod]=/usr/sbin/modprobe [chromium]=/usr/bin/chromium
 )
 
 missing=()

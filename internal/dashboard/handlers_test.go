@@ -35,8 +35,8 @@ import (
 type fixedClients struct{ c client.WithWatch }
 
 func (f fixedClients) ClientFor(*http.Request) (client.WithWatch, error) { return f.c, nil }
-func (f fixedClients) SignIn() bool                                     { return false }
-func (f fixedClients) Identity(*http.Request) string                    { return "test user" }
+func (f fixedClients) SignIn() bool                                      { return false }
+func (f fixedClients) Identity(*http.Request) string                     { return "test user" }
 
 var testNow = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 

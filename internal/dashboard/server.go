@@ -71,10 +71,16 @@ func New(o Options) (*Server, error) {
 
 var templateFuncs = template.FuncMap{
 	"lower":       strings.ToLower,
+	"namePattern": func() string { return namePattern },
 	"field":       field,
 	"textField":   textField,
 	"selectField": selectField,
 }
+
+// namePattern is a DNS-1123 label as an HTML pattern attribute. Browsers
+// compile pattern with the RegExp v flag, where a '-' in a class must be
+// escaped; an invalid pattern is silently ignored.
+const namePattern = `[a-z0-9]([a-z0-9\-]*[a-z0-9])?`
 
 // fieldView is one form input as the partials render it.
 type fieldView struct {

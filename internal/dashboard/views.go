@@ -212,17 +212,26 @@ type componentRow struct {
 }
 
 // componentsOf reads the control-plane pod's container statuses, in the
-// pod's container order. A nil pod (not created yet) gives none.
+// pod's order: sidecars (restartable init containers, such as etcd and the
+// API server) first, then the containers. A nil pod (not created yet) gives
+// none.
 func componentsOf(pod *corev1.Pod) []componentRow {
 	if pod == nil {
 		return nil
 	}
 	byName := map[string]corev1.ContainerStatus{}
-	for _, s := range pod.Status.ContainerStatuses {
+	for _, s := range append(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses...) {
 		byName[s.Name] = s
 	}
-	rows := make([]componentRow, 0, len(pod.Spec.Containers))
-	for _, c := range pod.Spec.Containers {
+	var containers []corev1.Container
+	for _, c := range pod.Spec.InitContainers {
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			containers = append(containers, c)
+		}
+	}
+	containers = append(containers, pod.Spec.Containers...)
+	rows := make([]componentRow, 0, len(containers))
+	for _, c := range containers {
 		s, ok := byName[c.Name]
 		rows = append(rows, componentRow{Name: c.Name, Ready: s.Ready, State: stateOf(s, ok), Restarts: s.RestartCount})
 	}

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
@@ -88,14 +89,20 @@ func TestEventsOfKeepsTheClustersOwnNewestFirst(t *testing.T) {
 
 func TestComponentsOf(t *testing.T) {
 	pod := &corev1.Pod{
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "etcd"}, {Name: "kube-apiserver"}, {Name: "nest-syncer"}}},
-		Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{
+		Spec: corev1.PodSpec{
+			InitContainers: []corev1.Container{{Name: "setup"}, {Name: "etcd", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)}, {Name: "kube-apiserver", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)}},
+			Containers:     []corev1.Container{{Name: "nest-syncer"}},
+		},
+		Status: corev1.PodStatus{InitContainerStatuses: []corev1.ContainerStatus{
 			{Name: "kube-apiserver", Ready: false, RestartCount: 2, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}},
 			{Name: "etcd", Ready: true, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}},
 		}},
 	}
 	got := componentsOf(pod)
 	want := []componentRow{{"etcd", true, "Running", 0}, {"kube-apiserver", false, "Waiting: CrashLoopBackOff", 2}, {"nest-syncer", false, "Pending", 0}}
+	if len(got) != len(want) {
+		t.Fatalf("components = %+v, want the sidecars and containers, not the one-shot init container", got)
+	}
 	for i := range want {
 		if got[i] != want[i] {
 			t.Errorf("component %d = %+v, want %+v", i, got[i], want[i])

@@ -45,6 +45,8 @@ const (
 	NestManager = "nest.local/nest-manager:dev"
 	// NestSyncer runs in every tenant control-plane pod: the virtual node.
 	NestSyncer = "nest.local/nest-syncer:dev"
+	// Nest is the nest CLI; the chart's dashboard runs `nest dashboard` from it.
+	Nest = "nest.local/nest:dev"
 )
 
 // ProbePath is where the kube, nest-syncer and CoreDNS images hold
@@ -105,6 +107,7 @@ func Specs(binDir, busyboxPath string, busyboxApplets []string) []Spec {
 		{Name: TestApp, Files: []File{tmpDir(), {Path: "/testapp", Source: filepath.Join(binDir, "testapp"), Mode: 0o755}}, Entrypoint: []string{"/testapp"}},
 		{Name: NestManager, Files: []File{tmpDir(), {Path: "/nest-manager", Source: filepath.Join(binDir, "nest-manager"), Mode: 0o755}}, Entrypoint: []string{"/nest-manager"}},
 		{Name: NestSyncer, Files: []File{tmpDir(), {Path: "/nest-syncer", Source: filepath.Join(binDir, "nest-syncer"), Mode: 0o755}, probe}, Entrypoint: []string{"/nest-syncer"}},
+		{Name: Nest, Files: []File{tmpDir(), {Path: "/nest", Source: filepath.Join(binDir, "nest"), Mode: 0o755}}, Entrypoint: []string{"/nest"}},
 	}
 }
 

@@ -192,3 +192,47 @@ func TestChartPassesHostNetworkAndMetadata(t *testing.T) {
 		}
 	}
 }
+
+func TestChartLeavesTheDashboardOffByDefault(t *testing.T) {
+	if d := find(render(t, nil), "Deployment", "nest-dashboard"); d != nil {
+		t.Error("the dashboard is rendered with default values; it must be opt-in")
+	}
+}
+
+// The dashboard holds no credentials of its own: every call uses the signed-in
+// user's token. Without TLS it listens on loopback only.
+func TestChartDashboardActsOnlyWithUsersTokens(t *testing.T) {
+	for _, tc := range []struct {
+		tls         string
+		wantAddress string
+		wantService bool
+	}{{"", "--address=127.0.0.1:8080", false}, {"dashboard-tls", "--address=:8443", true}} {
+		objs := render(t, map[string]any{"dashboard": map[string]any{"enabled": true, "tls": map[string]any{"secretName": tc.tls}}})
+		d := find(objs, "Deployment", "nest-dashboard")
+		if d == nil {
+			t.Fatal("dashboard.enabled renders no Deployment nest-dashboard")
+		}
+		if v, _, _ := unstructured.NestedBool(d.Object, "spec", "template", "spec", "automountServiceAccountToken"); v {
+			t.Error("the dashboard pod mounts a ServiceAccount token")
+		}
+		sa := find(objs, "ServiceAccount", "nest-dashboard")
+		if v, found, _ := unstructured.NestedBool(sa.Object, "automountServiceAccountToken"); !found || v {
+			t.Error("the dashboard ServiceAccount does not turn token automount off")
+		}
+		for _, o := range objs {
+			if k := o.GetKind(); (k == "RoleBinding" || k == "ClusterRoleBinding") && strings.Contains(fmt.Sprint(o.Object["subjects"]), "nest-dashboard") {
+				t.Errorf("%s %s grants the dashboard rights", k, o.GetName())
+			}
+		}
+		containers, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
+		args := fmt.Sprint(containers[0].(map[string]any)["args"])
+		for _, want := range []string{"dashboard", "--auth=token", tc.wantAddress} {
+			if !strings.Contains(args, want) {
+				t.Errorf("tls %q: args %s lack %s", tc.tls, args, want)
+			}
+		}
+		if got := find(objs, "Service", "nest-dashboard") != nil; got != tc.wantService {
+			t.Errorf("tls %q: Service rendered = %v, want %v", tc.tls, got, tc.wantService)
+		}
+	}
+}
