@@ -14,7 +14,7 @@ K8S_LDFLAGS := -s -w $(foreach p,$(K8S_VERSION_PKGS),-X $(p).gitVersion=$(K8S_VE
 
 NODES ?= 2
 
-.PHONY: all deps build build-k8s build-nest test unit e2e demo down clean bench generate envtest-assets lint
+.PHONY: all deps build build-k8s build-nest test unit e2e demo down clean bench generate envtest-assets lint dashboard-assets
 
 all: build
 
@@ -82,9 +82,14 @@ down:
 clean:
 	rm -rf $(OUT)
 
-## bench: local host cluster up/down times and RSS; VirtualCluster create-to-Ready times and RSS; virtual node pod start latency and sync throughput
+## bench: local host cluster up/down times and RSS; VirtualCluster create-to-Ready times and RSS; virtual node pod start latency and sync throughput; dashboard page weight
 bench: build
 	NEST_BIN_DIR=$(BIN) go test -run '^$$' -bench DevClusterUpDown -benchtime 3x -timeout 20m ./test/e2e/
 	NEST_BIN_DIR=$(BIN) go test -run '^$$' -bench VirtualClusterCreate -benchtime 1x -timeout 30m ./test/e2e/
 	NEST_BIN_DIR=$(BIN) go test -run '^$$' -bench VirtualNodePods -benchtime 1x -timeout 30m ./test/e2e/
 	NEST_BIN_DIR=$(BIN) go test -run '^$$' -bench NetworkPolicyEnforcer -benchtime 1x -timeout 30m ./test/e2e/
+	go test -run '^$$' -bench PageWeight -benchtime 3x ./internal/dashboard/
+
+## dashboard-assets: refresh the dashboard's vendored htmx from npm (pinned in the script); the build itself never downloads
+dashboard-assets:
+	hack/dashboard-assets.sh
