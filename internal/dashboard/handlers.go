@@ -64,14 +64,23 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	s.render(w, r, statusOf(err), "error", "Error", nil, err)
 }
 
-// client returns the request user's client and a context bounded by apiTimeout.
-func (s *Server) client(r *http.Request) (client.WithWatch, context.Context, context.CancelFunc, error) {
-	c, err := s.o.Clients.ClientFor(r)
-	if err != nil {
-		return nil, nil, nil, err
+// apiHandler serves a request with its user's client and a context bounded
+// by apiTimeout.
+type apiHandler func(w http.ResponseWriter, r *http.Request, ctx context.Context, c client.WithWatch)
+
+// withClient gets the request user's client for h, or sends the user to
+// sign in or to the error page.
+func (s *Server) withClient(h apiHandler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		c, err := s.o.Clients.ClientFor(r)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), apiTimeout)
+		defer cancel()
+		h(w, r, ctx, c)
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), apiTimeout)
-	return c, ctx, cancel, nil
 }
 
 // clustersView is the clusters page.
@@ -82,13 +91,7 @@ type clustersView struct {
 	LiveURL string
 }
 
-func (s *Server) clusters(w http.ResponseWriter, r *http.Request) {
-	c, ctx, cancel, err := s.client(r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	defer cancel()
+func (s *Server) clusters(w http.ResponseWriter, r *http.Request, ctx context.Context, c client.WithWatch) {
 	ns := strings.TrimSpace(r.URL.Query().Get("namespace"))
 	rows, err := s.clusterRows(ctx, c, ns)
 	if err != nil {
@@ -157,13 +160,7 @@ func keyOf(r *http.Request) types.NamespacedName {
 	return types.NamespacedName{Namespace: r.PathValue("namespace"), Name: r.PathValue("name")}
 }
 
-func (s *Server) cluster(w http.ResponseWriter, r *http.Request) {
-	c, ctx, cancel, err := s.client(r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	defer cancel()
+func (s *Server) cluster(w http.ResponseWriter, r *http.Request, ctx context.Context, c client.WithWatch) {
 	key := keyOf(r)
 	view, err := s.clusterView(ctx, c, key)
 	if err != nil {
@@ -298,13 +295,7 @@ func virtualClusterOf(f createForm) (*nestv1.VirtualCluster, error) {
 	return vc, nil
 }
 
-func (s *Server) create(w http.ResponseWriter, r *http.Request) {
-	c, ctx, cancel, err := s.client(r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	defer cancel()
+func (s *Server) create(w http.ResponseWriter, r *http.Request, ctx context.Context, c client.WithWatch) {
 	f := formOf(r)
 	vc, err := virtualClusterOf(f)
 	if err == nil {
@@ -327,13 +318,7 @@ func clusterURL(key types.NamespacedName) string {
 	return "/clusters/" + url.PathEscape(key.Namespace) + "/" + url.PathEscape(key.Name)
 }
 
-func (s *Server) kubeconfig(w http.ResponseWriter, r *http.Request) {
-	c, ctx, cancel, err := s.client(r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	defer cancel()
+func (s *Server) kubeconfig(w http.ResponseWriter, r *http.Request, ctx context.Context, c client.WithWatch) {
 	key := keyOf(r)
 	data, err := vcops.ReadKubeconfig(ctx, c, key, false)
 	if errors.Is(err, vcops.ErrNoKubeconfig) {
@@ -350,13 +335,7 @@ func (s *Server) kubeconfig(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(data)
 }
 
-func (s *Server) share(w http.ResponseWriter, r *http.Request) {
-	c, ctx, cancel, err := s.client(r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	defer cancel()
+func (s *Server) share(w http.ResponseWriter, r *http.Request, ctx context.Context, c client.WithWatch) {
 	key := keyOf(r)
 	f := shareForm{CPU: r.PostFormValue(vcops.FieldCPU), Memory: r.PostFormValue(vcops.FieldMemory), GPU: r.PostFormValue(vcops.FieldGPU), Pods: r.PostFormValue(vcops.FieldPods)}
 	res, err := vcops.Share{CPU: f.CPU, Memory: f.Memory, GPU: f.GPU, Pods: f.Pods}.Resources()
@@ -371,13 +350,7 @@ func (s *Server) share(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, clusterURL(key), http.StatusSeeOther)
 }
 
-func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
-	c, ctx, cancel, err := s.client(r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	defer cancel()
+func (s *Server) delete(w http.ResponseWriter, r *http.Request, ctx context.Context, c client.WithWatch) {
 	key := keyOf(r)
 	if confirm := strings.TrimSpace(r.PostFormValue("confirm")); confirm != key.Name {
 		err := fmt.Errorf("type the cluster's name, %s, to confirm: you typed %q", key.Name, confirm)

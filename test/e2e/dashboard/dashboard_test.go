@@ -59,23 +59,22 @@ func TestDashboard(t *testing.T) {
 	e.url, e.dashboardPID = startDashboard(t, ctx, hostKubeconfig)
 	e.allocator = browserAllocator(t, ctx)
 
+	// The cases run in parallel, each with its own browser and cluster.
 	t.Run("cases", func(t *testing.T) {
-		t.Run("creates-a-cluster-from-the-form-sees-it-ready-without-reloading-and-uses-its-kubeconfig", func(t *testing.T) {
-			t.Parallel()
-			e.createFromTheForm(t)
-		})
-		t.Run("shows-bad-input-next-to-the-field-from-the-page-and-from-the-api-server", func(t *testing.T) {
-			t.Parallel()
-			e.badInput(t)
-		})
-		t.Run("changes-the-share-and-the-virtual-node-follows", func(t *testing.T) {
-			t.Parallel()
-			e.changeShare(t)
-		})
-		t.Run("deletes-after-typed-confirmation-and-the-row-disappears", func(t *testing.T) {
-			t.Parallel()
-			e.deleteCluster(t)
-		})
+		for _, c := range []struct {
+			name string
+			run  func(*testing.T)
+		}{
+			{"creates-a-cluster-from-the-form-sees-it-ready-without-reloading-and-uses-its-kubeconfig", e.createFromTheForm},
+			{"shows-bad-input-next-to-the-field-from-the-page-and-from-the-api-server", e.badInput},
+			{"changes-the-share-and-the-virtual-node-follows", e.changeShare},
+			{"deletes-after-typed-confirmation-and-the-row-disappears", e.deleteCluster},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				t.Parallel()
+				c.run(t)
+			})
+		}
 	})
 	t.Logf("dashboard server memory after the cases: VmRSS %s, VmHWM %s", procStatus(t, e.dashboardPID, "VmRSS"), procStatus(t, e.dashboardPID, "VmHWM"))
 }
