@@ -22,7 +22,15 @@ func TestDocumentedKubectlApplyInstallsOnAFreshAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.Stop() })
-	stdout, stderr, err := env.ControlPlane.KubeCtl().Run("apply", "-R", "-f", filepath.Join("..", "..", "config"))
+	admin, err := env.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubectl, err := admin.Kubectl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, err := kubectl.Run("apply", "-R", "-f", filepath.Join("..", "..", "config"))
 	out := readAll(t, stdout) + readAll(t, stderr)
 	if err != nil {
 		t.Fatalf("kubectl apply -R -f config/: %v\n%s", err, out)
