@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -62,7 +63,12 @@ func main() {
 		metricsAddr, probeAddr, hostDomain, kubeImage, corednsImage, syncerImage, pullPolicy string
 		leaderElect                                                                          bool
 		cp                                                                                   controlplane.Options
+		workers, probeWorkers                                                                int
+		probeTimeout                                                                         time.Duration
 	)
+	flag.IntVar(&workers, "max-concurrent-reconciles", 4, "VirtualClusters reconciled at once")
+	flag.IntVar(&probeWorkers, "tenant-probe-workers", 8, "tenant API servers probed at once; a slow or dead tenant holds one worker for at most --tenant-probe-timeout")
+	flag.DurationVar(&probeTimeout, "tenant-probe-timeout", virtualcluster.DefaultProbeTimeout, "how long one probe of a tenant API server may take")
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint; 0 disables it")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
 	flag.BoolVar(&leaderElect, "leader-elect", true, "elect a leader so only one replica reconciles")
@@ -107,6 +113,7 @@ func main() {
 		log.Error(err, "Unable to create manager")
 		os.Exit(1)
 	}
+	health := virtualcluster.NewHealth()
 	r := &virtualcluster.Reconciler{
 		Client:            mgr.GetClient(),
 		APIReader:         mgr.GetAPIReader(),
@@ -114,10 +121,16 @@ func main() {
 		Recorder:          mgr.GetEventRecorder("nest-manager"),
 		ControlPlane:      cp,
 		HostClusterDomain: hostDomain,
-		Tenants:           virtualcluster.APITenants{},
+		Health:            health,
+		Workers:           workers,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		log.Error(err, "Unable to set up controller", "controller", "virtualcluster")
+		os.Exit(1)
+	}
+	prober := &virtualcluster.HealthProber{Client: mgr.GetClient(), Tenants: virtualcluster.APITenants{}, Health: health, Workers: probeWorkers, ProbeTimeout: probeTimeout}
+	if err := prober.SetupWithManager(mgr); err != nil {
+		log.Error(err, "Unable to set up controller", "controller", "virtualcluster-health")
 		os.Exit(1)
 	}
 	must(mgr.AddHealthzCheck("healthz", healthz.Ping))

@@ -35,7 +35,7 @@ func (r *Reconciler) namespaceHolder(ctx context.Context, vc *nestv1.VirtualClus
 func (r *Reconciler) refuseNamespace(ctx context.Context, vc *nestv1.VirtualCluster, holder string) (ctrl.Result, error) {
 	before := vc.DeepCopy()
 	s := &reconcileState{vc: vc, obs: observed{namespaceHolder: holder}}
-	if err := r.patchStatus(ctx, before, s); err != nil {
+	if err := r.patchStatus(ctx, before, s, nil); err != nil {
 		return ctrl.Result{}, err
 	}
 	ctrl.LoggerFrom(ctx).Info("Namespace held by another VirtualCluster", "virtualCluster", klog.KObj(vc), "holder", holder)

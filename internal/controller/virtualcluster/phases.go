@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -224,24 +223,27 @@ func (r *Reconciler) reconcileKubeconfig(ctx context.Context, s *reconcileState)
 	return true, nil
 }
 
-// reconcileAvailability asks the tenant API server for /readyz.
+// reconcileAvailability reads whether the tenant API server answered
+// /readyz when the health prober last asked.
 func (r *Reconciler) reconcileAvailability(ctx context.Context, s *reconcileState) (bool, error) {
 	if !s.obs.podReady {
 		return false, nil
 	}
-	if err := r.Tenants.Ready(ctx, s.internal); err != nil {
-		s.obs.availableMessage = "tenant /readyz: " + err.Error()
-		ctrl.LoggerFrom(ctx).V(1).Info("Tenant API server not ready", "virtualCluster", klog.KObj(s.vc), "err", err)
+	th, probed := r.Health.Get(client.ObjectKeyFromObject(s.vc))
+	if !probed || !th.Available {
+		s.obs.availableMessage = th.AvailableMessage
 		return false, nil
 	}
 	s.obs.available = true
 	return true, nil
 }
 
-// reconcileVirtualNode waits for nest-syncer to register a Ready virtual node.
+// reconcileVirtualNode waits for nest-syncer to register a Ready virtual
+// node, as the health prober last saw it.
 func (r *Reconciler) reconcileVirtualNode(ctx context.Context, s *reconcileState) (bool, error) {
-	if err := r.Tenants.VirtualNodeReady(ctx, s.internal); err != nil {
-		s.obs.nodesMessage = err.Error()
+	th, _ := r.Health.Get(client.ObjectKeyFromObject(s.vc))
+	if !th.NodesReady {
+		s.obs.nodesMessage = th.NodesMessage
 		return false, nil
 	}
 	s.obs.nodesReady = true

@@ -26,11 +26,13 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/controlplane"
@@ -67,8 +69,11 @@ type Reconciler struct {
 	ControlPlane controlplane.Options
 	// HostClusterDomain is the host cluster's DNS suffix, named in certificates.
 	HostClusterDomain string
-	// Tenants checks and configures tenant clusters.
-	Tenants TenantChecker
+	// Health holds the tenants' last probe results, written by the
+	// HealthProber; the reconciler reads it and never dials a tenant.
+	Health *Health
+	// Workers is how many VirtualClusters are reconciled at once.
+	Workers int
 }
 
 // +kubebuilder:rbac:groups=nest.dev,resources=virtualclusters,verbs=get;list;watch;update;patch
@@ -89,7 +94,7 @@ type Reconciler struct {
 
 // Reconcile brings one VirtualCluster's host objects to their desired state and
 // reports what it found in the status.
-func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, err error) {
 	vc := &nestv1.VirtualCluster{}
 	if err := r.Get(ctx, req.NamespacedName, vc); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -104,18 +109,30 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if holder != vc.Name {
 		return r.refuseNamespace(ctx, vc, holder)
 	}
-	if controllerutil.AddFinalizer(vc, Finalizer) {
-		if err := r.Update(ctx, vc); err != nil {
-			return ctrl.Result{}, fmt.Errorf("add finalizer to %s: %w", klog.KObj(vc), err)
-		}
+	if err := r.addFinalizer(ctx, vc); err != nil {
+		return ctrl.Result{}, err
 	}
 	before := vc.DeepCopy()
 	s := &reconcileState{vc: vc}
-	result, err := r.runPhases(ctx, s)
-	if perr := r.patchStatus(ctx, before, s); perr != nil && err == nil {
-		err = perr
+	defer func() {
+		if perr := r.patchStatus(ctx, before, s, err); perr != nil && err == nil {
+			err = perr
+		}
+	}()
+	return r.runPhases(ctx, s)
+}
+
+// addFinalizer adds the finalizer with a patch that fails on a concurrent
+// change, rather than an Update that would write back the whole object.
+func (r *Reconciler) addFinalizer(ctx context.Context, vc *nestv1.VirtualCluster) error {
+	orig := vc.DeepCopy()
+	if !controllerutil.AddFinalizer(vc, Finalizer) {
+		return nil
 	}
-	return result, err
+	if err := r.Patch(ctx, vc, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("add finalizer to %s: %w", klog.KObj(vc), err)
+	}
+	return nil
 }
 
 // reconcileState carries one reconcile's objects and observations between phases.
@@ -127,27 +144,36 @@ type reconcileState struct {
 	ips      controlplane.ServiceIPs
 	pki      map[string][]byte
 	internal []byte // the in-cluster admin kubeconfig
+	// failed names the condition of the phase that returned an error.
+	failed string
 }
 
 // phase is one step of a reconcile. done=false means "not yet": the later
 // phases wait and the reconcile is requeued.
 type phase func(ctx context.Context, s *reconcileState) (done bool, err error)
 
+// step is a phase and the condition its failure belongs to.
+type step struct {
+	run       phase
+	condition string
+}
+
 func (r *Reconciler) runPhases(ctx context.Context, s *reconcileState) (ctrl.Result, error) {
-	for _, p := range []phase{
-		r.reconcileNamespace,
-		r.reconcileNetworkPolicies,
-		r.reconcileLimits,
-		r.reconcileService,
-		r.reconcileVirtualNodeObjects,
-		r.reconcilePKI,
-		r.reconcileStatefulSet,
-		r.reconcileKubeconfig,
-		r.reconcileAvailability,
-		r.reconcileVirtualNode,
+	for _, p := range []step{
+		{r.reconcileNamespace, nestv1.ConditionControlPlaneAvailable},
+		{r.reconcileNetworkPolicies, nestv1.ConditionControlPlaneAvailable},
+		{r.reconcileLimits, nestv1.ConditionControlPlaneAvailable},
+		{r.reconcileService, nestv1.ConditionControlPlaneAvailable},
+		{r.reconcileVirtualNodeObjects, nestv1.ConditionNodesReady},
+		{r.reconcilePKI, nestv1.ConditionCertificatesReady},
+		{r.reconcileStatefulSet, nestv1.ConditionControlPlaneAvailable},
+		{r.reconcileKubeconfig, nestv1.ConditionCertificatesReady},
+		{r.reconcileAvailability, nestv1.ConditionControlPlaneAvailable},
+		{r.reconcileVirtualNode, nestv1.ConditionNodesReady},
 	} {
-		done, err := p(ctx, s)
+		done, err := p.run(ctx, s)
 		if err != nil {
+			s.failed = p.condition
 			return ctrl.Result{}, err
 		}
 		if !done {
@@ -157,10 +183,36 @@ func (r *Reconciler) runPhases(ctx context.Context, s *reconcileState) (ctrl.Res
 	return ctrl.Result{RequeueAfter: healthyRequeue}, nil
 }
 
-// patchStatus writes the phase and conditions derived from what was observed,
-// and emits an event when the phase changes.
-func (r *Reconciler) patchStatus(ctx context.Context, before *nestv1.VirtualCluster, s *reconcileState) error {
+// patchStatus writes the phase and conditions derived from what was
+// observed, and emits an event when the phase changes. When a phase failed
+// (phaseErr), what this reconcile could not observe is not evidence: the
+// phase and conditions stay as they were, and the error is added to the
+// message of the condition the failed phase belongs to.
+func (r *Reconciler) patchStatus(ctx context.Context, before *nestv1.VirtualCluster, s *reconcileState, phaseErr error) error {
 	vc := s.vc
+	if phaseErr != nil {
+		vc.Status = *before.Status.DeepCopy()
+		setFailure(&vc.Status.Conditions, s.failed, phaseErr, vc.Generation)
+	} else {
+		r.setObserved(vc, before, s)
+	}
+	if vc.Status.Phase != before.Status.Phase {
+		log := ctrl.LoggerFrom(ctx)
+		log.Info("Phase changed", "virtualCluster", klog.KObj(vc), "from", before.Status.Phase, "to", vc.Status.Phase)
+		r.Recorder.Eventf(vc, nil, corev1.EventTypeNormal, string(vc.Status.Phase), "Reconcile",
+			"phase %s: %s", vc.Status.Phase, meta.FindStatusCondition(vc.Status.Conditions, nestv1.ConditionReady).Message)
+	}
+	if equality.Semantic.DeepEqual(vc.Status, before.Status) {
+		return nil
+	}
+	if err := r.Status().Patch(ctx, vc, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("patch status of %s: %w", klog.KObj(vc), err)
+	}
+	return nil
+}
+
+// setObserved writes the status a complete observation gives.
+func (r *Reconciler) setObserved(vc, before *nestv1.VirtualCluster, s *reconcileState) {
 	vc.Status.Phase = phaseFor(s.obs, before.Status.Phase)
 	for _, c := range conditionsFor(s.obs, vc.Generation, vc.Name, vc.Namespace) {
 		meta.SetStatusCondition(&vc.Status.Conditions, c)
@@ -170,16 +222,6 @@ func (r *Reconciler) patchStatus(ctx context.Context, before *nestv1.VirtualClus
 	if s.obs.kubeconfig {
 		vc.Status.KubeconfigSecretRef = &corev1.LocalObjectReference{Name: controlplane.NamesOf(vc).KubeconfigSecret()}
 	}
-	if vc.Status.Phase != before.Status.Phase {
-		log := ctrl.LoggerFrom(ctx)
-		log.Info("Phase changed", "virtualCluster", klog.KObj(vc), "from", before.Status.Phase, "to", vc.Status.Phase)
-		r.Recorder.Eventf(vc, nil, corev1.EventTypeNormal, string(vc.Status.Phase), "Reconcile",
-			"phase %s: %s", vc.Status.Phase, meta.FindStatusCondition(vc.Status.Conditions, nestv1.ConditionReady).Message)
-	}
-	if err := r.Status().Patch(ctx, vc, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("patch status of %s: %w", klog.KObj(vc), err)
-	}
-	return nil
 }
 
 // quotaSpecChanged lets through every ResourceQuota event but a status
@@ -233,6 +275,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&networkingv1.NetworkPolicy{}).
 		Owns(&corev1.LimitRange{}).
 		Watches(&nestv1.VirtualCluster{}, handler.EnqueueRequestsFromMapFunc(r.othersInNamespace), builder.WithPredicates(onlyDeletes)).
+		WatchesRawSource(source.Channel(r.Health.Changes(), &handler.EnqueueRequestForObject{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
 		Named("virtualcluster").
 		Complete(r)
 }

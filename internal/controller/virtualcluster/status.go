@@ -1,6 +1,9 @@
 package virtualcluster
 
 import (
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
@@ -128,4 +131,39 @@ func phaseFor(o observed, previous nestv1.Phase) nestv1.Phase {
 	default:
 		return nestv1.PhaseInitialized
 	}
+}
+
+// ReasonReconcileError: a phase failed before the condition was ever observed.
+const ReasonReconcileError = "ReconcileError"
+
+// failureNote starts the part of a condition message that says the last
+// reconcile failed; a later failure replaces it rather than adding another.
+const failureNote = " (last reconcile failed: "
+
+// maxConditionMessage is metav1.Condition's limit on Message.
+const maxConditionMessage = 32768
+
+// setFailure adds err to the message of condition t (Ready when t is ""),
+// keeping its status and reason: a failed attempt is not an observation, so
+// a transient error does not flip a Ready cluster. A condition not set yet
+// is set False with ReasonReconcileError.
+func setFailure(conds *[]metav1.Condition, t string, err error, generation int64) {
+	if t == "" {
+		t = nestv1.ConditionReady
+	}
+	c := meta.FindStatusCondition(*conds, t)
+	if c == nil {
+		meta.SetStatusCondition(conds, metav1.Condition{Type: t, Status: metav1.ConditionFalse, Reason: ReasonReconcileError,
+			Message: truncate("reconcile failed: "+err.Error(), maxConditionMessage), ObservedGeneration: generation})
+		return
+	}
+	base, _, _ := strings.Cut(c.Message, failureNote)
+	c.Message = truncate(base+failureNote+err.Error()+")", maxConditionMessage)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
 }

@@ -1,9 +1,12 @@
 package virtualcluster
 
 import (
+	"errors"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 )
@@ -47,5 +50,23 @@ func TestPhaseAndConditions(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestSetFailureKeepsStatusAndNotesTheError(t *testing.T) {
+	since := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	conds := []metav1.Condition{{Type: nestv1.ConditionCertificatesReady, Status: metav1.ConditionTrue, Reason: ReasonIssued, Message: "issued", LastTransitionTime: since}}
+	setFailure(&conds, nestv1.ConditionCertificatesReady, errors.New("timeout"), 3)
+	setFailure(&conds, nestv1.ConditionCertificatesReady, errors.New("conflict"), 3)
+	c := meta.FindStatusCondition(conds, nestv1.ConditionCertificatesReady)
+	if c.Status != metav1.ConditionTrue || c.Reason != ReasonIssued || !c.LastTransitionTime.Equal(&since) {
+		t.Errorf("a failure changed the condition: %+v", c)
+	}
+	if c.Message != "issued (last reconcile failed: conflict)" {
+		t.Errorf("message = %q: want the base message and only the latest error", c.Message)
+	}
+	setFailure(&conds, "", errors.New("boom"), 3)
+	if r := meta.FindStatusCondition(conds, nestv1.ConditionReady); r == nil || r.Status != metav1.ConditionFalse || r.Reason != ReasonReconcileError {
+		t.Errorf("a failure before any observation: Ready = %+v, want False/%s", r, ReasonReconcileError)
 	}
 }

@@ -1,19 +1,25 @@
 package virtualcluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -45,19 +51,59 @@ var testOptions = controlplane.Options{
 	ManagerNamespace: "nest-system",
 }
 
-// fakeTenants answers for tenant API servers, which do not run in envtest.
-type fakeTenants struct{ ready atomic.Bool }
+// probeTimeout bounds the tests' tenant probes.
+const probeTimeout = 2 * time.Second
 
-func (f *fakeTenants) Ready(context.Context, []byte) error {
+// fakeTenants answers for tenant API servers, which do not run in envtest.
+// A tenant in an unreachable namespace hangs until the probe times out, as
+// a dead API server behind a black-holed address does.
+type fakeTenants struct {
+	ready       atomic.Bool
+	unreachable sync.Map // host namespace -> true
+}
+
+func (f *fakeTenants) Ready(ctx context.Context, kubeconfig []byte) error {
+	var hang bool
+	f.unreachable.Range(func(ns, _ any) bool {
+		hang = hang || bytes.Contains(kubeconfig, []byte("."+ns.(string)+".svc:"))
+		return !hang
+	})
+	if hang {
+		<-ctx.Done()
+		return ctx.Err()
+	}
 	if f.ready.Load() {
 		return nil
 	}
 	return errors.New("connection refused")
 }
 
-func (f *fakeTenants) VirtualNodeReady(context.Context, []byte) error {
-	return f.Ready(context.Background(), nil)
+func (f *fakeTenants) VirtualNodeReady(ctx context.Context, kubeconfig []byte) error {
+	return f.Ready(ctx, kubeconfig)
 }
+
+// withoutWatch lets the interceptor wrap the manager's client, which does
+// not watch: the reconciler never calls Watch.
+type withoutWatch struct{ client.Client }
+
+func (withoutWatch) Watch(context.Context, client.ObjectList, ...client.ListOption) (watch.Interface, error) {
+	return nil, errors.New("the reconciler's client does not watch")
+}
+
+// faults injects errors into the reconciler's reads of PKI Secrets in one
+// namespace, as a flaky API server or cache would return them.
+var faults struct {
+	namespace atomic.Value // string
+	hits      atomic.Int64
+}
+
+var injectFaults = interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*corev1.Secret); ok && strings.HasSuffix(key.Name, "-pki") && key.Namespace == faults.namespace.Load() {
+		faults.hits.Add(1)
+		return errors.New("injected: etcdserver: request timed out")
+	}
+	return c.Get(ctx, key, obj, opts...)
+}}
 
 func TestMain(m *testing.M) {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
@@ -88,13 +134,20 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	health := NewHealth()
 	r := &Reconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: scheme, Recorder: mgr.GetEventRecorder("nest-manager"),
+		Client: interceptor.NewClient(withoutWatch{mgr.GetClient()}, injectFaults), APIReader: mgr.GetAPIReader(), Scheme: scheme, Recorder: mgr.GetEventRecorder("nest-manager"),
 		ControlPlane:      testOptions,
 		HostClusterDomain: "cluster.local",
-		Tenants:           tenants,
+		Health:            health,
+		Workers:           4,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	prober := &HealthProber{Client: mgr.GetClient(), Tenants: tenants, Health: health, Workers: 4, ProbeTimeout: probeTimeout}
+	if err := prober.SetupWithManager(mgr); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

@@ -1,0 +1,155 @@
+package virtualcluster
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/controlplane"
+)
+
+// Tenant health is probed by its own small controller, so the reconciler
+// that creates and heals host objects never waits on a tenant API server: a
+// slow or dead tenant occupies one prober worker for at most ProbeTimeout
+// per check, and never delays another tenant's create.
+
+// TenantHealth is what the last probe of one tenant found.
+type TenantHealth struct {
+	// Available: the tenant API server answered /readyz.
+	Available bool
+	// AvailableMessage says why it is not available.
+	AvailableMessage string
+	// NodesReady: the virtual node is Ready in the tenant cluster.
+	NodesReady bool
+	// NodesMessage says why it is not.
+	NodesMessage string
+}
+
+// Health holds the last probe result of every tenant, and tells the
+// VirtualCluster reconciler when one changes.
+type Health struct {
+	mu      sync.RWMutex
+	byKey   map[types.NamespacedName]TenantHealth
+	changed chan event.GenericEvent
+}
+
+// NewHealth returns an empty Health.
+func NewHealth() *Health {
+	return &Health{byKey: map[types.NamespacedName]TenantHealth{}, changed: make(chan event.GenericEvent, 1024)}
+}
+
+// Get returns the last probe result of the tenant, and false before the
+// first probe.
+func (h *Health) Get(key types.NamespacedName) (TenantHealth, bool) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	th, ok := h.byKey[key]
+	return th, ok
+}
+
+// set records a probe result and reports whether it differs from the last.
+func (h *Health) set(key types.NamespacedName, th TenantHealth) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	prev, ok := h.byKey[key]
+	h.byKey[key] = th
+	return !ok || prev != th
+}
+
+func (h *Health) forget(key types.NamespacedName) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.byKey, key)
+}
+
+// Changes is the stream of VirtualClusters whose health changed.
+func (h *Health) Changes() <-chan event.GenericEvent { return h.changed }
+
+// DefaultProbeTimeout bounds one probe of a tenant API server.
+const DefaultProbeTimeout = 5 * time.Second
+
+// HealthProber is the controller that probes tenant API servers and their
+// virtual nodes, each tenant on its own schedule: every startingRequeue until
+// Ready, then every healthyRequeue.
+type HealthProber struct {
+	client.Client
+	Tenants TenantChecker
+	Health  *Health
+	// Workers bounds how many tenants are probed at once.
+	Workers int
+	// ProbeTimeout bounds one probe; DefaultProbeTimeout when zero.
+	ProbeTimeout time.Duration
+}
+
+// Reconcile probes one tenant and records the result.
+func (p *HealthProber) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	vc := &nestv1.VirtualCluster{}
+	if err := p.Get(ctx, req.NamespacedName, vc); err != nil {
+		if apierrors.IsNotFound(err) {
+			p.Health.forget(req.NamespacedName)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !vc.DeletionTimestamp.IsZero() {
+		p.Health.forget(req.NamespacedName)
+		return ctrl.Result{}, nil
+	}
+	th := p.probe(ctx, vc)
+	if p.Health.set(req.NamespacedName, th) {
+		ctrl.LoggerFrom(ctx).V(1).Info("Tenant health changed", "virtualCluster", klog.KObj(vc), "available", th.Available, "nodesReady", th.NodesReady)
+		select {
+		case p.Health.changed <- event.GenericEvent{Object: vc}:
+		case <-ctx.Done():
+			return ctrl.Result{}, ctx.Err()
+		}
+	}
+	if th.Available && th.NodesReady {
+		return ctrl.Result{RequeueAfter: healthyRequeue}, nil
+	}
+	return ctrl.Result{RequeueAfter: startingRequeue}, nil
+}
+
+// probe asks the tenant API server for /readyz, then for its virtual node.
+func (p *HealthProber) probe(ctx context.Context, vc *nestv1.VirtualCluster) TenantHealth {
+	var s corev1.Secret
+	key := types.NamespacedName{Namespace: vc.Namespace, Name: controlplane.NamesOf(vc).KubeconfigSecret()}
+	if err := p.Get(ctx, key, &s); err != nil || len(s.Data[controlplane.KubeconfigInternalKey]) == 0 {
+		return TenantHealth{AvailableMessage: "the tenant kubeconfig is not written yet"}
+	}
+	kubeconfig := s.Data[controlplane.KubeconfigInternalKey]
+	timeout := p.ProbeTimeout
+	if timeout == 0 {
+		timeout = DefaultProbeTimeout
+	}
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := p.Tenants.Ready(pctx, kubeconfig); err != nil {
+		return TenantHealth{AvailableMessage: "tenant /readyz: " + err.Error()}
+	}
+	th := TenantHealth{Available: true}
+	if err := p.Tenants.VirtualNodeReady(pctx, kubeconfig); err != nil {
+		th.NodesMessage = err.Error()
+		return th
+	}
+	th.NodesReady = true
+	return th
+}
+
+// SetupWithManager registers the prober with Workers workers.
+func (p *HealthProber) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&nestv1.VirtualCluster{}).
+		Named("virtualcluster-health").
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(p.Workers, 1)}).
+		Complete(p)
+}
