@@ -1,10 +1,11 @@
 package dashboard
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
+	"sync"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -83,9 +84,30 @@ func (k *KubeconfigClients) Identity(*http.Request) string {
 	return "kubeconfig context " + k.context
 }
 
-// TokenCookie holds a signed-in user's bearer token: HttpOnly, SameSite
-// Strict, Secure over TLS.
+// TokenCookie holds a signed-in user's bearer token over plain HTTP (the
+// dashboard on loopback, or behind kubectl port-forward); over TLS it is
+// SecureTokenCookie.
 const TokenCookie = "nest_dashboard_token"
+
+// SecureTokenCookie is TokenCookie over TLS: the __Host- prefix makes the
+// browser refuse it unless Secure, host-only and for path /.
+const SecureTokenCookie = "__Host-" + TokenCookie
+
+func tokenCookieName(r *http.Request) string {
+	if r.TLS != nil {
+		return SecureTokenCookie
+	}
+	return TokenCookie
+}
+
+// tokenOf is the bearer token r carries, or "".
+func tokenOf(r *http.Request) string {
+	ck, err := r.Cookie(tokenCookieName(r))
+	if err != nil {
+		return ""
+	}
+	return ck.Value
+}
 
 // TokenClients acts as whoever signed in with a bearer token: the dashboard
 // in the host cluster. Requests share one connection pool; each carries its
@@ -94,6 +116,29 @@ type TokenClients struct {
 	anonymous *rest.Config
 	transport http.RoundTripper
 	mapper    meta.RESTMapper
+	// users maps a token's SHA-256 to the user the API server named at
+	// sign-in, for the page header and logs. The browser cannot forge it.
+	mu    sync.Mutex
+	users map[[sha256.Size]byte]string
+}
+
+// maxRememberedUsers bounds the users map; past it the oldest half is not
+// kept apart, the map is simply started again (names show as "signed in").
+const maxRememberedUsers = 10000
+
+func (t *TokenClients) remember(token, user string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.users) >= maxRememberedUsers {
+		t.users = map[[sha256.Size]byte]string{}
+	}
+	t.users[sha256.Sum256([]byte(token))] = user
+}
+
+func (t *TokenClients) forget(token string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.users, sha256.Sum256([]byte(token)))
 }
 
 // NewTokenClients takes the host API server's address and CA from base and
@@ -104,16 +149,16 @@ func NewTokenClients(base *rest.Config) (*TokenClients, error) {
 	if err != nil {
 		return nil, fmt.Errorf("host cluster transport: %w", err)
 	}
-	return &TokenClients{anonymous: anon, transport: rt, mapper: restMapper()}, nil
+	return &TokenClients{anonymous: anon, transport: rt, mapper: restMapper(), users: map[[sha256.Size]byte]string{}}, nil
 }
 
-// ClientFor returns a client with the token from r's TokenCookie, or ErrSignIn.
+// ClientFor returns a client with the token from r's token cookie, or ErrSignIn.
 func (t *TokenClients) ClientFor(r *http.Request) (client.WithWatch, error) {
-	ck, err := r.Cookie(TokenCookie)
-	if err != nil || ck.Value == "" {
+	token := tokenOf(r)
+	if token == "" {
 		return nil, ErrSignIn
 	}
-	return t.clientWithToken(ck.Value)
+	return t.clientWithToken(token)
 }
 
 func (t *TokenClients) clientWithToken(token string) (client.WithWatch, error) {
@@ -124,16 +169,16 @@ func (t *TokenClients) clientWithToken(token string) (client.WithWatch, error) {
 // SignIn is true.
 func (t *TokenClients) SignIn() bool { return true }
 
-// Identity is the user name recorded at sign-in.
+// Identity is the user the API server named when this token signed in.
 func (t *TokenClients) Identity(r *http.Request) string {
-	if ck, err := r.Cookie(userCookie); err == nil && ck.Value != "" {
-		if user, err := url.QueryUnescape(ck.Value); err == nil {
-			return "signed in as " + user
-		}
+	token := tokenOf(r)
+	if token == "" {
+		return "not signed in"
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if user, ok := t.users[sha256.Sum256([]byte(token))]; ok {
+		return "signed in as " + user
 	}
 	return "signed in"
 }
-
-// userCookie remembers the signed-in user's name for the header only; it
-// grants nothing.
-const userCookie = "nest_dashboard_user"

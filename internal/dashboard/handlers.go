@@ -87,6 +87,8 @@ func (s *Server) withClient(h apiHandler) http.HandlerFunc {
 type clustersView struct {
 	Namespace string
 	Rows      []clusterRow
+	// LiveError is why live updates stopped, if they did.
+	LiveError string
 	// LiveURL is the event stream that refreshes Rows.
 	LiveURL string
 }
@@ -357,12 +359,16 @@ func (s *Server) delete(w http.ResponseWriter, r *http.Request, ctx context.Cont
 		s.clusterWithFormError(w, r, c, key, &vcops.FieldError{Field: "confirm", Value: confirm, Reason: err.Error()}, func(v *clusterView) { v.DeleteError = err.Error() })
 		return
 	}
+	current := &nestv1.VirtualCluster{}
+	alreadyDeleting := c.Get(ctx, key, current) == nil && current.DeletionTimestamp != nil
 	if err := vcops.Delete(ctx, c, key); err != nil {
 		s.clusterWithFormError(w, r, c, key, err, func(v *clusterView) { v.DeleteError = err.Error() })
 		return
 	}
 	klog.InfoS("Virtual cluster deleting", "virtualCluster", key, "user", s.o.Clients.Identity(r))
-	go removeNamespaceWhenGone(c, key)
+	if !alreadyDeleting {
+		s.removeNamespaceWhenGone(c, key)
+	}
 	http.Redirect(w, r, "/?namespace="+url.QueryEscape(key.Namespace), http.StatusSeeOther)
 }
 
@@ -370,11 +376,23 @@ func (s *Server) delete(w http.ResponseWriter, r *http.Request, ctx context.Cont
 // cluster's host objects before it stops trying to remove its namespace.
 const namespaceCleanupTimeout = 10 * time.Minute
 
-// removeNamespaceWhenGone removes the host namespace a Nest tool made for
-// the cluster once nest-manager has removed the cluster, as `nest delete
-// --wait` does. It acts with the same user's client.
-func removeNamespaceWhenGone(c client.Client, key types.NamespacedName) {
-	ctx, cancel := context.WithTimeout(context.Background(), namespaceCleanupTimeout)
+// removeNamespaceWhenGone starts, in the background, the removal of the
+// host namespace a Nest tool made for the cluster once nest-manager has
+// removed the cluster, as `nest delete --wait` does. It acts with the same
+// user's client, runs at most once per cluster, and is best effort: it stops
+// with the server or after namespaceCleanupTimeout.
+func (s *Server) removeNamespaceWhenGone(c client.Client, key types.NamespacedName) {
+	if _, running := s.cleanups.LoadOrStore(key, true); running {
+		return
+	}
+	go func() {
+		defer s.cleanups.Delete(key)
+		waitAndRemoveNamespace(s.o.Context, c, key)
+	}()
+}
+
+func waitAndRemoveNamespace(parent context.Context, c client.Client, key types.NamespacedName) {
+	ctx, cancel := context.WithTimeout(parent, namespaceCleanupTimeout)
 	defer cancel()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()

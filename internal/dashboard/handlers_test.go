@@ -346,7 +346,8 @@ func TestTokenModeSendsUsersToSignIn(t *testing.T) {
 }
 
 func TestSafeNextStaysOnThisSite(t *testing.T) {
-	for in, want := range map[string]string{"/clusters/a/b": "/clusters/a/b", "//evil.example/": "/", "https://evil.example/": "/", "/\\evil": "/", "": "/"} {
+	for in, want := range map[string]string{"/clusters/a/b": "/clusters/a/b", "/?namespace=a": "/?namespace=a", "//evil.example/": "/", "https://evil.example/": "/",
+		"/\\evil": "/", "": "/", "/\t/evil.example": "/", "/%09/evil.example": "/%09/evil.example", "/\r\n/evil": "/", "javascript:alert(1)": "/"} {
 		if got := safeNext(in); got != want {
 			t.Errorf("safeNext(%q) = %q, want %q", in, got, want)
 		}
@@ -418,4 +419,31 @@ func readEvents(r io.Reader) <-chan sseEvent {
 		}
 	}()
 	return out
+}
+
+// A lone CR in API text cannot add an event-stream field or end the event.
+func TestWriteEventNeutralisesCarriageReturns(t *testing.T) {
+	var b strings.Builder
+	if err := writeEvent(&b, "cluster", "<p>a\rid: 7\r\revent: evil\r\nb</p>"); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSuffix(b.String(), "\n\n"), "\n") {
+		if !strings.HasPrefix(line, "data: ") && line != "event: cluster" {
+			t.Errorf("line %q is not a data field", line)
+		}
+	}
+	if strings.Contains(b.String(), "\r") {
+		t.Error("a CR reached the stream")
+	}
+}
+
+func TestLiveStreamsAreCapped(t *testing.T) {
+	s, err := New(Options{Clients: fixedClients{newFake().Build()}, MaxStreams: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.streams <- struct{}{} // one stream already open
+	if w := do(t, s.Handler(), "GET", "/live/clusters", nil); w.Code != http.StatusServiceUnavailable {
+		t.Errorf("a stream past the cap = %d, want 503", w.Code)
+	}
 }

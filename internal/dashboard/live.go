@@ -9,9 +9,11 @@ import (
 	"math"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/klog/v2"
@@ -19,6 +21,7 @@ import (
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/controlplane"
+	"github.com/nestdev/nest/internal/syncer"
 )
 
 // Pages stay live through server-sent events: for each open page the server
@@ -29,9 +32,14 @@ import (
 const (
 	// settle gathers a burst of watch events into one render.
 	settle = 150 * time.Millisecond
+	// minRenderInterval spaces renders of one stream, so a namespace with
+	// busy pods costs at most one render a second per open page.
+	minRenderInterval = time.Second
 	// keepAlive is how often an idle stream sends a comment, so proxies
 	// keep the connection open.
 	keepAlive = 15 * time.Second
+	// DefaultMaxStreams bounds the open live streams of one server.
+	DefaultMaxStreams = 256
 )
 
 // watchTarget is one list the stream watches.
@@ -40,11 +48,30 @@ type watchTarget struct {
 	opts []client.ListOption
 }
 
+// watchState is what a stream's watches last reported: the newest error,
+// cleared by the next event. A stream renders it as a warning.
+type watchState struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (w *watchState) set(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.err = err
+}
+
+func (w *watchState) get() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
 // watchChanges watches t until ctx ends and signals changed on every event.
 // A watch the server ends is opened again; a failing one (no rights, API
-// server down) is retried with backoff, and each failure also signals, so
-// the page renders the error.
-func watchChanges(ctx context.Context, c client.WithWatch, t watchTarget, changed chan<- struct{}) {
+// server down) is recorded in state, signalled so the page shows it, and
+// retried with backoff.
+func watchChanges(ctx context.Context, c client.WithWatch, t watchTarget, state *watchState, changed chan<- struct{}) {
 	signal := func() {
 		select {
 		case changed <- struct{}{}:
@@ -55,12 +82,10 @@ func watchChanges(ctx context.Context, c client.WithWatch, t watchTarget, change
 	for ctx.Err() == nil {
 		w, err := c.Watch(ctx, t.list.DeepCopyObject().(client.ObjectList), t.opts...)
 		if err != nil {
+			state.set(fmt.Errorf("watch: %w", err))
 			signal()
-		} else {
-			healthy := drain(ctx, w, signal)
-			if healthy {
-				backoff.Duration, backoff.Steps = time.Second, math.MaxInt32
-			}
+		} else if drain(ctx, w, func() { state.set(nil); signal() }) {
+			backoff.Duration, backoff.Steps = time.Second, math.MaxInt32
 		}
 		select {
 		case <-ctx.Done():
@@ -88,12 +113,24 @@ func drain(ctx context.Context, w watch.Interface, signal func()) bool {
 	}
 }
 
+// renderFunc renders a stream's fragment; liveErr is the watches' last
+// error, for the fragment to show.
+type renderFunc func(ctx context.Context, c client.Client, liveErr error) (string, error)
+
 // stream serves an event stream named event: render's HTML once at once,
-// then again after every change of targets.
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, event string, targets []watchTarget, render func(ctx context.Context, c client.Client) (string, error)) {
+// then again after every change of targets. It ends when the client goes,
+// and when the API server says the user's credentials are no longer good.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, event string, targets []watchTarget, render renderFunc) {
 	c, err := s.o.Clients.ClientFor(r)
 	if err != nil {
 		http.Error(w, err.Error(), statusOf(err))
+		return
+	}
+	select {
+	case s.streams <- struct{}{}:
+		defer func() { <-s.streams }()
+	default:
+		http.Error(w, "too many live pages are open: try again later", http.StatusServiceUnavailable)
 		return
 	}
 	rc := http.NewResponseController(w)
@@ -103,14 +140,17 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, event string, ta
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 
-	ctx := r.Context()
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
 	changed := make(chan struct{}, 1)
 	changed <- struct{}{}
+	state := &watchState{}
 	for _, t := range targets {
-		go watchChanges(ctx, c, t, changed)
+		go watchChanges(ctx, c, t, state, changed)
 	}
 	ping := time.NewTicker(keepAlive)
 	defer ping.Stop()
+	var last time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -120,18 +160,25 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, event string, ta
 				return
 			}
 		case <-changed:
+			wait := max(settle, time.Until(last.Add(minRenderInterval)))
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(settle):
+			case <-time.After(wait):
 			}
-			actx, cancel := context.WithTimeout(ctx, apiTimeout)
-			html, err := render(actx, c)
-			cancel()
+			last = time.Now()
+			actx, acancel := context.WithTimeout(ctx, apiTimeout)
+			liveErr := state.get()
+			html, err := render(actx, c, liveErr)
+			acancel()
 			if err != nil {
 				html = errorFragment(err)
 			}
 			if err := writeEvent(w, event, html); err != nil {
+				return
+			}
+			if apierrors.IsUnauthorized(err) || apierrors.IsUnauthorized(liveErr) {
+				_ = rc.Flush()
 				return
 			}
 		}
@@ -143,12 +190,16 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, event string, ta
 }
 
 // writeEvent writes one server-sent event; each line of data gets its own
-// "data:" field, as the format requires.
+// "data:" field, as the format requires. The format also ends a line at a
+// lone CR, which html/template leaves as it is: CRs become line ends first,
+// so text from the API (an Event's message, say) cannot add fields or end
+// the event early.
 func writeEvent(w io.Writer, event, data string) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "event: %s\n", event)
+	data = strings.ReplaceAll(strings.ReplaceAll(data, "\r\n", "\n"), "\r", "\n")
 	for _, line := range strings.Split(data, "\n") {
-		fmt.Fprintf(&b, "data: %s\n", strings.TrimRight(line, "\r"))
+		fmt.Fprintf(&b, "data: %s\n", line)
 	}
 	b.WriteString("\n")
 	_, err := io.WriteString(w, b.String())
@@ -166,32 +217,46 @@ func (s *Server) liveClusters(w http.ResponseWriter, r *http.Request) {
 		{list: &nestv1.VirtualClusterList{}, opts: []client.ListOption{client.InNamespace(ns)}},
 		{list: &corev1.ResourceQuotaList{}, opts: []client.ListOption{client.InNamespace(ns), client.MatchingLabels{controlplane.LabelManagedBy: controlplane.ManagedByValue}}},
 	}
-	s.stream(w, r, "clusters", targets, func(ctx context.Context, c client.Client) (string, error) {
+	s.stream(w, r, "clusters", targets, func(ctx context.Context, c client.Client, liveErr error) (string, error) {
 		rows, err := s.clusterRows(ctx, c, ns)
 		if err != nil {
 			return "", err
 		}
-		return s.fragment("clusters", "rows", clustersView{Namespace: ns, Rows: rows})
+		return s.fragment("clusters", "rows", clustersView{Namespace: ns, Rows: rows, LiveError: errorText(liveErr)})
 	})
 }
 
-// liveCluster streams one cluster's live part.
+// liveCluster streams one cluster's live part. It watches only what the
+// page shows: the VirtualCluster, its quota, its control-plane pod, the host
+// pods of its tenant and the Events about it.
 func (s *Server) liveCluster(w http.ResponseWriter, r *http.Request) {
 	key := keyOf(r)
+	n := controlplane.Names{VirtualCluster: key.Name, Namespace: key.Namespace}
 	in := client.InNamespace(key.Namespace)
 	targets := []watchTarget{
 		{list: &nestv1.VirtualClusterList{}, opts: []client.ListOption{in, client.MatchingFields{"metadata.name": key.Name}}},
-		{list: &corev1.PodList{}, opts: []client.ListOption{in}},
-		{list: &corev1.ResourceQuotaList{}, opts: []client.ListOption{in, client.MatchingFields{"metadata.name": controlplane.Names{VirtualCluster: key.Name, Namespace: key.Namespace}.TenantQuota()}}},
+		{list: &corev1.ResourceQuotaList{}, opts: []client.ListOption{in, client.MatchingFields{"metadata.name": n.TenantQuota()}}},
+		{list: &corev1.PodList{}, opts: []client.ListOption{in, client.MatchingFields{"metadata.name": n.ControlPlanePod()}}},
+		{list: &corev1.PodList{}, opts: []client.ListOption{in, client.MatchingLabels{syncer.LabelTenantOf: key.Name}}},
 		{list: &corev1.EventList{}, opts: []client.ListOption{in, client.MatchingFields{"involvedObject.name": key.Name}}},
 	}
-	s.stream(w, r, "cluster", targets, func(ctx context.Context, c client.Client) (string, error) {
+	s.stream(w, r, "cluster", targets, func(ctx context.Context, c client.Client, liveErr error) (string, error) {
 		live, err := s.clusterLiveFor(ctx, c, key)
 		if err != nil {
 			return "", err
 		}
+		if liveErr != nil {
+			live.Warnings = append(live.Warnings, "live updates: "+liveErr.Error())
+		}
 		return s.fragment("cluster", "live", live)
 	})
+}
+
+func errorText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 // fragment renders one named template of a page alone.

@@ -22,11 +22,19 @@ type loginView struct {
 	Error string
 }
 
-// safeNext keeps a post-sign-in redirect on this site: a path, never a URL
-// to another host.
+// safeNext keeps a post-sign-in redirect on this site: a plain path, never
+// a URL with a scheme or host, nor one a browser would read as one (a
+// leading "//", a backslash, or control characters it strips).
 func safeNext(next string) string {
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") {
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || !strings.HasPrefix(u.Path, "/") ||
+		strings.HasPrefix(next, "//") || strings.Contains(next, "\\") {
 		return "/"
+	}
+	for _, r := range next {
+		if r < 0x20 || r == 0x7f {
+			return "/"
+		}
 	}
 	return next
 }
@@ -59,18 +67,28 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		s.render(w, r, statusOf(err), "login", "Sign in", loginView{Next: next, Error: "the host API server refused this token: " + err.Error()}, nil)
 		return
 	}
-	secure := r.TLS != nil
-	http.SetCookie(w, &http.Cookie{Name: TokenCookie, Value: token, Path: "/", HttpOnly: true, Secure: secure, SameSite: http.SameSiteStrictMode, MaxAge: int(sessionLength.Seconds())})
-	http.SetCookie(w, &http.Cookie{Name: userCookie, Value: url.QueryEscape(user), Path: "/", HttpOnly: true, Secure: secure, SameSite: http.SameSiteStrictMode, MaxAge: int(sessionLength.Seconds())})
+	tc.remember(token, user)
+	setTokenCookie(w, r, token, int(sessionLength.Seconds()))
 	klog.InfoS("Signed in", "user", user)
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
 func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
-	for _, name := range []string{TokenCookie, userCookie} {
-		http.SetCookie(w, &http.Cookie{Name: name, Value: "", Path: "/", HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode, MaxAge: -1})
+	if tc, ok := s.o.Clients.(*TokenClients); ok {
+		if token := tokenOf(r); token != "" {
+			tc.forget(token)
+		}
 	}
+	setTokenCookie(w, r, "", -1)
 	http.Redirect(w, r, "/login", http.StatusSeeOther)
+}
+
+// setTokenCookie sets (or with maxAge -1 clears) the token cookie: HttpOnly,
+// SameSite=Strict, and over TLS Secure with the __Host- prefix, so a page on
+// a sibling domain cannot plant its own token in the user's browser.
+func setTokenCookie(w http.ResponseWriter, r *http.Request, token string, maxAge int) {
+	http.SetCookie(w, &http.Cookie{Name: tokenCookieName(r), Value: token, Path: "/", HttpOnly: true, Secure: r.TLS != nil,
+		SameSite: http.SameSiteStrictMode, MaxAge: maxAge})
 }
 
 // whoAmI asks the host API server who the token belongs to.

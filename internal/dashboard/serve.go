@@ -56,7 +56,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	if !loopback && o.Clients.SignIn() && !tls {
 		return fmt.Errorf("--address %q is reachable from other machines and users send bearer tokens: give --tls-cert-file and --tls-key-file, or listen on 127.0.0.1 and reach it through kubectl port-forward", o.Address)
 	}
-	opts := Options{Clients: o.Clients}
+	opts := Options{Clients: o.Clients, Context: ctx}
 	if loopback {
 		opts.AllowedHosts = LoopbackHosts(host)
 	}

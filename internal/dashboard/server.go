@@ -11,6 +11,8 @@
 package dashboard
 
 import (
+	"context"
+	"sync"
 	"embed"
 	"fmt"
 	"html/template"
@@ -38,12 +40,21 @@ type Options struct {
 	AllowedHosts []string
 	// Now is the clock for ages; time.Now when nil.
 	Now func() time.Time
+	// MaxStreams bounds the open live streams; DefaultMaxStreams when 0.
+	MaxStreams int
+	// Context ends the server's background work (namespace clean-up after
+	// a delete); context.Background when nil.
+	Context context.Context
 }
 
 // Server serves the dashboard.
 type Server struct {
 	o     Options
 	pages map[string]*template.Template
+	// streams holds one token per open live stream.
+	streams chan struct{}
+	// cleanups holds the clusters whose namespace clean-up is running.
+	cleanups sync.Map
 }
 
 // pageNames are the templates that render whole pages; each is parsed with
@@ -58,7 +69,13 @@ func New(o Options) (*Server, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	s := &Server{o: o, pages: map[string]*template.Template{}}
+	if o.MaxStreams == 0 {
+		o.MaxStreams = DefaultMaxStreams
+	}
+	if o.Context == nil {
+		o.Context = context.Background()
+	}
+	s := &Server{o: o, pages: map[string]*template.Template{}, streams: make(chan struct{}, o.MaxStreams)}
 	for _, name := range pageNames {
 		t, err := template.New("layout.html").Funcs(templateFuncs).ParseFS(templateFS, "templates/layout.html", "templates/partials.html", "templates/"+name+".html")
 		if err != nil {
