@@ -12,7 +12,6 @@ package dashboard
 
 import (
 	"context"
-	"sync"
 	"embed"
 	"fmt"
 	"html/template"
@@ -20,6 +19,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 )
 
