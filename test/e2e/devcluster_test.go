@@ -179,7 +179,7 @@ func TestLocalHostCluster(t *testing.T) {
 	token := fmt.Sprintf("written-%d", time.Now().UnixNano())
 	t.Run("volume data survives pod recreation", func(t *testing.T) {
 		c.createClaim("data")
-		c.runToCompletion("writer", "data", "echo "+token+" > /data/token")
+		c.runToCompletion("writer", "data", "echo "+token+" > /data/token && echo written")
 		got := c.runToCompletion("reader", "data", "cat /data/token")
 		if strings.TrimSpace(got) != token {
 			t.Fatalf("the second pod read %q from the volume, want %q", got, token)
@@ -410,10 +410,20 @@ func (c *cluster) runToCompletion(name, claim, script string) string {
 		}
 		return fmt.Errorf("pod %s is %s", name, p.Status.Phase)
 	})
-	logs, err := framework.Kubectl(c.ctx, c.kubeconfig, "-n", testNamespace, "logs", name)
-	if err != nil {
-		c.t.Fatal(err)
-	}
+	// Every script prints; right after a kubelet restart its log can read
+	// back empty for a moment, so poll until it is there.
+	var logs string
+	testutil.Eventually(c.t, 30*time.Second, "logs of pod "+name, func() error {
+		out, err := framework.Kubectl(c.ctx, c.kubeconfig, "-n", testNamespace, "logs", name)
+		if err != nil {
+			return err
+		}
+		if strings.TrimSpace(out) == "" {
+			return fmt.Errorf("pod %s has no output yet", name)
+		}
+		logs = out
+		return nil
+	})
 	if err := pods.Delete(c.ctx, name, metav1.DeleteOptions{}); err != nil {
 		c.t.Fatal(err)
 	}
