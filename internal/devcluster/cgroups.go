@@ -1,12 +1,12 @@
 package devcluster
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,62 +15,151 @@ import (
 )
 
 // The cluster owns two kinds of cgroups:
-//   - the kubelets' cgroup roots, /nest-dev/<node> in every cgroup v1 hierarchy,
-//     which the kubelet requires to exist before it starts;
+//   - the kubelets' cgroup roots, /nest-dev/<node> in every cgroup v1 hierarchy
+//     or, on a unified (v2) host, in the one hierarchy with its controllers
+//     enabled, which the kubelet requires to exist before it starts;
 //   - a tracking tree /nest-dev/<node>/daemons in the cgroup2 hierarchy (the
 //     "unified" mount on hybrid machines). Every process we start is cloned into
 //     it, and inherits it to its children: containerd's shims and the pods'
 //     processes. Teardown kills what is left in the tree, so a killed run leaves
 //     nothing behind, and no process is ever matched by name.
 
-// v1Hierarchies lists the mounted cgroup v1 hierarchies (mount points).
-func v1Hierarchies() ([]string, error) {
-	return cgroupMounts("cgroup")
+// CgroupLayout is how a machine mounts its cgroups, found at run time.
+// Debian 12 and current Ubuntu mount only the unified (v2) hierarchy at
+// /sys/fs/cgroup; older hosts mount the legacy v1 hierarchies, often with a
+// cgroup2 "unified" mount beside them that has no controllers (hybrid).
+type CgroupLayout struct {
+	// V1 are the mount points of the v1 hierarchies, empty on a unified host.
+	V1 []string
+	// Unified is the cgroup2 mount point, "" when there is none.
+	Unified string
+	// MemoryV1 is the v1 hierarchy of the memory controller, "" when there is none.
+	MemoryV1 string
 }
 
-// unifiedMount returns the cgroup2 mount point, or "" when there is none.
-func unifiedMount() (string, error) {
-	mounts, err := cgroupMounts("cgroup2")
-	if err != nil || len(mounts) == 0 {
-		return "", err
+// IsV2 reports whether the unified hierarchy is the only one: the kubelets'
+// cgroups then live in it.
+func (l CgroupLayout) IsV2() bool { return len(l.V1) == 0 && l.Unified != "" }
+
+// Hierarchies are every mount point that may hold the cluster's cgroups.
+func (l CgroupLayout) Hierarchies() []string {
+	out := slices.Clone(l.V1)
+	if l.Unified != "" {
+		out = append(out, l.Unified)
 	}
-	return mounts[0], nil
+	return out
 }
 
-func cgroupMounts(fstype string) ([]string, error) {
-	f, err := os.Open("/proc/self/mounts")
-	if err != nil {
-		return nil, err
+// MemoryHierarchy is where memory cgroups live: the v1 memory hierarchy, or
+// the unified one on a v2 host. It is an error to have neither, so a reader
+// of memory figures never reads zeros from a missing file.
+func (l CgroupLayout) MemoryHierarchy() (string, error) {
+	switch {
+	case l.MemoryV1 != "":
+		return l.MemoryV1, nil
+	case l.IsV2():
+		return l.Unified, nil
 	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) >= 3 && fields[2] == fstype {
-			out = append(out, fields[1])
+	return "", errors.New("no memory cgroup hierarchy is mounted")
+}
+
+// ParseCgroupLayout reads the cgroup mounts out of /proc/self/mounts content.
+func ParseCgroupLayout(mounts string) CgroupLayout {
+	var l CgroupLayout
+	for _, line := range strings.Split(mounts, "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 4 {
+			continue
+		}
+		switch fields[2] {
+		case "cgroup":
+			l.V1 = append(l.V1, fields[1])
+			if slices.Contains(strings.Split(fields[3], ","), "memory") {
+				l.MemoryV1 = fields[1]
+			}
+		case "cgroup2":
+			if l.Unified == "" {
+				l.Unified = fields[1]
+			}
 		}
 	}
-	return out, sc.Err()
+	return l
 }
 
-// ensureCgroups creates node n's cgroup root in every v1 hierarchy and its
-// tracking cgroup in the cgroup2 hierarchy.
+// CurrentCgroupLayout is this machine's cgroup layout.
+func CurrentCgroupLayout() (CgroupLayout, error) {
+	data, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return CgroupLayout{}, err
+	}
+	return ParseCgroupLayout(string(data)), nil
+}
+
+// ensureCgroups creates node n's cgroup root in every hierarchy the kubelet
+// uses and its tracking cgroup in the cgroup2 hierarchy.
 func ensureCgroups(n Node) error {
-	hierarchies, err := v1Hierarchies()
+	l, err := CurrentCgroupLayout()
 	if err != nil {
 		return err
 	}
-	for _, h := range hierarchies {
-		if err := mkdirCgroup(h, n.CgroupRoot()); err != nil {
+	return ensureCgroupsIn(l, n.CgroupRoot())
+}
+
+func ensureCgroupsIn(l CgroupLayout, root string) error {
+	for _, h := range l.V1 {
+		if err := mkdirCgroup(h, root); err != nil {
 			return err
 		}
 	}
-	unified, err := unifiedMount()
-	if err != nil || unified == "" {
-		return err
+	if l.Unified == "" {
+		return nil
 	}
-	return os.MkdirAll(filepath.Join(unified, n.CgroupRoot(), "daemons"), 0o755)
+	if l.IsV2() {
+		if err := mkdirDelegated(l.Unified, root); err != nil {
+			return err
+		}
+	}
+	return os.MkdirAll(filepath.Join(l.Unified, root, "daemons"), 0o755)
+}
+
+// mkdirDelegated creates rel under the unified hierarchy h one level at a
+// time and enables in each parent every controller the parent has, so the
+// kubelet finds cpu, memory and pids in its cgroup root: in cgroup v2 a
+// cgroup has only the controllers its parent's cgroup.subtree_control lists.
+// None of these cgroups holds a process (the daemons are in a leaf below),
+// so the kernel allows it.
+func mkdirDelegated(h, rel string) error {
+	dir := h
+	for _, part := range strings.Split(strings.Trim(rel, "/"), "/") {
+		if err := enableControllers(dir); err != nil {
+			return err
+		}
+		dir = filepath.Join(dir, part)
+		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("create cgroup %s: %w", dir, err)
+		}
+	}
+	return enableControllers(dir)
+}
+
+// enableControllers writes "+c" for each controller of dir's
+// cgroup.controllers to its cgroup.subtree_control.
+func enableControllers(dir string) error {
+	data, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+	if err != nil {
+		return fmt.Errorf("cgroup v2 controllers of %s: %w", dir, err)
+	}
+	var enable []string
+	for _, c := range strings.Fields(string(data)) {
+		enable = append(enable, "+"+c)
+	}
+	if len(enable) == 0 {
+		return fmt.Errorf("cgroup %s has no controllers: the kubelet needs cpu, memory and pids", dir)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte(strings.Join(enable, " ")), 0o644); err != nil {
+		return fmt.Errorf("enable controllers %v in %s: %w", enable, dir, err)
+	}
+	return nil
 }
 
 // mkdirCgroup creates rel under hierarchy h one level at a time. In the cpuset
@@ -111,11 +200,11 @@ func copyIfEmpty(from, to string) error {
 // trackingCgroup opens node n's cgroup2 tracking directory for CLONE_INTO_CGROUP.
 // It returns nil when the machine has no cgroup2 mount.
 func trackingCgroup(n Node) (*os.File, error) {
-	unified, err := unifiedMount()
-	if err != nil || unified == "" {
+	l, err := CurrentCgroupLayout()
+	if err != nil || l.Unified == "" {
 		return nil, err
 	}
-	dir := filepath.Join(unified, n.CgroupRoot(), "daemons")
+	dir := filepath.Join(l.Unified, n.CgroupRoot(), "daemons")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -124,12 +213,12 @@ func trackingCgroup(n Node) (*os.File, error) {
 
 // trackedPIDs lists every process in the cluster's cgroup2 tree.
 func trackedPIDs() ([]int, error) {
-	unified, err := unifiedMount()
-	if err != nil || unified == "" {
+	l, err := CurrentCgroupLayout()
+	if err != nil || l.Unified == "" {
 		return nil, err
 	}
 	var pids []int
-	root := filepath.Join(unified, cgroupParent)
+	root := filepath.Join(l.Unified, cgroupParent)
 	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
@@ -176,15 +265,12 @@ func killTracked(timeout time.Duration) error {
 // removeCgroups removes the cluster's cgroups in every hierarchy, deepest first.
 // A cgroup directory is removed with rmdir, never by deleting its files.
 func removeCgroups() error {
-	hierarchies, err := v1Hierarchies()
+	l, err := CurrentCgroupLayout()
 	if err != nil {
 		return err
 	}
-	if unified, _ := unifiedMount(); unified != "" {
-		hierarchies = append(hierarchies, unified)
-	}
 	var errs []error
-	for _, h := range hierarchies {
+	for _, h := range l.Hierarchies() {
 		root := filepath.Join(h, cgroupParent)
 		var dirs []string
 		_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
@@ -201,4 +287,45 @@ func removeCgroups() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// WorkingSetBytes is a memory cgroup's usage less its inactive file pages,
+// as cAdvisor, kubectl top and the kubelet's eviction compute it: from
+// memory.current and inactive_file on cgroup v2, from memory.usage_in_bytes
+// and total_inactive_file on v1. A missing file is an error, never zero.
+func (l CgroupLayout) WorkingSetBytes(dir string) (int64, error) {
+	usageFile, inactiveKey := "memory.usage_in_bytes", "total_inactive_file"
+	if l.IsV2() {
+		usageFile, inactiveKey = "memory.current", "inactive_file"
+	}
+	usage, err := readInt(filepath.Join(dir, usageFile))
+	if err != nil {
+		return 0, err
+	}
+	stat, err := os.ReadFile(filepath.Join(dir, "memory.stat"))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(stat), "\n") {
+		if v, ok := strings.CutPrefix(line, inactiveKey+" "); ok {
+			inactive, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("%s in %s: %w", inactiveKey, dir, err)
+			}
+			return max(usage-inactive, 0), nil
+		}
+	}
+	return 0, fmt.Errorf("%s/memory.stat has no %s", dir, inactiveKey)
+}
+
+func readInt(path string) (int64, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	v, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	return v, nil
 }

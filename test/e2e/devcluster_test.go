@@ -526,9 +526,16 @@ func assertNothingLeft(t *testing.T, stateDir string, pids map[string]devcluster
 	if strings.Contains(string(mounts), stateDir) {
 		t.Errorf("mounts under %s remain", stateDir)
 	}
-	for _, h := range []string{"memory", "cpu", "pids", "unified"} {
-		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", h, "nest-dev")); err == nil {
-			t.Errorf("cgroup /sys/fs/cgroup/%s/nest-dev remains", h)
+	layout, err := devcluster.CurrentCgroupLayout()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(layout.Hierarchies()) == 0 {
+		t.Fatal("no cgroup hierarchy is mounted, so none could be checked")
+	}
+	for _, h := range layout.Hierarchies() {
+		if _, err := os.Stat(filepath.Join(h, "nest-dev")); err == nil {
+			t.Errorf("cgroup %s/nest-dev remains", h)
 		}
 	}
 	if _, err := os.Stat(stateDir); err == nil {

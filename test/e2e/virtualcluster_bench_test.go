@@ -133,10 +133,10 @@ func idleMemory(b *testing.B, ctx context.Context, c client.Client, name string)
 	if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: name + "-0"}, pod); err != nil {
 		b.Fatal(err)
 	}
-	prev := memoryOf(string(pod.UID))
+	prev := memoryOf(b, string(pod.UID))
 	for i := 0; i < 30; i++ {
 		time.Sleep(2 * time.Second) // a measurement interval, not synchronisation
-		cur := memoryOf(string(pod.UID))
+		cur := memoryOf(b, string(pod.UID))
 		if prev.PSS > 0 && cur.PSS/prev.PSS < 1.02 && prev.PSS/cur.PSS < 1.02 {
 			return cur
 		}
@@ -145,14 +145,31 @@ func idleMemory(b *testing.B, ctx context.Context, c client.Client, name string)
 	return prev
 }
 
-func memoryOf(uid string) podMemory {
+// memoryOf reads the memory of the pod with the given UID from its cgroup,
+// in the memory hierarchy of either cgroup version. A pod cgroup that is not
+// found, or a figure that cannot be read, fails the benchmark.
+func memoryOf(b *testing.B, uid string) podMemory {
+	layout, err := devcluster.CurrentCgroupLayout()
+	if err != nil {
+		b.Fatal(err)
+	}
+	hierarchy, err := layout.MemoryHierarchy()
+	if err != nil {
+		b.Fatal(err)
+	}
 	var m podMemory
+	found := false
 	marker := "pod" + uid
-	_ = filepath.WalkDir("/sys/fs/cgroup/memory/nest-dev", func(path string, d fs.DirEntry, err error) error {
+	_ = filepath.WalkDir(filepath.Join(hierarchy, "nest-dev"), func(path string, d fs.DirEntry, err error) error {
 		if err != nil || !d.IsDir() || !strings.HasSuffix(path, marker) {
 			return nil
 		}
-		m.WorkingSet = cgroupWorkingSet(path)
+		found = true
+		ws, err := layout.WorkingSetBytes(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		m.WorkingSet = float64(ws) / (1 << 20)
 		for _, pid := range podPIDs(path) {
 			rollup, err := os.ReadFile("/proc/" + pid + "/smaps_rollup")
 			if err != nil {
@@ -176,25 +193,10 @@ func memoryOf(uid string) podMemory {
 		}
 		return fs.SkipDir
 	})
+	if !found {
+		b.Fatalf("no cgroup of pod %s under %s/nest-dev", uid, hierarchy)
+	}
 	return m
-}
-
-// cgroupWorkingSet is a cgroup v1 memory cgroup's usage less its inactive
-// file pages, in MiB like the other figures, as cAdvisor computes it.
-func cgroupWorkingSet(dir string) float64 {
-	usage, err := os.ReadFile(filepath.Join(dir, "memory.usage_in_bytes"))
-	if err != nil {
-		return 0
-	}
-	bytes, _ := strconv.ParseFloat(strings.TrimSpace(string(usage)), 64)
-	stat, _ := os.ReadFile(filepath.Join(dir, "memory.stat"))
-	for _, line := range strings.Split(string(stat), "\n") {
-		if v, ok := strings.CutPrefix(line, "total_inactive_file "); ok {
-			inactive, _ := strconv.ParseFloat(v, 64)
-			bytes -= inactive
-		}
-	}
-	return bytes / (1 << 20)
 }
 
 // podPIDs lists the processes in a pod cgroup and its container cgroups.
