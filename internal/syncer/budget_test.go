@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 )
@@ -78,17 +79,16 @@ func TestDataBudgetCountsWritesTheCacheHasNotSeen(t *testing.T) {
 	if _, err := o.budget.reserve(configMapKind, &metav1.ObjectMeta{Name: "fourth"}, 400); err != nil {
 		t.Errorf("the failed write kept its 300 bytes: %v", err)
 	}
-	o.tenantObjectDeleted(ctx, configMapKind, "shop", "first")
-	if _, err := o.budget.reserve(configMapKind, &metav1.ObjectMeta{Name: "fifth"}, 600); err != nil {
-		t.Errorf("the deleted copy still counts: %v", err)
-	}
 }
 
 // A refresh that the budget refuses tells the tenant on the object itself.
 func TestRefusedRefreshIsAnEventOnTheTenantObject(t *testing.T) {
 	cached := hostConfigMap(hostMeta("alpha", "settings"), bytesOf(100))
 	o, _ := newObjectSyncer(t, 500, []runtime.Object{cached}, []runtime.Object{cached}, nil)
-	o.tenantConfigMapChanged(context.Background(), tenantConfigMap("settings", bytesOf(501)))
+	o.tenantConfigMaps = corelisters.NewConfigMapLister(indexerOf(t, tenantConfigMap("settings", bytesOf(501))))
+	if _, err := o.syncConfigMap(context.Background(), "shop/settings"); err == nil {
+		t.Error("the refused refresh is not an error, so it would not be retried")
+	}
 	select {
 	case ev := <-o.recorder.(*record.FakeRecorder).Events:
 		if !strings.Contains(ev, "Warning HostCopyFailed") || !strings.Contains(ev, "object budget") {

@@ -3,17 +3,20 @@ package syncer
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/klog/v2"
 
 	"github.com/nestdev/nest/internal/atomicfile"
 )
@@ -32,8 +35,14 @@ type serviceSyncer struct {
 	tenantServices corelisters.ServiceLister
 	tenantSlices   discoverylisters.EndpointSliceLister
 	hostServices   corelisters.ServiceNamespaceLister
-	changed        chan struct{}
-	last           []byte
+	// dns rewrites the hosts file; every Service change asks it to.
+	dns  *kindSyncer
+	last []byte
+}
+
+func newServiceSyncer(s *serviceSyncer) *serviceSyncer {
+	s.dns = newKindSyncer("dns", 1, s.syncDNS, func() []string { return []string{hostsKey} })
+	return s
 }
 
 func (s *serviceSyncer) copies() hostCopy[*corev1.Service] {
@@ -53,50 +62,49 @@ func (s *serviceSyncer) copies() hostCopy[*corev1.Service] {
 	}
 }
 
-// tenantServiceChanged copies a tenant Service to the host. A failure, such
-// as an exhausted host quota on Services, is an event on the tenant Service:
-// the tenant sees why its name does not resolve.
-func (s *serviceSyncer) tenantServiceChanged(ctx context.Context, svc *corev1.Service) {
-	defer s.trigger()
-	want, ok := s.tr.HostService(svc)
-	if !ok {
-		return
+// syncService keeps the host copy of the tenant Service key
+// ("namespace/name") in step, and deletes it once the Service is gone or is
+// of a kind the host does not copy. A failure, such as an exhausted host quota
+// on Services, is also an event on the tenant Service: the tenant sees why its
+// name does not resolve.
+func (s *serviceSyncer) syncService(ctx context.Context, key string) (time.Duration, error) {
+	namespace, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return 0, terminal(err)
+	}
+	defer s.dns.add(hostsKey)
+	hostName := HostName(s.tr.VirtualCluster, namespace, name)
+	svc, err := s.tenantServices.Services(namespace).Get(name)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return 0, err
+	}
+	var want *corev1.Service
+	copied := false
+	if err == nil {
+		want, copied = s.tr.HostService(svc)
+	}
+	if !copied {
+		if _, err := s.hostServices.Get(hostName); apierrors.IsNotFound(err) {
+			return 0, nil
+		}
+		if err := s.copies().delete(ctx, s.tr.VirtualCluster, hostName, namespace, name); err != nil {
+			return 0, fmt.Errorf("delete host Service of %s: %w", key, err)
+		}
+		return 0, nil
 	}
 	if err := s.copies().apply(ctx, want); err != nil {
-		klog.FromContext(ctx).Error(err, "Sync Service to the host", "service", klog.KObj(svc))
 		s.recorder.Eventf(svc, corev1.EventTypeWarning, "HostServiceFailed", "Writing host Service %s/%s failed, so the Service's name may not resolve or may be out of date: %v", want.Namespace, want.Name, err)
+		return 0, fmt.Errorf("host Service of %s: %w", key, err)
 	}
+	return 0, nil
 }
 
-func (s *serviceSyncer) tenantServiceDeleted(ctx context.Context, svc *corev1.Service) {
-	defer s.trigger()
-	err := s.copies().delete(ctx, s.tr.VirtualCluster, HostName(s.tr.VirtualCluster, svc.Namespace, svc.Name), svc.Namespace, svc.Name)
-	if err != nil {
-		klog.FromContext(ctx).Error(err, "Delete host Service", "service", klog.KObj(svc))
-	}
-}
+// hostsKey is the one key of the DNS syncer: the hosts file is written whole.
+const hostsKey = HostsFileName
 
-// trigger asks for the hosts file to be rewritten; bursts coalesce.
-func (s *serviceSyncer) trigger() {
-	select {
-	case s.changed <- struct{}{}:
-	default:
-	}
-}
-
-// run rewrites the hosts file whenever a Service changes on either side.
-func (s *serviceSyncer) run(ctx context.Context) {
-	s.trigger()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.changed:
-		}
-		if err := s.writeHosts(); err != nil {
-			klog.FromContext(ctx).Error(err, "Write DNS records")
-		}
-	}
+// syncDNS rewrites the hosts file when a record changed.
+func (s *serviceSyncer) syncDNS(context.Context, string) (time.Duration, error) {
+	return 0, s.writeHosts()
 }
 
 // Records returns the tenant's DNS records: the API server, every tenant

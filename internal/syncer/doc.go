@@ -17,7 +17,17 @@
 //     under the tenant's names (dns.go).
 //
 // Every translation is a pure function of its inputs and is unit-tested; the
-// provider (provider.go) wires them to the two API servers. The syncer's host
-// credentials reach only its own host namespace, and it writes or deletes a
-// host object only if it is the copy of the same tenant object.
+// provider (provider.go) wires them to the two API servers.
+//
+// Each kind besides pods has its own syncer (queue.go, handlers.go): tenant
+// and host informer events put the tenant object's key on the kind's
+// rate-limited client-go work queue, a failed sync is retried with per-key
+// backoff until it succeeds or the object is gone, and a periodic resync puts
+// every key back. Pods go through virtual-kubelet's own queues. Queue depth,
+// retries, sync latency and errors are served on /metrics, on loopback beside
+// the health endpoints.
+//
+// The syncer's host credentials reach only its own host namespace, and it
+// writes or deletes a host object only if it is the copy of the same tenant
+// object.
 package syncer

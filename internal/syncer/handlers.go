@@ -6,13 +6,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/klog/v2"
 )
 
-// addHandlers connects informer events to the translators.
-func (s *syncer) addHandlers(ctx context.Context, objects *objectSyncer) {
+// addHandlers connects informer events to the syncers: each kind's events,
+// on the tenant side and on the host copies, put keys on that kind's queue.
+func (s *syncer) addHandlers(ctx context.Context) {
 	p := s.provider
 	_, _ = s.hostF.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { p.hostPodChanged(obj.(*corev1.Pod)) },
@@ -23,39 +22,20 @@ func (s *syncer) addHandlers(ctx context.Context, objects *objectSyncer) {
 			}
 		},
 	})
-	_, _ = s.tenantF.Core().V1().ConfigMaps().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		UpdateFunc: func(_, obj any) { objects.tenantConfigMapChanged(ctx, obj.(*corev1.ConfigMap)) },
-		DeleteFunc: func(obj any) {
-			if cm, ok := unwrap(obj).(*corev1.ConfigMap); ok {
-				objects.tenantObjectDeleted(ctx, configMapKind, cm.Namespace, cm.Name)
-			}
-		},
-	})
-	_, _ = s.tenantF.Core().V1().Secrets().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		UpdateFunc: func(_, obj any) { objects.tenantSecretChanged(ctx, obj.(*corev1.Secret)) },
-		DeleteFunc: func(obj any) {
-			if sec, ok := unwrap(obj).(*corev1.Secret); ok {
-				objects.tenantObjectDeleted(ctx, secretKind, sec.Namespace, sec.Name)
-			}
-		},
-	})
-	svc := s.services
-	_, _ = s.tenantF.Core().V1().Services().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { svc.tenantServiceChanged(ctx, obj.(*corev1.Service)) },
-		UpdateFunc: func(_, obj any) { svc.tenantServiceChanged(ctx, obj.(*corev1.Service)) },
-		DeleteFunc: func(obj any) {
-			if sv, ok := unwrap(obj).(*corev1.Service); ok {
-				svc.tenantServiceDeleted(ctx, sv)
-			}
-		},
-	})
-	rewriteDNS := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { svc.trigger() },
-		UpdateFunc: func(any, any) { svc.trigger() },
-		DeleteFunc: func(any) { svc.trigger() },
-	}
-	_, _ = s.hostF.Core().V1().Services().Informer().AddEventHandler(rewriteDNS)
-	_, _ = s.tenantF.Discovery().V1().EndpointSlices().Informer().AddEventHandler(rewriteDNS)
+	_, _ = s.tenantF.Core().V1().ConfigMaps().Informer().AddEventHandler(onEvery(addKey(s.configMaps)))
+	_, _ = s.hostF.Core().V1().ConfigMaps().Informer().AddEventHandler(onEvery(addTenantKey(s.configMaps)))
+	_, _ = s.tenantF.Core().V1().Secrets().Informer().AddEventHandler(onEvery(addKey(s.secrets)))
+	_, _ = s.hostF.Core().V1().Secrets().Informer().AddEventHandler(onEvery(func(obj metav1.Object) {
+		if obj.GetLabels()[LabelTokenSecret] == "true" {
+			s.tokens.add(obj.GetName())
+			return
+		}
+		addTenantKey(s.secrets)(obj)
+	}))
+	_, _ = s.tenantF.Core().V1().Services().Informer().AddEventHandler(onEvery(addKey(s.services)))
+	_, _ = s.hostF.Core().V1().Services().Informer().AddEventHandler(onEvery(addTenantKey(s.services)))
+	dns := s.serviceSync.dns
+	_, _ = s.tenantF.Discovery().V1().EndpointSlices().Informer().AddEventHandler(onEvery(func(metav1.Object) { dns.add(hostsKey) }))
 	_, _ = s.events.Core().V1().Events().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { s.forwardEvent(obj.(*corev1.Event)) },
 		UpdateFunc: func(old, obj any) {
@@ -64,6 +44,32 @@ func (s *syncer) addHandlers(ctx context.Context, objects *objectSyncer) {
 			}
 		},
 	})
+}
+
+// onEvery calls f with the object of every add, update and delete event,
+// tombstones unwrapped.
+func onEvery(f func(metav1.Object)) cache.ResourceEventHandlerFuncs {
+	call := func(obj any) {
+		if m, ok := unwrap(obj).(metav1.Object); ok {
+			f(m)
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{AddFunc: call, UpdateFunc: func(_, obj any) { call(obj) }, DeleteFunc: call}
+}
+
+// addKey queues a tenant object's "namespace/name".
+func addKey(k *kindSyncer) func(metav1.Object) {
+	return func(obj metav1.Object) { k.add(obj.GetNamespace() + "/" + obj.GetName()) }
+}
+
+// addTenantKey queues the "namespace/name" of the tenant object a host copy
+// stands for, so a copy changed or deleted from outside is put right.
+func addTenantKey(k *kindSyncer) func(metav1.Object) {
+	return func(obj metav1.Object) {
+		if ns, name, ok := TenantKey(obj.GetAnnotations()); ok {
+			k.add(ns + "/" + name)
+		}
+	}
 }
 
 func unwrap(obj any) any {
@@ -96,40 +102,4 @@ func eventTime(ev *corev1.Event) time.Time {
 		}
 	}
 	return ev.EventTime.Time
-}
-
-// tokenRefreshPeriod is how often token Secrets are checked; refreshes land
-// within this of their due time.
-const tokenRefreshPeriod = 5 * time.Second
-
-// refreshTokens renews the tokens of every token Secret that is due, in
-// place: the host kubelet updates the mounted file, and the pod keeps running.
-func (s *syncer) refreshTokens(ctx context.Context) {
-	secrets := s.hostF.Core().V1().Secrets().Lister().Secrets(s.o.HostNamespace)
-	selector := labels.SelectorFromSet(labels.Set{LabelTokenSecret: "true"})
-	ticker := time.NewTicker(tokenRefreshPeriod)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-		}
-		list, _ := secrets.List(selector)
-		for _, sec := range list {
-			if !s.provider.tokens.due(sec) {
-				continue
-			}
-			upd := sec.DeepCopy()
-			if err := s.provider.tokens.fill(ctx, upd); err != nil {
-				klog.FromContext(ctx).Error(err, "Refresh tokens", "secret", klog.KObj(sec))
-				continue
-			}
-			if _, err := s.provider.host.CoreV1().Secrets(upd.Namespace).Update(ctx, upd, metav1.UpdateOptions{}); err != nil {
-				klog.FromContext(ctx).Error(err, "Store refreshed tokens", "secret", klog.KObj(sec))
-				continue
-			}
-			klog.FromContext(ctx).V(2).Info("Refreshed tokens", "secret", klog.KObj(sec))
-		}
-	}
 }

@@ -78,10 +78,11 @@ func isCopyOf(host metav1.Object, vc, namespace, name string) bool {
 }
 
 // notOurCopy is the error for a host object that holds the name of the copy
-// of the tenant object tenantKey ("namespace/name") but is not that copy.
+// of the tenant object tenantKey ("namespace/name") but is not that copy. It
+// is terminal: retrying cannot change whose object it is.
 func notOurCopy(kind string, host metav1.Object, tenantKey string) error {
-	return fmt.Errorf("host %s %s/%s already exists and is not the copy of %s: refusing to overwrite or delete it; rename the tenant object, or ask the host administrator to remove the host %s",
-		kind, host.GetNamespace(), host.GetName(), tenantKey, kind)
+	return terminal(fmt.Errorf("host %s %s/%s already exists and is not the copy of %s: refusing to overwrite or delete it; rename the tenant object, or ask the host administrator to remove the host %s",
+		kind, host.GetNamespace(), host.GetName(), tenantKey, kind))
 }
 
 // TenantKey returns the tenant namespace and name a host object stands for,

@@ -4,13 +4,16 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 )
@@ -54,6 +57,9 @@ type objectSyncer struct {
 	tenantSecrets    corelisters.SecretLister
 	hostConfigMaps   corelisters.ConfigMapNamespaceLister
 	hostSecrets      corelisters.SecretNamespaceLister
+	// pods are the tenant pods on the virtual node, indexed by
+	// referencesIndex.
+	pods cache.Indexer
 }
 
 // ensureFor makes the host copies one translated pod needs. A missing
@@ -262,47 +268,119 @@ func tenantKeyOf(copy metav1.Object) string {
 	return ns + "/" + name
 }
 
-// tenantConfigMapChanged refreshes a host copy, if there is one: only objects
-// a pod referenced are copied.
-func (o *objectSyncer) tenantConfigMapChanged(ctx context.Context, cm *corev1.ConfigMap) {
-	if _, err := o.hostConfigMaps.Get(HostName(o.tr.VirtualCluster, cm.Namespace, cm.Name)); err != nil {
-		return
+// syncConfigMap keeps the host copy of the tenant ConfigMap key
+// ("namespace/name") in step: refreshed while the ConfigMap exists and a copy
+// exists or a tenant pod references it, deleted once the ConfigMap is gone.
+func (o *objectSyncer) syncConfigMap(ctx context.Context, key string) (time.Duration, error) {
+	get := func(namespace, name string) (*corev1.ConfigMap, error) {
+		return o.tenantConfigMaps.ConfigMaps(namespace).Get(name)
 	}
-	o.reportRefresh(ctx, cm, o.applyConfigMap(ctx, cm))
+	return 0, syncCopy(ctx, o, key, configMapKind, get, o.configMapCopies(), o.tr.HostConfigMap)
 }
 
-func (o *objectSyncer) tenantSecretChanged(ctx context.Context, s *corev1.Secret) {
-	if _, err := o.hostSecrets.Get(HostName(o.tr.VirtualCluster, s.Namespace, s.Name)); err != nil {
-		return
+// syncSecret is syncConfigMap for tenant Secrets.
+func (o *objectSyncer) syncSecret(ctx context.Context, key string) (time.Duration, error) {
+	get := func(namespace, name string) (*corev1.Secret, error) {
+		return o.tenantSecrets.Secrets(namespace).Get(name)
 	}
-	o.reportRefresh(ctx, s, o.applySecret(ctx, s))
+	return 0, syncCopy(ctx, o, key, secretKind, get, o.secretCopies(), o.tr.HostSecret)
 }
 
-// reportRefresh tells the tenant, on the object itself, that its host copy
-// could not follow a change: pods that mount it keep the old data.
-func (o *objectSyncer) reportRefresh(ctx context.Context, obj runtime.Object, err error) {
-	if err == nil {
-		return
-	}
-	klog.FromContext(ctx).Error(err, "Refresh host copy")
-	o.recorder.Eventf(obj, corev1.EventTypeWarning, "HostCopyFailed", "Pods on the virtual node keep the previous data: %v", err)
-}
+// tenantGetter reads one tenant object from an informer cache.
+type tenantGetter[T any] func(namespace, name string) (T, error)
 
-// tenantObjectDeleted removes the host copy of a deleted tenant ConfigMap or
-// Secret; pods that still mount it keep their files, as on a real node.
-func (o *objectSyncer) tenantObjectDeleted(ctx context.Context, kind, namespace, name string) {
-	hostName := HostName(o.tr.VirtualCluster, namespace, name)
-	var err error
-	if kind == configMapKind {
-		err = o.configMapCopies().delete(ctx, o.tr.VirtualCluster, hostName, namespace, name)
-	} else {
-		err = o.secretCopies().delete(ctx, o.tr.VirtualCluster, hostName, namespace, name)
-	}
+// syncCopy is the sync of one copied kind. Only objects a pod references are
+// copied, so a tenant object nothing on the virtual node uses costs the host
+// nothing. A pod keeps the files of a copy deleted under it, as on a real
+// node.
+func syncCopy[T interface {
+	metav1.Object
+	runtime.Object
+}](ctx context.Context, o *objectSyncer, key, kind string, tenant tenantGetter[T], copies hostCopy[T], translate func(T) T) error {
+	namespace, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
-		klog.FromContext(ctx).Error(err, "Delete host copy", "kind", kind, "namespace", namespace, "name", name)
-		return
+		return terminal(err)
 	}
-	o.budget.forget(kind, hostName)
+	hostName := HostName(o.tr.VirtualCluster, namespace, name)
+	_, cacheErr := copies.cached(hostName)
+	hasCopy := !apierrors.IsNotFound(cacheErr)
+	obj, err := tenant(namespace, name)
+	switch {
+	case apierrors.IsNotFound(err):
+		if !hasCopy {
+			return nil
+		}
+		if err := copies.delete(ctx, o.tr.VirtualCluster, hostName, namespace, name); err != nil {
+			return fmt.Errorf("delete the host copy of %s %s: %w", kind, key, err)
+		}
+		o.budget.forget(kind, hostName)
+		return nil
+	case err != nil:
+		return err
+	case !hasCopy && !o.referenced(kind, namespace, name):
+		return nil
+	}
+	if err := copies.apply(ctx, translate(obj)); err != nil {
+		o.recorder.Eventf(obj, corev1.EventTypeWarning, "HostCopyFailed", "Pods on the virtual node keep the previous data until the host copy is written: %v", err)
+		return fmt.Errorf("host copy of %s %s: %w", kind, key, err)
+	}
+	return nil
+}
+
+// referenced reports whether a tenant pod on the virtual node references
+// the ConfigMap or Secret (kind configMapKind or secretKind).
+func (o *objectSyncer) referenced(kind, namespace, name string) bool {
+	pods, err := o.pods.ByIndex(referencesIndex, referenceKey(kind, namespace, name))
+	return err == nil && len(pods) > 0
+}
+
+// referencesIndex indexes tenant pods by the ConfigMaps and Secrets they
+// reference (referenceKey), as translation finds them.
+const referencesIndex = "references"
+
+func referenceKey(kind, namespace, name string) string { return kind + "/" + namespace + "/" + name }
+
+// podReferences is the index function of referencesIndex. A pod that cannot
+// be translated never reaches the host and references nothing.
+func (t Translator) podReferences(obj any) ([]string, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return nil, nil
+	}
+	pt, err := t.TranslatePod(pod, MetadataAllowList{})
+	if err != nil {
+		return nil, nil
+	}
+	keys := make([]string, 0, len(pt.ConfigMaps)+len(pt.Secrets))
+	for _, name := range pt.ConfigMaps {
+		keys = append(keys, referenceKey(configMapKind, pod.Namespace, name))
+	}
+	for _, name := range pt.Secrets {
+		keys = append(keys, referenceKey(secretKind, pod.Namespace, name))
+	}
+	return keys, nil
+}
+
+// copyKeys returns the resync keys of one copied kind: the
+// "namespace/name" of every tenant object and of the tenant object every host
+// copy stands for, so a copy whose tenant object was deleted while the
+// syncer was down is found by its key. tenant and host are the List methods
+// of the kind's tenant and host listers.
+func copyKeys[T metav1.Object](tenant, host func(labels.Selector) ([]T, error)) func() []string {
+	return func() []string {
+		tenantObjs, _ := tenant(labels.Everything())
+		hostObjs, _ := host(labels.Everything())
+		keys := make([]string, 0, len(tenantObjs)+len(hostObjs))
+		for _, obj := range tenantObjs {
+			keys = append(keys, obj.GetNamespace()+"/"+obj.GetName())
+		}
+		for _, obj := range hostObjs {
+			if ns, name, ok := TenantKey(obj.GetAnnotations()); ok && obj.GetLabels()[LabelTokenSecret] == "" {
+				keys = append(keys, ns+"/"+name)
+			}
+		}
+		return keys
+	}
 }
 
 func mapsEqualBytes(a, b map[string][]byte) bool {

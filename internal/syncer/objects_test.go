@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 )
 
@@ -31,6 +32,7 @@ func newObjectSyncer(t *testing.T, budget int64, live, cached, tenant []runtime.
 		budget:           newDataBudget(budget, tr.VirtualCluster, cms, secrets),
 		tenantConfigMaps: corelisters.NewConfigMapLister(indexerOf(t, tenantCMs...)), tenantSecrets: corelisters.NewSecretLister(indexerOf(t, tenantSecrets...)),
 		hostConfigMaps: cms, hostSecrets: secrets,
+		pods: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{referencesIndex: tr.podReferences}),
 	}, host
 }
 
@@ -134,7 +136,8 @@ func TestTenantObjectDeletedOnlyDeletesItsOwnCopy(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			o, host := newObjectSyncer(t, 0, []runtime.Object{tt.live}, nil, nil)
-			o.tenantObjectDeleted(context.Background(), configMapKind, "shop", "settings")
+			o.hostConfigMaps = corelisters.NewConfigMapLister(indexerOf(t, tt.live)).ConfigMaps(tr.HostNamespace)
+			_, _ = o.syncConfigMap(context.Background(), "shop/settings")
 			_, err := host.CoreV1().ConfigMaps(tr.HostNamespace).Get(context.Background(), HostName("alpha", "shop", "settings"), metav1.GetOptions{})
 			if gone := apierrors.IsNotFound(err); gone != tt.wantGone {
 				t.Errorf("deleted %v, want %v (get: %v)", gone, tt.wantGone, err)
@@ -182,9 +185,11 @@ func TestServiceCopyFailureIsAnEventOnTheTenantService(t *testing.T) {
 		return true, nil, apierrors.NewForbidden(corev1.Resource("services"), "x", errors.New("exceeded quota: tenant-share, requested: services=1, used: services=20, limited: services=20"))
 	})
 	recorder := record.NewFakeRecorder(10)
-	s := &serviceSyncer{tr: tr, host: host, recorder: recorder, hostServices: corelisters.NewServiceLister(indexerOf(t)).Services(tr.HostNamespace)}
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop"}, Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"}}}
-	s.tenantServiceChanged(context.Background(), svc)
+	s := newTestServiceSyncer(t, host, recorder, svc)
+	if _, err := s.syncService(context.Background(), "shop/web"); err == nil {
+		t.Error("the refused copy is not an error, so it would not be retried")
+	}
 	select {
 	case ev := <-recorder.Events:
 		if !strings.HasPrefix(ev, "Warning HostServiceFailed") || !strings.Contains(ev, "exceeded quota") {
@@ -199,10 +204,14 @@ func TestServiceCopyIsNotWrittenOverAForeignService(t *testing.T) {
 	foreign := &corev1.Service{ObjectMeta: foreignMeta("web"), Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "host-thing"}}}
 	host := fake.NewClientset(foreign)
 	recorder := record.NewFakeRecorder(10)
-	s := &serviceSyncer{tr: tr, host: host, recorder: recorder, hostServices: corelisters.NewServiceLister(indexerOf(t)).Services(tr.HostNamespace)}
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop"}, Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"}}}
-	s.tenantServiceChanged(context.Background(), svc)
-	s.tenantServiceDeleted(context.Background(), svc)
+	s := newTestServiceSyncer(t, host, recorder, svc)
+	if _, err := s.syncService(context.Background(), "shop/web"); !isTerminal(err) {
+		t.Errorf("sync = %v, want a terminal error: retrying cannot free the name", err)
+	}
+	s.tenantServices = corelisters.NewServiceLister(indexerOf(t))
+	s.hostServices = corelisters.NewServiceLister(indexerOf(t, foreign)).Services(tr.HostNamespace)
+	_, _ = s.syncService(context.Background(), "shop/web")
 	got, err := host.CoreV1().Services(tr.HostNamespace).Get(context.Background(), foreign.Name, metav1.GetOptions{})
 	if err != nil || got.Spec.Selector["app"] != "host-thing" {
 		t.Errorf("foreign Service %+v (%v) was changed or deleted", got, err)
@@ -215,4 +224,14 @@ func TestServiceCopyIsNotWrittenOverAForeignService(t *testing.T) {
 	default:
 		t.Error("no event on the tenant Service")
 	}
+}
+
+// newTestServiceSyncer is a serviceSyncer over host whose tenant cluster
+// holds services and whose host informer cache is empty.
+func newTestServiceSyncer(t *testing.T, host *fake.Clientset, recorder record.EventRecorder, services ...runtime.Object) *serviceSyncer {
+	return newServiceSyncer(&serviceSyncer{
+		tr: tr, host: host, recorder: recorder,
+		tenantServices: corelisters.NewServiceLister(indexerOf(t, services...)),
+		hostServices:   corelisters.NewServiceLister(indexerOf(t)).Services(tr.HostNamespace),
+	})
 }

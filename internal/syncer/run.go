@@ -14,7 +14,6 @@ import (
 
 	"github.com/virtual-kubelet/virtual-kubelet/node"
 	"github.com/virtual-kubelet/virtual-kubelet/node/api"
-	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -24,9 +23,9 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 )
 
@@ -85,24 +84,32 @@ func Run(ctx context.Context, o Options) error {
 }
 
 type syncer struct {
-	o        Options
-	provider *podProvider
-	services *serviceSyncer
-	tenantF  informers.SharedInformerFactory
-	podsF    informers.SharedInformerFactory
-	hostF    informers.SharedInformerFactory
-	events   informers.SharedInformerFactory
-	tenant   kubernetes.Interface
-	recorder record.EventRecorder
-	ready    atomic.Bool
-	started  time.Time
+	o           Options
+	provider    *podProvider
+	serviceSync *serviceSyncer
+	// One syncer per kind besides pods, which virtual-kubelet's pod
+	// controller runs; the DNS syncer is serviceSync.dns.
+	configMaps, secrets, services, tokens *kindSyncer
+	tenantF                               informers.SharedInformerFactory
+	podsF                                 informers.SharedInformerFactory
+	hostF                                 informers.SharedInformerFactory
+	events                                informers.SharedInformerFactory
+	tenant                                kubernetes.Interface
+	recorder                              record.EventRecorder
+	ready                                 atomic.Bool
+	started                               time.Time
 }
 
+// Workers of each kind syncer. Copies are made on demand by the pod
+// workers too, so these mostly follow changes.
+const (
+	configMapWorkers = 4
+	secretWorkers    = 4
+	serviceWorkers   = 4
+	tokenWorkers     = 2
+)
+
 func newSyncer(ctx context.Context, o Options) (*syncer, error) {
-	security, err := NewPodSecurity(o.PodSecurityLevel)
-	if err != nil {
-		return nil, err
-	}
 	tenantCfg, err := clientcmd.BuildConfigFromFlags("", o.TenantKubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("tenant kubeconfig %s: %w", o.TenantKubeconfig, err)
@@ -122,6 +129,16 @@ func newSyncer(ctx context.Context, o Options) (*syncer, error) {
 	if err != nil {
 		return nil, err
 	}
+	return newSyncerFor(ctx, o, tenant, host)
+}
+
+// newSyncerFor wires the informers, the pod provider and the kind syncers
+// over a tenant and a host client.
+func newSyncerFor(ctx context.Context, o Options, tenant, host kubernetes.Interface) (*syncer, error) {
+	security, err := NewPodSecurity(o.PodSecurityLevel)
+	if err != nil {
+		return nil, err
+	}
 	s := &syncer{o: o, tenant: tenant, started: time.Now()}
 	s.tenantF = informers.NewSharedInformerFactory(tenant, 0)
 	s.podsF = informers.NewSharedInformerFactoryWithOptions(tenant, 0, informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
@@ -136,66 +153,78 @@ func newSyncer(ctx context.Context, o Options) (*syncer, error) {
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: tenant.CoreV1().Events("")})
 	s.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "nest-syncer", Host: o.NodeName})
 
+	podInformer := s.podsF.Core().V1().Pods().Informer()
+	if err := podInformer.AddIndexers(cache.Indexers{referencesIndex: o.Translator.podReferences}); err != nil {
+		return nil, err
+	}
 	hostConfigMaps := s.hostF.Core().V1().ConfigMaps().Lister().ConfigMaps(o.HostNamespace)
 	hostSecrets := s.hostF.Core().V1().Secrets().Lister().Secrets(o.HostNamespace)
+	tenantConfigMaps, tenantSecrets := s.tenantF.Core().V1().ConfigMaps().Lister(), s.tenantF.Core().V1().Secrets().Lister()
 	objects := &objectSyncer{
 		tr: o.Translator, host: host, recorder: s.recorder,
 		budget:           newDataBudget(o.DataBudgetBytes, o.VirtualCluster, hostConfigMaps, hostSecrets),
-		tenantConfigMaps: s.tenantF.Core().V1().ConfigMaps().Lister(), tenantSecrets: s.tenantF.Core().V1().Secrets().Lister(),
+		tenantConfigMaps: tenantConfigMaps, tenantSecrets: tenantSecrets,
 		hostConfigMaps: hostConfigMaps, hostSecrets: hostSecrets,
+		pods: podInformer.GetIndexer(),
 	}
 	tenantPods := s.podsF.Core().V1().Pods().Lister()
+	tokens := &tokenIssuer{tenant: tenant, maxAge: o.TokenMaxAge, now: time.Now}
 	s.provider = &podProvider{
 		tr: o.Translator, metadata: o.HostMetadata, security: security, host: host, hostCfg: o.Host, tenant: tenant, objects: objects,
-		tokens:     &tokenIssuer{tenant: tenant, maxAge: o.TokenMaxAge, now: time.Now},
+		tokens:     tokens,
 		recorder:   s.recorder,
 		tenantPods: tenantPods,
 		hostPods:   s.hostF.Core().V1().Pods().Lister().Pods(o.HostNamespace),
 	}
 	s.provider.capacity = &admission{capacity: o.Capacity, pods: tenantPods, onHost: s.provider.runsOnHost}
-	s.services = &serviceSyncer{
+	s.serviceSync = newServiceSyncer(&serviceSyncer{
 		tr: o.Translator, host: host, recorder: s.recorder, dnsDir: o.DNSDir,
 		tenantServices: s.tenantF.Core().V1().Services().Lister(),
 		tenantSlices:   s.tenantF.Discovery().V1().EndpointSlices().Lister(),
 		hostServices:   s.hostF.Core().V1().Services().Lister().Services(o.HostNamespace),
-		changed:        make(chan struct{}, 1),
-	}
-	s.addHandlers(ctx, objects)
+	})
+	s.services = newKindSyncer("services", serviceWorkers, s.serviceSync.syncService,
+		copyKeys(s.serviceSync.tenantServices.List, s.serviceSync.hostServices.List))
+	s.configMaps = newKindSyncer("configmaps", configMapWorkers, objects.syncConfigMap, copyKeys(tenantConfigMaps.List, hostConfigMaps.List))
+	s.secrets = newKindSyncer("secrets", secretWorkers, objects.syncSecret, copyKeys(tenantSecrets.List, hostSecrets.List))
+	refresher := &tokenRefresher{issuer: tokens, host: host, secrets: hostSecrets}
+	s.tokens = newKindSyncer("tokens", tokenWorkers, refresher.sync, refresher.keys)
+	s.addHandlers(ctx)
 	return s, nil
 }
 
 func (s *syncer) run(ctx context.Context) error {
-	if err := s.services.start(); err != nil {
+	go s.serveHealth(ctx)
+	if err := s.startSyncers(ctx); err != nil {
 		return err
 	}
-	go s.serveHealth(ctx)
-	for _, f := range []informers.SharedInformerFactory{s.tenantF, s.podsF, s.hostF, s.events} {
-		f.Start(ctx.Done())
-	}
-	for _, f := range []informers.SharedInformerFactory{s.tenantF, s.podsF, s.hostF, s.events} {
-		for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
-			if !ok {
-				return fmt.Errorf("informer for %v did not sync", typ)
-			}
-		}
-	}
-	go s.services.run(ctx)
-	go s.refreshTokens(ctx)
 	if err := s.serveKubeletAPI(ctx); err != nil {
 		return err
 	}
 	return s.runNode(ctx)
 }
 
-// queueLimiter replaces client-go's default controller rate limiter (10
-// items per second overall after a burst of 100), which would hold a burst of
-// tenant pods and their status updates to 10 per second. Failed items still
-// back off per item.
-func queueLimiter() workqueue.TypedRateLimiter[any] {
-	return workqueue.NewTypedMaxOfRateLimiter[any](
-		workqueue.NewTypedItemExponentialFailureRateLimiter[any](5*time.Millisecond, 2*time.Minute),
-		&workqueue.TypedBucketRateLimiter[any]{Limiter: rate.NewLimiter(rate.Limit(1000), 2000)},
-	)
+// startSyncers writes the first hosts file, starts the informers and, once
+// they have synced, every kind syncer.
+func (s *syncer) startSyncers(ctx context.Context) error {
+	if err := s.serviceSync.start(); err != nil {
+		return err
+	}
+	factories := []informers.SharedInformerFactory{s.tenantF, s.podsF, s.hostF, s.events}
+	for _, f := range factories {
+		f.Start(ctx.Done())
+	}
+	for _, f := range factories {
+		for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
+			if !ok {
+				return fmt.Errorf("informer for %v did not sync", typ)
+			}
+		}
+	}
+	for _, k := range []*kindSyncer{s.configMaps, s.secrets, s.services, s.serviceSync.dns, s.tokens} {
+		go k.run(ctx)
+	}
+	return nil
 }
 
 // podWorkers is how many tenant pods are translated at once.
@@ -212,9 +241,9 @@ func (s *syncer) runNode(ctx context.Context) error {
 		ConfigMapInformer:                    s.tenantF.Core().V1().ConfigMaps(),
 		SecretInformer:                       s.tenantF.Core().V1().Secrets(),
 		ServiceInformer:                      s.tenantF.Core().V1().Services(),
-		SyncPodsFromKubernetesRateLimiter:    queueLimiter(),
-		DeletePodsFromKubernetesRateLimiter:  queueLimiter(),
-		SyncPodStatusFromProviderRateLimiter: queueLimiter(),
+		SyncPodsFromKubernetesRateLimiter:    queueLimiter[any](),
+		DeletePodsFromKubernetesRateLimiter:  queueLimiter[any](),
+		SyncPodStatusFromProviderRateLimiter: queueLimiter[any](),
 		SkipDownwardAPIResolution:            true,
 	})
 	if err != nil {
@@ -380,6 +409,9 @@ func (s *syncer) serveHealth(ctx context.Context) {
 	// Liveness must not depend on the tenant or host API servers: a slow
 	// start is not a wedged process, and a restart would not help.
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	// Metrics stay on loopback with the probes: reach them with kubectl
+	// port-forward or a scraper in the pod.
+	mux.Handle("/metrics", metricsHandler())
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !s.ready.Load() {
 			http.Error(w, "virtual node not registered yet", http.StatusServiceUnavailable)

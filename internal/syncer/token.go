@@ -9,9 +9,13 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 )
 
@@ -23,7 +27,8 @@ const (
 	annotationProjections = "nest.dev/token-projections"
 	// annotationServiceAccount is the tenant pod's service account.
 	annotationServiceAccount = "nest.dev/tenant-service-account"
-	// LabelTokenSecret marks token Secrets, so the refresher lists only those.
+	// LabelTokenSecret marks token Secrets, so the refresher lists only
+	// those and the Secret syncer leaves them alone.
 	LabelTokenSecret = "nest.dev/token-secret"
 )
 
@@ -112,13 +117,66 @@ func (ti *tokenIssuer) request(ctx context.Context, namespace, serviceAccount, p
 	return resp.Status.Token, resp.Status.ExpirationTimestamp.Time, nil
 }
 
-// due reports whether a token Secret needs fresh tokens now. A Secret with
-// no tokens, only identity, never does.
-func (ti *tokenIssuer) due(s *corev1.Secret) bool {
+// dueIn reports whether a token Secret needs fresh tokens now and, if not,
+// how long until it does. A Secret with no tokens, only identity, never
+// does; one whose refresh time cannot be read does at once.
+func (ti *tokenIssuer) dueIn(s *corev1.Secret) (wait time.Duration, due bool) {
 	v, ok := s.Annotations[annotationRefreshAt]
 	if !ok {
-		return false
+		return 0, false
 	}
 	at, err := time.Parse(time.RFC3339, v)
-	return err != nil || !ti.now().Before(at)
+	if err != nil {
+		return 0, true
+	}
+	wait = at.Sub(ti.now())
+	return wait, wait <= 0
+}
+
+// tokenRefresher renews the tokens of pods' token Secrets in place when
+// they are due: the host kubelet updates the mounted files, and the pods
+// keep running. Its keys are host Secret names.
+type tokenRefresher struct {
+	issuer  *tokenIssuer
+	host    kubernetes.Interface
+	secrets corelisters.SecretNamespaceLister
+}
+
+// sync refreshes one token Secret if it is due, and asks to be called again
+// when it next is.
+func (r *tokenRefresher) sync(ctx context.Context, name string) (time.Duration, error) {
+	sec, err := r.secrets.Get(name)
+	if apierrors.IsNotFound(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if sec.Labels[LabelTokenSecret] != "true" {
+		return 0, nil
+	}
+	if wait, due := r.issuer.dueIn(sec); !due {
+		return wait, nil
+	}
+	upd := sec.DeepCopy()
+	if err := r.issuer.fill(ctx, upd); err != nil {
+		return 0, fmt.Errorf("refresh the tokens of Secret %s: %w", name, err)
+	}
+	stored, err := r.host.CoreV1().Secrets(upd.Namespace).Update(ctx, upd, metav1.UpdateOptions{})
+	if err != nil {
+		return 0, fmt.Errorf("store the refreshed tokens of Secret %s: %w", name, err)
+	}
+	klog.FromContext(ctx).V(2).Info("Refreshed tokens", "secret", klog.KObj(stored))
+	wait, _ := r.issuer.dueIn(stored)
+	return wait, nil
+}
+
+// keys lists every token Secret, for a resync.
+func (r *tokenRefresher) keys() []string {
+	list, _ := r.secrets.List(labels.SelectorFromSet(labels.Set{LabelTokenSecret: "true"}))
+	names := make([]string, 0, len(list))
+	for _, s := range list {
+		names = append(names, s.Name)
+	}
+	return names
 }

@@ -373,15 +373,15 @@ func TestTokenRefreshTime(t *testing.T) {
 		t.Errorf("refreshAt = %v after now", got.Sub(now))
 	}
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{annotationRefreshAt: now.Add(time.Minute).Format(time.RFC3339)}}}
-	if ti.due(s) {
-		t.Error("due a minute early")
+	if wait, due := ti.dueIn(s); due || wait != time.Minute {
+		t.Errorf("dueIn = %v, %v a minute early, want 1m0s, false", wait, due)
 	}
 	now = now.Add(2 * time.Minute)
-	if !ti.due(s) {
+	if _, due := ti.dueIn(s); !due {
 		t.Error("not due after its time")
 	}
-	if ti.due(&corev1.Secret{}) {
-		t.Error("a Secret without tokens is due")
+	if wait, due := ti.dueIn(&corev1.Secret{}); due || wait != 0 {
+		t.Errorf("a Secret without tokens: dueIn = %v, %v, want never", wait, due)
 	}
 }
 
