@@ -7,10 +7,11 @@ BIN := $(OUT)/bin
 export CGO_ENABLED := 0
 export GOFLAGS := -trimpath
 
-K8S_VERSION := v1.36.3
+K8S_VERSION := $(shell sed -n 's/^const Kubernetes = "\(.*\)"/\1/p' internal/version/version.go)
+K8S_MINOR := $(word 2,$(subst ., ,$(K8S_VERSION)))
 K8S_VERSION_PKGS := k8s.io/component-base/version k8s.io/client-go/pkg/version
 # Without these the components report v0.0.0-master.
-K8S_LDFLAGS := -s -w $(foreach p,$(K8S_VERSION_PKGS),-X $(p).gitVersion=$(K8S_VERSION) -X $(p).gitMajor=1 -X $(p).gitMinor=36 -X $(p).gitTreeState=clean)
+K8S_LDFLAGS := -s -w $(foreach p,$(K8S_VERSION_PKGS),-X $(p).gitVersion=$(K8S_VERSION) -X $(p).gitMajor=1 -X $(p).gitMinor=$(K8S_MINOR) -X $(p).gitTreeState=clean)
 
 NODES ?= 2
 

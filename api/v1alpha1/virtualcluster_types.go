@@ -4,6 +4,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nestdev/nest/internal/version"
 )
 
 // MaxNameLength is the longest VirtualCluster name: host object names are
@@ -12,7 +14,7 @@ const MaxNameLength = 40
 
 // SupportedVersions are the Kubernetes versions a tenant control plane can run:
 // the versions of the kube images Nest builds.
-var SupportedVersions = []string{"v1.36.3"}
+var SupportedVersions = []string{version.Kubernetes}
 
 // Phase is the coarse lifecycle stage of a VirtualCluster, as kubenest names it.
 // Conditions carry the detail.

@@ -31,13 +31,15 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/nestdev/nest/internal/version"
 )
 
 // Names of the images Nest builds. Pods refer to them with imagePullPolicy
 // Never or IfNotPresent: they exist only in the nodes' containerd stores.
 const (
 	Pause   = "nest.local/pause:3.10"
-	Kube    = "nest.local/kube:v1.36.3"
+	Kube    = "nest.local/kube:" + version.Kubernetes
 	CoreDNS = "nest.local/coredns:v1.14.7"
 	Busybox = "nest.local/busybox:1.35"
 	TestApp = "nest.local/testapp:dev"

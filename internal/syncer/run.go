@@ -27,6 +27,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+
+	"github.com/nestdev/nest/internal/version"
 )
 
 // Options configure one nest-syncer. cmd/nest-syncer fills them from flags
@@ -369,7 +371,7 @@ func VirtualNode(name string, capacity corev1.ResourceList) corev1.Node {
 			Addresses:       []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}, {Type: corev1.NodeHostName, Address: name}},
 			DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: kubeletPort}},
 			NodeInfo: corev1.NodeSystemInfo{
-				KubeletVersion: "v1.36.3", OperatingSystem: "linux", Architecture: runtime.GOARCH,
+				KubeletVersion: version.Kubernetes, OperatingSystem: "linux", Architecture: runtime.GOARCH,
 				OSImage: "Nest virtual node", KernelVersion: "n/a", ContainerRuntimeVersion: "host://shared",
 			},
 		},

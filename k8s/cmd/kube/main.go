@@ -1,6 +1,7 @@
-// Command kube is a multi-call binary holding the Kubernetes v1.36.3 components
-// and etcd that Nest runs: kube-apiserver, kube-controller-manager, kube-scheduler,
-// kubelet, kube-proxy, kubectl and etcd.
+// Command kube is a multi-call binary holding the Kubernetes components (of
+// the version in internal/version) and etcd that Nest runs: kube-apiserver,
+// kube-controller-manager, kube-scheduler, kubelet, kube-proxy, kubectl and
+// etcd.
 //
 // The component is chosen by the name the binary is called under (a symlink named
 // "kubelet" runs the kubelet), or, when called as "kube", by the first argument:
