@@ -11,13 +11,17 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/controller/virtualcluster"
+	"github.com/nestdev/nest/internal/controlplane"
 	"github.com/nestdev/nest/internal/vcops"
 )
 
@@ -156,7 +160,11 @@ func create(ctx context.Context, c client.Client, key types.NamespacedName, spec
 	if !wait {
 		return nil
 	}
-	if err := waitReady(ctx, c, key, out); err != nil {
+	start := time.Now()
+	if err := waitReady(ctx, c, key, start, out); err != nil {
+		return err
+	}
+	if err := waitReachable(ctx, c, key, start, out); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "get its kubeconfig with: nest kubeconfig %s -n %s -o %s.kubeconfig\n", key.Name, key.Namespace, key.Name)
@@ -164,8 +172,7 @@ func create(ctx context.Context, c client.Client, key types.NamespacedName, spec
 }
 
 // waitReady prints each phase and condition change until Ready is True.
-func waitReady(ctx context.Context, c client.Client, key types.NamespacedName, out io.Writer) error {
-	start := time.Now()
+func waitReady(ctx context.Context, c client.Client, key types.NamespacedName, start time.Time, out io.Writer) error {
 	last := ""
 	tick := time.NewTicker(300 * time.Millisecond)
 	defer tick.Stop()
@@ -192,6 +199,38 @@ func waitReady(ctx context.Context, c client.Client, key types.NamespacedName, o
 		case <-tick.C:
 		}
 	}
+}
+
+// waitReachable waits until the tenant API server answers /readyz through
+// the endpoint of the kubeconfig `nest kubeconfig` hands out. Ready is judged
+// by nest-manager from inside the host cluster; a NodePort or load balancer
+// can take a few more seconds to carry traffic from where the CLI runs
+// (kube-proxy programs each node on its own), and the user's next command
+// goes there.
+// A ClusterIP endpoint answers only inside the host cluster, so it is not
+// waited for.
+func waitReachable(ctx context.Context, c client.Client, key types.NamespacedName, start time.Time, out io.Writer) error {
+	vc := &nestv1.VirtualCluster{}
+	if err := c.Get(ctx, key, vc); err != nil {
+		return err
+	}
+	if controlplane.ServiceFor(vc).Spec.Type == corev1.ServiceTypeClusterIP {
+		return nil
+	}
+	kubeconfig, err := vcops.ReadKubeconfig(ctx, c, key, false)
+	if err != nil {
+		return err
+	}
+	var last error
+	err = wait.PollUntilContextCancel(ctx, 300*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		last = virtualcluster.APITenants{}.Ready(ctx, kubeconfig)
+		return last == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("virtual cluster %s is Ready, but its kubeconfig's endpoint does not answer from here (%v): check that this machine reaches the host's NodePorts or load balancer, or use spec.controlPlane.service: %w", key, last, err)
+	}
+	fmt.Fprintf(out, "%6.1fs  the tenant API server answers through its kubeconfig\n", time.Since(start).Seconds())
+	return nil
 }
 
 func newListCommand(host *hostFlags) *cobra.Command {
