@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -307,14 +308,14 @@ func TestDeleteRemovesHostObjectsAndData(t *testing.T) {
 		}
 		return fmt.Errorf("still there: %v", err)
 	})
-	for _, obj := range []client.Object{
-		&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: n.StatefulSet(), Namespace: ns}},
-		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: n.Service(), Namespace: ns}},
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: n.PKISecret(), Namespace: ns}},
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: n.ComponentKubeconfigSecret(), Namespace: ns}},
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: n.KubeconfigSecret(), Namespace: ns}},
-		claim,
-	} {
+	var all []client.Object
+	for _, h := range controlplane.HostObjects {
+		all = append(all, h.Objects(n)...)
+	}
+	if !slices.ContainsFunc(all, func(obj client.Object) bool { return obj.GetName() == claim.Name }) {
+		t.Error("controlplane.HostObjects lacks the etcd claim")
+	}
+	for _, obj := range all {
 		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(obj), obj); !apierrors.IsNotFound(err) {
 			t.Errorf("%T %s remains after delete (err %v)", obj, obj.GetName(), err)
 		}

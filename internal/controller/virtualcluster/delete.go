@@ -4,10 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,8 +20,9 @@ import (
 
 // reconcileDelete removes the VirtualCluster's host objects — the StatefulSet
 // first, then the tenant's pods and copies, then its etcd claim, Services,
-// Secrets, NetworkPolicies and the rest — and releases the finalizer
-// once none is left. Tenant data (the etcd claim) is deleted only here.
+// Secrets, NetworkPolicies and the rest (controlplane.HostObjects, by their
+// DeletionStep) — and releases the finalizer once none is left. Tenant data
+// (the etcd claim) is deleted only here.
 func (r *Reconciler) reconcileDelete(ctx context.Context, vc *nestv1.VirtualCluster) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(vc, Finalizer) {
 		return ctrl.Result{}, nil
@@ -52,37 +50,14 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, vc *nestv1.VirtualClus
 	return ctrl.Result{}, nil
 }
 
-// deleteHostObjects deletes what still exists and returns how many objects
-// were still there. The etcd claim is deleted only after the StatefulSet is gone.
+// deleteHostObjects deletes what still exists of controlplane.HostObjects,
+// step by step (controlplane.DeletionSteps), and returns how many objects
+// were still there. The tenant's workloads go once the control plane has.
 func (r *Reconciler) deleteHostObjects(ctx context.Context, vc *nestv1.VirtualCluster) (int, error) {
 	n := controlplane.NamesOf(vc)
-	meta := func(name string) metav1.ObjectMeta { return metav1.ObjectMeta{Name: name, Namespace: n.Namespace} }
-	// The NetworkPolicies, LimitRange and quotas go last, with the rest,
-	// once the tenant's pods are gone.
-	rest := []client.Object{
-		&corev1.PersistentVolumeClaim{ObjectMeta: meta(n.EtcdClaim())},
-		&corev1.ServiceAccount{ObjectMeta: meta(n.SyncerServiceAccount())},
-		&rbacv1.RoleBinding{ObjectMeta: meta(n.SyncerServiceAccount())},
-		&corev1.ResourceQuota{ObjectMeta: meta(n.TenantQuota())},
-		&corev1.ResourceQuota{ObjectMeta: meta(n.ObjectQuota())},
-		&corev1.LimitRange{ObjectMeta: meta(n.LimitRange())},
-	}
-	for _, name := range n.Services() {
-		rest = append(rest, &corev1.Service{ObjectMeta: meta(name)})
-	}
-	for _, name := range n.Secrets() {
-		rest = append(rest, &corev1.Secret{ObjectMeta: meta(name)})
-	}
-	for _, name := range n.ConfigMaps() {
-		rest = append(rest, &corev1.ConfigMap{ObjectMeta: meta(name)})
-	}
-	for _, name := range n.NetworkPolicies() {
-		rest = append(rest, &networkingv1.NetworkPolicy{ObjectMeta: meta(name)})
-	}
-	ordered := [][]client.Object{{&appsv1.StatefulSet{ObjectMeta: meta(n.StatefulSet())}}, rest}
-	for _, group := range ordered {
+	for _, step := range controlplane.DeletionSteps {
 		remaining := 0
-		for _, obj := range group {
+		for _, obj := range hostObjectsDeletedIn(step, n) {
 			err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(obj), obj)
 			if apierrors.IsNotFound(err) {
 				continue
@@ -107,6 +82,18 @@ func (r *Reconciler) deleteHostObjects(ctx context.Context, vc *nestv1.VirtualCl
 		}
 	}
 	return 0, nil
+}
+
+// hostObjectsDeletedIn returns keys of the VirtualCluster's host objects
+// that go in step.
+func hostObjectsDeletedIn(step controlplane.DeletionStep, n controlplane.Names) []client.Object {
+	var out []client.Object
+	for _, h := range controlplane.HostObjects {
+		if h.Deletion == step {
+			out = append(out, h.Objects(n)...)
+		}
+	}
+	return out
 }
 
 // deleteTenantWorkloads deletes every host object nest-syncer made for vc and

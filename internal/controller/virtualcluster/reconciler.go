@@ -13,10 +13,7 @@ import (
 	"fmt"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -261,22 +258,31 @@ func (r *Reconciler) othersInNamespace(ctx context.Context, obj client.Object) [
 }
 
 // SetupWithManager registers the controller: it watches VirtualClusters and
-// the host objects they own, so a deleted Secret, Service, StatefulSet,
-// NetworkPolicy or LimitRange is recreated at once.
+// the host objects they own (controlplane.HostObjects that are Watched), so a
+// deleted Secret, Service, StatefulSet, NetworkPolicy or LimitRange is
+// recreated at once.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
-		For(&nestv1.VirtualCluster{}).
-		Owns(&appsv1.StatefulSet{}).
-		Owns(&corev1.Service{}).
-		Owns(&corev1.Secret{}).
-		Owns(&corev1.ResourceQuota{}, builder.WithPredicates(quotaSpecChanged)).
-		Owns(&corev1.ConfigMap{}).
-		Owns(&rbacv1.RoleBinding{}).
-		Owns(&networkingv1.NetworkPolicy{}).
-		Owns(&corev1.LimitRange{}).
+	b := ctrl.NewControllerManagedBy(mgr).For(&nestv1.VirtualCluster{})
+	for _, h := range controlplane.HostObjects {
+		if h.Watched {
+			obj := h.New()
+			b = b.Owns(obj, ownsOptions(obj)...)
+		}
+	}
+	return b.
 		Watches(&nestv1.VirtualCluster{}, handler.EnqueueRequestsFromMapFunc(r.othersInNamespace), builder.WithPredicates(onlyDeletes)).
 		WatchesRawSource(source.Channel(r.Health.Changes(), &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
 		Named("virtualcluster").
 		Complete(r)
+}
+
+// ownsOptions are the options of the watch on owned objects like obj:
+// ResourceQuotas pass quotaSpecChanged, so the host's rewrites of their
+// usage do not reconcile.
+func ownsOptions(obj client.Object) []builder.OwnsOption {
+	if _, ok := obj.(*corev1.ResourceQuota); ok {
+		return []builder.OwnsOption{builder.WithPredicates(quotaSpecChanged)}
+	}
+	return nil
 }

@@ -5,9 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -97,13 +100,45 @@ var faults struct {
 	hits      atomic.Int64
 }
 
-var injectFaults = interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	if _, ok := obj.(*corev1.Secret); ok && strings.HasSuffix(key.Name, "-pki") && key.Namespace == faults.namespace.Load() {
-		faults.hits.Add(1)
-		return errors.New("injected: etcdserver: request timed out")
-	}
-	return c.Get(ctx, key, obj, opts...)
-}}
+// created records what the reconciler creates, as "Kind/name" by namespace,
+// so tests compare it with controlplane.HostObjects.
+var created struct {
+	sync.Mutex
+	objects map[string]map[string]bool
+}
+
+// createdIn returns what the reconciler created in namespace, sorted.
+func createdIn(namespace string) []string {
+	created.Lock()
+	defer created.Unlock()
+	return slices.Sorted(maps.Keys(created.objects[namespace]))
+}
+
+// intercept injects the faults into the reconciler's reads and records its creates.
+var intercept = interceptor.Funcs{
+	Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+		if _, ok := obj.(*corev1.Secret); ok && strings.HasSuffix(key.Name, "-pki") && key.Namespace == faults.namespace.Load() {
+			faults.hits.Add(1)
+			return errors.New("injected: etcdserver: request timed out")
+		}
+		return c.Get(ctx, key, obj, opts...)
+	},
+	Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+		if err := c.Create(ctx, obj, opts...); err != nil {
+			return err
+		}
+		created.Lock()
+		defer created.Unlock()
+		if created.objects == nil {
+			created.objects = map[string]map[string]bool{}
+		}
+		if created.objects[obj.GetNamespace()] == nil {
+			created.objects[obj.GetNamespace()] = map[string]bool{}
+		}
+		created.objects[obj.GetNamespace()][reflect.TypeOf(obj).Elem().Name()+"/"+obj.GetName()] = true
+		return nil
+	},
+}
 
 func TestMain(m *testing.M) {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
@@ -136,7 +171,7 @@ func run(m *testing.M) int {
 	}
 	health := NewHealth()
 	r := &Reconciler{
-		Client: interceptor.NewClient(withoutWatch{mgr.GetClient()}, injectFaults), APIReader: mgr.GetAPIReader(), Scheme: scheme, Recorder: mgr.GetEventRecorder("nest-manager"),
+		Client: interceptor.NewClient(withoutWatch{mgr.GetClient()}, intercept), APIReader: mgr.GetAPIReader(), Scheme: scheme, Recorder: mgr.GetEventRecorder("nest-manager"),
 		ControlPlane:      testOptions,
 		HostClusterDomain: "cluster.local",
 		Health:            health,
