@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/components"
 	"github.com/nestdev/nest/internal/images"
 	"github.com/nestdev/nest/internal/syncer"
 )
@@ -148,7 +149,7 @@ func secretVolume(name, secret string) corev1.Volume {
 	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: secret, DefaultMode: ptr.To[int32](0o440)}}}
 }
 
-func pkiFile(f string) string { return path.Join(PKIDir, f) }
+func pkiFile(f string) string { return tenantPKI.Path(f) }
 
 func mounts(withEtcd bool) []corev1.VolumeMount {
 	m := []corev1.VolumeMount{{Name: "pki", MountPath: PKIDir, ReadOnly: true}, {Name: "kubeconfig", MountPath: KubeconfigDir, ReadOnly: true}}
@@ -174,72 +175,46 @@ func container(name string, o Options, r corev1.ResourceRequirements, args []str
 	}
 }
 
-// etcdMetricsPort serves etcd's plain-HTTP /health and /metrics on loopback.
-const etcdMetricsPort = 2381
+// tenantEtcd is the tenant's etcd member. Unlike the host's it requires TLS
+// client certificates: every container of the control-plane pod shares its
+// loopback, and only the API server holds an etcd client certificate.
+func tenantEtcd(n Names) components.Etcd {
+	return components.Etcd{
+		Name: n.VirtualCluster, DataDir: etcdDataDir + "/data", TLS: true, PKI: tenantPKI,
+		// Tenant only: etcd runs under a memory limit here, and the raft log
+		// it keeps in memory grows with the commits between snapshots. 10000
+		// is also etcd 3.6's default; stating it keeps it should that move.
+		SnapshotCount: 10000,
+	}
+}
 
 func etcdContainer(n Names, o Options) corev1.Container {
-	peer := "https://127.0.0.1:2380"
-	c := container(etcdName, o, componentResources[etcdName], []string{
-		"--name=" + n.VirtualCluster,
-		"--data-dir=" + etcdDataDir + "/data",
-		"--listen-client-urls=https://127.0.0.1:2379",
-		"--advertise-client-urls=https://127.0.0.1:2379",
-		"--listen-peer-urls=" + peer,
-		"--initial-advertise-peer-urls=" + peer,
-		"--initial-cluster=" + n.VirtualCluster + "=" + peer,
-		// Plain HTTP /health and /metrics, for the exec probes only: on
-		// loopback, out of reach of other pods.
-		fmt.Sprintf("--listen-metrics-urls=http://127.0.0.1:%d", etcdMetricsPort),
-		"--cert-file=" + pkiFile(EtcdServerCert), "--key-file=" + pkiFile(EtcdServerKey),
-		"--client-cert-auth=true", "--trusted-ca-file=" + pkiFile(EtcdCACert),
-		"--peer-cert-file=" + pkiFile(EtcdPeerCert), "--peer-key-file=" + pkiFile(EtcdPeerKey),
-		"--peer-client-cert-auth=true", "--peer-trusted-ca-file=" + pkiFile(EtcdCACert),
-		"--snapshot-count=10000",
-		"--log-level=warn",
-	})
+	c := container(etcdName, o, componentResources[etcdName], tenantEtcd(n).Flags().Args())
 	c.VolumeMounts = mounts(true)
-	c.LivenessProbe = loopbackProbe(etcdMetricsPort, "/health?serializable=true", 10, 8)
-	c.StartupProbe = loopbackProbe(etcdMetricsPort, "/health?serializable=false", 1, 60)
+	c.LivenessProbe = loopbackProbe(components.EtcdMetricsPort, "/health?serializable=true", 10, 8)
+	c.StartupProbe = loopbackProbe(components.EtcdMetricsPort, "/health?serializable=false", 1, 60)
 	return c
 }
 
 func apiServerContainer(vc *nestv1.VirtualCluster, o Options) corev1.Container {
-	domain := vc.Spec.ClusterDomain
-	if domain == "" {
-		domain = "cluster.local"
-	}
 	r := apiServerResources(vc)
 	readOnly, mutating := APIServerInflight(r.Limits[corev1.ResourceMemory])
-	c := container(apiServerName, o, r, []string{
-		"--advertise-address=$(POD_IP)",
-		"--bind-address=0.0.0.0",
-		fmt.Sprintf("--secure-port=%d", Port),
-		"--etcd-servers=https://127.0.0.1:2379",
-		"--etcd-cafile=" + pkiFile(EtcdCACert),
-		"--etcd-certfile=" + pkiFile(EtcdClientCert), "--etcd-keyfile=" + pkiFile(EtcdClientKey),
-		"--service-cluster-ip-range=" + serviceCIDR(vc),
-		"--client-ca-file=" + pkiFile(CACert),
-		"--tls-cert-file=" + pkiFile(APIServerCert), "--tls-private-key-file=" + pkiFile(APIServerKey),
-		// Signed by the kubelet-client CA, which only the virtual node trusts.
-		"--kubelet-client-certificate=" + pkiFile(KubeletClientCert), "--kubelet-client-key=" + pkiFile(KubeletClientKey),
-		"--kubelet-preferred-address-types=InternalIP,Hostname",
-		"--service-account-issuer=https://kubernetes.default.svc." + domain,
-		"--service-account-key-file=" + pkiFile(ServiceAccountPub),
-		"--service-account-signing-key-file=" + pkiFile(ServiceAccountKey),
-		"--authorization-mode=Node,RBAC",
-		"--enable-admission-plugins=NodeRestriction",
-		"--enable-bootstrap-token-auth=true",
-		"--allow-privileged=true",
-		"--requestheader-client-ca-file=" + pkiFile(FrontProxyCACert),
-		"--requestheader-allowed-names=" + frontProxyClientName,
-		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
-		"--requestheader-group-headers=X-Remote-Group",
-		"--requestheader-username-headers=X-Remote-User",
-		"--proxy-client-cert-file=" + pkiFile(FrontProxyClientCert), "--proxy-client-key-file=" + pkiFile(FrontProxyClientKey),
-		"--profiling=false",
-		fmt.Sprintf("--max-requests-inflight=%d", readOnly),
-		fmt.Sprintf("--max-mutating-requests-inflight=%d", mutating),
-	})
+	args := components.APIServer{
+		// The pod IP, which the kubelet substitutes from POD_IP.
+		AdvertiseAddress: "$(POD_IP)",
+		Port:             Port,
+		PKI:              tenantPKI,
+		Etcd:             tenantEtcd(NamesOf(vc)),
+		ServiceCIDR:      serviceCIDR(vc),
+		ClusterDomain:    clusterDomain(vc),
+	}.Flags()
+	// Tenant only: the container's memory limit bounds the requests the API
+	// server may serve at once (APIServerInflight).
+	args = append(args,
+		components.Flag{Name: "max-requests-inflight", Value: fmt.Sprint(readOnly)},
+		components.Flag{Name: "max-mutating-requests-inflight", Value: fmt.Sprint(mutating)},
+	)
+	c := container(apiServerName, o, r, args.Args())
 	c.Env = append(c.Env, corev1.EnvVar{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}})
 	c.VolumeMounts = mounts(false)
 	c.Ports = []corev1.ContainerPort{{Name: "https", ContainerPort: Port}}
@@ -249,37 +224,28 @@ func apiServerContainer(vc *nestv1.VirtualCluster, o Options) corev1.Container {
 	return c
 }
 
-// clientComponentArgs are the flags the controller-manager and scheduler share:
-// one kubeconfig for their API calls and for delegated authn/z of their own
-// endpoints, served on the pod IP for the kubelet's probes.
-func clientComponentArgs(kubeconfigFile string, extra ...string) []string {
-	kc := path.Join(KubeconfigDir, kubeconfigFile)
-	args := []string{
-		"--kubeconfig=" + kc, "--authentication-kubeconfig=" + kc, "--authorization-kubeconfig=" + kc,
-		"--bind-address=0.0.0.0", "--leader-elect=false", "--profiling=false",
-	}
-	return append(args, extra...)
+// clientComponent is the controller-manager or scheduler with the kubeconfig
+// kubeconfigFile. Unlike the host's, its HTTPS endpoint listens on the pod IP,
+// where the kubelet probes it.
+func clientComponent(kubeconfigFile string) components.ClientComponent {
+	return components.ClientComponent{Kubeconfig: path.Join(KubeconfigDir, kubeconfigFile), BindAddress: "0.0.0.0"}
 }
 
 func controllerManagerContainer(o Options) corev1.Container {
-	c := container(controllerManagerName, o, componentResources[controllerManagerName], clientComponentArgs(ControllerManagerKubeconfig,
-		"--root-ca-file="+pkiFile(CACert),
-		"--service-account-private-key-file="+pkiFile(ServiceAccountKey),
-		// The tenant's CSR signer: never the kubelet-client CA, so no
-		// certificate a tenant mints is accepted by the virtual node.
-		"--cluster-signing-cert-file="+pkiFile(CACert), "--cluster-signing-key-file="+pkiFile(CAKey),
-		"--use-service-account-credentials=true",
-		"--controllers=*,bootstrapsigner,tokencleaner",
-	))
+	args := components.ControllerManagerFlags(clientComponent(ControllerManagerKubeconfig), tenantPKI)
+	c := container(controllerManagerName, o, componentResources[controllerManagerName], args.Args())
 	c.VolumeMounts = mounts(false)
 	c.LivenessProbe = httpProbe("/healthz", controllerManagerPort, corev1.URISchemeHTTPS, 10, 8)
 	return c
 }
 
 func schedulerContainer(o Options) corev1.Container {
-	// The default client limit (50 requests/s) would cap how fast a burst of
-	// tenant pods is bound to the virtual node.
-	c := container(schedulerName, o, componentResources[schedulerName], clientComponentArgs(SchedulerKubeconfig, "--kube-api-qps=200", "--kube-api-burst=400"))
+	args := append(components.SchedulerFlags(clientComponent(SchedulerKubeconfig)),
+		// Tenant only: the default client limit (50 requests/s) would cap
+		// how fast a burst of tenant pods is bound to the virtual node.
+		components.Flag{Name: "kube-api-qps", Value: "200"}, components.Flag{Name: "kube-api-burst", Value: "400"},
+	)
+	c := container(schedulerName, o, componentResources[schedulerName], args.Args())
 	c.VolumeMounts = mounts(false)
 	c.LivenessProbe = httpProbe("/healthz", schedulerPort, corev1.URISchemeHTTPS, 10, 8)
 	return c

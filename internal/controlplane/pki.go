@@ -9,34 +9,37 @@ import (
 	"slices"
 	"time"
 
+	"github.com/nestdev/nest/internal/components"
 	"github.com/nestdev/nest/internal/pki"
-	"github.com/nestdev/nest/internal/syncer"
 )
 
-// Files of the PKI Secret, mounted at PKIDir in the control-plane pod.
+// Files of the PKI Secret, mounted at PKIDir in the control-plane pod: a
+// control plane's (package components) and the tenant's own.
 const (
 	PKIDir = "/etc/kubernetes/pki"
 
-	CACert, CAKey                     = "ca.crt", "ca.key"
-	EtcdCACert, EtcdCAKey             = "etcd-ca.crt", "etcd-ca.key"
-	FrontProxyCACert, FrontProxyCAKey = "front-proxy-ca.crt", "front-proxy-ca.key"
+	CACert, CAKey                             = components.CACert, components.CAKey
+	EtcdCACert, EtcdCAKey                     = components.EtcdCACert, components.EtcdCAKey
+	FrontProxyCACert, FrontProxyCAKey         = components.FrontProxyCACert, components.FrontProxyCAKey
+	ServiceAccountKey, ServiceAccountPub      = components.ServiceAccountKey, components.ServiceAccountPub
+	APIServerCert, APIServerKey               = components.APIServerCert, components.APIServerKey
+	KubeletClientCert, KubeletClientKey       = components.KubeletClientCert, components.KubeletClientKey
+	EtcdClientCert, EtcdClientKey             = components.EtcdClientCert, components.EtcdClientKey
+	FrontProxyClientCert, FrontProxyClientKey = components.FrontProxyClientCert, components.FrontProxyClientKey
+	EtcdServerCert, EtcdServerKey             = components.EtcdServerCert, components.EtcdServerKey
+	EtcdPeerCert, EtcdPeerKey                 = components.EtcdPeerCert, components.EtcdPeerKey
+
 	// KubeletClientCACert signs only the API server's kubelet client
 	// certificate, and the virtual node trusts nothing else. The tenant's CSR
 	// signer uses CACert, so a tenant cannot mint a certificate the virtual
 	// node's kubelet API accepts.
-	KubeletClientCACert, KubeletClientCAKey   = "kubelet-client-ca.crt", "kubelet-client-ca.key"
-	ServiceAccountKey, ServiceAccountPub      = "sa.key", "sa.pub"
-	APIServerCert, APIServerKey               = "apiserver.crt", "apiserver.key"
-	KubeletClientCert, KubeletClientKey       = "apiserver-kubelet-client.crt", "apiserver-kubelet-client.key"
-	EtcdClientCert, EtcdClientKey             = "apiserver-etcd-client.crt", "apiserver-etcd-client.key"
-	FrontProxyClientCert, FrontProxyClientKey = "front-proxy-client.crt", "front-proxy-client.key"
-	EtcdServerCert, EtcdServerKey             = "etcd-server.crt", "etcd-server.key"
-	EtcdPeerCert, EtcdPeerKey                 = "etcd-peer.crt", "etcd-peer.key"
+	KubeletClientCACert, KubeletClientCAKey = "kubelet-client-ca.crt", "kubelet-client-ca.key"
 	// SyncerServingCert serves the virtual node's kubelet API on loopback.
 	SyncerServingCert, SyncerServingKey = "nest-syncer-serving.crt", "nest-syncer-serving.key"
-
-	frontProxyClientName = "front-proxy-client"
 )
+
+// tenantPKI is PKIDir as the shared flags take it.
+const tenantPKI = components.PKIDir(PKIDir)
 
 // Endpoints are the addresses the tenant API server is reached at; its serving
 // certificate must name all of them.
@@ -62,41 +65,47 @@ type Endpoints struct {
 // serving certificate: its names inside the host cluster, inside the tenant
 // cluster, and every address in e.
 func APIServerSANs(n Names, e Endpoints) ([]string, []net.IP, error) {
-	dns := []string{
-		"localhost", n.Service(), n.Service() + "." + n.Namespace, n.Service() + "." + n.Namespace + ".svc",
-		"kubernetes", "kubernetes.default", "kubernetes.default.svc",
+	serving, err := apiServerServing(n, e)
+	return serving.Spec.DNSNames, serving.Spec.IPs, err
+}
+
+// apiServerServing is a control plane's serving certificate that also names
+// the host Service in front of the API server and every address in e, the
+// ways in from the host cluster and from outside it.
+func apiServerServing(n Names, e Endpoints) (components.Leaf, error) {
+	cidr, err := parseServiceCIDR(e.TenantServiceCIDR)
+	if err != nil {
+		return components.Leaf{}, err
 	}
+	dns := []string{n.Service(), n.Service() + "." + n.Namespace, n.Service() + "." + n.Namespace + ".svc"}
 	if e.HostClusterDomain != "" {
 		dns = append(dns, n.Service()+"."+n.Namespace+".svc."+e.HostClusterDomain)
 	}
-	if e.TenantClusterDomain != "" {
-		dns = append(dns, "kubernetes.default.svc."+e.TenantClusterDomain)
-	}
-	kubernetesIP, err := FirstServiceIP(e.TenantServiceCIDR)
-	if err != nil {
-		return nil, nil, err
-	}
 	var ips []net.IP
-	seen := map[string]bool{}
-	for _, s := range append([]string{"127.0.0.1", kubernetesIP.String(), e.ServiceIP}, append(append(e.ExternalIPs, e.NodeIPs...), e.LoadBalancerIPs...)...) {
-		ip := net.ParseIP(s)
-		if ip == nil || seen[ip.String()] {
-			continue
+	for _, s := range slices.Concat([]string{e.ServiceIP}, e.ExternalIPs, e.NodeIPs, e.LoadBalancerIPs) {
+		if ip := net.ParseIP(s); ip != nil {
+			ips = append(ips, ip)
 		}
-		seen[ip.String()] = true
-		ips = append(ips, ip)
 	}
-	return dns, ips, nil
+	return components.APIServerServing(cidr, e.TenantClusterDomain, dns, ips), nil
 }
 
 // FirstServiceIP is the first usable address of a Service CIDR: the ClusterIP
 // of the "kubernetes" Service.
 func FirstServiceIP(cidr string) (netip.Addr, error) {
+	p, err := parseServiceCIDR(cidr)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	return components.KubernetesServiceIP(p), nil
+}
+
+func parseServiceCIDR(cidr string) (netip.Prefix, error) {
 	p, err := netip.ParsePrefix(cidr)
 	if err != nil {
-		return netip.Addr{}, fmt.Errorf("spec.serviceCIDR %q: %w", cidr, err)
+		return netip.Prefix{}, fmt.Errorf("spec.serviceCIDR %q: %w", cidr, err)
 	}
-	return p.Masked().Addr().Next(), nil
+	return p, nil
 }
 
 // NthServiceIP is the address n places into a Service CIDR.
@@ -143,39 +152,37 @@ func ReconcilePKI(existing map[string][]byte, n Names, e Endpoints) (data map[st
 		return nil, false, err
 	}
 	for _, l := range leaves {
-		ca := cas[l.caFile]
-		if certMatches(data[l.cert], data[l.key], ca, l.spec) {
+		ca := cas[l.CA]
+		if certMatches(data[l.Cert], data[l.Key], ca, l.Spec) {
 			continue
 		}
-		pair, err := ca.Issue(l.spec)
+		pair, err := ca.Issue(l.Spec)
 		if err != nil {
 			return nil, false, err
 		}
-		data[l.cert], data[l.key], changed = pair.CertPEM, pair.KeyPEM, true
+		data[l.Cert], data[l.Key], changed = pair.CertPEM, pair.KeyPEM, true
 	}
 	return data, changed, nil
 }
 
-type leaf struct {
-	caFile, cert, key string
-	spec              pki.CertSpec
-}
-
-func leafSpecs(n Names, e Endpoints) ([]leaf, error) {
-	dns, ips, err := APIServerSANs(n, e)
+// leafSpecs are the tenant's leaf certificates: a control plane's, with the
+// tenant's names, and nest-syncer's.
+func leafSpecs(n Names, e Endpoints) ([]components.Leaf, error) {
+	serving, err := apiServerServing(n, e)
 	if err != nil {
 		return nil, err
 	}
-	loopback := []net.IP{net.IPv4(127, 0, 0, 1)}
-	return []leaf{
-		{CACert, APIServerCert, APIServerKey, pki.CertSpec{CommonName: "kube-apiserver", DNSNames: dns, IPs: ips, Usage: pki.ServerAuth}},
-		{KubeletClientCACert, KubeletClientCert, KubeletClientKey, pki.CertSpec{CommonName: syncer.KubeletClientName, Organizations: []string{"system:masters"}, Usage: pki.ClientAuth}},
-		{FrontProxyCACert, FrontProxyClientCert, FrontProxyClientKey, pki.CertSpec{CommonName: frontProxyClientName, Usage: pki.ClientAuth}},
-		{EtcdCACert, EtcdClientCert, EtcdClientKey, pki.CertSpec{CommonName: "kube-apiserver-etcd-client", Usage: pki.ClientAuth}},
-		{EtcdCACert, EtcdServerCert, EtcdServerKey, pki.CertSpec{CommonName: "etcd-server", DNSNames: []string{"localhost"}, IPs: loopback, Usage: pki.ServerAuth | pki.ClientAuth}},
-		{CACert, SyncerServingCert, SyncerServingKey, pki.CertSpec{CommonName: "nest-syncer", DNSNames: []string{"localhost"}, IPs: loopback, Usage: pki.ServerAuth}},
-		{EtcdCACert, EtcdPeerCert, EtcdPeerKey, pki.CertSpec{CommonName: "etcd-peer", DNSNames: []string{"localhost"}, IPs: loopback, Usage: pki.ServerAuth | pki.ClientAuth}},
-	}, nil
+	leaves := []components.Leaf{
+		serving,
+		// Tenant only: the kubelet-client CA, which only the virtual node
+		// trusts, rather than the cluster CA, which also signs what the
+		// tenant's CSR API approves.
+		components.APIServerKubeletClient(KubeletClientCACert),
+		components.FrontProxyClient(),
+		// Tenant only: the virtual node's kubelet API.
+		{CA: CACert, Cert: SyncerServingCert, Key: SyncerServingKey, Spec: components.LoopbackServing("nest-syncer", 0)},
+	}
+	return append(leaves, tenantEtcd(n).Leaves()...), nil
 }
 
 func ensureCA(data map[string][]byte, certFile, keyFile, name string) (*pki.CA, bool, error) {

@@ -2,11 +2,14 @@ package devcluster
 
 import (
 	"errors"
+	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 
 	"github.com/nestdev/nest/internal/atomicfile"
+	"github.com/nestdev/nest/internal/components"
 	"github.com/nestdev/nest/internal/pki"
 )
 
@@ -20,53 +23,51 @@ func ensurePKI(l Layout, nodes []Node) error {
 	if err := os.MkdirAll(l.KubeconfigDir(), 0o700); err != nil {
 		return err
 	}
-	ca, err := ensureCA(l, caCert, caKey, "nest-dev-ca")
-	if err != nil {
-		return err
-	}
-	frontProxyCA, err := ensureCA(l, frontProxyCACert, frontProxyCAKey, "nest-dev-front-proxy-ca")
-	if err != nil {
-		return err
+	cas := map[string]*pki.CA{}
+	for _, a := range []struct{ cert, key, name string }{
+		{components.CACert, components.CAKey, "nest-dev-ca"},
+		{components.FrontProxyCACert, components.FrontProxyCAKey, "nest-dev-front-proxy-ca"},
+	} {
+		ca, err := ensureCA(l, a.cert, a.key, a.name)
+		if err != nil {
+			return err
+		}
+		cas[a.cert] = ca
 	}
 	if err := ensureServiceAccountKey(l); err != nil {
 		return err
 	}
-	cp := nodes[0]
-	leaves := []struct {
-		ca        *pki.CA
-		cert, key string
-		spec      pki.CertSpec
-	}{
-		{ca, apiserverCert, apiserverKey, apiserverCertSpec(cp)},
-		{ca, apiserverKubeletCert, apiserverKubeletKey, pki.CertSpec{CommonName: "kube-apiserver-kubelet-client", Organizations: []string{"system:masters"}, Usage: pki.ClientAuth}},
-		{frontProxyCA, frontProxyClientCert, frontProxyClientKey, pki.CertSpec{CommonName: frontProxyClientName, Usage: pki.ClientAuth}},
-	}
-	for _, n := range nodes {
-		cert, key := KubeletServingCert(n)
-		leaves = append(leaves, struct {
-			ca        *pki.CA
-			cert, key string
-			spec      pki.CertSpec
-		}{ca, cert, key, pki.CertSpec{CommonName: "system:node:" + n.Name, Organizations: []string{"system:nodes"}, DNSNames: []string{n.Name}, IPs: []net.IP{n.IP.AsSlice()}, Usage: pki.ServerAuth}})
-	}
-	for _, leaf := range leaves {
-		if err := ensureLeaf(l, leaf.ca, leaf.cert, leaf.key, leaf.spec); err != nil {
+	for _, leaf := range leaves(l, nodes) {
+		ca := cas[leaf.CA]
+		if ca == nil {
+			return fmt.Errorf("%s: its authority %s is not one of the cluster's", leaf.Cert, leaf.CA)
+		}
+		if err := ensureLeaf(l, ca, leaf); err != nil {
 			return err
 		}
 	}
-	return ensureKubeconfigs(l, ca, nodes)
+	return ensureKubeconfigs(l, cas[components.CACert], nodes)
 }
 
-func apiserverCertSpec(cp Node) pki.CertSpec {
-	return pki.CertSpec{
-		CommonName: "kube-apiserver",
-		DNSNames: []string{
-			"localhost", cp.Name, "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-			"kubernetes.default.svc." + ClusterDomain,
-		},
-		IPs:   []net.IP{cp.IP.AsSlice(), APIServerIP().AsSlice(), net.IPv4(127, 0, 0, 1)},
-		Usage: pki.ServerAuth,
+// leaves are the cluster's leaf certificates: a control plane's, and a
+// serving certificate for each kubelet.
+func leaves(l Layout, nodes []Node) []components.Leaf {
+	cp := nodes[0]
+	out := []components.Leaf{
+		// Nodes and the machine reach the API server at the control-plane
+		// node's IP (APIServerURL).
+		components.APIServerServing(netip.MustParsePrefix(ServiceCIDR), ClusterDomain, []string{cp.Name}, []net.IP{cp.IP.AsSlice()}),
+		// The cluster CA, which the kubelets trust for clients. A tenant has
+		// a CA of its own for this certificate.
+		components.APIServerKubeletClient(components.CACert),
+		components.FrontProxyClient(),
 	}
+	out = append(out, etcd(l, cp).Leaves()...)
+	for _, n := range nodes {
+		cert, key := KubeletServingCert(n)
+		out = append(out, components.Leaf{CA: components.CACert, Cert: cert, Key: key, Spec: components.KubeletServing(n.Name, n.IP.AsSlice())})
+	}
+	return out
 }
 
 // kubeconfigSpec is one identity that gets a kubeconfig.
@@ -78,15 +79,15 @@ type kubeconfigSpec struct {
 func kubeconfigSpecs(nodes []Node) []kubeconfigSpec {
 	external := APIServerURL(nodes[0])
 	specs := []kubeconfigSpec{
-		{"admin", external, pki.CertSpec{CommonName: "kubernetes-admin", Organizations: []string{"system:masters"}}},
-		{"controller-manager", loopbackAPIServerURL(), pki.CertSpec{CommonName: "system:kube-controller-manager"}},
-		{"scheduler", loopbackAPIServerURL(), pki.CertSpec{CommonName: "system:kube-scheduler"}},
-		{"kube-proxy", external, pki.CertSpec{CommonName: "system:kube-proxy"}},
-		{"kube-network-policies", external, pki.CertSpec{CommonName: NetworkPolicyName}},
+		// kubeadm's name for the administrator; a tenant's is nest-admin.
+		{"admin", external, components.Client("kubernetes-admin", components.MastersGroup)},
+		{controllerManagerKubeconfig, loopbackAPIServerURL(), components.ControllerManagerClient()},
+		{schedulerKubeconfig, loopbackAPIServerURL(), components.SchedulerClient()},
+		{"kube-proxy", external, components.KubeProxyClient()},
+		{"kube-network-policies", external, components.Client(NetworkPolicyName)},
 	}
 	for _, n := range nodes {
-		specs = append(specs, kubeconfigSpec{"kubelet-" + n.Name, external,
-			pki.CertSpec{CommonName: "system:node:" + n.Name, Organizations: []string{"system:nodes"}}})
+		specs = append(specs, kubeconfigSpec{"kubelet-" + n.Name, external, components.NodeClient(n.Name)})
 	}
 	return specs
 }
@@ -97,7 +98,6 @@ func ensureKubeconfigs(l Layout, ca *pki.CA, nodes []Node) error {
 		if exists(path) {
 			continue
 		}
-		s.subject.Usage = pki.ClientAuth
 		client, err := ca.Issue(s.subject)
 		if err != nil {
 			return err
@@ -129,12 +129,12 @@ func ensureCA(l Layout, certFile, keyFile, name string) (*pki.CA, error) {
 	return ca, writePair(certPath, keyPath, ca.KeyPair)
 }
 
-func ensureLeaf(l Layout, ca *pki.CA, certFile, keyFile string, spec pki.CertSpec) error {
-	certPath, keyPath := filepath.Join(l.PKIDir(), certFile), filepath.Join(l.PKIDir(), keyFile)
+func ensureLeaf(l Layout, ca *pki.CA, leaf components.Leaf) error {
+	certPath, keyPath := filepath.Join(l.PKIDir(), leaf.Cert), filepath.Join(l.PKIDir(), leaf.Key)
 	if exists(certPath) && exists(keyPath) {
 		return nil
 	}
-	pair, err := ca.Issue(spec)
+	pair, err := ca.Issue(leaf.Spec)
 	if err != nil {
 		return err
 	}
@@ -142,7 +142,7 @@ func ensureLeaf(l Layout, ca *pki.CA, certFile, keyFile string, spec pki.CertSpe
 }
 
 func ensureServiceAccountKey(l Layout) error {
-	priv, pub := filepath.Join(l.PKIDir(), serviceAccountKey), filepath.Join(l.PKIDir(), serviceAccountPubKey)
+	priv, pub := filepath.Join(l.PKIDir(), components.ServiceAccountKey), filepath.Join(l.PKIDir(), components.ServiceAccountPub)
 	if exists(priv) && exists(pub) {
 		return nil
 	}

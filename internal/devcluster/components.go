@@ -4,27 +4,17 @@ import (
 	"fmt"
 	"path/filepath"
 	"sort"
+
+	"github.com/nestdev/nest/internal/components"
 )
 
-// Files of the cluster PKI, relative to Layout.PKIDir.
 const (
-	caCert                = "ca.crt"
-	caKey                 = "ca.key"
-	apiserverCert         = "apiserver.crt"
-	apiserverKey          = "apiserver.key"
-	apiserverKubeletCert  = "apiserver-kubelet-client.crt"
-	apiserverKubeletKey   = "apiserver-kubelet-client.key"
-	frontProxyCACert      = "front-proxy-ca.crt"
-	frontProxyCAKey       = "front-proxy-ca.key"
-	frontProxyClientCert  = "front-proxy-client.crt"
-	frontProxyClientKey   = "front-proxy-client.key"
-	serviceAccountKey     = "sa.key"
-	serviceAccountPubKey  = "sa.pub"
-	frontProxyClientName  = "front-proxy-client"
-	etcdClientURL         = "http://127.0.0.1:2379"
-	etcdPeerURL           = "http://127.0.0.1:2380"
-	serviceAccountIssuer  = "https://kubernetes.default.svc." + ClusterDomain
+	// caCert is the cluster CA, which the kubelets also trust for clients.
+	caCert                = components.CACert
 	controlPlaneNodeLabel = "node-role.kubernetes.io/control-plane"
+
+	controllerManagerKubeconfig = "controller-manager"
+	schedulerKubeconfig         = "scheduler"
 )
 
 // KubeletServingCert names node n's kubelet serving certificate and key files.
@@ -39,90 +29,62 @@ func APIServerURL(cp Node) string { return fmt.Sprintf("https://%s:%d", cp.IP, A
 // network namespace use.
 func loopbackAPIServerURL() string { return fmt.Sprintf("https://127.0.0.1:%d", APIServerPort) }
 
-// EtcdArgs is the etcd command line: one member, listening only on the
-// control-plane namespace's loopback, which nothing outside that namespace reaches.
-func EtcdArgs(l Layout, cp Node) Args {
-	return Args{
-		"name":                        cp.Name,
-		"data-dir":                    l.EtcdDir(),
-		"listen-client-urls":          etcdClientURL,
-		"advertise-client-urls":       etcdClientURL,
-		"listen-peer-urls":            etcdPeerURL,
-		"initial-advertise-peer-urls": etcdPeerURL,
-		"initial-cluster":             cp.Name + "=" + etcdPeerURL,
-		"listen-metrics-urls":         "http://127.0.0.1:2381",
-		"log-level":                   "warn",
-	}
+func pkiDir(l Layout) components.PKIDir { return components.PKIDir(l.PKIDir()) }
+
+// etcd is the cluster's etcd member. Unlike a tenant's it speaks plain HTTP:
+// it listens only on the control-plane namespace's loopback, which nothing
+// outside that namespace reaches.
+func etcd(l Layout, cp Node) components.Etcd {
+	return components.Etcd{Name: cp.Name, DataDir: l.EtcdDir()}
 }
+
+// EtcdArgs is the etcd command line.
+func EtcdArgs(l Layout, cp Node) Args { return argsOf(etcd(l, cp).Flags()) }
 
 // APIServerArgs is the kube-apiserver command line.
 func APIServerArgs(l Layout, cp Node) Args {
-	pki := func(f string) string { return filepath.Join(l.PKIDir(), f) }
-	return Args{
-		"advertise-address":                  cp.IP.String(),
-		"bind-address":                       "0.0.0.0",
-		"secure-port":                        fmt.Sprint(APIServerPort),
-		"etcd-servers":                       etcdClientURL,
-		"service-cluster-ip-range":           ServiceCIDR,
-		"client-ca-file":                     pki(caCert),
-		"tls-cert-file":                      pki(apiserverCert),
-		"tls-private-key-file":               pki(apiserverKey),
-		"kubelet-client-certificate":         pki(apiserverKubeletCert),
-		"kubelet-client-key":                 pki(apiserverKubeletKey),
-		"kubelet-certificate-authority":      pki(caCert),
-		"kubelet-preferred-address-types":    "InternalIP,Hostname",
-		"service-account-issuer":             serviceAccountIssuer,
-		"service-account-key-file":           pki(serviceAccountPubKey),
-		"service-account-signing-key-file":   pki(serviceAccountKey),
-		"authorization-mode":                 "Node,RBAC",
-		"enable-admission-plugins":           "NodeRestriction",
-		"allow-privileged":                   "true",
-		"enable-bootstrap-token-auth":        "true",
-		"requestheader-client-ca-file":       pki(frontProxyCACert),
-		"requestheader-allowed-names":        frontProxyClientName,
-		"requestheader-extra-headers-prefix": "X-Remote-Extra-",
-		"requestheader-group-headers":        "X-Remote-Group",
-		"requestheader-username-headers":     "X-Remote-User",
-		"proxy-client-cert-file":             pki(frontProxyClientCert),
-		"proxy-client-key-file":              pki(frontProxyClientKey),
-		"profiling":                          "false",
-	}
+	a := argsOf(components.APIServer{
+		AdvertiseAddress: cp.IP.String(),
+		Port:             APIServerPort,
+		PKI:              pkiDir(l),
+		Etcd:             etcd(l, cp),
+		ServiceCIDR:      ServiceCIDR,
+		ClusterDomain:    ClusterDomain,
+	}.Flags())
+	// Host only: its kubelets serve certificates the cluster CA signed for
+	// their node's name and IP (ensurePKI), so the API server verifies them.
+	// A tenant's API server has one kubelet, nest-syncer, on its own pod's
+	// loopback.
+	a["kubelet-certificate-authority"] = pkiDir(l).Path(components.CACert)
+	return a
 }
 
-// ControllerManagerArgs is the kube-controller-manager command line. Node pod
-// CIDRs are fixed by the topology, so the controller-manager does not allocate them.
+// ControllerManagerArgs is the kube-controller-manager command line.
 func ControllerManagerArgs(l Layout) Args {
-	kc := l.Kubeconfig("controller-manager")
-	return Args{
-		"kubeconfig":                       kc,
-		"authentication-kubeconfig":        kc,
-		"authorization-kubeconfig":         kc,
-		"bind-address":                     "127.0.0.1",
-		"root-ca-file":                     filepath.Join(l.PKIDir(), caCert),
-		"service-account-private-key-file": filepath.Join(l.PKIDir(), serviceAccountKey),
-		"cluster-signing-cert-file":        filepath.Join(l.PKIDir(), caCert),
-		"cluster-signing-key-file":         filepath.Join(l.PKIDir(), caKey),
-		"use-service-account-credentials":  "true",
-		"controllers":                      "*,bootstrapsigner,tokencleaner",
-		"allocate-node-cidrs":              "false",
-		"cluster-name":                     "nest",
-		"leader-elect":                     "false",
-		"profiling":                        "false",
-	}
+	a := argsOf(components.ControllerManagerFlags(clientComponent(l, controllerManagerKubeconfig), pkiDir(l)))
+	// Host only. Node pod CIDRs are fixed by the topology, so the
+	// controller-manager does not allocate them (false is also upstream's
+	// default); the cluster name reaches only cloud providers, which neither
+	// cluster has.
+	a["allocate-node-cidrs"] = "false"
+	a["cluster-name"] = "nest"
+	return a
 }
 
 // SchedulerArgs is the kube-scheduler command line.
 func SchedulerArgs(l Layout) Args {
-	kc := l.Kubeconfig("scheduler")
-	return Args{
-		"kubeconfig":                kc,
-		"authentication-kubeconfig": kc,
-		"authorization-kubeconfig":  kc,
-		"bind-address":              "127.0.0.1",
-		"leader-elect":              "false",
-		"profiling":                 "false",
-	}
+	return argsOf(components.SchedulerFlags(clientComponent(l, schedulerKubeconfig)))
 }
+
+// clientComponent is the controller-manager or scheduler with the kubeconfig
+// named kubeconfig. Its HTTPS endpoint stays on loopback, unlike a tenant's:
+// nothing outside the control-plane node's namespace probes it.
+func clientComponent(l Layout, kubeconfig string) components.ClientComponent {
+	return components.ClientComponent{Kubeconfig: l.Kubeconfig(kubeconfig), BindAddress: "127.0.0.1"}
+}
+
+// argsOf keys flags by name; Args.Render sorts them again.
+func argsOf(f components.Flags) Args { return Args(f.Map()) }
 
 // KubeletArgs is node n's kubelet command line; the rest is in its config file.
 func KubeletArgs(l Layout, n Node) Args {
