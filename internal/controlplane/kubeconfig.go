@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/nestdev/nest/internal/components"
 	"github.com/nestdev/nest/internal/pki"
 )
 
@@ -37,9 +38,9 @@ func ReconcileComponentKubeconfigs(existing map[string][]byte, pkiData map[strin
 	out := map[string][]byte{}
 	changed := false
 	for file, subject := range map[string]pki.CertSpec{
-		ControllerManagerKubeconfig: {CommonName: "system:kube-controller-manager"},
-		SchedulerKubeconfig:         {CommonName: "system:kube-scheduler"},
-		SyncerKubeconfig:            {CommonName: "nest:syncer", Organizations: []string{"system:masters"}},
+		ControllerManagerKubeconfig: components.ControllerManagerClient(),
+		SchedulerKubeconfig:         components.SchedulerClient(),
+		SyncerKubeconfig:            components.Client("nest:syncer", components.MastersGroup),
 	} {
 		if kubeconfigValid(existing[file], ca.CertPEM, loopbackServer) {
 			out[file] = existing[file]

@@ -10,6 +10,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/nestdev/nest/internal/components"
 )
 
 // Flag names of nest-syncer. The VirtualCluster controller writes them with
@@ -50,7 +52,7 @@ const (
 	DefaultDNSHealthPort = 8080
 	DefaultTokenMaxAge   = 24 * time.Hour
 	// KubeletClientName is the tenant API server's kubelet client certificate name.
-	KubeletClientName = "kube-apiserver-kubelet-client"
+	KubeletClientName = components.KubeletClientUser
 )
 
 // DefaultHealthAddr is DefaultHealthPort on loopback.
