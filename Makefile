@@ -15,7 +15,7 @@ K8S_LDFLAGS := -s -w $(foreach p,$(K8S_VERSION_PKGS),-X $(p).gitVersion=$(K8S_VE
 
 NODES ?= 2
 
-.PHONY: all deps build build-k8s build-nest test unit e2e demo down clean bench generate envtest-assets lint dashboard-assets
+.PHONY: all deps build build-k8s build-nest test unit e2e demo down clean bench bench-density generate envtest-assets lint dashboard-assets
 
 all: build
 
@@ -54,19 +54,19 @@ envtest-assets: build-k8s
 	for c in kube-apiserver etcd kubectl; do ln -sfn ../bin/kube $(ENVTEST_ASSETS)/$$c; done
 
 unit: envtest-assets
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 ./api/... ./internal/... ./cmd/...
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 ./api/... ./internal/... ./cmd/... ./hack/...
 	cd charts/nest/test && go test -count=1 ./...
 
-## generate: regenerate deepcopy, CRDs and RBAC from the Go markers
+## generate: regenerate deepcopy, CRDs and RBAC from the Go markers, then the chart's copies of config/
+# config/ is the one source of the install manifests; hack/chartgen derives
+# charts/nest/crds/ and the chart's manager, RBAC and PriorityClass templates
+# from it (internal/install's TestChartIsGeneratedFromConfig catches drift).
 generate:
 	go tool controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/... \
 		crd paths=./api/... output:crd:artifacts:config=config/crd \
 		rbac:roleName=nest-manager paths=./internal/controller/... output:rbac:artifacts:config=config/rbac
 	go tool controller-gen rbac:roleName=nest-syncer paths=./internal/syncer/... output:rbac:artifacts:config=config/syncer
-	cp config/crd/*.yaml charts/nest/crds/
-	sed -n '/^rules:/,$$p' config/rbac/role.yaml | tail -n +2 > charts/nest/files/clusterrole-rules.yaml
-	sed -n '/^rules:/,$$p' config/syncer/role.yaml | tail -n +2 > charts/nest/files/syncer-clusterrole-rules.yaml
-	cp config/scheduling/priorityclass.yaml charts/nest/templates/priorityclass.yaml
+	go run ./hack/chartgen/cmd/chartgen
 
 e2e:
 	# -p 1: each package starts its own local host cluster, and one runs per machine.
@@ -90,6 +90,10 @@ bench: build
 	NEST_BIN_DIR=$(BIN) go test -run '^$$' -bench VirtualNodePods -benchtime 1x -timeout 30m ./test/e2e/
 	NEST_BIN_DIR=$(BIN) go test -run '^$$' -bench NetworkPolicyEnforcer -benchtime 1x -timeout 30m ./test/e2e/
 	go test -run '^$$' -bench PageWeight -benchtime 3x ./internal/dashboard/
+
+## bench-density: tenants one after another until NEST_DENSITY_TENANTS (default 20) or the host is full; memory, CPU and latency per tenant
+bench-density: build
+	NEST_BIN_DIR=$(BIN) go test -run '^$$' -bench Density -benchtime 1x -timeout 60m -v ./test/e2e/
 
 ## dashboard-assets: refresh the dashboard's vendored htmx from npm (pinned in the script); the build itself never downloads
 dashboard-assets:

@@ -1,6 +1,10 @@
 // Package config embeds the manifests that install Nest into a host cluster:
 // the generated CRDs and RBAC, and the nest-manager Deployment. They are the
 // same files `kubectl apply -R -f config/` would use.
+//
+// These files are the one source of Nest's install manifests: `make generate`
+// derives the Helm chart's crds/ and its manager, RBAC and PriorityClass
+// templates from them (hack/chartgen), so edit them here, not in charts/nest.
 package config
 
 import "embed"

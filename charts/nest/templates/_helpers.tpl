@@ -11,3 +11,34 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
+
+{{- /*
+The nest-manager flags only the chart sets, from values.yaml. The rest of the
+Deployment (templates/manager.yaml) is generated from config/manager/manager.yaml
+by `make generate`; these follow its args.
+*/ -}}
+{{- define "nest.managerArgs" -}}
+- --kube-image={{ .Values.controlPlane.kubeImage }}
+- --coredns-image={{ .Values.controlPlane.corednsImage }}
+- --syncer-image={{ .Values.controlPlane.syncerImage }}
+- --image-pull-policy={{ .Values.controlPlane.imagePullPolicy }}
+- --host-cluster-domain={{ .Values.hostClusterDomain }}
+- --manager-namespace={{ .Release.Namespace }}
+{{- with .Values.hostNetwork }}
+{{- if .podCIDRs }}
+- --host-pod-cidrs={{ join "," .podCIDRs }}
+{{- end }}
+{{- if .serviceCIDRs }}
+- --host-service-cidrs={{ join "," .serviceCIDRs }}
+{{- end }}
+{{- if .nodeCIDRs }}
+- --host-node-cidrs={{ join "," .nodeCIDRs }}
+{{- end }}
+{{- end }}
+{{- if not (kindIs "invalid" .Values.hostMetadata.labels) }}
+- --host-label-allowlist={{ join "," .Values.hostMetadata.labels }}
+{{- end }}
+{{- if not (kindIs "invalid" .Values.hostMetadata.annotations) }}
+- --host-annotation-allowlist={{ join "," .Values.hostMetadata.annotations }}
+{{- end }}
+{{- end -}}

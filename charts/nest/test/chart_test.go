@@ -1,15 +1,18 @@
 // Package test renders the Nest Helm chart with Helm's own engine and checks
-// it against the manifests in config/. It is a module of its own so Helm's
+// it against the manifests in config/, from which `make generate` derives it. It is a module of its own so Helm's
 // dependencies stay out of Nest's main module.
 package test
 
 import (
-	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -22,7 +25,10 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 )
 
-const chartDir = ".."
+const (
+	chartDir  = ".."
+	configDir = "../../../config"
+)
 
 func render(t *testing.T, values map[string]any) []*unstructured.Unstructured {
 	t.Helper()
@@ -114,39 +120,97 @@ func TestChartValuesReachTheDeployment(t *testing.T) {
 	}
 }
 
-// The chart's CRDs and ClusterRole rules are copies of config/ made by
-// `make generate`; this fails when someone forgot to run it.
-func TestChartCopiesMatchGeneratedConfig(t *testing.T) {
-	crds, err := filepath.Glob("../../../config/crd/*.yaml")
-	if err != nil || len(crds) == 0 {
-		t.Fatalf("no CRDs in config/crd: %v", err)
-	}
-	for _, src := range crds {
-		assertSame(t, src, filepath.Join(chartDir, "crds", filepath.Base(src)))
-	}
-	role, err := os.ReadFile("../../../config/rbac/role.yaml")
+// The chart's manager, RBAC and PriorityClass templates are generated from
+// config/ by `make generate` (internal/install's TestChartIsGeneratedFromConfig
+// catches stale copies). This checks the result through Helm's own engine: at
+// default values the chart renders exactly config/'s objects, apart from what
+// it adds on purpose: Helm's labels and the manager flags values.yaml drives.
+func TestChartRendersWhatConfigInstalls(t *testing.T) {
+	rendered := render(t, nil)
+	var config []*unstructured.Unstructured
+	err := filepath.WalkDir(configDir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || filepath.Ext(p) != ".yaml" {
+			return err
+		}
+		// CRDs reach the chart as crds/ (which Helm does not template) and
+		// the namespace through --create-namespace.
+		if rel, _ := filepath.Rel(configDir, p); filepath.Dir(rel) == "crd" || rel == "00-namespace.yaml" {
+			return nil
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		config = append(config, decode(t, p, string(data))...)
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, rules, ok := bytes.Cut(role, []byte("rules:\n"))
-	if !ok {
-		t.Fatal("config/rbac/role.yaml has no rules")
+	if len(rendered) != len(config) {
+		t.Errorf("the chart renders %d objects at default values, config/ has %d", len(rendered), len(config))
 	}
-	copied, err := os.ReadFile(filepath.Join(chartDir, "files", "clusterrole-rules.yaml"))
-	if err != nil || !bytes.Equal(rules, copied) {
-		t.Errorf("charts/nest/files/clusterrole-rules.yaml differs from config/rbac/role.yaml: run `make generate` (%v)", err)
+	for _, want := range config {
+		got := find(rendered, want.GetKind(), want.GetName())
+		if got == nil {
+			t.Errorf("the chart does not render %s %s from config/", want.GetKind(), want.GetName())
+			continue
+		}
+		got, want = got.DeepCopy(), want.DeepCopy()
+		for _, labels := range [][]string{{"metadata", "labels"}, {"spec", "template", "metadata", "labels"}} {
+			g, _, _ := unstructured.NestedStringMap(got.Object, labels...)
+			w, _, _ := unstructured.NestedStringMap(want.Object, labels...)
+			for k, v := range w {
+				if g[k] != v {
+					t.Errorf("%s %s: %s[%s] = %q, config/ has %q", want.GetKind(), want.GetName(), strings.Join(labels, "."), k, g[k], v)
+				}
+			}
+			unstructured.RemoveNestedField(got.Object, labels...)
+			unstructured.RemoveNestedField(want.Object, labels...)
+		}
+		if want.GetKind() == "Deployment" {
+			compareArgs(t, got, want)
+		}
+		if !reflect.DeepEqual(got.Object, want.Object) {
+			g, _ := json.MarshalIndent(got.Object, "", "  ")
+			w, _ := json.MarshalIndent(want.Object, "", "  ")
+			t.Errorf("%s %s differs from config/:\nchart:\n%s\nconfig/:\n%s", want.GetKind(), want.GetName(), g, w)
+		}
 	}
 }
 
-func assertSame(t *testing.T, a, b string) {
+// chartOnlyFlags are the manager flags nest.managerArgs (_helpers.tpl) adds
+// from values.yaml; config/ leaves them to the manager's defaults.
+var chartOnlyFlags = []string{
+	"--kube-image", "--coredns-image", "--syncer-image", "--image-pull-policy",
+	"--host-cluster-domain", "--manager-namespace",
+}
+
+// compareArgs checks that the chart's manager args are config/'s, then only
+// chart-only flags, and removes args from both so the rest can be compared.
+func compareArgs(t *testing.T, got, want *unstructured.Unstructured) {
 	t.Helper()
-	da, err := os.ReadFile(a)
-	if err != nil {
-		t.Fatal(err)
+	args := func(u *unstructured.Unstructured) []string {
+		containers, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+		var out []string
+		for _, a := range containers[0].(map[string]any)["args"].([]any) {
+			// --leader-elect is --leader-elect=true, which the chart spells out.
+			out = append(out, strings.TrimSuffix(fmt.Sprint(a), "=true"))
+		}
+		delete(containers[0].(map[string]any), "args")
+		_ = unstructured.SetNestedSlice(u.Object, containers, "spec", "template", "spec", "containers")
+		return out
 	}
-	db, err := os.ReadFile(b)
-	if err != nil || !bytes.Equal(da, db) {
-		t.Errorf("%s differs from %s: run `make generate` (%v)", b, a, err)
+	g, w := args(got), args(want)
+	if len(g) < len(w) || !reflect.DeepEqual(g[:len(w)], w) {
+		t.Errorf("%s args %v do not start with config/'s %v", want.GetName(), g, w)
+		return
+	}
+	for _, a := range g[len(w):] {
+		flag, _, _ := strings.Cut(a, "=")
+		if !slices.Contains(chartOnlyFlags, flag) {
+			t.Errorf("%s: the chart adds %s, which is neither in config/ nor a values.yaml flag", want.GetName(), a)
+		}
 	}
 }
 
