@@ -35,6 +35,8 @@ type CgroupLayout struct {
 	Unified string
 	// MemoryV1 is the v1 hierarchy of the memory controller, "" when there is none.
 	MemoryV1 string
+	// CPUAcctV1 is the v1 hierarchy of the cpuacct controller, "" when there is none.
+	CPUAcctV1 string
 }
 
 // IsV2 reports whether the unified hierarchy is the only one: the kubelets'
@@ -53,14 +55,20 @@ func (l CgroupLayout) Hierarchies() []string {
 // MemoryHierarchy is where memory cgroups live: the v1 memory hierarchy, or
 // the unified one on a v2 host. It is an error to have neither, so a reader
 // of memory figures never reads zeros from a missing file.
-func (l CgroupLayout) MemoryHierarchy() (string, error) {
+func (l CgroupLayout) MemoryHierarchy() (string, error) { return l.hierarchyOf(l.MemoryV1, "memory") }
+
+// CPUHierarchy is where CPU accounting cgroups live: the v1 cpuacct
+// hierarchy, or the unified one on a v2 host. It is an error to have neither.
+func (l CgroupLayout) CPUHierarchy() (string, error) { return l.hierarchyOf(l.CPUAcctV1, "cpuacct") }
+
+func (l CgroupLayout) hierarchyOf(v1, controller string) (string, error) {
 	switch {
-	case l.MemoryV1 != "":
-		return l.MemoryV1, nil
+	case v1 != "":
+		return v1, nil
 	case l.IsV2():
 		return l.Unified, nil
 	}
-	return "", errors.New("no memory cgroup hierarchy is mounted")
+	return "", fmt.Errorf("no %s cgroup hierarchy is mounted", controller)
 }
 
 // ParseCgroupLayout reads the cgroup mounts out of /proc/self/mounts content.
@@ -74,8 +82,12 @@ func ParseCgroupLayout(mounts string) CgroupLayout {
 		switch fields[2] {
 		case "cgroup":
 			l.V1 = append(l.V1, fields[1])
-			if slices.Contains(strings.Split(fields[3], ","), "memory") {
+			options := strings.Split(fields[3], ",")
+			if slices.Contains(options, "memory") {
 				l.MemoryV1 = fields[1]
+			}
+			if slices.Contains(options, "cpuacct") {
+				l.CPUAcctV1 = fields[1]
 			}
 		case "cgroup2":
 			if l.Unified == "" {
@@ -316,6 +328,30 @@ func (l CgroupLayout) WorkingSetBytes(dir string) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("%s/memory.stat has no %s", dir, inactiveKey)
+}
+
+// CPUUsage is the CPU time a cgroup's processes have used since it was made:
+// cpuacct.usage (nanoseconds) on cgroup v1, usage_usec of cpu.stat on v2. A
+// missing file is an error, never zero.
+func (l CgroupLayout) CPUUsage(dir string) (time.Duration, error) {
+	if !l.IsV2() {
+		ns, err := readInt(filepath.Join(dir, "cpuacct.usage"))
+		return time.Duration(ns), err
+	}
+	stat, err := os.ReadFile(filepath.Join(dir, "cpu.stat"))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(stat), "\n") {
+		if v, ok := strings.CutPrefix(line, "usage_usec "); ok {
+			us, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("usage_usec in %s: %w", dir, err)
+			}
+			return time.Duration(us) * time.Microsecond, nil
+		}
+	}
+	return 0, fmt.Errorf("%s/cpu.stat has no usage_usec", dir)
 }
 
 func readInt(path string) (int64, error) {

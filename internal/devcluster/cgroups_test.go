@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // /proc/self/mounts of our machines (v1 with a cgroup2 "unified" mount) and
@@ -34,6 +35,9 @@ func TestCgroupLayoutOfAHybridHost(t *testing.T) {
 	if m, err := l.MemoryHierarchy(); err != nil || m != "/sys/fs/cgroup/memory" {
 		t.Errorf("memory hierarchy %q (%v)", m, err)
 	}
+	if c, err := l.CPUHierarchy(); err != nil || c != "/sys/fs/cgroup/cpu,cpuacct" {
+		t.Errorf("cpu hierarchy %q (%v)", c, err)
+	}
 }
 
 func TestCgroupLayoutOfAUnifiedHost(t *testing.T) {
@@ -46,6 +50,27 @@ func TestCgroupLayoutOfAUnifiedHost(t *testing.T) {
 	}
 	if m, err := l.MemoryHierarchy(); err != nil || m != "/sys/fs/cgroup" {
 		t.Errorf("memory hierarchy %q (%v)", m, err)
+	}
+	if c, err := l.CPUHierarchy(); err != nil || c != "/sys/fs/cgroup" {
+		t.Errorf("cpu hierarchy %q (%v)", c, err)
+	}
+}
+
+func TestCPUUsageOnBothVersions(t *testing.T) {
+	v1, v2 := t.TempDir(), t.TempDir()
+	writeFile(t, filepath.Join(v1, "cpuacct.usage"), "2500000000\n")
+	writeFile(t, filepath.Join(v2, "cpu.stat"), "usage_usec 1500000\nuser_usec 1000000\nsystem_usec 500000\n")
+	if got, err := ParseCgroupLayout(hybridMounts).CPUUsage(v1); err != nil || got != 2500*time.Millisecond {
+		t.Errorf("v1 usage %v (%v), want 2.5s", got, err)
+	}
+	if got, err := ParseCgroupLayout(unifiedMounts).CPUUsage(v2); err != nil || got != 1500*time.Millisecond {
+		t.Errorf("v2 usage %v (%v), want 1.5s", got, err)
+	}
+	if _, err := ParseCgroupLayout(unifiedMounts).CPUUsage(v1); err == nil {
+		t.Error("a v2 read of a directory without cpu.stat gave no error")
+	}
+	if _, err := ParseCgroupLayout(hybridMounts).CPUUsage(v2); err == nil {
+		t.Error("a v1 read of a directory without cpuacct.usage gave no error")
 	}
 }
 

@@ -27,7 +27,9 @@ func read(t *testing.T, rel string) string {
 
 // stagingVersion is the version of the k8s.io staging modules (client-go,
 // api, ...) that go with Kubernetes: v1.36.3 -> v0.36.3.
-func stagingVersion() string { return "v0." + strings.SplitN(strings.TrimPrefix(version.Kubernetes, "v"), ".", 2)[1] }
+func stagingVersion() string {
+	return "v0." + strings.SplitN(strings.TrimPrefix(version.Kubernetes, "v"), ".", 2)[1]
+}
 
 func TestGoModulesPinKubernetes(t *testing.T) {
 	cases := []struct{ file, module, want string }{
