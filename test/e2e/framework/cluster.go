@@ -55,7 +55,13 @@ type Nest func(args ...string) (string, error)
 // bound to it.
 func StartNest(t testing.TB, ctx context.Context) (client.Client, string, Nest) {
 	t.Helper()
-	stateDir := StartHostCluster(t, ctx, "--with-nest")
+	return NestOn(t, ctx, StartHostCluster(t, ctx, "--with-nest"))
+}
+
+// NestOn returns, for the local host cluster in stateDir, what StartNest
+// returns.
+func NestOn(t testing.TB, ctx context.Context, stateDir string) (client.Client, string, Nest) {
+	t.Helper()
 	hostKubeconfig := devcluster.Layout{Root: stateDir}.AdminKubeconfig()
 	nest := func(args ...string) (string, error) {
 		return Run(ctx, t, "nest", append(args, "--kubeconfig", hostKubeconfig)...)

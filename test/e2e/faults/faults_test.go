@@ -1,0 +1,449 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/controlplane"
+	"github.com/nestdev/nest/internal/devcluster"
+	"github.com/nestdev/nest/internal/kube"
+	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/testutil"
+	"github.com/nestdev/nest/test/e2e/framework"
+)
+
+// env is what every case shares: the local host cluster with Nest.
+type env struct {
+	ctx      context.Context
+	host     client.Client
+	hostCfg  *rest.Config
+	nest     framework.Nest
+	stateDir string
+	layout   devcluster.Layout
+	dir      string
+}
+
+// fault is one case: inject makes the fault happen while the workload
+// churns, and returns once it is over (the killed part restarted, the
+// refusal lifted).
+type fault struct {
+	name   string
+	inject func(t *testing.T, e *env, tn *framework.Tenant, w *workload)
+}
+
+// TestFaults runs each fault against a virtual cluster of its own, one after
+// another: several faults stop host-wide parts (the host API server, a node,
+// nest-manager) that every tenant shares.
+func TestFaults(t *testing.T) {
+	framework.RequireRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	defer cancel()
+	stateDir := framework.StartHostCluster(t, ctx, "--with-nest")
+	host, hostKubeconfig, nest := framework.NestOn(t, ctx, stateDir)
+	cfg, err := clientcmd.BuildConfigFromFlags("", hostKubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{ctx: ctx, host: host, hostCfg: cfg, nest: nest, stateDir: stateDir, layout: devcluster.Layout{Root: stateDir}, dir: t.TempDir()}
+	for i, f := range []fault{
+		{"kill nest-syncer", killControlPlaneContainer(syncerContainer)},
+		{"kill the tenant kube-apiserver", killControlPlaneContainer("kube-apiserver")},
+		{"kill the tenant etcd", killControlPlaneContainer("etcd")},
+		{"kill nest-manager", killManager},
+		{"stop the host kube-apiserver for 20s", stopHostAPIServer},
+		{"delete the control-plane pod", deleteControlPlanePod},
+		{"the host refuses the syncer's writes for 30s", refuseSyncerWrites},
+		{"restart a host node's kubelet and containerd", restartNode},
+		{"fill the tenant's quota and free it", fillQuota},
+		{"delete the host copies from outside", deleteHostCopies},
+	} {
+		t.Run(f.name, func(t *testing.T) { e.run(t, fmt.Sprintf("fault%d", i), f) })
+	}
+}
+
+// syncerContainer is the nest-syncer container of the control-plane pod.
+const syncerContainer = "nest-syncer"
+
+func (e *env) run(t *testing.T, name string, f fault) {
+	tn := e.newTenant(t, name)
+	w := newWorkload(t, tn)
+	w.create(t, e.ctx)
+	e.waitAgree(t, w, "before the fault")
+
+	churnCtx, stop := context.WithCancel(e.ctx)
+	done := w.churn(churnCtx)
+	defer func() { stop(); <-done }()
+	e.waitSucceeded(t, w, 100, "the churn under way")
+	f.inject(t, e, tn, w)
+	// The churn goes on until the tenant takes writes again, so changes
+	// made just after the fault are in the comparison too.
+	e.waitSucceeded(t, w, 100, "the tenant taking writes after the fault")
+	stop()
+	<-done
+	w.complete(t, e.ctx)
+	converged, tenantCount, hostCount := e.waitAgree(t, w, "after the fault")
+	if want := podSlots + 3*perKind; tenantCount != want {
+		t.Errorf("the tenant holds %d workload objects, want %d", tenantCount, want)
+	}
+	w.survived(t, e.ctx)
+	t.Logf("FAULT %q: host and tenant agree %.1fs after the churn stopped; %d tenant objects, %d host objects; churn made %d calls, %d failed",
+		f.name, converged.Seconds(), tenantCount, hostCount, w.ops.Load(), w.failures.Load())
+}
+
+// newTenant creates a virtual cluster for one case and deletes it, with
+// all its data, when the case ends.
+func (e *env) newTenant(t *testing.T, name string) *framework.Tenant {
+	t.Helper()
+	if out, err := e.nest("create", name, "--cpu", "2", "--memory", "4Gi", "--pods", "30", "--wait"); err != nil {
+		t.Fatalf("create %s: %v\n%s", name, err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := e.nest("delete", name, "--wait"); err != nil {
+			t.Errorf("delete %s: %v\n%s", name, err, out)
+		}
+	})
+	tn := &framework.Tenant{Name: name, Dir: e.dir}
+	tn.Load(t, e.nest)
+	tn.WaitDefaultServiceAccount(t, e.ctx)
+	return tn
+}
+
+// waitAgree polls until the host and the tenant agree, and fails the test
+// with the last difference after four minutes. It returns how long that
+// took and the object counts of the agreeing comparison.
+func (e *env) waitAgree(t *testing.T, w *workload, when string) (took time.Duration, tenantCount, hostCount int) {
+	t.Helper()
+	var last error
+	start, logged := time.Now(), time.Now()
+	err := wait.PollUntilContextTimeout(e.ctx, 500*time.Millisecond, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
+		tenantCount, hostCount, last = w.agreement(ctx, e.host)
+		if last != nil && time.Since(logged) > 5*time.Second {
+			first, _, _ := strings.Cut(last.Error(), "\n")
+			t.Logf("%s, at %.0fs: still differ, first: %s", when, time.Since(start).Seconds(), first)
+			logged = time.Now()
+		}
+		return last == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("%s the host and the tenant do not agree: %v", when, last)
+	}
+	return time.Since(start), tenantCount, hostCount
+}
+
+// waitSucceeded waits until n more churn calls succeeded.
+func (e *env) waitSucceeded(t *testing.T, w *workload, n int64, what string) {
+	t.Helper()
+	from := w.ops.Load() - w.failures.Load()
+	testutil.Eventually(t, 3*time.Minute, what, func() error {
+		if done := w.ops.Load() - w.failures.Load() - from; done < n {
+			return fmt.Errorf("%d of %d calls succeeded", done, n)
+		}
+		return nil
+	})
+}
+
+func namesOf(tn *framework.Tenant) controlplane.Names {
+	return controlplane.NamesOf(&nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: tn.Name, Namespace: tn.Namespace}})
+}
+
+// killControlPlaneContainer kills one container of the tenant's
+// control-plane pod through its node's CRI and waits until the kubelet has
+// restarted it and it is ready.
+func killControlPlaneContainer(container string) func(*testing.T, *env, *framework.Tenant, *workload) {
+	return func(t *testing.T, e *env, tn *framework.Tenant, _ *workload) {
+		e.killContainer(t, types.NamespacedName{Namespace: tn.Namespace, Name: namesOf(tn).ControlPlanePod()}, container)
+	}
+}
+
+func killManager(t *testing.T, e *env, _ *framework.Tenant, _ *workload) {
+	var pods corev1.PodList
+	if err := e.host.List(e.ctx, &pods, client.InNamespace("nest-system"), client.MatchingLabels{"app.kubernetes.io/name": "nest-manager"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) != 1 {
+		t.Fatalf("%d nest-manager pods, want 1", len(pods.Items))
+	}
+	e.killContainer(t, client.ObjectKeyFromObject(&pods.Items[0]), "manager")
+}
+
+func (e *env) killContainer(t *testing.T, key types.NamespacedName, container string) {
+	t.Helper()
+	pod := &corev1.Pod{}
+	if err := e.host.Get(e.ctx, key, pod); err != nil {
+		t.Fatal(err)
+	}
+	status, ok := containerStatus(pod, container)
+	if !ok || status.ContainerID == "" {
+		t.Fatalf("pod %s has no running container %s", key, container)
+	}
+	_, id, _ := strings.Cut(status.ContainerID, "://")
+	if err := devcluster.KillContainer(e.ctx, e.layout, pod.Spec.NodeName, id); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 3*time.Minute, container+" restarted and ready", func() error {
+		if err := e.host.Get(e.ctx, key, pod); err != nil {
+			return err
+		}
+		now, ok := containerStatus(pod, container)
+		if !ok || now.RestartCount <= status.RestartCount || !now.Ready {
+			return fmt.Errorf("%s: restarts %d, ready %t", container, now.RestartCount, now.Ready)
+		}
+		return nil
+	})
+}
+
+// containerStatus finds a container's status; etcd and kube-apiserver run
+// as sidecars (restartable init containers), so it looks there too.
+func containerStatus(pod *corev1.Pod, name string) (corev1.ContainerStatus, bool) {
+	for _, s := range slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses) {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return corev1.ContainerStatus{}, false
+}
+
+// stopHostAPIServer kills the host kube-apiserver, keeps it down for 20 s,
+// and starts it again with `nest dev up`.
+func stopHostAPIServer(t *testing.T, e *env, _ *framework.Tenant, _ *workload) {
+	e.killRecorded(t, "kube-apiserver")
+	select {
+	case <-time.After(20 * time.Second):
+	case <-e.ctx.Done():
+		t.Fatal(e.ctx.Err())
+	}
+	e.up(t)
+}
+
+// restartNode kills the kubelet and containerd of the node that runs the
+// first workload pod, and starts them again with `nest dev up`. Containers
+// outlive containerd: their shims keep them.
+func restartNode(t *testing.T, e *env, tn *framework.Tenant, _ *workload) {
+	pods := tn.HostPods(t, e.ctx, e.host)
+	if len(pods) == 0 || pods[0].Spec.NodeName == "" {
+		t.Fatal("no scheduled host pod of the workload")
+	}
+	node := pods[0].Spec.NodeName
+	e.killRecorded(t, node+".kubelet", node+".containerd")
+	e.up(t)
+}
+
+// killRecorded SIGKILLs the local host cluster's processes of these names,
+// by their recorded PIDs, and waits until they are gone.
+func (e *env) killRecorded(t *testing.T, names ...string) {
+	t.Helper()
+	procs, err := devcluster.RecordedProcesses(e.layout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]devcluster.Process{}
+	for _, p := range procs {
+		byName[p.Name] = p
+	}
+	for _, name := range names {
+		p, ok := byName[name]
+		if !ok || !p.Alive() {
+			t.Fatalf("no running %s recorded in %s", name, e.stateDir)
+		}
+		if err := syscall.Kill(p.PID, syscall.SIGKILL); err != nil {
+			t.Fatalf("kill %s (pid %d): %v", name, p.PID, err)
+		}
+		testutil.Eventually(t, 30*time.Second, name+" gone", func() error {
+			if p.Alive() {
+				return fmt.Errorf("pid %d still runs", p.PID)
+			}
+			return nil
+		})
+	}
+}
+
+func (e *env) up(t *testing.T) {
+	t.Helper()
+	if out, err := framework.Run(e.ctx, t, "nest", "dev", "up", "--nodes", "2", "--state-dir", e.stateDir, "--with-nest"); err != nil {
+		t.Fatalf("nest dev up: %v\n%s", err, out)
+	}
+}
+
+// deleteControlPlanePod deletes the control-plane pod and waits until its
+// StatefulSet's new pod is ready.
+func deleteControlPlanePod(t *testing.T, e *env, tn *framework.Tenant, _ *workload) {
+	key := types.NamespacedName{Namespace: tn.Namespace, Name: namesOf(tn).ControlPlanePod()}
+	old := &corev1.Pod{}
+	if err := e.host.Get(e.ctx, key, old); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.host.Delete(e.ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 3*time.Minute, "a new control-plane pod ready", func() error {
+		pod := &corev1.Pod{}
+		if err := e.host.Get(e.ctx, key, pod); err != nil {
+			return err
+		}
+		if pod.UID == old.UID {
+			return fmt.Errorf("the old pod is still there")
+		}
+		for _, c := range pod.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				return nil
+			}
+		}
+		return fmt.Errorf("not ready")
+	})
+}
+
+// refuseSyncerWrites makes the host API server refuse every write of the
+// tenant's nest-syncer to pods, Services, ConfigMaps and Secrets for 30 s,
+// with a ValidatingAdmissionPolicy. It checks, as the syncer's
+// ServiceAccount, that the refusal is in force and then lifted.
+func refuseSyncerWrites(t *testing.T, e *env, tn *framework.Tenant, _ *workload) {
+	sa := namesOf(tn).SyncerServiceAccount()
+	user := fmt.Sprintf("system:serviceaccount:%s:%s", tn.Namespace, sa)
+	name := "nest-fault-refuse-" + tn.Name
+	policy := &admissionv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionv1.Fail),
+			MatchConstraints: &admissionv1.MatchResources{
+				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: tn.Namespace}},
+				ResourceRules: []admissionv1.NamedRuleWithOperations{{RuleWithOperations: admissionv1.RuleWithOperations{
+					Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update, admissionv1.Delete},
+					Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods", "services", "configmaps", "secrets"}},
+				}}},
+			},
+			MatchConditions: []admissionv1.MatchCondition{{Name: "nest-syncer", Expression: fmt.Sprintf("request.userInfo.username == %q", user)}},
+			Validations:     []admissionv1.Validation{{Expression: "false", Message: "fault injected: the host refuses nest-syncer's writes"}},
+		},
+	}
+	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       admissionv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: name, ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny}},
+	}
+	lift := func() {
+		for _, o := range []client.Object{binding, policy} {
+			if err := e.host.Delete(context.Background(), o); err != nil && !apierrors.IsNotFound(err) {
+				t.Errorf("lift the refusal: delete %s: %v", o.GetName(), err)
+			}
+		}
+	}
+	t.Cleanup(lift)
+	for _, o := range []client.Object{policy, binding} {
+		if err := e.host.Create(e.ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	asSyncer := e.impersonate(t, user)
+	probe := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "nest-fault-probe", Namespace: tn.Namespace}}
+	testutil.Eventually(t, time.Minute, "the syncer's writes refused", func() error {
+		err := asSyncer.Create(e.ctx, probe.DeepCopy(), client.DryRunAll)
+		if err == nil || !strings.Contains(err.Error(), "fault injected") {
+			return fmt.Errorf("a dry-run create as %s answered %v", user, err)
+		}
+		return nil
+	})
+	select {
+	case <-time.After(30 * time.Second):
+	case <-e.ctx.Done():
+		t.Fatal(e.ctx.Err())
+	}
+	lift()
+	testutil.Eventually(t, time.Minute, "the syncer's writes accepted again", func() error {
+		return asSyncer.Create(e.ctx, probe.DeepCopy(), client.DryRunAll)
+	})
+}
+
+func (e *env) impersonate(t *testing.T, user string) client.Client {
+	t.Helper()
+	cfg := rest.CopyConfig(e.hostCfg)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:serviceaccounts", "system:authenticated"}}
+	c, err := client.New(cfg, client.Options{Scheme: kube.NewScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// fillQuota creates pods past the tenant's pod share, waits until the
+// tenant scheduler leaves one Pending for want of room, and deletes them.
+func fillQuota(t *testing.T, e *env, tn *framework.Tenant, w *workload) {
+	pods := w.cs.CoreV1().Pods(tenantNS)
+	const fillers = 15
+	for i := range fillers {
+		p := pod(0, 0)
+		p.Name, p.Labels = fmt.Sprintf("filler-%02d", i), map[string]string{"filler": "true"}
+		p.Spec.Containers[0].EnvFrom = nil
+		if _, err := pods.Create(e.ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create filler %d: %v", i, err)
+		}
+	}
+	testutil.Eventually(t, 2*time.Minute, "a filler Pending with the virtual node full", func() error {
+		list, err := pods.List(e.ctx, metav1.ListOptions{LabelSelector: "filler=true"})
+		if err != nil {
+			return err
+		}
+		for _, p := range list.Items {
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("every filler was scheduled")
+	})
+	if err := pods.DeleteCollection(e.ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, metav1.ListOptions{LabelSelector: "filler=true"}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 2*time.Minute, "fillers gone", func() error {
+		list, err := pods.List(e.ctx, metav1.ListOptions{LabelSelector: "filler=true"})
+		if err != nil {
+			return err
+		}
+		if n := len(list.Items); n > 0 {
+			return fmt.Errorf("%d fillers left", n)
+		}
+		return nil
+	})
+}
+
+// deleteHostCopies deletes, from outside, every host pod, Service,
+// ConfigMap and Secret the syncer made for the tenant.
+func deleteHostCopies(t *testing.T, e *env, tn *framework.Tenant, _ *workload) {
+	mine := []client.ListOption{client.InNamespace(tn.Namespace), client.MatchingLabels{syncer.LabelTenantOf: tn.Name}}
+	deleted := 0
+	for _, list := range []client.ObjectList{&corev1.PodList{}, &corev1.ServiceList{}, &corev1.ConfigMapList{}, &corev1.SecretList{}} {
+		if err := e.host.List(e.ctx, list, mine...); err != nil {
+			t.Fatal(err)
+		}
+		items, err := apimeta.ExtractList(list)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, item := range items {
+			if err := e.host.Delete(e.ctx, item.(client.Object), client.GracePeriodSeconds(0)); err != nil && !apierrors.IsNotFound(err) {
+				t.Fatal(err)
+			}
+			deleted++
+		}
+	}
+	if deleted < podSlots+3*perKind {
+		t.Fatalf("deleted %d host copies, want at least %d", deleted, podSlots+3*perKind)
+	}
+}
