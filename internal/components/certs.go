@@ -3,6 +3,8 @@ package components
 import (
 	"net"
 	"net/netip"
+	"reflect"
+	"slices"
 
 	"github.com/nestdev/nest/internal/pki"
 )
@@ -38,6 +40,17 @@ type Leaf struct {
 	Cert, Key string
 	// Spec is what it says.
 	Spec pki.CertSpec
+}
+
+// Equal reports whether two leaves are the same certificate files and spec.
+// Addresses compare by value: net.IP has a 4-byte and a 16-byte form of one
+// IPv4 address.
+func (l Leaf) Equal(o Leaf) bool {
+	if !slices.EqualFunc(l.Spec.IPs, o.Spec.IPs, net.IP.Equal) {
+		return false
+	}
+	l.Spec.IPs, o.Spec.IPs = nil, nil
+	return reflect.DeepEqual(l, o)
 }
 
 // APIServerServing is the API server's serving certificate, signed by the

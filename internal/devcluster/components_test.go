@@ -65,7 +65,7 @@ func TestLeavesAreTheSharedOnes(t *testing.T) {
 		t.Fatalf("%d leaves, want %d: %+v", len(got), len(want), got)
 	}
 	for i := range want {
-		if !sameLeaf(got[i], want[i]) {
+		if !got[i].Equal(want[i]) {
 			t.Errorf("leaf %d:\n got %+v\nwant %+v", i, got[i], want[i])
 		}
 	}
@@ -86,21 +86,6 @@ func TestLeavesAreTheSharedOnes(t *testing.T) {
 			t.Errorf("kubeconfig %s: subject %+v, want %+v", file, subjects[file], want)
 		}
 	}
-}
-
-// sameLeaf compares leaves by their addresses' values: net.IP has two
-// lengths for one IPv4 address.
-func sameLeaf(a, b components.Leaf) bool {
-	if len(a.Spec.IPs) != len(b.Spec.IPs) {
-		return false
-	}
-	for i := range a.Spec.IPs {
-		if !a.Spec.IPs[i].Equal(b.Spec.IPs[i]) {
-			return false
-		}
-	}
-	a.Spec.IPs, b.Spec.IPs = nil, nil
-	return reflect.DeepEqual(a, b)
 }
 
 // topology.go states the kubernetes Service's ClusterIP itself; the serving
