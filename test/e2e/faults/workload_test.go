@@ -47,6 +47,8 @@ const (
 type workload struct {
 	tn *framework.Tenant
 	cs *kubernetes.Clientset
+	// tc reads the tenant for the comparison, with the host's client's API.
+	tc client.Client
 
 	mu sync.Mutex
 	// podGen is the generation in the current pod name of each slot.
@@ -72,7 +74,11 @@ func newWorkload(t *testing.T, tn *framework.Tenant) *workload {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &workload{tn: tn, cs: cs, acked: map[string]string{}, tried: map[string]string{}, before: map[string]types.UID{}}
+	tc, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &workload{tn: tn, cs: cs, tc: tc, acked: map[string]string{}, tried: map[string]string{}, before: map[string]types.UID{}}
 }
 
 func cmName(i int) string     { return fmt.Sprintf("cm-%02d", i) }
@@ -328,66 +334,48 @@ func ignoreNotFound(err error) error {
 //
 // It also returns how many objects it compared on each side.
 func (w *workload) agreement(ctx context.Context, host client.Client) (tenantCount, hostCount int, err error) {
-	vc, hostNS := w.tn.Name, w.tn.Namespace
-	mine := client.MatchingLabels{syncer.LabelTenantOf: vc, syncer.LabelTenantNamespace: tenantNS}
+	vc := w.tn.Name
 	var errs []error
-
-	tPods, err := w.cs.CoreV1().Pods(tenantNS).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return 0, 0, err
+	var tPods, hPods corev1.PodList
+	var tCMs, hCMs corev1.ConfigMapList
+	var tSecrets, hSecrets corev1.SecretList
+	var tSvcs, hSvcs corev1.ServiceList
+	for _, l := range [][2]client.ObjectList{{&tPods, &hPods}, {&tCMs, &hCMs}, {&tSecrets, &hSecrets}, {&tSvcs, &hSvcs}} {
+		if err := w.listBoth(ctx, host, l[0], l[1]); err != nil {
+			return 0, 0, err
+		}
 	}
-	var hPods corev1.PodList
-	if err := host.List(ctx, &hPods, client.InNamespace(hostNS), mine); err != nil {
-		return 0, 0, err
-	}
+	// The tenant also has kube-root-ca.crt and the kubernetes Service,
+	// which the syncer treats on their own terms.
+	tCMs.Items, tSecrets.Items, tSvcs.Items = workloadOnly(tCMs.Items, "cm-"), workloadOnly(tSecrets.Items, "secret-"), workloadOnly(tSvcs.Items, "svc-")
 	errs = append(errs, comparePods(tPods.Items, hPods.Items)...)
 	cmRefs, secretRefs := references(tPods.Items)
-
-	tCMs, err := w.cs.CoreV1().ConfigMaps(tenantNS).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return 0, 0, err
-	}
-	var hCMs corev1.ConfigMapList
-	if err := host.List(ctx, &hCMs, client.InNamespace(hostNS), mine); err != nil {
-		return 0, 0, err
-	}
-	errs = append(errs, compare("configmap", vc, workloadOnly(tCMs.Items, "cm-"), hCMs.Items, cmRefs, func(tc, hc *corev1.ConfigMap) bool {
+	errs = append(errs, compare("configmap", vc, tCMs.Items, hCMs.Items, cmRefs, func(tc, hc *corev1.ConfigMap) bool {
 		return maps.Equal(tc.Data, hc.Data)
 	})...)
-
-	tSecrets, err := w.cs.CoreV1().Secrets(tenantNS).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return 0, 0, err
-	}
-	var hSecrets corev1.SecretList
-	if err := host.List(ctx, &hSecrets, client.InNamespace(hostNS), mine); err != nil {
-		return 0, 0, err
-	}
 	hSecrets.Items = slices.DeleteFunc(hSecrets.Items, func(s corev1.Secret) bool { return s.Labels[syncer.LabelTokenSecret] != "" })
-	errs = append(errs, compare("secret", vc, workloadOnly(tSecrets.Items, "secret-"), hSecrets.Items, secretRefs, func(ts, hs *corev1.Secret) bool {
+	errs = append(errs, compare("secret", vc, tSecrets.Items, hSecrets.Items, secretRefs, func(ts, hs *corev1.Secret) bool {
 		return maps.EqualFunc(ts.Data, hs.Data, slices.Equal)
 	})...)
-
-	tSvcs, err := w.cs.CoreV1().Services(tenantNS).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return 0, 0, err
-	}
-	var hSvcs corev1.ServiceList
-	if err := host.List(ctx, &hSvcs, client.InNamespace(hostNS), mine); err != nil {
-		return 0, 0, err
-	}
-	errs = append(errs, compare("service", vc, workloadOnly(tSvcs.Items, "svc-"), hSvcs.Items, nil, func(ts, hs *corev1.Service) bool {
+	errs = append(errs, compare("service", vc, tSvcs.Items, hSvcs.Items, nil, func(ts, hs *corev1.Service) bool {
 		return slices.EqualFunc(ts.Spec.Ports, hs.Spec.Ports, func(a, b corev1.ServicePort) bool { return a.Port == b.Port && a.Protocol == b.Protocol })
 	})...)
 
-	tenantCount = len(tPods.Items) + len(workloadOnly(tCMs.Items, "cm-")) + len(workloadOnly(tSecrets.Items, "secret-")) + len(workloadOnly(tSvcs.Items, "svc-"))
+	tenantCount = len(tPods.Items) + len(tCMs.Items) + len(tSecrets.Items) + len(tSvcs.Items)
 	hostCount = len(hPods.Items) + len(hCMs.Items) + len(hSecrets.Items) + len(hSvcs.Items)
 	return tenantCount, hostCount, errors.Join(errs...)
 }
 
-// workloadOnly keeps the tenant objects the workload made: the tenant also
-// has kube-root-ca.crt and the kubernetes Service, which the syncer treats
-// on their own terms.
+// listBoth lists the tenant namespace's objects into tenant, and the
+// syncer's host objects of that namespace into host.
+func (w *workload) listBoth(ctx context.Context, host client.Client, tenant, hostList client.ObjectList) error {
+	if err := w.tc.List(ctx, tenant, client.InNamespace(tenantNS)); err != nil {
+		return err
+	}
+	return host.List(ctx, hostList, client.InNamespace(w.tn.Namespace), client.MatchingLabels{syncer.LabelTenantOf: w.tn.Name, syncer.LabelTenantNamespace: tenantNS})
+}
+
+// workloadOnly keeps the tenant objects the workload made, named with prefix.
 func workloadOnly[T any, PT interface {
 	*T
 	metav1.Object
