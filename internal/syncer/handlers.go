@@ -14,11 +14,23 @@ import (
 func (s *syncer) addHandlers(ctx context.Context) {
 	p := s.provider
 	_, _ = s.hostF.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { p.hostPodChanged(obj.(*corev1.Pod)) },
+		AddFunc: func(obj any) {
+			p.hostPodChanged(obj.(*corev1.Pod))
+			s.orphans.add(obj.(*corev1.Pod).Name)
+		},
 		UpdateFunc: func(_, obj any) { p.hostPodChanged(obj.(*corev1.Pod)) },
 		DeleteFunc: func(obj any) {
 			if pod, ok := unwrap(obj).(*corev1.Pod); ok {
 				p.hostPodDeleted(ctx, pod)
+			}
+		},
+	})
+	// virtual-kubelet drops the tombstones of pods deleted while the watch
+	// was down; the orphan syncer catches their host pods.
+	_, _ = s.podsF.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		DeleteFunc: func(obj any) {
+			if pod, ok := unwrap(obj).(*corev1.Pod); ok {
+				s.orphans.add(HostName(s.o.VirtualCluster, pod.Namespace, pod.Name))
 			}
 		},
 	})

@@ -90,8 +90,9 @@ type syncer struct {
 	provider    *podProvider
 	serviceSync *serviceSyncer
 	// One syncer per kind besides pods, which virtual-kubelet's pod
-	// controller runs; the DNS syncer is serviceSync.dns.
-	configMaps, secrets, services, tokens *kindSyncer
+	// controller runs (orphans deletes the host pods it misses); the DNS
+	// syncer is serviceSync.dns.
+	configMaps, secrets, services, tokens, orphans *kindSyncer
 	tenantF                               informers.SharedInformerFactory
 	podsF                                 informers.SharedInformerFactory
 	hostF                                 informers.SharedInformerFactory
@@ -109,6 +110,7 @@ const (
 	secretWorkers    = 4
 	serviceWorkers   = 4
 	tokenWorkers     = 2
+	orphanWorkers    = 2
 )
 
 func newSyncer(ctx context.Context, o Options) (*syncer, error) {
@@ -191,6 +193,7 @@ func newSyncerFor(ctx context.Context, o Options, tenant, host kubernetes.Interf
 	s.secrets = newKindSyncer("secrets", secretWorkers, objects.syncSecret, copyKeys(tenantSecrets.List, hostSecrets.List))
 	refresher := &tokenRefresher{issuer: tokens, host: host, secrets: hostSecrets}
 	s.tokens = newKindSyncer("tokens", tokenWorkers, refresher.sync, refresher.keys)
+	s.orphans = newKindSyncer("orphanpods", orphanWorkers, s.provider.syncOrphan, s.provider.hostPodNames)
 	s.addHandlers(ctx)
 	return s, nil
 }
@@ -223,7 +226,7 @@ func (s *syncer) startSyncers(ctx context.Context) error {
 			}
 		}
 	}
-	for _, k := range []*kindSyncer{s.configMaps, s.secrets, s.services, s.serviceSync.dns, s.tokens} {
+	for _, k := range []*kindSyncer{s.configMaps, s.secrets, s.services, s.serviceSync.dns, s.tokens, s.orphans} {
 		go k.run(ctx)
 	}
 	return nil

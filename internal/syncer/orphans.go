@@ -1,0 +1,70 @@
+package syncer
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/klog/v2"
+)
+
+// Orphan host pods. virtual-kubelet's pod controller deletes a host pod when
+// it sees its tenant pod's delete event, but drops the tombstone an informer
+// delivers for a pod deleted while its watch was down (a tenant API server
+// restart, say): the host pod would run on with no tenant pod, holding the
+// tenant's quota. The orphan syncer, keyed by host pod name, finds such
+// pods and deletes them. Tenant pod deletes (tombstones included), host pod
+// adds (so a restarted syncer checks every host pod) and the resync queue
+// keys.
+
+// syncOrphan deletes the host pod name when the tenant pod it runs is gone.
+// Gone means missing from the informer cache and, asked live, not found or
+// found with another UID, so a cache that lags behind a create never costs a
+// new pod its host pod. The host pod is deleted with its own grace period and
+// a UID precondition, so a newer pod under the name is never touched.
+func (p *podProvider) syncOrphan(ctx context.Context, name string) (time.Duration, error) {
+	host, err := p.hostPods.Get(name)
+	if apierrors.IsNotFound(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	namespace, tenantName, ok := TenantKey(host.Annotations)
+	if !ok || host.Labels[LabelTenantOf] != p.tr.VirtualCluster || host.DeletionTimestamp != nil {
+		return 0, nil
+	}
+	uid := host.Annotations[AnnotationTenantUID]
+	if tenant, err := p.tenantPods.Pods(namespace).Get(tenantName); err == nil && string(tenant.UID) == uid {
+		return 0, nil
+	}
+	tenant, err := p.tenant.CoreV1().Pods(namespace).Get(ctx, tenantName, metav1.GetOptions{})
+	switch {
+	case err == nil && string(tenant.UID) == uid:
+		return 0, nil
+	case err != nil && !apierrors.IsNotFound(err):
+		return 0, fmt.Errorf("get tenant pod %s/%s: %w", namespace, tenantName, err)
+	}
+	klog.FromContext(ctx).Info("Deleting host pod whose tenant pod is gone", "hostPod", klog.KObj(host), "pod", klog.KRef(namespace, tenantName), "uid", uid)
+	err = p.host.CoreV1().Pods(p.tr.HostNamespace).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &host.UID}})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return 0, nil
+	}
+	return 0, err
+}
+
+// hostPodNames lists the host pods the syncer knows, for the resync.
+func (p *podProvider) hostPodNames() []string {
+	pods, err := p.hostPods.List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	names := make([]string, 0, len(pods))
+	for _, pod := range pods {
+		names = append(names, pod.Name)
+	}
+	return names
+}

@@ -1,0 +1,70 @@
+package syncer
+
+import (
+	"context"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+// hostPodFor is the host pod the syncer made for the tenant pod
+// default/name with uid.
+func hostPodFor(name, uid string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+		Name: HostName(tr.VirtualCluster, "default", name), Namespace: tr.HostNamespace, UID: types.UID("host-" + uid),
+		Labels: hostLabels(tr.VirtualCluster, "default"), Annotations: hostAnnotations("default", name, uid),
+	}}
+}
+
+func podWithUID(name, uid string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID(uid)}}
+}
+
+func hostPodExists(t *testing.T, host *fake.Clientset, name string) bool {
+	t.Helper()
+	_, err := host.CoreV1().Pods(tr.HostNamespace).Get(context.Background(), HostName(tr.VirtualCluster, "default", name), metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	return err == nil
+}
+
+// A tenant pod deleted while the syncer's watch was down leaves its host pod
+// behind (virtual-kubelet drops the tombstone): the orphan syncer deletes it,
+// through failed checks of the tenant API.
+func TestOrphanSyncerDeletesAHostPodWhoseTenantPodIsGone(t *testing.T) {
+	tenant := fake.NewClientset()
+	host := fake.NewClientset(hostPodFor("gone", "uid-1"))
+	failed := failFirst(tenant, "get", "pods", 2)
+	runKindSyncers(t, tenant, host)
+	eventually(t, "orphan host pod deleted", func() (bool, error) { return !hostPodExists(t, host, "gone"), nil })
+	if failed.Load() != 2 {
+		t.Errorf("the live check failed %d times, want 2 (retried through them)", failed.Load())
+	}
+}
+
+// A tenant pod deleted and made again under its name has a new UID: the old
+// host pod is an orphan.
+func TestOrphanSyncerDeletesTheHostPodOfAReplacedPod(t *testing.T) {
+	tenant := fake.NewClientset(podWithUID("again", "uid-new"))
+	host := fake.NewClientset(hostPodFor("again", "uid-old"))
+	runKindSyncers(t, tenant, host)
+	eventually(t, "old host pod deleted", func() (bool, error) { return !hostPodExists(t, host, "again"), nil })
+}
+
+// The host pod of a tenant pod that exists is kept, whether the informer
+// cache has the pod or only the live check finds it.
+func TestOrphanSyncerKeepsTheHostPodsOfLivePods(t *testing.T) {
+	tenant := fake.NewClientset(podWithUID("live", "uid-2"))
+	host := fake.NewClientset(hostPodFor("live", "uid-2"))
+	s := runKindSyncers(t, tenant, host)
+	s.orphans.add(HostName(tr.VirtualCluster, "default", "live"))
+	drain(t, s.orphans)
+	if !hostPodExists(t, host, "live") {
+		t.Error("the host pod of a live tenant pod was deleted")
+	}
+}
