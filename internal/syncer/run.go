@@ -93,14 +93,14 @@ type syncer struct {
 	// controller runs (orphans deletes the host pods it misses); the DNS
 	// syncer is serviceSync.dns.
 	configMaps, secrets, services, tokens, orphans *kindSyncer
-	tenantF                               informers.SharedInformerFactory
-	podsF                                 informers.SharedInformerFactory
-	hostF                                 informers.SharedInformerFactory
-	events                                informers.SharedInformerFactory
-	tenant                                kubernetes.Interface
-	recorder                              record.EventRecorder
-	ready                                 atomic.Bool
-	started                               time.Time
+	tenantF                                        informers.SharedInformerFactory
+	podsF                                          informers.SharedInformerFactory
+	hostF                                          informers.SharedInformerFactory
+	events                                         informers.SharedInformerFactory
+	tenant                                         kubernetes.Interface
+	recorder                                       record.EventRecorder
+	ready                                          atomic.Bool
+	started                                        time.Time
 }
 
 // Workers of each kind syncer. Copies are made on demand by the pod

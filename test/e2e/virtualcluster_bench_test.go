@@ -75,8 +75,13 @@ func BenchmarkVirtualClusterCreate(b *testing.B) {
 // startBenchCluster starts a two-node local host cluster with Nest for a
 // benchmark and stops it when the benchmark ends. It returns the state directory.
 func startBenchCluster(b *testing.B, ctx context.Context, name string) string {
+	return startBenchClusterOf(b, ctx, name, 2)
+}
+
+// startBenchClusterOf is startBenchCluster with this many nodes.
+func startBenchClusterOf(b *testing.B, ctx context.Context, name string, nodes int) string {
 	stateDir := filepath.Join(os.TempDir(), fmt.Sprintf("nest-bench-%s-%d", name, os.Getpid()))
-	if out, err := framework.Run(ctx, b, "nest", "dev", "up", "--nodes", "2", "--with-nest", "--state-dir", stateDir); err != nil {
+	if out, err := framework.Run(ctx, b, "nest", "dev", "up", "--nodes", strconv.Itoa(nodes), "--with-nest", "--state-dir", stateDir); err != nil {
 		b.Fatalf("up: %v\n%s", err, out)
 	}
 	b.Cleanup(func() { _, _ = framework.Run(ctx, b, "nest", "dev", "down", "--state-dir", stateDir) })
@@ -157,46 +162,70 @@ func memoryOf(b *testing.B, uid string) podMemory {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var m podMemory
-	found := false
+	dir := podCgroup(b, hierarchy, uid)
+	ws, err := layout.WorkingSetBytes(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := podMemory{WorkingSet: float64(ws) / (1 << 20)}
+	for _, pid := range podPIDs(dir) {
+		rollup, err := os.ReadFile("/proc/" + pid + "/smaps_rollup")
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(rollup), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 2 {
+				continue
+			}
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			switch f[0] {
+			case "Rss:":
+				m.RSS += kb / 1024
+			case "Pss:":
+				m.PSS += kb / 1024
+			case "Private_Clean:", "Private_Dirty:":
+				m.Private += kb / 1024
+			}
+		}
+	}
+	return m
+}
+
+// cpuOf reads the CPU time the pod with the given UID has used, from its
+// cgroup in the CPU accounting hierarchy of either cgroup version.
+func cpuOf(b *testing.B, uid string) time.Duration {
+	layout, err := devcluster.CurrentCgroupLayout()
+	if err != nil {
+		b.Fatal(err)
+	}
+	hierarchy, err := layout.CPUHierarchy()
+	if err != nil {
+		b.Fatal(err)
+	}
+	used, err := layout.CPUUsage(podCgroup(b, hierarchy, uid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return used
+}
+
+// podCgroup finds the cgroup of the pod with the given UID under the local
+// host cluster's root in hierarchy, and fails the benchmark when there is none.
+func podCgroup(b *testing.B, hierarchy, uid string) string {
 	marker := "pod" + uid
+	found := ""
 	_ = filepath.WalkDir(filepath.Join(hierarchy, "nest-dev"), func(path string, d fs.DirEntry, err error) error {
 		if err != nil || !d.IsDir() || !strings.HasSuffix(path, marker) {
 			return nil
 		}
-		found = true
-		ws, err := layout.WorkingSetBytes(path)
-		if err != nil {
-			b.Fatal(err)
-		}
-		m.WorkingSet = float64(ws) / (1 << 20)
-		for _, pid := range podPIDs(path) {
-			rollup, err := os.ReadFile("/proc/" + pid + "/smaps_rollup")
-			if err != nil {
-				continue
-			}
-			for _, line := range strings.Split(string(rollup), "\n") {
-				f := strings.Fields(line)
-				if len(f) < 2 {
-					continue
-				}
-				kb, _ := strconv.ParseFloat(f[1], 64)
-				switch f[0] {
-				case "Rss:":
-					m.RSS += kb / 1024
-				case "Pss:":
-					m.PSS += kb / 1024
-				case "Private_Clean:", "Private_Dirty:":
-					m.Private += kb / 1024
-				}
-			}
-		}
-		return fs.SkipDir
+		found = path
+		return fs.SkipAll
 	})
-	if !found {
+	if found == "" {
 		b.Fatalf("no cgroup of pod %s under %s/nest-dev", uid, hierarchy)
 	}
-	return m
+	return found
 }
 
 // podPIDs lists the processes in a pod cgroup and its container cgroups.
