@@ -21,7 +21,7 @@ func (s *syncer) addHandlers(ctx context.Context) {
 		UpdateFunc: func(_, obj any) { p.hostPodChanged(obj.(*corev1.Pod)) },
 		DeleteFunc: func(obj any) {
 			if pod, ok := unwrap(obj).(*corev1.Pod); ok {
-				p.hostPodDeleted(ctx, pod)
+				p.hostPodDeleted(pod)
 			}
 		},
 	})

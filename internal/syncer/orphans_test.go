@@ -68,3 +68,27 @@ func TestOrphanSyncerKeepsTheHostPodsOfLivePods(t *testing.T) {
 		t.Error("the host pod of a live tenant pod was deleted")
 	}
 }
+
+// A host pod deleted from outside deletes its tenant pod (so its controller
+// replaces it), through refused deletes, with the tenant pod's UID as a
+// precondition.
+func TestHostPodDeletedFromOutsideDeletesItsTenantPodThroughFailures(t *testing.T) {
+	tenant := fake.NewClientset(podWithUID("lost", "uid-3"))
+	host := fake.NewClientset(hostPodFor("lost", "uid-3"))
+	failed := failFirst(tenant, "delete", "pods", 2)
+	s := runKindSyncers(t, tenant, host)
+	eventually(t, "the tenant pod in the informer cache", func() (bool, error) {
+		_, err := s.provider.tenantPods.Pods("default").Get("lost")
+		return err == nil, nil
+	})
+	if err := host.CoreV1().Pods(tr.HostNamespace).Delete(context.Background(), HostName(tr.VirtualCluster, "default", "lost"), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "tenant pod deleted", func() (bool, error) {
+		_, err := tenant.CoreV1().Pods("default").Get(context.Background(), "lost", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if failed.Load() != 2 {
+		t.Errorf("the delete was refused %d times, want 2 (retried through them)", failed.Load())
+	}
+}

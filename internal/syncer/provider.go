@@ -3,7 +3,9 @@ package syncer
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
 	corev1 "k8s.io/api/core/v1"
@@ -41,6 +43,10 @@ type podProvider struct {
 	// deleting holds host pods this syncer deleted, by name, so their
 	// disappearance finishes a tenant deletion instead of replacing the pod.
 	deleting sync.Map
+	// tenantDeletes deletes tenant pods whose host pod is gone, keyed
+	// tenantDeleteKey, so the informer handler that sees the host pod go
+	// makes no API call and a failed delete is retried.
+	tenantDeletes *kindSyncer
 }
 
 // CreatePod checks the tenant pod against the Pod Security level,
@@ -341,7 +347,7 @@ func (p *podProvider) hostPodChanged(host *corev1.Pod) {
 // hostPodDeleted finishes a tenant deletion the syncer started. A host pod
 // deleted by anyone else (an eviction, an administrator) fails the tenant
 // pod and deletes it, so its controller replaces it, as after a node loss.
-func (p *podProvider) hostPodDeleted(ctx context.Context, host *corev1.Pod) {
+func (p *podProvider) hostPodDeleted(host *corev1.Pod) {
 	_, ours := p.deleting.LoadAndDelete(host.Name)
 	tenant, ok := p.tenantPodOf(host)
 	if !ok {
@@ -352,23 +358,36 @@ func (p *podProvider) hostPodDeleted(ctx context.Context, host *corev1.Pod) {
 		// final status, then finish the deletion at once instead of waiting
 		// out the rest of the grace period.
 		p.notifyTerminated(tenant, "Deleted")
-		p.deleteTenantPod(ctx, tenant)
+		p.tenantDeletes.add(tenantDeleteKey(tenant))
 		return
 	}
 	p.recorder.Eventf(tenant, corev1.EventTypeWarning, "HostPodDeleted", "The pod running this pod on the host was deleted; deleting the pod so its controller replaces it")
 	p.notifyTerminated(tenant, "HostPodDeleted")
-	p.deleteTenantPod(ctx, tenant)
+	p.tenantDeletes.add(tenantDeleteKey(tenant))
 }
 
-// deleteTenantPod removes a tenant pod whose host pod is gone, with no grace
-// period left to wait: nothing runs any more.
-func (p *podProvider) deleteTenantPod(ctx context.Context, tenant *corev1.Pod) {
-	err := p.tenant.CoreV1().Pods(tenant.Namespace).Delete(ctx, tenant.Name, metav1.DeleteOptions{
-		GracePeriodSeconds: ptr.To[int64](0), Preconditions: &metav1.Preconditions{UID: &tenant.UID},
-	})
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		klog.FromContext(ctx).Error(err, "Delete tenant pod whose host pod is gone", "pod", klog.KObj(tenant))
+// tenantDeleteKey is the tenant deletes queue's key of pod:
+// "namespace/name/uid".
+func tenantDeleteKey(pod *corev1.Pod) string {
+	return pod.Namespace + "/" + pod.Name + "/" + string(pod.UID)
+}
+
+// syncTenantDelete removes a tenant pod whose host pod is gone, with no grace
+// period left to wait: nothing runs any more. The UID precondition spares a
+// pod made under the name since.
+func (p *podProvider) syncTenantDelete(ctx context.Context, key string) (time.Duration, error) {
+	parts := strings.SplitN(key, "/", 3)
+	if len(parts) != 3 {
+		return 0, terminal(fmt.Errorf("tenant pod delete key %q is not namespace/name/uid", key))
 	}
+	uid := types.UID(parts[2])
+	err := p.tenant.CoreV1().Pods(parts[0]).Delete(ctx, parts[1], metav1.DeleteOptions{
+		GracePeriodSeconds: ptr.To[int64](0), Preconditions: &metav1.Preconditions{UID: &uid},
+	})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return 0, nil
+	}
+	return 0, err
 }
 
 func (p *podProvider) notifyTerminated(tenant *corev1.Pod, reason string) {

@@ -92,15 +92,15 @@ type syncer struct {
 	// One syncer per kind besides pods, which virtual-kubelet's pod
 	// controller runs (orphans deletes the host pods it misses); the DNS
 	// syncer is serviceSync.dns.
-	configMaps, secrets, services, tokens, orphans *kindSyncer
-	tenantF                                        informers.SharedInformerFactory
-	podsF                                          informers.SharedInformerFactory
-	hostF                                          informers.SharedInformerFactory
-	events                                         informers.SharedInformerFactory
-	tenant                                         kubernetes.Interface
-	recorder                                       record.EventRecorder
-	ready                                          atomic.Bool
-	started                                        time.Time
+	configMaps, secrets, services, tokens, orphans, tenantDeletes *kindSyncer
+	tenantF                                                       informers.SharedInformerFactory
+	podsF                                                         informers.SharedInformerFactory
+	hostF                                                         informers.SharedInformerFactory
+	events                                                        informers.SharedInformerFactory
+	tenant                                                        kubernetes.Interface
+	recorder                                                      record.EventRecorder
+	ready                                                         atomic.Bool
+	started                                                       time.Time
 }
 
 // Workers of each kind syncer. Copies are made on demand by the pod
@@ -194,6 +194,9 @@ func newSyncerFor(ctx context.Context, o Options, tenant, host kubernetes.Interf
 	refresher := &tokenRefresher{issuer: tokens, host: host, secrets: hostSecrets}
 	s.tokens = newKindSyncer("tokens", tokenWorkers, refresher.sync, refresher.keys)
 	s.orphans = newKindSyncer("orphanpods", orphanWorkers, s.provider.syncOrphan, s.provider.hostPodNames)
+	// A delete is one-shot: there is nothing to resync.
+	s.tenantDeletes = newKindSyncer("tenantpoddeletes", orphanWorkers, s.provider.syncTenantDelete, func() []string { return nil })
+	s.provider.tenantDeletes = s.tenantDeletes
 	s.addHandlers(ctx)
 	return s, nil
 }
@@ -226,7 +229,7 @@ func (s *syncer) startSyncers(ctx context.Context) error {
 			}
 		}
 	}
-	for _, k := range []*kindSyncer{s.configMaps, s.secrets, s.services, s.serviceSync.dns, s.tokens, s.orphans} {
+	for _, k := range []*kindSyncer{s.configMaps, s.secrets, s.services, s.serviceSync.dns, s.tokens, s.orphans, s.tenantDeletes} {
 		go k.run(ctx)
 	}
 	return nil
