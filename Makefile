@@ -15,7 +15,7 @@ K8S_LDFLAGS := -s -w $(foreach p,$(K8S_VERSION_PKGS),-X $(p).gitVersion=$(K8S_VE
 
 NODES ?= 2
 
-.PHONY: all deps build build-k8s build-nest test unit e2e demo down clean bench bench-density generate envtest-assets lint dashboard-assets
+.PHONY: all deps build build-k8s build-nest test unit e2e e2e-faults demo down clean bench bench-density generate envtest-assets lint dashboard-assets
 
 all: build
 
@@ -70,7 +70,13 @@ generate:
 
 e2e:
 	# -p 1: each package starts its own local host cluster, and one runs per machine.
-	NEST_BIN_DIR=$(BIN) go test -p 1 -count=1 -timeout 80m -v ./test/e2e/...
+	NEST_BIN_DIR=$(BIN) go test -p 1 -count=1 -timeout 80m -v $$(go list ./test/e2e/... | grep -v /test/e2e/faults)
+
+## e2e-faults: the fault-injection suite (root, about 15 minutes): ten faults against a churning 200-object workload each
+# Run by hand until it passes reliably in CI: it caught host pods left Pending
+# in CI that no local run reproduced (see internal/syncer/orphans.go).
+e2e-faults: build
+	NEST_BIN_DIR=$(BIN) go test -count=1 -timeout 45m -v ./test/e2e/faults/
 
 ## demo: the main job: a local host cluster with Nest, the virtual cluster "demo" and a tenant workload on its virtual node
 demo: deps build

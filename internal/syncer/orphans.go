@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -39,12 +40,12 @@ func (p *podProvider) syncOrphan(ctx context.Context, name string) (time.Duratio
 	}
 	uid := host.Annotations[AnnotationTenantUID]
 	if tenant, err := p.tenantPods.Pods(namespace).Get(tenantName); err == nil && string(tenant.UID) == uid {
-		return 0, nil
+		return 0, p.ensureTokenSecret(ctx, tenant, host)
 	}
 	tenant, err := p.tenant.CoreV1().Pods(namespace).Get(ctx, tenantName, metav1.GetOptions{})
 	switch {
 	case err == nil && string(tenant.UID) == uid:
-		return 0, nil
+		return 0, p.ensureTokenSecret(ctx, tenant, host)
 	case err != nil && !apierrors.IsNotFound(err):
 		return 0, fmt.Errorf("get tenant pod %s/%s: %w", namespace, tenantName, err)
 	}
@@ -54,6 +55,51 @@ func (p *podProvider) syncOrphan(ctx context.Context, name string) (time.Duratio
 		return 0, nil
 	}
 	return 0, err
+}
+
+// ensureTokenSecret writes the token Secret of a host pod that mounts one
+// and has none. A syncer stopped between creating the host pod and writing
+// its Secret leaves the pod waiting for the volume for ever: virtual-kubelet
+// never calls CreatePod again for a pod that exists. The cache is asked
+// first and a live GET confirms a miss.
+func (p *podProvider) ensureTokenSecret(ctx context.Context, tenant, host *corev1.Pod) error {
+	name := tokenSecretName(host.Name)
+	if !mountsSecret(host, name) {
+		return nil
+	}
+	if _, err := p.objects.hostSecrets.Get(name); err == nil {
+		return nil
+	}
+	if _, err := p.host.CoreV1().Secrets(p.tr.HostNamespace).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		return err
+	}
+	pt, err := p.tr.TranslatePod(tenant, p.metadata)
+	if err != nil {
+		return terminal(err)
+	}
+	secret, err := p.tokens.secretFor(ctx, p.tr, tenant, pt)
+	if err != nil {
+		return err
+	}
+	klog.FromContext(ctx).Info("Writing the missing token Secret of a host pod", "hostPod", klog.KObj(host), "secret", name)
+	return p.writeTokenSecret(ctx, secret, host)
+}
+
+// mountsSecret reports whether pod has a volume of the Secret name.
+func mountsSecret(pod *corev1.Pod, name string) bool {
+	for _, v := range pod.Spec.Volumes {
+		if v.Secret != nil && v.Secret.SecretName == name {
+			return true
+		}
+		if v.Projected != nil {
+			for _, src := range v.Projected.Sources {
+				if src.Secret != nil && src.Secret.Name == name {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // hostPodNames lists the host pods the syncer knows, for the resync.

@@ -3,12 +3,16 @@ package syncer
 import (
 	"context"
 	"testing"
+	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 // hostPodFor is the host pod the syncer made for the tenant pod
@@ -91,4 +95,42 @@ func TestHostPodDeletedFromOutsideDeletesItsTenantPodThroughFailures(t *testing.
 	if failed.Load() != 2 {
 		t.Errorf("the delete was refused %d times, want 2 (retried through them)", failed.Load())
 	}
+}
+
+// A syncer stopped between creating a host pod and writing its token Secret
+// leaves the pod waiting for the volume: the host pod check writes it.
+func TestHostPodCheckWritesAMissingTokenSecret(t *testing.T) {
+	tenantPod := podWithUID("web", "uid-4")
+	// What the tenant API server's ServiceAccount admission adds.
+	tenantPod.Spec = corev1.PodSpec{
+		ServiceAccountName: "default",
+		Containers:         []corev1.Container{{Name: "app", Image: "app"}},
+		Volumes: []corev1.Volume{{Name: "kube-api-access", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+			Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}}},
+		}}}},
+	}
+	pt, err := tr.TranslatePod(tenantPod, MetadataAllowList{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !pt.UsesTokenSecret {
+		t.Fatal("the translated pod mounts no token Secret: the test needs one")
+	}
+	host := pt.Pod.DeepCopy()
+	host.UID = "host-uid-4"
+	tenant := fake.NewClientset(tenantPod)
+	tenant.PrependReactor("create", "serviceaccounts", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, &authenticationv1.TokenRequest{Status: authenticationv1.TokenRequestStatus{
+			Token: "fresh", ExpirationTimestamp: metav1.NewTime(time.Now().Add(time.Hour)),
+		}}, nil
+	})
+	hostClient := fake.NewClientset(host)
+	runKindSyncers(t, tenant, hostClient)
+	eventually(t, "token Secret written", func() (bool, error) {
+		s, err := hostClient.CoreV1().Secrets(tr.HostNamespace).Get(context.Background(), tokenSecretName(host.Name), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return err == nil && len(s.OwnerReferences) == 1 && s.OwnerReferences[0].UID == host.UID, err
+	})
 }

@@ -468,7 +468,7 @@ func comparePods(tenant, host []corev1.Pod) []error {
 		case p.DeletionTimestamp != nil:
 			errs = append(errs, fmt.Errorf("pod %s is still being deleted", p.Name))
 		case p.Status.Phase != corev1.PodRunning || hs[0].Status.Phase != corev1.PodRunning:
-			errs = append(errs, fmt.Errorf("pod %s is %s, its host pod %s", p.Name, p.Status.Phase, hs[0].Status.Phase))
+			errs = append(errs, fmt.Errorf("pod %s is %s, its host pod %s%s", p.Name, p.Status.Phase, hs[0].Status.Phase, waitingFor(&hs[0])))
 		}
 	}
 	for uid, hs := range byUID {
@@ -477,6 +477,22 @@ func comparePods(tenant, host []corev1.Pod) []error {
 		}
 	}
 	return errs
+}
+
+// waitingFor says why a pod is not running yet: a container's waiting
+// reason, or why it is not scheduled; "" when neither says.
+func waitingFor(pod *corev1.Pod) string {
+	for _, c := range slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses) {
+		if w := c.State.Waiting; w != nil {
+			return fmt.Sprintf(" (%s: %s %s)", c.Name, w.Reason, w.Message)
+		}
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Status != corev1.ConditionTrue && c.Message != "" {
+			return fmt.Sprintf(" (%s: %s)", c.Type, c.Message)
+		}
+	}
+	return ""
 }
 
 // survived checks that every stable object is still the one made before the
