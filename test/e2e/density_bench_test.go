@@ -118,7 +118,7 @@ func (d *density) createTenant(name string) (time.Duration, bool) {
 	if !ok {
 		return 0, false
 	}
-	kubeconfig, err := vcops.ReadKubeconfig(d.ctx, d.host, types.NamespacedName{Namespace: "default", Name: name}, false)
+	kubeconfig, err := vcops.ReadKubeconfig(d.ctx, d.host, types.NamespacedName{Namespace: densityNamespace(name), Name: name}, false)
 	if err != nil {
 		d.b.Fatal(err)
 	}
@@ -166,8 +166,12 @@ func (d *density) createTenant(name string) (time.Duration, bool) {
 // createReadyOrFull creates the VirtualCluster and waits until it is Ready,
 // or until the host scheduler finds no node for its control-plane pod.
 func (d *density) createReadyOrFull(name string) (time.Duration, bool) {
-	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}}
+	// A namespace holds one virtual cluster.
+	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: densityNamespace(name)}}
 	start := time.Now()
+	if err := d.host.Create(d.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: vc.Namespace}}); err != nil {
+		d.b.Fatal(err)
+	}
 	if err := d.host.Create(d.ctx, vc); err != nil {
 		d.b.Fatal(err)
 	}
@@ -177,7 +181,7 @@ func (d *density) createReadyOrFull(name string) (time.Duration, bool) {
 			return true, nil
 		}
 		pod := &corev1.Pod{}
-		if err := d.host.Get(ctx, client.ObjectKey{Namespace: "default", Name: name + "-0"}, pod); err == nil {
+		if err := d.host.Get(ctx, client.ObjectKey{Namespace: vc.Namespace, Name: name + "-0"}, pod); err == nil {
 			for _, c := range pod.Status.Conditions {
 				if c.Type == corev1.PodScheduled && c.Reason == corev1.PodReasonUnschedulable {
 					d.b.Logf("%s: %s", name, c.Message)
@@ -201,7 +205,8 @@ func (d *density) report(k int, took time.Duration, managerBase float64) {
 	var sum float64
 	for i := 1; i <= k; i++ {
 		pod := &corev1.Pod{}
-		if err := d.host.Get(d.ctx, client.ObjectKey{Namespace: "default", Name: fmt.Sprintf("dens-%02d-0", i)}, pod); err != nil {
+		name := fmt.Sprintf("dens-%02d", i)
+		if err := d.host.Get(d.ctx, client.ObjectKey{Namespace: densityNamespace(name), Name: name + "-0"}, pod); err != nil {
 			d.b.Fatal(err)
 		}
 		sum += memoryOf(d.b, string(pod.UID)).WorkingSet
@@ -212,6 +217,9 @@ func (d *density) report(k int, took time.Duration, managerBase float64) {
 	d.b.ReportMetric((manager-managerBase)/float64(k), "MB-manager-per-tenant"+at)
 	d.b.ReportMetric(d.managerMilliCPU(20*time.Second)/float64(k), "mCPU-manager-per-tenant"+at)
 }
+
+// densityNamespace is the host namespace of tenant name.
+func densityNamespace(name string) string { return "vc-" + name }
 
 func (d *density) managerPod() *corev1.Pod {
 	var pods corev1.PodList
