@@ -88,10 +88,3 @@ func TestLeavesAreTheSharedOnes(t *testing.T) {
 	}
 }
 
-// topology.go states the kubernetes Service's ClusterIP itself; the serving
-// certificate takes it from the shared source. They must agree.
-func TestAPIServerIPIsTheKubernetesServiceIP(t *testing.T) {
-	if want := components.KubernetesServiceIP(netip.MustParsePrefix(ServiceCIDR)); APIServerIP() != want {
-		t.Errorf("APIServerIP() = %s, the API server gives the kubernetes Service %s", APIServerIP(), want)
-	}
-}

@@ -10,6 +10,8 @@ import (
 	kubeproxyv1alpha1 "k8s.io/kube-proxy/config/v1alpha1"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/nestdev/nest/internal/components"
 )
 
 func TestTopology(t *testing.T) {
@@ -40,8 +42,9 @@ func TestTopology(t *testing.T) {
 	if !subnet.Contains(BridgeIP()) || BridgeIP().String() != "198.51.100.1" {
 		t.Errorf("bridge IP %s", BridgeIP())
 	}
-	if APIServerIP().String() != "10.96.0.1" || DNSIP().String() != "10.96.0.10" {
-		t.Errorf("service IPs %s %s", APIServerIP(), DNSIP())
+	apiServerIP := components.KubernetesServiceIP(netip.MustParsePrefix(ServiceCIDR))
+	if apiServerIP.String() != "10.96.0.1" || DNSIP().String() != "10.96.0.10" {
+		t.Errorf("service IPs %s %s", apiServerIP, DNSIP())
 	}
 }
 

@@ -103,9 +103,6 @@ func Topology(stateDir string, count int) ([]Node, error) {
 // BridgeIP is the root namespace's address on the node network.
 func BridgeIP() netip.Addr { return nthAddr(netip.MustParsePrefix(NodeSubnet).Addr(), 1) }
 
-// APIServerIP is the Service ClusterIP of the kubernetes Service.
-func APIServerIP() netip.Addr { return nthAddr(netip.MustParsePrefix(ServiceCIDR).Addr(), 1) }
-
 // DNSIP is the ClusterIP of the cluster DNS Service.
 func DNSIP() netip.Addr { return nthAddr(netip.MustParsePrefix(ServiceCIDR).Addr(), 10) }
 
