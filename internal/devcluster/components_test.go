@@ -87,4 +87,3 @@ func TestLeavesAreTheSharedOnes(t *testing.T) {
 		}
 	}
 }
-
