@@ -22,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
@@ -212,6 +213,22 @@ func markDocument() chromedp.Action {
 	return chromedp.Evaluate(`window.nestNoReload = true`, nil)
 }
 
+// waitForNewDocument waits until the document markDocument tagged has been
+// replaced and the new one has loaded. chromedp.Poll cannot be used: it
+// fails when the page navigates under it.
+func waitForNewDocument(timeout time.Duration) chromedp.Action {
+	return chromedp.ActionFunc(func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		return wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			var loaded bool
+			// An evaluation error means the page is between documents.
+			err := chromedp.Evaluate(`window.nestNoReload !== true && document.readyState === "complete"`, &loaded).Do(ctx)
+			return err == nil && loaded, nil
+		})
+	})
+}
+
 func (e *env) stillSameDocument(t *testing.T, tab context.Context) {
 	t.Helper()
 	var same bool
@@ -358,7 +375,11 @@ func (e *env) changeShare(t *testing.T) {
 		chromedp.Navigate(e.url+"/clusters/vc-resized/resized"),
 		chromedp.WaitVisible("#share-form", chromedp.ByQuery),
 		chromedp.SetValue("#cpu", "3", chromedp.ByQuery),
+		// The form posts and the server answers with a new page; the old
+		// page also has #capacity, so wait for the old document to go.
+		markDocument(),
 		chromedp.Click(`#share-form button[type="submit"]`, chromedp.ByQuery),
+		waitForNewDocument(30*time.Second),
 		chromedp.WaitVisible("#capacity", chromedp.ByQuery),
 		markDocument(),
 	)
