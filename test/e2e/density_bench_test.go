@@ -212,10 +212,31 @@ func (d *density) report(k int, took time.Duration, managerBase float64) {
 		sum += memoryOf(d.b, string(pod.UID)).WorkingSet
 	}
 	d.b.ReportMetric(sum/float64(k), "MB-working-set-per-control-plane"+at)
+	d.logProcesses("dens-01")
 	manager := d.managerWorkingSet()
 	d.b.ReportMetric(manager, "MB-manager-working-set"+at)
 	d.b.ReportMetric((manager-managerBase)/float64(k), "MB-manager-per-tenant"+at)
 	d.b.ReportMetric(d.managerMilliCPU(20*time.Second)/float64(k), "mCPU-manager-per-tenant"+at)
+}
+
+// logProcesses logs the memory of each process in tenant name's
+// control-plane pod, to show where a control plane's memory goes.
+func (d *density) logProcesses(name string) {
+	pod := &corev1.Pod{}
+	if err := d.host.Get(d.ctx, client.ObjectKey{Namespace: densityNamespace(name), Name: name + "-0"}, pod); err != nil {
+		d.b.Fatal(err)
+	}
+	layout, err := devcluster.CurrentCgroupLayout()
+	if err != nil {
+		d.b.Fatal(err)
+	}
+	hierarchy, err := layout.MemoryHierarchy()
+	if err != nil {
+		d.b.Fatal(err)
+	}
+	for _, p := range processMemoryOf(podCgroup(d.b, hierarchy, string(pod.UID))) {
+		d.b.Logf("%s: %-28s PSS %6.1f MiB, private %6.1f MiB, RSS %6.1f MiB", name, p.Name, p.PSS, p.Private, p.RSS)
+	}
 }
 
 // densityNamespace is the host namespace of tenant name.

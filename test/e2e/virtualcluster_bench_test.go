@@ -168,10 +168,36 @@ func memoryOf(b *testing.B, uid string) podMemory {
 		b.Fatal(err)
 	}
 	m := podMemory{WorkingSet: float64(ws) / (1 << 20)}
+	for _, p := range processMemoryOf(dir) {
+		m.RSS += p.RSS
+		m.PSS += p.PSS
+		m.Private += p.Private
+	}
+	return m
+}
+
+// processMemory is one process's memory in MiB, from /proc/PID/smaps_rollup.
+type processMemory struct {
+	Name              string
+	RSS, PSS, Private float64
+}
+
+// processMemoryOf reads the memory of each process in the cgroup dir and its
+// children; a process that exits meanwhile is left out.
+func processMemoryOf(dir string) []processMemory {
+	var out []processMemory
 	for _, pid := range podPIDs(dir) {
 		rollup, err := os.ReadFile("/proc/" + pid + "/smaps_rollup")
 		if err != nil {
 			continue
+		}
+		comm, _ := os.ReadFile("/proc/" + pid + "/comm")
+		p := processMemory{Name: strings.TrimSpace(string(comm))}
+		if cmdline, err := os.ReadFile("/proc/" + pid + "/cmdline"); err == nil {
+			// The multi-call binary's processes differ by their first argument.
+			if args := strings.Split(string(cmdline), "\x00"); len(args) > 1 && !strings.HasPrefix(args[1], "-") {
+				p.Name += " " + args[1]
+			}
 		}
 		for _, line := range strings.Split(string(rollup), "\n") {
 			f := strings.Fields(line)
@@ -181,15 +207,16 @@ func memoryOf(b *testing.B, uid string) podMemory {
 			kb, _ := strconv.ParseFloat(f[1], 64)
 			switch f[0] {
 			case "Rss:":
-				m.RSS += kb / 1024
+				p.RSS += kb / 1024
 			case "Pss:":
-				m.PSS += kb / 1024
+				p.PSS += kb / 1024
 			case "Private_Clean:", "Private_Dirty:":
-				m.Private += kb / 1024
+				p.Private += kb / 1024
 			}
 		}
+		out = append(out, p)
 	}
-	return m
+	return out
 }
 
 // cpuOf reads the CPU time the pod with the given UID has used, from its

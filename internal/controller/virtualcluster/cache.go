@@ -12,7 +12,10 @@ import (
 // CacheOptions limits the manager's informers for the host object kinds
 // cached by label (controlplane.HostObjects) to the objects Nest made (those
 // labelled with the VirtualCluster's name), so a large host cluster's other
-// Secrets are never held in the manager's memory.
+// Secrets are never held in the manager's memory. Every cached object is kept
+// without its managedFields, which nest-manager never reads and which are a
+// large share of a host object's bytes (a pod's are several kilobytes): a
+// smaller cache is less manager memory per tenant.
 func CacheOptions() cache.Options {
 	req, err := labels.NewRequirement(controlplane.LabelVirtualCluster, selection.Exists, nil)
 	if err != nil {
@@ -25,5 +28,5 @@ func CacheOptions() cache.Options {
 			byObject[h.New()] = own
 		}
 	}
-	return cache.Options{ByObject: byObject}
+	return cache.Options{ByObject: byObject, DefaultTransform: cache.TransformStripManagedFields()}
 }
