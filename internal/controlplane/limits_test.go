@@ -132,7 +132,8 @@ func TestControlPlaneResources(t *testing.T) {
 			}
 		})
 	}
-	// Every container has a memory limit its Go runtime knows about.
+	// Every container has a memory limit its Go runtime knows about, and
+	// the control plane's GOGC.
 	pod := StatefulSetFor(vc(nil), Options{}, ServiceIPs{}).Spec.Template.Spec
 	want := map[string]string{"etcd": "512Mi", "kube-apiserver": "1Gi", "kube-controller-manager": "512Mi", "kube-scheduler": "256Mi", "nest-syncer": "512Mi", "coredns": "128Mi"}
 	for _, c := range append(pod.InitContainers, pod.Containers...) {
@@ -140,11 +141,17 @@ func TestControlPlaneResources(t *testing.T) {
 		if limit.String() != want[c.Name] {
 			t.Errorf("%s memory limit %s, want %s", c.Name, limit.String(), want[c.Name])
 		}
-		gomem := ""
+		gomem, gogc := "", ""
 		for _, e := range c.Env {
-			if e.Name == "GOMEMLIMIT" {
+			switch e.Name {
+			case "GOMEMLIMIT":
 				gomem = e.Value
+			case "GOGC":
+				gogc = e.Value
 			}
+		}
+		if gogc != strconv.Itoa(ControlPlaneGOGC) {
+			t.Errorf("%s GOGC %q, want %d", c.Name, gogc, ControlPlaneGOGC)
 		}
 		if n, err := strconv.ParseInt(gomem, 10, 64); err != nil || n >= limit.Value() || n < limit.Value()*8/10 {
 			t.Errorf("%s GOMEMLIMIT %q for a limit of %s", c.Name, gomem, limit.String())

@@ -159,14 +159,14 @@ func mounts(withEtcd bool) []corev1.VolumeMount {
 	return m
 }
 
-// container returns a control-plane container with the resources r and a
-// GOMEMLIMIT that follows its memory limit.
+// container returns a control-plane container with the resources r and its
+// Go runtime tuned for them (goRuntimeEnv).
 func container(name string, o Options, r corev1.ResourceRequirements, args []string) corev1.Container {
 	return corev1.Container{
 		Name: name, Image: o.KubeImage, ImagePullPolicy: o.ImagePullPolicy,
 		Command: []string{"/usr/local/bin/" + name}, Args: args,
 		Resources: r,
-		Env:       goMemLimit(r),
+		Env:       goRuntimeEnv(r),
 		SecurityContext: &corev1.SecurityContext{
 			AllowPrivilegeEscalation: ptr.To(false),
 			ReadOnlyRootFilesystem:   ptr.To(true),
