@@ -15,7 +15,7 @@ K8S_LDFLAGS := -s -w $(foreach p,$(K8S_VERSION_PKGS),-X $(p).gitVersion=$(K8S_VE
 
 NODES ?= 2
 
-.PHONY: all deps build build-k8s build-nest test unit e2e e2e-faults demo down clean bench bench-density generate envtest-assets lint dashboard-assets
+.PHONY: all deps build build-k8s build-nest test unit e2e e2e-faults demo down clean bench bench-density conformance-build generate envtest-assets lint dashboard-assets
 
 all: build
 
@@ -99,6 +99,12 @@ bench: build
 ## bench-density: tenants one after another until NEST_DENSITY_TENANTS (default 20) or the host is full; memory, CPU and latency per tenant
 bench-density: build
 	NEST_BIN_DIR=$(BIN) go test -run '^$$' -bench Density -benchtime 1x -timeout 60m -v ./test/e2e/
+
+## conformance-build: the upstream conformance suite (e2e.test, built from k8s/conformance at the pinned Kubernetes version) and the ginkgo CLI, into _output/bin
+# Not part of build: a large compile that only conformance runs need (docs/conformance.md).
+conformance-build:
+	cd k8s && go test -c -ldflags '$(K8S_LDFLAGS)' -o $(BIN)/e2e.test ./conformance
+	cd k8s && go build -ldflags '-s -w' -o $(BIN)/ginkgo github.com/onsi/ginkgo/v2/ginkgo
 
 ## dashboard-assets: refresh the dashboard's vendored htmx from npm (pinned in the script); the build itself never downloads
 dashboard-assets:
