@@ -191,14 +191,10 @@ func processMemoryOf(dir string) []processMemory {
 		if err != nil {
 			continue
 		}
+		// The components run from symlinks named after them, so the
+		// command name tells them apart (cut to 15 characters by the kernel).
 		comm, _ := os.ReadFile("/proc/" + pid + "/comm")
 		p := processMemory{Name: strings.TrimSpace(string(comm))}
-		if cmdline, err := os.ReadFile("/proc/" + pid + "/cmdline"); err == nil {
-			// The multi-call binary's processes differ by their first argument.
-			if args := strings.Split(string(cmdline), "\x00"); len(args) > 1 && !strings.HasPrefix(args[1], "-") {
-				p.Name += " " + args[1]
-			}
-		}
 		for _, line := range strings.Split(string(rollup), "\n") {
 			f := strings.Fields(line)
 			if len(f) < 2 {
