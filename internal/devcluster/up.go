@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	deviceplugin "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
 	"github.com/nestdev/nest/internal/addons"
 	"github.com/nestdev/nest/internal/images"
 	"github.com/nestdev/nest/internal/provisioner"
@@ -248,11 +250,18 @@ func (u *upRun) startContainerd(ctx context.Context, n Node, tarballs []string) 
 	return images.Import(ctx, n.ContainerdSocket(), tarballs)
 }
 
-func (u *upRun) startNodes(_ context.Context) error {
+func (u *upRun) startNodes(ctx context.Context) error {
 	kube := filepath.Join(u.o.BinDir, "kube")
 	for _, n := range u.nodes {
+		started := time.Now()
+		kubelet := processSpec{name: n.Name + ".kubelet", node: n, path: kube, args: append([]string{"kubelet"}, KubeletArgs(u.l, n).Render()...)}
+		if _, err := startProcess(u.l, kubelet); err != nil {
+			return err
+		}
+		if err := waitDevicePluginSocket(ctx, u.l, kubelet.name, started); err != nil {
+			return err
+		}
 		for _, s := range []processSpec{
-			{name: n.Name + ".kubelet", node: n, path: kube, args: append([]string{"kubelet"}, KubeletArgs(u.l, n).Render()...)},
 			{name: n.Name + ".kube-proxy", node: n, path: kube, args: append([]string{"kube-proxy"}, KubeProxyArgs(n).Render()...)},
 			{name: n.Name + "." + NetworkPolicyTable, node: n, path: filepath.Join(u.o.BinDir, "kube-network-policies"), args: NetworkPolicyArgs(u.l, n).Render()},
 		} {
@@ -262,6 +271,19 @@ func (u *upRun) startNodes(_ context.Context) error {
 		}
 	}
 	return nil
+}
+
+// waitDevicePluginSocket waits until the kubelet started at started has
+// bound its device-plugin registration socket. Every kubelet binds the same
+// path, whatever its --root-dir (upstream's v1beta1.KubeletSocket), after
+// emptying its directory; two kubelets doing that at once make one fail with
+// "address already in use" and exit, so the nodes' kubelets start one after
+// another.
+func waitDevicePluginSocket(ctx context.Context, l Layout, kubelet string, started time.Time) error {
+	return waitFor(ctx, time.Minute, kubelet+" to bind "+deviceplugin.KubeletSocket, l, []string{kubelet}, func(context.Context) bool {
+		fi, err := os.Stat(deviceplugin.KubeletSocket)
+		return err == nil && !fi.ModTime().Before(started)
+	})
 }
 
 func (u *upRun) installAddons(ctx context.Context) error {
