@@ -292,9 +292,10 @@ func APIServerInflight(memoryLimit resource.Quantity) (readOnly, mutating int) {
 // ControlPlaneGOGC is the GOGC of every control-plane container: the heap
 // may grow to 1.5 times the live heap between collections instead of Go's
 // default of 2. An idle control plane is mostly kube-apiserver heap (about
-// 200 MiB of its 320 MiB working set at GOGC 100), so this is the one knob
-// that moves memory per tenant; the price is more frequent collections,
-// which an idle tenant hardly notices. See docs/virtualclusters.md.
+// 200 MiB of its 320 MiB working set at GOGC 100), so the garbage
+// collector's target moves memory per tenant more than any flag; the price
+// is more frequent collections, which an idle tenant hardly notices. See
+// docs/virtualclusters.md.
 const ControlPlaneGOGC = 50
 
 // goRuntimeEnv tunes a Go component's garbage collector: ControlPlaneGOGC,
