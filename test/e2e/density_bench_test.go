@@ -85,7 +85,7 @@ func (d *density) run(budget int) {
 	stop := d.startProber()
 	defer stop()
 	for k := 1; k <= budget; k++ {
-		name := fmt.Sprintf("dens-%02d", k)
+		name := densityTenant(k)
 		took, ok := d.createTenant(name)
 		if !ok {
 			d.b.Logf("the host has no room for tenant %d: stopping at %d tenants", k, k-1)
@@ -204,15 +204,10 @@ func (d *density) report(k int, took time.Duration, managerBase float64) {
 	d.b.ReportMetric(took.Seconds(), "s-create-to-ready"+at)
 	var sum float64
 	for i := 1; i <= k; i++ {
-		pod := &corev1.Pod{}
-		name := fmt.Sprintf("dens-%02d", i)
-		if err := d.host.Get(d.ctx, client.ObjectKey{Namespace: densityNamespace(name), Name: name + "-0"}, pod); err != nil {
-			d.b.Fatal(err)
-		}
-		sum += memoryOf(d.b, string(pod.UID)).WorkingSet
+		sum += memoryOf(d.b, string(d.controlPlanePod(densityTenant(i)).UID)).WorkingSet
 	}
 	d.b.ReportMetric(sum/float64(k), "MB-working-set-per-control-plane"+at)
-	d.logProcesses("dens-01")
+	d.logProcesses(densityTenant(1))
 	manager := d.managerWorkingSet()
 	d.b.ReportMetric(manager, "MB-manager-working-set"+at)
 	d.b.ReportMetric((manager-managerBase)/float64(k), "MB-manager-per-tenant"+at)
@@ -222,22 +217,22 @@ func (d *density) report(k int, took time.Duration, managerBase float64) {
 // logProcesses logs the memory of each process in tenant name's
 // control-plane pod, to show where a control plane's memory goes.
 func (d *density) logProcesses(name string) {
+	for _, p := range memoryOf(d.b, string(d.controlPlanePod(name).UID)).Processes {
+		d.b.Logf("%s: %-28s PSS %6.1f MiB, private %6.1f MiB, RSS %6.1f MiB", name, p.Name, p.PSS, p.Private, p.RSS)
+	}
+}
+
+// controlPlanePod is tenant name's control-plane pod on the host.
+func (d *density) controlPlanePod(name string) *corev1.Pod {
 	pod := &corev1.Pod{}
 	if err := d.host.Get(d.ctx, client.ObjectKey{Namespace: densityNamespace(name), Name: name + "-0"}, pod); err != nil {
 		d.b.Fatal(err)
 	}
-	layout, err := devcluster.CurrentCgroupLayout()
-	if err != nil {
-		d.b.Fatal(err)
-	}
-	hierarchy, err := layout.MemoryHierarchy()
-	if err != nil {
-		d.b.Fatal(err)
-	}
-	for _, p := range processMemoryOf(podCgroup(d.b, hierarchy, string(pod.UID))) {
-		d.b.Logf("%s: %-28s PSS %6.1f MiB, private %6.1f MiB, RSS %6.1f MiB", name, p.Name, p.PSS, p.Private, p.RSS)
-	}
+	return pod
 }
+
+// densityTenant is the name of the k-th tenant, from 1.
+func densityTenant(k int) string { return fmt.Sprintf("dens-%02d", k) }
 
 // densityNamespace is the host namespace of tenant name.
 func densityNamespace(name string) string { return "vc-" + name }

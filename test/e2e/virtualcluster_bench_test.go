@@ -129,7 +129,12 @@ func deleteVC(b *testing.B, ctx context.Context, c client.Client, name string) {
 // them; Private is what the pod alone holds. WorkingSet is the pod cgroup's
 // usage less its inactive file pages, the figure kubectl top and the
 // kubelet's eviction use.
-type podMemory struct{ RSS, PSS, Private, WorkingSet float64 }
+type podMemory struct {
+	RSS, PSS, Private, WorkingSet float64
+	// Processes are the figures of each process, which RSS, PSS and
+	// Private sum.
+	Processes []processMemory
+}
 
 // idleMemory reads the control-plane pod's memory once it has settled: two
 // samples two seconds apart whose PSS is within 2%.
@@ -167,8 +172,8 @@ func memoryOf(b *testing.B, uid string) podMemory {
 	if err != nil {
 		b.Fatal(err)
 	}
-	m := podMemory{WorkingSet: float64(ws) / (1 << 20)}
-	for _, p := range processMemoryOf(dir) {
+	m := podMemory{WorkingSet: float64(ws) / (1 << 20), Processes: processMemoryOf(dir)}
+	for _, p := range m.Processes {
 		m.RSS += p.RSS
 		m.PSS += p.PSS
 		m.Private += p.Private
