@@ -15,7 +15,7 @@ K8S_LDFLAGS := -s -w $(foreach p,$(K8S_VERSION_PKGS),-X $(p).gitVersion=$(K8S_VE
 
 NODES ?= 2
 
-.PHONY: all deps build build-k8s build-nest test unit e2e e2e-faults demo down clean bench bench-density conformance-build generate envtest-assets lint dashboard-assets
+.PHONY: all deps build build-k8s build-nest test unit e2e e2e-faults demo down clean bench bench-density conformance-build conformance generate envtest-assets lint dashboard-assets
 
 all: build
 
@@ -68,10 +68,11 @@ generate:
 	go tool controller-gen rbac:roleName=nest-syncer paths=./internal/syncer/... output:rbac:artifacts:config=config/syncer
 	go run ./hack/chartgen/cmd/chartgen
 
-e2e:
+e2e: conformance-build
 	# -p 1: each package starts its own local host cluster, and one runs per machine.
-	# test/e2e/faults, the fault-injection suite, is the longest (about 15 minutes).
-	NEST_BIN_DIR=$(BIN) go test -p 1 -count=1 -timeout 80m -v ./test/e2e/...
+	# test/e2e/faults, the fault-injection suite, is the longest (about 15 minutes);
+	# test/conformance runs the conformance smoke subset (smoke.txt).
+	NEST_BIN_DIR=$(BIN) go test -p 1 -count=1 -timeout 80m -v ./test/e2e/... ./test/conformance/
 
 ## e2e-faults: the fault-injection suite alone (root, about 15 minutes; also part of make e2e): ten faults against a churning 200-object workload each
 e2e-faults: build
@@ -100,11 +101,16 @@ bench: build
 bench-density: build
 	NEST_BIN_DIR=$(BIN) go test -run '^$$' -bench Density -benchtime 1x -timeout 60m -v ./test/e2e/
 
-## conformance-build: the upstream conformance suite (e2e.test, built from k8s/conformance at the pinned Kubernetes version) and the ginkgo CLI, into _output/bin
+## conformance-build: the upstream conformance suite (e2e.test, built from k8s/conformance at the pinned Kubernetes version), the ginkgo CLI and the binaries of the upstream test images (agnhost, nonewprivs, sample-apiserver), into _output/bin
 # Not part of build: a large compile that only conformance runs need (docs/conformance.md).
 conformance-build:
 	cd k8s && go test -c -ldflags '$(K8S_LDFLAGS)' -o $(BIN)/e2e.test ./conformance
-	cd k8s && go build -ldflags '-s -w' -o $(BIN)/ginkgo github.com/onsi/ginkgo/v2/ginkgo
+	cd k8s && go build -ldflags '-s -w' -o $(BIN)/ github.com/onsi/ginkgo/v2/ginkgo k8s.io/kubernetes/test/images/agnhost k8s.io/kubernetes/test/images/nonewprivs k8s.io/sample-apiserver
+
+## conformance: every [Conformance] spec against a tenant of a fresh local host cluster (root, about an hour); FOCUS, SKIP (ginkgo regexps) and PROCS narrow it; report in _output/conformance
+conformance: build conformance-build
+	NEST_BIN_DIR=$(BIN) NEST_CONFORMANCE_FOCUS='$(or $(FOCUS),full)' NEST_CONFORMANCE_SKIP='$(SKIP)' NEST_CONFORMANCE_PROCS='$(PROCS)' \
+		go test -count=1 -timeout 4h -v -run TestConformance ./test/conformance/
 
 ## dashboard-assets: refresh the dashboard's vendored htmx from npm (pinned in the script); the build itself never downloads
 dashboard-assets:

@@ -15,19 +15,39 @@ import (
 // and installs or upgrades Nest in the running local host cluster. The manager
 // restarts only when its image changed.
 func InstallNest(ctx context.Context, stateDir, binDir string, out io.Writer) error {
-	l := Layout{Root: stateDir}
-	rec, err := readRecord(l)
+	rec, nodes, err := running(stateDir)
 	if err != nil {
-		return fmt.Errorf("no local host cluster in %s: start one with `nest dev up`: %w", stateDir, err)
+		return err
 	}
 	if binDir == "" {
 		binDir = rec.BinDir
 	}
-	nodes, err := Topology(stateDir, rec.Nodes)
+	return installNest(ctx, Layout{Root: stateDir}, nodes, Options{BinDir: binDir, Out: out})
+}
+
+// ImportImages imports image tarballs into the containerd of every node of
+// the running local host cluster in stateDir.
+func ImportImages(ctx context.Context, stateDir string, tarballs []string) error {
+	_, nodes, err := running(stateDir)
 	if err != nil {
 		return err
 	}
-	return installNest(ctx, l, nodes, Options{BinDir: binDir, Out: out})
+	for _, n := range nodes {
+		if err := images.Import(ctx, n.ContainerdSocket(), tarballs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// running reads the record and nodes of the local host cluster in stateDir.
+func running(stateDir string) (record, []Node, error) {
+	rec, err := readRecord(Layout{Root: stateDir})
+	if err != nil {
+		return rec, nil, fmt.Errorf("no local host cluster in %s: start one with `nest dev up`: %w", stateDir, err)
+	}
+	nodes, err := Topology(stateDir, rec.Nodes)
+	return rec, nodes, err
 }
 
 func installNest(ctx context.Context, l Layout, nodes []Node, o Options) error {

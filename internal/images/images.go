@@ -63,8 +63,11 @@ var KubeComponents = []string{"kube-apiserver", "kube-controller-manager", "kube
 type File struct {
 	// Path inside the image, absolute.
 	Path string
-	// Source is the file on this machine to copy; empty for a symlink or directory.
+	// Source is the file on this machine to copy; empty for a symlink, a
+	// directory or a file given by Data.
 	Source string
+	// Data is the content of a regular file made here rather than copied.
+	Data []byte
 	// Link makes the entry a symlink to this target.
 	Link string
 	// Dir makes the entry a directory with Mode.
@@ -79,6 +82,8 @@ type Spec struct {
 	Entrypoint []string
 	// Cmd holds the default arguments.
 	Cmd []string
+	// User is the image's default user ("1234"); empty runs as root.
+	User string
 }
 
 // TarballName is the file name of the image's tarball, derived from its name.
@@ -163,9 +168,9 @@ func Build(s Spec, dir string) (string, error) {
 // input is an error that names it.
 func Fingerprint(s Spec) (string, error) {
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\n%q\n%q\n", s.Name, s.Entrypoint, s.Cmd)
+	fmt.Fprintf(h, "%s\n%q\n%q\n%q\n", s.Name, s.Entrypoint, s.Cmd, s.User)
 	for _, f := range s.Files {
-		fmt.Fprintf(h, "%s %s %s %v %o\n", f.Path, f.Source, f.Link, f.Dir, f.Mode)
+		fmt.Fprintf(h, "%s %s %s %v %o %x\n", f.Path, f.Source, f.Link, f.Dir, f.Mode, sha256.Sum256(f.Data))
 		if f.Source == "" {
 			continue
 		}
@@ -208,11 +213,13 @@ func Image(s Spec) (v1.Image, error) {
 	cfg.Created = v1.Time{Time: time.Unix(0, 0).UTC()}
 	cfg.Config.Entrypoint = s.Entrypoint
 	cfg.Config.Cmd = s.Cmd
+	cfg.Config.User = s.User
 	cfg.Config.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
 	return mutate.ConfigFile(img, cfg)
 }
 
-// layerBytes writes files as a tar stream, directories of each path first.
+// layerBytes writes files as a tar stream, directories of each path first;
+// of two files with one path, the first in sorted order is kept.
 func layerBytes(files []File) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -220,6 +227,10 @@ func layerBytes(files []File) ([]byte, error) {
 	sorted := append([]File(nil), files...)
 	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Path < sorted[j].Path })
 	for _, f := range sorted {
+		// Specs assembled from shared parts may name a file twice.
+		if written[f.Path] {
+			continue
+		}
 		if err := writeParents(tw, f.Path, written); err != nil {
 			return nil, err
 		}
@@ -260,6 +271,12 @@ func writeEntry(tw *tar.Writer, f File) error {
 		return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: name + "/", Mode: f.Mode})
 	case f.Link != "":
 		return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: name, Linkname: f.Link, Mode: 0o777})
+	case f.Source == "":
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: f.Mode, Size: int64(len(f.Data))}); err != nil {
+			return err
+		}
+		_, err := tw.Write(f.Data)
+		return err
 	}
 	src, err := os.Open(f.Source)
 	if err != nil {

@@ -1,0 +1,220 @@
+package conformance
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nestdev/nest/internal/devcluster"
+	"github.com/nestdev/nest/internal/images"
+	"github.com/nestdev/nest/test/e2e/framework"
+)
+
+// run is what one conformance run selects and where it writes.
+type run struct {
+	// focus and skip are ginkgo regular expressions over spec names.
+	focus, skip string
+	// want is the number of specs the run must execute; 0 for any number
+	// above zero.
+	want int
+	// procs is the number of parallel ginkgo processes ([Serial] specs run
+	// alone at the end whatever it is).
+	procs int
+	// reportDir receives junit.xml, summary.txt and the suite's log.
+	reportDir string
+}
+
+// runFromEnv reads the run from NEST_CONFORMANCE_FOCUS and _SKIP (the whole
+// suite when FOCUS is "full"), _PROCS and _REPORT_DIR. Without a focus it
+// runs the smoke subset in smoke.txt, and every spec there must run.
+func runFromEnv(t *testing.T) run {
+	r := run{focus: os.Getenv("NEST_CONFORMANCE_FOCUS"), skip: os.Getenv("NEST_CONFORMANCE_SKIP"), procs: 4,
+		reportDir: os.Getenv("NEST_CONFORMANCE_REPORT_DIR")}
+	switch r.focus {
+	case "":
+		names, err := smokeSpecs("smoke.txt")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.focus, r.want = focusOf(names), len(names)
+	case "full":
+		r.focus = `\[Conformance\]`
+	}
+	if r.skip == "" {
+		r.skip = `\[Disruptive\]`
+	}
+	if p := os.Getenv("NEST_CONFORMANCE_PROCS"); p != "" {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 {
+			t.Fatalf("NEST_CONFORMANCE_PROCS=%q: want a positive number of ginkgo processes", p)
+		}
+		r.procs = n
+	}
+	if r.reportDir == "" {
+		r.reportDir = filepath.Join(framework.BinDir(), "..", "conformance")
+	}
+	return r
+}
+
+// smokeSpecs reads spec names, one per line; # starts a comment.
+func smokeSpecs(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var names []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line != "" && !strings.HasPrefix(line, "#") {
+			names = append(names, line)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("%s names no spec", path)
+	}
+	return names, nil
+}
+
+// focusOf is a ginkgo focus matching exactly the named specs. Ginkgo
+// matches it against texts in which the name may follow other words, so the
+// start is a word boundary rather than ^.
+func focusOf(names []string) string {
+	quoted := make([]string, len(names))
+	for i, n := range names {
+		quoted[i] = regexp.QuoteMeta(n)
+	}
+	return "(^| )(" + strings.Join(quoted, "|") + ")$"
+}
+
+// TestConformance runs the selected conformance specs against a tenant of a
+// fresh local host cluster and fails unless every one of them passed.
+func TestConformance(t *testing.T) {
+	framework.RequireRoot(t)
+	r := runFromEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Hour)
+	defer cancel()
+	e2e := filepath.Join(framework.BinDir(), "e2e.test")
+	checkImageNames(t, ctx, e2e)
+	stateDir := framework.StartHostCluster(t, ctx, "--with-nest")
+	importImages(t, ctx, stateDir)
+	_, _, nest := framework.NestOn(t, ctx, stateDir)
+	tenant := &framework.Tenant{Name: "conformance", Dir: t.TempDir()}
+	if out, err := nest("create", "conformance", "--cpu", "4", "--memory", "8Gi", "--pods", "250", "--wait"); err != nil {
+		t.Fatalf("create the tenant: %v\n%s", err, out)
+	}
+	tenant.Load(t, nest)
+	tenant.WaitDefaultServiceAccount(t, ctx)
+	if err := os.MkdirAll(r.reportDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	runErr := runSuite(ctx, r, e2e, tenant.Kubeconfig)
+	s, err := summarize(filepath.Join(r.reportDir, "junit.xml"), time.Since(start), r.procs)
+	if err != nil {
+		t.Fatalf("read the report (suite: %v): %v", runErr, err)
+	}
+	if err := os.WriteFile(filepath.Join(r.reportDir, "summary.txt"), []byte(s.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("conformance against tenant %s:\n%s", tenant.Name, s)
+	if s.ran() == 0 || (r.want > 0 && s.ran() != r.want) {
+		t.Errorf("ran %d specs, want %d: a spec named in smoke.txt is missing from the suite", s.ran(), r.want)
+	}
+	if len(s.Failed) > 0 || runErr != nil {
+		t.Errorf("%d of %d specs failed (suite: %v); report in %s", len(s.Failed), s.ran(), runErr, r.reportDir)
+	}
+}
+
+// checkImageNames fails unless the suite refers to every image Nest builds
+// for it under that name: a Kubernetes upgrade that moves a tag must move
+// the local build too.
+func checkImageNames(t *testing.T, ctx context.Context, e2e string) {
+	out, err := exec.CommandContext(ctx, e2e, "--list-images").Output()
+	if err != nil {
+		t.Fatalf("%s --list-images (run `make conformance-build`): %v", e2e, err)
+	}
+	listed := map[string]bool{}
+	for _, l := range strings.Fields(string(out)) {
+		listed[l] = true
+	}
+	for _, s := range images.ConformanceSpecs(images.ConformanceOptions{}) {
+		if !listed[s.Name] {
+			t.Errorf("image %s is not one the suite uses; update internal/images/conformance.go", s.Name)
+		}
+	}
+}
+
+// importImages builds the upstream test images from local files and imports
+// them into every node of the local host cluster.
+func importImages(t *testing.T, ctx context.Context, stateDir string) {
+	upstream, err := upstreamSource(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := images.ConformanceInputs(ctx, framework.BinDir(), upstream, "/bin/busybox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tarballs []string
+	for _, s := range images.ConformanceSpecs(o) {
+		p, err := images.Build(s, filepath.Join(framework.BinDir(), "..", "images"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tarballs = append(tarballs, p)
+	}
+	if err := devcluster.ImportImages(ctx, stateDir, tarballs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// upstreamSource is the directory of the k8s.io/kubernetes module the k8s/
+// module builds from.
+func upstreamSource(ctx context.Context) (string, error) {
+	_, file, _, _ := runtime.Caller(0)
+	cmd := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", "k8s.io/kubernetes")
+	cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..", "k8s")
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("find the k8s.io/kubernetes source (go list -m in k8s/): %w", err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// runSuite runs e2e.test under ginkgo against kubeconfig, with a kubectl of
+// the same version, writing junit.xml and suite.log into the report dir.
+func runSuite(ctx context.Context, r run, e2e, kubeconfig string) error {
+	kubectl := filepath.Join(r.reportDir, "kubectl")
+	os.Remove(kubectl)
+	// The kube binary runs the component its name says.
+	if err := os.Symlink(filepath.Join(framework.BinDir(), "kube"), kubectl); err != nil {
+		return err
+	}
+	log, err := os.Create(filepath.Join(r.reportDir, "suite.log"))
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	args := []string{"--procs=" + strconv.Itoa(r.procs), "--timeout=3h", "--no-color", "--poll-progress-after=5m",
+		"--output-dir=" + r.reportDir, "--junit-report=junit.xml", "--focus=" + r.focus, "--skip=" + r.skip,
+		e2e, "--", "--kubeconfig=" + kubeconfig, "--provider=skeleton", "--kubectl-path=" + kubectl}
+	cmd := exec.CommandContext(ctx, filepath.Join(framework.BinDir(), "ginkgo"), args...)
+	cmd.Stdout = io.MultiWriter(log, os.Stdout)
+	cmd.Stderr = cmd.Stdout
+	return cmd.Run()
+}
