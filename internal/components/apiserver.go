@@ -54,10 +54,14 @@ func (a APIServer) kubeletClientFlags() Flags {
 
 // serviceAccountFlags sign and verify service-account tokens. The issuer is
 // the API server's URL inside its cluster, the kubernetes Service, so the
-// cluster's pods can fetch the issuer's discovery document from it.
+// cluster's pods can fetch the issuer's discovery document from it, and the
+// keys it names are there too: by default the document would name the
+// advertise address, which a tenant's serving certificate does not.
 func (a APIServer) serviceAccountFlags() Flags {
+	issuer := "https://" + kubernetesServiceFQDN(a.ClusterDomain)
 	return Flags{
-		{"service-account-issuer", "https://" + kubernetesServiceFQDN(a.ClusterDomain)},
+		{"service-account-issuer", issuer},
+		{"service-account-jwks-uri", issuer + "/openid/v1/jwks"},
 		{"service-account-key-file", a.PKI.Path(ServiceAccountPub)},
 		{"service-account-signing-key-file", a.PKI.Path(ServiceAccountKey)},
 	}

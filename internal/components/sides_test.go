@@ -37,7 +37,7 @@ func TestHostAndTenantDifferOnlyByTheirOwnFlags(t *testing.T) {
 		hostOnly, tenantOnly []string
 	}{
 		{"etcd", nil, append(etcdTLS, "snapshot-count")},
-		{"kube-apiserver", []string{"kubelet-certificate-authority"}, []string{"etcd-cafile", "etcd-certfile", "etcd-keyfile", "max-requests-inflight", "max-mutating-requests-inflight"}},
+		{"kube-apiserver", []string{"kubelet-certificate-authority"}, []string{"etcd-cafile", "etcd-certfile", "etcd-keyfile", "max-requests-inflight", "max-mutating-requests-inflight", "enable-aggregator-routing"}},
 		{"kube-controller-manager", []string{"allocate-node-cidrs", "cluster-name"}, nil},
 		{"kube-scheduler", nil, []string{"kube-api-qps", "kube-api-burst"}},
 	} {

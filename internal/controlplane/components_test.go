@@ -36,7 +36,7 @@ func TestControlPlaneArgsAreTheSharedOnesPlusTenantOnlyFlags(t *testing.T) {
 	want := map[string][]string{
 		"etcd": etcd.Flags().Args(),
 		"kube-apiserver": append(api.Flags().Args(),
-			fmt.Sprintf("--max-requests-inflight=%d", readOnly), fmt.Sprintf("--max-mutating-requests-inflight=%d", mutating)),
+			fmt.Sprintf("--max-requests-inflight=%d", readOnly), fmt.Sprintf("--max-mutating-requests-inflight=%d", mutating), "--enable-aggregator-routing=true"),
 		"kube-controller-manager": components.ControllerManagerFlags(client("controller-manager.conf"), pkiDir).Args(),
 		"kube-scheduler":          append(components.SchedulerFlags(client("scheduler.conf")).Args(), "--kube-api-qps=200", "--kube-api-burst=400"),
 	}

@@ -148,7 +148,8 @@ func TestStatefulSetFor(t *testing.T) {
 		t.Errorf("%s: the syncer must not gate the pod's readiness, which gates the tenant API", syncer.Name)
 	}
 	syncerArgs := strings.Join(syncer.Args, " ")
-	for _, want := range []string{"--api-server-host=10.96.0.5", "--dns-server=10.96.0.6", "--cluster-domain=tenant.local", "--capacity=cpu=2,memory=4Gi,pods=110", "--pod-security-level=baseline"} {
+	// Host pods reach the API server through the in-cluster Service, on the port the tenant sees.
+	for _, want := range []string{"--api-server-host=10.96.0.6", "--api-server-port=443", "--dns-server=10.96.0.6", "--cluster-domain=tenant.local", "--capacity=cpu=2,memory=4Gi,pods=110", "--pod-security-level=baseline"} {
 		if !strings.Contains(syncerArgs, want) {
 			t.Errorf("nest-syncer lacks %s in %s", want, syncerArgs)
 		}

@@ -213,6 +213,11 @@ func apiServerContainer(vc *nestv1.VirtualCluster, o Options) corev1.Container {
 	args = append(args,
 		components.Flag{Name: "max-requests-inflight", Value: fmt.Sprint(readOnly)},
 		components.Flag{Name: "max-mutating-requests-inflight", Value: fmt.Sprint(mutating)},
+		// Tenant only: admission webhooks and aggregated API servers run in
+		// tenant pods behind tenant Services. The API server dials their
+		// endpoints, host pod IPs the control-plane pod reaches, rather than
+		// the Service's tenant ClusterIP, which the host need not route.
+		components.Flag{Name: "enable-aggregator-routing", Value: "true"},
 	)
 	c := container(apiServerName, o, r, args.Args())
 	c.Env = append(c.Env, corev1.EnvVar{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}})
@@ -286,11 +291,13 @@ func serviceCIDR(vc *nestv1.VirtualCluster) string {
 	return "10.96.0.0/16"
 }
 
-// EndpointsOf gathers what the serving certificate must name, from the VirtualCluster,
-// its Service and the host nodes' IPs.
-func EndpointsOf(vc *nestv1.VirtualCluster, svc *corev1.Service, nodeIPs []string, hostDomain string) Endpoints {
+// EndpointsOf gathers what the serving certificate must name, from the
+// VirtualCluster, its Service, its in-cluster Service's IP (ips.DNS) and the
+// host nodes' IPs.
+func EndpointsOf(vc *nestv1.VirtualCluster, svc *corev1.Service, ips ServiceIPs, nodeIPs []string, hostDomain string) Endpoints {
 	e := Endpoints{
 		ServiceIP:           svc.Spec.ClusterIP,
+		InClusterIP:         ips.DNS,
 		ExternalIPs:         vc.Spec.ExternalIPs,
 		HostClusterDomain:   hostDomain,
 		TenantClusterDomain: vc.Spec.ClusterDomain,

@@ -44,8 +44,9 @@ const tenantPKI = components.PKIDir(PKIDir)
 // Endpoints are the addresses the tenant API server is reached at; its serving
 // certificate must name all of them.
 type Endpoints struct {
-	// ServiceIP is the ClusterIP of the host Service.
-	ServiceIP string
+	// ServiceIP is the ClusterIP of the host Service; InClusterIP that of
+	// the in-cluster Service tenant pods reach the API server at.
+	ServiceIP, InClusterIP string
 	// ExternalIPs are spec.externalIPs.
 	ExternalIPs []string
 	// NodeIPs are the host nodes' addresses, for NodePort Services.
@@ -82,7 +83,7 @@ func apiServerServing(n Names, e Endpoints) (components.Leaf, error) {
 		dns = append(dns, n.Service()+"."+n.Namespace+".svc."+e.HostClusterDomain)
 	}
 	var ips []net.IP
-	for _, s := range slices.Concat([]string{e.ServiceIP}, e.ExternalIPs, e.NodeIPs, e.LoadBalancerIPs) {
+	for _, s := range slices.Concat([]string{e.ServiceIP, e.InClusterIP}, e.ExternalIPs, e.NodeIPs, e.LoadBalancerIPs) {
 		if ip := net.ParseIP(s); ip != nil {
 			ips = append(ips, ip)
 		}

@@ -35,6 +35,7 @@ const (
 	dnsDir       = "/var/run/nest-dns"
 	corefileDir  = "/etc/coredns"
 	corefileName = "Corefile"
+	zoneFileName = "zone"
 )
 
 // hostTokenDir is where client-go's in-cluster configuration looks for the
@@ -66,13 +67,24 @@ func DNSConfigMapFor(vc *nestv1.VirtualCluster) *corev1.ConfigMap {
 	n := NamesOf(vc)
 	return &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: n.DNSConfigMap(), Namespace: n.Namespace, Labels: n.Labels()},
-		Data: map[string]string{corefileName: syncer.Corefile(syncer.DefaultDNSPort, path.Join(dnsDir, syncer.HostsFileName),
-			clusterDomain(vc), syncer.DefaultDNSHealthPort)},
+		Data: map[string]string{
+			corefileName: syncer.Corefile(syncer.DefaultDNSPort, path.Join(dnsDir, syncer.HostsFileName), path.Join(corefileDir, zoneFileName),
+				clusterDomain(vc), syncer.DefaultDNSHealthPort),
+			zoneFileName: syncer.ZoneFile(clusterDomain(vc)),
+		},
 	}
 }
 
-// DNSServiceFor returns the Service host pods use as their nameserver: the
-// tenant CoreDNS in the control-plane pod.
+// KubernetesServicePort is the port of the tenant's "kubernetes" Service,
+// which the in-cluster Service (DNSServiceFor) repeats for host pods.
+const KubernetesServicePort = 443
+
+// DNSServiceFor returns the in-cluster Service: what tenant pods on the host
+// reach the control-plane pod at, the tenant CoreDNS on port 53 and the API
+// server on KubernetesServicePort, as the tenant's kube-dns and kubernetes
+// Services promise. With the port the tenant sees, the KUBERNETES_PORT_443_TCP
+// variables the host kubelet sets describe the tenant API server once the
+// syncer sets them (see syncer.Translator).
 func DNSServiceFor(vc *nestv1.VirtualCluster) *corev1.Service {
 	n := NamesOf(vc)
 	target := intstr.FromInt32(syncer.DefaultDNSPort)
@@ -84,6 +96,7 @@ func DNSServiceFor(vc *nestv1.VirtualCluster) *corev1.Service {
 			Ports: []corev1.ServicePort{
 				{Name: "dns", Port: 53, TargetPort: target, Protocol: corev1.ProtocolUDP},
 				{Name: "dns-tcp", Port: 53, TargetPort: target, Protocol: corev1.ProtocolTCP},
+				{Name: "https", Port: KubernetesServicePort, TargetPort: intstr.FromInt32(Port), Protocol: corev1.ProtocolTCP},
 			},
 		},
 	}
@@ -109,18 +122,23 @@ func SyncerRoleBindingFor(vc *nestv1.VirtualCluster) *rbacv1.RoleBinding {
 	}
 }
 
-// ServiceIPs are the host ClusterIPs the syncer hands to host pods.
+// ServiceIPs are the host ClusterIPs of the control plane's two Services.
 type ServiceIPs struct {
-	APIServer, DNS string
+	// APIServer is the Service clients outside the tenant use (kubeconfigs).
+	APIServer string
+	// DNS is the in-cluster Service (DNSServiceFor): host pods reach the
+	// tenant's DNS and API server there.
+	DNS string
 }
 
 func syncerOptions(vc *nestv1.VirtualCluster, opts Options, ips ServiceIPs) syncer.Options {
 	o := syncer.Options{
 		Translator: syncer.Translator{
 			VirtualCluster: vc.Name, HostNamespace: vc.Namespace, ClusterDomain: clusterDomain(vc),
-			APIServerHost: ips.APIServer, APIServerPort: Port, DNSServer: ips.DNS,
+			APIServerHost: ips.DNS, APIServerPort: KubernetesServicePort, DNSServer: ips.DNS,
 			NodeName: VirtualNodeName, PriorityClassName: TenantPriorityClass,
-			DefaultLimits: DefaultContainerLimits(vc),
+			DefaultLimits:    DefaultContainerLimits(vc),
+			HostServiceCIDRs: opts.HostNetwork.ServiceCIDRs,
 		},
 		TenantKubeconfig: path.Join(KubeconfigDir, SyncerKubeconfig),
 		Capacity:         Share(vc),

@@ -92,7 +92,16 @@ func (s *serviceSyncer) syncService(ctx context.Context, key string) (time.Durat
 		}
 		return 0, nil
 	}
-	if err := s.copies().apply(ctx, want); err != nil {
+	err = s.copies().apply(ctx, want)
+	if err != nil && apierrors.IsInvalid(err) && want.Spec.ClusterIP != "" && want.Spec.ClusterIP != corev1.ClusterIPNone {
+		// The host has given the tenant's ClusterIP to another Service: the
+		// copy takes an address of its own, which DNS and service variables
+		// give, while spec.clusterIP in the tenant does not route.
+		s.recorder.Eventf(svc, corev1.EventTypeWarning, "ClusterIPTaken", "The host cluster has given ClusterIP %s to another Service; the Service's name resolves to another address: %v", want.Spec.ClusterIP, err)
+		want.Spec.ClusterIP = ""
+		err = s.copies().apply(ctx, want)
+	}
+	if err != nil {
 		s.recorder.Eventf(svc, corev1.EventTypeWarning, "HostServiceFailed", "Writing host Service %s/%s failed, so the Service's name may not resolve or may be out of date: %v", want.Namespace, want.Name, err)
 		return 0, fmt.Errorf("host Service of %s: %w", key, err)
 	}
@@ -128,6 +137,21 @@ func (s *serviceSyncer) Records() []DNSRecord {
 		}
 	}
 	return records
+}
+
+// addresses are the tenant Services of namespace with the addresses host
+// pods reach them at.
+func (s *serviceSyncer) addresses(namespace string) []ServiceAddress {
+	tenant, _ := s.tenantServices.Services(namespace).List(labels.Everything())
+	out := make([]ServiceAddress, 0, len(tenant))
+	for _, svc := range tenant {
+		hostIP := ""
+		if host, err := s.hostServices.Get(HostName(s.tr.VirtualCluster, svc.Namespace, svc.Name)); err == nil {
+			hostIP = host.Spec.ClusterIP
+		}
+		out = append(out, AddressOf(svc, hostIP))
+	}
+	return out
 }
 
 func (s *serviceSyncer) writeHosts() error {

@@ -3,6 +3,7 @@ package syncer
 import (
 	"flag"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,6 +38,7 @@ const (
 	flagHostLabels       = "host-labels"
 	flagHostAnnotations  = "host-annotations"
 	flagDataBudget       = "data-budget-bytes"
+	flagHostServiceCIDRs = "host-service-cidrs"
 )
 
 // Defaults of the flags that the controller leaves alone.
@@ -94,6 +96,11 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		allowListFlag(&o.HostMetadata.Labels))
 	fs.Func(flagHostAnnotations, "comma-separated tenant annotation keys copied to host pods, as for --"+flagHostLabels+" (default none)",
 		allowListFlag(&o.HostMetadata.Annotations))
+	fs.Func(flagHostServiceCIDRs, "comma-separated Service ClusterIP ranges of the host cluster; a tenant Service's host copy takes the tenant's ClusterIP when it lies in one", func(s string) error {
+		l, err := parsePrefixes(s)
+		o.HostServiceCIDRs = l
+		return err
+	})
 	fs.Int64Var(&o.DataBudgetBytes, flagDataBudget, 0, "most bytes of data all host copies of tenant ConfigMaps and Secrets may hold together; 0 is no bound")
 	o.KubeletAddr, o.HealthAddr = DefaultKubeletAddr, DefaultHealthAddr
 	o.KubeletClientName = KubeletClientName
@@ -123,6 +130,13 @@ func (o Options) Args() []string {
 		"--" + flagHostLabels + "=" + strings.Join(o.HostMetadata.Labels, ","),
 		"--" + flagHostAnnotations + "=" + strings.Join(o.HostMetadata.Annotations, ","),
 		"--" + flagDataBudget + "=" + strconv.FormatInt(o.DataBudgetBytes, 10),
+	}
+	if len(o.HostServiceCIDRs) > 0 {
+		cidrs := make([]string, len(o.HostServiceCIDRs))
+		for i, c := range o.HostServiceCIDRs {
+			cidrs[i] = c.String()
+		}
+		args = append(args, "--"+flagHostServiceCIDRs+"="+strings.Join(cidrs, ","))
 	}
 	if len(o.DefaultLimits) > 0 {
 		args = append(args, "--"+flagDefaultLimits+"="+FormatResourceList(o.DefaultLimits))
@@ -159,6 +173,22 @@ func (o Options) Validate() error {
 		return fmt.Errorf("--%s=%d: want a number of bytes, or 0 for no bound", flagDataBudget, o.DataBudgetBytes)
 	}
 	return nil
+}
+
+// parsePrefixes parses CIDRs separated by commas.
+func parsePrefixes(s string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, c := range strings.Split(s, ",") {
+		if c = strings.TrimSpace(c); c == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			return nil, fmt.Errorf("--%s: %q is not a CIDR, such as 10.96.0.0/12", flagHostServiceCIDRs, c)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }
 
 // ParseResourceList parses "name=quantity" pairs separated by commas.

@@ -30,7 +30,7 @@ func TestHostPodSeccomp(t *testing.T) {
 			if tt.container != nil {
 				p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{SeccompProfile: tt.container}
 			}
-			pt, err := tr.TranslatePod(p, defaultMetadata)
+			pt, err := tr.TranslatePod(p, defaultMetadata, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -74,7 +74,7 @@ func TestHostPodDropsNetRaw(t *testing.T) {
 					}
 				}
 			}
-			pt, err := tr.TranslatePod(p, defaultMetadata)
+			pt, err := tr.TranslatePod(p, defaultMetadata, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -52,7 +52,7 @@ func TestInjectedKeysNeverReachTheHostPod(t *testing.T) {
 					pod.Labels[k], pod.Annotations[k] = "x", "runtime/default"
 				}
 			}
-			pt, err := tr.TranslatePod(pod, MetadataAllowList{Labels: allow, Annotations: allow})
+			pt, err := tr.TranslatePod(pod, MetadataAllowList{Labels: allow, Annotations: allow}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -102,12 +102,12 @@ func TestCopyAllowed(t *testing.T) {
 // updates the host pod's spec hash, so UpdatePod runs.
 func TestUncopiedMetadataStillChangesTheSpecHash(t *testing.T) {
 	pod := tenantPod()
-	before, err := tr.TranslatePod(pod, MetadataAllowList{})
+	before, err := tr.TranslatePod(pod, MetadataAllowList{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pod.Annotations = map[string]string{"example.com/rev": "2"}
-	after, err := tr.TranslatePod(pod, MetadataAllowList{})
+	after, err := tr.TranslatePod(pod, MetadataAllowList{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -347,7 +347,7 @@ func (t Translator) podReferences(obj any) ([]string, error) {
 	if !ok {
 		return nil, nil
 	}
-	pt, err := t.TranslatePod(pod, MetadataAllowList{})
+	pt, err := t.TranslatePod(pod, MetadataAllowList{}, nil)
 	if err != nil {
 		return nil, nil
 	}

@@ -73,7 +73,7 @@ func (p *podProvider) ensureTokenSecret(ctx context.Context, tenant, host *corev
 	if _, err := p.host.CoreV1().Secrets(p.tr.HostNamespace).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		return err
 	}
-	pt, err := p.tr.TranslatePod(tenant, p.metadata)
+	pt, err := p.tr.TranslatePod(tenant, p.metadata, nil)
 	if err != nil {
 		return terminal(err)
 	}

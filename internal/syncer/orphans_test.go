@@ -109,7 +109,7 @@ func TestHostPodCheckWritesAMissingTokenSecret(t *testing.T) {
 			Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}}},
 		}}}},
 	}
-	pt, err := tr.TranslatePod(tenantPod, MetadataAllowList{})
+	pt, err := tr.TranslatePod(tenantPod, MetadataAllowList{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,8 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,6 +32,10 @@ type Translator struct {
 	APIServerPort int32
 	// DNSServer is the host ClusterIP of the tenant's CoreDNS.
 	DNSServer string
+	// HostServiceCIDRs are the host's Service ClusterIP ranges. A host copy
+	// of a tenant Service asks for the tenant's ClusterIP when it lies in one
+	// of them, above the range's static band (see SameClusterIP).
+	HostServiceCIDRs []netip.Prefix
 	// NodeName is the virtual node's name in the tenant cluster.
 	NodeName string
 	// PriorityClassName is put on every host pod; the host ResourceQuota of the
@@ -85,12 +89,6 @@ const (
 // expirationSeconds to.
 const defaultTokenSeconds = 3600
 
-// Env names that point in-cluster clients at the tenant API server.
-const (
-	envServiceHost = "KUBERNETES_SERVICE_HOST"
-	envServicePort = "KUBERNETES_SERVICE_PORT"
-)
-
 // allowedVolume reports whether the host can honour a volume as the tenant
 // means it. Claims and network volumes name tenant objects or host storage that
 // the tenant has no right to; they are refused rather than silently changed.
@@ -109,11 +107,12 @@ func allowedVolume(v corev1.VolumeSource) (string, bool) {
 }
 
 // TranslatePod returns the host pod for a tenant pod bound to the virtual
-// node. It refuses, with an error naming the field, what the host cannot
+// node; services are the Services of the pod's namespace, for its service
+// variables. It refuses, with an error naming the field, what the host cannot
 // honour. Pod Security is checked separately, before translation. Of the
 // tenant's labels and annotations, only the keys metadata allows reach the
 // host pod (see copyAllowed); the rest stay in the tenant cluster.
-func (t Translator) TranslatePod(tenant *corev1.Pod, metadata MetadataAllowList) (*PodTranslation, error) {
+func (t Translator) TranslatePod(tenant *corev1.Pod, metadata MetadataAllowList, services []ServiceAddress) (*PodTranslation, error) {
 	if err := checkReservedKeys(tenant); err != nil {
 		return nil, err
 	}
@@ -135,9 +134,10 @@ func (t Translator) TranslatePod(tenant *corev1.Pod, metadata MetadataAllowList)
 	if err := t.translateVolumes(spec, name, out); err != nil {
 		return nil, err
 	}
+	serviceEnv := t.serviceEnv(tenant, services)
 	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
 		for i := range cs {
-			t.translateContainer(&cs[i], tenant, out)
+			t.translateContainer(&cs[i], tenant, serviceEnv, out)
 		}
 	}
 	for i, s := range spec.ImagePullSecrets {
@@ -335,9 +335,10 @@ func splitIdentityItems(items []corev1.DownwardAPIVolumeFile) ([]corev1.KeyToPat
 }
 
 // translateContainer points references at host copies, resolves the
-// downward API fields that would otherwise show host values, and points
+// downward API fields that would otherwise show host values, and gives the
+// container the tenant's service variables (serviceEnv), which point
 // in-cluster clients at the tenant API server.
-func (t Translator) translateContainer(c *corev1.Container, tenant *corev1.Pod, out *PodTranslation) {
+func (t Translator) translateContainer(c *corev1.Container, tenant *corev1.Pod, serviceEnv []corev1.EnvVar, out *PodTranslation) {
 	for i := range c.EnvFrom {
 		e := &c.EnvFrom[i]
 		if e.ConfigMapRef != nil {
@@ -365,14 +366,16 @@ func (t Translator) translateContainer(c *corev1.Container, tenant *corev1.Pod, 
 			}
 		}
 	}
-	for _, e := range []corev1.EnvVar{
-		{Name: envServiceHost, Value: t.APIServerHost},
-		{Name: envServicePort, Value: strconv.Itoa(int(t.APIServerPort))},
-	} {
+	// First, so the container's own variables can refer to them as $(NAME),
+	// and left out where the container sets the name itself. (The kubelet
+	// lets envFrom override them too; here they win over envFrom.)
+	var env []corev1.EnvVar
+	for _, e := range serviceEnv {
 		if !has[e.Name] {
-			c.Env = append(c.Env, e)
+			env = append(env, e)
 		}
 	}
+	c.Env = append(env, c.Env...)
 	zeroFillRequests(&c.Resources)
 	raiseDefaultLimits(&c.Resources, t.DefaultLimits)
 }

@@ -34,6 +34,9 @@ type podProvider struct {
 	objects  *objectSyncer
 	tokens   *tokenIssuer
 	recorder record.EventRecorder
+	// services lists the tenant Services of a namespace, for pods' service
+	// variables.
+	services func(namespace string) []ServiceAddress
 
 	tenantPods corelisters.PodLister
 	hostPods   corelisters.PodNamespaceLister
@@ -58,7 +61,7 @@ func (p *podProvider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	if err := p.security.Check(pod); err != nil {
 		return refused(err)
 	}
-	pt, err := p.tr.TranslatePod(pod, p.metadata)
+	pt, err := p.tr.TranslatePod(pod, p.metadata, p.services(pod.Namespace))
 	if err != nil {
 		return refused(err)
 	}
@@ -156,7 +159,8 @@ func (p *podProvider) writeTokenSecret(ctx context.Context, s *corev1.Secret, ow
 // UpdatePod carries the fields a pod update may change (labels, annotations,
 // images, active deadline) to the host pod.
 func (p *podProvider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
-	pt, err := p.tr.TranslatePod(pod, p.metadata)
+	// Service variables are fixed when the host pod is made: nil.
+	pt, err := p.tr.TranslatePod(pod, p.metadata, nil)
 	if err != nil {
 		return errdefs.AsInvalidInput(err)
 	}

@@ -34,6 +34,7 @@ func newProvider(t *testing.T, capacity corev1.ResourceList, host []runtime.Obje
 		recorder:   record.NewFakeRecorder(10),
 		tenantPods: podLister(t, tenantPods...),
 		hostPods:   corelisters.NewPodLister(indexerOf(t, host...)).Pods(tr.HostNamespace),
+		services:   func(string) []ServiceAddress { return nil },
 	}
 	p.capacity = &admission{capacity: capacity, pods: p.tenantPods, onHost: p.runsOnHost}
 	return p, hostClient
@@ -53,7 +54,7 @@ func simplePod(name, cpu string) *corev1.Pod {
 // hostPodOf is the host pod the syncer made for a tenant pod.
 func hostPodOf(t *testing.T, pod *corev1.Pod) *corev1.Pod {
 	t.Helper()
-	pt, err := tr.TranslatePod(pod, defaultMetadata)
+	pt, err := tr.TranslatePod(pod, defaultMetadata, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,7 +58,7 @@ func TestHostPodDNSConfig(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			p := tenantPod()
 			p.Spec.DNSPolicy, p.Spec.DNSConfig = tt.policy, tt.tenant
-			pt, err := tr.TranslatePod(p, defaultMetadata)
+			pt, err := tr.TranslatePod(p, defaultMetadata, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -187,6 +187,7 @@ func newSyncerFor(ctx context.Context, o Options, tenant, host kubernetes.Interf
 		tenantSlices:   s.tenantF.Discovery().V1().EndpointSlices().Lister(),
 		hostServices:   s.hostF.Core().V1().Services().Lister().Services(o.HostNamespace),
 	})
+	s.provider.services = s.serviceSync.addresses
 	s.services = newKindSyncer("services", serviceWorkers, s.serviceSync.syncService,
 		copyKeys(s.serviceSync.tenantServices.List, s.serviceSync.hostServices.List))
 	s.configMaps = newKindSyncer("configmaps", configMapWorkers, objects.syncConfigMap, copyKeys(tenantConfigMaps.List, hostConfigMaps.List))

@@ -3,6 +3,7 @@ package syncer
 import (
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -39,10 +40,61 @@ func (t Translator) HostService(s *corev1.Service) (*corev1.Service, bool) {
 		SessionAffinityConfig:    s.Spec.SessionAffinityConfig,
 		PublishNotReadyAddresses: s.Spec.PublishNotReadyAddresses,
 	}
-	if s.Spec.ClusterIP == corev1.ClusterIPNone {
+	switch {
+	case s.Spec.ClusterIP == corev1.ClusterIPNone:
 		spec.ClusterIP = corev1.ClusterIPNone
+	case t.SameClusterIP(s.Spec.ClusterIP):
+		spec.ClusterIP = s.Spec.ClusterIP
 	}
 	return &corev1.Service{ObjectMeta: t.copyMeta(&s.ObjectMeta), Spec: spec}, true
+}
+
+// SameClusterIP reports whether a host copy asks for the tenant Service's own
+// ClusterIP ip. With one address in both clusters, what tenant pods read
+// from the API (spec.clusterIP, as conformance specs and many clients do)
+// is what the host routes. It asks only for an address in a host Service
+// range and above the range's static band, the low addresses upstream keeps
+// for Services that name their ClusterIP (k8s.io/kubernetes
+// pkg/registry/core/service/ipallocator): a tenant cannot take an address
+// the host's admins may later assign. When the host has given the address
+// away, the copy gets one of its own (see syncService).
+func (t Translator) SameClusterIP(ip string) bool {
+	addr, err := netip.ParseAddr(ip)
+	if err != nil {
+		return false
+	}
+	for _, cidr := range t.HostServiceCIDRs {
+		if cidr.Contains(addr) && offsetIn(cidr, addr) > staticBand(cidr) {
+			return true
+		}
+	}
+	return false
+}
+
+// staticBand is the number of addresses at the start of a Service range
+// upstream's allocator reserves for static ClusterIPs: a sixteenth of the
+// range, at least 16 and at most 256 (none for ranges under 16).
+func staticBand(cidr netip.Prefix) uint64 {
+	bits := cidr.Addr().BitLen() - cidr.Bits()
+	if bits >= 63 {
+		return 256
+	}
+	size := uint64(1) << bits
+	if size < 16 {
+		return 0
+	}
+	return min(max(size/16, 16), 256)
+}
+
+// offsetIn is addr's distance from the start of cidr (IPv4 and the low 64
+// bits of IPv6).
+func offsetIn(cidr netip.Prefix, addr netip.Addr) uint64 {
+	a, b := addr.As16(), cidr.Masked().Addr().As16()
+	var off uint64
+	for i := 8; i < 16; i++ {
+		off = off<<8 | uint64(a[i]-b[i])
+	}
+	return off
 }
 
 // ServiceNeedsUpdate reports whether the host Service have differs from want
@@ -130,11 +182,14 @@ func (t Translator) APIServerRecord() DNSRecord {
 }
 
 // Corefile is CoreDNS' configuration for the tenant: the hosts file the
-// syncer writes (hostsPath) answers every name under the cluster domain, and
-// nothing is forwarded anywhere else. CoreDNS serves on port, and /health on
-// healthPort and /ready on the next port, both on loopback only: other pods
-// must not reach them.
-func Corefile(port int, hostsPath, clusterDomain string, healthPort int) string {
+// syncer writes (hostsPath) answers the names under the cluster domain it
+// holds, and the zone file at zonePath (ZoneFile) answers NXDOMAIN, with the
+// zone's SOA, for every other name there, as a cluster DNS must: the hosts
+// plugin alone would answer SERVFAIL, and resolvers stop their search-path
+// walk on SERVFAIL. Nothing is forwarded anywhere else. CoreDNS serves on
+// port, and /health on healthPort and /ready on the next port, both on
+// loopback only: other pods must not reach them.
+func Corefile(port int, hostsPath, zonePath, clusterDomain string, healthPort int) string {
 	return fmt.Sprintf(`.:%d {
     errors
     health 127.0.0.1:%d
@@ -142,8 +197,17 @@ func Corefile(port int, hostsPath, clusterDomain string, healthPort int) string 
     hosts %s %s {
         reload 1s
         ttl 5
+        fallthrough
     }
+    file %s %s
     loadbalance
 }
-`, port, healthPort, healthPort+1, hostsPath, clusterDomain)
+`, port, healthPort, healthPort+1, hostsPath, clusterDomain, zonePath, clusterDomain)
+}
+
+// ZoneFile is the cluster domain's zone for CoreDNS' file plugin: its SOA
+// alone, so every name the hosts file lacks is NXDOMAIN. The negative-answer
+// TTL is as short as the records' (5 s): a new Service resolves soon.
+func ZoneFile(clusterDomain string) string {
+	return fmt.Sprintf("%[1]s. 5 IN SOA ns.dns.%[1]s. hostmaster.%[1]s. 1 7200 1800 86400 5\n%[1]s. 5 IN NS ns.dns.%[1]s.\n", clusterDomain)
 }

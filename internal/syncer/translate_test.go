@@ -3,6 +3,7 @@ package syncer
 import (
 	"flag"
 	"io"
+	"net/netip"
 	"reflect"
 	"slices"
 	"strings"
@@ -96,7 +97,7 @@ func tenantPod() *corev1.Pod {
 }
 
 func TestTranslatePod(t *testing.T) {
-	pt, err := tr.TranslatePod(tenantPod(), defaultMetadata)
+	pt, err := tr.TranslatePod(tenantPod(), defaultMetadata, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +132,7 @@ func TestTranslatePod(t *testing.T) {
 	if env["NS"].Value != "shop" || env["IP"].ValueFrom == nil || env["COLOR"].ValueFrom.ConfigMapKeyRef.Name != HostName("alpha", "shop", "settings") {
 		t.Errorf("env %+v", env)
 	}
-	if env[envServiceHost].Value != "10.96.0.5" || env[envServicePort].Value != "6443" {
+	if env["KUBERNETES_SERVICE_HOST"].Value != "10.96.0.5" || env["KUBERNETES_SERVICE_PORT"].Value != "6443" || env["KUBERNETES_PORT_6443_TCP_ADDR"].Value != "10.96.0.5" {
 		t.Errorf("in-cluster clients are not pointed at the tenant API server: %+v", env)
 	}
 	if c.EnvFrom[0].SecretRef.Name != HostName("alpha", "shop", "creds") || c.ReadinessProbe == nil {
@@ -176,7 +177,7 @@ func TestDefaultLimitsNeverFallBelowRequests(t *testing.T) {
 	p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "limited", Image: "img", Resources: corev1.ResourceRequirements{
 		Requests: corev1.ResourceList{"memory": resource.MustParse("1Gi")}, Limits: corev1.ResourceList{"memory": resource.MustParse("2Gi")},
 	}})
-	pt, err := withLimits.TranslatePod(p, defaultMetadata)
+	pt, err := withLimits.TranslatePod(p, defaultMetadata, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +229,7 @@ func TestTranslatePodRefuses(t *testing.T) {
 	} {
 		p := tenantPod()
 		tt.mutate(p)
-		if _, err := tr.TranslatePod(p, defaultMetadata); err == nil || !strings.Contains(err.Error(), tt.field) {
+		if _, err := tr.TranslatePod(p, defaultMetadata, nil); err == nil || !strings.Contains(err.Error(), tt.field) {
 			t.Errorf("%s: error %v does not name the field", tt.field, err)
 		}
 	}
@@ -388,6 +389,7 @@ func TestTokenRefreshTime(t *testing.T) {
 func TestFlagsRoundTrip(t *testing.T) {
 	withLimits := tr
 	withLimits.DefaultLimits = corev1.ResourceList{"cpu": resource.MustParse("500m"), "memory": resource.MustParse("512Mi")}
+	withLimits.HostServiceCIDRs = []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("fd00:96::/108")}
 	want := Options{Translator: withLimits, Capacity: corev1.ResourceList{"cpu": resource.MustParse("4"), "nvidia.com/gpu": resource.MustParse("1")},
 		PodSecurityLevel: "restricted", TokenMaxAge: 15 * time.Second, TenantKubeconfig: "/k", DNSDir: "/d",
 		HostMetadata:    MetadataAllowList{Labels: []string{"app", "example.com/*"}, Annotations: []string{"example.com/owner"}},
@@ -400,6 +402,10 @@ func TestFlagsRoundTrip(t *testing.T) {
 	}
 	gotLimits := FormatResourceList(got.DefaultLimits)
 	got.DefaultLimits = nil
+	if !slices.Equal(got.HostServiceCIDRs, withLimits.HostServiceCIDRs) {
+		t.Errorf("host Service CIDRs %v, want %v", got.HostServiceCIDRs, withLimits.HostServiceCIDRs)
+	}
+	got.HostServiceCIDRs = nil
 	if gotLimits != "cpu=500m,memory=512Mi" || !reflect.DeepEqual(got.Translator, tr) || FormatResourceList(got.Capacity) != "cpu=4,nvidia.com/gpu=1" || got.TokenMaxAge != want.TokenMaxAge || got.PodSecurityLevel != "restricted" {
 		t.Errorf("round trip: %+v", got)
 	}

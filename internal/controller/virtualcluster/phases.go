@@ -130,7 +130,7 @@ func (r *Reconciler) ensure(ctx context.Context, s *reconcileState, obj client.O
 // component kubeconfig Secret.
 func (r *Reconciler) reconcilePKI(ctx context.Context, s *reconcileState) (bool, error) {
 	n := controlplane.NamesOf(s.vc)
-	endpoints := controlplane.EndpointsOf(s.vc, s.service, s.nodeIPs, r.HostClusterDomain)
+	endpoints := controlplane.EndpointsOf(s.vc, s.service, s.ips, s.nodeIPs, r.HostClusterDomain)
 	pkiData, err := r.reconcileSecret(ctx, s, n.PKISecret(), func(existing map[string][]byte) (map[string][]byte, bool, error) {
 		return controlplane.ReconcilePKI(existing, n, endpoints)
 	})

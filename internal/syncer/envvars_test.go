@@ -1,0 +1,103 @@
+package syncer
+
+import (
+	"net/netip"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+// Tenant pods get the variables the kubelet would give them in the tenant
+// cluster, with the addresses host pods reach: the API server's for
+// KUBERNETES_* (overriding the host kubelet's, which name the same port), and
+// each Service of the namespace unless service links are off.
+func TestServiceVariablesFollowTheKubelet(t *testing.T) {
+	tr := Translator{VirtualCluster: "alpha", HostNamespace: "vc-alpha", APIServerHost: "10.96.0.6", APIServerPort: 443, DNSServer: "10.96.0.6", ClusterDomain: "cluster.local"}
+	services := []ServiceAddress{
+		AddressOf(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "foo-service"}, Spec: corev1.ServiceSpec{ClusterIP: "10.96.7.7",
+			Ports: []corev1.ServicePort{{Name: "http", Port: 8765, Protocol: corev1.ProtocolTCP}, {Port: 53, Protocol: corev1.ProtocolUDP}}}}, "10.96.9.9"),
+		AddressOf(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "headless"}, Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{{Port: 80}}}}, ""),
+	}
+	pod := simplePod("web", "100m")
+	pod.Namespace = "shop"
+	pod.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "FOO_SERVICE_PORT", Value: "mine"}}
+	pt, err := tr.TranslatePod(pod, defaultMetadata, services)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{}
+	for _, e := range pt.Pod.Spec.Containers[0].Env {
+		if _, dup := env[e.Name]; dup {
+			t.Errorf("variable %s set twice", e.Name)
+		}
+		env[e.Name] = e.Value
+	}
+	for name, want := range map[string]string{
+		"KUBERNETES_SERVICE_HOST": "10.96.0.6", "KUBERNETES_SERVICE_PORT": "443", "KUBERNETES_SERVICE_PORT_HTTPS": "443",
+		"KUBERNETES_PORT": "tcp://10.96.0.6:443", "KUBERNETES_PORT_443_TCP": "tcp://10.96.0.6:443", "KUBERNETES_PORT_443_TCP_ADDR": "10.96.0.6",
+		// The host copy's ClusterIP, which host pods reach.
+		"FOO_SERVICE_SERVICE_HOST": "10.96.9.9", "FOO_SERVICE_SERVICE_PORT": "8765", "FOO_SERVICE_SERVICE_PORT_HTTP": "8765",
+		"FOO_SERVICE_PORT_8765_TCP": "tcp://10.96.9.9:8765", "FOO_SERVICE_PORT_53_UDP": "udp://10.96.9.9:53", "FOO_SERVICE_PORT_53_UDP_PROTO": "udp",
+		"FOO_SERVICE_PORT_8765_TCP_PORT": "8765",
+		// The container sets this one itself, and it wins.
+		"FOO_SERVICE_PORT": "mine",
+	} {
+		if env[name] != want {
+			t.Errorf("%s=%q, want %q", name, env[name], want)
+		}
+	}
+	if _, ok := env["HEADLESS_SERVICE_HOST"]; ok {
+		t.Error("a headless Service got variables")
+	}
+	if pt.Pod.Spec.Containers[0].Env[len(pt.Pod.Spec.Containers[0].Env)-1].Name != "FOO_SERVICE_PORT" {
+		t.Error("the container's own variables must come after the service variables they may refer to")
+	}
+
+	pod.Spec.EnableServiceLinks = ptr.To(false)
+	pt, err = tr.TranslatePod(pod, defaultMetadata, services)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range pt.Pod.Spec.Containers[0].Env {
+		if e.Name == "FOO_SERVICE_SERVICE_HOST" {
+			t.Error("service links off, yet the namespace's Services have variables")
+		}
+	}
+	if ptr.Deref(pt.Pod.Spec.EnableServiceLinks, true) {
+		t.Error("the host kubelet must not add host Services' variables")
+	}
+}
+
+// A host copy asks for the tenant's ClusterIP only inside a host Service
+// range and above its static band, so a tenant never takes an address the
+// host's admins may assign (10.96.0.10 for the host's DNS, say).
+func TestHostServiceAsksForTheTenantClusterIPOnlyInTheDynamicBand(t *testing.T) {
+	tr := Translator{VirtualCluster: "alpha", HostNamespace: "vc-alpha", HostServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}}
+	for ip, want := range map[string]string{
+		"10.96.37.4": "10.96.37.4", // dynamic band: the same address
+		"10.96.1.1":  "10.96.1.1",  // just above the 256 static addresses after 10.96.0.0
+		"10.96.1.0":  "",           // the last static one
+		"10.96.0.10": "",           // static band: the host's to assign
+		"10.96.0.1":  "",           // the host's own kubernetes Service
+		"10.100.3.3": "",           // outside every host range
+		"None":       "None",       // headless stays headless
+	} {
+		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"},
+			Spec: corev1.ServiceSpec{ClusterIP: ip, Selector: map[string]string{"app": "web"}, Ports: []corev1.ServicePort{{Port: 80}}}}
+		host, ok := tr.HostService(svc)
+		if !ok {
+			t.Fatalf("%s: no host copy", ip)
+		}
+		if host.Spec.ClusterIP != want {
+			t.Errorf("tenant ClusterIP %s: host copy asks for %q, want %q", ip, host.Spec.ClusterIP, want)
+		}
+	}
+	if got := staticBand(netip.MustParsePrefix("10.96.0.0/12")); got != 256 {
+		t.Errorf("static band of a /12: %d, want 256", got)
+	}
+	if got := staticBand(netip.MustParsePrefix("10.96.0.0/24")); got != 16 {
+		t.Errorf("static band of a /24: %d, want 16", got)
+	}
+}
