@@ -82,6 +82,13 @@ const (
 	schedulerPort         = 10259
 )
 
+// NodePortFirst and NodePortLast bound the tenant API server's
+// --service-node-port-range (its default).
+const (
+	NodePortFirst int32 = 30000
+	NodePortLast  int32 = 32767
+)
+
 // NetworkPoliciesFor returns the host NetworkPolicies of the virtual
 // cluster's namespace, in the order of Names.NetworkPolicies:
 //
@@ -114,10 +121,12 @@ func NetworkPoliciesFor(vc *nestv1.VirtualCluster, o Options) ([]*networkingv1.N
 	controlPlane := []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: n.Labels()}}}
 	apiPort := ports(corev1.ProtocolTCP, Port)
 	dnsPorts := append(ports(corev1.ProtocolUDP, syncer.DefaultDNSPort), ports(corev1.ProtocolTCP, syncer.DefaultDNSPort)...)
+	// The virtual node's node ports, which nest-syncer serves on the pod IP.
+	nodePorts := []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(NodePortFirst)), EndPort: ptr.To[int32](NodePortLast)}}
 
 	tenantEgress := []networkingv1.NetworkPolicyEgressRule{
 		{To: tenantPods},
-		{To: controlPlane, Ports: slices.Concat(apiPort, dnsPorts)},
+		{To: controlPlane, Ports: slices.Concat(apiPort, dnsPorts, nodePorts)},
 	}
 	// A rule without peers would allow every destination: add the outside
 	// world only when some of it is left.
@@ -131,7 +140,7 @@ func NetworkPoliciesFor(vc *nestv1.VirtualCluster, o Options) ([]*networkingv1.N
 	})
 
 	cpIngress := []networkingv1.NetworkPolicyIngressRule{
-		{From: tenantPods, Ports: slices.Concat(apiPort, dnsPorts)},
+		{From: tenantPods, Ports: slices.Concat(apiPort, dnsPorts, nodePorts)},
 		{From: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{
 			MatchLabels: map[string]string{corev1.LabelMetadataName: o.ManagerNamespace},
 		}}}, Ports: apiPort},

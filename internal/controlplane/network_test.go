@@ -50,7 +50,11 @@ func rules(p *networkingv1.NetworkPolicy) []string {
 		}
 		var out []string
 		for _, p := range ps {
-			out = append(out, fmt.Sprintf("%s/%s", *p.Protocol, p.Port.String()))
+			r := fmt.Sprintf("%s/%s", *p.Protocol, p.Port.String())
+			if p.EndPort != nil {
+				r += fmt.Sprintf("-%d", *p.EndPort)
+			}
+			out = append(out, r)
 		}
 		return strings.Join(out, ",")
 	}
@@ -68,7 +72,8 @@ func TestNetworkPoliciesFor(t *testing.T) {
 	const (
 		tenantPods   = "pods(nest.dev/tenant-of=alpha)"
 		controlPlane = "pods(app.kubernetes.io/component=control-plane,app.kubernetes.io/managed-by=nest,nest.dev/virtualcluster=alpha)"
-		cpPorts      = "TCP/6443,UDP/1053,TCP/1053"
+		// The API server, DNS, and the node ports nest-syncer serves.
+		cpPorts      = "TCP/6443,UDP/1053,TCP/1053,TCP/30000-32767"
 		private      = "10.0.0.0/8,100.64.0.0/10,169.254.0.0/16,172.16.0.0/12,192.168.0.0/16"
 	)
 	tenantHead := []string{

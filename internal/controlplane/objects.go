@@ -220,13 +220,18 @@ func apiServerContainer(vc *nestv1.VirtualCluster, o Options) corev1.Container {
 		components.Flag{Name: "enable-aggregator-routing", Value: "true"},
 	)
 	c := container(apiServerName, o, r, args.Args())
-	c.Env = append(c.Env, corev1.EnvVar{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}})
+	c.Env = append(c.Env, podIPEnv())
 	c.VolumeMounts = mounts(false)
 	c.Ports = []corev1.ContainerPort{{Name: "https", ContainerPort: Port}}
 	c.StartupProbe = httpProbe("/readyz", Port, corev1.URISchemeHTTPS, 1, 120)
 	c.ReadinessProbe = httpProbe("/readyz", Port, corev1.URISchemeHTTPS, 2, 3)
 	c.LivenessProbe = httpProbe("/livez", Port, corev1.URISchemeHTTPS, 10, 8)
 	return c
+}
+
+// podIPEnv is POD_IP, the pod's IP, for $(POD_IP) in arguments.
+func podIPEnv() corev1.EnvVar {
+	return corev1.EnvVar{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}}
 }
 
 // clientComponent is the controller-manager or scheduler with the kubeconfig

@@ -140,6 +140,8 @@ func syncerOptions(vc *nestv1.VirtualCluster, opts Options, ips ServiceIPs) sync
 			DefaultLimits:    DefaultContainerLimits(vc),
 			HostServiceCIDRs: opts.HostNetwork.ServiceCIDRs,
 		},
+		// The kubelet substitutes the pod IP: the virtual node's address.
+		NodeIP:           "$(POD_IP)",
 		TenantKubeconfig: path.Join(KubeconfigDir, SyncerKubeconfig),
 		Capacity:         Share(vc),
 		PodSecurityLevel: PodSecurityLevel(vc),
@@ -176,6 +178,7 @@ func hostMetadata(vc *nestv1.VirtualCluster, o Options) syncer.MetadataAllowList
 func syncerContainer(vc *nestv1.VirtualCluster, o Options, ips ServiceIPs) corev1.Container {
 	c := container(syncerName, o, componentResources[syncerName], syncerOptions(vc, o, ips).Args())
 	c.Image, c.Command = o.SyncerImage, []string{"/nest-syncer"}
+	c.Env = append(c.Env, podIPEnv())
 	c.VolumeMounts = append(mounts(false),
 		corev1.VolumeMount{Name: "dns", MountPath: dnsDir},
 		corev1.VolumeMount{Name: "host-token", MountPath: hostTokenDir, ReadOnly: true},

@@ -35,8 +35,9 @@ type serviceSyncer struct {
 	tenantServices corelisters.ServiceLister
 	tenantSlices   discoverylisters.EndpointSliceLister
 	hostServices   corelisters.ServiceNamespaceLister
-	// dns rewrites the hosts file; every Service change asks it to.
-	dns  *kindSyncer
+	// dns rewrites the hosts file; every Service change asks it to, and
+	// nodePorts (nil without node ports) to re-read the tenant's node ports.
+	dns, nodePorts *kindSyncer
 	last []byte
 }
 
@@ -73,6 +74,9 @@ func (s *serviceSyncer) syncService(ctx context.Context, key string) (time.Durat
 		return 0, terminal(err)
 	}
 	defer s.dns.add(hostsKey)
+	if s.nodePorts != nil {
+		defer s.nodePorts.add(nodePortsKey)
+	}
 	hostName := HostName(s.tr.VirtualCluster, namespace, name)
 	svc, err := s.tenantServices.Services(namespace).Get(name)
 	if err != nil && !apierrors.IsNotFound(err) {

@@ -39,6 +39,7 @@ const (
 	flagHostAnnotations  = "host-annotations"
 	flagDataBudget       = "data-budget-bytes"
 	flagHostServiceCIDRs = "host-service-cidrs"
+	flagNodeIP           = "node-ip"
 )
 
 // Defaults of the flags that the controller leaves alone.
@@ -96,6 +97,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		allowListFlag(&o.HostMetadata.Labels))
 	fs.Func(flagHostAnnotations, "comma-separated tenant annotation keys copied to host pods, as for --"+flagHostLabels+" (default none)",
 		allowListFlag(&o.HostMetadata.Annotations))
+	fs.StringVar(&o.NodeIP, flagNodeIP, "", "the virtual node's InternalIP, the control-plane pod's IP: the kubelet API and the tenant's node ports listen there (default: kubelet API on loopback, no node ports)")
 	fs.Func(flagHostServiceCIDRs, "comma-separated Service ClusterIP ranges of the host cluster; a tenant Service's host copy takes the tenant's ClusterIP when it lies in one", func(s string) error {
 		l, err := parsePrefixes(s)
 		o.HostServiceCIDRs = l
@@ -130,6 +132,9 @@ func (o Options) Args() []string {
 		"--" + flagHostLabels + "=" + strings.Join(o.HostMetadata.Labels, ","),
 		"--" + flagHostAnnotations + "=" + strings.Join(o.HostMetadata.Annotations, ","),
 		"--" + flagDataBudget + "=" + strconv.FormatInt(o.DataBudgetBytes, 10),
+	}
+	if o.NodeIP != "" {
+		args = append(args, "--"+flagNodeIP+"="+o.NodeIP)
 	}
 	if len(o.HostServiceCIDRs) > 0 {
 		cidrs := make([]string, len(o.HostServiceCIDRs))

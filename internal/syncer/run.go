@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"runtime"
@@ -45,6 +46,10 @@ type Options struct {
 	PodSecurityLevel string
 	// TokenMaxAge bounds how long a delivered token is used before refresh.
 	TokenMaxAge time.Duration
+	// NodeIP is the virtual node's InternalIP: the control-plane pod's IP,
+	// where the kubelet API and the tenant's node ports listen. Empty keeps
+	// the kubelet API on KubeletAddr and serves no node ports.
+	NodeIP string
 	// KubeletAddr is where the kubelet API listens, with ServingCert/Key and
 	// ClientCA (PEM files). Only the tenant API server's kubelet client
 	// certificate is accepted.
@@ -89,6 +94,9 @@ type syncer struct {
 	o           Options
 	provider    *podProvider
 	serviceSync *serviceSyncer
+	// nodePorts serves the tenant's node ports on the virtual node's IP;
+	// nil without Options.NodeIP.
+	nodePorts *nodePortProxy
 	// One syncer per kind besides pods, which virtual-kubelet's pod
 	// controller runs (orphans deletes the host pods it misses); the DNS
 	// syncer is serviceSync.dns.
@@ -188,6 +196,11 @@ func newSyncerFor(ctx context.Context, o Options, tenant, host kubernetes.Interf
 		hostServices:   s.hostF.Core().V1().Services().Lister().Services(o.HostNamespace),
 	})
 	s.provider.services = s.serviceSync.addresses
+	if o.NodeIP != "" {
+		s.nodePorts = &nodePortProxy{ip: o.NodeIP, tr: o.Translator, tenantServices: s.serviceSync.tenantServices,
+			hostServices: s.serviceSync.hostServices, listeners: map[int32]*nodePortListener{}}
+		s.serviceSync.nodePorts = newKindSyncer("nodeports", 1, s.nodePorts.sync, func() []string { return []string{nodePortsKey} })
+	}
 	s.services = newKindSyncer("services", serviceWorkers, s.serviceSync.syncService,
 		copyKeys(s.serviceSync.tenantServices.List, s.serviceSync.hostServices.List))
 	s.configMaps = newKindSyncer("configmaps", configMapWorkers, objects.syncConfigMap, copyKeys(tenantConfigMaps.List, hostConfigMaps.List))
@@ -233,6 +246,13 @@ func (s *syncer) startSyncers(ctx context.Context) error {
 	for _, k := range []*kindSyncer{s.configMaps, s.secrets, s.services, s.serviceSync.dns, s.tokens, s.orphans, s.tenantDeletes} {
 		go k.run(ctx)
 	}
+	if s.nodePorts != nil {
+		go s.serviceSync.nodePorts.run(ctx)
+		go func() {
+			<-ctx.Done()
+			s.nodePorts.close()
+		}()
+	}
 	return nil
 }
 
@@ -258,7 +278,7 @@ func (s *syncer) runNode(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	spec := VirtualNode(s.o.NodeName, s.o.Capacity)
+	spec := VirtualNode(s.o.NodeName, s.o.NodeIP, s.o.Capacity)
 	status := node.NewNaiveNodeProvider()
 	nc, err := node.NewNodeController(status, &spec, s.tenant.CoreV1().Nodes(),
 		node.WithNodeEnableLeaseV1(s.tenant.CoordinationV1().Leases(corev1.NamespaceNodeLease), node.DefaultLeaseDuration))
@@ -324,7 +344,13 @@ func (s *syncer) serveKubeletAPI(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	l, err := tls.Listen("tcp", s.o.KubeletAddr, tlsConfig)
+	addr := s.o.KubeletAddr
+	if s.o.NodeIP != "" {
+		// The API server dials the node's InternalIP.
+		_, port, _ := net.SplitHostPort(addr)
+		addr = net.JoinHostPort(s.o.NodeIP, port)
+	}
+	l, err := tls.Listen("tcp", addr, tlsConfig)
 	if err != nil {
 		return fmt.Errorf("kubelet API listener: %w", err)
 	}
@@ -355,9 +381,14 @@ func (s *syncer) serveKubeletAPI(ctx context.Context) error {
 }
 
 // VirtualNode is the tenant's view of its share of host capacity: a Ready
-// node whose capacity and allocatable are the share. The kubelet API
-// address is loopback: only the API server in the same pod reaches it.
-func VirtualNode(name string, capacity corev1.ResourceList) corev1.Node {
+// node whose capacity and allocatable are the share. Its InternalIP is ip,
+// the control-plane pod's, where the kubelet API and the tenant's node ports
+// are served (loopback when ip is empty): the API server in the same pod
+// and the tenant's own pods reach it, and nothing else does.
+func VirtualNode(name, ip string, capacity corev1.ResourceList) corev1.Node {
+	if ip == "" {
+		ip = "127.0.0.1"
+	}
 	return corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
 			"type":                             "virtual-kubelet",
@@ -375,7 +406,7 @@ func VirtualNode(name string, capacity corev1.ResourceList) corev1.Node {
 				{Type: corev1.NodeReady}, {Type: corev1.NodeMemoryPressure}, {Type: corev1.NodeDiskPressure},
 				{Type: corev1.NodePIDPressure}, {Type: corev1.NodeNetworkUnavailable},
 			},
-			Addresses:       []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}, {Type: corev1.NodeHostName, Address: name}},
+			Addresses:       []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}, {Type: corev1.NodeHostName, Address: name}},
 			DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: kubeletPort}},
 			NodeInfo: corev1.NodeSystemInfo{
 				KubeletVersion: version.Kubernetes, OperatingSystem: "linux", Architecture: runtime.GOARCH,
