@@ -73,8 +73,8 @@ func TestNetworkPoliciesFor(t *testing.T) {
 		tenantPods   = "pods(nest.dev/tenant-of=alpha)"
 		controlPlane = "pods(app.kubernetes.io/component=control-plane,app.kubernetes.io/managed-by=nest,nest.dev/virtualcluster=alpha)"
 		// The API server, DNS, and the node ports nest-syncer serves.
-		cpPorts      = "TCP/6443,UDP/1053,TCP/1053,TCP/30000-32767"
-		private      = "10.0.0.0/8,100.64.0.0/10,169.254.0.0/16,172.16.0.0/12,192.168.0.0/16"
+		cpPorts = "TCP/6443,UDP/1053,TCP/1053,TCP/30000-32767"
+		private = "10.0.0.0/8,100.64.0.0/10,169.254.0.0/16,172.16.0.0/12,192.168.0.0/16"
 	)
 	tenantHead := []string{
 		"select " + tenantPods + " types [Ingress Egress]",

@@ -38,7 +38,7 @@ type serviceSyncer struct {
 	// dns rewrites the hosts file; every Service change asks it to, and
 	// nodePorts (nil without node ports) to re-read the tenant's node ports.
 	dns, nodePorts *kindSyncer
-	last []byte
+	last           []byte
 }
 
 func newServiceSyncer(s *serviceSyncer) *serviceSyncer {
