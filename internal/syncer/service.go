@@ -183,13 +183,15 @@ func (t Translator) APIServerRecord() DNSRecord {
 
 // Corefile is CoreDNS' configuration for the tenant: the hosts file the
 // syncer writes (hostsPath) answers the names under the cluster domain it
-// holds, and the zone file at zonePath (ZoneFile) answers NXDOMAIN, with the
-// zone's SOA, for every other name there, as a cluster DNS must: the hosts
-// plugin alone would answer SERVFAIL, and resolvers stop their search-path
-// walk on SERVFAIL. Nothing is forwarded anywhere else. CoreDNS serves on
-// port, and /health on healthPort and /ready on the next port, both on
-// loopback only: other pods must not reach them.
+// holds, and their reverse (PTR) names; the zone file at zonePath
+// (ZoneFile) answers NXDOMAIN, with the zone's SOA, for every other name
+// there, as a cluster DNS must: the hosts plugin alone would answer SERVFAIL,
+// and resolvers stop their search-path walk on SERVFAIL. Nothing is
+// forwarded anywhere else. CoreDNS serves on port, and /health on healthPort
+// and /ready on the next port, both on loopback only: other pods must not
+// reach them.
 func Corefile(port int, hostsPath, zonePath, clusterDomain string, healthPort int) string {
+	zones := clusterDomain + " in-addr.arpa ip6.arpa"
 	return fmt.Sprintf(`.:%d {
     errors
     health 127.0.0.1:%d
@@ -202,12 +204,13 @@ func Corefile(port int, hostsPath, zonePath, clusterDomain string, healthPort in
     file %s %s
     loadbalance
 }
-`, port, healthPort, healthPort+1, hostsPath, clusterDomain, zonePath, clusterDomain)
+`, port, healthPort, healthPort+1, hostsPath, zones, zonePath, zones)
 }
 
-// ZoneFile is the cluster domain's zone for CoreDNS' file plugin: its SOA
-// alone, so every name the hosts file lacks is NXDOMAIN. The negative-answer
-// TTL is as short as the records' (5 s): a new Service resolves soon.
+// ZoneFile is the zone CoreDNS' file plugin serves for the cluster domain
+// and the reverse zones: an SOA alone, at each zone's origin, so every name
+// the hosts file lacks is NXDOMAIN. The negative-answer TTL is as short as
+// the records' (5 s): a new Service resolves soon.
 func ZoneFile(clusterDomain string) string {
-	return fmt.Sprintf("%[1]s. 5 IN SOA ns.dns.%[1]s. hostmaster.%[1]s. 1 7200 1800 86400 5\n%[1]s. 5 IN NS ns.dns.%[1]s.\n", clusterDomain)
+	return fmt.Sprintf("@ 5 IN SOA ns.dns.%[1]s. hostmaster.%[1]s. 1 7200 1800 86400 5\n@ 5 IN NS ns.dns.%[1]s.\n", clusterDomain)
 }
