@@ -7,12 +7,33 @@ import (
 // TenantStatus returns the tenant pod's status from its host pod's: phase,
 // conditions, pod and host IPs, start time and container statuses flow up.
 // The QoS class stays the tenant's, which the tenant API server computed from
-// the tenant's own spec.
+// the tenant's own spec. Observed generations are the tenant's (see
+// tenantGeneration).
 func TenantStatus(tenant, host *corev1.Pod) corev1.PodStatus {
 	s := *host.Status.DeepCopy()
 	s.QOSClass = tenant.Status.QOSClass
 	s.NominatedNodeName = ""
+	s.ObservedGeneration = tenantGeneration(s.ObservedGeneration, tenant, host)
+	for i := range s.Conditions {
+		s.Conditions[i].ObservedGeneration = tenantGeneration(s.Conditions[i].ObservedGeneration, tenant, host)
+	}
 	return s
+}
+
+// tenantGeneration maps a generation the host kubelet observed to the
+// tenant's: the host pod's generation counts its own changes, not the
+// tenant pod's. Having seen the host pod's latest is having seen the
+// tenant's latest, since the syncer carries every tenant change before it
+// reports status; an older one is reported as the tenant's previous
+// generation, not yet caught up. Zero (not reported) stays zero.
+func tenantGeneration(observed int64, tenant, host *corev1.Pod) int64 {
+	switch {
+	case observed == 0:
+		return 0
+	case observed >= host.Generation:
+		return tenant.Generation
+	}
+	return max(tenant.Generation-1, 1)
 }
 
 // terminatedStatus is the status of a tenant pod whose host pod is gone: every
