@@ -32,7 +32,7 @@ func checkHostProfiles(p *corev1.Pod) error {
 	for _, list := range []struct {
 		field      string
 		containers []corev1.Container
-	}{{"spec.initContainers", p.Spec.InitContainers}, {"spec.containers", p.Spec.Containers}} {
+	}{{"spec.initContainers", p.Spec.InitContainers}, {"spec.containers", p.Spec.Containers}, {"spec.ephemeralContainers", ephemeralAsContainers(p.Spec.EphemeralContainers)}} {
 		for i, c := range list.containers {
 			if c.SecurityContext == nil {
 				continue

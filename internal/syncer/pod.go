@@ -69,6 +69,11 @@ type PodTranslation struct {
 	// Tokens to request for the pod's token Secret; empty when the pod
 	// mounts no service-account token.
 	Tokens []TokenProjection
+	// EphemeralContainers are the tenant pod's, translated like its
+	// containers. The host takes them only through the pod's
+	// ephemeralcontainers subresource, after the pod exists, so Pod leaves
+	// them out.
+	EphemeralContainers []corev1.EphemeralContainer
 	// Identity is the data of the token Secret besides the tokens: the tenant
 	// pod's name, namespace and UID for downward API files.
 	Identity map[string]string
@@ -135,10 +140,16 @@ func (t Translator) TranslatePod(tenant *corev1.Pod, metadata MetadataAllowList,
 		return nil, err
 	}
 	serviceEnv := t.serviceEnv(tenant, services)
-	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+	ephemeral := ephemeralAsContainers(tenant.Spec.EphemeralContainers)
+	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers, ephemeral} {
 		for i := range cs {
 			t.translateContainer(&cs[i], tenant, serviceEnv, out)
 		}
+	}
+	for i, c := range ephemeral {
+		dropNetRaw(&c)
+		out.EphemeralContainers = append(out.EphemeralContainers, corev1.EphemeralContainer{
+			EphemeralContainerCommon: corev1.EphemeralContainerCommon(c), TargetContainerName: tenant.Spec.EphemeralContainers[i].TargetContainerName})
 	}
 	for i, s := range spec.ImagePullSecrets {
 		spec.ImagePullSecrets[i].Name = out.secret(s.Name, nil)
@@ -216,6 +227,19 @@ func (t Translator) scheduleOnHost(spec *corev1.PodSpec, namespace, tenantName s
 		spec.DNSPolicy = corev1.DNSNone
 		spec.DNSConfig = t.dnsConfig(namespace, spec.DNSConfig)
 	}
+}
+
+// ephemeralAsContainers copies ephemeral containers as containers, the type
+// checks and translation take; TargetContainerName is left behind.
+func ephemeralAsContainers(ecs []corev1.EphemeralContainer) []corev1.Container {
+	if len(ecs) == 0 {
+		return nil
+	}
+	out := make([]corev1.Container, len(ecs))
+	for i, ec := range ecs {
+		out[i] = corev1.Container(*ec.EphemeralContainerCommon.DeepCopy())
+	}
+	return out
 }
 
 // configMap records a reference to a tenant ConfigMap and returns the name
@@ -429,8 +453,8 @@ func raiseDefaultLimits(r *corev1.ResourceRequirements, defaults corev1.Resource
 }
 
 // SpecHash digests the tenant pod fields that a pod update may change and
-// that the host pod mirrors: labels, annotations, images and the active
-// deadline.
+// that the host pod mirrors: labels, annotations, images, the active
+// deadline and the ephemeral containers' names.
 func SpecHash(p *corev1.Pod) string {
 	images := func(cs []corev1.Container) []string {
 		var out []string
@@ -439,7 +463,16 @@ func SpecHash(p *corev1.Pod) string {
 		}
 		return out
 	}
-	data, _ := json.Marshal([]any{p.Labels, p.Annotations, images(p.Spec.InitContainers), images(p.Spec.Containers), p.Spec.ActiveDeadlineSeconds})
+	var ephemeral []string
+	for _, c := range p.Spec.EphemeralContainers {
+		ephemeral = append(ephemeral, c.Name)
+	}
+	fields := []any{p.Labels, p.Annotations, images(p.Spec.InitContainers), images(p.Spec.Containers), p.Spec.ActiveDeadlineSeconds}
+	// Only when there are some: the hash of a pod without stays what it was.
+	if len(ephemeral) > 0 {
+		fields = append(fields, ephemeral)
+	}
+	data, _ := json.Marshal(fields)
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:8])
 }

@@ -157,7 +157,7 @@ func (p *podProvider) writeTokenSecret(ctx context.Context, s *corev1.Secret, ow
 }
 
 // UpdatePod carries the fields a pod update may change (labels, annotations,
-// images, active deadline) to the host pod.
+// images, active deadline, new ephemeral containers) to the host pod.
 func (p *podProvider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 	// Service variables are fixed when the host pod is made: nil.
 	pt, err := p.tr.TranslatePod(pod, p.metadata, nil)
@@ -171,6 +171,11 @@ func (p *podProvider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 	if !p.isHostPodOf(host, pod) {
 		return notOurCopy("pod", host, pod.Namespace+"/"+pod.Name)
 	}
+	if len(pt.EphemeralContainers) > len(host.Spec.EphemeralContainers) {
+		if host, err = p.addEphemeralContainers(ctx, pod, pt, host); err != nil {
+			return err
+		}
+	}
 	upd := host.DeepCopy()
 	upd.Labels, upd.Annotations = pt.Pod.Labels, pt.Pod.Annotations
 	upd.Spec.ActiveDeadlineSeconds = pt.Pod.Spec.ActiveDeadlineSeconds
@@ -180,6 +185,26 @@ func (p *podProvider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 		return fmt.Errorf("update host pod %s: %w", upd.Name, err)
 	}
 	return nil
+}
+
+// addEphemeralContainers gives the host pod the tenant pod's ephemeral
+// containers (kubectl debug), once they pass the same checks as the pod:
+// the tenant may only add them, so the host's are a prefix of the tenant's.
+// It returns the updated host pod.
+func (p *podProvider) addEphemeralContainers(ctx context.Context, pod *corev1.Pod, pt *PodTranslation, host *corev1.Pod) (*corev1.Pod, error) {
+	if err := p.security.Check(pod); err != nil {
+		return nil, errdefs.AsInvalidInput(err)
+	}
+	if err := p.objects.ensureFor(ctx, pod.Namespace, pt); err != nil {
+		return nil, err
+	}
+	upd := host.DeepCopy()
+	upd.Spec.EphemeralContainers = pt.EphemeralContainers
+	updated, err := p.host.CoreV1().Pods(p.tr.HostNamespace).UpdateEphemeralContainers(ctx, upd.Name, upd, metav1.UpdateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("add ephemeral containers to host pod %s: %w", upd.Name, err)
+	}
+	return updated, nil
 }
 
 func copyImages(dst, src []corev1.Container) {

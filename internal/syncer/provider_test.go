@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
 )
 
 // newProvider is a podProvider over a fake host API server holding host,
@@ -192,5 +193,47 @@ func TestUpdatePodCopiesOnlyAllowedMetadata(t *testing.T) {
 	}
 	if got.Labels["tier"] != "front" || got.Labels["sidecar.istio.io/inject"] != "" || got.Annotations[AnnotationSpecHash] != SpecHash(upd) {
 		t.Errorf("host pod labels %v, annotations %v", got.Labels, got.Annotations)
+	}
+}
+
+// An ephemeral container the tenant adds (kubectl debug) reaches the host pod
+// through its ephemeralcontainers subresource, translated and hardened like
+// any container; one that breaks Pod Security does not.
+func TestUpdatePodAddsEphemeralContainers(t *testing.T) {
+	pod := simplePod("web", "100m")
+	p, client := newProvider(t, nil, []runtime.Object{hostPodOf(t, pod)})
+	debug := pod.DeepCopy()
+	debug.Spec.EphemeralContainers = []corev1.EphemeralContainer{{TargetContainerName: "app", EphemeralContainerCommon: corev1.EphemeralContainerCommon{
+		Name: "debugger", Image: "busybox", Env: []corev1.EnvVar{{Name: "NS", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}}}}
+	if SpecHash(debug) == SpecHash(pod) {
+		t.Fatal("adding an ephemeral container leaves the spec hash alone, so the pod controller would never call UpdatePod")
+	}
+	if err := p.UpdatePod(context.Background(), debug); err != nil {
+		t.Fatal(err)
+	}
+	got, err := client.CoreV1().Pods(tr.HostNamespace).Get(context.Background(), HostName("alpha", "shop", "web"), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Spec.EphemeralContainers) != 1 {
+		t.Fatalf("host pod ephemeral containers %+v, want the debugger", got.Spec.EphemeralContainers)
+	}
+	ec := got.Spec.EphemeralContainers[0]
+	env := map[string]string{}
+	for _, e := range ec.Env {
+		env[e.Name] = e.Value
+	}
+	if ec.TargetContainerName != "app" || env["NS"] != "shop" || env["KUBERNETES_SERVICE_HOST"] != tr.APIServerHost {
+		t.Errorf("ephemeral container not translated: target %q, env %v", ec.TargetContainerName, env)
+	}
+	if ec.SecurityContext == nil || ec.SecurityContext.Capabilities == nil || !hasCapability(ec.SecurityContext.Capabilities.Drop, "NET_RAW") {
+		t.Errorf("ephemeral container keeps NET_RAW: %+v", ec.SecurityContext)
+	}
+
+	privileged := debug.DeepCopy()
+	privileged.Spec.EphemeralContainers = append(privileged.Spec.EphemeralContainers, corev1.EphemeralContainer{EphemeralContainerCommon: corev1.EphemeralContainerCommon{
+		Name: "root", Image: "busybox", SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)}}})
+	if err := p.UpdatePod(context.Background(), privileged); err == nil || !strings.Contains(err.Error(), "PodSecurity") {
+		t.Errorf("a privileged ephemeral container reached the host: %v", err)
 	}
 }
