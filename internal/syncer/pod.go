@@ -453,13 +453,14 @@ func raiseDefaultLimits(r *corev1.ResourceRequirements, defaults corev1.Resource
 }
 
 // SpecHash digests the tenant pod fields that a pod update may change and
-// that the host pod mirrors: labels, annotations, images, the active
-// deadline and the ephemeral containers' names.
+// that the host pod mirrors: labels, annotations, images and resources (an
+// in-place resize), the active deadline and the ephemeral containers' names.
 func SpecHash(p *corev1.Pod) string {
 	images := func(cs []corev1.Container) []string {
 		var out []string
 		for _, c := range cs {
-			out = append(out, c.Name+"="+c.Image)
+			r, _ := json.Marshal(c.Resources)
+			out = append(out, c.Name+"="+c.Image+" "+string(r))
 		}
 		return out
 	}

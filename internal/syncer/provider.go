@@ -157,7 +157,8 @@ func (p *podProvider) writeTokenSecret(ctx context.Context, s *corev1.Secret, ow
 }
 
 // UpdatePod carries the fields a pod update may change (labels, annotations,
-// images, active deadline, new ephemeral containers) to the host pod.
+// images, active deadline, new ephemeral containers, resized resources) to
+// the host pod.
 func (p *podProvider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 	// Service variables are fixed when the host pod is made: nil.
 	pt, err := p.tr.TranslatePod(pod, p.metadata, nil)
@@ -174,6 +175,11 @@ func (p *podProvider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 	if len(pt.EphemeralContainers) > len(host.Spec.EphemeralContainers) {
 		if host, err = p.addEphemeralContainers(ctx, pod, pt, host); err != nil {
 			return err
+		}
+	}
+	if resized := resizedContainers(host, pt.Pod); resized != nil {
+		if host, err = p.host.CoreV1().Pods(p.tr.HostNamespace).UpdateResize(ctx, host.Name, resized, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("resize host pod %s: %w", resized.Name, err)
 		}
 	}
 	upd := host.DeepCopy()
@@ -205,6 +211,48 @@ func (p *podProvider) addEphemeralContainers(ctx context.Context, pod *corev1.Po
 		return nil, fmt.Errorf("add ephemeral containers to host pod %s: %w", upd.Name, err)
 	}
 	return updated, nil
+}
+
+// resizedContainers is the host pod with the translated resources of want,
+// for its resize subresource, or nil when no container's resources changed.
+// Resources the host added (LimitRange defaults) and the tenant does not
+// state are kept: a resize may not remove them.
+func resizedContainers(host, want *corev1.Pod) *corev1.Pod {
+	out := host.DeepCopy()
+	changed := false
+	for i := range out.Spec.Containers {
+		c := &out.Spec.Containers[i]
+		if i >= len(want.Spec.Containers) || want.Spec.Containers[i].Name != c.Name {
+			continue
+		}
+		for _, l := range []struct{ have, want corev1.ResourceList }{
+			{c.Resources.Requests, want.Spec.Containers[i].Resources.Requests},
+			{c.Resources.Limits, want.Spec.Containers[i].Resources.Limits},
+		} {
+			for name, q := range l.want {
+				if have, ok := l.have[name]; !ok || !have.Equal(q) {
+					changed = true
+				}
+			}
+		}
+		if changed {
+			mergeResources(&c.Resources.Requests, want.Spec.Containers[i].Resources.Requests)
+			mergeResources(&c.Resources.Limits, want.Spec.Containers[i].Resources.Limits)
+		}
+	}
+	if !changed {
+		return nil
+	}
+	return out
+}
+
+func mergeResources(dst *corev1.ResourceList, src corev1.ResourceList) {
+	if len(src) > 0 && *dst == nil {
+		*dst = corev1.ResourceList{}
+	}
+	for name, q := range src {
+		(*dst)[name] = q.DeepCopy()
+	}
 }
 
 func copyImages(dst, src []corev1.Container) {

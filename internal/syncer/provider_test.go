@@ -237,3 +237,34 @@ func TestUpdatePodAddsEphemeralContainers(t *testing.T) {
 		t.Errorf("a privileged ephemeral container reached the host: %v", err)
 	}
 }
+
+// An in-place resize of the tenant pod resizes the host pod's containers,
+// keeping what the host added.
+func TestUpdatePodResizesTheHostPod(t *testing.T) {
+	pod := simplePod("web", "100m")
+	host := hostPodOf(t, pod)
+	host.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")} // a LimitRange default
+	p, client := newProvider(t, nil, []runtime.Object{host})
+	resized := pod.DeepCopy()
+	resized.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("250m")
+	if SpecHash(resized) == SpecHash(pod) {
+		t.Fatal("a resize leaves the spec hash alone, so the pod controller would never call UpdatePod")
+	}
+	if err := p.UpdatePod(context.Background(), resized); err != nil {
+		t.Fatal(err)
+	}
+	got, err := client.CoreV1().Pods(tr.HostNamespace).Get(context.Background(), host.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := got.Spec.Containers[0].Resources
+	if cpu := r.Requests[corev1.ResourceCPU]; cpu.String() != "250m" {
+		t.Errorf("host cpu request %s, want 250m", cpu.String())
+	}
+	if lim := r.Limits[corev1.ResourceCPU]; lim.String() != "500m" {
+		t.Errorf("host cpu limit %s, want the host's 500m kept", lim.String())
+	}
+	if resizedContainers(got, got) != nil {
+		t.Error("a pod with unchanged resources would be resized again")
+	}
+}

@@ -14,10 +14,43 @@ func TenantStatus(tenant, host *corev1.Pod) corev1.PodStatus {
 	s.QOSClass = tenant.Status.QOSClass
 	s.NominatedNodeName = ""
 	s.ObservedGeneration = tenantGeneration(s.ObservedGeneration, tenant, host)
+	tenantResources(s.InitContainerStatuses, tenant.Spec.InitContainers)
+	tenantResources(s.ContainerStatuses, tenant.Spec.Containers)
 	for i := range s.Conditions {
 		s.Conditions[i].ObservedGeneration = tenantGeneration(s.Conditions[i].ObservedGeneration, tenant, host)
 	}
 	return s
+}
+
+// tenantResources keeps, of each container status' resources, those the
+// tenant's container states: the rest (a zero request, a LimitRange
+// default) the host added, and the tenant never asked for them.
+func tenantResources(statuses []corev1.ContainerStatus, containers []corev1.Container) {
+	stated := map[string]corev1.ResourceRequirements{}
+	for _, c := range containers {
+		stated[c.Name] = c.Resources
+	}
+	keep := func(l corev1.ResourceList, want corev1.ResourceList) corev1.ResourceList {
+		out := corev1.ResourceList{}
+		for name, q := range l {
+			if _, ok := want[name]; ok {
+				out[name] = q
+			}
+		}
+		if len(out) == 0 {
+			return nil
+		}
+		return out
+	}
+	for i := range statuses {
+		st := &statuses[i]
+		want := stated[st.Name]
+		st.AllocatedResources = keep(st.AllocatedResources, want.Requests)
+		if st.Resources != nil {
+			st.Resources.Requests = keep(st.Resources.Requests, want.Requests)
+			st.Resources.Limits = keep(st.Resources.Limits, want.Limits)
+		}
+	}
 }
 
 // tenantGeneration maps a generation the host kubelet observed to the

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -23,5 +24,38 @@ func TestTenantStatusReportsTenantGenerations(t *testing.T) {
 		if got := s.Conditions[i].ObservedGeneration; got != want {
 			t.Errorf("condition %s: observed generation %d, want %d", s.Conditions[i].Type, got, want)
 		}
+	}
+}
+
+// The tenant sees the resources its containers state, not the zero requests
+// and LimitRange defaults the host pod carries.
+func TestTenantStatusShowsOnlyStatedResources(t *testing.T) {
+	rl := func(kv ...string) corev1.ResourceList {
+		out := corev1.ResourceList{}
+		for i := 0; i < len(kv); i += 2 {
+			out[corev1.ResourceName(kv[i])] = resource.MustParse(kv[i+1])
+		}
+		return out
+	}
+	tenant := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{
+		{Name: "app", Resources: corev1.ResourceRequirements{Requests: rl("cpu", "200m", "memory", "64Mi"), Limits: rl("cpu", "200m", "memory", "64Mi")}},
+		{Name: "bare"},
+	}}}
+	host := &corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{
+		{Name: "app", AllocatedResources: rl("cpu", "200m", "memory", "64Mi", "ephemeral-storage", "64Mi"),
+			Resources: &corev1.ResourceRequirements{Requests: rl("cpu", "200m", "memory", "64Mi", "ephemeral-storage", "64Mi"), Limits: rl("cpu", "200m", "memory", "64Mi", "ephemeral-storage", "1Gi")}},
+		{Name: "bare", AllocatedResources: rl("cpu", "0", "memory", "0"),
+			Resources: &corev1.ResourceRequirements{Requests: rl("cpu", "0", "memory", "0"), Limits: rl("cpu", "500m", "memory", "512Mi")}},
+	}}}
+	s := TenantStatus(tenant, host)
+	app, bare := s.ContainerStatuses[0], s.ContainerStatuses[1]
+	if len(app.Resources.Limits) != 2 || len(app.Resources.Requests) != 2 || len(app.AllocatedResources) != 2 {
+		t.Errorf("app: %+v, allocated %v; want cpu and memory only", app.Resources, app.AllocatedResources)
+	}
+	if bare.Resources.Limits != nil || bare.Resources.Requests != nil || bare.AllocatedResources != nil {
+		t.Errorf("bare: %+v, allocated %v; want none", bare.Resources, bare.AllocatedResources)
+	}
+	if _, ok := host.Status.ContainerStatuses[0].Resources.Limits["ephemeral-storage"]; !ok {
+		t.Error("the host pod's own status was changed")
 	}
 }
