@@ -101,3 +101,36 @@ func TestHostServiceAsksForTheTenantClusterIPOnlyInTheDynamicBand(t *testing.T) 
 		t.Errorf("static band of a /24: %d, want 16", got)
 	}
 }
+
+// A variable from one of the tenant pod's labels or annotations gets the
+// tenant's value, though the host pod does not carry the key (an indexed
+// Job's completion index, for one).
+func TestLabelAndAnnotationVariablesAreTheTenants(t *testing.T) {
+	pod := simplePod("job-1", "100m")
+	pod.Annotations = map[string]string{"batch.kubernetes.io/job-completion-index": "3"}
+	pod.Labels = map[string]string{"team": "blue"}
+	field := func(path string) *corev1.EnvVarSource {
+		return &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}
+	}
+	pod.Spec.Containers[0].Env = []corev1.EnvVar{
+		{Name: "JOB_COMPLETION_INDEX", ValueFrom: field("metadata.annotations['batch.kubernetes.io/job-completion-index']")},
+		{Name: "TEAM", ValueFrom: field("metadata.labels['team']")},
+		{Name: "MISSING", ValueFrom: field("metadata.labels['absent']")},
+	}
+	pt, err := tr.TranslatePod(pod, MetadataAllowList{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, copied := pt.Pod.Annotations["batch.kubernetes.io/job-completion-index"]; copied {
+		t.Fatal("the annotation reached the host pod; this test needs one that does not")
+	}
+	got := map[string]corev1.EnvVar{}
+	for _, e := range pt.Pod.Spec.Containers[0].Env {
+		got[e.Name] = e
+	}
+	for name, want := range map[string]string{"JOB_COMPLETION_INDEX": "3", "TEAM": "blue", "MISSING": ""} {
+		if e := got[name]; e.ValueFrom != nil || e.Value != want {
+			t.Errorf("%s = %q (from %v), want %q", name, e.Value, e.ValueFrom, want)
+		}
+	}
+}

@@ -405,7 +405,8 @@ func (t Translator) translateContainer(c *corev1.Container, tenant *corev1.Pod, 
 }
 
 // tenantFieldValue returns the tenant's value of a downward API field whose
-// host value would be wrong; status fields (pod IP, host IP) are true on the host.
+// host value would be wrong, for an environment variable; status fields (pod
+// IP, host IP) are true on the host.
 func (t Translator) tenantFieldValue(path string, p *corev1.Pod) (string, bool) {
 	switch path {
 	case "metadata.name":
@@ -419,7 +420,26 @@ func (t Translator) tenantFieldValue(path string, p *corev1.Pod) (string, bool) 
 	case "spec.serviceAccountName":
 		return p.Spec.ServiceAccountName, true
 	}
+	// A label or annotation of the tenant pod, such as the Job controller's
+	// batch.kubernetes.io/job-completion-index: the host pod carries only the
+	// allowed keys. Environment variables are read once, at container start,
+	// so the value at translation is the one the kubelet would give.
+	for prefix, m := range map[string]map[string]string{"metadata.labels": p.Labels, "metadata.annotations": p.Annotations} {
+		if key, ok := subscript(path, prefix); ok {
+			return m[key], true
+		}
+	}
 	return "", false
+}
+
+// subscript returns key when path is prefix['key'], the downward API's form
+// for one label or annotation.
+func subscript(path, prefix string) (string, bool) {
+	rest, ok := strings.CutPrefix(path, prefix+"['")
+	if !ok {
+		return "", false
+	}
+	return strings.CutSuffix(rest, "']")
 }
 
 // zeroFillRequests states a zero cpu and memory request where a container
