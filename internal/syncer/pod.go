@@ -75,19 +75,24 @@ type PodTranslation struct {
 	// them out.
 	EphemeralContainers []corev1.EphemeralContainer
 	// Identity is the data of the token Secret besides the tokens: the tenant
-	// pod's name, namespace and UID for downward API files.
+	// pod's name, namespace, UID and, when volumes show them, labels and
+	// annotations, for downward API files (see identityData).
 	Identity map[string]string
 	// UsesTokenSecret is true when the host pod mounts its token Secret.
 	UsesTokenSecret bool
+	// identityUsed holds the Identity keys the pod's volumes project.
+	identityUsed map[string]bool
 
 	virtualCluster, namespace string
 }
 
 // Keys of the token Secret that stand for downward API fields.
 const (
-	identityName      = "pod-name"
-	identityNamespace = "pod-namespace"
-	identityUID       = "pod-uid"
+	identityName        = "pod-name"
+	identityNamespace   = "pod-namespace"
+	identityUID         = "pod-uid"
+	identityLabels      = "pod-labels"
+	identityAnnotations = "pod-annotations"
 )
 
 // defaultTokenSeconds is what the API server defaults a projected token's
@@ -131,7 +136,7 @@ func (t Translator) TranslatePod(tenant *corev1.Pod, metadata MetadataAllowList,
 	out := &PodTranslation{
 		virtualCluster: t.VirtualCluster, namespace: tenant.Namespace,
 		Optional: map[string]bool{},
-		Identity: map[string]string{identityName: tenant.Name, identityNamespace: tenant.Namespace, identityUID: string(tenant.UID)},
+		identityUsed: map[string]bool{},
 	}
 	spec := tenant.Spec.DeepCopy()
 	t.scheduleOnHost(spec, tenant.Namespace, tenant.Name)
@@ -139,6 +144,7 @@ func (t Translator) TranslatePod(tenant *corev1.Pod, metadata MetadataAllowList,
 	if err := t.translateVolumes(spec, name, out); err != nil {
 		return nil, err
 	}
+	out.Identity = identityData(tenant, out.identityUsed)
 	serviceEnv := t.serviceEnv(tenant, services)
 	ephemeral := ephemeralAsContainers(tenant.Spec.EphemeralContainers)
 	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers, ephemeral} {
@@ -310,6 +316,9 @@ func (t Translator) translateProjection(p *corev1.ProjectedVolumeSource, hostPod
 			out.UsesTokenSecret = true
 		case src.DownwardAPI != nil:
 			identity, rest := splitIdentityItems(src.DownwardAPI.Items)
+			for _, it := range identity {
+				out.identityUsed[it.Key] = true
+			}
 			if len(identity) > 0 {
 				out.UsesTokenSecret = true
 				sources = append(sources, tokenSecretProjection(hostPod, identity))
@@ -338,9 +347,38 @@ func tokenSecretProjection(hostPod string, items []corev1.KeyToPath) corev1.Volu
 // identityFields maps the downward API fields whose host value would differ
 // from the tenant's to the token Secret key that holds the tenant's value.
 var identityFields = map[string]string{
-	"metadata.name":      identityName,
-	"metadata.namespace": identityNamespace,
-	"metadata.uid":       identityUID,
+	"metadata.name":        identityName,
+	"metadata.namespace":   identityNamespace,
+	"metadata.uid":         identityUID,
+	"metadata.labels":      identityLabels,
+	"metadata.annotations": identityAnnotations,
+}
+
+// identityData is the token Secret's data for the downward API fields the
+// pod's volumes use: name, namespace and UID always; labels and
+// annotations, in the kubelet's file format, only when a volume shows them,
+// and kept in step with the tenant pod by UpdatePod.
+func identityData(tenant *corev1.Pod, used map[string]bool) map[string]string {
+	out := map[string]string{identityName: tenant.Name, identityNamespace: tenant.Namespace, identityUID: string(tenant.UID)}
+	if used[identityLabels] {
+		out[identityLabels] = formatMap(tenant.Labels)
+	}
+	if used[identityAnnotations] {
+		out[identityAnnotations] = formatMap(tenant.Annotations)
+	}
+	return out
+}
+
+// formatMap renders labels or annotations as the kubelet writes them to a
+// downward API file (k8s.io/kubernetes/pkg/fieldpath.FormatMap): key="value"
+// lines, sorted by key, with Go quoting, no final newline.
+func formatMap(m map[string]string) string {
+	lines := make([]string, 0, len(m))
+	for k, v := range m {
+		lines = append(lines, fmt.Sprintf("%v=%q", k, v))
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
 }
 
 func splitIdentityItems(items []corev1.DownwardAPIVolumeFile) ([]corev1.KeyToPath, []corev1.DownwardAPIVolumeFile) {

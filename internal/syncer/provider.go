@@ -177,6 +177,9 @@ func (p *podProvider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 			return err
 		}
 	}
+	if err := p.refreshIdentity(ctx, pt); err != nil {
+		return err
+	}
 	if resized := resizedContainers(host, pt.Pod); resized != nil {
 		if host, err = p.host.CoreV1().Pods(p.tr.HostNamespace).UpdateResize(ctx, host.Name, resized, metav1.UpdateOptions{}); err != nil {
 			return fmt.Errorf("resize host pod %s: %w", resized.Name, err)
@@ -211,6 +214,37 @@ func (p *podProvider) addEphemeralContainers(ctx context.Context, pod *corev1.Po
 		return nil, fmt.Errorf("add ephemeral containers to host pod %s: %w", upd.Name, err)
 	}
 	return updated, nil
+}
+
+// refreshIdentity brings the labels and annotations in the pod's token
+// Secret up to date, so downward API files that show them change as the
+// kubelet would change them.
+func (p *podProvider) refreshIdentity(ctx context.Context, pt *PodTranslation) error {
+	if !pt.UsesTokenSecret {
+		return nil
+	}
+	secret, err := p.objects.hostSecrets.Get(tokenSecretName(pt.Pod.Name))
+	if err != nil {
+		// The token refresher writes a missing Secret whole.
+		return nil
+	}
+	upd := secret.DeepCopy()
+	if upd.Data == nil {
+		upd.Data = map[string][]byte{}
+	}
+	changed := false
+	for _, k := range []string{identityLabels, identityAnnotations} {
+		if v, ok := pt.Identity[k]; ok && string(upd.Data[k]) != v {
+			upd.Data[k], changed = []byte(v), true
+		}
+	}
+	if !changed {
+		return nil
+	}
+	if _, err := p.host.CoreV1().Secrets(p.tr.HostNamespace).Update(ctx, upd, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("update the labels and annotations in token Secret %s: %w", upd.Name, err)
+	}
+	return nil
 }
 
 // resizedContainers is the host pod with the translated resources of want,

@@ -268,3 +268,39 @@ func TestUpdatePodResizesTheHostPod(t *testing.T) {
 		t.Error("a pod with unchanged resources would be resized again")
 	}
 }
+
+// A downward API volume that shows the pod's labels shows the tenant's, in
+// the kubelet's format, and follows a change to them.
+func TestDownwardAPILabelsFollowTheTenantPod(t *testing.T) {
+	pod := simplePod("web", "100m")
+	pod.Labels = map[string]string{"tier": "front", "app": "web"}
+	pod.Spec.Volumes = []corev1.Volume{{Name: "info", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
+		Items: []corev1.DownwardAPIVolumeFile{{Path: "labels", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels"}}}}}}}
+	pt, err := tr.TranslatePod(pod, MetadataAllowList{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "app=\"web\"\ntier=\"front\""; pt.Identity[identityLabels] != want || !pt.UsesTokenSecret {
+		t.Fatalf("labels file %q (token Secret used: %v), want %q", pt.Identity[identityLabels], pt.UsesTokenSecret, want)
+	}
+	if _, ok := pt.Identity[identityAnnotations]; ok {
+		t.Error("annotations are in the token Secret though no volume shows them")
+	}
+	host := pt.Pod
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: tokenSecretName(host.Name), Namespace: tr.HostNamespace},
+		Data: map[string][]byte{identityLabels: []byte(pt.Identity[identityLabels])}}
+	p, client := newProvider(t, nil, []runtime.Object{host, secret})
+	p.objects.hostSecrets = corelisters.NewSecretLister(indexerOf(t, secret)).Secrets(tr.HostNamespace)
+	relabelled := pod.DeepCopy()
+	relabelled.Labels["tier"] = "back"
+	if err := p.UpdatePod(context.Background(), relabelled); err != nil {
+		t.Fatal(err)
+	}
+	got, err := client.CoreV1().Secrets(tr.HostNamespace).Get(context.Background(), secret.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "app=\"web\"\ntier=\"back\""; string(got.Data[identityLabels]) != want {
+		t.Errorf("labels file after the change %q, want %q", got.Data[identityLabels], want)
+	}
+}
