@@ -135,7 +135,7 @@ func (t Translator) TranslatePod(tenant *corev1.Pod, metadata MetadataAllowList,
 	name := HostName(t.VirtualCluster, tenant.Namespace, tenant.Name)
 	out := &PodTranslation{
 		virtualCluster: t.VirtualCluster, namespace: tenant.Namespace,
-		Optional: map[string]bool{},
+		Optional:     map[string]bool{},
 		identityUsed: map[string]bool{},
 	}
 	spec := tenant.Spec.DeepCopy()
