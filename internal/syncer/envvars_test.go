@@ -2,6 +2,7 @@ package syncer
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -102,9 +103,10 @@ func TestHostServiceAsksForTheTenantClusterIPOnlyInTheDynamicBand(t *testing.T) 
 	}
 }
 
-// A variable from one of the tenant pod's labels or annotations gets the
-// tenant's value, though the host pod does not carry the key (an indexed
-// Job's completion index, for one).
+// A variable from one of the tenant pod's labels or annotations (an indexed
+// Job's completion index, for one) reads a host pod annotation under Nest's
+// prefix that holds the tenant's value: the host kubelet resolves it at each
+// container start, and the tenant's own key never reaches the host pod.
 func TestLabelAndAnnotationVariablesAreTheTenants(t *testing.T) {
 	pod := simplePod("job-1", "100m")
 	pod.Annotations = map[string]string{"batch.kubernetes.io/job-completion-index": "3"}
@@ -122,15 +124,25 @@ func TestLabelAndAnnotationVariablesAreTheTenants(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, copied := pt.Pod.Annotations["batch.kubernetes.io/job-completion-index"]; copied {
-		t.Fatal("the annotation reached the host pod; this test needs one that does not")
+		t.Fatal("the tenant's annotation reached the host pod")
 	}
 	got := map[string]corev1.EnvVar{}
 	for _, e := range pt.Pod.Spec.Containers[0].Env {
 		got[e.Name] = e
 	}
 	for name, want := range map[string]string{"JOB_COMPLETION_INDEX": "3", "TEAM": "blue", "MISSING": ""} {
-		if e := got[name]; e.ValueFrom != nil || e.Value != want {
-			t.Errorf("%s = %q (from %v), want %q", name, e.Value, e.ValueFrom, want)
+		e := got[name]
+		if e.ValueFrom == nil || e.ValueFrom.FieldRef == nil {
+			t.Errorf("%s: %+v, want a field reference", name, e)
+			continue
+		}
+		key, ok := subscript(e.ValueFrom.FieldRef.FieldPath, "metadata.annotations")
+		if !ok || !strings.HasPrefix(key, "nest.dev/") {
+			t.Errorf("%s reads %s, want an annotation under nest.dev/", name, e.ValueFrom.FieldRef.FieldPath)
+			continue
+		}
+		if v, ok := pt.Pod.Annotations[key]; !ok || v != want {
+			t.Errorf("%s: host annotation %s = %q (present %v), want %q", name, key, v, ok, want)
 		}
 	}
 }

@@ -82,6 +82,9 @@ type PodTranslation struct {
 	UsesTokenSecret bool
 	// identityUsed holds the Identity keys the pod's volumes project.
 	identityUsed map[string]bool
+	// fieldAnnotations are host pod annotations holding the tenant labels and
+	// annotations variables refer to (see metadataFieldAnnotation).
+	fieldAnnotations map[string]string
 
 	virtualCluster, namespace string
 }
@@ -136,7 +139,7 @@ func (t Translator) TranslatePod(tenant *corev1.Pod, metadata MetadataAllowList,
 	out := &PodTranslation{
 		virtualCluster: t.VirtualCluster, namespace: tenant.Namespace,
 		Optional:     map[string]bool{},
-		identityUsed: map[string]bool{},
+		identityUsed: map[string]bool{}, fieldAnnotations: map[string]string{},
 	}
 	spec := tenant.Spec.DeepCopy()
 	t.scheduleOnHost(spec, tenant.Namespace, tenant.Name)
@@ -163,6 +166,7 @@ func (t Translator) TranslatePod(tenant *corev1.Pod, metadata MetadataAllowList,
 	labels := copyAllowed(tenant.Labels, metadata.Labels)
 	maps.Copy(labels, hostLabels(t.VirtualCluster, tenant.Namespace))
 	annotations := copyAllowed(tenant.Annotations, metadata.Annotations)
+	maps.Copy(annotations, out.fieldAnnotations)
 	maps.Copy(annotations, hostAnnotations(tenant.Namespace, tenant.Name, string(tenant.UID)))
 	// The hash covers the tenant's full metadata, copied or not, so any
 	// change reaches UpdatePod.
@@ -423,7 +427,10 @@ func (t Translator) translateContainer(c *corev1.Container, tenant *corev1.Pod, 
 		case e.ValueFrom.SecretKeyRef != nil:
 			e.ValueFrom.SecretKeyRef.Name = out.secret(e.ValueFrom.SecretKeyRef.Name, e.ValueFrom.SecretKeyRef.Optional)
 		case e.ValueFrom.FieldRef != nil:
-			if v, ok := t.tenantFieldValue(e.ValueFrom.FieldRef.FieldPath, tenant); ok {
+			if key, value, ok := metadataFieldAnnotation(e.ValueFrom.FieldRef.FieldPath, tenant); ok {
+				e.ValueFrom.FieldRef.FieldPath = "metadata.annotations['" + key + "']"
+				out.fieldAnnotations[key] = value
+			} else if v, ok := t.tenantFieldValue(e.ValueFrom.FieldRef.FieldPath, tenant); ok {
 				e.Value, e.ValueFrom = v, nil
 			}
 		}
@@ -458,16 +465,24 @@ func (t Translator) tenantFieldValue(path string, p *corev1.Pod) (string, bool) 
 	case "spec.serviceAccountName":
 		return p.Spec.ServiceAccountName, true
 	}
-	// A label or annotation of the tenant pod, such as the Job controller's
-	// batch.kubernetes.io/job-completion-index: the host pod carries only the
-	// allowed keys. Environment variables are read once, at container start,
-	// so the value at translation is the one the kubelet would give.
+	return "", false
+}
+
+// metadataFieldAnnotation maps a variable from one label or annotation of
+// the tenant pod (metadata.labels['k'], metadata.annotations['k']), such as
+// an indexed Job's batch.kubernetes.io/job-completion-index, to a host pod
+// annotation under Nest's reserved prefix that holds the tenant's value:
+// the host kubelet resolves it at each container start, as the tenant's
+// would, and UpdatePod keeps it in step. The tenant's own keys never reach
+// the host pod this way, so none of them can mean anything to the host.
+func metadataFieldAnnotation(path string, p *corev1.Pod) (key, value string, ok bool) {
 	for prefix, m := range map[string]map[string]string{"metadata.labels": p.Labels, "metadata.annotations": p.Annotations} {
-		if key, ok := subscript(path, prefix); ok {
-			return m[key], true
+		if k, ok := subscript(path, prefix); ok {
+			sum := sha256.Sum256([]byte(path))
+			return reservedPrefix + "field-" + hex.EncodeToString(sum[:6]), m[k], true
 		}
 	}
-	return "", false
+	return "", "", false
 }
 
 // subscript returns key when path is prefix['key'], the downward API's form
