@@ -18,6 +18,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/nestdev/nest/internal/controller/virtualcluster"
+	"github.com/nestdev/nest/internal/components"
 	"github.com/nestdev/nest/internal/controlplane"
 	"github.com/nestdev/nest/internal/images"
 	"github.com/nestdev/nest/internal/kube"
@@ -38,7 +39,7 @@ func ownNamespace() string {
 // cidrsFlag parses a comma-separated CIDR list flag into *dst.
 func cidrsFlag(name, usage string, dst *[]netip.Prefix) {
 	flag.Func(name, usage, func(s string) error {
-		p, err := controlplane.ParseCIDRs(name, s)
+		p, err := components.ParseCIDRs(name, s)
 		*dst = p
 		return err
 	})

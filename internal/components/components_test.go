@@ -184,3 +184,16 @@ func TestEverySpecIssues(t *testing.T) {
 		t.Errorf("node client %+v: the Node authorizer would not know it", s)
 	}
 }
+
+func TestParseCIDRs(t *testing.T) {
+	got, err := ParseCIDRs("host-pod-cidrs", " 10.244.1.7/16, ,fd00::/64")
+	if err != nil || len(got) != 2 || got[0].String() != "10.244.0.0/16" || got[1].String() != "fd00::/64" {
+		t.Errorf("got %v, %v; want masked 10.244.0.0/16 and fd00::/64", got, err)
+	}
+	if got, err := ParseCIDRs("host-pod-cidrs", ""); err != nil || len(got) != 0 {
+		t.Errorf("empty list: %v %v", got, err)
+	}
+	if _, err := ParseCIDRs("host-node-cidrs", "10.0.0.1"); err == nil || !strings.Contains(err.Error(), "--host-node-cidrs") || !strings.Contains(err.Error(), `"10.0.0.1"`) {
+		t.Errorf("error %v does not name the flag and the entry", err)
+	}
+}

@@ -1,6 +1,10 @@
 package components
 
-import "strings"
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+)
 
 // Flag is one command-line flag, rendered --Name=Value.
 type Flag struct {
@@ -32,3 +36,21 @@ func (f Flags) Map() map[string]string {
 
 // String renders f for logs and test failures.
 func (f Flags) String() string { return strings.Join(f.Args(), " ") }
+
+// ParseCIDRs parses a comma-separated list of CIDRs, such as the value of
+// --host-pod-cidrs. Empty entries are skipped; host bits are masked off. The
+// error names flag and the bad entry.
+func ParseCIDRs(flag, list string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range strings.Split(list, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("--%s: %q is not a CIDR: list CIDRs separated by commas, such as 10.244.0.0/16,fd00:10:244::/56", flag, s)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}

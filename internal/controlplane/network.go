@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -36,23 +35,6 @@ func (h HostNetwork) all() []netip.Prefix {
 	return slices.Concat(h.PodCIDRs, h.ServiceCIDRs, h.NodeCIDRs)
 }
 
-// ParseCIDRs parses a comma-separated list of CIDRs, such as the value of
-// --host-pod-cidrs. Empty entries are skipped; host bits are masked off. The
-// error names flag and the bad entry.
-func ParseCIDRs(flag, list string) ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for _, s := range strings.Split(list, ",") {
-		if s = strings.TrimSpace(s); s == "" {
-			continue
-		}
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return nil, fmt.Errorf("--%s: %q is not a CIDR: list CIDRs separated by commas, such as 10.244.0.0/16,fd00:10:244::/56", flag, s)
-		}
-		out = append(out, p.Masked())
-	}
-	return out, nil
-}
 
 // privateRanges are destinations tenant pods cannot reach unless
 // spec.network.egressCIDRs names them: RFC 1918 and RFC 4193 private

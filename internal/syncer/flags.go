@@ -3,7 +3,6 @@ package syncer
 import (
 	"flag"
 	"fmt"
-	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -99,7 +98,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		allowListFlag(&o.HostMetadata.Annotations))
 	fs.StringVar(&o.NodeIP, flagNodeIP, "", "the virtual node's InternalIP, the control-plane pod's IP: the kubelet API and the tenant's node ports listen there (default: kubelet API on loopback, no node ports)")
 	fs.Func(flagHostServiceCIDRs, "comma-separated Service ClusterIP ranges of the host cluster; a tenant Service's host copy takes the tenant's ClusterIP when it lies in one", func(s string) error {
-		l, err := parsePrefixes(s)
+		l, err := components.ParseCIDRs(flagHostServiceCIDRs, s)
 		o.HostServiceCIDRs = l
 		return err
 	})
@@ -180,21 +179,6 @@ func (o Options) Validate() error {
 	return nil
 }
 
-// parsePrefixes parses CIDRs separated by commas.
-func parsePrefixes(s string) ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for _, c := range strings.Split(s, ",") {
-		if c = strings.TrimSpace(c); c == "" {
-			continue
-		}
-		p, err := netip.ParsePrefix(c)
-		if err != nil {
-			return nil, fmt.Errorf("--%s: %q is not a CIDR, such as 10.96.0.0/12", flagHostServiceCIDRs, c)
-		}
-		out = append(out, p.Masked())
-	}
-	return out, nil
-}
 
 // ParseResourceList parses "name=quantity" pairs separated by commas.
 func ParseResourceList(s string) (corev1.ResourceList, error) {
