@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/nestdev/nest/internal/controller/virtualcluster"
 	"github.com/nestdev/nest/internal/components"
+	"github.com/nestdev/nest/internal/controller/virtualcluster"
 	"github.com/nestdev/nest/internal/controlplane"
 	"github.com/nestdev/nest/internal/images"
 	"github.com/nestdev/nest/internal/kube"

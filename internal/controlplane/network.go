@@ -35,7 +35,6 @@ func (h HostNetwork) all() []netip.Prefix {
 	return slices.Concat(h.PodCIDRs, h.ServiceCIDRs, h.NodeCIDRs)
 }
 
-
 // privateRanges are destinations tenant pods cannot reach unless
 // spec.network.egressCIDRs names them: RFC 1918 and RFC 4193 private
 // networks, link-local addresses (cloud metadata services at

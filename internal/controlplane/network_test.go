@@ -205,4 +205,3 @@ func checkExcepts(t *testing.T, p *networkingv1.NetworkPolicy) {
 		}
 	}
 }
-

@@ -179,7 +179,6 @@ func (o Options) Validate() error {
 	return nil
 }
 
-
 // ParseResourceList parses "name=quantity" pairs separated by commas.
 func ParseResourceList(s string) (corev1.ResourceList, error) {
 	out := corev1.ResourceList{}
