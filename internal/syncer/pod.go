@@ -527,7 +527,8 @@ func raiseDefaultLimits(r *corev1.ResourceRequirements, defaults corev1.Resource
 
 // SpecHash digests the tenant pod fields that a pod update may change and
 // that the host pod mirrors: labels, annotations, images and resources (an
-// in-place resize), the active deadline and the ephemeral containers' names.
+// in-place resize), the active deadline and the ephemeral containers' names;
+// and the generation.
 func SpecHash(p *corev1.Pod) string {
 	images := func(cs []corev1.Container) []string {
 		var out []string
@@ -541,7 +542,10 @@ func SpecHash(p *corev1.Pod) string {
 	for _, c := range p.Spec.EphemeralContainers {
 		ephemeral = append(ephemeral, c.Name)
 	}
-	fields := []any{p.Labels, p.Annotations, images(p.Spec.InitContainers), images(p.Spec.Containers), p.Spec.ActiveDeadlineSeconds}
+	// The generation too: a change the host pod does not mirror (new
+	// tolerations) must still reach it, so the host pod's update brings a
+	// status with the tenant's new observed generation (see TenantStatus).
+	fields := []any{p.Labels, p.Annotations, images(p.Spec.InitContainers), images(p.Spec.Containers), p.Spec.ActiveDeadlineSeconds, p.Generation}
 	// Only when there are some: the hash of a pod without stays what it was.
 	if len(ephemeral) > 0 {
 		fields = append(fields, ephemeral)

@@ -59,3 +59,16 @@ func TestTenantStatusShowsOnlyStatedResources(t *testing.T) {
 		t.Error("the host pod's own status was changed")
 	}
 }
+
+// A tenant change the host pod does not mirror still changes the spec hash,
+// so the pod controller updates the host pod and the tenant's status
+// reports the new generation observed.
+func TestSpecHashFollowsTheGeneration(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Generation: 1}}
+	bumped := pod.DeepCopy()
+	bumped.Generation = 2
+	bumped.Spec.Tolerations = []corev1.Toleration{{Key: "k", Operator: corev1.TolerationOpExists}}
+	if SpecHash(pod) == SpecHash(bumped) {
+		t.Error("new tolerations and a new generation leave the spec hash alone")
+	}
+}
