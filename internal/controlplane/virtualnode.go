@@ -35,7 +35,8 @@ const (
 	dnsDir       = "/var/run/nest-dns"
 	corefileDir  = "/etc/coredns"
 	corefileName = "Corefile"
-	zoneFileName = "zone"
+	// zoneFileName holds the reverse zones' SOA (syncer.ZoneFile).
+	zoneFileName = "reverse-zone"
 )
 
 // hostTokenDir is where client-go's in-cluster configuration looks for the
@@ -68,8 +69,8 @@ func DNSConfigMapFor(vc *nestv1.VirtualCluster) *corev1.ConfigMap {
 	return &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: n.DNSConfigMap(), Namespace: n.Namespace, Labels: n.Labels()},
 		Data: map[string]string{
-			corefileName: syncer.Corefile(syncer.DefaultDNSPort, path.Join(dnsDir, syncer.HostsFileName), path.Join(corefileDir, zoneFileName),
-				clusterDomain(vc), syncer.DefaultDNSHealthPort),
+			corefileName: syncer.Corefile(syncer.DefaultDNSPort, path.Join(dnsDir, syncer.HostsFileName), path.Join(dnsDir, syncer.ZoneFileName),
+				path.Join(corefileDir, zoneFileName), clusterDomain(vc), syncer.DefaultDNSHealthPort),
 			zoneFileName: syncer.ZoneFile(clusterDomain(vc)),
 		},
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -21,8 +22,12 @@ import (
 	"github.com/nestdev/nest/internal/atomicfile"
 )
 
-// HostsFileName is the file the syncer writes for the tenant's CoreDNS.
-const HostsFileName = "hosts"
+// HostsFileName and ZoneFileName are the files the syncer writes for the
+// tenant's CoreDNS.
+const (
+	HostsFileName = "hosts"
+	ZoneFileName  = "zone"
+)
 
 // serviceSyncer mirrors tenant Services on the host and keeps the tenant's
 // DNS records pointing at their host ClusterIPs, or at the pods behind
@@ -39,6 +44,9 @@ type serviceSyncer struct {
 	// nodePorts (nil without node ports) to re-read the tenant's node ports.
 	dns, nodePorts *kindSyncer
 	last           []byte
+	// lastZone and zoneSerial are the zone file's last records and serial.
+	lastZone   []string
+	zoneSerial uint32
 }
 
 func newServiceSyncer(s *serviceSyncer) *serviceSyncer {
@@ -158,15 +166,42 @@ func (s *serviceSyncer) addresses(namespace string) []ServiceAddress {
 	return out
 }
 
+// zoneRecords are the tenant's records the hosts file cannot hold (see
+// Translator.ZoneRecords).
+func (s *serviceSyncer) zoneRecords() []string {
+	var records []string
+	tenant, _ := s.tenantServices.List(labels.Everything())
+	for _, svc := range tenant {
+		var endpoints []*discoveryv1.EndpointSlice
+		if svc.Spec.ClusterIP == corev1.ClusterIPNone {
+			endpoints, _ = s.tenantSlices.EndpointSlices(svc.Namespace).List(labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: svc.Name}))
+		}
+		records = append(records, s.tr.ZoneRecords(svc, endpoints)...)
+	}
+	slices.Sort(records)
+	return records
+}
+
+// writeHosts rewrites the hosts file and the cluster zone file when their
+// records changed. The zone's serial grows with every write, so CoreDNS
+// reloads it.
 func (s *serviceSyncer) writeHosts() error {
 	data := HostsFile(s.Records())
-	if bytes.Equal(data, s.last) {
+	if !bytes.Equal(data, s.last) {
+		if err := atomicfile.Write(filepath.Join(s.dnsDir, HostsFileName), data, 0o644); err != nil {
+			return err
+		}
+		s.last = data
+	}
+	records := s.zoneRecords()
+	if s.zoneSerial != 0 && slices.Equal(records, s.lastZone) {
 		return nil
 	}
-	if err := atomicfile.Write(filepath.Join(s.dnsDir, HostsFileName), data, 0o644); err != nil {
+	serial := max(s.zoneSerial+1, uint32(time.Now().Unix()))
+	if err := atomicfile.Write(filepath.Join(s.dnsDir, ZoneFileName), ClusterZone(s.tr.ClusterDomain, serial, records), 0o644); err != nil {
 		return err
 	}
-	s.last = data
+	s.zoneSerial, s.lastZone = serial, records
 	return nil
 }
 

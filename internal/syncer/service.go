@@ -148,15 +148,33 @@ func (t Translator) ServiceRecord(namespace, name, hostIP string) (DNSRecord, bo
 // HeadlessRecords are the DNS records of a tenant headless Service, as the
 // Kubernetes DNS specification gives them: the Service name resolves to the
 // address of every ready endpoint (every endpoint with
-// publishNotReadyAddresses), and an endpoint with a hostname, such as a
-// StatefulSet pod, also as <hostname>.<service>. The addresses are tenant pod
-// IPs, which are the host pod IPs the syncer reported.
+// publishNotReadyAddresses), and each endpoint also as <name>.<service>,
+// where name is its hostname, such as a StatefulSet pod's, or its address
+// with dashes. The addresses are tenant pod IPs, which are the host pod IPs
+// the syncer reported.
 func (t Translator) HeadlessRecords(svc *corev1.Service, endpointSlices []*discoveryv1.EndpointSlice) []DNSRecord {
 	if svc.Spec.ClusterIP != corev1.ClusterIPNone {
 		return nil
 	}
 	name := fmt.Sprintf("%s.%s.svc.%s", svc.Name, svc.Namespace, t.ClusterDomain)
 	var records []DNSRecord
+	for _, ep := range t.headlessEndpoints(svc, endpointSlices) {
+		records = append(records, DNSRecord{Name: name, IP: ep.ip}, DNSRecord{Name: ep.name + "." + name, IP: ep.ip})
+	}
+	return records
+}
+
+// headlessEndpoint is one address of a headless Service with its DNS label
+// and ports.
+type headlessEndpoint struct {
+	name, ip string
+	ports    []discoveryv1.EndpointPort
+}
+
+// headlessEndpoints lists the addresses a headless Service's names resolve
+// to: ready ones, or all with publishNotReadyAddresses.
+func (t Translator) headlessEndpoints(svc *corev1.Service, endpointSlices []*discoveryv1.EndpointSlice) []headlessEndpoint {
+	var out []headlessEndpoint
 	for _, slice := range endpointSlices {
 		if slice.AddressType != discoveryv1.AddressTypeIPv4 && slice.AddressType != discoveryv1.AddressTypeIPv6 {
 			continue
@@ -166,14 +184,15 @@ func (t Translator) HeadlessRecords(svc *corev1.Service, endpointSlices []*disco
 				continue
 			}
 			for _, ip := range ep.Addresses {
-				records = append(records, DNSRecord{Name: name, IP: ip})
+				label := strings.NewReplacer(".", "-", ":", "-").Replace(ip)
 				if ep.Hostname != nil && *ep.Hostname != "" {
-					records = append(records, DNSRecord{Name: *ep.Hostname + "." + name, IP: ip})
+					label = *ep.Hostname
 				}
+				out = append(out, headlessEndpoint{name: label, ip: ip, ports: slice.Ports})
 			}
 		}
 	}
-	return records
+	return out
 }
 
 // APIServerRecord names the tenant API server as pods expect to find it.
@@ -181,36 +200,99 @@ func (t Translator) APIServerRecord() DNSRecord {
 	return DNSRecord{Name: "kubernetes.default.svc." + t.ClusterDomain, IP: t.APIServerHost}
 }
 
-// Corefile is CoreDNS' configuration for the tenant: the hosts file the
-// syncer writes (hostsPath) answers the names under the cluster domain it
-// holds, and their reverse (PTR) names; the zone file at zonePath
-// (ZoneFile) answers NXDOMAIN, with the zone's SOA, for every other name
-// there, as a cluster DNS must: the hosts plugin alone would answer SERVFAIL,
-// and resolvers stop their search-path walk on SERVFAIL. Nothing is
+// Corefile is CoreDNS' configuration for the tenant. The hosts file the
+// syncer writes (hostsPath) answers A and PTR queries for the Services and
+// pods it holds. Behind it, the zone file the syncer writes (zonePath,
+// ClusterZone) answers the rest of the cluster domain: SRV records of named
+// ports, CNAMEs of ExternalName Services, and NXDOMAIN with the zone's SOA
+// for every other name (the hosts plugin alone would answer SERVFAIL, and
+// resolvers stop their search-path walk on SERVFAIL). The static zone at
+// reversePath (ZoneFile) does the same for reverse names. Nothing is
 // forwarded anywhere else. CoreDNS serves on port, and /health on healthPort
 // and /ready on the next port, both on loopback only: other pods must not
 // reach them.
-func Corefile(port int, hostsPath, zonePath, clusterDomain string, healthPort int) string {
-	zones := clusterDomain + " in-addr.arpa ip6.arpa"
+func Corefile(port int, hostsPath, zonePath, reversePath, clusterDomain string, healthPort int) string {
 	return fmt.Sprintf(`.:%d {
     errors
     health 127.0.0.1:%d
     ready 127.0.0.1:%d
-    hosts %s %s {
+    hosts %s %s in-addr.arpa ip6.arpa {
         reload 1s
         ttl 5
         fallthrough
     }
-    file %s %s
+    file %s %s {
+        reload 1s
+    }
+    file %s in-addr.arpa ip6.arpa
     loadbalance
 }
-`, port, healthPort, healthPort+1, hostsPath, zones, zonePath, zones)
+`, port, healthPort, healthPort+1, hostsPath, clusterDomain, zonePath, clusterDomain, reversePath)
 }
 
-// ZoneFile is the zone CoreDNS' file plugin serves for the cluster domain
-// and the reverse zones: an SOA alone, at each zone's origin, so every name
-// the hosts file lacks is NXDOMAIN. The negative-answer TTL is as short as
-// the records' (5 s): a new Service resolves soon.
+// ZoneFile is the static zone CoreDNS' file plugin serves for the reverse
+// zones: an SOA alone, at each zone's origin, so every reverse name the
+// hosts file lacks is NXDOMAIN. The negative-answer TTL is as short as the
+// records' (5 s).
 func ZoneFile(clusterDomain string) string {
-	return fmt.Sprintf("@ 5 IN SOA ns.dns.%[1]s. hostmaster.%[1]s. 1 7200 1800 86400 5\n@ 5 IN NS ns.dns.%[1]s.\n", clusterDomain)
+	return soa("@", clusterDomain, 1)
+}
+
+// soa is a zone's SOA and NS records at origin, with serial.
+func soa(origin, clusterDomain string, serial uint32) string {
+	return fmt.Sprintf("%[1]s 5 IN SOA ns.dns.%[2]s. hostmaster.%[2]s. %[3]d 7200 1800 86400 5\n%[1]s 5 IN NS ns.dns.%[2]s.\n", origin, clusterDomain, serial)
+}
+
+// ClusterZone renders the cluster domain's zone file: its SOA with serial
+// (CoreDNS reloads the file when the serial grows) and records, sorted, so
+// an unchanged set renders to identical bytes.
+func ClusterZone(clusterDomain string, serial uint32, records []string) []byte {
+	sorted := slices.Clone(records)
+	slices.Sort(sorted)
+	var b strings.Builder
+	b.WriteString("; Written by nest-syncer: SRV records of named Service ports and CNAMEs of ExternalName Services.\n")
+	b.WriteString(soa(clusterDomain+".", clusterDomain, serial))
+	for _, r := range sorted {
+		b.WriteString(r + "\n")
+	}
+	return []byte(b.String())
+}
+
+// ZoneRecords are the records of a tenant Service the hosts file cannot
+// hold, in zone file syntax, as the Kubernetes DNS specification gives them:
+// an ExternalName Service's CNAME; for every named port of a Service with a
+// ClusterIP, _<port>._<protocol>.<svc>.<ns>.svc.<domain> SRV pointing at the
+// Service's name; for a headless Service, one such SRV per ready endpoint,
+// pointing at the endpoint's name (see HeadlessRecords).
+func (t Translator) ZoneRecords(svc *corev1.Service, endpointSlices []*discoveryv1.EndpointSlice) []string {
+	name := fmt.Sprintf("%s.%s.svc.%s.", svc.Name, svc.Namespace, t.ClusterDomain)
+	if svc.Spec.Type == corev1.ServiceTypeExternalName {
+		if svc.Spec.ExternalName == "" {
+			return nil
+		}
+		return []string{fmt.Sprintf("%s 5 IN CNAME %s.", name, strings.TrimSuffix(svc.Spec.ExternalName, "."))}
+	}
+	srv := func(port string, protocol corev1.Protocol, number int32, target string) string {
+		if protocol == "" {
+			protocol = corev1.ProtocolTCP
+		}
+		return fmt.Sprintf("_%s._%s.%s 5 IN SRV 0 100 %d %s", port, strings.ToLower(string(protocol)), name, number, target)
+	}
+	var records []string
+	if svc.Spec.ClusterIP != corev1.ClusterIPNone {
+		for _, p := range svc.Spec.Ports {
+			if p.Name != "" {
+				records = append(records, srv(p.Name, p.Protocol, p.Port, name))
+			}
+		}
+		return records
+	}
+	for _, ep := range t.headlessEndpoints(svc, endpointSlices) {
+		for _, p := range ep.ports {
+			if p.Name != nil && *p.Name != "" && p.Port != nil {
+				records = append(records, srv(*p.Name, ptr.Deref(p.Protocol, corev1.ProtocolTCP), *p.Port, ep.name+"."+name))
+			}
+		}
+	}
+	return records
 }

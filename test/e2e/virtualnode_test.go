@@ -141,13 +141,12 @@ func TestVirtualNode(t *testing.T) {
 		} {
 			clientReaches(t, ctx, alpha, "http://"+name+":8080/hostname", want)
 		}
-		// Scaled down, the gone pod's name stops resolving. CoreDNS' hosts
-		// plugin has no SOA to deny a name with, so the answer is SERVFAIL,
-		// not NXDOMAIN: what matters is that the lookup fails.
+		// Scaled down, the gone pod's name stops resolving: NXDOMAIN ("no
+		// such host"), not SERVFAIL, which would end a resolver's search walk.
 		alpha.Kubectl(t, ctx, "scale", "statefulset", "db", "--replicas=1")
 		testutil.Eventually(t, time.Minute, "db-1 no longer resolves", func() error {
 			out, err := alpha.KubectlErr(ctx, "exec", "client", "--", "/testapp", "get", "http://db-1.db.default.svc.cluster.local.:8080/hostname")
-			if err == nil || !strings.Contains(err.Error(), "lookup db-1.db.default.svc.cluster.local.") {
+			if err == nil || !strings.Contains(err.Error(), "lookup db-1.db.default.svc.cluster.local.") || !strings.Contains(err.Error(), "no such host") {
 				return fmt.Errorf("db-1: answer %q, error %v", out, err)
 			}
 			return nil

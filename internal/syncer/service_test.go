@@ -2,10 +2,12 @@ package syncer
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 )
@@ -144,5 +146,53 @@ func TestLabelAndAnnotationVariablesAreTheTenants(t *testing.T) {
 		if v, ok := pt.Pod.Annotations[key]; !ok || v != want {
 			t.Errorf("%s: host annotation %s = %q (present %v), want %q", name, key, v, ok, want)
 		}
+	}
+}
+
+// The zone file holds what the hosts file cannot: SRV records of named
+// ports (per endpoint for a headless Service) and ExternalName CNAMEs.
+func TestZoneRecordsFollowTheDNSSpecification(t *testing.T) {
+	tr := Translator{ClusterDomain: "cluster.local"}
+	svc := func(name, clusterIP string, ports ...corev1.ServicePort) *corev1.Service {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name}, Spec: corev1.ServiceSpec{ClusterIP: clusterIP, Ports: ports}}
+	}
+	web := svc("web", "10.96.1.5", corev1.ServicePort{Name: "http", Port: 80}, corev1.ServicePort{Port: 81}, corev1.ServicePort{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP})
+	ext := svc("ext", "")
+	ext.Spec.Type, ext.Spec.ExternalName = corev1.ServiceTypeExternalName, "foo.example.com"
+	headless := svc("db", corev1.ClusterIPNone, corev1.ServicePort{Name: "sql", Port: 5432})
+	ready := true
+	slice := &discoveryv1.EndpointSlice{AddressType: discoveryv1.AddressTypeIPv4,
+		Ports: []discoveryv1.EndpointPort{{Name: ptr.To("sql"), Port: ptr.To[int32](5432), Protocol: ptr.To(corev1.ProtocolTCP)}},
+		Endpoints: []discoveryv1.Endpoint{
+			{Addresses: []string{"10.244.1.7"}, Hostname: ptr.To("db-0"), Conditions: discoveryv1.EndpointConditions{Ready: &ready}},
+			{Addresses: []string{"10.244.1.8"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}},
+		}}
+	var got []string
+	got = append(got, tr.ZoneRecords(web, nil)...)
+	got = append(got, tr.ZoneRecords(ext, nil)...)
+	got = append(got, tr.ZoneRecords(headless, []*discoveryv1.EndpointSlice{slice})...)
+	want := []string{
+		"_http._tcp.web.shop.svc.cluster.local. 5 IN SRV 0 100 80 web.shop.svc.cluster.local.",
+		"_dns._udp.web.shop.svc.cluster.local. 5 IN SRV 0 100 53 web.shop.svc.cluster.local.",
+		"ext.shop.svc.cluster.local. 5 IN CNAME foo.example.com.",
+		"_sql._tcp.db.shop.svc.cluster.local. 5 IN SRV 0 100 5432 db-0.db.shop.svc.cluster.local.",
+		"_sql._tcp.db.shop.svc.cluster.local. 5 IN SRV 0 100 5432 10-244-1-8.db.shop.svc.cluster.local.",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("records\n got %q\nwant %q", got, want)
+	}
+	// Each SRV target of the headless Service resolves through the hosts file.
+	names := map[string]bool{}
+	for _, r := range tr.HeadlessRecords(headless, []*discoveryv1.EndpointSlice{slice}) {
+		names[r.Name+"."] = true
+	}
+	for _, n := range []string{"db-0.db.shop.svc.cluster.local.", "10-244-1-8.db.shop.svc.cluster.local."} {
+		if !names[n] {
+			t.Errorf("no A record for SRV target %s", n)
+		}
+	}
+	zone := string(ClusterZone("cluster.local", 42, got))
+	if !strings.Contains(zone, "cluster.local. 5 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 42 ") {
+		t.Errorf("zone lacks its SOA with serial 42:\n%s", zone)
 	}
 }
