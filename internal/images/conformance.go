@@ -53,7 +53,7 @@ var DebianToolPaths = map[string]string{
 }
 
 // AgnhostTools are the names in DebianToolPaths the agnhost image carries.
-var AgnhostTools = []string{"bash", "curl", "dig", "ip", "nc", "ss"}
+var AgnhostTools = []string{"bash", "curl", "dig", "getent", "ip", "nc", "ss"}
 
 // GlibcDNSTools are those the glibc-dns-testing image carries: upstream's is
 // Debian with dnsutils, and DNS specs run dig and getent in it.
@@ -194,6 +194,10 @@ func ConformanceSpecs(o ConformanceOptions) []Spec {
 	// not shell names ("data-1", "1-x"), which specs on env prefixes expect
 	// `sh -c env` to print; bash keeps them, like upstream's busybox 1.37.
 	box = append(append(box, File{Path: "/bin/sh", Link: "/usr/bin/bash"}), o.Bash...)
+	// glibc's getent without this file asks DNS before /etc/hosts and stops
+	// at its NXDOMAIN; alpine's (upstream agnhost) and Debian's
+	// (glibc-dns-testing) images read /etc/hosts first.
+	nsswitch := File{Path: "/etc/nsswitch.conf", Data: []byte("hosts: files dns\n"), Mode: 0o644}
 	agnhost := append(append([]File{
 		{Path: "/agnhost", Source: bin("agnhost"), Mode: 0o755},
 		{Path: "/agnhost-2", Link: "agnhost"},
@@ -202,6 +206,7 @@ func ConformanceSpecs(o ConformanceOptions) []Spec {
 		{Path: "/uploads", Dir: true, Mode: 0o755},
 		{Path: "/etc/passwd", Data: []byte(agnhostPasswd), Mode: 0o644},
 		{Path: "/etc/group", Data: []byte(agnhostGroup), Mode: 0o644},
+		nsswitch,
 	}, box...), o.Tools...)
 	page := func(name string) []File {
 		return append(append([]File(nil), agnhost...),
@@ -228,7 +233,7 @@ func ConformanceSpecs(o ConformanceOptions) []Spec {
 		{Name: Nonewprivs, Files: append(append([]File(nil), box...), File{Path: "/usr/local/bin/nnp", Source: bin("nonewprivs"), Mode: 0o4755}), Cmd: []string{"nnp"}},
 		{Name: PauseUpstream, Files: []File{{Path: "/pause", Source: bin("pause"), Mode: 0o755}}, Entrypoint: []string{"/pause"}},
 		{Name: Etcd, Files: etcd},
-		{Name: GlibcDNSTesting, Files: append(append([]File(nil), box...), o.GlibcDNS...), Cmd: []string{"sh"}},
+		{Name: GlibcDNSTesting, Files: append(append([]File{nsswitch}, box...), o.GlibcDNS...), Cmd: []string{"sh"}},
 		{Name: SampleAPIServer, Files: []File{tmpDir(), {Path: "/sample-apiserver", Source: bin("sample-apiserver"), Mode: 0o755}}, Entrypoint: []string{"/sample-apiserver"}},
 	}
 }
