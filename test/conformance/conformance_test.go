@@ -114,7 +114,7 @@ func TestConformance(t *testing.T) {
 	importImages(t, ctx, stateDir)
 	_, _, nest := framework.NestOn(t, ctx, stateDir)
 	tenant := &framework.Tenant{Name: "conformance", Dir: t.TempDir()}
-	if out, err := nest("create", "conformance", "--cpu", "4", "--memory", "8Gi", "--pods", "250", "--wait"); err != nil {
+	if out, err := nest("create", "conformance", "--cpu", "8", "--memory", "16Gi", "--pods", "250", "--wait"); err != nil {
 		t.Fatalf("create the tenant: %v\n%s", err, out)
 	}
 	tenant.Load(t, nest)
