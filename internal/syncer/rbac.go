@@ -2,10 +2,12 @@ package syncer
 
 // nest-syncer's host permissions. They form the nest-syncer ClusterRole,
 // which each tenant's RoleBinding grants in that tenant's host namespace only:
-// pods and their log, exec, attach and port-forward subresources; the
-// ConfigMaps, Secrets and Services it copies; events to read and forward.
+// pods and their log, exec, attach, port-forward, ephemeral-container and
+// resize subresources; the ConfigMaps, Secrets and Services it copies;
+// events to read and forward.
 //
 // +kubebuilder:rbac:groups="",resources=pods;configmaps;secrets;services,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods/log,verbs=get
+// +kubebuilder:rbac:groups="",resources=pods/ephemeralcontainers;pods/resize,verbs=update;patch
 // +kubebuilder:rbac:groups="",resources=pods/exec;pods/attach;pods/portforward,verbs=create;get
 // +kubebuilder:rbac:groups="",resources=events,verbs=get;list;watch
