@@ -129,8 +129,8 @@ func (s *serviceSyncer) syncDNS(context.Context, string) (time.Duration, error) 
 }
 
 // Records returns the tenant's DNS records: the API server, every tenant
-// Service whose host copy has a ClusterIP, and the endpoints of headless
-// Services.
+// Service with a ClusterIP (its host copy's when it has one), and the
+// endpoints of headless Services.
 func (s *serviceSyncer) Records() []DNSRecord {
 	records := []DNSRecord{s.tr.APIServerRecord()}
 	tenant, _ := s.tenantServices.List(labels.Everything())
@@ -140,11 +140,13 @@ func (s *serviceSyncer) Records() []DNSRecord {
 			records = append(records, s.tr.HeadlessRecords(svc, endpoints)...)
 			continue
 		}
-		host, err := s.hostServices.Get(HostName(s.tr.VirtualCluster, svc.Namespace, svc.Name))
-		if err != nil {
-			continue
+		// The host copy's ClusterIP, which host pods reach; a Service with
+		// none (no selector) answers with its own, as in any cluster.
+		ip := svc.Spec.ClusterIP
+		if host, err := s.hostServices.Get(HostName(s.tr.VirtualCluster, svc.Namespace, svc.Name)); err == nil {
+			ip = host.Spec.ClusterIP
 		}
-		if r, ok := s.tr.ServiceRecord(svc.Namespace, svc.Name, host.Spec.ClusterIP); ok {
+		if r, ok := s.tr.ServiceRecord(svc.Namespace, svc.Name, ip); ok {
 			records = append(records, r)
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/utils/ptr"
 )
 
@@ -194,5 +196,24 @@ func TestZoneRecordsFollowTheDNSSpecification(t *testing.T) {
 	zone := string(ClusterZone("cluster.local", 42, got))
 	if !strings.Contains(zone, "cluster.local. 5 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 42 ") {
 		t.Errorf("zone lacks its SOA with serial 42:\n%s", zone)
+	}
+}
+
+// Every tenant Service with a ClusterIP has an A record: its host copy's
+// address, or its own when it has no host copy (no selector).
+func TestServiceRecordsIncludeServicesWithoutHostCopies(t *testing.T) {
+	copied := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"}, Spec: corev1.ServiceSpec{ClusterIP: "10.96.5.5", Selector: map[string]string{"app": "web"}}}
+	bare := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "bare"}, Spec: corev1.ServiceSpec{ClusterIP: "10.96.6.6"}}
+	hostCopy := &corev1.Service{ObjectMeta: hostMeta("alpha", "web"), Spec: corev1.ServiceSpec{ClusterIP: "10.96.9.9"}}
+	s := &serviceSyncer{tr: tr,
+		tenantServices: corelisters.NewServiceLister(indexerOf(t, copied, bare)),
+		tenantSlices:   discoverylisters.NewEndpointSliceLister(indexerOf(t)),
+		hostServices:   corelisters.NewServiceLister(indexerOf(t, hostCopy)).Services(tr.HostNamespace)}
+	got := map[string]string{}
+	for _, r := range s.Records() {
+		got[r.Name] = r.IP
+	}
+	if got["web.shop.svc.cluster.local"] != "10.96.9.9" || got["bare.shop.svc.cluster.local"] != "10.96.6.6" {
+		t.Errorf("records %v", got)
 	}
 }
