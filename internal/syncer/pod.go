@@ -157,6 +157,9 @@ func (t Translator) TranslatePod(tenant *corev1.Pod, metadata MetadataAllowList,
 	}
 	for i, c := range ephemeral {
 		dropNetRaw(&c)
+		// The API refuses resources on ephemeral containers; translation
+		// zero-fills requests.
+		c.Resources = corev1.ResourceRequirements{}
 		out.EphemeralContainers = append(out.EphemeralContainers, corev1.EphemeralContainer{
 			EphemeralContainerCommon: corev1.EphemeralContainerCommon(c), TargetContainerName: tenant.Spec.EphemeralContainers[i].TargetContainerName})
 	}

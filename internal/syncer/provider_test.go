@@ -223,6 +223,9 @@ func TestUpdatePodAddsEphemeralContainers(t *testing.T) {
 	for _, e := range ec.Env {
 		env[e.Name] = e.Value
 	}
+	if len(ec.Resources.Requests) > 0 || len(ec.Resources.Limits) > 0 {
+		t.Errorf("ephemeral container has resources %+v, which the API refuses", ec.Resources)
+	}
 	if ec.TargetContainerName != "app" || env["NS"] != "shop" || env["KUBERNETES_SERVICE_HOST"] != tr.APIServerHost {
 		t.Errorf("ephemeral container not translated: target %q, env %v", ec.TargetContainerName, env)
 	}
