@@ -173,8 +173,16 @@ func (p *podProvider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 		return notOurCopy("pod", host, pod.Namespace+"/"+pod.Name)
 	}
 	if len(pt.EphemeralContainers) > len(host.Spec.EphemeralContainers) {
-		if host, err = p.addEphemeralContainers(ctx, pod, pt, host); err != nil {
+		updated, err := p.addEphemeralContainers(ctx, pod, pt, host)
+		switch {
+		case errdefs.IsInvalidInput(err):
+			// Refused: the tenant hears why, and the pod's other changes
+			// still reach the host.
+			p.recorder.Eventf(pod, corev1.EventTypeWarning, "EphemeralContainerRefused", "refused by the virtual node: %v", err)
+		case err != nil:
 			return err
+		default:
+			host = updated
 		}
 	}
 	if err := p.refreshIdentity(ctx, pt); err != nil {

@@ -236,8 +236,24 @@ func TestUpdatePodAddsEphemeralContainers(t *testing.T) {
 	privileged := debug.DeepCopy()
 	privileged.Spec.EphemeralContainers = append(privileged.Spec.EphemeralContainers, corev1.EphemeralContainer{EphemeralContainerCommon: corev1.EphemeralContainerCommon{
 		Name: "root", Image: "busybox", SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)}}})
-	if err := p.UpdatePod(context.Background(), privileged); err == nil || !strings.Contains(err.Error(), "PodSecurity") {
-		t.Errorf("a privileged ephemeral container reached the host: %v", err)
+	privileged.Labels = map[string]string{"tier": "front"}
+	if err := p.UpdatePod(context.Background(), privileged); err != nil {
+		t.Fatalf("a refused ephemeral container blocks the pod's other changes: %v", err)
+	}
+	got, err = client.CoreV1().Pods(tr.HostNamespace).Get(context.Background(), HostName("alpha", "shop", "web"), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ec := range got.Spec.EphemeralContainers {
+		if ec.Name == "root" {
+			t.Error("the privileged ephemeral container reached the host pod")
+		}
+	}
+	if got.Labels["tier"] != "front" {
+		t.Errorf("host pod labels %v: the label did not follow the refused ephemeral container", got.Labels)
+	}
+	if events := drainEvents(p.recorder); !strings.Contains(events, "EphemeralContainerRefused") || !strings.Contains(events, "PodSecurity") {
+		t.Errorf("events %q, want the refusal with its reason", events)
 	}
 }
 
@@ -305,5 +321,18 @@ func TestDownwardAPILabelsFollowTheTenantPod(t *testing.T) {
 	}
 	if want := "app=\"web\"\ntier=\"back\""; string(got.Data[identityLabels]) != want {
 		t.Errorf("labels file after the change %q, want %q", got.Data[identityLabels], want)
+	}
+}
+
+// drainEvents returns the events a fake recorder holds, one per line.
+func drainEvents(r record.EventRecorder) string {
+	var out []string
+	for {
+		select {
+		case e := <-r.(*record.FakeRecorder).Events:
+			out = append(out, e)
+		default:
+			return strings.Join(out, "\n")
+		}
 	}
 }

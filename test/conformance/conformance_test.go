@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -184,11 +183,11 @@ func importImages(t *testing.T, ctx context.Context, stateDir string) {
 }
 
 // upstreamSource is the directory of the k8s.io/kubernetes module the k8s/
-// module builds from.
+// module builds from. go test runs in the package's directory, so k8s/ is
+// two levels up (runtime.Caller gives no path under -trimpath).
 func upstreamSource(ctx context.Context) (string, error) {
-	_, file, _, _ := runtime.Caller(0)
 	cmd := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", "k8s.io/kubernetes")
-	cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..", "k8s")
+	cmd.Dir = filepath.Join("..", "..", "k8s")
 	out, err := cmd.Output()
 	if err != nil {
 		return "", fmt.Errorf("find the k8s.io/kubernetes source (go list -m in k8s/): %w", err)

@@ -149,7 +149,9 @@ func (e *env) syncerKubeletDialer(t *testing.T) func(ctx context.Context) (net.C
 				ch <- result{err: err}
 				return
 			}
-			c, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, "tcp", syncer.DefaultKubeletAddr)
+			// The kubelet API listens on the pod IP, the virtual node's address.
+			_, port, _ := net.SplitHostPort(syncer.DefaultKubeletAddr)
+			c, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, "tcp", net.JoinHostPort(e.own.controlPlanePod, port))
 			ch <- result{c, err}
 		}()
 		r := <-ch

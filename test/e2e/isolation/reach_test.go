@@ -49,8 +49,9 @@ func (e *env) ownReachable(t *testing.T) {
 	if out := e.mustExec(t, e.alpha, "prober", "kube", "/version"); !strings.Contains(out, "gitVersion") {
 		t.Errorf("own API server /version: %s", out)
 	}
-	if out := e.mustExec(t, e.alpha, "prober", "dns", "kubernetes.default.svc.cluster.local"); !strings.Contains(out, e.own.apiServer) {
-		t.Errorf("own CoreDNS answered %q, want the API server's address %s", out, e.own.apiServer)
+	// The in-cluster Service, which serves the API server on 443 and DNS.
+	if out := e.mustExec(t, e.alpha, "prober", "dns", "kubernetes.default.svc.cluster.local"); !strings.Contains(out, e.own.dns) {
+		t.Errorf("own CoreDNS answered %q, want the in-cluster Service's address %s", out, e.own.dns)
 	}
 	if out := e.mustExec(t, e.alpha, "prober", "dial", hostPort(e.own.controlPlanePod, apiServerPort)); !strings.Contains(out, "connected") {
 		t.Errorf("dial own API server: %s", out)
