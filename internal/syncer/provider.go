@@ -267,25 +267,27 @@ func resizedContainers(host, want *corev1.Pod) *corev1.Pod {
 		if i >= len(want.Spec.Containers) || want.Spec.Containers[i].Name != c.Name {
 			continue
 		}
-		for _, l := range []struct{ have, want corev1.ResourceList }{
-			{c.Resources.Requests, want.Spec.Containers[i].Resources.Requests},
-			{c.Resources.Limits, want.Spec.Containers[i].Resources.Limits},
-		} {
-			for name, q := range l.want {
-				if have, ok := l.have[name]; !ok || !have.Equal(q) {
-					changed = true
-				}
-			}
-		}
-		if changed {
-			mergeResources(&c.Resources.Requests, want.Spec.Containers[i].Resources.Requests)
-			mergeResources(&c.Resources.Limits, want.Spec.Containers[i].Resources.Limits)
+		w := want.Spec.Containers[i].Resources
+		if !covers(c.Resources.Requests, w.Requests) || !covers(c.Resources.Limits, w.Limits) {
+			changed = true
+			mergeResources(&c.Resources.Requests, w.Requests)
+			mergeResources(&c.Resources.Limits, w.Limits)
 		}
 	}
 	if !changed {
 		return nil
 	}
 	return out
+}
+
+// covers reports whether have holds every quantity of want, equal.
+func covers(have, want corev1.ResourceList) bool {
+	for name, q := range want {
+		if h, ok := have[name]; !ok || !h.Equal(q) {
+			return false
+		}
+	}
+	return true
 }
 
 func mergeResources(dst *corev1.ResourceList, src corev1.ResourceList) {
