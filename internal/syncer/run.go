@@ -337,8 +337,8 @@ func markReady(n *corev1.Node) {
 	}
 }
 
-// serveKubeletAPI serves logs, exec, attach and port-forward for the virtual
-// node over TLS, to the tenant API server's kubelet client only.
+// serveKubeletAPI serves logs, exec, attach, port-forward, stats and
+// /metrics for the virtual node over TLS, to the tenant API server's kubelet client only.
 func (s *syncer) serveKubeletAPI(ctx context.Context) error {
 	tlsConfig, err := s.kubeletTLS()
 	if err != nil {
@@ -367,7 +367,10 @@ func (s *syncer) serveKubeletAPI(ctx context.Context) error {
 		GetStatsSummary:    s.provider.GetStatsSummary,
 		GetMetricsResource: s.provider.GetMetricsResource,
 	}, false)
-	srv := &http.Server{Handler: onlyCommonName(s.o.KubeletClientName, handler), ReadHeaderTimeout: 10 * time.Second}
+	mux := http.NewServeMux()
+	mux.Handle("/", handler)
+	mux.Handle("/metrics", nodeMetricsHandler(pods))
+	srv := &http.Server{Handler: onlyCommonName(s.o.KubeletClientName, mux), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
 		_ = srv.Close()
