@@ -5,7 +5,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -18,7 +20,12 @@ func (s *syncer) addHandlers(ctx context.Context) {
 			p.hostPodChanged(obj.(*corev1.Pod))
 			s.orphans.add(obj.(*corev1.Pod).Name)
 		},
-		UpdateFunc: func(_, obj any) { p.hostPodChanged(obj.(*corev1.Pod)) },
+		UpdateFunc: func(old, obj any) {
+			p.hostPodChanged(obj.(*corev1.Pod))
+			if old.(*corev1.Pod).Status.PodIP != obj.(*corev1.Pod).Status.PodIP {
+				s.addSelectorlessServices()
+			}
+		},
 		DeleteFunc: func(obj any) {
 			if pod, ok := unwrap(obj).(*corev1.Pod); ok {
 				p.hostPodDeleted(pod)
@@ -44,10 +51,26 @@ func (s *syncer) addHandlers(ctx context.Context) {
 		}
 		addTenantKey(s.secrets)(obj)
 	}))
-	_, _ = s.tenantF.Core().V1().Services().Informer().AddEventHandler(onEvery(addKey(s.services)))
-	_, _ = s.hostF.Core().V1().Services().Informer().AddEventHandler(onEvery(addTenantKey(s.services)))
+	_, _ = s.tenantF.Core().V1().Services().Informer().AddEventHandler(onEvery(func(obj metav1.Object) {
+		addKey(s.services)(obj)
+		addKey(s.slices)(obj)
+	}))
+	_, _ = s.hostF.Core().V1().Services().Informer().AddEventHandler(onEvery(func(obj metav1.Object) {
+		addTenantKey(s.services)(obj)
+		addTenantKey(s.slices)(obj)
+	}))
 	dns := s.serviceSync.dns
-	_, _ = s.tenantF.Discovery().V1().EndpointSlices().Informer().AddEventHandler(onEvery(func(metav1.Object) { dns.add(hostsKey) }))
+	_, _ = s.tenantF.Discovery().V1().EndpointSlices().Informer().AddEventHandler(onEvery(func(obj metav1.Object) {
+		dns.add(hostsKey)
+		if svc := obj.GetLabels()[discoveryv1.LabelServiceName]; svc != "" {
+			s.slices.add(obj.GetNamespace() + "/" + svc)
+		}
+	}))
+	_, _ = s.hostF.Discovery().V1().EndpointSlices().Informer().AddEventHandler(onEvery(func(obj metav1.Object) {
+		if ns, svc := obj.GetLabels()[LabelTenantNamespace], obj.GetLabels()[LabelTenantService]; ns != "" && svc != "" {
+			s.slices.add(ns + "/" + svc)
+		}
+	}))
 	_, _ = s.events.Core().V1().Events().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { s.forwardEvent(obj.(*corev1.Event)) },
 		UpdateFunc: func(old, obj any) {
@@ -56,6 +79,17 @@ func (s *syncer) addHandlers(ctx context.Context) {
 			}
 		},
 	})
+}
+
+// addSelectorlessServices queues every tenant Service without a selector
+// for its endpoints: a host pod's new IP may be one of them.
+func (s *syncer) addSelectorlessServices() {
+	services, _ := s.serviceSync.tenantServices.List(labels.Everything())
+	for _, svc := range services {
+		if len(svc.Spec.Selector) == 0 {
+			s.slices.add(svc.Namespace + "/" + svc.Name)
+		}
+	}
 }
 
 // onEvery calls f with the object of every add, update and delete event,

@@ -3,7 +3,8 @@ package syncer
 // nest-syncer's host permissions. They form the nest-syncer ClusterRole,
 // which each tenant's RoleBinding grants in that tenant's host namespace only:
 // pods and their log, exec, attach, port-forward, ephemeral-container and
-// resize subresources; the ConfigMaps, Secrets and Services it copies;
+// resize subresources; the ConfigMaps, Secrets and Services it copies and
+// the EndpointSlices of Services without a selector;
 // events to read and forward.
 //
 // +kubebuilder:rbac:groups="",resources=pods;configmaps;secrets;services,verbs=get;list;watch;create;update;patch;delete
@@ -11,3 +12,4 @@ package syncer
 // +kubebuilder:rbac:groups="",resources=pods/ephemeralcontainers;pods/resize,verbs=update;patch
 // +kubebuilder:rbac:groups="",resources=pods/exec;pods/attach;pods/portforward,verbs=create;get
 // +kubebuilder:rbac:groups="",resources=events,verbs=get;list;watch
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update;patch;delete

@@ -97,18 +97,21 @@ type syncer struct {
 	// nodePorts serves the tenant's node ports on the virtual node's IP;
 	// nil without Options.NodeIP.
 	nodePorts *nodePortProxy
+	// endpointSlices copies the endpoints of Services without a selector;
+	// slices is its kind syncer.
+	endpointSlices *endpointSliceSyncer
 	// One syncer per kind besides pods, which virtual-kubelet's pod
 	// controller runs (orphans deletes the host pods it misses); the DNS
 	// syncer is serviceSync.dns.
-	configMaps, secrets, services, tokens, orphans, tenantDeletes *kindSyncer
-	tenantF                                                       informers.SharedInformerFactory
-	podsF                                                         informers.SharedInformerFactory
-	hostF                                                         informers.SharedInformerFactory
-	events                                                        informers.SharedInformerFactory
-	tenant                                                        kubernetes.Interface
-	recorder                                                      record.EventRecorder
-	ready                                                         atomic.Bool
-	started                                                       time.Time
+	configMaps, secrets, services, slices, tokens, orphans, tenantDeletes *kindSyncer
+	tenantF                                                               informers.SharedInformerFactory
+	podsF                                                                 informers.SharedInformerFactory
+	hostF                                                                 informers.SharedInformerFactory
+	events                                                                informers.SharedInformerFactory
+	tenant                                                                kubernetes.Interface
+	recorder                                                              record.EventRecorder
+	ready                                                                 atomic.Bool
+	started                                                               time.Time
 }
 
 // Workers of each kind syncer. Copies are made on demand by the pod
@@ -203,6 +206,14 @@ func newSyncerFor(ctx context.Context, o Options, tenant, host kubernetes.Interf
 	}
 	s.services = newKindSyncer("services", serviceWorkers, s.serviceSync.syncService,
 		copyKeys(s.serviceSync.tenantServices.List, s.serviceSync.hostServices.List))
+	s.endpointSlices = &endpointSliceSyncer{
+		tr: o.Translator, host: host, recorder: s.recorder,
+		tenantServices: s.serviceSync.tenantServices, tenantSlices: s.serviceSync.tenantSlices,
+		hostServices: s.serviceSync.hostServices,
+		hostSlices:   s.hostF.Discovery().V1().EndpointSlices().Lister().EndpointSlices(o.HostNamespace),
+		hostPods:     s.provider.hostPods,
+	}
+	s.slices = newKindSyncer("endpointslices", serviceWorkers, s.endpointSlices.sync, s.endpointSlices.keys)
 	s.configMaps = newKindSyncer("configmaps", configMapWorkers, objects.syncConfigMap, copyKeys(tenantConfigMaps.List, hostConfigMaps.List))
 	s.secrets = newKindSyncer("secrets", secretWorkers, objects.syncSecret, copyKeys(tenantSecrets.List, hostSecrets.List))
 	refresher := &tokenRefresher{issuer: tokens, host: host, secrets: hostSecrets}
@@ -243,7 +254,7 @@ func (s *syncer) startSyncers(ctx context.Context) error {
 			}
 		}
 	}
-	for _, k := range []*kindSyncer{s.configMaps, s.secrets, s.services, s.serviceSync.dns, s.tokens, s.orphans, s.tenantDeletes} {
+	for _, k := range []*kindSyncer{s.configMaps, s.secrets, s.services, s.slices, s.serviceSync.dns, s.tokens, s.orphans, s.tenantDeletes} {
 		go k.run(ctx)
 	}
 	if s.nodePorts != nil {

@@ -15,19 +15,23 @@ import (
 
 // HostService returns the host Service for a tenant Service, and false for
 // Services the syncer leaves alone: the tenant API server's own "kubernetes"
-// Service, ExternalName Services and Services without a selector, whose
-// endpoints the host cannot compute.
+// Service and ExternalName Services. A Service without a selector gets a
+// host copy without one, whose endpoints the syncer copies from the
+// tenant's (see HostEndpointSlices).
 //
 // The host Service is always a ClusterIP Service: exposure outside the host
 // is the host's decision. Its selector adds the tenant labels every host pod
 // of the namespace carries, so it never selects another tenant's pods.
 func (t Translator) HostService(s *corev1.Service) (*corev1.Service, bool) {
 	if (s.Namespace == metav1.NamespaceDefault && s.Name == "kubernetes") ||
-		s.Spec.Type == corev1.ServiceTypeExternalName || len(s.Spec.Selector) == 0 {
+		s.Spec.Type == corev1.ServiceTypeExternalName {
 		return nil, false
 	}
-	selector := maps.Clone(s.Spec.Selector)
-	maps.Copy(selector, hostLabels(t.VirtualCluster, s.Namespace))
+	var selector map[string]string
+	if len(s.Spec.Selector) > 0 {
+		selector = maps.Clone(s.Spec.Selector)
+		maps.Copy(selector, hostLabels(t.VirtualCluster, s.Namespace))
+	}
 	ports := make([]corev1.ServicePort, 0, len(s.Spec.Ports))
 	for _, p := range s.Spec.Ports {
 		ports = append(ports, corev1.ServicePort{Name: p.Name, Protocol: p.Protocol, AppProtocol: p.AppProtocol, Port: p.Port, TargetPort: p.TargetPort})

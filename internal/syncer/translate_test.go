@@ -294,11 +294,14 @@ func TestHostService(t *testing.T) {
 	for _, skip := range []*corev1.Service{
 		{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Namespace: "default"}, Spec: corev1.ServiceSpec{Selector: map[string]string{"a": "b"}}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "ext", Namespace: "shop"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName}},
-		{ObjectMeta: metav1.ObjectMeta{Name: "manual", Namespace: "shop"}},
 	} {
 		if _, ok := tr.HostService(skip); ok {
 			t.Errorf("%s is synced", skip.Name)
 		}
+	}
+	manual, ok := tr.HostService(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "manual", Namespace: "shop"}})
+	if !ok || manual.Spec.Selector != nil {
+		t.Errorf("a Service without a selector gets host copy %v (copied: %v), want one without a selector", manual, ok)
 	}
 	if ServiceNeedsUpdate(h, h) {
 		t.Error("an unchanged Service needs an update")

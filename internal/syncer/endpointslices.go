@@ -1,0 +1,230 @@
+package syncer
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+)
+
+// Tenant Services without a selector have the endpoints the tenant writes
+// (EndpointSlices, or Endpoints that the tenant controller-manager mirrors
+// into slices). The host cannot compute them, so the syncer copies them onto
+// the host copy of the Service, keeping only endpoints that are the
+// addresses of the tenant's own host pods: a tenant can point its Service at
+// its pods, never at a host address or another tenant's pod.
+
+const (
+	// LabelTenantService is the tenant Service a host EndpointSlice belongs
+	// to, in the tenant namespace of LabelTenantNamespace.
+	LabelTenantService = "nest.dev/tenant-service"
+	// EndpointSliceManager is the endpointslice.kubernetes.io/managed-by
+	// value of the host EndpointSlices the syncer writes, so the host's
+	// EndpointSlice controllers leave them alone.
+	EndpointSliceManager = "nest-syncer.nest.dev"
+	// MaxHostEndpointSlices bounds the host EndpointSlices of one tenant
+	// Service: the tenant's slices past it, in name order, are not copied
+	// and an event says so. With the API's 1000 endpoints a slice, a host
+	// Service has at most 8000 endpoints.
+	MaxHostEndpointSlices = 8
+)
+
+// HostEndpointSlices returns the host EndpointSlices of a tenant Service
+// without a selector whose host copy is hostSvc: one per tenant slice of
+// an IP address type, in name order and at most MaxHostEndpointSlices, each
+// with the tenant slice's ports and the endpoints whose every address is
+// allowed (a tenant host pod's IP). Node names, zones and pod references are
+// the tenant's and are dropped. dropped counts what was left out: slices
+// past the bound and endpoints with an address not allowed.
+func (t Translator) HostEndpointSlices(hostSvc *corev1.Service, tenant []*discoveryv1.EndpointSlice, allowed func(string) bool) (out []*discoveryv1.EndpointSlice, dropped int) {
+	tenant = slices.Clone(tenant)
+	slices.SortFunc(tenant, func(a, b *discoveryv1.EndpointSlice) int { return strings.Compare(a.Name, b.Name) })
+	for _, s := range tenant {
+		if s.AddressType != discoveryv1.AddressTypeIPv4 && s.AddressType != discoveryv1.AddressTypeIPv6 {
+			continue
+		}
+		if len(out) == MaxHostEndpointSlices {
+			dropped++
+			continue
+		}
+		endpoints := make([]discoveryv1.Endpoint, 0, len(s.Endpoints))
+		for _, e := range s.Endpoints {
+			if len(e.Addresses) == 0 || !allAllowed(e.Addresses, allowed) {
+				dropped++
+				continue
+			}
+			endpoints = append(endpoints, discoveryv1.Endpoint{Addresses: slices.Clone(e.Addresses), Conditions: *e.Conditions.DeepCopy()})
+		}
+		meta := t.copyMeta(&s.ObjectMeta)
+		maps.Copy(meta.Labels, map[string]string{
+			discoveryv1.LabelServiceName: hostSvc.Name,
+			discoveryv1.LabelManagedBy:   EndpointSliceManager,
+			LabelTenantService:           hostSvc.Annotations[AnnotationTenantName],
+		})
+		// Owned by the host Service: the host's garbage collector deletes
+		// the slices with it, whoever deletes the Service.
+		meta.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: hostSvc.Name, UID: hostSvc.UID}}
+		var ports []discoveryv1.EndpointPort
+		for _, p := range s.Ports {
+			ports = append(ports, *p.DeepCopy())
+		}
+		out = append(out, &discoveryv1.EndpointSlice{ObjectMeta: meta, AddressType: s.AddressType, Endpoints: endpoints, Ports: ports})
+	}
+	return out, dropped
+}
+
+func allAllowed(addresses []string, allowed func(string) bool) bool {
+	for _, a := range addresses {
+		if !allowed(a) {
+			return false
+		}
+	}
+	return true
+}
+
+// endpointSliceSyncer keeps the host EndpointSlices of each tenant Service
+// without a selector in step with the tenant's slices. Its key is the
+// tenant Service's "namespace/name".
+type endpointSliceSyncer struct {
+	tr             Translator
+	host           kubernetes.Interface
+	recorder       record.EventRecorder
+	tenantServices corelisters.ServiceLister
+	tenantSlices   discoverylisters.EndpointSliceLister
+	hostServices   corelisters.ServiceNamespaceLister
+	hostSlices     discoverylisters.EndpointSliceNamespaceLister
+	hostPods       corelisters.PodNamespaceLister
+}
+
+// sync writes the host slices the tenant Service key should have and
+// deletes the others. A Service with a selector, or whose host copy does
+// not exist yet, should have none; the host copy's event brings the key back.
+func (e *endpointSliceSyncer) sync(ctx context.Context, key string) (time.Duration, error) {
+	namespace, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return 0, terminal(err)
+	}
+	have, err := e.hostSlices.List(labels.SelectorFromSet(labels.Set{LabelTenantNamespace: namespace, LabelTenantService: name}))
+	if err != nil {
+		return 0, err
+	}
+	want, err := e.wanted(namespace, name)
+	if err != nil {
+		return 0, err
+	}
+	client := e.host.DiscoveryV1().EndpointSlices(e.tr.HostNamespace)
+	for _, w := range want {
+		i := slices.IndexFunc(have, func(h *discoveryv1.EndpointSlice) bool { return h.Name == w.Name })
+		if i < 0 {
+			if _, err := client.Create(ctx, w, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				return 0, fmt.Errorf("create host EndpointSlice %s of Service %s: %w", w.Name, key, err)
+			}
+			continue
+		}
+		if h := have[i]; endpointSliceDiffers(h, w) {
+			upd := h.DeepCopy()
+			upd.Labels, upd.Annotations, upd.OwnerReferences = w.Labels, w.Annotations, w.OwnerReferences
+			upd.Endpoints, upd.Ports = w.Endpoints, w.Ports
+			if _, err := client.Update(ctx, upd, metav1.UpdateOptions{}); err != nil {
+				return 0, fmt.Errorf("update host EndpointSlice %s of Service %s: %w", w.Name, key, err)
+			}
+		}
+	}
+	for _, h := range have {
+		if slices.ContainsFunc(want, func(w *discoveryv1.EndpointSlice) bool { return w.Name == h.Name }) {
+			continue
+		}
+		uid := h.UID
+		err := client.Delete(ctx, h.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return 0, fmt.Errorf("delete host EndpointSlice %s of Service %s: %w", h.Name, key, err)
+		}
+	}
+	return 0, nil
+}
+
+// wanted returns the host slices of the tenant Service namespace/name, and
+// records an event on it when some of its endpoints are not copied.
+func (e *endpointSliceSyncer) wanted(namespace, name string) ([]*discoveryv1.EndpointSlice, error) {
+	svc, err := e.tenantServices.Services(namespace).Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	hostSvc, err := e.hostServices.Get(HostName(e.tr.VirtualCluster, namespace, name))
+	if apierrors.IsNotFound(err) || len(svc.Spec.Selector) > 0 {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !isCopyOf(hostSvc, e.tr.VirtualCluster, namespace, name) {
+		return nil, nil
+	}
+	tenant, err := e.tenantSlices.EndpointSlices(namespace).List(labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: name}))
+	if err != nil {
+		return nil, err
+	}
+	want, dropped := e.tr.HostEndpointSlices(hostSvc, tenant, e.podIPs())
+	if dropped > 0 {
+		e.recorder.Eventf(svc, corev1.EventTypeWarning, "EndpointsNotCopied",
+			"%d endpoints or slices of this Service are not served: only the addresses of this cluster's pods are, in at most %d EndpointSlices", dropped, MaxHostEndpointSlices)
+	}
+	return want, nil
+}
+
+// podIPs returns whether an address is the IP of one of the tenant's host
+// pods. It reads the host pods, not the tenant's pod statuses, which the
+// tenant can write.
+func (e *endpointSliceSyncer) podIPs() func(string) bool {
+	pods, _ := e.hostPods.List(labels.Everything())
+	ips := map[string]bool{}
+	for _, p := range pods {
+		for _, ip := range p.Status.PodIPs {
+			ips[ip.IP] = true
+		}
+	}
+	return func(a string) bool { return ips[a] }
+}
+
+// keys are the resync keys: every tenant Service without a selector, and
+// the tenant Service of every host slice, so slices left from a Service
+// deleted while the syncer was down are found.
+func (e *endpointSliceSyncer) keys() []string {
+	var out []string
+	tenant, _ := e.tenantServices.List(labels.Everything())
+	for _, svc := range tenant {
+		if len(svc.Spec.Selector) == 0 {
+			out = append(out, svc.Namespace+"/"+svc.Name)
+		}
+	}
+	host, _ := e.hostSlices.List(labels.Everything())
+	for _, s := range host {
+		if ns, name := s.Labels[LabelTenantNamespace], s.Labels[LabelTenantService]; ns != "" && name != "" {
+			out = append(out, ns+"/"+name)
+		}
+	}
+	return out
+}
+
+func endpointSliceDiffers(have, want *discoveryv1.EndpointSlice) bool {
+	return !maps.Equal(have.Labels, want.Labels) || !apiequality.Semantic.DeepEqual(have.Endpoints, want.Endpoints) ||
+		!apiequality.Semantic.DeepEqual(have.Ports, want.Ports) || !apiequality.Semantic.DeepEqual(have.OwnerReferences, want.OwnerReferences) ||
+		have.Annotations[AnnotationTenantUID] != want.Annotations[AnnotationTenantUID]
+}
