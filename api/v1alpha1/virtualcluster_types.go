@@ -184,6 +184,27 @@ const (
 	PodSecurityRestricted PodSecurityLevel = "restricted"
 )
 
+// ContainerLimits says whether the host gives a tenant container that states
+// no cpu or memory limit a default one.
+// +kubebuilder:validation:Enum=Default;None
+type ContainerLimits string
+
+// ContainerLimits policies a VirtualCluster may ask for.
+const (
+	// ContainerLimitsDefault gives every tenant container without a cpu or
+	// memory limit the host namespace's default limits, and the host quota
+	// holds the limits of the tenant's pods to a multiple of its share: a
+	// tenant cannot take spare host cpu or memory beyond them. The default.
+	ContainerLimitsDefault ContainerLimits = "Default"
+	// ContainerLimitsNone runs tenant containers with exactly the limits the
+	// tenant states, as any cluster does: a container without limits may
+	// use spare cpu and memory of its host node, and the host quota holds
+	// requests only. The host node is still protected by its kubelet's
+	// eviction, which evicts pods above their requests first. Upstream
+	// conformance needs it: its resize specs read unlimited cgroups.
+	ContainerLimitsNone ContainerLimits = "None"
+)
+
 // VirtualNodeSpec configures the virtual node and nest-syncer.
 type VirtualNodeSpec struct {
 	// PodSecurityLevel every pod on the virtual node must meet, checked by
@@ -210,6 +231,12 @@ type VirtualNodeSpec struct {
 	// ObjectBudget bounds what the tenant's synced objects may take on the host.
 	// +optional
 	ObjectBudget ObjectBudgetSpec `json:"objectBudget,omitempty"`
+
+	// ContainerLimits is Default (tenant containers without a cpu or memory
+	// limit get the host's default limits) or None (they run without).
+	// +optional
+	// +kubebuilder:default=Default
+	ContainerLimits ContainerLimits `json:"containerLimits,omitempty"`
 }
 
 // HostMetadataSpec lists the tenant label and annotation keys that reach host

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -87,6 +88,7 @@ type shareFlags struct {
 	cpu, memory, gpu string
 	pods             int
 	podSecurity      string
+	containerLimits  string
 }
 
 // flagOf names the nest create flag of each vcops field.
@@ -117,6 +119,14 @@ func (f *shareFlags) spec() (nestv1.VirtualClusterSpec, error) {
 		spec.PromoteResources.Resources = res
 	}
 	spec.VirtualNode.PodSecurityLevel = nestv1.PodSecurityLevel(f.podSecurity)
+	switch strings.ToLower(f.containerLimits) {
+	case "default":
+		spec.VirtualNode.ContainerLimits = nestv1.ContainerLimitsDefault
+	case "none":
+		spec.VirtualNode.ContainerLimits = nestv1.ContainerLimitsNone
+	default:
+		return spec, fmt.Errorf("--container-limits %q: use default (containers without limits get the host's default limits) or none (they run without)", f.containerLimits)
+	}
 	return spec, nil
 }
 
@@ -136,6 +146,7 @@ func newCreateCommand(host *hostFlags) *cobra.Command {
 	cmd.Flags().StringVar(&share.gpu, "gpu", "", "nvidia.com/gpu of the virtual node and the host quota (default none)")
 	cmd.Flags().IntVar(&share.pods, "pods", 0, "pods the virtual node holds (default 110)")
 	cmd.Flags().StringVar(&share.podSecurity, "pod-security", "baseline", "Pod Security Standard level of tenant pods: baseline or restricted")
+	cmd.Flags().StringVar(&share.containerLimits, "container-limits", "default", "default: tenant containers without cpu or memory limits get the host's default limits; none: they run without, as upstream conformance expects")
 	return cmd
 }
 

@@ -58,18 +58,22 @@ func TestRemoveDeletesOnlyNamespacesNestMade(t *testing.T) {
 }
 
 func TestShareFlags(t *testing.T) {
-	spec, err := (&shareFlags{cpu: "4", memory: "8Gi", pods: 20, podSecurity: "restricted"}).spec()
+	spec, err := (&shareFlags{cpu: "4", memory: "8Gi", pods: 20, podSecurity: "restricted", containerLimits: "none"}).spec()
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := spec.PromoteResources.Resources
-	if r.Cpu().String() != "4" || r.Memory().String() != "8Gi" || r.Pods().Value() != 20 || spec.VirtualNode.PodSecurityLevel != "restricted" {
+	if r.Cpu().String() != "4" || r.Memory().String() != "8Gi" || r.Pods().Value() != 20 || spec.VirtualNode.PodSecurityLevel != "restricted" ||
+		spec.VirtualNode.ContainerLimits != nestv1.ContainerLimitsNone {
 		t.Errorf("spec = %+v", spec)
 	}
-	for _, bad := range []shareFlags{{cpu: "four"}, {memory: "-1Gi"}, {pods: -3}} {
+	for _, bad := range []shareFlags{{cpu: "four"}, {memory: "-1Gi"}, {pods: -3}, {containerLimits: "unlimited"}} {
 		if _, err := bad.spec(); err == nil {
 			t.Errorf("%+v: want an error naming the flag", bad)
 		}
+	}
+	if _, err := (&shareFlags{containerLimits: "unlimited"}).spec(); err == nil || !strings.Contains(err.Error(), "--container-limits") {
+		t.Errorf("error %v does not name --container-limits", err)
 	}
 }
 

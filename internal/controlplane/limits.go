@@ -42,9 +42,21 @@ var (
 
 // DefaultContainerLimits returns the limits the namespace's LimitRange gives
 // a container that states none: cpu, memory and ephemeral-storage, each the
-// smaller of the fixed default and the share.
+// smaller of the fixed default and the share; ephemeral-storage alone when
+// the VirtualCluster's containerLimits is None.
 func DefaultContainerLimits(vc *nestv1.VirtualCluster) corev1.ResourceList {
-	return capped(defaultContainerLimits, Share(vc))
+	limits := capped(defaultContainerLimits, Share(vc))
+	if !limitsDefaulted(vc) {
+		delete(limits, corev1.ResourceCPU)
+		delete(limits, corev1.ResourceMemory)
+	}
+	return limits
+}
+
+// limitsDefaulted reports whether tenant containers without cpu or memory
+// limits get default ones (containerLimits Default, or unset).
+func limitsDefaulted(vc *nestv1.VirtualCluster) bool {
+	return vc.Spec.VirtualNode.ContainerLimits != nestv1.ContainerLimitsNone
 }
 
 // LimitRangeFor returns the LimitRange of the tenant's host namespace. It
@@ -54,12 +66,14 @@ func DefaultContainerLimits(vc *nestv1.VirtualCluster) corev1.ResourceList {
 //   - max: the share's cpu and memory (and ephemeral-storage when the share
 //     names it), raised to the largest limit of a control-plane container so
 //     the control-plane pod, which states all its limits, is always admitted.
+//     A maximum makes a limit compulsory, so there is one only for what has
+//     a default limit.
 func LimitRangeFor(vc *nestv1.VirtualCluster) *corev1.LimitRange {
 	n := NamesOf(vc)
 	limits := DefaultContainerLimits(vc)
 	share := Share(vc)
 	maxima := corev1.ResourceList{}
-	for name := range defaultContainerLimits {
+	for name := range limits {
 		if q, ok := share[name]; ok {
 			maxima[name] = q
 		}
@@ -98,8 +112,9 @@ func capped(l, bound corev1.ResourceList) corev1.ResourceList {
 // TenantQuotaFor returns the host ResourceQuota that enforces the share on
 // the host, over the pods in the tenant priority class: the pod count;
 // requests of cpu, memory, ephemeral-storage and extended resources up to
-// the share; and limits of cpu and memory up to LimitOvercommit times the
-// share.
+// the share; and, unless containerLimits is None, limits of cpu and memory
+// up to LimitOvercommit times the share (a quota on limits makes them
+// compulsory).
 func TenantQuotaFor(vc *nestv1.VirtualCluster) *corev1.ResourceQuota {
 	n := NamesOf(vc)
 	hard := corev1.ResourceList{}
@@ -109,7 +124,9 @@ func TenantQuotaFor(vc *nestv1.VirtualCluster) *corev1.ResourceQuota {
 			hard[name] = q
 		case corev1.ResourceCPU, corev1.ResourceMemory:
 			hard["requests."+name] = q
-			hard["limits."+name] = *resource.NewMilliQuantity(q.MilliValue()*LimitOvercommit, q.Format)
+			if limitsDefaulted(vc) {
+				hard["limits."+name] = *resource.NewMilliQuantity(q.MilliValue()*LimitOvercommit, q.Format)
+			}
 		case corev1.ResourceEphemeralStorage:
 			hard["requests."+name] = q
 		default:

@@ -212,3 +212,36 @@ func TestObjectQuotaFor(t *testing.T) {
 		})
 	}
 }
+
+// With containerLimits None, tenant containers keep the limits they state:
+// no default and no maximum for cpu or memory (a maximum would make a limit
+// compulsory), and no quota on limits (which would too).
+func TestContainerLimitsNone(t *testing.T) {
+	v := vc(func(v *nestv1.VirtualCluster) { v.Spec.VirtualNode.ContainerLimits = nestv1.ContainerLimitsNone })
+	item := LimitRangeFor(v).Spec.Limits[0]
+	if err := sameList(item.Default, list("ephemeral-storage", "1Gi")); err != nil {
+		t.Errorf("default: %v", err)
+	}
+	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		if _, ok := item.Max[name]; ok {
+			t.Errorf("max has %s, which makes a %s limit compulsory", name, name)
+		}
+		if _, ok := DefaultContainerLimits(v)[name]; ok {
+			t.Errorf("the syncer is told of a default %s limit", name)
+		}
+	}
+	hard := TenantQuotaFor(v).Spec.Hard
+	for _, name := range []corev1.ResourceName{"limits.cpu", "limits.memory"} {
+		if _, ok := hard[name]; ok {
+			t.Errorf("the tenant quota holds %s, which makes limits compulsory", name)
+		}
+	}
+	for _, name := range []corev1.ResourceName{"requests.cpu", "requests.memory", "pods"} {
+		if _, ok := hard[name]; !ok {
+			t.Errorf("the tenant quota lacks %s", name)
+		}
+	}
+	if _, ok := TenantQuotaFor(vc(nil)).Spec.Hard["limits.memory"]; !ok {
+		t.Error("by default the tenant quota does not hold limits.memory")
+	}
+}
