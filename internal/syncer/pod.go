@@ -233,6 +233,17 @@ func (t Translator) scheduleOnHost(spec *corev1.PodSpec, namespace, tenantName s
 	spec.DeprecatedServiceAccount = ""
 	spec.AutomountServiceAccountToken = ptr.To(false)
 	spec.EnableServiceLinks = ptr.To(false)
+	if spec.HostNetwork {
+		// A pod on the node's network: the virtual node has no network of
+		// its own to give, so the host pod gets a network namespace on the
+		// host's pod network, which reaches every tenant pod and Service as
+		// a node does, and the node's hostname, as on a node.
+		spec.HostNetwork = false
+		spec.Hostname, spec.Subdomain = "", ""
+		if len(validation.IsDNS1123Label(t.NodeName)) == 0 {
+			spec.Hostname = t.NodeName
+		}
+	}
 	if spec.Hostname == "" && len(validation.IsDNS1123Label(tenantName)) == 0 {
 		spec.Hostname = tenantName
 	}

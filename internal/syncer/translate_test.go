@@ -190,6 +190,19 @@ func TestDefaultLimitsNeverFallBelowRequests(t *testing.T) {
 	}
 }
 
+// A hostNetwork pod runs on the pod network with the virtual node's hostname.
+func TestTranslateHostNetworkPod(t *testing.T) {
+	p := tenantPod()
+	p.Spec.HostNetwork = true
+	pt, err := tr.TranslatePod(p, defaultMetadata, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := pt.Pod.Spec; s.HostNetwork || s.Hostname != tr.NodeName || s.DNSPolicy != corev1.DNSNone {
+		t.Errorf("host pod hostNetwork %v, hostname %q (want %q), DNS policy %s", s.HostNetwork, s.Hostname, tr.NodeName, s.DNSPolicy)
+	}
+}
+
 func TestTranslatePodRefuses(t *testing.T) {
 	for _, tt := range []struct {
 		field  string
@@ -247,9 +260,9 @@ func TestPodSecurity(t *testing.T) {
 		"privileged": func(p *corev1.Pod) {
 			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
 		},
-		"hostNetwork": func(p *corev1.Pod) { p.Spec.HostNetwork = true },
-		"hostPID":     func(p *corev1.Pod) { p.Spec.HostPID = true },
-		"hostIPC":     func(p *corev1.Pod) { p.Spec.HostIPC = true },
+		"hostPID": func(p *corev1.Pod) { p.Spec.HostPID = true },
+		"hostIPC": func(p *corev1.Pod) { p.Spec.HostIPC = true },
+
 		"hostPath": func(p *corev1.Pod) {
 			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "h", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}})
 		},
@@ -265,6 +278,17 @@ func TestPodSecurity(t *testing.T) {
 		if err := baseline.Check(p); err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+	hostNetwork := tenantPod()
+	hostNetwork.Spec.HostNetwork = true
+	if err := baseline.Check(hostNetwork); err != nil {
+		t.Errorf("a hostNetwork pod, which runs on the pod network, is refused: %v", err)
+	}
+	// The API server gives a hostNetwork pod's ports host ports, which the
+	// virtual node does not serve.
+	hostNetwork.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 80, HostPort: 80}}
+	if err := baseline.Check(hostNetwork); err == nil || !strings.Contains(err.Error(), "hostPort") {
+		t.Errorf("a hostNetwork pod with a port: %v", err)
 	}
 	restricted, err := NewPodSecurity("restricted")
 	if err != nil {

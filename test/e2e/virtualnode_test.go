@@ -240,7 +240,7 @@ func TestVirtualNode(t *testing.T) {
 	t.Run("Pod Security refuses every forbidden field before it reaches the host", func(t *testing.T) {
 		forbidden := map[string]string{
 			"privileged":   `"containers":[{"name":"c","image":"` + testImage + `","securityContext":{"privileged":true}}]`,
-			"host-network": `"hostNetwork":true,"containers":[{"name":"c","image":"` + testImage + `"}]`,
+			"host-network": `"hostNetwork":true,"containers":[{"name":"c","image":"` + testImage + `","ports":[{"containerPort":8080}]}]`,
 			"host-pid":     `"hostPID":true,"containers":[{"name":"c","image":"` + testImage + `"}]`,
 			"host-ipc":     `"hostIPC":true,"containers":[{"name":"c","image":"` + testImage + `"}]`,
 			"host-path":    `"volumes":[{"name":"root","hostPath":{"path":"/"}}],"containers":[{"name":"c","image":"` + testImage + `","volumeMounts":[{"name":"root","mountPath":"/host"}]}]`,

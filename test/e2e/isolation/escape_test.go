@@ -1,6 +1,7 @@
 package isolation
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -39,7 +40,11 @@ func (e *env) escapes() []testCase {
 	httpProbe := &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Host: e.nodeIPs[0], Port: intstr.FromInt32(10250), Path: "/pods"}}}
 	return []testCase{
 		refuse("privileged", "privileged", security(func(s *corev1.SecurityContext) { s.Privileged = ptr.To(true) })),
-		refuse("host-network", "host namespaces", func(p *corev1.Pod) { p.Spec.HostNetwork = true }),
+		{"host-network-runs-on-the-pod-network", e.hostNetworkOnPodNetwork},
+		refuse("host-network-with-a-port", "hostPort", func(p *corev1.Pod) {
+			p.Spec.HostNetwork = true
+			p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 8080}}
+		}),
 		refuse("host-pid-and-ipc", "host namespaces", func(p *corev1.Pod) { p.Spec.HostPID, p.Spec.HostIPC = true, true }),
 		refuse("host-port", "hostPort", container(func(c *corev1.Container) {
 			c.Ports = []corev1.ContainerPort{{ContainerPort: 8080, HostPort: 8080}}
@@ -143,6 +148,23 @@ func (e *env) unmaskedProc(t *testing.T) {
 		}
 		return errorf("no host pod and no refusal yet")
 	})
+}
+
+// hostNetworkOnPodNetwork: a tenant pod with hostNetwork runs, on a network
+// namespace of its own: its host pod is not on the host's network and its
+// address is no host node's.
+func (e *env) hostNetworkOnPodNetwork(t *testing.T) {
+	e.create(t, e.alpha, testPod("escape-host-network", func(p *corev1.Pod) { p.Spec.HostNetwork = true }))
+	pod := e.waitRunning(t, e.alpha, "default", "escape-host-network")
+	if hp := e.hostPod(t, e.alpha, "default", "escape-host-network"); hp.Spec.HostNetwork {
+		t.Fatalf("host pod %s is on the host's network", hp.Name)
+	}
+	if pod.Status.PodIP == "" {
+		t.Fatal("the tenant pod reports no IP")
+	}
+	if slices.Contains(e.nodeIPs, pod.Status.PodIP) {
+		t.Errorf("the tenant pod's IP %s is a host node's", pod.Status.PodIP)
+	}
 }
 
 func (e *env) runtimeClass(t *testing.T) {
