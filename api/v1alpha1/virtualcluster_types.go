@@ -232,6 +232,15 @@ type VirtualNodeSpec struct {
 	// +optional
 	ObjectBudget ObjectBudgetSpec `json:"objectBudget,omitempty"`
 
+	// Count is how many virtual nodes the tenant sees, 1 to 16. The share
+	// (promoteResources.resources) is split evenly across them, the first
+	// also taking what does not divide evenly; a pod fits on one node only.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=16
+	Count *int32 `json:"count,omitempty"`
+
 	// ContainerLimits is Default (tenant containers without a cpu or memory
 	// limit get the host's default limits) or None (they run without).
 	// +optional

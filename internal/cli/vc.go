@@ -18,11 +18,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/controller/virtualcluster"
 	"github.com/nestdev/nest/internal/controlplane"
+	"github.com/nestdev/nest/internal/syncer"
 	"github.com/nestdev/nest/internal/vcops"
 )
 
@@ -89,6 +91,7 @@ type shareFlags struct {
 	pods             int
 	podSecurity      string
 	containerLimits  string
+	virtualNodes     int
 }
 
 // flagOf names the nest create flag of each vcops field.
@@ -119,8 +122,14 @@ func (f *shareFlags) spec() (nestv1.VirtualClusterSpec, error) {
 		spec.PromoteResources.Resources = res
 	}
 	spec.VirtualNode.PodSecurityLevel = nestv1.PodSecurityLevel(f.podSecurity)
+	if f.virtualNodes != 0 {
+		if f.virtualNodes < 1 || f.virtualNodes > syncer.MaxVirtualNodes {
+			return spec, fmt.Errorf("--virtual-nodes %d: want 1 to %d", f.virtualNodes, syncer.MaxVirtualNodes)
+		}
+		spec.VirtualNode.Count = ptr.To(int32(f.virtualNodes))
+	}
 	switch strings.ToLower(f.containerLimits) {
-	case "default":
+	case "default", "":
 		spec.VirtualNode.ContainerLimits = nestv1.ContainerLimitsDefault
 	case "none":
 		spec.VirtualNode.ContainerLimits = nestv1.ContainerLimitsNone
@@ -146,6 +155,7 @@ func newCreateCommand(host *hostFlags) *cobra.Command {
 	cmd.Flags().StringVar(&share.gpu, "gpu", "", "nvidia.com/gpu of the virtual node and the host quota (default none)")
 	cmd.Flags().IntVar(&share.pods, "pods", 0, "pods the virtual node holds (default 110)")
 	cmd.Flags().StringVar(&share.podSecurity, "pod-security", "baseline", "Pod Security Standard level of tenant pods: baseline or restricted")
+	cmd.Flags().IntVar(&share.virtualNodes, "virtual-nodes", 0, "how many virtual nodes split the share (default 1)")
 	cmd.Flags().StringVar(&share.containerLimits, "container-limits", "default", "default: tenant containers without cpu or memory limits get the host's default limits; none: they run without, as upstream conformance expects")
 	return cmd
 }

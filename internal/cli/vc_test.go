@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"k8s.io/utils/ptr"
 	"strings"
 	"testing"
 
@@ -58,16 +59,16 @@ func TestRemoveDeletesOnlyNamespacesNestMade(t *testing.T) {
 }
 
 func TestShareFlags(t *testing.T) {
-	spec, err := (&shareFlags{cpu: "4", memory: "8Gi", pods: 20, podSecurity: "restricted", containerLimits: "none"}).spec()
+	spec, err := (&shareFlags{cpu: "4", memory: "8Gi", pods: 20, podSecurity: "restricted", containerLimits: "none", virtualNodes: 2}).spec()
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := spec.PromoteResources.Resources
 	if r.Cpu().String() != "4" || r.Memory().String() != "8Gi" || r.Pods().Value() != 20 || spec.VirtualNode.PodSecurityLevel != "restricted" ||
-		spec.VirtualNode.ContainerLimits != nestv1.ContainerLimitsNone {
+		spec.VirtualNode.ContainerLimits != nestv1.ContainerLimitsNone || ptr.Deref(spec.VirtualNode.Count, 0) != 2 {
 		t.Errorf("spec = %+v", spec)
 	}
-	for _, bad := range []shareFlags{{cpu: "four"}, {memory: "-1Gi"}, {pods: -3}, {containerLimits: "unlimited"}} {
+	for _, bad := range []shareFlags{{cpu: "four"}, {memory: "-1Gi"}, {pods: -3}, {containerLimits: "unlimited"}, {containerLimits: "default", virtualNodes: 17}} {
 		if _, err := bad.spec(); err == nil {
 			t.Errorf("%+v: want an error naming the flag", bad)
 		}

@@ -145,6 +145,7 @@ func syncerOptions(vc *nestv1.VirtualCluster, opts Options, ips ServiceIPs) sync
 		NodeIP:           "$(POD_IP)",
 		TenantKubeconfig: path.Join(KubeconfigDir, SyncerKubeconfig),
 		Capacity:         Share(vc),
+		VirtualNodes:     int(ptr.Deref(vc.Spec.VirtualNode.Count, 1)),
 		PodSecurityLevel: PodSecurityLevel(vc),
 		// Only the kubelet-client CA: the tenant's CSR API signs with the
 		// cluster CA, so a certificate a tenant mints is refused.

@@ -20,6 +20,7 @@ const (
 	flagVirtualCluster   = "virtual-cluster"
 	flagHostNamespace    = "host-namespace"
 	flagNodeName         = "node-name"
+	flagVirtualNodes     = "virtual-nodes"
 	flagClusterDomain    = "cluster-domain"
 	flagAPIServerHost    = "api-server-host"
 	flagAPIServerPort    = "api-server-port"
@@ -64,7 +65,8 @@ var DefaultHealthAddr = fmt.Sprintf("127.0.0.1:%d", DefaultHealthPort)
 func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.VirtualCluster, flagVirtualCluster, "", "name of the VirtualCluster (required)")
 	fs.StringVar(&o.HostNamespace, flagHostNamespace, "", "host namespace of the VirtualCluster (required)")
-	fs.StringVar(&o.NodeName, flagNodeName, "nest-virtual-node", "name of the virtual node in the tenant cluster")
+	fs.StringVar(&o.NodeName, flagNodeName, "nest-virtual-node", "name of the (first) virtual node in the tenant cluster")
+	fs.IntVar(&o.VirtualNodes, flagVirtualNodes, 1, fmt.Sprintf("how many virtual nodes split the capacity, 1 to %d: the first is --%s, the others --%s-1, -2, ...", MaxVirtualNodes, flagNodeName, flagNodeName))
 	fs.StringVar(&o.ClusterDomain, flagClusterDomain, "cluster.local", "tenant DNS suffix")
 	fs.StringVar(&o.APIServerHost, flagAPIServerHost, "", "host ClusterIP of the tenant API server's Service (required)")
 	fs.Func(flagAPIServerPort, "port of the tenant API server's Service (default 6443)", func(s string) error {
@@ -114,6 +116,7 @@ func (o Options) Args() []string {
 		"--" + flagVirtualCluster + "=" + o.VirtualCluster,
 		"--" + flagHostNamespace + "=" + o.HostNamespace,
 		"--" + flagNodeName + "=" + o.NodeName,
+		"--" + flagVirtualNodes + "=" + strconv.Itoa(max(o.VirtualNodes, 1)),
 		"--" + flagClusterDomain + "=" + o.ClusterDomain,
 		"--" + flagAPIServerHost + "=" + o.APIServerHost,
 		"--" + flagAPIServerPort + "=" + strconv.Itoa(int(o.APIServerPort)),
@@ -172,6 +175,9 @@ func (o Options) Validate() error {
 	}
 	if len(o.Capacity) == 0 {
 		return fmt.Errorf("--%s is required, such as cpu=4,memory=8Gi,pods=110", flagCapacity)
+	}
+	if o.VirtualNodes < 0 || o.VirtualNodes > MaxVirtualNodes {
+		return fmt.Errorf("--%s=%d: want 1 to %d", flagVirtualNodes, o.VirtualNodes, MaxVirtualNodes)
 	}
 	if o.DataBudgetBytes < 0 {
 		return fmt.Errorf("--%s=%d: want a number of bytes, or 0 for no bound", flagDataBudget, o.DataBudgetBytes)

@@ -34,7 +34,7 @@ func (s *syncer) addHandlers(ctx context.Context) {
 	})
 	// virtual-kubelet drops the tombstones of pods deleted while the watch
 	// was down; the orphan syncer catches their host pods.
-	_, _ = s.podsF.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	_, _ = s.pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		DeleteFunc: func(obj any) {
 			if pod, ok := unwrap(obj).(*corev1.Pod); ok {
 				s.orphans.add(HostName(s.o.VirtualCluster, pod.Namespace, pod.Name))

@@ -25,7 +25,7 @@ func hostPodFor(name, uid string) *corev1.Pod {
 }
 
 func podWithUID(name, uid string) *corev1.Pod {
-	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID(uid)}}
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID(uid)}, Spec: corev1.PodSpec{NodeName: tr.NodeName}}
 }
 
 func hostPodExists(t *testing.T, host *fake.Clientset, name string) bool {

@@ -1,6 +1,7 @@
 package syncer
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -216,6 +217,7 @@ func checkUnsupportedSpec(s *corev1.PodSpec) error {
 // scheduleOnHost clears what only makes sense among tenant nodes and pods:
 // the host scheduler places the pod by host rules, within the tenant's quota.
 func (t Translator) scheduleOnHost(spec *corev1.PodSpec, namespace, tenantName string) {
+	nodeName := cmp.Or(spec.NodeName, t.NodeName)
 	spec.NodeName = ""
 	spec.NodeSelector = nil
 	spec.Affinity = nil
@@ -240,8 +242,8 @@ func (t Translator) scheduleOnHost(spec *corev1.PodSpec, namespace, tenantName s
 		// a node does, and the node's hostname, as on a node.
 		spec.HostNetwork = false
 		spec.Hostname, spec.Subdomain = "", ""
-		if len(validation.IsDNS1123Label(t.NodeName)) == 0 {
-			spec.Hostname = t.NodeName
+		if len(validation.IsDNS1123Label(nodeName)) == 0 {
+			spec.Hostname = nodeName
 		}
 	}
 	if spec.Hostname == "" && len(validation.IsDNS1123Label(tenantName)) == 0 {
@@ -475,7 +477,7 @@ func (t Translator) tenantFieldValue(path string, p *corev1.Pod) (string, bool) 
 	case "metadata.uid":
 		return string(p.UID), true
 	case "spec.nodeName":
-		return t.NodeName, true
+		return cmp.Or(p.Spec.NodeName, t.NodeName), true
 	case "spec.serviceAccountName":
 		return p.Spec.ServiceAccountName, true
 	}

@@ -37,7 +37,7 @@ func newProvider(t *testing.T, capacity corev1.ResourceList, host []runtime.Obje
 		hostPods:   corelisters.NewPodLister(indexerOf(t, host...)).Pods(tr.HostNamespace),
 		services:   func(string) []ServiceAddress { return nil },
 	}
-	p.capacity = &admission{capacity: capacity, pods: p.tenantPods, onHost: p.runsOnHost}
+	p.capacity = &admission{capacity: map[string]corev1.ResourceList{tr.NodeName: capacity}, pods: p.tenantPods, onHost: p.runsOnHost}
 	return p, hostClient
 }
 

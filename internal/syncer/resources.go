@@ -115,8 +115,9 @@ func nonNegative(limit, taken resource.Quantity) resource.Quantity {
 // bound to the node: a pod it refused stays bound (Pending) and must not
 // hold capacity, as a kubelet counts only the pods it admitted.
 type admission struct {
-	capacity corev1.ResourceList
-	// pods lists the tenant pods bound to the virtual node.
+	// capacity is each virtual node's, by node name.
+	capacity map[string]corev1.ResourceList
+	// pods lists the tenant pods bound to the virtual nodes.
 	pods corelisters.PodLister
 	// onHost reports whether a tenant pod has its host pod.
 	onHost func(*corev1.Pod) bool
@@ -129,7 +130,11 @@ type admission struct {
 // if it fits, holds its requests until it ends. Admissions are serialized so
 // concurrent pods cannot both take the last of a resource.
 func (a *admission) admit(pod *corev1.Pod) error {
-	if err := checkKnownResources(&pod.Spec, a.capacity); err != nil {
+	capacity, ok := a.capacity[pod.Spec.NodeName]
+	if !ok {
+		return fmt.Errorf("spec.nodeName: %q is not a virtual node of this cluster", pod.Spec.NodeName)
+	}
+	if err := checkKnownResources(&pod.Spec, capacity); err != nil {
 		return err
 	}
 	a.mu.Lock()
@@ -148,7 +153,7 @@ func (a *admission) admit(pod *corev1.Pod) error {
 			continue
 		}
 		live[p.UID] = true
-		if p.UID != pod.UID && (a.admitted[p.UID] || a.onHost(p)) {
+		if p.UID != pod.UID && p.Spec.NodeName == pod.Spec.NodeName && (a.admitted[p.UID] || a.onHost(p)) {
 			others = append(others, p)
 		}
 	}
@@ -157,7 +162,7 @@ func (a *admission) admit(pod *corev1.Pod) error {
 			delete(a.admitted, uid)
 		}
 	}
-	if err := checkFits(pod, others, a.capacity); err != nil {
+	if err := checkFits(pod, others, capacity); err != nil {
 		return err
 	}
 	a.admitted[pod.UID] = true

@@ -116,7 +116,7 @@ func TestAdmission(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			bound := append(tt.bound, tt.pod)
-			a := &admission{capacity: share, pods: podLister(t, bound...), onHost: func(p *corev1.Pod) bool { return p.UID == onHost.UID }}
+			a := &admission{capacity: map[string]corev1.ResourceList{tr.NodeName: share}, pods: podLister(t, bound...), onHost: func(p *corev1.Pod) bool { return p.UID == onHost.UID }}
 			a.admitted = map[types.UID]bool{}
 			for _, p := range tt.admitted {
 				a.admitted[p.UID] = true
@@ -133,7 +133,7 @@ func TestAdmission(t *testing.T) {
 // is never handed out twice, and a refused pod holds nothing.
 func TestAdmissionHoldsWhatItAdmitted(t *testing.T) {
 	first, second, third := simplePod("first", "1500m"), simplePod("second", "1"), simplePod("third", "500m")
-	a := &admission{capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")},
+	a := &admission{capacity: map[string]corev1.ResourceList{tr.NodeName: {corev1.ResourceCPU: resource.MustParse("2")}},
 		pods: podLister(t, first, second, third), onHost: func(*corev1.Pod) bool { return false }}
 	if err := a.admit(first); err != nil {
 		t.Fatal(err)
@@ -146,5 +146,48 @@ func TestAdmissionHoldsWhatItAdmitted(t *testing.T) {
 	}
 	if err := a.admit(first); err != nil {
 		t.Errorf("a retried pod is counted against itself: %v", err)
+	}
+}
+
+// Each virtual node has its own share of the capacity: pods on one do not
+// count on another, and a pod bound to a node the syncer does not run is
+// refused.
+func TestAdmissionPerVirtualNode(t *testing.T) {
+	onFirst, onSecond := simplePod("first", "1"), simplePod("second", "1")
+	onSecond.Spec.NodeName = "nest-virtual-node-1"
+	elsewhere := simplePod("elsewhere", "0")
+	elsewhere.Spec.NodeName = "someone-elses-node"
+	halves := SplitCapacity(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}, 2)
+	a := &admission{capacity: map[string]corev1.ResourceList{tr.NodeName: halves[0], "nest-virtual-node-1": halves[1]},
+		pods: podLister(t, onFirst, onSecond, elsewhere), onHost: func(*corev1.Pod) bool { return false }}
+	if err := a.admit(onFirst); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.admit(onSecond); err != nil {
+		t.Errorf("a pod on the second node is counted against the first: %v", err)
+	}
+	if err := a.admit(elsewhere); err == nil || !strings.Contains(err.Error(), "spec.nodeName") {
+		t.Errorf("a pod bound to another node: %v", err)
+	}
+}
+
+func TestSplitCapacity(t *testing.T) {
+	parts := SplitCapacity(corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("16Gi"),
+		corev1.ResourcePods: resource.MustParse("251"), "nvidia.com/gpu": resource.MustParse("1"),
+	}, 2)
+	want := []map[corev1.ResourceName]string{
+		{corev1.ResourceCPU: "4", corev1.ResourceMemory: "8Gi", corev1.ResourcePods: "126", "nvidia.com/gpu": "1"},
+		{corev1.ResourceCPU: "4", corev1.ResourceMemory: "8Gi", corev1.ResourcePods: "125", "nvidia.com/gpu": "0"},
+	}
+	for i, w := range want {
+		for name, q := range w {
+			if got := parts[i][name]; got.Cmp(resource.MustParse(q)) != 0 {
+				t.Errorf("node %d %s = %s, want %s", i, name, got.String(), q)
+			}
+		}
+	}
+	if names := NodeNames("nest-virtual-node", 3); len(names) != 3 || names[0] != "nest-virtual-node" || names[2] != "nest-virtual-node-2" {
+		t.Errorf("NodeNames = %v", names)
 	}
 }

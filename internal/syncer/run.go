@@ -17,7 +17,6 @@ import (
 	"github.com/virtual-kubelet/virtual-kubelet/node/api"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -40,8 +39,13 @@ type Options struct {
 	TenantKubeconfig string
 	// Host is the host API server; nil means the in-cluster configuration.
 	Host *rest.Config
-	// Capacity is the virtual node's capacity and allocatable.
+	// Capacity is the tenant's share: the capacity and allocatable of the
+	// virtual nodes together (see SplitCapacity).
 	Capacity corev1.ResourceList
+	// VirtualNodes is how many virtual nodes the share is split across, 1
+	// to MaxVirtualNodes (0 is 1); their names are NodeNames(NodeName,
+	// VirtualNodes).
+	VirtualNodes int
 	// PodSecurityLevel every tenant pod must meet: baseline or restricted.
 	PodSecurityLevel string
 	// TokenMaxAge bounds how long a delivered token is used before refresh.
@@ -105,13 +109,16 @@ type syncer struct {
 	// syncer is serviceSync.dns.
 	configMaps, secrets, services, slices, tokens, orphans, tenantDeletes *kindSyncer
 	tenantF                                                               informers.SharedInformerFactory
-	podsF                                                                 informers.SharedInformerFactory
-	hostF                                                                 informers.SharedInformerFactory
-	events                                                                informers.SharedInformerFactory
-	tenant                                                                kubernetes.Interface
-	recorder                                                              record.EventRecorder
-	ready                                                                 atomic.Bool
-	started                                                               time.Time
+	// nodes are the virtual nodes' names; pods are the tenant pods bound
+	// to them.
+	nodes    []string
+	pods     *podsOnNodes
+	hostF    informers.SharedInformerFactory
+	events   informers.SharedInformerFactory
+	tenant   kubernetes.Interface
+	recorder record.EventRecorder
+	ready    atomic.Bool
+	started  time.Time
 }
 
 // Workers of each kind syncer. Copies are made on demand by the pod
@@ -156,9 +163,8 @@ func newSyncerFor(ctx context.Context, o Options, tenant, host kubernetes.Interf
 	}
 	s := &syncer{o: o, tenant: tenant, started: time.Now()}
 	s.tenantF = informers.NewSharedInformerFactory(tenant, 0)
-	s.podsF = informers.NewSharedInformerFactoryWithOptions(tenant, 0, informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
-		lo.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", o.NodeName).String()
-	}))
+	s.nodes = NodeNames(o.NodeName, max(o.VirtualNodes, 1))
+	s.pods = newPodsOnNodes(tenant, s.nodes)
 	ours := labels.SelectorFromSet(labels.Set{LabelTenantOf: o.VirtualCluster}).String()
 	s.hostF = informers.NewSharedInformerFactoryWithOptions(host, 0, informers.WithNamespace(o.HostNamespace),
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = ours }))
@@ -168,7 +174,7 @@ func newSyncerFor(ctx context.Context, o Options, tenant, host kubernetes.Interf
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: tenant.CoreV1().Events("")})
 	s.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "nest-syncer", Host: o.NodeName})
 
-	podInformer := s.podsF.Core().V1().Pods().Informer()
+	podInformer := s.pods.Informer()
 	if err := podInformer.AddIndexers(cache.Indexers{referencesIndex: o.Translator.podReferences}); err != nil {
 		return nil, err
 	}
@@ -182,7 +188,7 @@ func newSyncerFor(ctx context.Context, o Options, tenant, host kubernetes.Interf
 		hostConfigMaps: hostConfigMaps, hostSecrets: hostSecrets,
 		pods: podInformer.GetIndexer(),
 	}
-	tenantPods := s.podsF.Core().V1().Pods().Lister()
+	tenantPods := s.pods.Lister()
 	tokens := &tokenIssuer{tenant: tenant, maxAge: o.TokenMaxAge, now: time.Now}
 	s.provider = &podProvider{
 		tr: o.Translator, metadata: o.HostMetadata, security: security, host: host, hostCfg: o.Host, tenant: tenant, objects: objects,
@@ -191,7 +197,10 @@ func newSyncerFor(ctx context.Context, o Options, tenant, host kubernetes.Interf
 		tenantPods: tenantPods,
 		hostPods:   s.hostF.Core().V1().Pods().Lister().Pods(o.HostNamespace),
 	}
-	s.provider.capacity = &admission{capacity: o.Capacity, pods: tenantPods, onHost: s.provider.runsOnHost}
+	s.provider.capacity = &admission{capacity: map[string]corev1.ResourceList{}, pods: tenantPods, onHost: s.provider.runsOnHost}
+	for i, c := range SplitCapacity(o.Capacity, len(s.nodes)) {
+		s.provider.capacity.capacity[s.nodes[i]] = c
+	}
 	s.serviceSync = newServiceSyncer(&serviceSyncer{
 		tr: o.Translator, host: host, recorder: s.recorder, dnsDir: o.DNSDir,
 		tenantServices: s.tenantF.Core().V1().Services().Lister(),
@@ -243,9 +252,13 @@ func (s *syncer) startSyncers(ctx context.Context) error {
 	if err := s.serviceSync.start(); err != nil {
 		return err
 	}
-	factories := []informers.SharedInformerFactory{s.tenantF, s.podsF, s.hostF, s.events}
+	factories := []informers.SharedInformerFactory{s.tenantF, s.hostF, s.events}
 	for _, f := range factories {
 		f.Start(ctx.Done())
+	}
+	go s.pods.Informer().RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), s.pods.Informer().HasSynced) {
+		return fmt.Errorf("informer for tenant pods on the virtual nodes did not sync")
 	}
 	for _, f := range factories {
 		for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
@@ -275,7 +288,7 @@ const podWorkers = 32
 func (s *syncer) runNode(ctx context.Context) error {
 	pc, err := node.NewPodController(node.PodControllerConfig{
 		PodClient:                            s.tenant.CoreV1(),
-		PodInformer:                          s.podsF.Core().V1().Pods(),
+		PodInformer:                          s.pods,
 		EventRecorder:                        s.recorder,
 		Provider:                             s.provider,
 		ConfigMapInformer:                    s.tenantF.Core().V1().ConfigMaps(),
@@ -289,37 +302,52 @@ func (s *syncer) runNode(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	spec := VirtualNode(s.o.NodeName, s.o.NodeIP, s.o.Capacity)
-	status := node.NewNaiveNodeProvider()
-	nc, err := node.NewNodeController(status, &spec, s.tenant.CoreV1().Nodes(),
-		node.WithNodeEnableLeaseV1(s.tenant.CoordinationV1().Leases(corev1.NamespaceNodeLease), node.DefaultLeaseDuration))
-	if err != nil {
-		return err
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() { _ = pc.Run(ctx, podWorkers) }()
 	if err := waitReady(ctx, pc.Ready(), pc.Done(), pc.Err); err != nil {
 		return fmt.Errorf("pod controller: %w", err)
 	}
-	go func() { _ = nc.Run(ctx) }()
-	if err := waitReady(ctx, nc.Ready(), nc.Done(), nc.Err); err != nil {
-		return fmt.Errorf("node controller: %w", err)
-	}
-	markReady(&spec)
-	if err := status.UpdateStatus(ctx, &spec); err != nil {
-		return fmt.Errorf("mark the virtual node Ready: %w", err)
+	done := make(chan error, len(s.nodes))
+	for i, capacity := range SplitCapacity(s.o.Capacity, len(s.nodes)) {
+		if err := s.runVirtualNode(ctx, s.nodes[i], capacity, done); err != nil {
+			return err
+		}
 	}
 	s.ready.Store(true)
-	klog.FromContext(ctx).Info("Virtual node is ready", "node", s.o.NodeName)
 	select {
 	case <-pc.Done():
 		return pc.Err()
-	case <-nc.Done():
-		return nc.Err()
+	case err := <-done:
+		return err
 	case <-ctx.Done():
 		return nil
 	}
+}
+
+// runVirtualNode registers one virtual node, with its lease, and marks it
+// Ready; done gets the node controller's error when it stops.
+func (s *syncer) runVirtualNode(ctx context.Context, name string, capacity corev1.ResourceList, done chan<- error) error {
+	spec := VirtualNode(name, s.o.NodeIP, capacity)
+	status := node.NewNaiveNodeProvider()
+	nc, err := node.NewNodeController(status, &spec, s.tenant.CoreV1().Nodes(),
+		node.WithNodeEnableLeaseV1(s.tenant.CoordinationV1().Leases(corev1.NamespaceNodeLease), node.DefaultLeaseDuration))
+	if err != nil {
+		return err
+	}
+	go func() {
+		_ = nc.Run(ctx)
+		done <- fmt.Errorf("node controller of %s stopped: %w", name, nc.Err())
+	}()
+	if err := waitReady(ctx, nc.Ready(), nc.Done(), nc.Err); err != nil {
+		return fmt.Errorf("node controller of %s: %w", name, err)
+	}
+	markReady(&spec)
+	if err := status.UpdateStatus(ctx, &spec); err != nil {
+		return fmt.Errorf("mark virtual node %s Ready: %w", name, err)
+	}
+	klog.FromContext(ctx).Info("Virtual node is ready", "node", name)
+	return nil
 }
 
 func waitReady(ctx context.Context, ready, done <-chan struct{}, errOf func() error) error {
@@ -365,7 +393,7 @@ func (s *syncer) serveKubeletAPI(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("kubelet API listener: %w", err)
 	}
-	pods := s.podsF.Core().V1().Pods().Lister()
+	pods := s.pods.Lister()
 	handler := api.PodHandler(api.PodHandlerConfig{
 		RunInContainer:    s.provider.RunInContainer,
 		AttachToContainer: s.provider.AttachToContainer,

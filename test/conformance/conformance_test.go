@@ -115,8 +115,10 @@ func TestConformance(t *testing.T) {
 	tenant := &framework.Tenant{Name: "conformance", Dir: t.TempDir()}
 	// Containers keep the limits they state (none for most specs): the
 	// resize specs read unlimited cgroups, and default limits on hundreds of
-	// parallel pods would fill a quota on limits.
-	if out, err := nest("create", "conformance", "--cpu", "8", "--memory", "16Gi", "--pods", "250", "--container-limits", "none", "--wait"); err != nil {
+	// parallel pods would fill a quota on limits. Two virtual nodes, as the
+	// suite asks for at least two schedulable nodes.
+	if out, err := nest("create", "conformance", "--cpu", "8", "--memory", "16Gi", "--pods", "250", "--virtual-nodes", "2",
+		"--container-limits", "none", "--wait"); err != nil {
 		t.Fatalf("create the tenant: %v\n%s", err, out)
 	}
 	tenant.Load(t, nest)

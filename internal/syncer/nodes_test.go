@@ -1,0 +1,48 @@
+package syncer
+
+import (
+	"context"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+)
+
+// The pod informer of several virtual nodes holds their pods only, listed
+// and watched; client-go's fake ignores the field selector, so this is the
+// informer's own filter at work.
+func TestPodsOnNodesKeepsOnlyTheVirtualNodesPods(t *testing.T) {
+	on := func(name, node string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Spec: corev1.PodSpec{NodeName: node}}
+	}
+	client := fake.NewClientset(on("a", "vn"), on("b", "vn-1"), on("elsewhere", "real-node"), on("unbound", ""))
+	pods := newPodsOnNodes(client, NodeNames("vn", 2))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go pods.Informer().RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), pods.Informer().HasSynced) {
+		t.Fatal("the informer did not sync")
+	}
+	for _, p := range []*corev1.Pod{on("c", "vn-1"), on("late-elsewhere", "real-node")} {
+		if _, err := client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "pods a, b and c, and no other node's", func() (bool, error) {
+		list, err := pods.Lister().List(labels.Everything())
+		if err != nil {
+			return false, err
+		}
+		names := map[string]bool{}
+		for _, p := range list {
+			names[p.Name] = true
+		}
+		if names["elsewhere"] || names["unbound"] || names["late-elsewhere"] {
+			t.Fatalf("the informer holds pods of other nodes: %v", names)
+		}
+		return len(names) == 3 && names["a"] && names["b"] && names["c"], nil
+	})
+}
