@@ -42,6 +42,9 @@ type Translator struct {
 	// PriorityClassName is put on every host pod; the host ResourceQuota of the
 	// tenant's share selects pods by it.
 	PriorityClassName string
+	// Share is the tenant's share of the host, the virtual nodes' capacity
+	// together; nest-syncer sets it from its capacity.
+	Share corev1.ResourceList
 	// DefaultLimits are the limits the host namespace's LimitRange gives a
 	// container that states none (cpu, memory, ephemeral-storage). A
 	// container that requests more than one of them and states no limit gets
@@ -155,6 +158,9 @@ func (t Translator) TranslatePod(tenant *corev1.Pod, metadata MetadataAllowList,
 		for i := range cs {
 			t.translateContainer(&cs[i], tenant, serviceEnv, out)
 		}
+	}
+	if spec.Resources != nil {
+		t.dropTenantOnlyResources(spec.Resources)
 	}
 	for i, c := range ephemeral {
 		dropNetRaw(&c)
@@ -461,8 +467,34 @@ func (t Translator) translateContainer(c *corev1.Container, tenant *corev1.Pod, 
 		}
 	}
 	c.Env = append(env, c.Env...)
+	t.dropTenantOnlyResources(&c.Resources)
 	zeroFillRequests(&c.Resources)
 	raiseDefaultLimits(&c.Resources, t.DefaultLimits)
+}
+
+// isExtendedResource reports whether name is an extended resource, such as
+// example.com/dongle, as upstream's helper of that name decides: a name
+// with a domain that is not kubernetes.io's.
+func isExtendedResource(name corev1.ResourceName) bool {
+	n := string(name)
+	return strings.Contains(n, "/") && !strings.Contains(n, corev1.ResourceDefaultNamespacePrefix) &&
+		!strings.HasPrefix(n, corev1.DefaultResourceRequestsPrefix)
+}
+
+// dropTenantOnlyResources removes the extended resources the share does not
+// name from a host container. The syncer admits such a resource only when
+// the tenant advertised it on its virtual node (see admission), as a
+// cluster admin advertises one by patching a node's status: bookkeeping
+// between the tenant's pods and scheduler that no host node offers, so the
+// host pod must not ask for it.
+func (t Translator) dropTenantOnlyResources(r *corev1.ResourceRequirements) {
+	for _, list := range []corev1.ResourceList{r.Requests, r.Limits} {
+		for name := range list {
+			if _, shared := t.Share[name]; !shared && isExtendedResource(name) {
+				delete(list, name)
+			}
+		}
+	}
 }
 
 // tenantFieldValue returns the tenant's value of a downward API field whose

@@ -110,6 +110,37 @@ func nonNegative(limit, taken resource.Quantity) resource.Quantity {
 	return free
 }
 
+// advertised returns the allocatable of the tenant's Node object name,
+// nil when it cannot be read.
+func (a *admission) advertised(name string) corev1.ResourceList {
+	if a.nodes == nil {
+		return nil
+	}
+	n, err := a.nodes.Get(name)
+	if err != nil {
+		return nil
+	}
+	return n.Status.Allocatable
+}
+
+// withAdvertised adds to a virtual node's share the extended resources the
+// tenant advertised on the node (patching its status, as on any node) that
+// the share does not name: they are the tenant's own bookkeeping, counted
+// here as a kubelet counts them and never asked of the host (see
+// Translator.dropTenantOnlyResources). What the share names keeps the
+// share's quantity, whatever the tenant wrote.
+func withAdvertised(share, advertised corev1.ResourceList) corev1.ResourceList {
+	out := share
+	for name, q := range advertised {
+		if _, ok := share[name]; ok || !isExtendedResource(name) {
+			continue
+		}
+		out = maps.Clone(out)
+		out[name] = q.DeepCopy()
+	}
+	return out
+}
+
 // admission admits tenant pods to the virtual node's capacity. It counts the
 // pods it admitted and those already running on the host, not every pod
 // bound to the node: a pod it refused stays bound (Pending) and must not
@@ -121,6 +152,9 @@ type admission struct {
 	pods corelisters.PodLister
 	// onHost reports whether a tenant pod has its host pod.
 	onHost func(*corev1.Pod) bool
+	// nodes reads the tenant's Node objects, for the extended resources the
+	// tenant advertised on a virtual node (nil: none).
+	nodes corelisters.NodeLister
 
 	mu       sync.Mutex
 	admitted map[types.UID]bool
@@ -134,6 +168,7 @@ func (a *admission) admit(pod *corev1.Pod) error {
 	if !ok {
 		return fmt.Errorf("spec.nodeName: %q is not a virtual node of this cluster", pod.Spec.NodeName)
 	}
+	capacity = withAdvertised(capacity, a.advertised(pod.Spec.NodeName))
 	if err := checkKnownResources(&pod.Spec, capacity); err != nil {
 		return err
 	}

@@ -6,8 +6,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 )
 
@@ -189,5 +192,59 @@ func TestSplitCapacity(t *testing.T) {
 	}
 	if names := NodeNames("nest-virtual-node", 3); len(names) != 3 || names[0] != "nest-virtual-node" || names[2] != "nest-virtual-node-2" {
 		t.Errorf("NodeNames = %v", names)
+	}
+}
+
+// An extended resource the tenant advertised on its virtual node, and the
+// share does not name, is counted against the node's status and never asked
+// of the host; one it did not advertise is refused as before.
+func TestTenantAdvertisedExtendedResources(t *testing.T) {
+	dongle := corev1.ResourceName("example.com/dongle")
+	withDongles := func(name, n string) *corev1.Pod {
+		p := simplePod(name, "100m")
+		p.Spec.Containers[0].Resources.Requests[dongle] = resource.MustParse(n)
+		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{dongle: resource.MustParse(n)}
+		return p
+	}
+	first, second, tooMany := withDongles("first", "1"), withDongles("second", "1"), withDongles("too-many", "2")
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: tr.NodeName},
+		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{dongle: resource.MustParse("2"), corev1.ResourceCPU: resource.MustParse("64")}}}
+	nodes := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	share := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}
+	a := &admission{capacity: map[string]corev1.ResourceList{tr.NodeName: share}, pods: podLister(t, first, second, tooMany),
+		onHost: func(*corev1.Pod) bool { return false }, nodes: corelisters.NewNodeLister(nodes)}
+	if err := a.admit(first); err == nil || !strings.Contains(err.Error(), "not in the tenant's share") {
+		t.Errorf("a resource the tenant did not advertise: %v", err)
+	}
+	if err := nodes.Add(node); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.admit(first); err != nil {
+		t.Fatalf("an advertised resource is refused: %v", err)
+	}
+	if err := a.admit(second); err != nil {
+		t.Errorf("the second of two advertised dongles is refused: %v", err)
+	}
+	if err := a.admit(tooMany); err == nil {
+		t.Error("a pod asking for more dongles than the node advertises is admitted")
+	}
+	if got := withAdvertised(share, node.Status.Allocatable)[corev1.ResourceCPU]; got.Cmp(resource.MustParse("2")) != 0 {
+		t.Errorf("the tenant's node status raised the share's cpu to %s", got.String())
+	}
+
+	gpuShare := tr
+	gpuShare.Share = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
+	p := withDongles("translated", "1")
+	p.Spec.Containers[0].Resources.Limits["nvidia.com/gpu"] = resource.MustParse("1")
+	pt, err := gpuShare.TranslatePod(p, defaultMetadata, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := pt.Pod.Spec.Containers[0].Resources
+	if _, ok := r.Requests[dongle]; ok {
+		t.Error("the host pod asks for the tenant's own extended resource")
+	}
+	if _, ok := r.Limits["nvidia.com/gpu"]; !ok {
+		t.Error("the host pod lost the GPU the share names")
 	}
 }

@@ -161,6 +161,7 @@ func newSyncerFor(ctx context.Context, o Options, tenant, host kubernetes.Interf
 	if err != nil {
 		return nil, err
 	}
+	o.Translator.Share = o.Capacity
 	s := &syncer{o: o, tenant: tenant, started: time.Now()}
 	s.tenantF = informers.NewSharedInformerFactory(tenant, 0)
 	s.nodes = NodeNames(o.NodeName, max(o.VirtualNodes, 1))
@@ -197,7 +198,8 @@ func newSyncerFor(ctx context.Context, o Options, tenant, host kubernetes.Interf
 		tenantPods: tenantPods,
 		hostPods:   s.hostF.Core().V1().Pods().Lister().Pods(o.HostNamespace),
 	}
-	s.provider.capacity = &admission{capacity: map[string]corev1.ResourceList{}, pods: tenantPods, onHost: s.provider.runsOnHost}
+	s.provider.capacity = &admission{capacity: map[string]corev1.ResourceList{}, pods: tenantPods, onHost: s.provider.runsOnHost,
+		nodes: s.tenantF.Core().V1().Nodes().Lister()}
 	for i, c := range SplitCapacity(o.Capacity, len(s.nodes)) {
 		s.provider.capacity.capacity[s.nodes[i]] = c
 	}
