@@ -19,7 +19,32 @@ func TenantStatus(tenant, host *corev1.Pod) corev1.PodStatus {
 	for i := range s.Conditions {
 		s.Conditions[i].ObservedGeneration = tenantGeneration(s.Conditions[i].ObservedGeneration, tenant, host)
 	}
+	s.Conditions = withTenantConditions(s.Conditions, tenant)
 	return s
+}
+
+// kubeletConditions are the pod conditions a kubelet owns: the host pod's
+// are the truth for them.
+var kubeletConditions = map[corev1.PodConditionType]bool{
+	corev1.PodScheduled: true, corev1.PodInitialized: true, corev1.PodReady: true,
+	corev1.ContainersReady: true, corev1.PodReadyToStartContainers: true,
+}
+
+// withTenantConditions adds to the host's conditions the tenant pod's
+// others, which only the tenant cluster sets: DisruptionTarget from the
+// tenant's scheduler or an eviction, and the conditions of readiness gates,
+// which tenant controllers set.
+func withTenantConditions(conditions []corev1.PodCondition, tenant *corev1.Pod) []corev1.PodCondition {
+	has := map[corev1.PodConditionType]bool{}
+	for _, c := range conditions {
+		has[c.Type] = true
+	}
+	for _, c := range tenant.Status.Conditions {
+		if !has[c.Type] && !kubeletConditions[c.Type] {
+			conditions = append(conditions, c)
+		}
+	}
+	return conditions
 }
 
 // tenantResources keeps, of each container status' resources, those the

@@ -72,3 +72,32 @@ func TestSpecHashFollowsTheGeneration(t *testing.T) {
 		t.Error("new tolerations and a new generation leave the spec hash alone")
 	}
 }
+
+// Conditions only the tenant cluster sets survive a status from the host:
+// DisruptionTarget from a preemption, a readiness gate's condition.
+func TestTenantStatusKeepsTenantConditions(t *testing.T) {
+	tenant := &corev1.Pod{Status: corev1.PodStatus{Conditions: []corev1.PodCondition{
+		{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "PreemptionByScheduler"},
+		{Type: "example.com/gate", Status: corev1.ConditionTrue},
+		{Type: corev1.PodReady, Status: corev1.ConditionTrue},
+	}}}
+	host := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodSucceeded, Conditions: []corev1.PodCondition{
+		{Type: corev1.PodReady, Status: corev1.ConditionFalse, Reason: "PodCompleted"},
+	}}}
+	got := map[corev1.PodConditionType]corev1.PodCondition{}
+	for _, c := range TenantStatus(tenant, host).Conditions {
+		if _, dup := got[c.Type]; dup {
+			t.Errorf("condition %s twice", c.Type)
+		}
+		got[c.Type] = c
+	}
+	if c := got[corev1.DisruptionTarget]; c.Status != corev1.ConditionTrue || c.Reason != "PreemptionByScheduler" {
+		t.Errorf("DisruptionTarget = %+v, want the tenant's", c)
+	}
+	if _, ok := got["example.com/gate"]; !ok {
+		t.Error("the readiness gate's condition is lost")
+	}
+	if got[corev1.PodReady].Status != corev1.ConditionFalse {
+		t.Error("Ready is the tenant's stale value, not the host kubelet's")
+	}
+}
