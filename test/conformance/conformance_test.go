@@ -116,11 +116,8 @@ func TestConformance(t *testing.T) {
 	// Containers keep the limits they state (none for most specs): the
 	// resize specs read unlimited cgroups, and default limits on hundreds of
 	// parallel pods would fill a quota on limits. Two virtual nodes, as the
-	// suite asks for at least two schedulable nodes. The share fits the local
-	// host cluster (two nodes of 2 cpu): the scheduling specs fill each
-	// virtual node's allocatable with one pod, which must then fit on one
-	// host node.
-	if out, err := nest("create", "conformance", "--cpu", "3", "--memory", "16Gi", "--pods", "200", "--virtual-nodes", "2",
+	// suite asks for at least two schedulable nodes.
+	if out, err := nest("create", "conformance", "--cpu", "8", "--memory", "16Gi", "--pods", "250", "--virtual-nodes", "2",
 		"--container-limits", "none", "--wait"); err != nil {
 		t.Fatalf("create the tenant: %v\n%s", err, out)
 	}
