@@ -23,24 +23,23 @@ func TenantStatus(tenant, host *corev1.Pod) corev1.PodStatus {
 	return s
 }
 
-// kubeletConditions are the pod conditions a kubelet owns: the host pod's
-// are the truth for them.
-var kubeletConditions = map[corev1.PodConditionType]bool{
-	corev1.PodScheduled: true, corev1.PodInitialized: true, corev1.PodReady: true,
-	corev1.ContainersReady: true, corev1.PodReadyToStartContainers: true,
-}
-
-// withTenantConditions adds to the host's conditions the tenant pod's
-// others, which only the tenant cluster sets: DisruptionTarget from the
-// tenant's scheduler or an eviction, and the conditions of readiness gates,
-// which tenant controllers set.
+// withTenantConditions adds to the host's conditions those of the tenant
+// pod that only the tenant cluster sets: DisruptionTarget, from the tenant's
+// scheduler (a preemption) or an eviction, and the conditions of the pod's
+// readiness gates, which tenant controllers set. Any other condition is the
+// host kubelet's to report, or to remove (PodResizeInProgress once a resize
+// is done).
 func withTenantConditions(conditions []corev1.PodCondition, tenant *corev1.Pod) []corev1.PodCondition {
+	tenantOwned := map[corev1.PodConditionType]bool{corev1.DisruptionTarget: true}
+	for _, g := range tenant.Spec.ReadinessGates {
+		tenantOwned[g.ConditionType] = true
+	}
 	has := map[corev1.PodConditionType]bool{}
 	for _, c := range conditions {
 		has[c.Type] = true
 	}
 	for _, c := range tenant.Status.Conditions {
-		if !has[c.Type] && !kubeletConditions[c.Type] {
+		if tenantOwned[c.Type] && !has[c.Type] {
 			conditions = append(conditions, c)
 		}
 	}

@@ -74,13 +74,17 @@ func TestSpecHashFollowsTheGeneration(t *testing.T) {
 }
 
 // Conditions only the tenant cluster sets survive a status from the host:
-// DisruptionTarget from a preemption, a readiness gate's condition.
+// DisruptionTarget from a preemption, a readiness gate's condition. The
+// kubelet's, such as a finished resize's PodResizeInProgress, do not.
 func TestTenantStatusKeepsTenantConditions(t *testing.T) {
-	tenant := &corev1.Pod{Status: corev1.PodStatus{Conditions: []corev1.PodCondition{
-		{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "PreemptionByScheduler"},
-		{Type: "example.com/gate", Status: corev1.ConditionTrue},
-		{Type: corev1.PodReady, Status: corev1.ConditionTrue},
-	}}}
+	tenant := &corev1.Pod{
+		Spec: corev1.PodSpec{ReadinessGates: []corev1.PodReadinessGate{{ConditionType: "example.com/gate"}}},
+		Status: corev1.PodStatus{Conditions: []corev1.PodCondition{
+			{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "PreemptionByScheduler"},
+			{Type: "example.com/gate", Status: corev1.ConditionTrue},
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue},
+			{Type: corev1.PodResizeInProgress, Status: corev1.ConditionTrue},
+		}}}
 	host := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodSucceeded, Conditions: []corev1.PodCondition{
 		{Type: corev1.PodReady, Status: corev1.ConditionFalse, Reason: "PodCompleted"},
 	}}}
@@ -99,5 +103,8 @@ func TestTenantStatusKeepsTenantConditions(t *testing.T) {
 	}
 	if got[corev1.PodReady].Status != corev1.ConditionFalse {
 		t.Error("Ready is the tenant's stale value, not the host kubelet's")
+	}
+	if _, ok := got[corev1.PodResizeInProgress]; ok {
+		t.Error("a resize the host kubelet finished is still in progress")
 	}
 }
