@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
+	discoveryclient "k8s.io/client-go/kubernetes/typed/discovery/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
@@ -41,16 +42,22 @@ const (
 	// and an event says so. With the API's 1000 endpoints a slice, a host
 	// Service has at most 8000 endpoints.
 	MaxHostEndpointSlices = 8
+	// MaxHostEndpoints bounds the endpoints of one tenant Service on the
+	// host, every slice together, each address once a slice: kube-proxy on
+	// every host node programs them.
+	MaxHostEndpoints = 1000
 )
 
 // HostEndpointSlices returns the host EndpointSlices of a tenant Service
 // without a selector whose host copy is hostSvc: one per tenant slice of
 // an IP address type, in name order and at most MaxHostEndpointSlices, each
 // with the tenant slice's ports and the endpoints whose every address is
-// allowed (a tenant host pod's IP). Node names, zones and pod references are
+// allowed (a tenant host pod's IP), each address once a slice and at most
+// MaxHostEndpoints in all. Node names, zones and pod references are
 // the tenant's and are dropped. dropped counts what was left out: slices
 // past the bound and endpoints with an address not allowed.
 func (t Translator) HostEndpointSlices(hostSvc *corev1.Service, tenant []*discoveryv1.EndpointSlice, allowed func(string) bool) (out []*discoveryv1.EndpointSlice, dropped int) {
+	total := 0
 	tenant = slices.Clone(tenant)
 	slices.SortFunc(tenant, func(a, b *discoveryv1.EndpointSlice) int { return strings.Compare(a.Name, b.Name) })
 	for _, s := range tenant {
@@ -62,11 +69,14 @@ func (t Translator) HostEndpointSlices(hostSvc *corev1.Service, tenant []*discov
 			continue
 		}
 		endpoints := make([]discoveryv1.Endpoint, 0, len(s.Endpoints))
+		seen := map[string]bool{}
 		for _, e := range s.Endpoints {
-			if len(e.Addresses) == 0 || !allAllowed(e.Addresses, allowed) {
+			if len(e.Addresses) == 0 || !allAllowed(e.Addresses, allowed) || seen[e.Addresses[0]] || total == MaxHostEndpoints {
 				dropped++
 				continue
 			}
+			seen[e.Addresses[0]] = true
+			total++
 			endpoints = append(endpoints, discoveryv1.Endpoint{Addresses: slices.Clone(e.Addresses), Conditions: *e.Conditions.DeepCopy()})
 		}
 		meta := t.copyMeta(&s.ObjectMeta)
@@ -135,7 +145,14 @@ func (e *endpointSliceSyncer) sync(ctx context.Context, key string) (time.Durati
 			}
 			continue
 		}
-		if h := have[i]; endpointSliceDiffers(h, w) {
+		if h := have[i]; h.AddressType != w.AddressType {
+			// The address type is immutable: a tenant slice recreated with
+			// another gets a new host slice.
+			if err := deleteSlice(ctx, client, h); err != nil {
+				return 0, fmt.Errorf("replace host EndpointSlice %s of Service %s: %w", w.Name, key, err)
+			}
+			return 0, fmt.Errorf("host EndpointSlice %s of Service %s had address type %s; deleted, to be made again as %s", h.Name, key, h.AddressType, w.AddressType)
+		} else if endpointSliceDiffers(h, w) {
 			upd := h.DeepCopy()
 			upd.Labels, upd.Annotations, upd.OwnerReferences = w.Labels, w.Annotations, w.OwnerReferences
 			upd.Endpoints, upd.Ports = w.Endpoints, w.Ports
@@ -148,13 +165,45 @@ func (e *endpointSliceSyncer) sync(ctx context.Context, key string) (time.Durati
 		if slices.ContainsFunc(want, func(w *discoveryv1.EndpointSlice) bool { return w.Name == h.Name }) {
 			continue
 		}
-		uid := h.UID
-		err := client.Delete(ctx, h.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		if err := deleteSlice(ctx, client, h); err != nil {
 			return 0, fmt.Errorf("delete host EndpointSlice %s of Service %s: %w", h.Name, key, err)
 		}
 	}
+	if svc, err := e.tenantServices.Services(namespace).Get(name); err == nil && len(svc.Spec.Selector) == 0 {
+		return 0, e.deleteControllerSlices(ctx, namespace, name)
+	}
 	return 0, nil
+}
+
+// deleteSlice deletes one host slice, bound to the UID that was read.
+func deleteSlice(ctx context.Context, client discoveryclient.EndpointSliceInterface, s *discoveryv1.EndpointSlice) error {
+	uid := s.UID
+	err := client.Delete(ctx, s.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	return err
+}
+
+// deleteControllerSlices deletes the slices the host's EndpointSlice
+// controller made for the host copy of a Service that had a selector: it
+// leaves them in place once the selector is gone, and their pod IPs would
+// keep getting traffic after the pods are gone.
+func (e *endpointSliceSyncer) deleteControllerSlices(ctx context.Context, namespace, name string) error {
+	client := e.host.DiscoveryV1().EndpointSlices(e.tr.HostNamespace)
+	list, err := client.List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(labels.Set{
+		discoveryv1.LabelServiceName: HostName(e.tr.VirtualCluster, namespace, name)}).String()})
+	if err != nil {
+		return fmt.Errorf("list host EndpointSlices of Service %s/%s: %w", namespace, name, err)
+	}
+	for i := range list.Items {
+		if s := &list.Items[i]; s.Labels[discoveryv1.LabelManagedBy] != EndpointSliceManager {
+			if err := deleteSlice(ctx, client, s); err != nil {
+				return fmt.Errorf("delete the host controller's EndpointSlice %s of Service %s/%s: %w", s.Name, namespace, name, err)
+			}
+		}
+	}
+	return nil
 }
 
 // wanted returns the host slices of the tenant Service namespace/name, and
@@ -189,18 +238,28 @@ func (e *endpointSliceSyncer) wanted(namespace, name string) ([]*discoveryv1.End
 	return want, nil
 }
 
-// podIPs returns whether an address is the IP of one of the tenant's host
-// pods. It reads the host pods, not the tenant's pod statuses, which the
-// tenant can write.
+// podIPs returns whether an address is the IP of one of the tenant's live
+// host pods. It reads the host pods, not the tenant's pod statuses, which
+// the tenant can write.
 func (e *endpointSliceSyncer) podIPs() func(string) bool {
 	pods, _ := e.hostPods.List(labels.Everything())
 	ips := map[string]bool{}
 	for _, p := range pods {
+		if !holdsItsIP(p) {
+			continue
+		}
 		for _, ip := range p.Status.PodIPs {
 			ips[ip.IP] = true
 		}
 	}
 	return func(a string) bool { return ips[a] }
+}
+
+// holdsItsIP reports whether a host pod still holds the IPs its status
+// names: a finished or deleted pod's IP goes back to the host's pool, and may
+// be another tenant's next.
+func holdsItsIP(p *corev1.Pod) bool {
+	return p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
 }
 
 // keys are the resync keys: every tenant Service without a selector, and

@@ -2,10 +2,12 @@ package syncer
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
@@ -81,8 +83,14 @@ func TestEndpointSliceSyncerFollowsTheTenant(t *testing.T) {
 	hostSvc := hostServiceOf("db")
 	hostPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: tr.HostNamespace, Labels: map[string]string{LabelTenantOf: tr.VirtualCluster}},
 		Status: corev1.PodStatus{PodIPs: []corev1.PodIP{{IP: "10.244.1.5"}}}}
-	tenant := fake.NewClientset(tenantSvc, tenantSlice("db-a", discoveryv1.AddressTypeIPv4, "10.244.1.5", "10.244.9.9"))
-	host := fake.NewClientset(hostSvc, hostPod)
+	// 10.244.9.9 was the finished host pod's: its IP is free for anyone now.
+	tenant := fake.NewClientset(tenantSvc, tenantSlice("db-a", discoveryv1.AddressTypeIPv4, "10.244.1.5", "10.244.9.9", "10.244.1.5"))
+	finished := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "done", Namespace: tr.HostNamespace, Labels: map[string]string{LabelTenantOf: tr.VirtualCluster}},
+		Status: corev1.PodStatus{Phase: corev1.PodSucceeded, PodIPs: []corev1.PodIP{{IP: "10.244.9.9"}}}}
+	controllerSlice := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "db-controller", Namespace: tr.HostNamespace,
+		Labels: map[string]string{discoveryv1.LabelServiceName: hostSvc.Name, discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}},
+		AddressType: discoveryv1.AddressTypeIPv4}
+	host := fake.NewClientset(hostSvc, hostPod, finished, controllerSlice)
 	tf, hf := informers.NewSharedInformerFactory(tenant, 0), informers.NewSharedInformerFactoryWithOptions(host, 0, informers.WithNamespace(tr.HostNamespace))
 	e := &endpointSliceSyncer{
 		tr: tr, host: host, recorder: record.NewFakeRecorder(10),
@@ -103,11 +111,26 @@ func TestEndpointSliceSyncerFollowsTheTenant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got.Items) != 1 || len(got.Items[0].Endpoints) != 1 || got.Items[0].Endpoints[0].Addresses[0] != "10.244.1.5" {
-		t.Fatalf("host slices %+v, want one with the tenant pod's address only", got.Items)
+	var ours []discoveryv1.EndpointSlice
+	for _, sl := range got.Items {
+		if sl.Labels[discoveryv1.LabelManagedBy] == EndpointSliceManager {
+			ours = append(ours, sl)
+		}
 	}
-	if ev := <-e.recorder.(*record.FakeRecorder).Events; ev == "" {
+	if len(ours) != 1 || len(ours[0].Endpoints) != 1 || ours[0].Endpoints[0].Addresses[0] != "10.244.1.5" {
+		t.Fatalf("host slices %+v, want one with the live tenant pod's address, once", ours)
+	}
+	got.Items = ours
+	select {
+	case ev := <-e.recorder.(*record.FakeRecorder).Events:
+		if !strings.Contains(ev, "EndpointsNotCopied") {
+			t.Errorf("event %q, want EndpointsNotCopied", ev)
+		}
+	default:
 		t.Error("no event says an endpoint was not copied")
+	}
+	if _, err := host.DiscoveryV1().EndpointSlices(tr.HostNamespace).Get(ctx, "db-controller", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the host controller's slice of the Service, which had a selector, is still there (%v)", err)
 	}
 
 	// The host slice reaches the cache, then the Service gets a selector.

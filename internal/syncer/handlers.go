@@ -22,13 +22,14 @@ func (s *syncer) addHandlers(ctx context.Context) {
 		},
 		UpdateFunc: func(old, obj any) {
 			p.hostPodChanged(obj.(*corev1.Pod))
-			if old.(*corev1.Pod).Status.PodIP != obj.(*corev1.Pod).Status.PodIP {
+			if was, is := old.(*corev1.Pod), obj.(*corev1.Pod); was.Status.PodIP != is.Status.PodIP || holdsItsIP(was) != holdsItsIP(is) {
 				s.addSelectorlessServices()
 			}
 		},
 		DeleteFunc: func(obj any) {
 			if pod, ok := unwrap(obj).(*corev1.Pod); ok {
 				p.hostPodDeleted(pod)
+				s.addSelectorlessServices()
 			}
 		},
 	})
@@ -82,7 +83,8 @@ func (s *syncer) addHandlers(ctx context.Context) {
 }
 
 // addSelectorlessServices queues every tenant Service without a selector
-// for its endpoints: a host pod's new IP may be one of them.
+// for its endpoints: a host pod's new IP may be one of them, and a finished
+// or deleted pod's IP may no longer be.
 func (s *syncer) addSelectorlessServices() {
 	services, _ := s.serviceSync.tenantServices.List(labels.Everything())
 	for _, svc := range services {

@@ -34,8 +34,9 @@ func NodeNames(name string, count int) []string {
 // count-th part of every resource, rounded down in the resource's smallest
 // unit (millicores for cpu, whole units for the rest), and the first node
 // also gets what rounding left, so the nodes add up to the capacity and a
-// single GPU is still offered.
+// single GPU is still offered. A count below 1 is 1.
 func SplitCapacity(capacity corev1.ResourceList, count int) []corev1.ResourceList {
+	count = max(count, 1)
 	out := make([]corev1.ResourceList, count)
 	for i := range out {
 		out[i] = corev1.ResourceList{}

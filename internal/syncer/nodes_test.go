@@ -46,3 +46,25 @@ func TestPodsOnNodesKeepsOnlyTheVirtualNodesPods(t *testing.T) {
 		return len(names) == 3 && names["a"] && names["b"] && names["c"], nil
 	})
 }
+
+// Lowering the count deletes the virtual nodes beyond it, and nothing else
+// under their names.
+func TestRemoveExtraNodes(t *testing.T) {
+	virtual := func(name string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"type": "virtual-kubelet"}}}
+	}
+	names := NodeNames(tr.NodeName, 3)
+	notOurs := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: names[2]}}
+	client := fake.NewClientset(virtual(names[0]), virtual(names[1]), notOurs)
+	s := &syncer{o: Options{Translator: tr}, tenant: client, nodes: NodeNames(tr.NodeName, 1)}
+	ctx := context.Background()
+	if err := s.removeExtraNodes(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]bool{names[0]: true, names[1]: false, names[2]: true} {
+		_, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if got := err == nil; got != want {
+			t.Errorf("node %s exists: %v, want %v (%v)", name, got, want, err)
+		}
+	}
+}

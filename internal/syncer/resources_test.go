@@ -244,6 +244,9 @@ func TestTenantAdvertisedExtendedResources(t *testing.T) {
 	if _, ok := r.Requests[dongle]; ok {
 		t.Error("the host pod asks for the tenant's own extended resource")
 	}
+	if _, ok := r.Limits[dongle]; ok {
+		t.Error("the host pod limits the tenant's own extended resource")
+	}
 	if _, ok := r.Limits["nvidia.com/gpu"]; !ok {
 		t.Error("the host pod lost the GPU the share names")
 	}

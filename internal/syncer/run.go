@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"net"
 	"net/http"
 	"os"
@@ -310,6 +311,9 @@ func (s *syncer) runNode(ctx context.Context) error {
 	if err := waitReady(ctx, pc.Ready(), pc.Done(), pc.Err); err != nil {
 		return fmt.Errorf("pod controller: %w", err)
 	}
+	if err := s.removeExtraNodes(ctx); err != nil {
+		return err
+	}
 	done := make(chan error, len(s.nodes))
 	for i, capacity := range SplitCapacity(s.o.Capacity, len(s.nodes)) {
 		if err := s.runVirtualNode(ctx, s.nodes[i], capacity, done); err != nil {
@@ -325,6 +329,30 @@ func (s *syncer) runNode(ctx context.Context) error {
 	case <-ctx.Done():
 		return nil
 	}
+}
+
+// removeExtraNodes deletes the virtual nodes a larger count left: their
+// leases stop, and the tenant's pod garbage collector deletes the pods bound
+// to them, whose host pods the orphan syncer then deletes.
+func (s *syncer) removeExtraNodes(ctx context.Context) error {
+	for _, name := range NodeNames(s.o.NodeName, MaxVirtualNodes)[len(s.nodes):] {
+		n, err := s.tenant.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("read virtual node %s: %w", name, err)
+		}
+		if n.Labels["type"] != "virtual-kubelet" {
+			continue
+		}
+		uid := n.UID
+		if err := s.tenant.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete virtual node %s, beyond the count of %d: %w", name, len(s.nodes), err)
+		}
+		klog.FromContext(ctx).Info("Deleted a virtual node beyond the count", "node", name)
+	}
+	return nil
 }
 
 // runVirtualNode registers one virtual node, with its lease, and marks it
