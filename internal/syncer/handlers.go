@@ -36,6 +36,15 @@ func (s *syncer) addHandlers(ctx context.Context) {
 	// virtual-kubelet drops the tombstones of pods deleted while the watch
 	// was down; the orphan syncer catches their host pods.
 	_, _ = s.pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		// A readiness gate's condition is the tenant's: no host change
+		// follows it, so the pod's status is worked out again here.
+		UpdateFunc: func(old, obj any) {
+			if pod := obj.(*corev1.Pod); readinessGatesChanged(old.(*corev1.Pod), pod) {
+				if host, err := p.hostPods.Get(HostName(s.o.VirtualCluster, pod.Namespace, pod.Name)); err == nil {
+					p.hostPodChanged(host)
+				}
+			}
+		},
 		DeleteFunc: func(obj any) {
 			if pod, ok := unwrap(obj).(*corev1.Pod); ok {
 				s.orphans.add(HostName(s.o.VirtualCluster, pod.Namespace, pod.Name))

@@ -1,6 +1,8 @@
 package syncer
 
 import (
+	"fmt"
+
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -28,7 +30,8 @@ func TenantStatus(tenant, host *corev1.Pod) corev1.PodStatus {
 // scheduler (a preemption) or an eviction, and the conditions of the pod's
 // readiness gates, which tenant controllers set. Any other condition is the
 // host kubelet's to report, or to remove (PodResizeInProgress once a resize
-// is done).
+// is done). The pod is Ready only when every readiness gate's condition is
+// True too.
 func withTenantConditions(conditions []corev1.PodCondition, tenant *corev1.Pod) []corev1.PodCondition {
 	tenantOwned := map[corev1.PodConditionType]bool{corev1.DisruptionTarget: true}
 	for _, g := range tenant.Spec.ReadinessGates {
@@ -43,7 +46,50 @@ func withTenantConditions(conditions []corev1.PodCondition, tenant *corev1.Pod) 
 			conditions = append(conditions, c)
 		}
 	}
+	if gate, ok := unmetReadinessGate(tenant); ok {
+		// As the kubelet does: the host pod has no gates, so its Ready is
+		// its containers'.
+		for i := range conditions {
+			if c := &conditions[i]; c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				c.Status, c.Reason = corev1.ConditionFalse, "ReadinessGatesNotReady"
+				c.Message = fmt.Sprintf("corresponding condition of pod readiness gate %q is not True", gate)
+			}
+		}
+	}
 	return conditions
+}
+
+// unmetReadinessGate returns the first readiness gate of the tenant pod
+// whose condition is not True.
+func unmetReadinessGate(tenant *corev1.Pod) (corev1.PodConditionType, bool) {
+	for _, g := range tenant.Spec.ReadinessGates {
+		if readinessGateStatus(tenant, g.ConditionType) != corev1.ConditionTrue {
+			return g.ConditionType, true
+		}
+	}
+	return "", false
+}
+
+// readinessGateStatus is the status of the tenant pod's condition t, ""
+// when it has none.
+func readinessGateStatus(p *corev1.Pod, t corev1.PodConditionType) corev1.ConditionStatus {
+	for _, c := range p.Status.Conditions {
+		if c.Type == t {
+			return c.Status
+		}
+	}
+	return ""
+}
+
+// readinessGatesChanged reports whether a tenant controller changed the
+// condition of one of the pod's readiness gates: the pod's Ready follows.
+func readinessGatesChanged(old, cur *corev1.Pod) bool {
+	for _, g := range cur.Spec.ReadinessGates {
+		if readinessGateStatus(old, g.ConditionType) != readinessGateStatus(cur, g.ConditionType) {
+			return true
+		}
+	}
+	return false
 }
 
 // tenantResources keeps, of each container status' resources, those the

@@ -108,3 +108,39 @@ func TestTenantStatusKeepsTenantConditions(t *testing.T) {
 		t.Error("a resize the host kubelet finished is still in progress")
 	}
 }
+
+// A pod whose readiness gate's condition is not True is not Ready, whatever
+// the host kubelet says of its containers; it is once the condition is.
+func TestTenantStatusFollowsReadinessGates(t *testing.T) {
+	gate := corev1.PodConditionType("example.com/lb-ready")
+	tenant := &corev1.Pod{Spec: corev1.PodSpec{ReadinessGates: []corev1.PodReadinessGate{{ConditionType: gate}}}}
+	host := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{
+		{Type: corev1.PodReady, Status: corev1.ConditionTrue}, {Type: corev1.ContainersReady, Status: corev1.ConditionTrue},
+	}}}
+	ready := func(s corev1.PodStatus) (corev1.ConditionStatus, corev1.ConditionStatus) {
+		var r, c corev1.ConditionStatus
+		for _, cond := range s.Conditions {
+			switch cond.Type {
+			case corev1.PodReady:
+				r = cond.Status
+			case corev1.ContainersReady:
+				c = cond.Status
+			}
+		}
+		return r, c
+	}
+	if r, c := ready(TenantStatus(tenant, host)); r != corev1.ConditionFalse || c != corev1.ConditionTrue {
+		t.Errorf("without the gate's condition: Ready %s, ContainersReady %s; want False, True", r, c)
+	}
+	before := tenant.DeepCopy()
+	tenant.Status.Conditions = []corev1.PodCondition{{Type: gate, Status: corev1.ConditionTrue}}
+	if !readinessGatesChanged(before, tenant) {
+		t.Error("the gate's new condition is not seen as a change")
+	}
+	if r, _ := ready(TenantStatus(tenant, host)); r != corev1.ConditionTrue {
+		t.Errorf("with the gate True: Ready %s, want True", r)
+	}
+	if readinessGatesChanged(tenant, tenant.DeepCopy()) {
+		t.Error("an unchanged pod is seen as a gate change")
+	}
+}
