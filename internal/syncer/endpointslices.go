@@ -136,36 +136,26 @@ func (e *endpointSliceSyncer) sync(ctx context.Context, key string) (time.Durati
 	if err != nil {
 		return 0, err
 	}
-	client := e.host.DiscoveryV1().EndpointSlices(e.tr.HostNamespace)
+	copies := e.copies()
 	for _, w := range want {
-		i := slices.IndexFunc(have, func(h *discoveryv1.EndpointSlice) bool { return h.Name == w.Name })
-		if i < 0 {
-			if _, err := client.Create(ctx, w, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-				return 0, fmt.Errorf("create host EndpointSlice %s of Service %s: %w", w.Name, key, err)
-			}
-			continue
-		}
-		if h := have[i]; h.AddressType != w.AddressType {
+		if h, err := e.hostSlices.Get(w.Name); err == nil && h.AddressType != w.AddressType {
 			// The address type is immutable: a tenant slice recreated with
 			// another gets a new host slice.
-			if err := deleteSlice(ctx, client, h); err != nil {
+			if err := deleteSlice(ctx, e.host.DiscoveryV1().EndpointSlices(e.tr.HostNamespace), h); err != nil {
 				return 0, fmt.Errorf("replace host EndpointSlice %s of Service %s: %w", w.Name, key, err)
 			}
 			return 0, fmt.Errorf("host EndpointSlice %s of Service %s had address type %s; deleted, to be made again as %s", h.Name, key, h.AddressType, w.AddressType)
-		} else if endpointSliceDiffers(h, w) {
-			upd := h.DeepCopy()
-			upd.Labels, upd.Annotations, upd.OwnerReferences = w.Labels, w.Annotations, w.OwnerReferences
-			upd.Endpoints, upd.Ports = w.Endpoints, w.Ports
-			if _, err := client.Update(ctx, upd, metav1.UpdateOptions{}); err != nil {
-				return 0, fmt.Errorf("update host EndpointSlice %s of Service %s: %w", w.Name, key, err)
-			}
+		}
+		if err := copies.apply(ctx, w); err != nil {
+			return 0, fmt.Errorf("host EndpointSlice %s of Service %s: %w", w.Name, key, err)
 		}
 	}
 	for _, h := range have {
 		if slices.ContainsFunc(want, func(w *discoveryv1.EndpointSlice) bool { return w.Name == h.Name }) {
 			continue
 		}
-		if err := deleteSlice(ctx, client, h); err != nil {
+		ns, sliceName, _ := TenantKey(h.Annotations)
+		if err := copies.delete(ctx, e.tr.VirtualCluster, h.Name, ns, sliceName); err != nil {
 			return 0, fmt.Errorf("delete host EndpointSlice %s of Service %s: %w", h.Name, key, err)
 		}
 	}
@@ -175,7 +165,23 @@ func (e *endpointSliceSyncer) sync(ctx context.Context, key string) (time.Durati
 	return 0, nil
 }
 
-// deleteSlice deletes one host slice, bound to the UID that was read.
+// copies writes the host slices, as every kind of host copy is written: only
+// over the copy of the same tenant slice.
+func (e *endpointSliceSyncer) copies() hostCopy[*discoveryv1.EndpointSlice] {
+	return hostCopy[*discoveryv1.EndpointSlice]{
+		kind: "EndpointSlice", client: e.host.DiscoveryV1().EndpointSlices(e.tr.HostNamespace), cached: e.hostSlices.Get,
+		differs: endpointSliceDiffers,
+		merged: func(have, want *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
+			upd := have.DeepCopy()
+			upd.Labels, upd.Annotations, upd.OwnerReferences = want.Labels, want.Annotations, want.OwnerReferences
+			upd.Endpoints, upd.Ports = want.Endpoints, want.Ports
+			return upd
+		},
+	}
+}
+
+// deleteSlice deletes one host slice that is no tenant slice's copy, bound
+// to the UID that was read.
 func deleteSlice(ctx context.Context, client discoveryclient.EndpointSliceInterface, s *discoveryv1.EndpointSlice) error {
 	uid := s.UID
 	err := client.Delete(ctx, s.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
