@@ -467,6 +467,7 @@ func (t Translator) translateContainer(c *corev1.Container, tenant *corev1.Pod, 
 		}
 	}
 	c.Env = append(env, c.Env...)
+	clearHostPorts(c)
 	t.dropTenantOnlyResources(&c.Resources)
 	zeroFillRequests(&c.Resources)
 	raiseDefaultLimits(&c.Resources, t.DefaultLimits)

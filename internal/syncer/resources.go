@@ -77,7 +77,7 @@ func podRequests(pod *corev1.Pod) corev1.ResourceList {
 // one against "pods".
 func checkFits(pod *corev1.Pod, others []*corev1.Pod, capacity corev1.ResourceList) error {
 	if limit, ok := capacity[corev1.ResourcePods]; ok && int64(len(others)+1) > limit.Value() {
-		return fmt.Errorf("the virtual node already runs %d pods, its most: wait for pods to finish, or ask the host administrator for a larger share", len(others))
+		return outOf(corev1.ResourcePods, fmt.Sprintf("the virtual node already runs %d pods, its most: wait for pods to finish, or ask the host administrator for a larger share", len(others)))
 	}
 	want := podRequests(pod)
 	used := corev1.ResourceList{}
@@ -92,11 +92,17 @@ func checkFits(pod *corev1.Pod, others []*corev1.Pod, capacity corev1.ResourceLi
 		taken := used[name]
 		free := nonNegative(limit, taken)
 		if request.Cmp(free) > 0 {
-			return fmt.Errorf("insufficient %s: the pod requests %s, and %s of the tenant's %s is free (%s requested by %d other pods on the virtual node): lower the request, or wait for other pods to finish",
-				name, request.String(), free.String(), limit.String(), taken.String(), len(others))
+			return outOf(name, fmt.Sprintf("insufficient %s: the pod requests %s, and %s of the tenant's %s is free (%s requested by %d other pods on the virtual node): lower the request, or wait for other pods to finish",
+				name, request.String(), free.String(), limit.String(), taken.String(), len(others)))
 		}
 	}
 	return nil
+}
+
+// outOf is the kubelet's rejection of a pod that does not fit: reason
+// "OutOf" + the resource, as in OutOfcpu.
+func outOf(name corev1.ResourceName, message string) *Rejection {
+	return &Rejection{Reason: "OutOf" + string(name), Message: message}
 }
 
 // nonNegative is limit - taken, or zero when taken is larger (a share
@@ -160,8 +166,10 @@ type admission struct {
 	admitted map[types.UID]bool
 }
 
-// admit checks pod against the share (checkKnownResources, checkFits) and,
-// if it fits, holds its requests until it ends. Admissions are serialized so
+// admit checks pod against the share (checkKnownResources, checkFits) and
+// the host ports other pods hold (checkHostPorts) and, if it fits, holds its
+// requests and ports until it ends. A pod that does not fit is a
+// *Rejection, as a kubelet rejects it. Admissions are serialized so
 // concurrent pods cannot both take the last of a resource.
 func (a *admission) admit(pod *corev1.Pod) error {
 	capacity, ok := a.capacity[pod.Spec.NodeName]
@@ -198,6 +206,9 @@ func (a *admission) admit(pod *corev1.Pod) error {
 		}
 	}
 	if err := checkFits(pod, others, capacity); err != nil {
+		return err
+	}
+	if err := checkHostPorts(pod, others); err != nil {
 		return err
 	}
 	a.admitted[pod.UID] = true

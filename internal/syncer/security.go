@@ -33,13 +33,19 @@ func NewPodSecurity(level string) (*PodSecurity, error) {
 
 // Check returns nil when the pod meets the level, else an error that names
 // each violation, as the PodSecurity admission plugin words them. A tenant
-// pod's hostNetwork is not one: its host pod never gets the host's network
-// (see TranslatePod), so the check reads the spec as the host pod has it.
+// pod's hostNetwork and host ports are not violations: its host pod never
+// gets the host's network or a host port (see TranslatePod), so the check
+// reads the spec as the host pod has it.
 func (s *PodSecurity) Check(p *corev1.Pod) error {
 	spec := &p.Spec
-	if spec.HostNetwork {
+	if spec.HostNetwork || len(HostPorts(spec)) > 0 {
 		spec = spec.DeepCopy()
 		spec.HostNetwork = false
+		for _, list := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+			for i := range list {
+				clearHostPorts(&list[i])
+			}
+		}
 	}
 	result := policy.AggregateCheckResults(s.evaluator.EvaluatePod(s.level, &p.ObjectMeta, spec))
 	if result.Allowed {

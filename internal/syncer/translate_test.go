@@ -266,9 +266,6 @@ func TestPodSecurity(t *testing.T) {
 		"hostPath": func(p *corev1.Pod) {
 			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "h", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}})
 		},
-		"hostPort": func(p *corev1.Pod) {
-			p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 80, HostPort: 80}}
-		},
 		"SYS_ADMIN": func(p *corev1.Pod) {
 			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"SYS_ADMIN"}}}
 		},
@@ -284,11 +281,15 @@ func TestPodSecurity(t *testing.T) {
 	if err := baseline.Check(hostNetwork); err != nil {
 		t.Errorf("a hostNetwork pod, which runs on the pod network, is refused: %v", err)
 	}
-	// The API server gives a hostNetwork pod's ports host ports, which the
-	// virtual node does not serve.
+	// Host ports are the virtual node's, never the host's: the host pod has
+	// none (TestTranslatePodClearsHostPorts). The API server gives a
+	// hostNetwork pod's ports host ports.
 	hostNetwork.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 80, HostPort: 80}}
-	if err := baseline.Check(hostNetwork); err == nil || !strings.Contains(err.Error(), "hostPort") {
-		t.Errorf("a hostNetwork pod with a port: %v", err)
+	if err := baseline.Check(hostNetwork); err != nil {
+		t.Errorf("a hostNetwork pod with a port is refused: %v", err)
+	}
+	if hostNetwork.Spec.Containers[0].Ports[0].HostPort != 80 || !hostNetwork.Spec.HostNetwork {
+		t.Error("Check changed the tenant pod")
 	}
 	restricted, err := NewPodSecurity("restricted")
 	if err != nil {
@@ -496,3 +497,48 @@ func TestAllowListFlags(t *testing.T) {
 }
 
 func newFlagSet() *flag.FlagSet { return flag.NewFlagSet("nest-syncer", flag.ContinueOnError) }
+
+func TestTranslatePodClearsHostPorts(t *testing.T) {
+	p := tenantPod()
+	p.Spec.InitContainers = []corev1.Container{{Name: "init", Image: "img", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
+		Ports: []corev1.ContainerPort{{ContainerPort: 53, HostPort: 53, HostIP: "127.0.0.1", Protocol: corev1.ProtocolUDP}}}}
+	p.Spec.Containers[0].Ports = []corev1.ContainerPort{{Name: "http", ContainerPort: 8080, HostPort: 80}}
+	pt, err := tr.TranslatePod(p, defaultMetadata, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range append(pt.Pod.Spec.InitContainers, pt.Pod.Spec.Containers...) {
+		if len(c.Ports) != 1 {
+			t.Fatalf("%s: ports %v, want the container port kept", c.Name, c.Ports)
+		}
+		if port := c.Ports[0]; port.HostPort != 0 || port.HostIP != "" || port.ContainerPort == 0 {
+			t.Errorf("%s: host pod port %+v, want the container port without a host port", c.Name, port)
+		}
+	}
+	if got := HostPorts(&p.Spec); len(got) != 2 || got[0].String() != "UDP/127.0.0.1:53" || got[1].String() != "TCP/0.0.0.0:80" {
+		t.Errorf("HostPorts of the tenant pod = %v", got)
+	}
+}
+
+func TestHostPortConflicts(t *testing.T) {
+	hp := func(proto corev1.Protocol, ip string, port int32) HostPort {
+		return HostPort{Protocol: proto, IP: ip, Port: port}
+	}
+	tests := []struct {
+		a, b HostPort
+		want bool
+	}{
+		{hp("TCP", "0.0.0.0", 80), hp("TCP", "0.0.0.0", 80), true},
+		{hp("TCP", "0.0.0.0", 80), hp("TCP", "10.0.0.1", 80), true},
+		{hp("TCP", "10.0.0.1", 80), hp("TCP", "::", 80), true},
+		{hp("TCP", "10.0.0.1", 80), hp("TCP", "10.0.0.1", 80), true},
+		{hp("TCP", "127.0.0.1", 80), hp("TCP", "10.0.0.1", 80), false},
+		{hp("TCP", "10.0.0.1", 80), hp("UDP", "10.0.0.1", 80), false},
+		{hp("TCP", "0.0.0.0", 80), hp("TCP", "0.0.0.0", 81), false},
+	}
+	for _, tt := range tests {
+		if got := tt.a.conflicts(tt.b); got != tt.want || tt.b.conflicts(tt.a) != got {
+			t.Errorf("%s and %s conflict = %v, want %v both ways", tt.a, tt.b, got, tt.want)
+		}
+	}
+}

@@ -41,14 +41,8 @@ func (e *env) escapes() []testCase {
 	return []testCase{
 		refuse("privileged", "privileged", security(func(s *corev1.SecurityContext) { s.Privileged = ptr.To(true) })),
 		{"host-network-runs-on-the-pod-network", e.hostNetworkOnPodNetwork},
-		refuse("host-network-with-a-port", "hostPort", func(p *corev1.Pod) {
-			p.Spec.HostNetwork = true
-			p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 8080}}
-		}),
 		refuse("host-pid-and-ipc", "host namespaces", func(p *corev1.Pod) { p.Spec.HostPID, p.Spec.HostIPC = true, true }),
-		refuse("host-port", "hostPort", container(func(c *corev1.Container) {
-			c.Ports = []corev1.ContainerPort{{ContainerPort: 8080, HostPort: 8080}}
-		})),
+		{"host-port-is-not-opened-on-the-host", e.hostPortNotOnHost},
 		refuse("host-path", "hostPath", volume("root", corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}})),
 		{"persistent-volume-on-a-host-path", e.hostPathClaim},
 		refuse("csi-inline", "csi", volume("csi", corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: "hostpath.csi.k8s.io"}})),
@@ -164,6 +158,29 @@ func (e *env) hostNetworkOnPodNetwork(t *testing.T) {
 	}
 	if slices.Contains(e.nodeIPs, pod.Status.PodIP) {
 		t.Errorf("the tenant pod's IP %s is a host node's", pod.Status.PodIP)
+	}
+}
+
+// hostPortNotOnHost: a host port is the virtual node's; the host pod has
+// none, so nothing listens on a host node for the tenant.
+func (e *env) hostPortNotOnHost(t *testing.T) {
+	// hostNetwork too: the API server makes its ports host ports.
+	e.create(t, e.alpha, testPod("escape-host-port", func(p *corev1.Pod) {
+		p.Spec.HostNetwork = true
+		p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 8080, HostPort: 8080}}
+	}))
+	e.waitRunning(t, e.alpha, "default", "escape-host-port")
+	hp := e.hostPod(t, e.alpha, "default", "escape-host-port")
+	if hp.Spec.HostNetwork {
+		t.Errorf("host pod %s is on the host's network", hp.Name)
+	}
+	if len(hp.Spec.Containers[0].Ports) == 0 {
+		t.Fatalf("host pod %s lost the container port", hp.Name)
+	}
+	for _, p := range hp.Spec.Containers[0].Ports {
+		if p.HostPort != 0 || p.HostIP != "" {
+			t.Errorf("host pod %s has host port %+v", hp.Name, p)
+		}
 	}
 }
 

@@ -76,6 +76,27 @@ func (e *env) refused(t *testing.T, pod *corev1.Pod, want string) {
 	}
 }
 
+// rejected creates pod in alpha and waits until the virtual node rejects it
+// as a kubelet does: phase Failed with reason and a "Pod was rejected"
+// message containing want; no host pod may exist for it.
+func (e *env) rejected(t *testing.T, pod *corev1.Pod, reason, want string) {
+	t.Helper()
+	e.create(t, e.alpha, pod)
+	testutil.Eventually(t, time.Minute, pod.Name+" rejected by the virtual node", func() error {
+		got := e.tenantPod(t, e.alpha, pod.Namespace, pod.Name)
+		if got.Status.Phase != corev1.PodFailed || got.Status.Reason != reason {
+			return fmt.Errorf("phase %s reason %q message %q", got.Status.Phase, got.Status.Reason, got.Status.Message)
+		}
+		if !strings.HasPrefix(got.Status.Message, "Pod was rejected: ") || !strings.Contains(got.Status.Message, want) {
+			t.Fatalf("rejected with message %q, want it to name %q", got.Status.Message, want)
+		}
+		return nil
+	})
+	if p, ok := e.findHostPod(t, e.alpha, pod.Namespace, pod.Name); ok {
+		t.Fatalf("host pod %s exists for a rejected tenant pod", p.Name)
+	}
+}
+
 // runServer starts a testapp server pod named name in the tenant's default
 // namespace and waits until it runs.
 func (e *env) runServer(t *testing.T, tn *framework.Tenant, name string, mutate ...func(*corev1.Pod)) *corev1.Pod {

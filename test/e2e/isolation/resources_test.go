@@ -36,12 +36,29 @@ func (e *env) resources() []testCase {
 			}), "hugepages-2Mi is not in the tenant's share")
 		}},
 		{"requests-over-the-share", func(t *testing.T) {
-			e.refused(t, testPod("resources-over-share", requests(corev1.ResourceList{"cpu": resource.MustParse("3")})), "insufficient cpu")
+			e.rejected(t, testPod("resources-over-share", requests(corev1.ResourceList{"cpu": resource.MustParse("3")})), "OutOfcpu", "insufficient cpu")
 		}},
+		{"a-host-port-held-on-the-node", e.hostPortHeld},
 		{"a-pod-without-limits-is-limited", e.defaultLimits},
 		{"pid-exhaustion-is-bounded", e.pidExhaustion},
 		{"memory-backed-empty-dir-is-bounded", e.memoryEmptyDir},
 	}
+}
+
+// hostPortHeld: a second pod asking the virtual node for a host port a
+// running pod holds is rejected, as a kubelet rejects it; one on another
+// protocol is not.
+func (e *env) hostPortHeld(t *testing.T) {
+	port := func(proto corev1.Protocol) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 8080, HostPort: 18081, Protocol: proto}}
+		}
+	}
+	e.create(t, e.alpha, testPod("resources-host-port", port(corev1.ProtocolTCP)))
+	e.waitRunning(t, e.alpha, "default", "resources-host-port")
+	e.create(t, e.alpha, testPod("resources-host-port-udp", port(corev1.ProtocolUDP)))
+	e.waitRunning(t, e.alpha, "default", "resources-host-port-udp")
+	e.rejected(t, testPod("resources-host-port-taken", port(corev1.ProtocolTCP)), "NodePorts", "TCP/0.0.0.0:18081 is held by pod resources-host-port")
 }
 
 // Limits the host namespace's LimitRange gives a container that states none
