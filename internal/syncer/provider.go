@@ -2,6 +2,7 @@ package syncer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -13,10 +14,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 )
@@ -56,8 +59,13 @@ type podProvider struct {
 // translates it, admits it to the tenant's share of the host, copies what it
 // references, issues its tokens and creates the host pod. A refused pod never
 // reaches the host; the error becomes the tenant pod's status message and an
-// event.
+// event. A pod that does not fit the node is rejected as a kubelet rejects
+// it: it ends Failed, so its controller replaces it. A finished pod is never
+// started again.
 func (p *podProvider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return nil
+	}
 	if err := p.security.Check(pod); err != nil {
 		return refused(err)
 	}
@@ -66,8 +74,27 @@ func (p *podProvider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 		return refused(err)
 	}
 	if err := p.capacity.admit(pod); err != nil {
+		var r *Rejection
+		if errors.As(err, &r) {
+			p.reject(pod, r)
+			return nil
+		}
 		return refused(err)
 	}
+	// virtual-kubelet fails a pod with restartPolicy Never on the first
+	// error CreatePod returns, so a passing one (a race with the orphan
+	// syncer over the token Secret, a conflict, an earlier host pod still
+	// going) is retried here first.
+	return retry.OnError(createBackoff, func(err error) bool { return !errdefs.IsInvalidInput(err) && ctx.Err() == nil },
+		func() error { return p.start(ctx, pod, pt) })
+}
+
+// createBackoff paces CreatePod's retries: about 1.5 s in all.
+var createBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 5}
+
+// start copies what an admitted pod references, issues its tokens and
+// creates its host pod; each step may be repeated.
+func (p *podProvider) start(ctx context.Context, pod *corev1.Pod, pt *PodTranslation) error {
 	if err := p.objects.ensureFor(ctx, pod.Namespace, pt); err != nil {
 		return err
 	}
@@ -75,6 +102,7 @@ func (p *podProvider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	// them leaves nothing on the host.
 	var tokenSecret *corev1.Secret
 	if pt.UsesTokenSecret {
+		var err error
 		if tokenSecret, err = p.tokens.secretFor(ctx, p.tr, pod, pt); err != nil {
 			return err
 		}
@@ -509,6 +537,20 @@ func (p *podProvider) syncTenantDelete(ctx context.Context, key string) (time.Du
 		return 0, nil
 	}
 	return 0, err
+}
+
+// reject ends a pod the node does not admit as the kubelet's rejectPod does:
+// a warning event with the reason, and phase Failed with the message.
+func (p *podProvider) reject(pod *corev1.Pod, r *Rejection) {
+	p.recorder.Event(pod, corev1.EventTypeWarning, r.Reason, r.Message)
+	if notify := p.callback(); notify != nil {
+		view := pod.DeepCopy()
+		view.Status = corev1.PodStatus{
+			Phase: corev1.PodFailed, Reason: r.Reason, Message: r.Error(),
+			QOSClass: pod.Status.QOSClass, Conditions: pod.Status.Conditions,
+		}
+		notify(view)
+	}
 }
 
 func (p *podProvider) notifyTerminated(tenant *corev1.Pod, reason string) {

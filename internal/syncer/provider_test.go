@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 )
@@ -79,8 +80,6 @@ func TestCreatePodRefusesWhatIsNotInTheShare(t *testing.T) {
 		{name: "an extended resource the share lacks", pod: gpu,
 			wantErr: "refused by the virtual node: spec.containers[0] (app).resources.limits[nvidia.com/gpu]: nvidia.com/gpu is not in the tenant's share of the host"},
 		{name: "huge pages the share lacks", pod: hugepages, wantErr: "hugepages-2Mi is not in the tenant's share of the host"},
-		{name: "more cpu than is free", pod: simplePod("big", "501m"),
-			wantErr: "refused by the virtual node: insufficient cpu: the pod requests 501m, and 500m of the tenant's 2 is free (1500m requested by 1 other pods on the virtual node)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -100,6 +99,65 @@ func TestCreatePodRefusesWhatIsNotInTheShare(t *testing.T) {
 			}
 			if n := countActions(host, "create"); n != 0 {
 				t.Errorf("a refused pod made %d host objects", n)
+			}
+		})
+	}
+}
+
+// hostPortPod is simplePod with one host port.
+func hostPortPod(name string, port corev1.ContainerPort) *corev1.Pod {
+	p := simplePod(name, "100m")
+	p.Spec.Containers[0].Ports = []corev1.ContainerPort{port}
+	return p
+}
+
+func TestCreatePodRejectsWhatDoesNotFitAsAKubeletDoes(t *testing.T) {
+	share := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourcePods: resource.MustParse("3")}
+	running := hostPortPod("running", corev1.ContainerPort{ContainerPort: 80, HostPort: 8080})
+	running.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("1500m")
+	tests := []struct {
+		name       string
+		pod        *corev1.Pod
+		wantReason string
+		wantMsg    string
+	}{
+		{name: "more cpu than is free", pod: simplePod("big", "501m"), wantReason: "OutOfcpu",
+			wantMsg: "Pod was rejected: insufficient cpu: the pod requests 501m, and 500m of the tenant's 2 is free (1500m requested by 1 other pods on the virtual node): lower the request, or wait for other pods to finish"},
+		{name: "a host port another pod holds on every address", pod: hostPortPod("same-port", corev1.ContainerPort{ContainerPort: 80, HostPort: 8080, HostIP: "10.0.0.1"}),
+			wantReason: "NodePorts", wantMsg: "Pod was rejected: Predicate NodePorts failed: node(s) didn't have free ports for the requested pod ports (TCP/10.0.0.1:8080 is held by pod running)"},
+		{name: "the same host port over UDP", pod: hostPortPod("udp", corev1.ContainerPort{ContainerPort: 80, HostPort: 8080, Protocol: corev1.ProtocolUDP})},
+		{name: "another host port", pod: hostPortPod("other-port", corev1.ContainerPort{ContainerPort: 80, HostPort: 8081})},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, host := newProvider(t, share, []runtime.Object{hostPodOf(t, running)}, running, tt.pod)
+			var notified []*corev1.Pod
+			p.notify = func(pod *corev1.Pod) { notified = append(notified, pod) }
+			if err := p.CreatePod(context.Background(), tt.pod); err != nil {
+				t.Fatalf("CreatePod = %v, want nil: a rejection is the pod's status, not an error", err)
+			}
+			_, err := host.CoreV1().Pods(tr.HostNamespace).Get(context.Background(), HostName("alpha", "shop", tt.pod.Name), metav1.GetOptions{})
+			if tt.wantReason == "" {
+				if err != nil || len(notified) != 0 {
+					t.Fatalf("an admitted pod: host pod error %v, %d status notifications", err, len(notified))
+				}
+				return
+			}
+			if !apierrors.IsNotFound(err) {
+				t.Errorf("a rejected pod has a host pod (get: %v)", err)
+			}
+			if len(notified) != 1 {
+				t.Fatalf("%d status notifications, want 1", len(notified))
+			}
+			if s := notified[0].Status; s.Phase != corev1.PodFailed || s.Reason != tt.wantReason || s.Message != tt.wantMsg {
+				t.Errorf("status = %s %s %q, want Failed %s %q", s.Phase, s.Reason, s.Message, tt.wantReason, tt.wantMsg)
+			}
+			// A finished pod is not started again when the pod controller
+			// hands it back.
+			failed := tt.pod.DeepCopy()
+			failed.Status = notified[0].Status
+			if err := p.CreatePod(context.Background(), failed); err != nil || countActions(host, "create") != 0 || len(notified) != 1 {
+				t.Errorf("CreatePod of the rejected pod again = %v, %d host creates, %d notifications", err, countActions(host, "create"), len(notified))
 			}
 		})
 	}
@@ -334,5 +392,24 @@ func drainEvents(r record.EventRecorder) string {
 		default:
 			return strings.Join(out, "\n")
 		}
+	}
+}
+
+func TestCreatePodRetriesAPassingFailure(t *testing.T) {
+	pod := simplePod("web", "100m")
+	p, host := newProvider(t, nil, nil, pod)
+	failures := 2
+	host.PrependReactor("create", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if failures == 0 {
+			return false, nil, nil
+		}
+		failures--
+		return true, nil, apierrors.NewServerTimeout(corev1.Resource("pods"), "create", 1)
+	})
+	if err := p.CreatePod(context.Background(), pod); err != nil {
+		t.Fatalf("CreatePod = %v, want the passing failures retried", err)
+	}
+	if _, err := host.CoreV1().Pods(tr.HostNamespace).Get(context.Background(), HostName("alpha", "shop", "web"), metav1.GetOptions{}); err != nil || failures != 0 {
+		t.Errorf("host pod after %d failures left: %v", failures, err)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"net"
 	"net/http"
 	"os"
@@ -14,9 +13,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	vklog "github.com/virtual-kubelet/virtual-kubelet/log"
 	"github.com/virtual-kubelet/virtual-kubelet/node"
 	"github.com/virtual-kubelet/virtual-kubelet/node/api"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
@@ -88,6 +89,7 @@ const kubeletPort = 10250
 
 // Run runs the syncer until ctx ends.
 func Run(ctx context.Context, o Options) error {
+	vklog.L = newVKLogger()
 	s, err := newSyncer(ctx, o)
 	if err != nil {
 		return err
