@@ -17,6 +17,13 @@ import (
 )
 
 func main() {
+	if ran, err := syncer.EtcHostsMain(os.Args[1:]); ran {
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "nest-syncer etc-hosts:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	klog.InitFlags(nil)
 	var o syncer.Options
 	o.BindFlags(flag.CommandLine)

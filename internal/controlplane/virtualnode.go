@@ -140,6 +140,8 @@ func syncerOptions(vc *nestv1.VirtualCluster, opts Options, ips ServiceIPs) sync
 			NodeName: VirtualNodeName, PriorityClassName: TenantPriorityClass,
 			DefaultLimits:    DefaultContainerLimits(vc),
 			HostServiceCIDRs: opts.HostNetwork.ServiceCIDRs,
+			// nest-syncer's own image, pulled as the control plane's are.
+			HelperImage: opts.SyncerImage, HelperImagePullPolicy: opts.ImagePullPolicy,
 		},
 		// The kubelet substitutes the pod IP: the virtual node's address.
 		NodeIP:           "$(POD_IP)",
@@ -179,7 +181,7 @@ func hostMetadata(vc *nestv1.VirtualCluster, o Options) syncer.MetadataAllowList
 
 func syncerContainer(vc *nestv1.VirtualCluster, o Options, ips ServiceIPs) corev1.Container {
 	c := container(syncerName, o, componentResources[syncerName], syncerOptions(vc, o, ips).Args())
-	c.Image, c.Command = o.SyncerImage, []string{"/nest-syncer"}
+	c.Image, c.Command = o.SyncerImage, []string{syncer.SyncerBinary}
 	c.Env = append(c.Env, podIPEnv())
 	c.VolumeMounts = append(mounts(false),
 		corev1.VolumeMount{Name: "dns", MountPath: dnsDir},

@@ -40,6 +40,8 @@ const (
 	flagDataBudget       = "data-budget-bytes"
 	flagHostServiceCIDRs = "host-service-cidrs"
 	flagNodeIP           = "node-ip"
+	flagHelperImage      = "helper-image"
+	flagHelperPull       = "helper-image-pull-policy"
 )
 
 // Defaults of the flags that the controller leaves alone.
@@ -104,6 +106,15 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		o.HostServiceCIDRs = l
 		return err
 	})
+	fs.StringVar(&o.HelperImage, flagHelperImage, "", "image holding nest-syncer, run as a helper init container of host pods that need one (a pod with a subdomain: its /etc/hosts); empty: none")
+	fs.Func(flagHelperPull, "image pull policy of --"+flagHelperImage+": Always, IfNotPresent or Never", func(s string) error {
+		switch p := corev1.PullPolicy(s); p {
+		case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+			o.HelperImagePullPolicy = p
+			return nil
+		}
+		return fmt.Errorf("%q: use Always, IfNotPresent or Never", s)
+	})
 	fs.Int64Var(&o.DataBudgetBytes, flagDataBudget, 0, "most bytes of data all host copies of tenant ConfigMaps and Secrets may hold together; 0 is no bound")
 	o.KubeletAddr, o.HealthAddr = DefaultKubeletAddr, DefaultHealthAddr
 	o.KubeletClientName = KubeletClientName
@@ -150,6 +161,12 @@ func (o Options) Args() []string {
 	}
 	if o.TokenMaxAge > 0 {
 		args = append(args, "--"+flagTokenMaxAge+"="+o.TokenMaxAge.String())
+	}
+	if o.HelperImage != "" {
+		args = append(args, "--"+flagHelperImage+"="+o.HelperImage)
+	}
+	if o.HelperImagePullPolicy != "" {
+		args = append(args, "--"+flagHelperPull+"="+string(o.HelperImagePullPolicy))
 	}
 	return args
 }

@@ -51,6 +51,11 @@ type Translator struct {
 	// its request as the limit: the LimitRange's default would be below the
 	// request, and the host API server would refuse the pod.
 	DefaultLimits corev1.ResourceList
+	// HelperImage holds nest-syncer, which host pods run as a helper init
+	// container where the host kubelet cannot do what the tenant's would
+	// (tenantEtcHosts), with HelperImagePullPolicy. Empty: no helpers.
+	HelperImage           string
+	HelperImagePullPolicy corev1.PullPolicy
 }
 
 // TokenProjection is one service-account token a host pod needs: requested
@@ -169,6 +174,9 @@ func (t Translator) TranslatePod(tenant *corev1.Pod, metadata MetadataAllowList,
 		c.Resources = corev1.ResourceRequirements{}
 		out.EphemeralContainers = append(out.EphemeralContainers, corev1.EphemeralContainer{
 			EphemeralContainerCommon: corev1.EphemeralContainerCommon(c), TargetContainerName: tenant.Spec.EphemeralContainers[i].TargetContainerName})
+	}
+	if err := t.tenantEtcHosts(spec, tenant.Namespace); err != nil {
+		return nil, err
 	}
 	for i, s := range spec.ImagePullSecrets {
 		spec.ImagePullSecrets[i].Name = out.secret(s.Name, nil)

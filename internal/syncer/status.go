@@ -16,6 +16,7 @@ func TenantStatus(tenant, host *corev1.Pod) corev1.PodStatus {
 	s.QOSClass = tenant.Status.QOSClass
 	s.NominatedNodeName = ""
 	s.ObservedGeneration = tenantGeneration(s.ObservedGeneration, tenant, host)
+	s.InitContainerStatuses = withoutHelpers(s.InitContainerStatuses)
 	tenantResources(s.InitContainerStatuses, tenant.Spec.InitContainers)
 	tenantResources(s.ContainerStatuses, tenant.Spec.Containers)
 	for i := range s.Conditions {

@@ -418,6 +418,7 @@ func TestFlagsRoundTrip(t *testing.T) {
 	withLimits := tr
 	withLimits.DefaultLimits = corev1.ResourceList{"cpu": resource.MustParse("500m"), "memory": resource.MustParse("512Mi")}
 	withLimits.HostServiceCIDRs = []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("fd00:96::/108")}
+	withLimits.HelperImage, withLimits.HelperImagePullPolicy = "nest.local/nest-syncer:dev", corev1.PullNever
 	want := Options{Translator: withLimits, Capacity: corev1.ResourceList{"cpu": resource.MustParse("4"), "nvidia.com/gpu": resource.MustParse("1")},
 		PodSecurityLevel: "restricted", TokenMaxAge: 15 * time.Second, TenantKubeconfig: "/k", DNSDir: "/d",
 		HostMetadata:    MetadataAllowList{Labels: []string{"app", "example.com/*"}, Annotations: []string{"example.com/owner"}},
@@ -434,6 +435,10 @@ func TestFlagsRoundTrip(t *testing.T) {
 		t.Errorf("host Service CIDRs %v, want %v", got.HostServiceCIDRs, withLimits.HostServiceCIDRs)
 	}
 	got.HostServiceCIDRs = nil
+	if got.HelperImage != withLimits.HelperImage || got.HelperImagePullPolicy != corev1.PullNever {
+		t.Errorf("helper image %q %q", got.HelperImage, got.HelperImagePullPolicy)
+	}
+	got.HelperImage, got.HelperImagePullPolicy = "", ""
 	if gotLimits != "cpu=500m,memory=512Mi" || !reflect.DeepEqual(got.Translator, tr) || FormatResourceList(got.Capacity) != "cpu=4,nvidia.com/gpu=1" || got.TokenMaxAge != want.TokenMaxAge || got.PodSecurityLevel != "restricted" {
 		t.Errorf("round trip: %+v", got)
 	}

@@ -1,6 +1,7 @@
 package isolation
 
 import (
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,6 +13,7 @@ func (e *env) metadata() []testCase {
 	return []testCase{
 		{"add-on-annotations-stay-in-the-tenant", e.addOnAnnotations},
 		{"reserved-label-values-are-not-copied", e.reservedLabels},
+		{"etc-hosts-names-the-tenant-domain-not-the-host", e.etcHostsFQDN},
 		{"forged-nest-labels-are-refused", func(t *testing.T) {
 			e.refused(t, testPod("metadata-forged", func(p *corev1.Pod) { p.Labels["nest.dev/tenant-of"] = "beta" }), "reserved for Nest")
 		}},
@@ -20,6 +22,25 @@ func (e *env) metadata() []testCase {
 				p.Annotations = map[string]string{"nest.dev/tenant-name": "web"}
 			}), "reserved for Nest")
 		}},
+	}
+}
+
+// etcHostsFQDN: a pod with a subdomain finds its tenant FQDN in /etc/hosts,
+// as the tenant's kubelet would write it, and nothing of the host namespace
+// or the host's cluster domain.
+func (e *env) etcHostsFQDN(t *testing.T) {
+	pod := e.runServer(t, e.alpha, "metadata-etc-hosts", func(p *corev1.Pod) { p.Spec.Hostname, p.Spec.Subdomain = "db-0", "db" })
+	hosts := e.mustExec(t, e.alpha, pod.Name, "cat", "/etc/hosts")
+	want := pod.Status.PodIP + "\tdb-0.db.default.svc.cluster.local\tdb-0\n"
+	if pod.Status.PodIP == "" || !strings.Contains(hosts, want) {
+		t.Errorf("/etc/hosts lacks %q:\n%s", want, hosts)
+	}
+	hostNamespace := e.hostPod(t, e.alpha, "default", pod.Name).Namespace
+	if strings.Contains(hosts, hostNamespace) {
+		t.Errorf("/etc/hosts names the host namespace %s:\n%s", hostNamespace, hosts)
+	}
+	if s := e.tenantPod(t, e.alpha, "default", pod.Name).Status; len(s.InitContainerStatuses) != 0 {
+		t.Errorf("the tenant pod shows init containers it does not have: %v", s.InitContainerStatuses)
 	}
 }
 

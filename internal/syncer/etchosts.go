@@ -1,0 +1,207 @@
+package syncer
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+
+	"github.com/nestdev/nest/internal/atomicfile"
+)
+
+// A tenant pod with a subdomain has, in the kubelet's /etc/hosts, the line
+// "<pod IP> <hostname>.<subdomain>.<namespace>.svc.<cluster domain>
+// <hostname>". The host kubelet would write the host namespace and the host
+// cluster's domain there, which are wrong for the tenant and tell it about
+// the host. So such a host pod starts with an init container, the helper,
+// that writes the file as the tenant's kubelet would, from the pod IPs the
+// host kubelet gives it, into a volume each container mounts at /etc/hosts;
+// the kubelet leaves /etc/hosts alone in a container that mounts it.
+
+const (
+	// etcHostsName names the helper init container and its volume; tenant
+	// pods may not use it.
+	etcHostsName = "nest-etc-hosts"
+	// etcHostsDir is where the helper writes; etcHostsFile is the file.
+	etcHostsDir  = "/nest-etc-hosts"
+	etcHostsFile = "hosts"
+	// etcHostsCommand is the helper's subcommand of nest-syncer.
+	etcHostsCommand = "etc-hosts"
+	// SyncerBinary is nest-syncer's path in its image.
+	SyncerBinary = "/nest-syncer"
+	// etcHostsPath is where containers read the file, as on any Linux node.
+	etcHostsPath = "/etc/hosts"
+	// envPodIPs and envHostAliases carry the pod IPs (the downward API's
+	// status.podIPs, comma-separated) and spec.hostAliases (JSON) to the
+	// helper.
+	envPodIPs      = "POD_IPS"
+	envHostAliases = "NEST_HOST_ALIASES"
+)
+
+// EtcHosts is the /etc/hosts the kubelet writes for a pod on the pod
+// network (managedHostsFileContent in pkg/kubelet): the localhost lines, a
+// line per pod IP naming the hostname (its FQDN first when domain, the
+// pod's "<subdomain>.<namespace>.svc.<cluster domain>", is set), then the
+// host aliases.
+func EtcHosts(podIPs []string, hostname, domain string, aliases []corev1.HostAlias) []byte {
+	var b bytes.Buffer
+	b.WriteString("# Kubernetes-managed hosts file.\n")
+	b.WriteString("127.0.0.1\tlocalhost\n")
+	b.WriteString("::1\tlocalhost ip6-localhost ip6-loopback\n")
+	b.WriteString("fe00::0\tip6-localnet\n")
+	b.WriteString("fe00::0\tip6-mcastprefix\n")
+	b.WriteString("fe00::1\tip6-allnodes\n")
+	b.WriteString("fe00::2\tip6-allrouters\n")
+	for _, ip := range podIPs {
+		if domain != "" {
+			fmt.Fprintf(&b, "%s\t%s.%s\t%s\n", ip, hostname, domain, hostname)
+		} else {
+			fmt.Fprintf(&b, "%s\t%s\n", ip, hostname)
+		}
+	}
+	if len(aliases) > 0 {
+		b.WriteString("\n# Entries added by HostAliases.\n")
+		for _, a := range aliases {
+			fmt.Fprintf(&b, "%s\t%s\n", a.IP, strings.Join(a.Hostnames, "\t"))
+		}
+	}
+	return b.Bytes()
+}
+
+// RunEtcHostsHelper is `nest-syncer etc-hosts`, the helper init container:
+// it writes EtcHosts to --out from the flags --hostname and --domain and
+// the environment variables POD_IPS and NEST_HOST_ALIASES.
+func RunEtcHostsHelper(args []string, getenv func(string) string) error {
+	fs := flag.NewFlagSet(etcHostsCommand, flag.ContinueOnError)
+	out := fs.String("out", path.Join(etcHostsDir, etcHostsFile), "file to write")
+	hostname := fs.String("hostname", "", "the pod's hostname (required)")
+	domain := fs.String("domain", "", "the pod's domain: <subdomain>.<namespace>.svc.<cluster domain>")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *hostname == "" {
+		return fmt.Errorf("--hostname is required")
+	}
+	ips := strings.Split(getenv(envPodIPs), ",")
+	if ips[0] == "" {
+		return fmt.Errorf("%s is empty: the pod has no IP yet", envPodIPs)
+	}
+	var aliases []corev1.HostAlias
+	if s := getenv(envHostAliases); s != "" {
+		if err := json.Unmarshal([]byte(s), &aliases); err != nil {
+			return fmt.Errorf("%s: %w", envHostAliases, err)
+		}
+	}
+	return atomicfile.Write(*out, EtcHosts(ips, *hostname, *domain, aliases), 0o644)
+}
+
+// tenantEtcHosts gives a host pod whose tenant pod has a subdomain the
+// tenant's /etc/hosts (see above). Nothing is done without a helper image,
+// for a hostNetwork pod (it has no subdomain on the host) or for a pod
+// without a subdomain, whose host kubelet's file is already the tenant's.
+func (t Translator) tenantEtcHosts(spec *corev1.PodSpec, namespace string) error {
+	if t.HelperImage == "" || spec.Subdomain == "" || spec.Hostname == "" {
+		return nil
+	}
+	for i, v := range spec.Volumes {
+		if v.Name == etcHostsName {
+			return fmt.Errorf("spec.volumes[%d].name: %s is reserved for Nest: rename the volume", i, etcHostsName)
+		}
+	}
+	for _, list := range []struct {
+		field      string
+		containers []corev1.Container
+	}{{"spec.initContainers", spec.InitContainers}, {"spec.containers", spec.Containers}} {
+		for i := range list.containers {
+			c := &list.containers[i]
+			if c.Name == etcHostsName {
+				return fmt.Errorf("%s[%d].name: %s is reserved for Nest: rename the container", list.field, i, etcHostsName)
+			}
+			mountEtcHosts(c)
+		}
+	}
+	helper, err := t.etcHostsHelper(spec, namespace)
+	if err != nil {
+		return err
+	}
+	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: etcHostsName, VolumeSource: corev1.VolumeSource{
+		EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse("1Mi"))},
+	}})
+	spec.InitContainers = append([]corev1.Container{helper}, spec.InitContainers...)
+	return nil
+}
+
+// mountEtcHosts mounts the helper's file at /etc/hosts in c, unless c mounts
+// something there itself (then the kubelet would not have managed it
+// either).
+func mountEtcHosts(c *corev1.Container) {
+	for _, m := range c.VolumeMounts {
+		if m.MountPath == etcHostsPath {
+			return
+		}
+	}
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: etcHostsName, MountPath: etcHostsPath, SubPath: etcHostsFile})
+}
+
+// etcHostsHelper is the helper init container: restricted by Pod Security's
+// strictest level, with a small fixed request and limit.
+func (t Translator) etcHostsHelper(spec *corev1.PodSpec, namespace string) (corev1.Container, error) {
+	env := []corev1.EnvVar{{Name: envPodIPs, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIPs"}}}}
+	if len(spec.HostAliases) > 0 {
+		aliases, err := json.Marshal(spec.HostAliases)
+		if err != nil {
+			return corev1.Container{}, err
+		}
+		env = append(env, corev1.EnvVar{Name: envHostAliases, Value: string(aliases)})
+	}
+	resources := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("64Mi")}
+	return corev1.Container{
+		Name: etcHostsName, Image: t.HelperImage, ImagePullPolicy: t.HelperImagePullPolicy,
+		Command: []string{SyncerBinary, etcHostsCommand,
+			"--out=" + path.Join(etcHostsDir, etcHostsFile),
+			"--hostname=" + spec.Hostname,
+			"--domain=" + spec.Subdomain + "." + namespace + ".svc." + t.ClusterDomain,
+		},
+		Env:                      env,
+		VolumeMounts:             []corev1.VolumeMount{{Name: etcHostsName, MountPath: etcHostsDir}},
+		Resources:                corev1.ResourceRequirements{Requests: resources, Limits: resources},
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+		SecurityContext: &corev1.SecurityContext{
+			RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65534), RunAsGroup: ptr.To[int64](65534),
+			AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
+			Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+	}, nil
+}
+
+// withoutHelpers drops the helper's status from a host pod's init container
+// statuses: the tenant pod has no such container.
+func withoutHelpers(statuses []corev1.ContainerStatus) []corev1.ContainerStatus {
+	out := statuses[:0:0]
+	for _, s := range statuses {
+		if s.Name != etcHostsName {
+			out = append(out, s)
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// EtcHostsMain runs the helper when nest-syncer's arguments ask for it
+// (`nest-syncer etc-hosts ...`) and reports whether they did.
+func EtcHostsMain(args []string) (ran bool, err error) {
+	if len(args) == 0 || args[0] != etcHostsCommand {
+		return false, nil
+	}
+	return true, RunEtcHostsHelper(args[1:], os.Getenv)
+}
