@@ -1,9 +1,10 @@
 // Package v1alpha1 is the nest.dev/v1alpha1 API: VirtualCluster, one tenant's
-// complete Kubernetes cluster run inside the host cluster.
+// complete Kubernetes cluster run inside the host cluster, and GlobalNode, the
+// inventory of host nodes that node promotion may move into a tenant cluster.
 //
-// Field names follow the Kosmos kubenest VirtualCluster where they overlap
-// (externalIPs, promotePolicies, promoteResources, kubeconfig), so its users
-// recognise them.
+// Field names follow the Kosmos kubenest VirtualCluster and GlobalNode where
+// they overlap (externalIPs, promotePolicies, promoteResources, kubeconfig;
+// nodeIP, state, labels), so its users recognise them.
 //
 // +kubebuilder:object:generate=true
 // +groupName=nest.dev
@@ -26,7 +27,7 @@ var (
 )
 
 func addKnownTypes(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion, &VirtualCluster{}, &VirtualClusterList{})
+	s.AddKnownTypes(GroupVersion, &VirtualCluster{}, &VirtualClusterList{}, &GlobalNode{}, &GlobalNodeList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }

@@ -1,5 +1,6 @@
-// Command nest-manager is the Nest operator: it runs in the host cluster and
-// reconciles VirtualClusters into tenant control planes. Flags and wiring only;
+// Command nest-manager is the Nest operator: it runs in the host cluster,
+// reconciles VirtualClusters into tenant control planes and keeps the
+// GlobalNode inventory of promotable host nodes. Flags and wiring only;
 // the controllers live in internal/controller.
 package main
 
@@ -18,6 +19,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/nestdev/nest/internal/components"
+	"github.com/nestdev/nest/internal/controller/globalnode"
 	"github.com/nestdev/nest/internal/controller/virtualcluster"
 	"github.com/nestdev/nest/internal/controlplane"
 	"github.com/nestdev/nest/internal/images"
@@ -132,6 +134,10 @@ func main() {
 	prober := &virtualcluster.HealthProber{Client: mgr.GetClient(), Tenants: virtualcluster.APITenants{}, Health: health, Workers: probeWorkers, ProbeTimeout: probeTimeout}
 	if err := prober.SetupWithManager(mgr); err != nil {
 		log.Error(err, "Unable to set up controller", "controller", "virtualcluster-health")
+		os.Exit(1)
+	}
+	if err := (&globalnode.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		log.Error(err, "Unable to set up controller", "controller", "globalnode")
 		os.Exit(1)
 	}
 	must(mgr.AddHealthzCheck("healthz", healthz.Ping))

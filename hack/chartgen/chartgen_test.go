@@ -24,7 +24,7 @@ func TestGenerateIsDeterministic(t *testing.T) {
 	if !reflect.DeepEqual(a, b) {
 		t.Error("two runs over the same config/ differ")
 	}
-	for _, want := range []string{"crds/nest.dev_virtualclusters.yaml", "templates/manager.yaml", "templates/rbac.yaml", "templates/priorityclass.yaml"} {
+	for _, want := range []string{"crds/nest.dev_virtualclusters.yaml", "crds/nest.dev_globalnodes.yaml", "templates/manager.yaml", "templates/rbac.yaml", "templates/priorityclass.yaml"} {
 		if _, ok := a[want]; !ok {
 			t.Errorf("Generate does not write %s", want)
 		}

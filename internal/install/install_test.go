@@ -16,14 +16,15 @@ func TestManifestsInApplyOrder(t *testing.T) {
 		index[u.GetKind()+"/"+u.GetName()] = i
 	}
 	for _, want := range []string{
-		"Namespace/nest-system", "CustomResourceDefinition/virtualclusters.nest.dev", "ClusterRole/nest-manager",
+		"Namespace/nest-system", "CustomResourceDefinition/virtualclusters.nest.dev", "CustomResourceDefinition/globalnodes.nest.dev", "ClusterRole/nest-manager",
 		"ClusterRoleBinding/nest-manager", "ServiceAccount/nest-manager", "Deployment/nest-manager",
 	} {
 		if _, ok := index[want]; !ok {
 			t.Errorf("manifests lack %s", want)
 		}
 	}
-	if index["Namespace/nest-system"] > index["ServiceAccount/nest-manager"] || index["CustomResourceDefinition/virtualclusters.nest.dev"] > index["Deployment/nest-manager"] {
+	if index["Namespace/nest-system"] > index["ServiceAccount/nest-manager"] || index["CustomResourceDefinition/virtualclusters.nest.dev"] > index["Deployment/nest-manager"] ||
+		index["CustomResourceDefinition/globalnodes.nest.dev"] > index["Deployment/nest-manager"] {
 		t.Errorf("apply order is wrong: %v", index)
 	}
 }

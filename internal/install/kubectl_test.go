@@ -35,7 +35,8 @@ func TestDocumentedKubectlApplyInstallsOnAFreshAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("kubectl apply -R -f config/: %v\n%s", err, out)
 	}
-	for _, want := range []string{"namespace/nest-system", "customresourcedefinition.apiextensions.k8s.io/virtualclusters.nest.dev", "deployment.apps/nest-manager"} {
+	for _, want := range []string{"namespace/nest-system", "customresourcedefinition.apiextensions.k8s.io/virtualclusters.nest.dev",
+		"customresourcedefinition.apiextensions.k8s.io/globalnodes.nest.dev", "deployment.apps/nest-manager"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("kubectl did not apply %s:\n%s", want, out)
 		}

@@ -20,6 +20,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/controller/globalnode"
 	"github.com/nestdev/nest/internal/controlplane"
 	"github.com/nestdev/nest/internal/testutil"
 	"github.com/nestdev/nest/test/e2e/framework"
@@ -33,6 +35,10 @@ func TestVirtualClusters(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	host, hostKubeconfig, nest := framework.StartNest(t, ctx)
+
+	t.Run("the GlobalNode inventory lists the host's worker nodes and not its control-plane node", func(t *testing.T) {
+		checkInventory(t, ctx, host, nest)
+	})
 
 	dir := t.TempDir()
 	tenants := map[string]*framework.Tenant{"alpha": {Name: "alpha", Dir: dir}, "beta": {Name: "beta", Dir: dir}}
@@ -237,4 +243,54 @@ func waitRecreated(t *testing.T, ctx context.Context, c client.Client, obj clien
 		}
 		return nil
 	})
+}
+
+// checkInventory: every host node without the control-plane role has a free
+// GlobalNode with its InternalIP and labels, in phase Host; the control-plane
+// node has none; `nest nodes` lists them.
+func checkInventory(t *testing.T, ctx context.Context, host client.Client, nest func(...string) (string, error)) {
+	var nodes corev1.NodeList
+	if err := host.List(ctx, &nodes); err != nil {
+		t.Fatal(err)
+	}
+	var workers, controlPlanes int
+	for _, n := range nodes.Items {
+		_, isControlPlane := n.Labels[globalnode.LabelControlPlane]
+		if isControlPlane {
+			controlPlanes++
+		} else {
+			workers++
+		}
+		testutil.Eventually(t, time.Minute, "GlobalNode of "+n.Name, func() error {
+			var gn nestv1.GlobalNode
+			err := host.Get(ctx, client.ObjectKey{Name: n.Name}, &gn)
+			if isControlPlane {
+				if !apierrors.IsNotFound(err) {
+					t.Fatalf("control-plane node %s has a GlobalNode (get: %v)", n.Name, err)
+				}
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if gn.Spec.NodeIP != globalnode.NodeIP(&n) || gn.Spec.State != nestv1.NodeStateFree || gn.Status.Phase != nestv1.NodePhaseHost ||
+				gn.Spec.Labels[corev1.LabelHostname] != n.Labels[corev1.LabelHostname] {
+				return fmt.Errorf("GlobalNode %s: nodeIP %s state %s phase %s labels %v", gn.Name, gn.Spec.NodeIP, gn.Spec.State, gn.Status.Phase, gn.Spec.Labels)
+			}
+			return nil
+		})
+	}
+	if workers == 0 || controlPlanes == 0 {
+		t.Fatalf("the local host cluster has %d worker and %d control-plane nodes, want both kinds", workers, controlPlanes)
+	}
+	out, err := nest("nodes")
+	if err != nil {
+		t.Fatalf("nest nodes: %v\n%s", err, out)
+	}
+	for _, n := range nodes.Items {
+		_, isControlPlane := n.Labels[globalnode.LabelControlPlane]
+		if listed := strings.Contains(out, n.Name+" "); listed == isControlPlane {
+			t.Errorf("nest nodes lists %s: %v, want %v:\n%s", n.Name, listed, !isControlPlane, out)
+		}
+	}
 }
