@@ -147,9 +147,27 @@ func (s *syncer) forwardEvent(ev *corev1.Event) {
 	if err != nil {
 		return
 	}
-	if tenant, ok := s.provider.tenantPodOf(host); ok {
+	tenant, ok := s.provider.tenantPodOf(host)
+	switch {
+	case !ok:
+	case fromHostKubelet(ev):
 		s.recorder.Event(tenant, ev.Type, ev.Reason, ev.Message)
+	case ev.Reason == "FailedScheduling":
+		s.recorder.Event(tenant, corev1.EventTypeWarning, ReasonWaitingForHost, "The host cluster has no room for this pod yet: it starts once the host has")
 	}
+}
+
+// ReasonWaitingForHost is the tenant event of a pod whose host pod the host
+// scheduler cannot place yet.
+const ReasonWaitingForHost = "WaitingForHost"
+
+// fromHostKubelet reports whether a host event is the host kubelet's (its
+// containers, probes, images and volumes), which the tenant's kubelet would
+// have reported. Other sources describe the host cluster: the host
+// scheduler names host nodes and their capacity, host controllers act on
+// host objects. Those stay on the host.
+func fromHostKubelet(ev *corev1.Event) bool {
+	return ev.Source.Component == "kubelet" || ev.ReportingController == "kubelet"
 }
 
 func eventTime(ev *corev1.Event) time.Time {

@@ -2,6 +2,7 @@ package syncer
 
 import (
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -27,16 +28,25 @@ func TenantStatus(tenant, host *corev1.Pod) corev1.PodStatus {
 }
 
 // withTenantConditions adds to the host's conditions those of the tenant
-// pod that only the tenant cluster sets: DisruptionTarget, from the tenant's
-// scheduler (a preemption) or an eviction, and the conditions of the pod's
-// readiness gates, which tenant controllers set. Any other condition is the
+// pod that only the tenant cluster sets: PodScheduled, DisruptionTarget,
+// from the tenant's scheduler (a preemption) or an eviction, and the
+// conditions of the pod's readiness gates, which tenant controllers set. Any other condition is the
 // host kubelet's to report, or to remove (PodResizeInProgress once a resize
 // is done). The pod is Ready only when every readiness gate's condition is
 // True too.
 func withTenantConditions(conditions []corev1.PodCondition, tenant *corev1.Pod) []corev1.PodCondition {
-	tenantOwned := map[corev1.PodConditionType]bool{corev1.DisruptionTarget: true}
+	tenantOwned := map[corev1.PodConditionType]bool{corev1.DisruptionTarget: true, corev1.PodScheduled: true}
 	for _, g := range tenant.Spec.ReadinessGates {
 		tenantOwned[g.ConditionType] = true
+	}
+	// PodScheduled is the tenant's scheduler's: the host scheduler's says
+	// where on the host the host pod went, or why it could not go (the
+	// host's nodes), which is not the tenant's to see.
+	conditions = slices.DeleteFunc(conditions, func(c corev1.PodCondition) bool { return c.Type == corev1.PodScheduled })
+	if !hasCondition(tenant.Status.Conditions, corev1.PodScheduled) {
+		// Bound by spec.nodeName, never by a scheduler: the kubelet
+		// reports such a pod scheduled.
+		conditions = append(conditions, corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: tenant.CreationTimestamp})
 	}
 	has := map[corev1.PodConditionType]bool{}
 	for _, c := range conditions {
@@ -163,4 +173,9 @@ func terminatedStatus(tenant *corev1.Pod, reason string) corev1.PodStatus {
 		}
 	}
 	return s
+}
+
+// hasCondition reports whether conditions has one of type t.
+func hasCondition(conditions []corev1.PodCondition, t corev1.PodConditionType) bool {
+	return slices.ContainsFunc(conditions, func(c corev1.PodCondition) bool { return c.Type == t })
 }

@@ -14,7 +14,7 @@ func TestTenantStatusReportsTenantGenerations(t *testing.T) {
 	tenant := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Generation: 3}, Status: corev1.PodStatus{QOSClass: corev1.PodQOSBurstable}}
 	host := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Generation: 7}, Status: corev1.PodStatus{
 		ObservedGeneration: 7, QOSClass: corev1.PodQOSBestEffort,
-		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, ObservedGeneration: 7}, {Type: corev1.PodScheduled, ObservedGeneration: 5}, {Type: corev1.PodInitialized}},
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, ObservedGeneration: 7}, {Type: corev1.ContainersReady, ObservedGeneration: 5}, {Type: corev1.PodInitialized}},
 	}}
 	s := TenantStatus(tenant, host)
 	if s.ObservedGeneration != 3 || s.QOSClass != corev1.PodQOSBurstable {
@@ -142,5 +142,54 @@ func TestTenantStatusFollowsReadinessGates(t *testing.T) {
 	}
 	if readinessGatesChanged(tenant, tenant.DeepCopy()) {
 		t.Error("an unchanged pod is seen as a gate change")
+	}
+}
+
+// PodScheduled is the tenant scheduler's: the host scheduler's condition
+// (which names the host's nodes) never reaches the tenant pod.
+func TestTenantStatusKeepsTheTenantsPodScheduled(t *testing.T) {
+	tenant := &corev1.Pod{Status: corev1.PodStatus{Conditions: []corev1.PodCondition{
+		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
+	}}}
+	host := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{
+		{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable", Message: "0/2 nodes are available: 2 Insufficient cpu."},
+	}}}
+	var scheduled []corev1.PodCondition
+	for _, c := range TenantStatus(tenant, host).Conditions {
+		if c.Type == corev1.PodScheduled {
+			scheduled = append(scheduled, c)
+		}
+	}
+	if len(scheduled) != 1 || scheduled[0].Status != corev1.ConditionTrue || scheduled[0].Message != "" {
+		t.Errorf("PodScheduled = %+v, want only the tenant's True", scheduled)
+	}
+}
+
+func TestOnlyTheHostKubeletsEventsReachTheTenant(t *testing.T) {
+	for _, c := range []struct {
+		ev   corev1.Event
+		want bool
+	}{
+		{corev1.Event{Source: corev1.EventSource{Component: "kubelet", Host: "nest-worker"}, Reason: "Pulled"}, true},
+		{corev1.Event{ReportingController: "kubelet", Reason: "Unhealthy"}, true},
+		{corev1.Event{ReportingController: "default-scheduler", Reason: "FailedScheduling"}, false},
+		{corev1.Event{Source: corev1.EventSource{Component: "default-scheduler"}, Reason: "Scheduled"}, false},
+		{corev1.Event{Source: corev1.EventSource{Component: "taint-eviction-controller"}, Reason: "TaintManagerEviction"}, false},
+	} {
+		if got := fromHostKubelet(&c.ev); got != c.want {
+			t.Errorf("%s from %s%s: forwarded %v, want %v", c.ev.Reason, c.ev.Source.Component, c.ev.ReportingController, got, c.want)
+		}
+	}
+}
+
+// A pod bound by spec.nodeName has no PodScheduled of the tenant's; the
+// kubelet reports it scheduled, and so does the virtual node.
+func TestTenantStatusReportsANodeNamePodScheduled(t *testing.T) {
+	host := &corev1.Pod{Status: corev1.PodStatus{Conditions: []corev1.PodCondition{
+		{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Message: "0/2 nodes are available"},
+	}}}
+	got := TenantStatus(&corev1.Pod{}, host).Conditions
+	if len(got) != 1 || got[0].Type != corev1.PodScheduled || got[0].Status != corev1.ConditionTrue || got[0].Message != "" {
+		t.Errorf("conditions %+v, want PodScheduled True", got)
 	}
 }

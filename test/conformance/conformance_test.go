@@ -116,8 +116,12 @@ func TestConformance(t *testing.T) {
 	// Containers keep the limits they state (none for most specs): the
 	// resize specs read unlimited cgroups, and default limits on hundreds of
 	// parallel pods would fill a quota on limits. Two virtual nodes, as the
-	// suite asks for at least two schedulable nodes.
-	if out, err := nest("create", "conformance", "--cpu", "8", "--memory", "16Gi", "--pods", "250", "--virtual-nodes", "2",
+	// suite asks for at least two schedulable nodes. 3 CPUs: each virtual
+	// node's 1.5 must fit a host node (2 CPUs, some taken), or a pod the
+	// tenant's scheduler places by it waits on the host for ever, as the
+	// filler pods of SchedulerPredicates' resource-limits spec (70% of a
+	// node each) did with 8.
+	if out, err := nest("create", "conformance", "--cpu", "3", "--memory", "16Gi", "--pods", "250", "--virtual-nodes", "2",
 		"--container-limits", "none", "--wait"); err != nil {
 		t.Fatalf("create the tenant: %v\n%s", err, out)
 	}

@@ -1,6 +1,7 @@
 package isolation
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -31,8 +32,8 @@ func (e *env) metadata() []testCase {
 func (e *env) etcHostsFQDN(t *testing.T) {
 	pod := e.runServer(t, e.alpha, "metadata-etc-hosts", func(p *corev1.Pod) { p.Spec.Hostname, p.Spec.Subdomain = "db-0", "db" })
 	hosts := e.mustExec(t, e.alpha, pod.Name, "cat", "/etc/hosts")
-	want := pod.Status.PodIP + "\tdb-0.db.default.svc.cluster.local\tdb-0\n"
-	if pod.Status.PodIP == "" || !strings.Contains(hosts, want) {
+	want := pod.Status.PodIP + "\tdb-0.db.default.svc.cluster.local\tdb-0"
+	if pod.Status.PodIP == "" || !slices.Contains(strings.Split(hosts, "\n"), want) {
 		t.Errorf("/etc/hosts lacks %q:\n%s", want, hosts)
 	}
 	hostNamespace := e.hostPod(t, e.alpha, "default", pod.Name).Namespace
