@@ -50,6 +50,16 @@ const (
 	NodePhaseFailed NodePhase = "Failed"
 )
 
+// AnnotationHeldBy marks the VirtualCluster that holds a GlobalNode, as
+// "namespace/name". Node assignment sets it, together with state reserved, in
+// one update conditional on the GlobalNode's resourceVersion, so two
+// VirtualClusters cannot both take a node; status.virtualCluster follows it.
+// It is the record of who holds the node: a GlobalNode carrying it is never a
+// candidate for another VirtualCluster, and the inventory controller leaves it
+// alone. An annotation, not a label: a label value holds neither the '/' nor
+// a long namespace and name.
+const AnnotationHeldBy = "nest.dev/held-by"
+
 // Condition types of a GlobalNode.
 const (
 	// ConditionHostNodePresent is True while the host cluster has a Node of

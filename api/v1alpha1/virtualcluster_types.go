@@ -48,6 +48,12 @@ const (
 	// ConditionNodesReady is True when the virtual node is Ready in the tenant
 	// cluster, so tenant pods can be scheduled.
 	ConditionNodesReady = "NodesReady"
+	// ConditionNodesAssigned is True when the VirtualCluster holds every
+	// GlobalNode its promotePolicies and promoteResources.nodeInfos ask for
+	// (status.assignedNodes), or asks for none. It is False, naming the
+	// policy or node, when they cannot all be met: no new node is then
+	// claimed. Written by node assignment, not the VirtualCluster controller.
+	ConditionNodesAssigned = "NodesAssigned"
 )
 
 // ServiceType is how the tenant API server is exposed.
@@ -99,7 +105,9 @@ type VirtualClusterSpec struct {
 	ServiceCIDR string `json:"serviceCIDR,omitempty"`
 
 	// PromotePolicies select host nodes to promote into the tenant cluster as
-	// dedicated nodes. Served by node promotion (a later release).
+	// dedicated nodes: nodeCount GlobalNodes whose labels match labelSelector
+	// (an empty selector matches every node). Today the nodes are assigned
+	// (reserved for the VirtualCluster, status.assignedNodes) but not moved.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=16
@@ -324,7 +332,8 @@ type PromotePolicy struct {
 
 // PromoteResources is the tenant's share of host capacity.
 type PromoteResources struct {
-	// NodeInfos names host nodes to promote by name.
+	// NodeInfos names host nodes to promote by name: GlobalNodes the
+	// VirtualCluster holds in addition to those its promotePolicies select.
 	// +optional
 	// +listType=map
 	// +listMapKey=nodeName
@@ -353,7 +362,8 @@ type VirtualClusterStatus struct {
 	// +optional
 	Phase Phase `json:"phase,omitempty"`
 
-	// Conditions: Ready, ControlPlaneAvailable, CertificatesReady, NodesReady.
+	// Conditions: Ready, ControlPlaneAvailable, CertificatesReady, NodesReady,
+	// NodesAssigned.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -374,9 +384,13 @@ type VirtualClusterStatus struct {
 	// +optional
 	KubeconfigSecretRef *corev1.LocalObjectReference `json:"kubeconfigSecretRef,omitempty"`
 
-	// AssignedNodes are the host nodes promoted into the tenant cluster.
+	// AssignedNodes are the names of the GlobalNodes the VirtualCluster
+	// holds, sorted. Today they are reserved for it and still serve the host;
+	// node promotion will move them into the tenant cluster.
 	// +optional
 	// +listType=set
+	// +kubebuilder:validation:MaxItems=17000
+	// +kubebuilder:validation:items:MaxLength=253
 	AssignedNodes []string `json:"assignedNodes,omitempty"`
 }
 

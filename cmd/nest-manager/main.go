@@ -20,6 +20,7 @@ import (
 
 	"github.com/nestdev/nest/internal/components"
 	"github.com/nestdev/nest/internal/controller/globalnode"
+	"github.com/nestdev/nest/internal/controller/nodeassignment"
 	"github.com/nestdev/nest/internal/controller/virtualcluster"
 	"github.com/nestdev/nest/internal/controlplane"
 	"github.com/nestdev/nest/internal/images"
@@ -138,6 +139,10 @@ func main() {
 	}
 	if err := (&globalnode.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 		log.Error(err, "Unable to set up controller", "controller", "globalnode")
+		os.Exit(1)
+	}
+	if err := (&nodeassignment.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
+		log.Error(err, "Unable to set up controller", "controller", "nodeassignment")
 		os.Exit(1)
 	}
 	must(mgr.AddHealthzCheck("healthz", healthz.Ping))

@@ -48,10 +48,12 @@ func specFor(node *corev1.Node) nestv1.GlobalNodeSpec {
 }
 
 // inHost is true when no VirtualCluster holds gn and its node is in the host
-// cluster: the only GlobalNodes this controller changes or deletes. Any
-// other state or phase is node promotion's to change. An empty phase is a
-// GlobalNode whose status was not written yet.
+// cluster: the only GlobalNodes this controller changes or deletes. A holder
+// is named by the nest.dev/held-by annotation (node assignment sets it with
+// state reserved, in one write) or status.virtualCluster. Any other state or
+// phase is node promotion's to change. An empty phase is a GlobalNode whose
+// status was not written yet.
 func inHost(gn *nestv1.GlobalNode) bool {
-	return gn.Spec.State == nestv1.NodeStateFree && gn.Status.VirtualCluster == "" &&
+	return gn.Spec.State == nestv1.NodeStateFree && gn.Status.VirtualCluster == "" && gn.Annotations[nestv1.AnnotationHeldBy] == "" &&
 		(gn.Status.Phase == "" || gn.Status.Phase == nestv1.NodePhaseHost)
 }

@@ -81,6 +81,12 @@ func TestSpecForCopiesTheLabels(t *testing.T) {
 	}
 }
 
+// heldBy marks gn with the annotation node assignment records its holder in.
+func heldBy(gn *nestv1.GlobalNode, holder string) *nestv1.GlobalNode {
+	gn.Annotations = map[string]string{nestv1.AnnotationHeldBy: holder}
+	return gn
+}
+
 func TestInHost(t *testing.T) {
 	gn := func(state nestv1.NodeState, holder string, phase nestv1.NodePhase) *nestv1.GlobalNode {
 		return &nestv1.GlobalNode{Spec: nestv1.GlobalNodeSpec{State: state}, Status: nestv1.GlobalNodeStatus{VirtualCluster: holder, Phase: phase}}
@@ -98,6 +104,8 @@ func TestInHost(t *testing.T) {
 		{"free but a holder is named", gn(nestv1.NodeStateFree, "vc-a/a", nestv1.NodePhaseHost), false},
 		{"free while returning", gn(nestv1.NodeStateFree, "", nestv1.NodePhaseReturning), false},
 		{"free after a failure", gn(nestv1.NodeStateFree, "", nestv1.NodePhaseFailed), false},
+		{"free but the held-by annotation names a holder", heldBy(gn(nestv1.NodeStateFree, "", nestv1.NodePhaseHost), "vc-a/a"), false},
+		{"reserved by node assignment, status not written yet", heldBy(gn(nestv1.NodeStateReserved, "", nestv1.NodePhaseHost), "vc-a/a"), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
