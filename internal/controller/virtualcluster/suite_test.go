@@ -4,11 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"maps"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -23,12 +20,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/nestdev/nest/internal/controlplane"
-	"github.com/nestdev/nest/internal/kube"
 	"github.com/nestdev/nest/internal/testutil"
+	"github.com/nestdev/nest/internal/testutil/envsuite"
 )
 
 // The suite runs the reconciler against a real kube-apiserver and etcd (our
@@ -39,7 +34,6 @@ import (
 var (
 	k8sClient client.Client
 	tenants   = &fakeTenants{}
-	cfg       *rest.Config
 )
 
 // testOptions are the reconciler's; the host network is the local host
@@ -141,64 +135,25 @@ var intercept = interceptor.Funcs{
 }
 
 func TestMain(m *testing.M) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run the controller tests with `make unit`, which points it at our kube-apiserver and etcd builds")
-		os.Exit(1)
-	}
-	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "..", "config", "crd")},
-		ErrorIfCRDPathMissing: true,
-	}
-	var err error
-	cfg, err = env.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start envtest:", err)
-		os.Exit(1)
-	}
-	code := run(m)
-	if err := env.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "stop envtest:", err)
-	}
-	os.Exit(code)
-}
-
-func run(m *testing.M) int {
-	scheme := kube.NewScheme()
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Cache: CacheOptions(), Metrics: metricsserver.Options{BindAddress: "0"}})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	health := NewHealth()
-	r := &Reconciler{
-		Client: interceptor.NewClient(withoutWatch{mgr.GetClient()}, intercept), APIReader: mgr.GetAPIReader(), Scheme: scheme, Recorder: mgr.GetEventRecorder("nest-manager"),
-		ControlPlane:      testOptions,
-		HostClusterDomain: "cluster.local",
-		Health:            health,
-		Workers:           4,
-	}
-	if err := r.SetupWithManager(mgr); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	prober := &HealthProber{Client: mgr.GetClient(), Tenants: tenants, Health: health, Workers: 4, ProbeTimeout: probeTimeout}
-	if err := prober.SetupWithManager(mgr); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		if err := mgr.Start(ctx); err != nil {
-			fmt.Fprintln(os.Stderr, "manager:", err)
-		}
-	}()
-	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
+	envsuite.Suite{
+		Options: ctrl.Options{Cache: CacheOptions()},
+		Setup: func(mgr ctrl.Manager) error {
+			health := NewHealth()
+			r := &Reconciler{
+				Client: interceptor.NewClient(withoutWatch{mgr.GetClient()}, intercept), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder("nest-manager"),
+				ControlPlane:      testOptions,
+				HostClusterDomain: "cluster.local",
+				Health:            health,
+				Workers:           4,
+			}
+			if err := r.SetupWithManager(mgr); err != nil {
+				return err
+			}
+			prober := &HealthProber{Client: mgr.GetClient(), Tenants: tenants, Health: health, Workers: 4, ProbeTimeout: probeTimeout}
+			return prober.SetupWithManager(mgr)
+		},
+		Started: func(_ *rest.Config, c client.Client) { k8sClient = c },
+	}.Main(m)
 }
 
 func eventually(t *testing.T, what string, check func() error) {
