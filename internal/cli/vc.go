@@ -31,7 +31,7 @@ import (
 func addVirtualClusterCommands(root *cobra.Command) {
 	var host hostFlags
 	root.PersistentFlags().StringVar(&host.kubeconfig, "kubeconfig", "", "host cluster kubeconfig (default $KUBECONFIG, else the local host cluster's, else ~/.kube/config)")
-	root.AddCommand(newCreateCommand(&host), newListCommand(&host), newKubeconfigCommand(&host), newDeleteCommand(&host), newNodesCommand(&host), newDashboardCommand(&host))
+	root.AddCommand(newCreateCommand(&host), newListCommand(&host), newKubeconfigCommand(&host), newDeleteCommand(&host), newNodesCommand(&host), newScaleCommand(&host), newDashboardCommand(&host))
 }
 
 func namespaceFlag(cmd *cobra.Command, ns *string) {
@@ -92,10 +92,33 @@ type shareFlags struct {
 	podSecurity      string
 	containerLimits  string
 	virtualNodes     int
+	nodes
+}
+
+// nodes are the dedicated host nodes of nest create and nest scale.
+type nodes struct {
+	count    int
+	selector string
+}
+
+// bind registers --nodes and --node-selector on cmd.
+func (n *nodes) bind(cmd *cobra.Command) {
+	cmd.Flags().IntVar(&n.count, "nodes", 0, "dedicated host nodes to promote into the virtual cluster (node promotion: today they are reserved, see docs/dedicated-nodes.md)")
+	cmd.Flags().StringVar(&n.selector, "node-selector", "", "only host nodes with these labels, such as gpu=true,zone=a")
+}
+
+// policy is the promote policy the flags ask for.
+func (n *nodes) policy() (nestv1.PromotePolicy, error) {
+	if n.selector != "" && n.count == 0 {
+		return nestv1.PromotePolicy{}, fmt.Errorf("--node-selector %q: it chooses among dedicated nodes: set --nodes too", n.selector)
+	}
+	p, err := vcops.PromotePolicy(n.count, n.selector)
+	return p, asFlagError(err)
 }
 
 // flagOf names the nest create flag of each vcops field.
-var flagOf = map[string]string{vcops.FieldCPU: "--cpu", vcops.FieldMemory: "--memory", vcops.FieldGPU: "--gpu", vcops.FieldPods: "--pods", vcops.FieldName: "NAME", vcops.FieldNamespace: "--namespace"}
+var flagOf = map[string]string{vcops.FieldCPU: "--cpu", vcops.FieldMemory: "--memory", vcops.FieldGPU: "--gpu", vcops.FieldPods: "--pods", vcops.FieldName: "NAME", vcops.FieldNamespace: "--namespace",
+	vcops.FieldNodes: "--nodes", vcops.FieldNodeSelector: "--node-selector"}
 
 // asFlagError renames a vcops field error after the flag the user typed.
 func asFlagError(err error) error {
@@ -136,6 +159,13 @@ func (f *shareFlags) spec() (nestv1.VirtualClusterSpec, error) {
 	default:
 		return spec, fmt.Errorf("--container-limits %q: use default (containers without limits get the host's default limits) or none (they run without)", f.containerLimits)
 	}
+	p, err := f.policy()
+	if err != nil {
+		return spec, err
+	}
+	if p.NodeCount > 0 {
+		spec.PromotePolicies = []nestv1.PromotePolicy{p}
+	}
 	return spec, nil
 }
 
@@ -157,6 +187,40 @@ func newCreateCommand(host *hostFlags) *cobra.Command {
 	cmd.Flags().StringVar(&share.podSecurity, "pod-security", "baseline", "Pod Security Standard level of tenant pods: baseline or restricted")
 	cmd.Flags().IntVar(&share.virtualNodes, "virtual-nodes", 0, "how many virtual nodes split the share (default 1)")
 	cmd.Flags().StringVar(&share.containerLimits, "container-limits", "default", "default: tenant containers without cpu or memory limits get the host's default limits; none: they run without, as upstream conformance expects")
+	share.nodes.bind(cmd)
+	return cmd
+}
+
+// newScaleCommand is nest scale NAME --nodes N: the virtual cluster's
+// dedicated nodes, claimed or released by node assignment.
+func newScaleCommand(host *hostFlags) *cobra.Command {
+	var (
+		n  nodes
+		ns string
+	)
+	cmd := &cobra.Command{
+		Use:   "scale NAME --nodes N",
+		Short: "Set how many dedicated host nodes a virtual cluster has (0 releases them all)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !cmd.Flags().Changed("nodes") {
+				return fmt.Errorf("--nodes is required: the number of dedicated nodes, 0 to release them all")
+			}
+			p, err := n.policy()
+			if err != nil {
+				return err
+			}
+			return withTarget(cmd, host, args[0], ns, time.Minute, func(ctx context.Context, c client.Client, key types.NamespacedName) error {
+				if err := vcops.SetPromotePolicy(ctx, c, key, p); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "virtualcluster %s: %d dedicated nodes asked for; see them with nest nodes\n", key, p.NodeCount)
+				return nil
+			})
+		},
+	}
+	namespaceFlag(cmd, &ns)
+	n.bind(cmd)
 	return cmd
 }
 

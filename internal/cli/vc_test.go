@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"io"
 	"k8s.io/utils/ptr"
 	"strings"
 	"testing"
@@ -78,6 +79,24 @@ func TestShareFlags(t *testing.T) {
 	}
 }
 
+func TestNodeFlags(t *testing.T) {
+	spec, err := (&shareFlags{nodes: nodes{count: 2, selector: "gpu=true"}}).spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := spec.PromotePolicies; len(p) != 1 || p[0].NodeCount != 2 || p[0].LabelSelector.MatchLabels["gpu"] != "true" {
+		t.Errorf("promote policies %+v", p)
+	}
+	if spec, err := (&shareFlags{}).spec(); err != nil || spec.PromotePolicies != nil {
+		t.Errorf("no --nodes: %+v, %v; want no promote policy", spec.PromotePolicies, err)
+	}
+	for flags, flag := range map[nodes]string{{count: -1}: "--nodes", {count: 1, selector: "a in (b)"}: "--node-selector", {selector: "gpu=true"}: "--node-selector"} {
+		if _, err := (&shareFlags{nodes: flags}).spec(); err == nil || !strings.Contains(err.Error(), flag) {
+			t.Errorf("%+v: error %v does not name %s", flags, err, flag)
+		}
+	}
+}
+
 func TestCreateRefusesAnOccupiedNamespace(t *testing.T) {
 	held := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "first", Namespace: "team"}}
 	c := fake.NewClientBuilder().WithScheme(kube.NewScheme()).WithObjects(held).Build()
@@ -91,5 +110,19 @@ func TestCreateRefusesAnOccupiedNamespace(t *testing.T) {
 	}
 	if err := create(ctx, c, client.ObjectKeyFromObject(held), nestv1.VirtualClusterSpec{}, false, &bytes.Buffer{}); err != nil {
 		t.Errorf("creating the holder again: %v, want the already-exists path", err)
+	}
+}
+
+func TestScaleNeedsNodes(t *testing.T) {
+	root := NewRootCommand()
+	root.SetArgs([]string{"scale", "demo"})
+	root.SetOut(io.Discard)
+	root.SetErr(io.Discard)
+	if err := root.Execute(); err == nil || !strings.Contains(err.Error(), "--nodes is required") {
+		t.Errorf("nest scale without --nodes: %v", err)
+	}
+	root.SetArgs([]string{"scale", "demo", "--nodes", "1", "--node-selector", "a in (b)"})
+	if err := root.Execute(); err == nil || !strings.Contains(err.Error(), "--node-selector") {
+		t.Errorf("nest scale with a set-based selector: %v", err)
 	}
 }

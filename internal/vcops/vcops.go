@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -54,6 +55,10 @@ const (
 	FieldPodSecurity = "podSecurity"
 	FieldServiceType = "serviceType"
 	FieldExternalIPs = "externalIPs"
+	// FieldNodes and FieldNodeSelector are the dedicated nodes a promote
+	// policy asks for.
+	FieldNodes        = "nodes"
+	FieldNodeSelector = "nodeSelector"
 )
 
 // FieldError is bad input in one field, with what a good value looks like.
@@ -205,6 +210,49 @@ func SetShare(ctx context.Context, c client.Client, key types.NamespacedName, re
 	vc.Spec.PromoteResources.Resources = next
 	if err := c.Patch(ctx, vc, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("change the share of virtual cluster %s: %w", key, err)
+	}
+	return nil
+}
+
+// PromotePolicy is the one promote policy nest create --nodes and nest
+// scale write: count dedicated host nodes, chosen among those whose labels
+// match selector ("k=v,k2=v2"; empty: any promotable node). It returns a
+// *FieldError for a bad count or selector.
+func PromotePolicy(count int, selector string) (nestv1.PromotePolicy, error) {
+	if count < 0 || count > MaxPromotedNodes {
+		return nestv1.PromotePolicy{}, &FieldError{Field: FieldNodes, Value: strconv.Itoa(count), Reason: fmt.Sprintf("want 0 to %d", MaxPromotedNodes)}
+	}
+	set, err := labels.ConvertSelectorToLabelsMap(selector)
+	if err != nil {
+		return nestv1.PromotePolicy{}, &FieldError{Field: FieldNodeSelector, Value: selector, Reason: "want label pairs such as gpu=true,zone=a: " + err.Error()}
+	}
+	p := nestv1.PromotePolicy{NodeCount: int32(count)}
+	if len(set) > 0 {
+		p.LabelSelector.MatchLabels = set
+	}
+	return p, nil
+}
+
+// MaxPromotedNodes is the most nodes one promote policy may ask for, as the
+// CRD bounds nodeCount.
+const MaxPromotedNodes = 1000
+
+// SetPromotePolicy makes p the VirtualCluster's only promote policy, or
+// removes every promote policy when p asks for no node. Node assignment
+// then claims or releases nodes (docs/dedicated-nodes.md). It patches with
+// an optimistic lock, as SetShare does.
+func SetPromotePolicy(ctx context.Context, c client.Client, key types.NamespacedName, p nestv1.PromotePolicy) error {
+	vc := &nestv1.VirtualCluster{}
+	if err := c.Get(ctx, key, vc); err != nil {
+		return fmt.Errorf("virtual cluster %s: %w", key, err)
+	}
+	before := vc.DeepCopy()
+	vc.Spec.PromotePolicies = nil
+	if p.NodeCount > 0 {
+		vc.Spec.PromotePolicies = []nestv1.PromotePolicy{p}
+	}
+	if err := c.Patch(ctx, vc, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("change the dedicated nodes of virtual cluster %s: %w", key, err)
 	}
 	return nil
 }

@@ -200,3 +200,52 @@ func TestDeleteOwnNamespaceRemovesOnlyNamespacesNestMade(t *testing.T) {
 		}
 	}
 }
+
+func TestPromotePolicy(t *testing.T) {
+	p, err := PromotePolicy(2, "gpu=true,zone=a")
+	if err != nil || p.NodeCount != 2 || len(p.LabelSelector.MatchLabels) != 2 || p.LabelSelector.MatchLabels["zone"] != "a" {
+		t.Errorf("PromotePolicy(2, gpu=true,zone=a) = %+v, %v", p, err)
+	}
+	if p, err := PromotePolicy(1, ""); err != nil || p.LabelSelector.MatchLabels != nil {
+		t.Errorf("no selector: %+v, %v; want any promotable node", p, err)
+	}
+	for _, c := range []struct {
+		count    int
+		selector string
+		field    string
+	}{{-1, "", FieldNodes}, {MaxPromotedNodes + 1, "", FieldNodes}, {1, "gpu in (a,b)", FieldNodeSelector}, {1, "=x", FieldNodeSelector}} {
+		var fe *FieldError
+		if _, err := PromotePolicy(c.count, c.selector); !errors.As(err, &fe) || fe.Field != c.field {
+			t.Errorf("PromotePolicy(%d, %q) = %v, want a %s field error", c.count, c.selector, err, c.field)
+		}
+	}
+}
+
+func TestSetPromotePolicyReplacesAndRemoves(t *testing.T) {
+	ctx := context.Background()
+	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "vc-demo"},
+		Spec: nestv1.VirtualClusterSpec{PromotePolicies: []nestv1.PromotePolicy{{NodeCount: 1}, {NodeCount: 3}}}}
+	c := newClient(vc)
+	key := client.ObjectKeyFromObject(vc)
+	get := func() []nestv1.PromotePolicy {
+		got := &nestv1.VirtualCluster{}
+		if err := c.Get(ctx, key, got); err != nil {
+			t.Fatal(err)
+		}
+		return got.Spec.PromotePolicies
+	}
+	p, _ := PromotePolicy(2, "gpu=true")
+	if err := SetPromotePolicy(ctx, c, key, p); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(); len(got) != 1 || got[0].NodeCount != 2 || got[0].LabelSelector.MatchLabels["gpu"] != "true" {
+		t.Errorf("promote policies %+v, want the one asked for", got)
+	}
+	none, _ := PromotePolicy(0, "")
+	if err := SetPromotePolicy(ctx, c, key, none); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(); len(got) != 0 {
+		t.Errorf("promote policies %+v after asking for 0 nodes, want none", got)
+	}
+}
