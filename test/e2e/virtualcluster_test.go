@@ -181,7 +181,7 @@ func TestVirtualClusters(t *testing.T) {
 	})
 
 	t.Run("a promote policy reserves a free worker and a lower node count releases it", func(t *testing.T) {
-		checkAssignment(t, ctx, host, beta)
+		checkAssignment(t, ctx, host, nest, beta)
 	})
 
 	t.Run("deleting one virtual cluster removes its host objects and leaves the other working", func(t *testing.T) {
@@ -301,29 +301,24 @@ func checkInventory(t *testing.T, ctx context.Context, host client.Client, nest 
 	}
 }
 
-// checkAssignment: a promote policy for one worker makes tn's VirtualCluster
-// hold the worker's GlobalNode (reserved, NodesAssigned, assignedNodes);
-// nodeCount 0 gives it back, free.
-func checkAssignment(t *testing.T, ctx context.Context, host client.Client, tn *framework.Tenant) {
+// checkAssignment: nest scale asks for one worker, and tn's VirtualCluster
+// holds the worker's GlobalNode (reserved, NodesAssigned, assignedNodes);
+// --nodes 0 gives it back, free.
+func checkAssignment(t *testing.T, ctx context.Context, host client.Client, nest func(...string) (string, error), tn *framework.Tenant) {
 	var gns nestv1.GlobalNodeList
 	if err := host.List(ctx, &gns); err != nil || len(gns.Items) == 0 {
 		t.Fatalf("no GlobalNode to assign (list: %v)", err)
 	}
 	worker := gns.Items[0].Name
 	key := client.ObjectKey{Namespace: tn.Namespace, Name: tn.Name}
-	setCount := func(n int32) {
+	setCount := func(n int) {
 		t.Helper()
-		var vc nestv1.VirtualCluster
-		if err := host.Get(ctx, key, &vc); err != nil {
-			t.Fatal(err)
+		args := []string{"scale", tn.Name, "-n", tn.Namespace, "--nodes", fmt.Sprint(n)}
+		if n > 0 {
+			args = append(args, "--node-selector", corev1.LabelHostname+"="+gns.Items[0].Spec.Labels[corev1.LabelHostname])
 		}
-		patch := client.MergeFrom(vc.DeepCopy())
-		vc.Spec.PromotePolicies = []nestv1.PromotePolicy{{
-			LabelSelector: metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelHostname: gns.Items[0].Spec.Labels[corev1.LabelHostname]}},
-			NodeCount:     n,
-		}}
-		if err := host.Patch(ctx, &vc, patch); err != nil {
-			t.Fatal(err)
+		if out, err := nest(args...); err != nil {
+			t.Fatalf("nest scale --nodes %d: %v\n%s", n, err, out)
 		}
 	}
 	holder := tn.Namespace + "/" + tn.Name
