@@ -18,6 +18,7 @@ require (
 	k8s.io/apimachinery v0.36.3
 	k8s.io/apiserver v0.36.3
 	k8s.io/client-go v0.36.3
+	k8s.io/cluster-bootstrap v0.36.3
 	k8s.io/component-base v0.36.3
 	k8s.io/component-helpers v0.36.3
 	k8s.io/cri-client v0.36.3

@@ -160,3 +160,11 @@ type GlobalNodeList struct {
 	// Items are the GlobalNodes, one per host node in the inventory.
 	Items []GlobalNode `json:"items"`
 }
+
+// Moved reports whether node promotion has begun to move the node out of
+// the host (any phase but Host, or a status not written yet). Such a node
+// goes back to the host only through node promotion's release, which frees
+// it at the end.
+func (gn *GlobalNode) Moved() bool {
+	return gn.Status.Phase != "" && gn.Status.Phase != NodePhaseHost
+}

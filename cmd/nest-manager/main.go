@@ -6,6 +6,7 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"net/netip"
 	"os"
 	"slices"
@@ -13,7 +14,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -21,6 +24,7 @@ import (
 	"github.com/nestdev/nest/internal/components"
 	"github.com/nestdev/nest/internal/controller/globalnode"
 	"github.com/nestdev/nest/internal/controller/nodeassignment"
+	"github.com/nestdev/nest/internal/controller/nodepromotion"
 	"github.com/nestdev/nest/internal/controller/virtualcluster"
 	"github.com/nestdev/nest/internal/controlplane"
 	"github.com/nestdev/nest/internal/images"
@@ -69,6 +73,7 @@ func main() {
 		cp                                                                                   controlplane.Options
 		workers, probeWorkers                                                                int
 		probeTimeout                                                                         time.Duration
+		agentCASecret, hostAPIServer                                                         string
 	)
 	flag.IntVar(&workers, "max-concurrent-reconciles", 4, "VirtualClusters reconciled at once")
 	flag.IntVar(&probeWorkers, "tenant-probe-workers", 8, "tenant API servers probed at once; a slow or dead tenant holds one worker for at most --tenant-probe-timeout")
@@ -91,6 +96,8 @@ func main() {
 	cp.HostMetadata = syncer.MetadataAllowList{Labels: slices.Clone(syncer.DefaultHostLabels), Annotations: slices.Clone(syncer.DefaultHostAnnotations)}
 	allowListFlag("host-label-allowlist", "comma-separated tenant pod label keys copied to host pods for VirtualClusters that set no spec.virtualNode.hostMetadata.labels: whole keys or prefixes ending in *; empty copies none", &cp.HostMetadata.Labels)
 	allowListFlag("host-annotation-allowlist", "comma-separated tenant pod annotation keys copied to host pods for VirtualClusters that set no spec.virtualNode.hostMetadata.annotations, as for --host-label-allowlist", &cp.HostMetadata.Annotations)
+	flag.StringVar(&agentCASecret, "agent-ca-secret", nodepromotion.DefaultAgentCASecret, "Secret in --manager-namespace holding the nest-agent CA (tls.crt, tls.key), from which the manager issues its own agent client certificate; empty turns node promotion off")
+	flag.StringVar(&hostAPIServer, "host-api-server", "", "the host API server's URL as host nodes reach it, such as https://192.0.2.10:6443; a released node joins the host there")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -145,6 +152,12 @@ func main() {
 		log.Error(err, "Unable to set up controller", "controller", "nodeassignment")
 		os.Exit(1)
 	}
+	if agentCASecret != "" {
+		if err := setupNodePromotion(mgr, client.ObjectKey{Namespace: cp.ManagerNamespace, Name: agentCASecret}, hostAPIServer); err != nil {
+			log.Error(err, "Unable to set up controller", "controller", "nodepromotion")
+			os.Exit(1)
+		}
+	}
 	must(mgr.AddHealthzCheck("healthz", healthz.Ping))
 	must(mgr.AddReadyzCheck("readyz", healthz.Ping))
 	log.Info("Starting manager")
@@ -152,6 +165,31 @@ func main() {
 		log.Error(err, "Manager exited")
 		os.Exit(1)
 	}
+}
+
+// setupNodePromotion registers the node promotion controller, which reaches
+// agents with a certificate from the agent CA in caSecret.
+func setupNodePromotion(mgr ctrl.Manager, caSecret client.ObjectKey, hostAPIServer string) error {
+	cfg := mgr.GetConfig()
+	hostCA := cfg.CAData
+	if len(hostCA) == 0 && cfg.CAFile != "" {
+		data, err := os.ReadFile(cfg.CAFile)
+		if err != nil {
+			return fmt.Errorf("the host API server's CA: %w", err)
+		}
+		hostCA = data
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	return (&nodepromotion.Reconciler{
+		Client:     mgr.GetClient(),
+		HostClient: cs,
+		Agents:     &nodepromotion.SecretAgents{Client: mgr.GetAPIReader(), Secret: caSecret},
+		Tenants:    nodepromotion.APITenants{Client: mgr.GetClient()},
+		Host:       nodepromotion.HostJoin{Server: hostAPIServer, CACertPEM: hostCA},
+	}).SetupWithManager(mgr)
 }
 
 func must(err error) {

@@ -28,7 +28,7 @@ kube-proxy and CNI bridge, plus CoreDNS and a default StorageClass. Needs root.`
 		fmt.Sprintf("directory holding the cluster's state (default $%s, else %s)", devcluster.StateDirEnv, devcluster.DefaultStateDir))
 	resolved := func() string { return devcluster.StateDir(stateDir) }
 	dev.AddCommand(newDevUpCommand(resolved), newDevDownCommand(resolved), newDevStatusCommand(resolved),
-		newDevKubeconfigCommand(resolved), newDevInstallNestCommand(resolved), newDevProvisionerCommand())
+		newDevKubeconfigCommand(resolved), newDevInstallNestCommand(resolved), newDevProvisionerCommand(), newDevAgentCommand(resolved))
 	return dev
 }
 
@@ -140,5 +140,24 @@ func newDevProvisionerCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the cluster")
 	cmd.Flags().StringVar(&dir, "dir", "", "directory that holds the volumes")
+	return cmd
+}
+
+// newDevAgentCommand is started by `nest dev up` on each worker; users do not run it.
+func newDevAgentCommand(stateDir func() string) *cobra.Command {
+	var binDir, node string
+	cmd := &cobra.Command{
+		Use:    "agent",
+		Short:  "Serve nest-agent for one worker of the local host cluster (started by `nest dev up`)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return devcluster.RunAgent(ctx, stateDir(), binDir, node)
+		},
+	}
+	cmd.Flags().StringVar(&binDir, "bin-dir", "", "directory that holds the kube binary the agent starts the kubelet and kube-proxy from")
+	cmd.Flags().StringVar(&node, "node", "", "the worker node whose agent this is")
 	return cmd
 }

@@ -206,7 +206,7 @@ func apiServerContainer(vc *nestv1.VirtualCluster, o Options) corev1.Container {
 		PKI:              tenantPKI,
 		Etcd:             tenantEtcd(NamesOf(vc)),
 		ServiceCIDR:      serviceCIDR(vc),
-		ClusterDomain:    clusterDomain(vc),
+		ClusterDomain:    ClusterDomain(vc),
 	}.Flags()
 	// Tenant only: the container's memory limit bounds the requests the API
 	// server may serve at once (APIServerInflight).

@@ -70,8 +70,8 @@ func DNSConfigMapFor(vc *nestv1.VirtualCluster) *corev1.ConfigMap {
 		ObjectMeta: metav1.ObjectMeta{Name: n.DNSConfigMap(), Namespace: n.Namespace, Labels: n.Labels()},
 		Data: map[string]string{
 			corefileName: syncer.Corefile(syncer.DefaultDNSPort, path.Join(dnsDir, syncer.HostsFileName), path.Join(dnsDir, syncer.ZoneFileName),
-				path.Join(corefileDir, zoneFileName), clusterDomain(vc), syncer.DefaultDNSHealthPort),
-			zoneFileName: syncer.ZoneFile(clusterDomain(vc)),
+				path.Join(corefileDir, zoneFileName), ClusterDomain(vc), syncer.DefaultDNSHealthPort),
+			zoneFileName: syncer.ZoneFile(ClusterDomain(vc)),
 		},
 	}
 }
@@ -135,7 +135,7 @@ type ServiceIPs struct {
 func syncerOptions(vc *nestv1.VirtualCluster, opts Options, ips ServiceIPs) syncer.Options {
 	o := syncer.Options{
 		Translator: syncer.Translator{
-			VirtualCluster: vc.Name, HostNamespace: vc.Namespace, ClusterDomain: clusterDomain(vc),
+			VirtualCluster: vc.Name, HostNamespace: vc.Namespace, ClusterDomain: ClusterDomain(vc),
 			APIServerHost: ips.DNS, APIServerPort: KubernetesServicePort, DNSServer: ips.DNS,
 			NodeName: VirtualNodeName, PriorityClassName: TenantPriorityClass,
 			DefaultLimits:    DefaultContainerLimits(vc),
@@ -230,7 +230,8 @@ func PodSecurityLevel(vc *nestv1.VirtualCluster) string {
 	return string(nestv1.PodSecurityBaseline)
 }
 
-func clusterDomain(vc *nestv1.VirtualCluster) string {
+// ClusterDomain is the tenant's DNS domain: spec.clusterDomain, else cluster.local.
+func ClusterDomain(vc *nestv1.VirtualCluster) string {
 	if vc.Spec.ClusterDomain == "" {
 		return "cluster.local"
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/nestdev/nest/internal/agent"
 	"github.com/nestdev/nest/internal/atomicfile"
 	"github.com/nestdev/nest/internal/components"
 	"github.com/nestdev/nest/internal/pki"
@@ -27,6 +28,7 @@ func ensurePKI(l Layout, nodes []Node) error {
 	for _, a := range []struct{ cert, key, name string }{
 		{components.CACert, components.CAKey, "nest-dev-ca"},
 		{components.FrontProxyCACert, components.FrontProxyCAKey, "nest-dev-front-proxy-ca"},
+		{AgentCACert, AgentCAKey, agent.CACommonName},
 	} {
 		ca, err := ensureCA(l, a.cert, a.key, a.name)
 		if err != nil {
@@ -66,6 +68,10 @@ func leaves(l Layout, nodes []Node) []components.Leaf {
 	for _, n := range nodes {
 		cert, key := KubeletServingCert(n)
 		out = append(out, components.Leaf{CA: components.CACert, Cert: cert, Key: key, Spec: components.KubeletServing(n.Name, n.IP.AsSlice())})
+		if !n.ControlPlane() {
+			cert, key := AgentServingCert(n)
+			out = append(out, components.Leaf{CA: AgentCACert, Cert: cert, Key: key, Spec: agent.ServingCertSpec(n.Name, n.IP.AsSlice())})
+		}
 	}
 	return out
 }

@@ -86,15 +86,19 @@ func clientComponent(l Layout, kubeconfig string) components.ClientComponent {
 // argsOf keys flags by name; Args.Render sorts them again.
 func argsOf(f components.Flags) Args { return Args(f.Map()) }
 
-// KubeletArgs is node n's kubelet command line; the rest is in its config file.
-func KubeletArgs(l Layout, n Node) Args {
+// KubeletArgs is node n's kubelet command line; the rest is in its config
+// file. Its kubeconfig starts as a copy of the node's host credential
+// (writeNodeFiles); nest-agent replaces it when the node joins another
+// cluster, through the bootstrap kubeconfig.
+func KubeletArgs(n Node) Args {
 	return Args{
-		"config":            filepath.Join(n.Dir, "kubelet", "config.yaml"),
-		"kubeconfig":        l.Kubeconfig("kubelet-" + n.Name),
-		"hostname-override": n.Name,
-		"node-ip":           n.IP.String(),
-		"root-dir":          filepath.Join(n.Dir, "kubelet", "root"),
-		"cert-dir":          filepath.Join(n.Dir, "kubelet", "pki"),
+		"config":               filepath.Join(n.Dir, "kubelet", "config.yaml"),
+		"kubeconfig":           filepath.Join(n.Dir, "kubelet", "kubelet.conf"),
+		"bootstrap-kubeconfig": filepath.Join(n.Dir, "kubelet", "bootstrap-kubelet.conf"),
+		"hostname-override":    n.Name,
+		"node-ip":              n.IP.String(),
+		"root-dir":             filepath.Join(n.Dir, "kubelet", "root"),
+		"cert-dir":             filepath.Join(n.Dir, "kubelet", "pki"),
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/nestdev/nest/internal/agent"
 	"github.com/nestdev/nest/internal/components"
 	"github.com/nestdev/nest/internal/pki"
 )
@@ -50,7 +51,9 @@ func TestComponentArgsAreTheSharedOnesPlusHostOnlyFlags(t *testing.T) {
 }
 
 // The host's certificates are the shared specs; only the kubelets' serving
-// certificates and the names of the host's identities are its own.
+// certificates, the workers' agent serving certificates (never the
+// control-plane node's: it is never promoted) and the names of the host's
+// identities are its own.
 func TestLeavesAreTheSharedOnes(t *testing.T) {
 	nodes, _ := Topology("/state", 2)
 	want := []components.Leaf{
@@ -59,6 +62,7 @@ func TestLeavesAreTheSharedOnes(t *testing.T) {
 		components.FrontProxyClient(),
 		{CA: components.CACert, Cert: "kubelet-nest-control-plane.crt", Key: "kubelet-nest-control-plane.key", Spec: components.KubeletServing("nest-control-plane", net.ParseIP("198.51.100.10"))},
 		{CA: components.CACert, Cert: "kubelet-nest-worker.crt", Key: "kubelet-nest-worker.key", Spec: components.KubeletServing("nest-worker", net.ParseIP("198.51.100.11"))},
+		{CA: AgentCACert, Cert: "nest-agent-nest-worker.crt", Key: "nest-agent-nest-worker.key", Spec: agent.ServingCertSpec("nest-worker", net.ParseIP("198.51.100.11"))},
 	}
 	got := leaves(Layout{Root: "/state"}, nodes)
 	if len(got) != len(want) {

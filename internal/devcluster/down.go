@@ -1,7 +1,6 @@
 package devcluster
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -12,11 +11,12 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nestdev/nest/internal/nodeclean"
 )
 
 // Down stops the local host cluster and removes everything Up made: processes,
@@ -59,7 +59,7 @@ func stopRuntime(ctx context.Context, l Layout, out io.Writer) error {
 	if other, ok := otherOwner(ctx, l); ok {
 		// The network, cgroups and leftover pods belong to the cluster that runs.
 		fmt.Fprintf(out, "leaving the network and cgroups to the cluster running from %s\n", other)
-		return errors.Join(append(errs, unmountUnder(l.Root))...)
+		return errors.Join(append(errs, nodeclean.UnmountUnder(l.Root))...)
 	}
 	errs = append(errs, cleanupMachine(ctx, l)...)
 	_ = os.Remove(l.StateFile())
@@ -93,6 +93,10 @@ func stopProcesses(ctx context.Context, l Layout, procs []Process, out io.Writer
 		}
 	}
 	stop("kube-controller-manager", "kube-scheduler", "local-volume-provisioner")
+	// An agent could start a kubelet again while the cluster goes down.
+	for _, n := range recordedNodes(procs) {
+		stop(n + "." + agentProcess)
+	}
 	if p, ok := byName["kube-apiserver"]; ok && p.Alive() {
 		if err := deletePods(ctx, l, out); err != nil {
 			fmt.Fprintf(out, "pods were not all deleted through the API (%v); removing the rest through the container runtime\n", err)
@@ -104,7 +108,7 @@ func stopProcesses(ctx context.Context, l Layout, procs []Process, out io.Writer
 	}
 	for _, n := range nodes {
 		if p, ok := byName[n+".containerd"]; ok && p.Alive() {
-			if err := removeSandboxes(ctx, socketOf(l, n)); err != nil {
+			if err := nodeclean.RemoveSandboxes(ctx, socketOf(l, n)); err != nil {
 				fmt.Fprintf(out, "remove pod sandboxes on %s: %v\n", n, err)
 			}
 		}
@@ -123,7 +127,7 @@ func cleanupMachine(ctx context.Context, l Layout) []error {
 	var errs []error
 	for _, step := range []func() error{
 		func() error { return killTracked(30 * time.Second) },
-		func() error { return unmountUnder(l.Root) },
+		func() error { return nodeclean.UnmountUnder(l.Root) },
 		func() error { return removePodNetns(ctx) },
 		func() error { return removeNetworkPolicyRules(ctx) },
 		func() error { return teardownNetwork(ctx) },
@@ -183,57 +187,6 @@ func deletePods(ctx context.Context, l Layout, out io.Writer) error {
 		var left corev1.PodList
 		return c.List(ctx, &left) == nil && len(left.Items) == 0
 	})
-}
-
-// unmountUnder detaches every mount below root, deepest first: pod volumes the
-// kubelet left behind and containerd's overlay and shm mounts.
-func unmountUnder(root string) error {
-	root = filepath.Clean(root) + "/"
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	var points []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMountPath(fields[4])
-		if strings.HasPrefix(mp+"/", root) {
-			points = append(points, mp)
-		}
-	}
-	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
-	var errs []error
-	for _, p := range points {
-		if err := syscall.Unmount(p, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
-			errs = append(errs, fmt.Errorf("unmount %s: %w", p, err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// unescapeMountPath undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMountPath(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var v int
-			if _, err := fmt.Sscanf(s[i+1:i+4], "%03o", &v); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // removePodNetns deletes pod network namespaces (cni-*) that hold an address in

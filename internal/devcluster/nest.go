@@ -7,6 +7,10 @@ import (
 	"path/filepath"
 	"time"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nestdev/nest/internal/addons"
+	"github.com/nestdev/nest/internal/controller/nodepromotion"
 	"github.com/nestdev/nest/internal/images"
 	"github.com/nestdev/nest/internal/install"
 )
@@ -73,8 +77,17 @@ func installNest(ctx context.Context, l Layout, nodes []Node, o Options) error {
 	if err := install.Apply(ctx, c, install.Options{
 		ManagerPodAnnotations: map[string]string{"nest.dev/image-fingerprint": manager},
 		// The host ranges tenant pods must not reach; see controlplane.HostNetwork.
-		ManagerArgs: []string{"--host-pod-cidrs=" + ClusterCIDR, "--host-service-cidrs=" + ServiceCIDR, "--host-node-cidrs=" + NodeSubnet},
+		ManagerArgs: []string{"--host-pod-cidrs=" + ClusterCIDR, "--host-service-cidrs=" + ServiceCIDR, "--host-node-cidrs=" + NodeSubnet,
+			// Where a node that a tenant releases joins the host again.
+			"--host-api-server=" + APIServerURL(nodes[0])},
 	}, 3*time.Minute); err != nil {
+		return err
+	}
+	agentCA, err := readPair(filepath.Join(l.PKIDir(), AgentCACert), filepath.Join(l.PKIDir(), AgentCAKey))
+	if err != nil {
+		return fmt.Errorf("the agent CA: %w", err)
+	}
+	if err := addons.Apply(ctx, c, []client.Object{nodepromotion.AgentCASecret(install.Namespace, agentCA)}); err != nil {
 		return err
 	}
 	fmt.Fprintf(o.Out, "%-40s done in %5.1fs\n", "install Nest (CRDs, nest-manager)", time.Since(start).Seconds())

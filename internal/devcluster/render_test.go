@@ -215,7 +215,7 @@ func TestComponentArgs(t *testing.T) {
 	if kc := ControllerManagerArgs(l)["root-ca-file"]; kc != "/state/pki/ca.crt" {
 		t.Errorf("controller-manager root CA = %q: projected service-account volumes need it", kc)
 	}
-	kubelet := KubeletArgs(l, nodes[1])
+	kubelet := KubeletArgs(nodes[1])
 	if kubelet["node-ip"] != "198.51.100.11" || kubelet["hostname-override"] != "nest-worker" {
 		t.Errorf("kubelet args %v", kubelet)
 	}
@@ -228,5 +228,36 @@ func TestComponentArgs(t *testing.T) {
 	rendered := Args{"b": "2", "a": "1"}.Render()
 	if strings.Join(rendered, " ") != "--a=1 --b=2" {
 		t.Errorf("Render = %v, want sorted flags", rendered)
+	}
+}
+
+// The agent writes exactly the files the kubelet and kube-proxy of its node
+// read, and its configuration is one the agent accepts.
+func TestAgentConfigNamesTheNodesOwnFiles(t *testing.T) {
+	l := Layout{Root: "/state"}
+	nodes, err := Topology(l.Root, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := AgentConfig(l, nodes[1])
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("the agent refuses its own configuration: %v", err)
+	}
+	kubelet, proxy := KubeletArgs(nodes[1]), KubeProxyArgs(nodes[1])
+	for field, pair := range map[string][2]string{
+		"kubelet.config":              {cfg.Kubelet.Config, kubelet["config"]},
+		"kubelet.kubeconfig":          {cfg.Kubelet.Kubeconfig, kubelet["kubeconfig"]},
+		"kubelet.bootstrapKubeconfig": {cfg.Kubelet.BootstrapKubeconfig, kubelet["bootstrap-kubeconfig"]},
+		"kubelet.certDir":             {cfg.Kubelet.CertDir, kubelet["cert-dir"]},
+		"kubelet.rootDir":             {cfg.Kubelet.RootDir, kubelet["root-dir"]},
+		"kubeProxy.config":            {cfg.KubeProxy.Config, proxy["config"]},
+		"containerRuntimeSocket":      {cfg.ContainerRuntimeSocket, nodes[1].ContainerdSocket()},
+	} {
+		if pair[0] == "" || pair[0] != pair[1] {
+			t.Errorf("%s = %q, the process reads %q", field, pair[0], pair[1])
+		}
+	}
+	if cfg.NodeName != "nest-worker" || cfg.Listen != "198.51.100.11:10260" {
+		t.Errorf("agent of %s listens at %s", cfg.NodeName, cfg.Listen)
 	}
 }

@@ -4,14 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
 	deviceplugin "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/nestdev/nest/internal/addons"
+	"github.com/nestdev/nest/internal/agent"
 	"github.com/nestdev/nest/internal/images"
 	"github.com/nestdev/nest/internal/provisioner"
 )
@@ -105,6 +108,7 @@ func (u *upRun) run(ctx context.Context) error {
 		{"install add-ons", u.installAddons},
 		{"wait for nodes Ready", u.waitNodesReady},
 		{"wait for cluster DNS", u.waitDNS},
+		{"wait for node agents", u.waitAgents},
 	}
 	if u.o.WithNest {
 		phases = append(phases, upPhase{"install Nest", func(ctx context.Context) error { return installNest(ctx, u.l, u.nodes, u.o) }})
@@ -159,19 +163,27 @@ func writeNodeFiles(l Layout, n Node, cniBinDir string) error {
 	if err != nil {
 		return err
 	}
+	credential, err := os.ReadFile(l.Kubeconfig("kubelet-" + n.Name))
+	if err != nil {
+		return err
+	}
+	if err := resetAgentFiles(l, n); err != nil {
+		return err
+	}
+	args := KubeletArgs(n)
 	files := map[string][]byte{
-		filepath.Join(n.Dir, "containerd", "config.toml"):        containerd,
-		filepath.Join(n.Dir, "cni", "net.d", "10-nest.conflist"): cni,
-		filepath.Join(n.Dir, "kubelet", "config.yaml"):           kubelet,
-		filepath.Join(n.Dir, "kube-proxy.yaml"):                  proxy,
-		resolv:                                                   nil,
+		filepath.Join(n.Dir, "containerd", "config.toml"): containerd,
+		cniConfigFile(n):           cni,
+		args["config"]:             kubelet,
+		KubeProxyArgs(n)["config"]: proxy,
+		resolv:                     nil,
 	}
 	for path, data := range files {
 		if err := writeFileAtomic(path, data, 0o644); err != nil {
 			return err
 		}
 	}
-	return nil
+	return writeFileAtomic(args["kubeconfig"], credential, 0o600)
 }
 
 func (u *upRun) createNetwork(ctx context.Context) error {
@@ -251,20 +263,27 @@ func (u *upRun) startContainerd(ctx context.Context, n Node, tarballs []string) 
 }
 
 func (u *upRun) startNodes(ctx context.Context) error {
-	kube := filepath.Join(u.o.BinDir, "kube")
 	for _, n := range u.nodes {
 		started := time.Now()
-		kubelet := processSpec{name: n.Name + ".kubelet", node: n, path: kube, args: append([]string{"kubelet"}, KubeletArgs(u.l, n).Render()...)}
+		kubelet, err := nodeServiceSpec(n, agent.ServiceKubelet, u.o.BinDir)
+		if err != nil {
+			return err
+		}
 		if _, err := startProcess(u.l, kubelet); err != nil {
 			return err
 		}
 		if err := waitDevicePluginSocket(ctx, u.l, kubelet.name, started); err != nil {
 			return err
 		}
-		for _, s := range []processSpec{
-			{name: n.Name + ".kube-proxy", node: n, path: kube, args: append([]string{"kube-proxy"}, KubeProxyArgs(n).Render()...)},
-			{name: n.Name + "." + NetworkPolicyTable, node: n, path: filepath.Join(u.o.BinDir, "kube-network-policies"), args: NetworkPolicyArgs(u.l, n).Render()},
-		} {
+		proxy, err := nodeServiceSpec(n, agent.ServiceKubeProxy, u.o.BinDir)
+		if err != nil {
+			return err
+		}
+		specs := []processSpec{proxy, {name: n.Name + "." + NetworkPolicyTable, node: n, path: filepath.Join(u.o.BinDir, "kube-network-policies"), args: NetworkPolicyArgs(u.l, n).Render()}}
+		if !n.ControlPlane() {
+			specs = append(specs, agentSpec(u.l, n, u.o.BinDir))
+		}
+		for _, s := range specs {
 			if _, err := startProcess(u.l, s); err != nil {
 				return err
 			}
@@ -294,6 +313,8 @@ func (u *upRun) installAddons(ctx context.Context) error {
 	objs := addons.CoreDNS(addons.DNSOptions{Image: images.CoreDNS, ClusterDomain: ClusterDomain, ServiceIP: DNSIP(), Replicas: 1})
 	objs = append(objs, addons.DefaultStorageClass("standard", provisioner.Name))
 	objs = append(objs, addons.NetworkPolicyReader(NetworkPolicyName)...)
+	// A worker that nest-agent released from a tenant joins again by TLS bootstrapping.
+	objs = append(objs, addons.NodeBootstrapRBAC()...)
 	return addons.Apply(ctx, c, objs)
 }
 
@@ -312,6 +333,25 @@ func (u *upRun) waitNodesReady(ctx context.Context) error {
 		return err
 	}
 	return labelControlPlane(ctx, c, u.nodes[0])
+}
+
+// waitAgents waits until every worker's agent accepts connections.
+func (u *upRun) waitAgents(ctx context.Context) error {
+	for _, n := range u.nodes[1:] {
+		name := n.Name + "." + agentProcess
+		host, port := AgentAddress(n)
+		addr := net.JoinHostPort(host, strconv.Itoa(port))
+		if err := waitFor(ctx, 30*time.Second, name+" at "+addr, u.l, []string{name}, func(ctx context.Context) bool {
+			conn, err := (&net.Dialer{Timeout: time.Second}).DialContext(ctx, "tcp", addr)
+			if err == nil {
+				conn.Close()
+			}
+			return err == nil
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (u *upRun) waitDNS(ctx context.Context) error {

@@ -28,6 +28,9 @@ import (
 // FieldOwner is the server-side apply field manager of installed objects.
 const FieldOwner = "nest-install"
 
+// Namespace is where the manifests install nest-manager.
+const Namespace = "nest-system"
+
 // Manifests returns the objects to install, in apply order.
 func Manifests() ([]*unstructured.Unstructured, error) {
 	var out []*unstructured.Unstructured

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,7 +14,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -180,10 +178,6 @@ func TestVirtualClusters(t *testing.T) {
 		framework.WaitReady(t, ctx, host, gamma)
 	})
 
-	t.Run("a promote policy reserves a free worker and a lower node count releases it", func(t *testing.T) {
-		checkAssignment(t, ctx, host, nest, beta)
-	})
-
 	t.Run("deleting one virtual cluster removes its host objects and leaves the other working", func(t *testing.T) {
 		if out, err := nest("delete", "beta", "--wait", "--timeout", "3m"); err != nil {
 			t.Fatalf("%v\n%s", err, out)
@@ -301,56 +295,3 @@ func checkInventory(t *testing.T, ctx context.Context, host client.Client, nest 
 	}
 }
 
-// checkAssignment: nest scale asks for one worker, and tn's VirtualCluster
-// holds the worker's GlobalNode (reserved, NodesAssigned, assignedNodes);
-// --nodes 0 gives it back, free.
-func checkAssignment(t *testing.T, ctx context.Context, host client.Client, nest func(...string) (string, error), tn *framework.Tenant) {
-	var gns nestv1.GlobalNodeList
-	if err := host.List(ctx, &gns); err != nil || len(gns.Items) == 0 {
-		t.Fatalf("no GlobalNode to assign (list: %v)", err)
-	}
-	worker := gns.Items[0].Name
-	key := client.ObjectKey{Namespace: tn.Namespace, Name: tn.Name}
-	setCount := func(n int) {
-		t.Helper()
-		args := []string{"scale", tn.Name, "-n", tn.Namespace, "--nodes", fmt.Sprint(n)}
-		if n > 0 {
-			args = append(args, "--node-selector", corev1.LabelHostname+"="+gns.Items[0].Spec.Labels[corev1.LabelHostname])
-		}
-		if out, err := nest(args...); err != nil {
-			t.Fatalf("nest scale --nodes %d: %v\n%s", n, err, out)
-		}
-	}
-	holder := tn.Namespace + "/" + tn.Name
-	wait := func(what string, want func(vc *nestv1.VirtualCluster, gn *nestv1.GlobalNode) error) {
-		t.Helper()
-		testutil.Eventually(t, time.Minute, what, func() error {
-			var vc nestv1.VirtualCluster
-			var gn nestv1.GlobalNode
-			if err := host.Get(ctx, key, &vc); err != nil {
-				return err
-			}
-			if err := host.Get(ctx, client.ObjectKey{Name: worker}, &gn); err != nil {
-				return err
-			}
-			return want(&vc, &gn)
-		})
-	}
-	setCount(1)
-	t.Cleanup(func() { setCount(0) })
-	wait(worker+" held by "+holder, func(vc *nestv1.VirtualCluster, gn *nestv1.GlobalNode) error {
-		if !meta.IsStatusConditionTrue(vc.Status.Conditions, nestv1.ConditionNodesAssigned) || !slices.Equal(vc.Status.AssignedNodes, []string{worker}) ||
-			gn.Spec.State != nestv1.NodeStateReserved || gn.Status.VirtualCluster != holder {
-			return fmt.Errorf("assignedNodes %v, NodesAssigned %v; GlobalNode state %s holder %q", vc.Status.AssignedNodes,
-				meta.FindStatusCondition(vc.Status.Conditions, nestv1.ConditionNodesAssigned), gn.Spec.State, gn.Status.VirtualCluster)
-		}
-		return nil
-	})
-	setCount(0)
-	wait(worker+" free again", func(vc *nestv1.VirtualCluster, gn *nestv1.GlobalNode) error {
-		if len(vc.Status.AssignedNodes) != 0 || gn.Spec.State != nestv1.NodeStateFree || gn.Status.VirtualCluster != "" {
-			return fmt.Errorf("assignedNodes %v; GlobalNode state %s holder %q", vc.Status.AssignedNodes, gn.Spec.State, gn.Status.VirtualCluster)
-		}
-		return nil
-	})
-}

@@ -633,3 +633,74 @@ func TestClaimIsConditionalOnTheVersionRead(t *testing.T) {
 		t.Errorf("after the stale claim: %v", err)
 	}
 }
+
+// A node that node promotion has moved is not freed by a release: only its
+// claim is withdrawn, and the VirtualCluster keeps its finalizer until node
+// promotion has brought the node home (here, a test standing in for it).
+func TestReleasingAMovedNodeWithdrawsTheClaimOnly(t *testing.T) {
+	ctx := context.Background()
+	createNode(t, "moved-a", map[string]string{"pool": "moved"})
+	vc := createVC(t, "moved", []nestv1.PromotePolicy{poolPolicy("moved", 1)}, nil)
+	eventually(t, "the VirtualCluster holds moved-a", func() error { return checkAssigned(vc, ReasonAssigned, "moved-a") })
+	setPhase(t, "moved-a", nestv1.NodePhaseTenant)
+
+	updateVC(t, vc, func(vc *nestv1.VirtualCluster) { vc.Spec.PromotePolicies[0].NodeCount = 0 })
+	holder := vc.Namespace + "/" + vc.Name
+	eventually(t, "the claim on moved-a withdrawn, the rest kept", func() error {
+		gn, err := getGlobalNode("moved-a")
+		if err != nil {
+			return err
+		}
+		if gn.Annotations[nestv1.AnnotationHeldBy] != "" || gn.Spec.State != nestv1.NodeStateReserved || gn.Status.VirtualCluster != holder {
+			return fmt.Errorf("annotation %q state %s holder %q", gn.Annotations[nestv1.AnnotationHeldBy], gn.Spec.State, gn.Status.VirtualCluster)
+		}
+		return checkAssigned(vc, ReasonNoneRequested)
+	})
+	got, err := getVC(vc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !controllerutil.ContainsFinalizer(got, Finalizer) {
+		t.Fatalf("finalizers = %v: the VirtualCluster let go before its node is home", got.Finalizers)
+	}
+
+	// Node promotion brings it home: free, phase Host, no holder.
+	gn, err := getGlobalNode("moved-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := gn.DeepCopy()
+	gn.Spec.State = nestv1.NodeStateFree
+	if err := k8sClient.Patch(ctx, gn, client.MergeFrom(before)); err != nil {
+		t.Fatal(err)
+	}
+	before = gn.DeepCopy()
+	gn.Status.Phase, gn.Status.VirtualCluster = nestv1.NodePhaseHost, ""
+	if err := k8sClient.Status().Patch(ctx, gn, client.MergeFrom(before)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the finalizer gone once the node is home", func() error {
+		got, err := getVC(vc)
+		if err != nil {
+			return err
+		}
+		if controllerutil.ContainsFinalizer(got, Finalizer) {
+			return fmt.Errorf("finalizers = %v", got.Finalizers)
+		}
+		return nil
+	})
+}
+
+// setPhase writes a GlobalNode's phase, as node promotion does.
+func setPhase(t *testing.T, name string, phase nestv1.NodePhase) {
+	t.Helper()
+	gn, err := getGlobalNode(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := gn.DeepCopy()
+	gn.Status.Phase = phase
+	if err := k8sClient.Status().Patch(context.Background(), gn, client.MergeFrom(before)); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -68,7 +68,15 @@ func (r *Reconciler) recordHolder(ctx context.Context, gn *nestv1.GlobalNode, ho
 // naming a holder, which no controller would pick. The phase is left alone:
 // nothing moved the node, so it is still Host. A GlobalNode another
 // VirtualCluster holds is never written.
+//
+// A node that promotion has begun to move (GlobalNode.Moved) is not handed
+// back here: only its annotation is removed, which asks node promotion to
+// bring it home. Its status.virtualCluster still names holder until node
+// promotion frees it, so the holder's finalizer stays until then.
 func (r *Reconciler) release(ctx context.Context, gn *nestv1.GlobalNode, holder string) error {
+	if gn.Moved() {
+		return r.withdraw(ctx, gn, holder)
+	}
 	gn, err := r.write(ctx, gn, true, func(gn *nestv1.GlobalNode) bool {
 		h := heldBy(gn)
 		return (h == holder || h == "") && gn.Status.VirtualCluster == holder
@@ -92,6 +100,17 @@ func (r *Reconciler) release(ctx context.Context, gn *nestv1.GlobalNode, holder 
 	}
 	if wasHeld {
 		ctrl.LoggerFrom(ctx).Info("Released GlobalNode", "globalNode", klog.KObj(gn), "virtualCluster", holder)
+	}
+	return nil
+}
+
+// withdraw removes holder's annotation from a moved node.
+func (r *Reconciler) withdraw(ctx context.Context, gn *nestv1.GlobalNode, holder string) error {
+	_, err := r.write(ctx, gn, false, func(gn *nestv1.GlobalNode) bool { return heldBy(gn) == holder }, func(gn *nestv1.GlobalNode) {
+		delete(gn.Annotations, nestv1.AnnotationHeldBy)
+	})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("ask node promotion to release GlobalNode %s held by VirtualCluster %s: %w", gn.Name, holder, err)
 	}
 	return nil
 }

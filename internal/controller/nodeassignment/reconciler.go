@@ -122,10 +122,23 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.patchStatus(ctx, vc, assigned, condition(p, len(assigned), vc.Generation)); err != nil {
 		return ctrl.Result{}, err
 	}
-	if len(assigned) == 0 {
+	if len(assigned) == 0 && len(returning(nodes, holder)) == 0 {
 		return ctrl.Result{}, r.removeFinalizer(ctx, vc)
 	}
 	return ctrl.Result{}, nil
+}
+
+// returning are the moved GlobalNodes whose status still names holder:
+// node promotion is bringing them home and frees them at the end. A
+// GlobalNode event wakes the holder when that happens.
+func returning(nodes []nestv1.GlobalNode, holder string) []string {
+	var out []string
+	for i := range nodes {
+		if nodes[i].Status.VirtualCluster == holder && nodes[i].Moved() {
+			out = append(out, nodes[i].Name)
+		}
+	}
+	return out
 }
 
 // reconcileDelete releases every GlobalNode a deleted VirtualCluster holds,
@@ -146,6 +159,10 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, vc *nestv1.VirtualClus
 		if err := r.patchStatus(ctx, vc, nil, c); err != nil {
 			return err
 		}
+	}
+	if back := returning(nodes, holder); len(back) > 0 {
+		ctrl.LoggerFrom(ctx).Info("Waiting for node promotion to bring nodes home", "virtualCluster", klog.KObj(vc), "globalNodes", back)
+		return nil
 	}
 	return r.removeFinalizer(ctx, vc)
 }

@@ -34,6 +34,9 @@ type Suite struct {
 	// Logs sends the manager's logs to stderr, which go test shows only
 	// for a failed test.
 	Logs bool
+	// Stop, when set, runs after the tests and before envtest stops, such
+	// as to stop a second environment the package started.
+	Stop func()
 }
 
 // Main starts envtest, the manager and the tests, stops envtest and exits
@@ -57,6 +60,9 @@ func (s Suite) Main(m *testing.M) {
 		os.Exit(1)
 	}
 	code := s.run(m, cfg)
+	if s.Stop != nil {
+		s.Stop()
+	}
 	if err := env.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "stop envtest:", err)
 	}

@@ -1,0 +1,170 @@
+// Package agent is nest-agent, the node agent of dedicated nodes: the one
+// process on a promotable host node that nest-manager asks to take the node
+// out of one cluster and join it to another.
+//
+// The agent serves a small typed HTTP/JSON API over mutual TLS (server.go).
+// Both ends hold certificates of the Nest agent CA: the agent's names its
+// node, and the agent accepts only clients whose certificate common name is
+// in its allow-list (nest-manager by default). It runs no command it is
+// sent and writes only the files its own configuration names (Config).
+//
+// The operations are the steps kubeadm reset and kubeadm join take, each
+// idempotent so that a manager that crashed half way simply repeats it:
+//
+//   - Status: the node's name, whether its kubelet and kube-proxy run, the API
+//     server it is joined to, its pod CIDR and how many pod sandboxes remain.
+//   - Stop: stop kube-proxy, then the kubelet.
+//   - Reset: remove every pod sandbox through the CRI, unmount what the kubelet
+//     mounted, wipe its credentials and state, and put back the node's own
+//     kubelet, kube-proxy and CNI configuration (saved when the agent first ran).
+//   - Join: write a bootstrap kubeconfig (a bootstrap token, never an admin
+//     credential), the kubelet and kube-proxy configuration and, if asked, the
+//     CNI configuration for a pod CIDR of the target cluster.
+//   - Start: start the kubelet, wait for its TLS bootstrap to finish, then
+//     start kube-proxy with the node's own client certificate.
+//
+// How the kubelet and kube-proxy are started and stopped is a Services
+// implementation: processes of the local host cluster (package devcluster),
+// or, on real hosts, their service manager.
+package agent
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"regexp"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
+
+	"github.com/nestdev/nest/internal/pki"
+)
+
+// API paths. PathStatus is a GET; the others are POSTs. Every answer of
+// these paths is JSON: the operation's result, or an ErrorResponse with a
+// non-2xx status. Other paths and methods get the standard library's plain
+// 404 and 405.
+const (
+	PathStatus = "/v1/status"
+	PathStop   = "/v1/stop"
+	PathReset  = "/v1/reset"
+	PathJoin   = "/v1/join"
+	PathStart  = "/v1/start"
+)
+
+// ManagerIdentity is the certificate common name of nest-manager, the only
+// client an agent accepts unless its configuration names others.
+const ManagerIdentity = "nest-manager"
+
+// DefaultPort is the agent's TCP port on the node's address. The kubelet and
+// kube-proxy use 10248 to 10256 and the control plane 10257 and 10259.
+const DefaultPort = 10260
+
+// Status is what GET PathStatus answers: the node as the agent finds it.
+type Status struct {
+	// NodeName is the node's name, the same in every cluster it joins.
+	NodeName string `json:"nodeName"`
+	// Kubelet and KubeProxy say whether those services run.
+	Kubelet   ServiceStatus `json:"kubelet"`
+	KubeProxy ServiceStatus `json:"kubeProxy"`
+	// Server is the API server URL of the cluster the node is joined to: the
+	// kubelet's kubeconfig's, else its bootstrap kubeconfig's. Empty after a
+	// Reset.
+	Server string `json:"server,omitempty"`
+	// PodCIDR is the subnet of the node's CNI configuration.
+	PodCIDR string `json:"podCIDR,omitempty"`
+	// Sandboxes is the number of pod sandboxes the container runtime holds,
+	// ready or not. Zero after a Reset.
+	Sandboxes int `json:"sandboxes"`
+}
+
+// ServiceStatus is the state of one of the node's services.
+type ServiceStatus struct {
+	Running bool `json:"running"`
+}
+
+// JoinRequest is the body of POST PathJoin: the cluster the node's kubelet is
+// to join, and how the node is set up for it.
+type JoinRequest struct {
+	// Server is the target API server's https URL, as the node reaches it.
+	Server string `json:"server"`
+	// CACertPEM verifies the target API server's serving certificate.
+	CACertPEM []byte `json:"caCertPEM"`
+	// KubeletClientCAPEM verifies the clients of the kubelet's own API: the
+	// target API server's kubelet-client certificate (logs, exec, port-forward).
+	// Empty keeps the node's own configuration's, as when it returns home.
+	KubeletClientCAPEM []byte `json:"kubeletClientCAPEM,omitempty"`
+	// BootstrapToken is a bootstrap token of the target cluster,
+	// "<6 chars>.<16 chars>" of [a-z0-9]. The kubelet uses it only to ask for
+	// its own client certificate (TLS bootstrapping).
+	BootstrapToken string `json:"bootstrapToken"`
+	// ClusterDNS and ClusterDomain are the target cluster's DNS Service
+	// addresses and domain; empty keeps the node's own configuration's.
+	ClusterDNS    []string `json:"clusterDNS,omitempty"`
+	ClusterDomain string   `json:"clusterDomain,omitempty"`
+	// ClusterCIDR is the target cluster's pod range, which kube-proxy treats
+	// as local traffic; empty keeps the node's own configuration's.
+	ClusterCIDR string `json:"clusterCIDR,omitempty"`
+	// PodCIDR is the node's pod subnet in the target cluster; the agent writes
+	// a CNI configuration for it. Empty keeps the node's own CNI configuration.
+	PodCIDR string `json:"podCIDR,omitempty"`
+	// ServerTLSBootstrap makes the kubelet ask the target cluster to sign its
+	// serving certificate, instead of the one its own configuration names.
+	ServerTLSBootstrap bool `json:"serverTLSBootstrap,omitempty"`
+}
+
+// ErrorResponse is the body of every failed request.
+type ErrorResponse struct {
+	Error string `json:"error"`
+}
+
+var bootstrapTokenPattern = regexp.MustCompile(bootstrapapi.BootstrapTokenPattern)
+
+// Validate reports the first field of r that the agent cannot use, by its
+// JSON name, with what it must be.
+func (r JoinRequest) Validate() error {
+	u, err := url.Parse(r.Server)
+	if err != nil || u.Scheme != "https" || u.Hostname() == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" || (u.Path != "" && u.Path != "/") {
+		return fmt.Errorf("server: must be an https URL with a host and no user, path, query or fragment, such as https://198.51.100.10:6443, got %q", r.Server)
+	}
+	if _, err := pki.ParseCertificate(r.CACertPEM); err != nil {
+		return fmt.Errorf("caCertPEM: must be the PEM certificate of the API server's CA: %v", err)
+	}
+	if _, err := pki.ParseCertificate(r.KubeletClientCAPEM); len(r.KubeletClientCAPEM) > 0 && err != nil {
+		return fmt.Errorf("kubeletClientCAPEM: must be the PEM certificate of the CA of the API server's kubelet client: %v", err)
+	}
+	if !bootstrapTokenPattern.MatchString(r.BootstrapToken) {
+		return fmt.Errorf("bootstrapToken: must be a bootstrap token, 6 and 16 characters of [a-z0-9] joined by a dot")
+	}
+	for i, ip := range r.ClusterDNS {
+		if net.ParseIP(ip) == nil {
+			return fmt.Errorf("clusterDNS[%d]: must be an IP address, got %q", i, ip)
+		}
+	}
+	if r.ClusterDomain != "" {
+		if msgs := validation.IsDNS1123Subdomain(r.ClusterDomain); len(msgs) > 0 {
+			return fmt.Errorf("clusterDomain: must be a DNS domain such as cluster.local, got %q: %s", r.ClusterDomain, strings.Join(msgs, "; "))
+		}
+	}
+	for _, f := range []struct{ name, cidr string }{{"clusterCIDR", r.ClusterCIDR}, {"podCIDR", r.PodCIDR}} {
+		if f.cidr == "" {
+			continue
+		}
+		if _, _, err := net.ParseCIDR(f.cidr); err != nil {
+			return fmt.Errorf("%s: must be a CIDR such as 10.244.1.0/24, got %q", f.name, f.cidr)
+		}
+	}
+	return nil
+}
+
+// String hides the token's secret half, so a logged request gives nothing
+// away; a malformed token is not shown at all.
+func (r JoinRequest) String() string {
+	token := "<invalid>"
+	if bootstrapTokenPattern.MatchString(r.BootstrapToken) {
+		id, _, _ := strings.Cut(r.BootstrapToken, ".")
+		token = id + ".<secret>"
+	}
+	return fmt.Sprintf("join %s with bootstrap token %s, pod CIDR %q", r.Server, token, r.PodCIDR)
+}

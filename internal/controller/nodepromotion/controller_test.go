@@ -1,0 +1,299 @@
+package nodepromotion
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+)
+
+// newWorker registers a host worker with labels, its agent, and waits for
+// its free GlobalNode.
+func newWorker(t *testing.T, name string, labels map[string]string) *fakeNode {
+	t.Helper()
+	ctx := context.Background()
+	n := agents.add(name)
+	if err := registerNode(ctx, host, name); err != nil {
+		t.Fatal(err)
+	}
+	if len(labels) > 0 {
+		node := &corev1.Node{}
+		if err := host.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+			t.Fatal(err)
+		}
+		before := node.DeepCopy()
+		for k, v := range labels {
+			node.Labels[k] = v
+		}
+		if err := host.Patch(ctx, node, client.MergeFrom(before)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "free GlobalNode "+name, func() error {
+		gn, err := globalNode(name)
+		if err != nil {
+			return err
+		}
+		for k, v := range labels {
+			if gn.Spec.Labels[k] != v {
+				return fmt.Errorf("labels %v", gn.Spec.Labels)
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+func globalNode(name string) (*nestv1.GlobalNode, error) {
+	gn := &nestv1.GlobalNode{}
+	return gn, host.Get(context.Background(), client.ObjectKey{Name: name}, gn)
+}
+
+// newVirtualCluster creates a VirtualCluster that asks for the named node.
+func newVirtualCluster(t *testing.T, name, node string) *nestv1.VirtualCluster {
+	t.Helper()
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "vc-" + name}}
+	if err := host.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns.Name},
+		Spec: nestv1.VirtualClusterSpec{PromoteResources: nestv1.PromoteResources{NodeInfos: []nestv1.NodeInfo{{NodeName: node}}}}}
+	if err := host.Create(ctx, vc); err != nil {
+		t.Fatal(err)
+	}
+	return vc
+}
+
+func waitPhase(t *testing.T, name string, phase nestv1.NodePhase, state nestv1.NodeState) *nestv1.GlobalNode {
+	t.Helper()
+	var last *nestv1.GlobalNode
+	eventually(t, fmt.Sprintf("GlobalNode %s %s/%s", name, phase, state), func() error {
+		gn, err := globalNode(name)
+		if err != nil {
+			return err
+		}
+		last = gn
+		if gn.Status.Phase != phase || gn.Spec.State != state {
+			return fmt.Errorf("phase %s state %s, Moving %+v", gn.Status.Phase, gn.Spec.State, meta.FindStatusCondition(gn.Status.Conditions, ConditionMoving))
+		}
+		return nil
+	})
+	return last
+}
+
+func hostNodeOf(t *testing.T, name string) *corev1.Node {
+	t.Helper()
+	node := &corev1.Node{}
+	err := host.Get(context.Background(), client.ObjectKey{Name: name}, node)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return node
+}
+
+func TestPromoteAndReleaseMoveTheNodeThroughBothClusters(t *testing.T) {
+	ctx := context.Background()
+	node := newWorker(t, "move-a", map[string]string{"pool": "gpu"})
+	vc := newVirtualCluster(t, "move", "move-a")
+
+	gn := waitPhase(t, "move-a", nestv1.NodePhaseTenant, nestv1.NodeStateOccupied)
+	if gn.Status.VirtualCluster != "vc-move/move" {
+		t.Errorf("status.virtualCluster = %q", gn.Status.VirtualCluster)
+	}
+	if hostNodeOf(t, "move-a") != nil {
+		t.Error("the host still has the promoted Node")
+	}
+	if err := tenant.Get(ctx, client.ObjectKey{Name: "move-a"}, &corev1.Node{}); err != nil {
+		t.Errorf("the tenant has no Node move-a: %v", err)
+	}
+	calls := node.callList()
+	for _, want := range [][]string{{"stop", "reset"}, {"join", "start"}} {
+		i := slices.Index(calls, want[0])
+		if i < 0 || i+1 >= len(calls) || calls[i+1] != want[1] {
+			t.Errorf("agent calls %v lack %v in a row", calls, want)
+		}
+	}
+	joins := node.joinList()
+	if len(joins) != 1 || joins[0].Server != tenantServer || !joins[0].ServerTLSBootstrap || string(joins[0].KubeletClientCAPEM) != "kubelet client CA" {
+		t.Fatalf("joins = %+v, want one to the tenant with its kubelet client CA and serving bootstrap", joins)
+	}
+	requireBootstrapToken(t, tenant, joins[0].BootstrapToken)
+	csrs, err := tenantCS.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	approved := 0
+	for _, csr := range csrs.Items {
+		for _, c := range csr.Status.Conditions {
+			if csr.Spec.Username == "system:node:move-a" && c.Type == certificatesv1.CertificateApproved && c.Reason == "NestNodeServing" {
+				approved++
+			}
+		}
+	}
+	if approved != 1 {
+		t.Errorf("%d serving requests of move-a approved by Nest, want 1 (of %d requests)", approved, len(csrs.Items))
+	}
+	for _, crb := range []string{"nest:kubelet-bootstrap", "nest:node-autoapprove-bootstrap", "nest:node-proxier"} {
+		if err := tenant.Get(ctx, client.ObjectKey{Name: crb}, &rbacv1.ClusterRoleBinding{}); err != nil {
+			t.Errorf("tenant ClusterRoleBinding %s: %v", crb, err)
+		}
+	}
+
+	before := vc.DeepCopy()
+	vc.Spec.PromoteResources.NodeInfos = nil
+	if err := host.Patch(ctx, vc, client.MergeFrom(before)); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, "move-a", nestv1.NodePhaseHost, nestv1.NodeStateFree)
+	gn, err = globalNode("move-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gn.Status.VirtualCluster != "" || gn.Annotations[nestv1.AnnotationHeldBy] != "" {
+		t.Errorf("released GlobalNode still names a holder: %q, %q", gn.Status.VirtualCluster, gn.Annotations[nestv1.AnnotationHeldBy])
+	}
+	if err := tenant.Get(ctx, client.ObjectKey{Name: "move-a"}, &corev1.Node{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the tenant still has Node move-a: %v", err)
+	}
+	back := hostNodeOf(t, "move-a")
+	if back == nil || back.Labels["pool"] != "gpu" || back.Spec.Unschedulable {
+		t.Fatalf("host Node after release: %+v; want it back with pool=gpu, schedulable", back)
+	}
+	joins = node.joinList()
+	if len(joins) != 2 || joins[1].Server != hostServer || len(joins[1].KubeletClientCAPEM) != 0 || joins[1].ServerTLSBootstrap {
+		t.Fatalf("second join = %+v, want the host keeping the node's own kubelet client CA and serving certificate", joins[1:])
+	}
+	requireBootstrapToken(t, host, joins[1].BootstrapToken)
+	eventually(t, "finalizer of a VirtualCluster that holds nothing", func() error {
+		if err := host.Get(ctx, client.ObjectKeyFromObject(vc), vc); err != nil {
+			return err
+		}
+		if len(vc.Finalizers) > 0 || len(vc.Status.AssignedNodes) > 0 {
+			return fmt.Errorf("finalizers %v, assignedNodes %v", vc.Finalizers, vc.Status.AssignedNodes)
+		}
+		return nil
+	})
+}
+
+// requireBootstrapToken checks that c has a valid, authentication-only
+// bootstrap token Secret for token.
+func requireBootstrapToken(t *testing.T, c client.Client, token string) {
+	t.Helper()
+	id, secret, ok := strings.Cut(token, ".")
+	if !ok {
+		t.Fatalf("token %q is not id.secret", token)
+	}
+	s := &corev1.Secret{}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: bootstrapapi.BootstrapTokenSecretPrefix + id}, s); err != nil {
+		t.Fatalf("bootstrap token Secret: %v", err)
+	}
+	if s.Type != bootstrapapi.SecretTypeBootstrapToken || string(s.Data[bootstrapapi.BootstrapTokenSecretKey]) != secret ||
+		string(s.Data[bootstrapapi.BootstrapTokenUsageAuthentication]) != "true" || len(s.Data[bootstrapapi.BootstrapTokenUsageSigningKey]) != 0 ||
+		len(s.Data[bootstrapapi.BootstrapTokenExpirationKey]) == 0 {
+		t.Errorf("bootstrap token Secret %s: type %s data %v", s.Name, s.Type, s.StringData)
+	}
+}
+
+func TestANodeWhoseAgentDoesNotAnswerStaysInTheHost(t *testing.T) {
+	node := newWorker(t, "mute-a", nil)
+	node.mu.Lock()
+	node.down = true
+	node.mu.Unlock()
+	newVirtualCluster(t, "mute", "mute-a")
+	eventually(t, "Moving False naming the agent", func() error {
+		gn, err := globalNode("mute-a")
+		if err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(gn.Status.Conditions, ConditionMoving)
+		if c == nil || c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "nest-agent does not answer") {
+			return fmt.Errorf("Moving %+v", c)
+		}
+		if gn.Status.Phase != nestv1.NodePhaseHost {
+			return fmt.Errorf("phase %s", gn.Status.Phase)
+		}
+		return nil
+	})
+	if n := hostNodeOf(t, "mute-a"); n == nil || n.Spec.Unschedulable {
+		t.Errorf("host Node %+v: want it there and schedulable", n)
+	}
+}
+
+func TestADrainThatTimesOutFailsAndAReleaseUncordons(t *testing.T) {
+	ctx := context.Background()
+	newWorker(t, "stuck-a", nil)
+	// A running pod that a PodDisruptionBudget keeps: no eviction is
+	// allowed (a pending one could always be evicted).
+	labels := map[string]string{"app": "stuck"}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "keep", Namespace: metav1.NamespaceDefault, Labels: labels},
+		Spec: corev1.PodSpec{NodeName: "stuck-a", Containers: []corev1.Container{{Name: "c", Image: "x"}},
+			TerminationGracePeriodSeconds: ptr.To[int64](0), AutomountServiceAccountToken: ptr.To(false)},
+	}
+	if err := host.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+	if err := host.Status().Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	createPDB(t, labels)
+	vc := newVirtualCluster(t, "stuck", "stuck-a")
+	gn := waitPhase(t, "stuck-a", nestv1.NodePhaseFailed, nestv1.NodeStateReserved)
+	if c := meta.FindStatusCondition(gn.Status.Conditions, ConditionMoving); c == nil || c.Reason != "DrainTimeout" || !strings.Contains(c.Message, "default/keep") {
+		t.Errorf("Moving = %+v, want DrainTimeout naming default/keep", c)
+	}
+	if n := hostNodeOf(t, "stuck-a"); n == nil || !n.Spec.Unschedulable {
+		t.Fatalf("host Node %+v: want it cordoned", n)
+	}
+	before := vc.DeepCopy()
+	vc.Spec.PromoteResources.NodeInfos = nil
+	if err := host.Patch(ctx, vc, client.MergeFrom(before)); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, "stuck-a", nestv1.NodePhaseHost, nestv1.NodeStateFree)
+	if n := hostNodeOf(t, "stuck-a"); n == nil || n.Spec.Unschedulable {
+		t.Errorf("host Node %+v: want it schedulable again", n)
+	}
+}
+
+// createPDB makes a PodDisruptionBudget that allows no disruption of the
+// pods with labels, with the status the disruption controller (which
+// envtest does not run) would write: the Eviction API refuses (429).
+func createPDB(t *testing.T, labels map[string]string) {
+	t.Helper()
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "keep", Namespace: metav1.NamespaceDefault},
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MaxUnavailable: ptr.To(intstr.FromInt32(0)),
+			Selector:       &metav1.LabelSelector{MatchLabels: labels},
+		},
+	}
+	if err := host.Create(context.Background(), pdb); err != nil {
+		t.Fatal(err)
+	}
+	pdb.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: pdb.Generation, DisruptionsAllowed: 0,
+		CurrentHealthy: 1, DesiredHealthy: 1, ExpectedPods: 1}
+	if err := host.Status().Update(context.Background(), pdb); err != nil {
+		t.Fatal(err)
+	}
+}

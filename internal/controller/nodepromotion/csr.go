@@ -1,0 +1,115 @@
+package nodepromotion
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"slices"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// nodesGroup is the group of every node's client certificate.
+const nodesGroup = "system:nodes"
+
+// servingRequestProblem says why csr is not a kubelet serving certificate
+// request of node at ip alone, or "" when it is: signer
+// kubernetes.io/kubelet-serving, asked by system:node:<node>, for subject
+// system:node:<node> in system:nodes, naming only the node and its address,
+// for server auth. The tenant's controller-manager signs what is approved.
+func servingRequestProblem(csr *certificatesv1.CertificateSigningRequest, node, ip string) string {
+	user := "system:node:" + node
+	if csr.Spec.SignerName != certificatesv1.KubeletServingSignerName {
+		return "signer " + csr.Spec.SignerName
+	}
+	if csr.Spec.Username != user {
+		return "asked by " + csr.Spec.Username
+	}
+	block, _ := pem.Decode(csr.Spec.Request)
+	if block == nil || block.Type != "CERTIFICATE REQUEST" {
+		return "no PEM certificate request"
+	}
+	req, err := x509.ParseCertificateRequest(block.Bytes)
+	if err != nil {
+		return "unparseable request: " + err.Error()
+	}
+	if req.Subject.CommonName != user || !slices.Equal(req.Subject.Organization, []string{nodesGroup}) {
+		return fmt.Sprintf("subject %q in %v", req.Subject.CommonName, req.Subject.Organization)
+	}
+	if len(req.EmailAddresses) > 0 || len(req.URIs) > 0 {
+		return "email or URI names"
+	}
+	for _, name := range req.DNSNames {
+		if name != node {
+			return "DNS name " + name
+		}
+	}
+	want := net.ParseIP(ip)
+	for _, addr := range req.IPAddresses {
+		if !addr.Equal(want) {
+			return "IP address " + addr.String()
+		}
+	}
+	for _, u := range csr.Spec.Usages {
+		if u != certificatesv1.UsageDigitalSignature && u != certificatesv1.UsageKeyEncipherment && u != certificatesv1.UsageServerAuth {
+			return "usage " + string(u)
+		}
+	}
+	return ""
+}
+
+// approveServing approves the pending kubelet serving certificate requests
+// of node at ip in the tenant, and only those servingRequestProblem passes.
+// It returns how many it approved.
+func approveServing(ctx context.Context, cs kubernetes.Interface, node, ip string) (int, error) {
+	list, err := cs.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, fmt.Errorf("list certificate signing requests: %w", err)
+	}
+	approved := 0
+	for i := range list.Items {
+		csr := &list.Items[i]
+		if decided(csr) || servingRequestProblem(csr, node, ip) != "" {
+			continue
+		}
+		csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+			Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue,
+			Reason: "NestNodeServing", Message: "nest-manager approves serving certificates of promoted node " + node + " for its own name and address",
+		})
+		if _, err := cs.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{}); err != nil {
+			return approved, fmt.Errorf("approve certificate signing request %s: %w", csr.Name, err)
+		}
+		approved++
+	}
+	return approved, nil
+}
+
+func decided(csr *certificatesv1.CertificateSigningRequest) bool {
+	for _, c := range csr.Status.Conditions {
+		if c.Type == certificatesv1.CertificateApproved || c.Type == certificatesv1.CertificateDenied || c.Type == certificatesv1.CertificateFailed {
+			return true
+		}
+	}
+	return false
+}
+
+// servingIssued reports whether the tenant has signed a serving certificate
+// for node's kubelet, without which the API server cannot reach it (logs,
+// exec).
+func servingIssued(ctx context.Context, cs kubernetes.Interface, node string) (bool, error) {
+	list, err := cs.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return false, fmt.Errorf("list certificate signing requests: %w", err)
+	}
+	for _, csr := range list.Items {
+		if csr.Spec.SignerName == certificatesv1.KubeletServingSignerName && csr.Spec.Username == "system:node:"+node && len(csr.Status.Certificate) > 0 {
+			return true, nil
+		}
+	}
+	return false, nil
+}

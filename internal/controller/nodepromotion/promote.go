@@ -1,0 +1,218 @@
+package nodepromotion
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/addons"
+	"github.com/nestdev/nest/internal/agent"
+)
+
+// How soon a waiting phase looks again.
+const (
+	pollSoon   = 2 * time.Second
+	pollTenant = time.Minute
+)
+
+// holder is the VirtualCluster that holds gn.
+func holder(gn *nestv1.GlobalNode) (types.NamespacedName, error) {
+	h := gn.Annotations[nestv1.AnnotationHeldBy]
+	if h == "" {
+		h = gn.Status.VirtualCluster
+	}
+	ns, name, ok := strings.Cut(h, "/")
+	if !ok || ns == "" || name == "" {
+		return types.NamespacedName{}, fmt.Errorf("GlobalNode %s names no VirtualCluster as namespace/name (%q)", gn.Name, h)
+	}
+	return types.NamespacedName{Namespace: ns, Name: name}, nil
+}
+
+// tenantOf is the VirtualCluster that holds gn and its tenant cluster.
+func (r *Reconciler) tenantOf(ctx context.Context, gn *nestv1.GlobalNode) (types.NamespacedName, *Tenant, error) {
+	key, err := holder(gn)
+	if err != nil {
+		return key, nil, err
+	}
+	t, err := r.Tenants.For(ctx, key)
+	return key, t, err
+}
+
+// cordonHost marks the host Node unschedulable: nothing new lands on it.
+// It first checks that the node's agent answers for the node, so a node
+// without one is never drained for nothing.
+func (r *Reconciler) cordonHost(ctx context.Context, gn *nestv1.GlobalNode) (step, error) {
+	a, err := r.Agents.For(ctx, gn)
+	if err != nil {
+		return step{}, err
+	}
+	if _, err := a.Status(ctx); err != nil {
+		return step{}, fmt.Errorf("the node's nest-agent does not answer, so the node stays in the host: %w", err)
+	}
+	if err := cordon(ctx, r.HostClient, gn.Name, true); err != nil {
+		return step{}, err
+	}
+	return step{phase: nestv1.NodePhaseDraining, message: "cordoned in the host; evicting its pods"}, nil
+}
+
+// drainHost evicts the host Node's pods; once none is left the node leaves.
+func (r *Reconciler) drainHost(ctx context.Context, gn *nestv1.GlobalNode) (step, error) {
+	left, err := drain(ctx, r.HostClient, gn.Name)
+	if err != nil {
+		return step{}, err
+	}
+	if len(left) == 0 {
+		return step{phase: nestv1.NodePhaseLeaving, message: "drained; the agent stops and resets the node"}, nil
+	}
+	if since(gn) > r.drainTimeout() {
+		return step{phase: nestv1.NodePhaseFailed, reason: "DrainTimeout", failed: true,
+			message: fmt.Sprintf("pods still on the node after %s (a PodDisruptionBudget may forbid their eviction): %s; the node stays cordoned in the host until it is released", r.drainTimeout(), strings.Join(left, ", "))}, nil
+	}
+	return step{phase: nestv1.NodePhaseDraining, requeue: pollSoon, message: fmt.Sprintf("evicting %d pods: %s", len(left), strings.Join(left, ", "))}, nil
+}
+
+// leaveHost has the agent stop and reset the node, then deletes the host
+// Node, whose pods the host then garbage-collects.
+func (r *Reconciler) leaveHost(ctx context.Context, gn *nestv1.GlobalNode) (step, error) {
+	a, err := r.Agents.For(ctx, gn)
+	if err != nil {
+		return step{}, err
+	}
+	if err := leave(ctx, a); err != nil {
+		return step{}, err
+	}
+	if err := r.HostClient.CoreV1().Nodes().Delete(ctx, gn.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return step{}, fmt.Errorf("delete host Node %s: %w", gn.Name, err)
+	}
+	return step{phase: nestv1.NodePhaseJoining, message: "left the host; joining the tenant"}, nil
+}
+
+// leave stops and resets the node through its agent.
+func leave(ctx context.Context, a Agent) error {
+	if err := a.Stop(ctx); err != nil {
+		return fmt.Errorf("agent: stop: %w", err)
+	}
+	if err := a.Reset(ctx); err != nil {
+		return fmt.Errorf("agent: reset: %w", err)
+	}
+	return nil
+}
+
+// joinTenant joins the node to its holder's tenant cluster and waits until
+// it is Ready there; then the GlobalNode is occupied.
+func (r *Reconciler) joinTenant(ctx context.Context, gn *nestv1.GlobalNode) (step, error) {
+	key, t, err := r.tenantOf(ctx, gn)
+	if err != nil {
+		return step{}, err
+	}
+	ready, err := nodeReady(ctx, t.Client, gn.Name)
+	if err != nil {
+		return step{}, err
+	}
+	if _, err := approveServing(ctx, t.Client, gn.Name, gn.Spec.NodeIP); err != nil {
+		return step{}, err
+	}
+	serving, err := servingIssued(ctx, t.Client, gn.Name)
+	if err != nil {
+		return step{}, err
+	}
+	if ready && serving {
+		if err := r.setState(ctx, gn, nestv1.NodeStateOccupied, nil); err != nil {
+			return step{}, err
+		}
+		return step{phase: nestv1.NodePhaseTenant, requeue: pollTenant, message: "Ready in the tenant cluster of " + key.String()}, nil
+	}
+	if since(gn) > r.joinTimeout() {
+		return step{phase: nestv1.NodePhaseJoining, requeue: pollTenant, reason: "JoinTimeout", failed: true,
+			message: fmt.Sprintf("not Ready in the tenant after %s: see the node's kubelet log; still trying", r.joinTimeout())}, nil
+	}
+	a, err := r.Agents.For(ctx, gn)
+	if err != nil {
+		return step{}, err
+	}
+	if err := join(ctx, a, t.Client, t.Join, "Nest: "+gn.Name+" joins "+key.String(), func(ctx context.Context) error {
+		return addons.Apply(ctx, t.Objects, addons.NodeBootstrapRBAC())
+	}); err != nil {
+		return step{}, err
+	}
+	return step{phase: nestv1.NodePhaseJoining, requeue: pollSoon, message: "the kubelet runs; waiting for the node to be Ready in the tenant, with a serving certificate the tenant signed"}, nil
+}
+
+// join has the agent join the cluster cs serves with a new bootstrap token
+// and start the kubelet, unless its kubelet already runs joined there.
+// prepare runs first, on that cluster (its RBAC).
+func join(ctx context.Context, a Agent, cs kubernetes.Interface, req agent.JoinRequest, description string, prepare func(context.Context) error) error {
+	st, err := a.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("agent: status: %w", err)
+	}
+	if st.Kubelet.Running && st.Server == req.Server {
+		return nil
+	}
+	if st.Kubelet.Running || st.KubeProxy.Running {
+		if err := leave(ctx, a); err != nil {
+			return err
+		}
+	}
+	if err := prepare(ctx); err != nil {
+		return err
+	}
+	tok, err := addons.NewBootstrapToken(description, bootstrapTokenTTL, time.Now())
+	if err != nil {
+		return err
+	}
+	if _, err := cs.CoreV1().Secrets(tok.Secret.Namespace).Create(ctx, tok.Secret, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create bootstrap token Secret: %w", err)
+	}
+	req.BootstrapToken = tok.Token
+	if err := a.Join(ctx, req); err != nil {
+		if agent.IsConflict(err) {
+			// Joined elsewhere while stopped: reset, and join on the next pass.
+			return errors.Join(err, a.Reset(ctx))
+		}
+		return fmt.Errorf("agent: join: %w", err)
+	}
+	if err := a.Start(ctx); err != nil {
+		return fmt.Errorf("agent: start: %w", err)
+	}
+	return nil
+}
+
+// serveTenant keeps a node in the tenant: it approves the kubelet's
+// serving certificate renewals.
+func (r *Reconciler) serveTenant(ctx context.Context, gn *nestv1.GlobalNode) (step, error) {
+	key, t, err := r.tenantOf(ctx, gn)
+	if err != nil {
+		return step{}, err
+	}
+	if _, err := approveServing(ctx, t.Client, gn.Name, gn.Spec.NodeIP); err != nil {
+		return step{}, err
+	}
+	return step{phase: nestv1.NodePhaseTenant, requeue: pollTenant, message: "a node of the tenant cluster of " + key.String()}, nil
+}
+
+// nodeReady reports whether cs has node name with Ready True.
+func nodeReady(ctx context.Context, cs kubernetes.Interface, name string) (bool, error) {
+	node, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("get node %s: %w", name, err)
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue, nil
+		}
+	}
+	return false, nil
+}

@@ -1,0 +1,128 @@
+package nodepromotion
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/agent"
+	"github.com/nestdev/nest/internal/controlplane"
+)
+
+// Tenants reaches the tenant cluster of a VirtualCluster.
+type Tenants interface {
+	// For returns the tenant of the VirtualCluster key names, or
+	// ErrTenantGone when the VirtualCluster is gone or being deleted.
+	For(ctx context.Context, key types.NamespacedName) (*Tenant, error)
+}
+
+// ErrTenantGone: the VirtualCluster is gone or being deleted, so its tenant
+// cluster is going too and a node leaving it skips the tenant's side.
+var ErrTenantGone = errors.New("the VirtualCluster is gone or being deleted")
+
+// Tenant is one tenant cluster as node promotion uses it.
+type Tenant struct {
+	// Client is the tenant's admin client; Objects is the same as a
+	// controller-runtime client, for add-ons.
+	Client  kubernetes.Interface
+	Objects client.Client
+	// Join is what a node needs to join the tenant, without the bootstrap
+	// token, which is made for each join.
+	Join agent.JoinRequest
+}
+
+// APITenants builds Tenants from the VirtualCluster's host objects: its
+// status.endpoint (the address nodes reach), its PKI Secret and its
+// in-cluster admin kubeconfig.
+type APITenants struct {
+	Client client.Client
+}
+
+// For implements Tenants.
+func (a APITenants) For(ctx context.Context, key types.NamespacedName) (*Tenant, error) {
+	vc := &nestv1.VirtualCluster{}
+	if err := a.Client.Get(ctx, key, vc); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			return nil, ErrTenantGone
+		}
+		return nil, err
+	}
+	if !vc.DeletionTimestamp.IsZero() {
+		return nil, ErrTenantGone
+	}
+	if err := nodesReachable(vc); err != nil {
+		return nil, err
+	}
+	n := controlplane.NamesOf(vc)
+	pkiSecret, err := a.secret(ctx, vc.Namespace, n.PKISecret())
+	if err != nil {
+		return nil, err
+	}
+	kubeconfig, err := a.secret(ctx, vc.Namespace, n.KubeconfigSecret())
+	if err != nil {
+		return nil, err
+	}
+	cs, objects, err := tenantClients(kubeconfig.Data[controlplane.KubeconfigInternalKey])
+	if err != nil {
+		return nil, err
+	}
+	// The tenant's CoreDNS, as tenant pods on virtual nodes reach it.
+	dns := &corev1.Service{}
+	if err := a.Client.Get(ctx, client.ObjectKey{Namespace: vc.Namespace, Name: n.DNSService()}, dns); err != nil {
+		return nil, fmt.Errorf("the Service %s/%s of the tenant's DNS: %w", vc.Namespace, n.DNSService(), err)
+	}
+	return &Tenant{Client: cs, Objects: objects, Join: agent.JoinRequest{
+		Server:             vc.Status.Endpoint,
+		CACertPEM:          pkiSecret.Data[controlplane.CACert],
+		KubeletClientCAPEM: pkiSecret.Data[controlplane.KubeletClientCACert],
+		ClusterDNS:         []string{dns.Spec.ClusterIP},
+		ClusterDomain:      controlplane.ClusterDomain(vc),
+		ServerTLSBootstrap: true,
+	}}, nil
+}
+
+// nodesReachable checks that nodes can reach vc's API server: they are
+// outside the host's Services, so only a NodePort or LoadBalancer address
+// (status.endpoint) will do.
+func nodesReachable(vc *nestv1.VirtualCluster) error {
+	switch corev1.ServiceType(vc.Spec.ControlPlane.Service.Type) {
+	case "", corev1.ServiceTypeNodePort, corev1.ServiceTypeLoadBalancer:
+	default:
+		return fmt.Errorf("spec.controlPlane.service.type: dedicated nodes need NodePort or LoadBalancer, where a node outside the host reaches the tenant API server; it is %s", vc.Spec.ControlPlane.Service.Type)
+	}
+	if vc.Status.Endpoint == "" {
+		return errors.New("the VirtualCluster has no status.endpoint yet, where nodes reach its API server")
+	}
+	return nil
+}
+
+func (a APITenants) secret(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
+	s := &corev1.Secret{}
+	if err := a.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, s); err != nil {
+		return nil, fmt.Errorf("get Secret %s/%s: %w", namespace, name, err)
+	}
+	return s, nil
+}
+
+// tenantClients are clients of the tenant for kubeconfig, whose calls time out.
+func tenantClients(kubeconfig []byte) (*kubernetes.Clientset, client.Client, error) {
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+	if err != nil {
+		return nil, nil, fmt.Errorf("parse the tenant's kubeconfig: %w", err)
+	}
+	cfg.Timeout = 15 * time.Second
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	objects, err := client.New(cfg, client.Options{})
+	return cs, objects, err
+}

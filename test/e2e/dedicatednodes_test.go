@@ -1,0 +1,210 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/devcluster"
+	"github.com/nestdev/nest/internal/images"
+	"github.com/nestdev/nest/internal/testutil"
+	"github.com/nestdev/nest/test/e2e/framework"
+)
+
+// dedicatedLabel marks the host worker the test promotes; the promote
+// policy selects it, and it must be back on the host Node after release.
+const dedicatedLabel = "e2e.nest.dev/pool"
+
+// TestDedicatedNodes promotes a worker of a three-node local host cluster
+// into a tenant cluster with `nest scale --nodes 1` and releases it with
+// `--nodes 0`, on real parts: nest-agent, the kubelets' TLS bootstrapping
+// with bootstrap tokens, and the tenant's and the host's API servers.
+func TestDedicatedNodes(t *testing.T) {
+	framework.RequireRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	defer cancel()
+	stateDir := framework.StartHostCluster(t, ctx, "--with-nest", "--nodes", "3")
+	host, _, nest := framework.NestOn(t, ctx, stateDir)
+	tn := &framework.Tenant{Name: "gamma", Dir: t.TempDir()}
+	if out, err := nest("create", tn.Name, "--wait", "--timeout", "4m"); err != nil {
+		t.Fatalf("nest create: %v\n%s", err, out)
+	}
+	tn.Load(t, nest)
+	worker := workerWithoutControlPlane(t, ctx, host, stateDir, tn)
+	setLabel(t, ctx, host, worker, dedicatedLabel, "dedicated")
+	holder := tn.Namespace + "/" + tn.Name
+	scale := func(n int) {
+		t.Helper()
+		args := []string{"scale", tn.Name, "-n", tn.Namespace, "--nodes", fmt.Sprint(n)}
+		if n > 0 {
+			args = append(args, "--node-selector", dedicatedLabel+"=dedicated")
+		}
+		if out, err := nest(args...); err != nil {
+			t.Fatalf("nest scale --nodes %d: %v\n%s", n, err, out)
+		}
+	}
+
+	scale(1)
+	t.Run("the worker is promoted: occupied, gone from the host, Ready in the tenant", func(t *testing.T) {
+		waitGlobalNode(t, ctx, host, worker, 8*time.Minute, func(gn *nestv1.GlobalNode) error {
+			if gn.Status.Phase != nestv1.NodePhaseTenant || gn.Spec.State != nestv1.NodeStateOccupied || gn.Status.VirtualCluster != holder {
+				return fmt.Errorf("phase %s state %s holder %q; Moving: %v", gn.Status.Phase, gn.Spec.State, gn.Status.VirtualCluster, meta.FindStatusCondition(gn.Status.Conditions, "Moving"))
+			}
+			return nil
+		})
+		if err := host.Get(ctx, client.ObjectKey{Name: worker}, &corev1.Node{}); !apierrors.IsNotFound(err) {
+			t.Errorf("the host still has Node %s (get: %v)", worker, err)
+		}
+		waitNodeReady(t, ctx, tn.Clientset(t), worker)
+		var vc nestv1.VirtualCluster
+		if err := host.Get(ctx, client.ObjectKey{Namespace: tn.Namespace, Name: tn.Name}, &vc); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(vc.Status.AssignedNodes, []string{worker}) || !meta.IsStatusConditionTrue(vc.Status.Conditions, nestv1.ConditionNodesAssigned) {
+			t.Errorf("status.assignedNodes %v, NodesAssigned %v; want [%s], True", vc.Status.AssignedNodes, meta.FindStatusCondition(vc.Status.Conditions, nestv1.ConditionNodesAssigned), worker)
+		}
+	})
+	t.Run("a tenant pod runs on the promoted node and its logs are read through the tenant", func(t *testing.T) {
+		checkTenantPodOn(t, ctx, host, tn, worker)
+	})
+
+	scale(0)
+	t.Run("the released worker is Ready in the host again, free, with its labels", func(t *testing.T) {
+		waitGlobalNode(t, ctx, host, worker, 8*time.Minute, func(gn *nestv1.GlobalNode) error {
+			if gn.Status.Phase != nestv1.NodePhaseHost || gn.Spec.State != nestv1.NodeStateFree || gn.Status.VirtualCluster != "" {
+				return fmt.Errorf("phase %s state %s holder %q; Moving: %v", gn.Status.Phase, gn.Spec.State, gn.Status.VirtualCluster, meta.FindStatusCondition(gn.Status.Conditions, "Moving"))
+			}
+			return nil
+		})
+		waitNodeReady(t, ctx, clientset(t, devcluster.Layout{Root: stateDir}.AdminKubeconfig()), worker)
+		var node corev1.Node
+		if err := host.Get(ctx, client.ObjectKey{Name: worker}, &node); err != nil {
+			t.Fatal(err)
+		}
+		if node.Labels[dedicatedLabel] != "dedicated" || node.Spec.Unschedulable {
+			t.Errorf("host Node %s: labels %v, unschedulable %v; want %s=dedicated back and schedulable", worker, node.Labels, node.Spec.Unschedulable, dedicatedLabel)
+		}
+		if _, err := tn.Clientset(t).CoreV1().Nodes().Get(ctx, worker, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("the tenant still has Node %s (get: %v)", worker, err)
+		}
+		var vc nestv1.VirtualCluster
+		if err := host.Get(ctx, client.ObjectKey{Namespace: tn.Namespace, Name: tn.Name}, &vc); err != nil {
+			t.Fatal(err)
+		}
+		if len(vc.Status.AssignedNodes) != 0 {
+			t.Errorf("status.assignedNodes = %v after release", vc.Status.AssignedNodes)
+		}
+	})
+}
+
+// workerWithoutControlPlane is a worker with a GlobalNode that does not run
+// tn's control-plane pod, which a drain would evict.
+func workerWithoutControlPlane(t *testing.T, ctx context.Context, host client.Client, stateDir string, tn *framework.Tenant) string {
+	t.Helper()
+	var pod corev1.Pod
+	if err := host.Get(ctx, client.ObjectKey{Namespace: tn.Namespace, Name: tn.Name + "-0"}, &pod); err != nil {
+		t.Fatal(err)
+	}
+	nodes, err := devcluster.Topology(stateDir, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var candidates []string
+	for _, n := range nodes {
+		if n.ControlPlane() || n.Name == pod.Spec.NodeName {
+			continue
+		}
+		var gn nestv1.GlobalNode
+		if err := host.Get(ctx, client.ObjectKey{Name: n.Name}, &gn); err == nil {
+			candidates = append(candidates, n.Name)
+		}
+	}
+	if len(candidates) == 0 {
+		t.Fatalf("no worker with a GlobalNode outside %s (control plane on %s)", tn.Name, pod.Spec.NodeName)
+	}
+	slices.Sort(candidates)
+	return candidates[0]
+}
+
+func setLabel(t *testing.T, ctx context.Context, host client.Client, node, key, value string) {
+	t.Helper()
+	var n corev1.Node
+	if err := host.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
+		t.Fatal(err)
+	}
+	before := n.DeepCopy()
+	n.Labels[key] = value
+	if err := host.Patch(ctx, &n, client.MergeFrom(before)); err != nil {
+		t.Fatal(err)
+	}
+	// The policy selects on the GlobalNode's copy of the labels.
+	waitGlobalNode(t, ctx, host, node, time.Minute, func(gn *nestv1.GlobalNode) error {
+		if gn.Spec.Labels[key] != value {
+			return fmt.Errorf("labels %v", gn.Spec.Labels)
+		}
+		return nil
+	})
+}
+
+func waitGlobalNode(t *testing.T, ctx context.Context, host client.Client, name string, timeout time.Duration, want func(*nestv1.GlobalNode) error) {
+	t.Helper()
+	testutil.Eventually(t, timeout, "GlobalNode "+name, func() error {
+		var gn nestv1.GlobalNode
+		if err := host.Get(ctx, client.ObjectKey{Name: name}, &gn); err != nil {
+			return err
+		}
+		return want(&gn)
+	})
+}
+
+// checkTenantPodOn runs a testapp pod on node in tn and reads its log
+// through the tenant API server, which reaches the node's kubelet.
+func checkTenantPodOn(t *testing.T, ctx context.Context, host client.Client, tn *framework.Tenant, node string) {
+	cs := tn.Clientset(t)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "on-dedicated", Namespace: metav1.NamespaceDefault},
+		Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{corev1.LabelHostname: node},
+			Containers:   []corev1.Container{{Name: "app", Image: images.TestApp, ImagePullPolicy: corev1.PullNever}},
+		},
+	}
+	if _, err := cs.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = cs.CoreV1().Pods(pod.Namespace).Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	}()
+	testutil.Eventually(t, 2*time.Minute, "pod on "+node+" Running", func() error {
+		p, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p.Spec.NodeName != node || p.Status.Phase != corev1.PodRunning {
+			return fmt.Errorf("node %q phase %s", p.Spec.NodeName, p.Status.Phase)
+		}
+		return nil
+	})
+	testutil.Eventually(t, time.Minute, "log of the pod on "+node, func() error {
+		data, err := cs.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(string(data), "serving addr=") {
+			return fmt.Errorf("log %q", data)
+		}
+		return nil
+	})
+	if _, synced := framework.HostPodOf(tn.HostPods(t, ctx, host), pod.Namespace, pod.Name); synced {
+		t.Errorf("the pod on the dedicated node %s also got a host pod from the syncer", node)
+	}
+}
