@@ -89,12 +89,13 @@ down:
 clean:
 	rm -rf $(OUT)
 
-## bench: local host cluster up/down times and RSS; VirtualCluster create-to-Ready times and RSS; virtual node pod start latency and sync throughput; dashboard page weight
+## bench: local host cluster up/down times and RSS; VirtualCluster create-to-Ready times and RSS; virtual node pod start latency and sync throughput; node promotion and release times; dashboard page weight
 bench: build
 	NEST_BIN_DIR=$(BIN) go test -run '^$$' -bench DevClusterUpDown -benchtime 3x -timeout 20m ./test/e2e/
 	NEST_BIN_DIR=$(BIN) go test -run '^$$' -bench VirtualClusterCreate -benchtime 1x -timeout 30m ./test/e2e/
 	NEST_BIN_DIR=$(BIN) go test -run '^$$' -bench VirtualNodePods -benchtime 1x -timeout 30m ./test/e2e/
 	NEST_BIN_DIR=$(BIN) go test -run '^$$' -bench NetworkPolicyEnforcer -benchtime 1x -timeout 30m ./test/e2e/
+	NEST_BIN_DIR=$(BIN) go test -run '^$$' -bench NodePromotion -benchtime 3x -timeout 30m ./test/e2e/
 	go test -run '^$$' -bench PageWeight -benchtime 3x ./internal/dashboard/
 
 ## bench-density: tenants one after another until NEST_DENSITY_TENANTS (default 20) or the host is full; memory, CPU and latency per tenant

@@ -54,6 +54,7 @@ func TestDedicatedNodes(t *testing.T) {
 		}
 	}
 
+	controlPlane := controlPlanePod(t, ctx, host, tn)
 	scale(1)
 	t.Run("the worker is promoted: occupied, gone from the host, Ready in the tenant", func(t *testing.T) {
 		waitGlobalNode(t, ctx, host, worker, 8*time.Minute, func(gn *nestv1.GlobalNode) error {
@@ -94,9 +95,13 @@ func TestDedicatedNodes(t *testing.T) {
 		if node.Labels[dedicatedLabel] != "dedicated" || node.Spec.Unschedulable {
 			t.Errorf("host Node %s: labels %v, unschedulable %v; want %s=dedicated back and schedulable", worker, node.Labels, node.Spec.Unschedulable, dedicatedLabel)
 		}
-		if _, err := tn.Clientset(t).CoreV1().Nodes().Get(ctx, worker, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-			t.Errorf("the tenant still has Node %s (get: %v)", worker, err)
-		}
+		testutil.Eventually(t, time.Minute, "no Node "+worker+" in the tenant", func() error {
+			_, err := tn.Clientset(t).CoreV1().Nodes().Get(ctx, worker, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("the tenant still has Node %s (get: %v)", worker, err)
+		})
 		var vc nestv1.VirtualCluster
 		if err := host.Get(ctx, client.ObjectKey{Namespace: tn.Namespace, Name: tn.Name}, &vc); err != nil {
 			t.Fatal(err)
@@ -105,16 +110,37 @@ func TestDedicatedNodes(t *testing.T) {
 			t.Errorf("status.assignedNodes = %v after release", vc.Status.AssignedNodes)
 		}
 	})
+	t.Run("the tenant's control plane ran on through the promotion and the release", func(t *testing.T) {
+		now := controlPlanePod(t, ctx, host, tn)
+		if now.UID != controlPlane.UID || restarts(now) != restarts(controlPlane) {
+			t.Errorf("control-plane pod %s: uid %s → %s, restarts %d → %d; the node moves must not roll it",
+				now.Name, controlPlane.UID, now.UID, restarts(controlPlane), restarts(now))
+		}
+	})
 }
 
-// workerWithoutControlPlane is a worker with a GlobalNode that does not run
-// tn's control-plane pod, which a drain would evict.
-func workerWithoutControlPlane(t *testing.T, ctx context.Context, host client.Client, stateDir string, tn *framework.Tenant) string {
+func controlPlanePod(t testing.TB, ctx context.Context, host client.Client, tn *framework.Tenant) corev1.Pod {
 	t.Helper()
 	var pod corev1.Pod
 	if err := host.Get(ctx, client.ObjectKey{Namespace: tn.Namespace, Name: tn.Name + "-0"}, &pod); err != nil {
 		t.Fatal(err)
 	}
+	return pod
+}
+
+func restarts(p corev1.Pod) int32 {
+	var n int32
+	for _, c := range p.Status.ContainerStatuses {
+		n += c.RestartCount
+	}
+	return n
+}
+
+// workerWithoutControlPlane is a worker with a GlobalNode that does not run
+// tn's control-plane pod, which a drain would evict.
+func workerWithoutControlPlane(t testing.TB, ctx context.Context, host client.Client, stateDir string, tn *framework.Tenant) string {
+	t.Helper()
+	pod := controlPlanePod(t, ctx, host, tn)
 	nodes, err := devcluster.Topology(stateDir, 3)
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +162,7 @@ func workerWithoutControlPlane(t *testing.T, ctx context.Context, host client.Cl
 	return candidates[0]
 }
 
-func setLabel(t *testing.T, ctx context.Context, host client.Client, node, key, value string) {
+func setLabel(t testing.TB, ctx context.Context, host client.Client, node, key, value string) {
 	t.Helper()
 	var n corev1.Node
 	if err := host.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
@@ -156,7 +182,7 @@ func setLabel(t *testing.T, ctx context.Context, host client.Client, node, key, 
 	})
 }
 
-func waitGlobalNode(t *testing.T, ctx context.Context, host client.Client, name string, timeout time.Duration, want func(*nestv1.GlobalNode) error) {
+func waitGlobalNode(t testing.TB, ctx context.Context, host client.Client, name string, timeout time.Duration, want func(*nestv1.GlobalNode) error) {
 	t.Helper()
 	testutil.Eventually(t, timeout, "GlobalNode "+name, func() error {
 		var gn nestv1.GlobalNode

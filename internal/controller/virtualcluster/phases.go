@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"hash/fnv"
 	"maps"
 	"slices"
@@ -57,29 +58,59 @@ func mergePorts(current, desired []corev1.ServicePort) []corev1.ServicePort {
 }
 
 // nodeIPs lists the host nodes' internal IPs: control-plane nodes first (where
-// tenant control planes prefer to run), then by name.
+// tenant control planes prefer to run), then by name. A node that node
+// promotion moved into a tenant cluster has no host Node while it is away,
+// but keeps its place through its GlobalNode's nodeIP: the list, which the
+// tenant API server's certificate names, stays the same while nodes move,
+// so a promotion does not roll every tenant control plane.
 func (r *Reconciler) nodeIPs(ctx context.Context) ([]string, error) {
 	var nodes corev1.NodeList
 	if err := r.List(ctx, &nodes); err != nil {
 		return nil, fmt.Errorf("list host nodes: %w", err)
 	}
-	sort.Slice(nodes.Items, func(i, j int) bool {
-		_, ci := nodes.Items[i].Labels["node-role.kubernetes.io/control-plane"]
-		_, cj := nodes.Items[j].Labels["node-role.kubernetes.io/control-plane"]
-		if ci != cj {
-			return ci
-		}
-		return nodes.Items[i].Name < nodes.Items[j].Name
-	})
-	var ips []string
-	for _, n := range nodes.Items {
+	var globalNodes nestv1.GlobalNodeList
+	if err := r.List(ctx, &globalNodes); err != nil {
+		return nil, fmt.Errorf("list GlobalNodes: %w", err)
+	}
+	return hostNodeIPs(nodes.Items, globalNodes.Items), nil
+}
+
+// hostNodeIP is one host node's address and where it sorts.
+type hostNodeIP struct {
+	name, ip     string
+	controlPlane bool
+}
+
+// hostNodeIPs orders the InternalIPs of nodes, and the nodeIPs of the
+// GlobalNodes that have no Node, control-plane nodes first, then by name.
+func hostNodeIPs(nodes []corev1.Node, globalNodes []nestv1.GlobalNode) []string {
+	var all []hostNodeIP
+	present := map[string]bool{}
+	for _, n := range nodes {
+		present[n.Name] = true
+		_, cp := n.Labels["node-role.kubernetes.io/control-plane"]
 		for _, a := range n.Status.Addresses {
 			if a.Type == corev1.NodeInternalIP {
-				ips = append(ips, a.Address)
+				all = append(all, hostNodeIP{n.Name, a.Address, cp})
 			}
 		}
 	}
-	return ips, nil
+	for _, gn := range globalNodes {
+		if !present[gn.Name] && gn.Spec.NodeIP != "" {
+			all = append(all, hostNodeIP{gn.Name, gn.Spec.NodeIP, false})
+		}
+	}
+	sort.SliceStable(all, func(i, j int) bool {
+		if all[i].controlPlane != all[j].controlPlane {
+			return all[i].controlPlane
+		}
+		return all[i].name < all[j].name
+	})
+	ips := make([]string, 0, len(all))
+	for _, n := range all {
+		ips = append(ips, n.ip)
+	}
+	return ips
 }
 
 // reconcileVirtualNodeObjects creates what the virtual node needs on the host:

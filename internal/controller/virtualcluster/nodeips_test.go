@@ -1,0 +1,42 @@
+package virtualcluster
+
+import (
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+)
+
+// The node addresses a tenant API server's certificate names stay the same
+// while node promotion moves a worker out of the host and back.
+func TestHostNodeIPsStayTheSameWhileANodeIsAway(t *testing.T) {
+	node := func(name, ip string, cp bool) corev1.Node {
+		n := corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}},
+			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeHostName, Address: name}, {Type: corev1.NodeInternalIP, Address: ip}}}}
+		if cp {
+			n.Labels["node-role.kubernetes.io/control-plane"] = ""
+		}
+		return n
+	}
+	gn := func(name, ip string) nestv1.GlobalNode {
+		return nestv1.GlobalNode{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: nestv1.GlobalNodeSpec{NodeIP: ip}}
+	}
+	cp, a, b := node("z-cp", "198.51.100.10", true), node("a-worker", "198.51.100.11", false), node("b-worker", "198.51.100.12", false)
+	globalNodes := []nestv1.GlobalNode{gn("a-worker", "198.51.100.11"), gn("b-worker", "198.51.100.12")}
+	want := []string{"198.51.100.10", "198.51.100.11", "198.51.100.12"}
+	for name, nodes := range map[string][]corev1.Node{
+		"all in the host":   {b, a, cp},
+		"a-worker promoted": {b, cp},
+		"both promoted":     {cp},
+	} {
+		if got := hostNodeIPs(nodes, globalNodes); !slices.Equal(got, want) {
+			t.Errorf("%s: %v, want %v", name, got, want)
+		}
+	}
+	if got := hostNodeIPs([]corev1.Node{cp, a}, nil); !slices.Equal(got, want[:2]) {
+		t.Errorf("without GlobalNodes: %v, want %v", got, want[:2])
+	}
+}
