@@ -112,6 +112,13 @@ type GlobalNodeStatus struct {
 	// +optional
 	PhaseTransitionTime *metav1.Time `json:"phaseTransitionTime,omitempty"`
 
+	// PodCIDR is the node's pod subnet while it is away from the host: the
+	// range of its own CNI configuration, which it keeps in the tenant
+	// cluster and which the host network routes to it. The holder's host
+	// NetworkPolicies let it reach the tenant's pods on virtual nodes.
+	// +optional
+	PodCIDR string `json:"podCIDR,omitempty"`
+
 	// Conditions: HostNodePresent.
 	// +optional
 	// +listType=map

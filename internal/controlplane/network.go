@@ -89,6 +89,15 @@ const (
 // Rules name pod ports, not Service ports: policies match after kube-proxy's
 // DNAT. The error names a spec.network.egressCIDRs entry that is no CIDR.
 func NetworkPoliciesFor(vc *nestv1.VirtualCluster, o Options) ([]*networkingv1.NetworkPolicy, error) {
+	return NetworkPoliciesWith(vc, o, nil)
+}
+
+// NetworkPoliciesWith is NetworkPoliciesFor for a virtual cluster that also
+// has dedicated nodes whose pods have the addresses in dedicatedPodCIDRs:
+// those count as the virtual cluster's own pods wherever its policies name
+// them (its pods on virtual nodes and the control-plane pod take their
+// traffic, and send to them).
+func NetworkPoliciesWith(vc *nestv1.VirtualCluster, o Options, dedicatedPodCIDRs []netip.Prefix) ([]*networkingv1.NetworkPolicy, error) {
 	n := NamesOf(vc)
 	egress, err := egressBlocks(vc.Spec.Network.EgressCIDRs, o.HostNetwork)
 	if err != nil {
@@ -99,6 +108,7 @@ func NetworkPoliciesFor(vc *nestv1.VirtualCluster, o Options) ([]*networkingv1.N
 		return &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: n.Namespace, Labels: n.Labels()}, Spec: spec}
 	}
 	tenantPods := []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: n.TenantPodLabels()}}}
+	tenantPods = append(tenantPods, ipPeers(subtract(dedicatedPodCIDRs, nil))...)
 	controlPlane := []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: n.Labels()}}}
 	apiPort := ports(corev1.ProtocolTCP, Port)
 	dnsPorts := append(ports(corev1.ProtocolUDP, syncer.DefaultDNSPort), ports(corev1.ProtocolTCP, syncer.DefaultDNSPort)...)

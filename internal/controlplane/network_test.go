@@ -205,3 +205,41 @@ func checkExcepts(t *testing.T, p *networkingv1.NetworkPolicy) {
 		}
 	}
 }
+
+// Pods on dedicated nodes count as the virtual cluster's own: every rule
+// that names its pods names their subnets too, and nothing else changes.
+func TestNetworkPoliciesWithDedicatedNodes(t *testing.T) {
+	o := Options{HostNetwork: devNetwork, ManagerNamespace: "nest-system"}
+	plain, err := NetworkPoliciesFor(vc(nil), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dedicated := []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24"), netip.MustParsePrefix("10.244.1.0/24")}
+	with, err := NetworkPoliciesWith(vc(nil), o, dedicated)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const tenantPods = "pods(nest.dev/tenant-of=alpha)"
+	widened := 0
+	for i := range plain {
+		before, after := rules(plain[i]), rules(with[i])
+		if len(before) != len(after) {
+			t.Fatalf("%s: %d rules, then %d", plain[i].Name, len(before), len(after))
+		}
+		for j := range before {
+			want := before[j]
+			if !strings.HasPrefix(want, "select ") && strings.Contains(want, tenantPods) {
+				want = strings.Replace(want, tenantPods, tenantPods+" | 10.244.1.0/24 | 10.244.2.0/24", 1)
+				widened++
+			}
+			if after[j] != want {
+				t.Errorf("%s rule %d:\n got  %s\n want %s", plain[i].Name, j, after[j], want)
+			}
+		}
+		checkExcepts(t, with[i])
+	}
+	// Tenant ingress and egress, and the control plane's API and DNS ingress.
+	if widened != 3 {
+		t.Errorf("%d rules name the tenant's pods, want 3", widened)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
@@ -77,6 +78,9 @@ func TestDedicatedNodes(t *testing.T) {
 	})
 	t.Run("a tenant pod runs on the promoted node and its logs are read through the tenant", func(t *testing.T) {
 		checkTenantPodOn(t, ctx, host, tn, worker)
+	})
+	t.Run("pods on the promoted node and on the virtual node reach each other", func(t *testing.T) {
+		checkAcrossModes(t, ctx, tn, worker)
 	})
 
 	scale(0)
@@ -233,4 +237,60 @@ func checkTenantPodOn(t *testing.T, ctx context.Context, host client.Client, tn 
 	if _, synced := framework.HostPodOf(tn.HostPods(t, ctx, host), pod.Namespace, pod.Name); synced {
 		t.Errorf("the pod on the dedicated node %s also got a host pod from the syncer", node)
 	}
+}
+
+// checkAcrossModes runs a testapp pod on node (a promoted node) and one on
+// a virtual node of tn, and has each fetch the other's hostname by pod IP:
+// the host network routes the promoted node's pod CIDR, and the tenant's
+// host NetworkPolicies admit it.
+func checkAcrossModes(t *testing.T, ctx context.Context, tn *framework.Tenant, node string) {
+	cs := tn.Clientset(t)
+	dedicated := runTenantPod(t, ctx, cs, "across-dedicated", map[string]string{corev1.LabelHostname: node})
+	virtual := runTenantPod(t, ctx, cs, "across-virtual", map[string]string{"type": "virtual-kubelet"})
+	for _, pair := range [][2]*corev1.Pod{{virtual, dedicated}, {dedicated, virtual}} {
+		from, to := pair[0], pair[1]
+		url := fmt.Sprintf("http://%s:8080/hostname", to.Status.PodIP)
+		testutil.Eventually(t, time.Minute, from.Name+" reaches "+to.Name+" at "+url, func() error {
+			out, err := tn.KubectlErr(ctx, "exec", from.Name, "--", "/testapp", "get", url)
+			if err != nil {
+				return fmt.Errorf("%v: %s", err, out)
+			}
+			if strings.TrimSpace(out) != to.Name {
+				return fmt.Errorf("got %q", out)
+			}
+			return nil
+		})
+	}
+}
+
+// runTenantPod runs a testapp pod named name on the nodes selector picks and
+// returns it once it runs with an IP; it is deleted when the test ends.
+func runTenantPod(t *testing.T, ctx context.Context, cs kubernetes.Interface, name string, selector map[string]string) *corev1.Pod {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: metav1.NamespaceDefault},
+		Spec: corev1.PodSpec{
+			NodeSelector: selector,
+			Containers:   []corev1.Container{{Name: "app", Image: images.TestApp, ImagePullPolicy: corev1.PullNever}},
+		},
+	}
+	if _, err := cs.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cs.CoreV1().Pods(pod.Namespace).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	})
+	var running *corev1.Pod
+	testutil.Eventually(t, 2*time.Minute, "pod "+name+" Running", func() error {
+		p, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
+			return fmt.Errorf("node %q phase %s", p.Spec.NodeName, p.Status.Phase)
+		}
+		running = p
+		return nil
+	})
+	return running
 }

@@ -294,4 +294,3 @@ func checkInventory(t *testing.T, ctx context.Context, host client.Client, nest 
 		}
 	}
 }
-

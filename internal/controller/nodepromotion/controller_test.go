@@ -116,8 +116,8 @@ func TestPromoteAndReleaseMoveTheNodeThroughBothClusters(t *testing.T) {
 	vc := newVirtualCluster(t, "move", "move-a")
 
 	gn := waitPhase(t, "move-a", nestv1.NodePhaseTenant, nestv1.NodeStateOccupied)
-	if gn.Status.VirtualCluster != "vc-move/move" {
-		t.Errorf("status.virtualCluster = %q", gn.Status.VirtualCluster)
+	if gn.Status.VirtualCluster != "vc-move/move" || gn.Status.PodCIDR != podCIDROf("move-a") {
+		t.Errorf("status.virtualCluster = %q, podCIDR = %q; want vc-move/move and the node's own %s", gn.Status.VirtualCluster, gn.Status.PodCIDR, podCIDROf("move-a"))
 	}
 	if hostNodeOf(t, "move-a") != nil {
 		t.Error("the host still has the promoted Node")
@@ -168,8 +168,8 @@ func TestPromoteAndReleaseMoveTheNodeThroughBothClusters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if gn.Status.VirtualCluster != "" || gn.Annotations[nestv1.AnnotationHeldBy] != "" {
-		t.Errorf("released GlobalNode still names a holder: %q, %q", gn.Status.VirtualCluster, gn.Annotations[nestv1.AnnotationHeldBy])
+	if gn.Status.VirtualCluster != "" || gn.Annotations[nestv1.AnnotationHeldBy] != "" || gn.Status.PodCIDR != "" {
+		t.Errorf("released GlobalNode still names a holder or a pod CIDR: %q, %q, %q", gn.Status.VirtualCluster, gn.Annotations[nestv1.AnnotationHeldBy], gn.Status.PodCIDR)
 	}
 	if err := tenant.Get(ctx, client.ObjectKey{Name: "move-a"}, &corev1.Node{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the tenant still has Node move-a: %v", err)

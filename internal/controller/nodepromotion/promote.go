@@ -139,6 +139,15 @@ func (r *Reconciler) joinTenant(ctx context.Context, gn *nestv1.GlobalNode) (ste
 	if err != nil {
 		return step{}, err
 	}
+	// The node keeps its own pod CIDR, which the host network routes to it;
+	// the holder's NetworkPolicies admit it from here on.
+	st, err := a.Status(ctx)
+	if err != nil {
+		return step{}, fmt.Errorf("agent: status: %w", err)
+	}
+	if st.PodCIDR != "" {
+		gn.Status.PodCIDR = st.PodCIDR
+	}
 	if err := join(ctx, a, t.Client, t.Join, "Nest: "+gn.Name+" joins "+key.String(), func(ctx context.Context) error {
 		return addons.Apply(ctx, t.Objects, addons.NodeBootstrapRBAC())
 	}); err != nil {

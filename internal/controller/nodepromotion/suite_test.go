@@ -177,7 +177,8 @@ func (n *fakeNode) Status(context.Context) (agent.Status, error) {
 	if err := n.record("status"); err != nil {
 		return agent.Status{}, err
 	}
-	return agent.Status{NodeName: n.name, Kubelet: agent.ServiceStatus{Running: n.running}, KubeProxy: agent.ServiceStatus{Running: n.running}, Server: n.server}, nil
+	return agent.Status{NodeName: n.name, Kubelet: agent.ServiceStatus{Running: n.running}, KubeProxy: agent.ServiceStatus{Running: n.running},
+		Server: n.server, PodCIDR: podCIDROf(n.name)}, nil
 }
 
 func (n *fakeNode) Stop(context.Context) error {
@@ -324,6 +325,9 @@ func registerNode(ctx context.Context, c client.Client, name string) error {
 		LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
 	return c.Status().Update(ctx, node)
 }
+
+// podCIDROf is the pod CIDR of a test node's own CNI configuration.
+func podCIDROf(name string) string { return fmt.Sprintf("10.244.%d.0/24", len(name)) }
 
 // ipOf gives each test node its own documentation address.
 func ipOf(name string) string { return fmt.Sprintf("198.51.100.%d", 100+len(name)%50) }

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
+	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -69,7 +72,11 @@ func (r *Reconciler) reconcileNamespace(ctx context.Context, s *reconcileState) 
 // the builder refuses (an egress CIDR that is no CIDR) is terminal: only an
 // edit of the VirtualCluster fixes it.
 func (r *Reconciler) reconcileNetworkPolicies(ctx context.Context, s *reconcileState) (bool, error) {
-	policies, err := controlplane.NetworkPoliciesFor(s.vc, r.ControlPlane)
+	dedicated, err := r.dedicatedPodCIDRs(ctx, s.vc)
+	if err != nil {
+		return false, err
+	}
+	policies, err := controlplane.NetworkPoliciesWith(s.vc, r.ControlPlane, dedicated)
 	if err != nil {
 		return false, reconcile.TerminalError(fmt.Errorf("NetworkPolicies of %s: %w", klog.KObj(s.vc), err))
 	}
@@ -97,4 +104,31 @@ func (r *Reconciler) reconcileLimits(ctx context.Context, s *reconcileState) (bo
 		}
 	}
 	return true, nil
+}
+
+// dedicatedPodCIDRs are the pod subnets of the nodes node promotion moved
+// out of the host for vc (GlobalNode status.podCIDR), sorted.
+func (r *Reconciler) dedicatedPodCIDRs(ctx context.Context, vc *nestv1.VirtualCluster) ([]netip.Prefix, error) {
+	var list nestv1.GlobalNodeList
+	if err := r.List(ctx, &list); err != nil {
+		return nil, fmt.Errorf("list GlobalNodes: %w", err)
+	}
+	return podCIDRsOf(list.Items, vc.Namespace+"/"+vc.Name), nil
+}
+
+// podCIDRsOf are the valid status.podCIDRs of the moved GlobalNodes whose
+// status names holder, sorted.
+func podCIDRsOf(nodes []nestv1.GlobalNode, holder string) []netip.Prefix {
+	var out []netip.Prefix
+	for i := range nodes {
+		gn := &nodes[i]
+		if gn.Status.VirtualCluster != holder || !gn.Moved() {
+			continue
+		}
+		if p, err := netip.ParsePrefix(gn.Status.PodCIDR); err == nil {
+			out = append(out, p.Masked())
+		}
+	}
+	slices.SortFunc(out, func(a, b netip.Prefix) int { return strings.Compare(a.String(), b.String()) })
+	return out
 }

@@ -40,3 +40,26 @@ func TestHostNodeIPsStayTheSameWhileANodeIsAway(t *testing.T) {
 		t.Errorf("without GlobalNodes: %v, want %v", got, want[:2])
 	}
 }
+
+// The NetworkPolicies of a VirtualCluster admit the pod CIDRs of the nodes
+// node promotion moved for it, and only those.
+func TestPodCIDRsOfMovedNodesOfTheHolder(t *testing.T) {
+	gn := func(name, holder string, phase nestv1.NodePhase, cidr string) nestv1.GlobalNode {
+		return nestv1.GlobalNode{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Status: nestv1.GlobalNodeStatus{VirtualCluster: holder, Phase: phase, PodCIDR: cidr}}
+	}
+	nodes := []nestv1.GlobalNode{
+		gn("a", "vc-a/a", nestv1.NodePhaseTenant, "10.244.2.0/24"),
+		gn("b", "vc-a/a", nestv1.NodePhaseJoining, "10.244.1.7/24"),
+		gn("c", "vc-b/b", nestv1.NodePhaseTenant, "10.244.3.0/24"),
+		gn("d", "vc-a/a", nestv1.NodePhaseHost, "10.244.4.0/24"),
+		gn("e", "vc-a/a", nestv1.NodePhaseTenant, "not a cidr"),
+	}
+	var got []string
+	for _, p := range podCIDRsOf(nodes, "vc-a/a") {
+		got = append(got, p.String())
+	}
+	if want := []string{"10.244.1.0/24", "10.244.2.0/24"}; !slices.Equal(got, want) {
+		t.Errorf("podCIDRsOf = %v, want %v", got, want)
+	}
+}

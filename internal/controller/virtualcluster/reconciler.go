@@ -11,6 +11,7 @@ package virtualcluster
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -272,10 +274,26 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return b.
 		Watches(&nestv1.VirtualCluster{}, handler.EnqueueRequestsFromMapFunc(r.othersInNamespace), builder.WithPredicates(onlyDeletes)).
+		Watches(&nestv1.GlobalNode{}, handler.EnqueueRequestsFromMapFunc(holderOf)).
 		WatchesRawSource(source.Channel(r.Health.Changes(), &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
 		Named("virtualcluster").
 		Complete(r)
+}
+
+// holderOf maps a GlobalNode to the VirtualCluster its status names, whose
+// NetworkPolicies admit its pod CIDR while node promotion has it away. An
+// update maps the old and the new object, so the holder it leaves hears of it.
+func holderOf(_ context.Context, obj client.Object) []reconcile.Request {
+	gn, ok := obj.(*nestv1.GlobalNode)
+	if !ok {
+		return nil
+	}
+	ns, name, ok := strings.Cut(gn.Status.VirtualCluster, "/")
+	if !ok || ns == "" || name == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}}
 }
 
 // ownsOptions are the options of the watch on owned objects like obj:
