@@ -35,23 +35,7 @@ type agentServer struct {
 func newAgentServer(t *testing.T) *agentServer {
 	t.Helper()
 	env := newSavedEnv(t)
-	ca, err := pki.NewCA(CACommonName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serving, err := ca.Issue(ServingCertSpec("node-a", net.ParseIP("127.0.0.1")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	files := TLSFiles{
-		CertFile:     filepath.Join(dir, "nest-agent.crt"),
-		KeyFile:      filepath.Join(dir, "nest-agent.key"),
-		ClientCAFile: filepath.Join(dir, "nest-agent-ca.crt"),
-	}
-	writeFile(t, files.CertFile, string(serving.CertPEM))
-	writeFile(t, files.KeyFile, string(serving.KeyPEM))
-	writeFile(t, files.ClientCAFile, string(ca.CertPEM))
+	ca, serving, files := writeAgentTLS(t, t.TempDir())
 	tlsConfig, err := ServerTLSConfig(files)
 	if err != nil {
 		t.Fatal(err)
@@ -465,23 +449,8 @@ func TestAPIStopResetJoinStart(t *testing.T) {
 }
 
 func TestServerTLSConfigNamesTheBadFile(t *testing.T) {
-	ca, err := pki.NewCA(CACommonName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serving, err := ca.Issue(ServingCertSpec("node-a", net.ParseIP("127.0.0.1")))
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
-	good := TLSFiles{
-		CertFile:     filepath.Join(dir, "tls.crt"),
-		KeyFile:      filepath.Join(dir, "tls.key"),
-		ClientCAFile: filepath.Join(dir, "ca.crt"),
-	}
-	writeFile(t, good.CertFile, string(serving.CertPEM))
-	writeFile(t, good.KeyFile, string(serving.KeyPEM))
-	writeFile(t, good.ClientCAFile, string(ca.CertPEM))
+	_, _, good := writeAgentTLS(t, dir)
 	writeFile(t, filepath.Join(dir, "empty.crt"), "no certificate here")
 
 	cfg, err := ServerTLSConfig(good)
@@ -558,4 +527,27 @@ func TestIsConflict(t *testing.T) {
 			t.Errorf("IsConflict(%v) = %v, want %v", tt.err, got, tt.want)
 		}
 	}
+}
+
+// writeAgentTLS makes an agent CA and node-a's serving certificate (for
+// 127.0.0.1) and writes them as an agent's TLS files in dir.
+func writeAgentTLS(t *testing.T, dir string) (*pki.CA, pki.KeyPair, TLSFiles) {
+	t.Helper()
+	ca, err := pki.NewCA(CACommonName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serving, err := ca.Issue(ServingCertSpec("node-a", net.ParseIP("127.0.0.1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := TLSFiles{
+		CertFile:     filepath.Join(dir, "nest-agent.crt"),
+		KeyFile:      filepath.Join(dir, "nest-agent.key"),
+		ClientCAFile: filepath.Join(dir, "nest-agent-ca.crt"),
+	}
+	writeFile(t, files.CertFile, string(serving.CertPEM))
+	writeFile(t, files.KeyFile, string(serving.KeyPEM))
+	writeFile(t, files.ClientCAFile, string(ca.CertPEM))
+	return ca, serving, files
 }
