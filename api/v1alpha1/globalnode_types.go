@@ -169,9 +169,9 @@ type GlobalNodeList struct {
 }
 
 // Moved reports whether node promotion has begun to move the node out of
-// the host (any phase but Host, or a status not written yet). Such a node
-// goes back to the host only through node promotion's release, which frees
-// it at the end.
+// the host: a phase other than Host (an unwritten phase counts as Host).
+// Such a node goes back to the host only through node promotion's release,
+// which frees it at the end.
 func (gn *GlobalNode) Moved() bool {
 	return gn.Status.Phase != "" && gn.Status.Phase != NodePhaseHost
 }

@@ -97,7 +97,7 @@ func main() {
 	allowListFlag("host-label-allowlist", "comma-separated tenant pod label keys copied to host pods for VirtualClusters that set no spec.virtualNode.hostMetadata.labels: whole keys or prefixes ending in *; empty copies none", &cp.HostMetadata.Labels)
 	allowListFlag("host-annotation-allowlist", "comma-separated tenant pod annotation keys copied to host pods for VirtualClusters that set no spec.virtualNode.hostMetadata.annotations, as for --host-label-allowlist", &cp.HostMetadata.Annotations)
 	flag.StringVar(&agentCASecret, "agent-ca-secret", nodepromotion.DefaultAgentCASecret, "Secret in --manager-namespace holding the nest-agent CA (tls.crt, tls.key), from which the manager issues its own agent client certificate; empty turns node promotion off")
-	flag.StringVar(&hostAPIServer, "host-api-server", "", "the host API server's URL as host nodes reach it, such as https://192.0.2.10:6443; a released node joins the host there")
+	flag.StringVar(&hostAPIServer, "host-api-server", "", "the host API server's URL as host nodes reach it, such as https://192.0.2.10:6443; a released node joins the host there; node promotion is off without it")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -152,7 +152,12 @@ func main() {
 		log.Error(err, "Unable to set up controller", "controller", "nodeassignment")
 		os.Exit(1)
 	}
-	if agentCASecret != "" {
+	switch {
+	case agentCASecret == "":
+		log.Info("Node promotion is off: --agent-ca-secret is empty")
+	case hostAPIServer == "":
+		log.Info("Node promotion is off: set --host-api-server, where a released node joins the host again")
+	default:
 		if err := setupNodePromotion(mgr, client.ObjectKey{Namespace: cp.ManagerNamespace, Name: agentCASecret}, hostAPIServer); err != nil {
 			log.Error(err, "Unable to set up controller", "controller", "nodepromotion")
 			os.Exit(1)

@@ -15,14 +15,19 @@ import (
 // NodeBootstrapRBAC returns the bindings with which kubelets join a cluster
 // by TLS bootstrapping, as kubeadm grants them:
 //   - bootstrap tokens (group system:bootstrappers) may ask for a node client
-//     certificate, and the controller-manager approves those requests;
+//     certificate; with autoApprove, the controller-manager approves those
+//     requests for any node name, as kubeadm lets it;
 //   - nodes may renew their own client certificate;
 //   - nodes may run kube-proxy with their own credential (system:node-proxier
 //     reads Services, EndpointSlices and Nodes), so a joined node needs no
 //     second credential.
 //
-// The ClusterRoles are upstream's, from the API server's bootstrap policy.
-func NodeBootstrapRBAC() []client.Object {
+// The host cluster must not auto-approve: a node that comes back from a
+// tenant could ask, with the token it gets, for another node's name.
+// nest-manager approves the host's requests itself (ApproveNodeClient in
+// package nodepromotion). The ClusterRoles are upstream's, from the API
+// server's bootstrap policy.
+func NodeBootstrapRBAC(autoApprove bool) []client.Object {
 	bind := func(name, role, group string) client.Object {
 		return &rbacv1.ClusterRoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -30,34 +35,45 @@ func NodeBootstrapRBAC() []client.Object {
 			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: group}},
 		}
 	}
-	return []client.Object{
+	objs := []client.Object{
 		bind("nest:kubelet-bootstrap", "system:node-bootstrapper", bootstrapapi.BootstrapDefaultGroup),
-		bind("nest:node-autoapprove-bootstrap", "system:certificates.k8s.io:certificatesigningrequests:nodeclient", bootstrapapi.BootstrapDefaultGroup),
 		bind("nest:node-autoapprove-certificate-rotation", "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", "system:nodes"),
 		bind("nest:node-proxier", "system:node-proxier", "system:nodes"),
 	}
+	if autoApprove {
+		objs = append(objs, bind("nest:node-autoapprove-bootstrap", "system:certificates.k8s.io:certificatesigningrequests:nodeclient", bootstrapapi.BootstrapDefaultGroup))
+	}
+	return objs
 }
+
+// LabelBootstrapFor marks the bootstrap token Secrets Nest makes for a node
+// with the node's name, so they are deleted once the node has joined.
+const LabelBootstrapFor = "nest.dev/bootstrap-for"
 
 // BootstrapToken is a new bootstrap token and the kube-system Secret that
 // makes it valid: for authentication only, until now+ttl, after which the
 // controller-manager's tokencleaner deletes it.
 type BootstrapToken struct {
 	// Token is "<id>.<secret>", what a kubelet's bootstrap kubeconfig holds.
-	Token  string
+	Token string
+	// ID is the token's public half: a kubelet that uses it is
+	// system:bootstrap:<ID>.
+	ID     string
 	Secret *corev1.Secret
 }
 
-// NewBootstrapToken generates a token for description (which says what it
-// is for, such as the node it lets join).
-func NewBootstrapToken(description string, ttl time.Duration, now time.Time) (BootstrapToken, error) {
+// NewBootstrapToken generates a token for node, which description says
+// what it is for. Its Secret carries LabelBootstrapFor.
+func NewBootstrapToken(node, description string, ttl time.Duration, now time.Time) (BootstrapToken, error) {
 	token, err := bootstraputil.GenerateBootstrapToken()
 	if err != nil {
 		return BootstrapToken{}, fmt.Errorf("generate a bootstrap token: %w", err)
 	}
 	id, secret := token[:bootstrapapi.BootstrapTokenIDBytes], token[bootstrapapi.BootstrapTokenIDBytes+1:]
-	return BootstrapToken{Token: token, Secret: &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: bootstraputil.BootstrapTokenSecretName(id), Namespace: metav1.NamespaceSystem},
-		Type:       bootstrapapi.SecretTypeBootstrapToken,
+	return BootstrapToken{Token: token, ID: id, Secret: &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: bootstraputil.BootstrapTokenSecretName(id), Namespace: metav1.NamespaceSystem,
+			Labels: map[string]string{LabelBootstrapFor: node}},
+		Type: bootstrapapi.SecretTypeBootstrapToken,
 		StringData: map[string]string{
 			bootstrapapi.BootstrapTokenIDKey:               id,
 			bootstrapapi.BootstrapTokenSecretKey:           secret,

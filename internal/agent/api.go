@@ -72,6 +72,9 @@ type Status struct {
 	// kubelet's kubeconfig's, else its bootstrap kubeconfig's. Empty after a
 	// Reset.
 	Server string `json:"server,omitempty"`
+	// Bootstrapped is true when the kubelet holds a kubeconfig of Server:
+	// its TLS bootstrap is done (or it never needed one).
+	Bootstrapped bool `json:"bootstrapped"`
 	// PodCIDR is the subnet of the node's CNI configuration.
 	PodCIDR string `json:"podCIDR,omitempty"`
 	// Sandboxes is the number of pod sandboxes the container runtime holds,

@@ -277,12 +277,14 @@ func readFile(t *testing.T, path string) string {
 	return string(data)
 }
 
-// kubeconfigBytes is a kubeconfig for server with a token user.
+// kubeconfigBytes is a kubeconfig for server whose user has an embedded
+// client certificate, as a kubelet's after TLS bootstrapping (the agent
+// looks only at its presence).
 func kubeconfigBytes(t *testing.T, server string) []byte {
 	t.Helper()
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["home"] = &clientcmdapi.Cluster{Server: server}
-	cfg.AuthInfos["kubelet"] = &clientcmdapi.AuthInfo{Token: "node-token"}
+	cfg.AuthInfos["kubelet"] = &clientcmdapi.AuthInfo{ClientCertificateData: []byte("client certificate"), ClientKeyData: []byte("key")}
 	cfg.Contexts["home"] = &clientcmdapi.Context{Cluster: "home", AuthInfo: "kubelet"}
 	cfg.CurrentContext = "home"
 	data, err := clientcmd.Write(*cfg)

@@ -149,6 +149,7 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		return st, err
 	}
 	st.Server = n.joinedServer()
+	st.Bootstrapped = st.Server != "" && serverOf(n.cfg.Kubelet.Kubeconfig) == st.Server && hasCredential(n.cfg.Kubelet.Kubeconfig)
 	if st.PodCIDR, err = podCIDROf(n.cfg.CNIConfigFile); err != nil {
 		return st, err
 	}
@@ -165,6 +166,33 @@ func (n *Node) joinedServer() string {
 		}
 	}
 	return ""
+}
+
+// hasCredential reports whether the kubeconfig at path names a server and
+// holds a client certificate: embedded, or in a file that exists. A kubelet
+// that rotates its certificates writes its kubeconfig, pointing at
+// kubelet-client-current.pem, before the certificate is signed.
+func hasCredential(path string) bool {
+	cfg, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		return false
+	}
+	ctx, ok := cfg.Contexts[cfg.CurrentContext]
+	if !ok {
+		return false
+	}
+	cluster, auth := cfg.Clusters[ctx.Cluster], cfg.AuthInfos[ctx.AuthInfo]
+	if cluster == nil || cluster.Server == "" || auth == nil {
+		return false
+	}
+	if len(auth.ClientCertificateData) > 0 {
+		return true
+	}
+	if auth.ClientCertificate == "" {
+		return false
+	}
+	_, err = os.Stat(auth.ClientCertificate)
+	return err == nil
 }
 
 // serverOf is the server of the current context of the kubeconfig at path.
@@ -462,12 +490,13 @@ func (n *Node) Start(ctx context.Context) error {
 	return nil
 }
 
-// waitBootstrapped polls until the kubelet's kubeconfig names a server, and
-// fails if the kubelet stops or bootstrapTimeout passes.
+// waitBootstrapped polls until the kubelet's kubeconfig names a server and
+// its client certificate exists (hasCredential), and fails if the kubelet
+// stops or bootstrapTimeout passes.
 func (n *Node) waitBootstrapped(ctx context.Context) error {
 	var exited bool
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, n.bootstrapTimeout, true, func(ctx context.Context) (bool, error) {
-		if serverOf(n.cfg.Kubelet.Kubeconfig) != "" {
+		if hasCredential(n.cfg.Kubelet.Kubeconfig) {
 			return true, nil
 		}
 		running, err := n.services.Running(ctx, ServiceKubelet)

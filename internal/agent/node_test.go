@@ -95,12 +95,13 @@ func TestStatusReportsTheNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Status{
-		NodeName:  "node-a",
-		Kubelet:   ServiceStatus{Running: true},
-		KubeProxy: ServiceStatus{Running: false},
-		Server:    homeServer,
-		PodCIDR:   ownPodCIDR,
-		Sandboxes: 3,
+		NodeName:     "node-a",
+		Kubelet:      ServiceStatus{Running: true},
+		KubeProxy:    ServiceStatus{Running: false},
+		Server:       homeServer,
+		Bootstrapped: true,
+		PodCIDR:      ownPodCIDR,
+		Sandboxes:    3,
 	}
 	if got != want {
 		t.Errorf("Status() = %+v, want %+v", got, want)
@@ -114,8 +115,8 @@ func TestStatusServerFromBootstrapKubeconfigWithoutKubeconfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Server != targetServer {
-		t.Errorf("Server = %q, want the bootstrap kubeconfig's %q", got.Server, targetServer)
+	if got.Server != targetServer || got.Bootstrapped {
+		t.Errorf("Server = %q, Bootstrapped = %v; want the bootstrap kubeconfig's %q, not bootstrapped yet", got.Server, got.Bootstrapped, targetServer)
 	}
 }
 

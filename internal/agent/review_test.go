@@ -4,9 +4,17 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/nestdev/nest/internal/atomicfile"
 )
 
 // The fixes of the first review of the agent, each shown by what it refuses.
@@ -94,5 +102,49 @@ func TestDecodeStrictRefusesTrailingData(t *testing.T) {
 	err := decodeStrict(httptest.NewRequest(http.MethodPost, PathJoin, strings.NewReader(`{"server":"https://h:6443"} {"x":1}`)), &req)
 	if err == nil || !strings.Contains(err.Error(), "nothing after it") {
 		t.Errorf("decodeStrict = %v, want trailing data refused", err)
+	}
+}
+
+// A kubelet that rotates its certificates writes its kubeconfig, pointing
+// at kubelet-client-current.pem, before the certificate is signed: Start
+// waits for the certificate, not the kubeconfig.
+func TestStartWaitsForTheClientCertificateNotTheKubeconfig(t *testing.T) {
+	env := newResetEnv(t)
+	certFile := filepath.Join(env.cfg.Kubelet.CertDir, kubeletClientCert)
+	if err := os.RemoveAll(env.cfg.Kubelet.CertDir); err != nil {
+		t.Fatal(err)
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: targetServer}
+	cfg.AuthInfos["u"] = &clientcmdapi.AuthInfo{ClientCertificate: certFile, ClientKey: certFile}
+	cfg.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
+	cfg.CurrentContext = "c"
+	kubeconfig, err := clientcmd.Write(*cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signed := make(chan error, 1)
+	env.services.setOnStart(func(s Service) {
+		if s != ServiceKubelet {
+			return
+		}
+		if err := atomicfile.Write(env.cfg.Kubelet.Kubeconfig, kubeconfig, 0o600); err != nil {
+			signed <- err
+			return
+		}
+		time.AfterFunc(300*time.Millisecond, func() {
+			env.rec.add("certificate signed") // before the file, which releases Start
+			signed <- atomicfile.Write(certFile, []byte("certificate and key"), 0o600)
+		})
+	})
+	if err := env.node.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-signed; err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"start kubelet", "certificate signed", "start kube-proxy"}
+	if got := env.rec.changes(); !reflect.DeepEqual(got, want) {
+		t.Errorf("calls = %q, want %q", got, want)
 	}
 }

@@ -138,11 +138,12 @@ func TestAPIStatusOverMutualTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Status{
-		NodeName:  "node-a",
-		KubeProxy: ServiceStatus{Running: true},
-		Server:    homeServer,
-		PodCIDR:   ownPodCIDR,
-		Sandboxes: 7,
+		NodeName:     "node-a",
+		KubeProxy:    ServiceStatus{Running: true},
+		Server:       homeServer,
+		Bootstrapped: true,
+		PodCIDR:      ownPodCIDR,
+		Sandboxes:    7,
 	}
 	if got != want {
 		t.Errorf("Status() = %+v, want %+v", got, want)
@@ -433,11 +434,12 @@ func TestAPIStopResetJoinStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Status{
-		NodeName:  "node-a",
-		Kubelet:   ServiceStatus{Running: true},
-		KubeProxy: ServiceStatus{Running: true},
-		Server:    targetServer,
-		PodCIDR:   req.PodCIDR,
+		NodeName:     "node-a",
+		Kubelet:      ServiceStatus{Running: true},
+		KubeProxy:    ServiceStatus{Running: true},
+		Server:       targetServer,
+		Bootstrapped: true,
+		PodCIDR:      req.PodCIDR,
 	}
 	if st := status(); st != want {
 		t.Errorf("Status() after Start = %+v, want %+v", st, want)

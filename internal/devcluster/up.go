@@ -313,8 +313,9 @@ func (u *upRun) installAddons(ctx context.Context) error {
 	objs := addons.CoreDNS(addons.DNSOptions{Image: images.CoreDNS, ClusterDomain: ClusterDomain, ServiceIP: DNSIP(), Replicas: 1})
 	objs = append(objs, addons.DefaultStorageClass("standard", provisioner.Name))
 	objs = append(objs, addons.NetworkPolicyReader(NetworkPolicyName)...)
-	// A worker that nest-agent released from a tenant joins again by TLS bootstrapping.
-	objs = append(objs, addons.NodeBootstrapRBAC()...)
+	// A worker that nest-agent released from a tenant joins again by TLS
+	// bootstrapping; nest-manager approves its request, for its name only.
+	objs = append(objs, addons.NodeBootstrapRBAC(false)...)
 	return addons.Apply(ctx, c, objs)
 }
 

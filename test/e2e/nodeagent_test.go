@@ -21,6 +21,7 @@ import (
 	"github.com/nestdev/nest/internal/addons"
 	"github.com/nestdev/nest/internal/agent"
 	"github.com/nestdev/nest/internal/components"
+	"github.com/nestdev/nest/internal/controller/nodepromotion"
 	"github.com/nestdev/nest/internal/devcluster"
 	"github.com/nestdev/nest/internal/images"
 	"github.com/nestdev/nest/internal/pki"
@@ -52,7 +53,7 @@ func TestNodeAgent(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := agent.Status{NodeName: worker.Name, Kubelet: agent.ServiceStatus{Running: true}, KubeProxy: agent.ServiceStatus{Running: true},
-			Server: devcluster.APIServerURL(cp), PodCIDR: worker.PodCIDR.String(), Sandboxes: st.Sandboxes}
+			Server: devcluster.APIServerURL(cp), Bootstrapped: true, PodCIDR: worker.PodCIDR.String(), Sandboxes: st.Sandboxes}
 		if st != want {
 			t.Errorf("status = %+v, want %+v", st, want)
 		}
@@ -106,14 +107,32 @@ func TestNodeAgent(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		token := createBootstrapToken(t, ctx, cs, "e2e: "+worker.Name+" joins again")
+		if _, err := cs.RbacV1().ClusterRoleBindings().Get(ctx, "nest:node-autoapprove-bootstrap", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("the host auto-approves bootstrap requests (get: %v): a token could ask for any node's name", err)
+		}
+		tok := createBootstrapToken(t, ctx, cs, worker.Name, "e2e: "+worker.Name+" joins again")
 		caPEM := readFile(t, filepath.Join(l.PKIDir(), components.CACert))
 		joined := time.Now()
-		if err := manager.Join(ctx, agent.JoinRequest{Server: devcluster.APIServerURL(cp), CACertPEM: caPEM, BootstrapToken: token}); err != nil {
+		if err := manager.Join(ctx, agent.JoinRequest{Server: devcluster.APIServerURL(cp), CACertPEM: caPEM, BootstrapToken: tok.Token}); err != nil {
 			t.Fatalf("join: %v", err)
 		}
-		if err := manager.Start(ctx); err != nil {
-			t.Fatalf("start: %v", err)
+		// The host approves no bootstrap request by itself: nest-manager
+		// approves the node's own, as here while the agent starts it.
+		approving, stop := context.WithCancel(ctx)
+		approved := make(chan int, 1)
+		go func() {
+			total := 0
+			_ = wait.PollUntilContextCancel(approving, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+				n, _ := nodepromotion.ApproveNodeClient(ctx, cs, worker.Name)
+				total += n
+				return false, nil
+			})
+			approved <- total
+		}()
+		err = manager.Start(ctx)
+		stop()
+		if n := <-approved; n != 1 || err != nil {
+			t.Fatalf("start: %v, with %d client certificate requests approved, want 1", err, n)
 		}
 		waitNodeReady(t, ctx, cs, worker.Name)
 		requireIssuedNodeCSR(t, ctx, cs, worker.Name, joined)
@@ -122,7 +141,7 @@ func TestNodeAgent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !st.Kubelet.Running || !st.KubeProxy.Running || st.Server != devcluster.APIServerURL(cp) {
+		if !st.Kubelet.Running || !st.KubeProxy.Running || !st.Bootstrapped || st.Server != devcluster.APIServerURL(cp) {
 			t.Errorf("after join: %+v, want both running and joined to %s", st, devcluster.APIServerURL(cp))
 		}
 	})
@@ -174,16 +193,16 @@ func readFile(t *testing.T, path string) []byte {
 	return data
 }
 
-func createBootstrapToken(t *testing.T, ctx context.Context, cs kubernetes.Interface, description string) string {
+func createBootstrapToken(t *testing.T, ctx context.Context, cs kubernetes.Interface, node, description string) addons.BootstrapToken {
 	t.Helper()
-	tok, err := addons.NewBootstrapToken(description, 10*time.Minute, time.Now())
+	tok, err := addons.NewBootstrapToken(node, description, 10*time.Minute, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cs.CoreV1().Secrets(tok.Secret.Namespace).Create(ctx, tok.Secret, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	return tok.Token
+	return tok
 }
 
 func waitNodeReady(t *testing.T, ctx context.Context, cs kubernetes.Interface, name string) {

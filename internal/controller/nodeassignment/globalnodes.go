@@ -77,9 +77,11 @@ func (r *Reconciler) release(ctx context.Context, gn *nestv1.GlobalNode, holder 
 	if gn.Moved() {
 		return r.withdraw(ctx, gn, holder)
 	}
+	// A node promotion moved meanwhile (seen on a re-read after a
+	// conflict) is withdrawn instead.
 	gn, err := r.write(ctx, gn, true, func(gn *nestv1.GlobalNode) bool {
 		h := heldBy(gn)
-		return (h == holder || h == "") && gn.Status.VirtualCluster == holder
+		return (h == holder || h == "") && gn.Status.VirtualCluster == holder && !gn.Moved()
 	}, func(gn *nestv1.GlobalNode) { gn.Status.VirtualCluster = "" })
 	if apierrors.IsNotFound(err) {
 		return nil
@@ -87,8 +89,11 @@ func (r *Reconciler) release(ctx context.Context, gn *nestv1.GlobalNode, holder 
 	if err != nil {
 		return fmt.Errorf("clear the holder of GlobalNode %s held by VirtualCluster %s: %w", gn.Name, holder, err)
 	}
+	if gn.Moved() {
+		return r.withdraw(ctx, gn, holder)
+	}
 	wasHeld := heldBy(gn) == holder
-	gn, err = r.write(ctx, gn, false, func(gn *nestv1.GlobalNode) bool { return heldBy(gn) == holder }, func(gn *nestv1.GlobalNode) {
+	gn, err = r.write(ctx, gn, false, func(gn *nestv1.GlobalNode) bool { return heldBy(gn) == holder && !gn.Moved() }, func(gn *nestv1.GlobalNode) {
 		delete(gn.Annotations, nestv1.AnnotationHeldBy)
 		gn.Spec.State = nestv1.NodeStateFree
 	})
@@ -97,6 +102,9 @@ func (r *Reconciler) release(ctx context.Context, gn *nestv1.GlobalNode, holder 
 	}
 	if err != nil {
 		return fmt.Errorf("release GlobalNode %s held by VirtualCluster %s: %w", gn.Name, holder, err)
+	}
+	if gn.Moved() {
+		return r.withdraw(ctx, gn, holder)
 	}
 	if wasHeld {
 		ctrl.LoggerFrom(ctx).Info("Released GlobalNode", "globalNode", klog.KObj(gn), "virtualCluster", holder)

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/addons"
 )
 
 // newWorker registers a host worker with labels, its agent, and waits for
@@ -136,7 +137,7 @@ func TestPromoteAndReleaseMoveTheNodeThroughBothClusters(t *testing.T) {
 	if len(joins) != 1 || joins[0].Server != tenantServer || !joins[0].ServerTLSBootstrap || string(joins[0].KubeletClientCAPEM) != "kubelet client CA" {
 		t.Fatalf("joins = %+v, want one to the tenant with its kubelet client CA and serving bootstrap", joins)
 	}
-	requireBootstrapToken(t, tenant, joins[0].BootstrapToken)
+	requireBootstrapToken(t, tenant, node, joins[0].BootstrapToken)
 	csrs, err := tenantCS.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -182,7 +183,7 @@ func TestPromoteAndReleaseMoveTheNodeThroughBothClusters(t *testing.T) {
 	if len(joins) != 2 || joins[1].Server != hostServer || len(joins[1].KubeletClientCAPEM) != 0 || joins[1].ServerTLSBootstrap {
 		t.Fatalf("second join = %+v, want the host keeping the node's own kubelet client CA and serving certificate", joins[1:])
 	}
-	requireBootstrapToken(t, host, joins[1].BootstrapToken)
+	requireBootstrapToken(t, host, node, joins[1].BootstrapToken)
 	eventually(t, "finalizer of a VirtualCluster that holds nothing", func() error {
 		if err := host.Get(ctx, client.ObjectKeyFromObject(vc), vc); err != nil {
 			return err
@@ -194,17 +195,30 @@ func TestPromoteAndReleaseMoveTheNodeThroughBothClusters(t *testing.T) {
 	})
 }
 
-// requireBootstrapToken checks that c has a valid, authentication-only
-// bootstrap token Secret for token.
-func requireBootstrapToken(t *testing.T, c client.Client, token string) {
+// requireBootstrapToken checks that the join with token had a valid,
+// authentication-only bootstrap token Secret for it in c, for node, and that
+// the Secret is gone now that the node has joined.
+func requireBootstrapToken(t *testing.T, c client.Client, node *fakeNode, token string) {
 	t.Helper()
 	id, secret, ok := strings.Cut(token, ".")
 	if !ok {
 		t.Fatalf("token %q is not id.secret", token)
 	}
-	s := &corev1.Secret{}
-	if err := c.Get(context.Background(), client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: bootstrapapi.BootstrapTokenSecretPrefix + id}, s); err != nil {
-		t.Fatalf("bootstrap token Secret: %v", err)
+	name := bootstrapapi.BootstrapTokenSecretPrefix + id
+	var s *corev1.Secret
+	for _, tok := range node.tokenList() {
+		if tok.Name == name {
+			s = tok
+		}
+	}
+	if s == nil {
+		t.Fatalf("no bootstrap token Secret %s at the join", name)
+	}
+	if s.Labels[addons.LabelBootstrapFor] != node.name {
+		t.Errorf("bootstrap token Secret %s labels %v, want %s=%s", name, s.Labels, addons.LabelBootstrapFor, node.name)
+	}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: name}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+		t.Errorf("bootstrap token Secret %s still there after the node joined (get: %v)", name, err)
 	}
 	if s.Type != bootstrapapi.SecretTypeBootstrapToken || string(s.Data[bootstrapapi.BootstrapTokenSecretKey]) != secret ||
 		string(s.Data[bootstrapapi.BootstrapTokenUsageAuthentication]) != "true" || len(s.Data[bootstrapapi.BootstrapTokenUsageSigningKey]) != 0 ||

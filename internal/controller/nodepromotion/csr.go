@@ -7,11 +7,16 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
+	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
+
+	"github.com/nestdev/nest/internal/addons"
 )
 
 // nodesGroup is the group of every node's client certificate.
@@ -27,8 +32,8 @@ func servingRequestProblem(csr *certificatesv1.CertificateSigningRequest, node, 
 	if csr.Spec.SignerName != certificatesv1.KubeletServingSignerName {
 		return "signer " + csr.Spec.SignerName
 	}
-	if csr.Spec.Username != user {
-		return "asked by " + csr.Spec.Username
+	if csr.Spec.Username != user || !slices.Contains(csr.Spec.Groups, nodesGroup) {
+		return fmt.Sprintf("asked by %s in %v", csr.Spec.Username, csr.Spec.Groups)
 	}
 	block, _ := pem.Decode(csr.Spec.Request)
 	if block == nil || block.Type != "CERTIFICATE REQUEST" {
@@ -99,17 +104,105 @@ func decided(csr *certificatesv1.CertificateSigningRequest) bool {
 }
 
 // servingIssued reports whether the tenant has signed a serving certificate
-// for node's kubelet, without which the API server cannot reach it (logs,
-// exec).
-func servingIssued(ctx context.Context, cs kubernetes.Interface, node string) (bool, error) {
+// for node's kubelet, asked for since since, without which the API server
+// cannot reach it (logs, exec). An older one is of an earlier stay.
+func servingIssued(ctx context.Context, cs kubernetes.Interface, node string, since time.Time) (bool, error) {
 	list, err := cs.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return false, fmt.Errorf("list certificate signing requests: %w", err)
 	}
 	for _, csr := range list.Items {
-		if csr.Spec.SignerName == certificatesv1.KubeletServingSignerName && csr.Spec.Username == "system:node:"+node && len(csr.Status.Certificate) > 0 {
+		if csr.Spec.SignerName == certificatesv1.KubeletServingSignerName && csr.Spec.Username == "system:node:"+node && len(csr.Status.Certificate) > 0 &&
+			!csr.CreationTimestamp.Time.Before(since.Truncate(time.Second)) {
 			return true, nil
 		}
 	}
 	return false, nil
+}
+
+// nodeClientRequestProblem says why csr is not node's kubelet asking, with
+// the bootstrap token tokenID, for its own client certificate, or "" when
+// it is: signer kubernetes.io/kube-apiserver-client-kubelet, asked by
+// system:bootstrap:<tokenID>, for subject system:node:<node> in
+// system:nodes, with no names, for client auth.
+func nodeClientRequestProblem(csr *certificatesv1.CertificateSigningRequest, node, tokenID string) string {
+	if csr.Spec.SignerName != certificatesv1.KubeAPIServerClientKubeletSignerName {
+		return "signer " + csr.Spec.SignerName
+	}
+	if csr.Spec.Username != "system:bootstrap:"+tokenID {
+		return "asked by " + csr.Spec.Username
+	}
+	block, _ := pem.Decode(csr.Spec.Request)
+	if block == nil || block.Type != "CERTIFICATE REQUEST" {
+		return "no PEM certificate request"
+	}
+	req, err := x509.ParseCertificateRequest(block.Bytes)
+	if err != nil {
+		return "unparseable request: " + err.Error()
+	}
+	if req.Subject.CommonName != "system:node:"+node || !slices.Equal(req.Subject.Organization, []string{nodesGroup}) {
+		return fmt.Sprintf("subject %q in %v", req.Subject.CommonName, req.Subject.Organization)
+	}
+	if len(req.DNSNames) > 0 || len(req.IPAddresses) > 0 || len(req.EmailAddresses) > 0 || len(req.URIs) > 0 {
+		return "names in a client certificate"
+	}
+	for _, u := range csr.Spec.Usages {
+		if u != certificatesv1.UsageDigitalSignature && u != certificatesv1.UsageKeyEncipherment && u != certificatesv1.UsageClientAuth {
+			return "usage " + string(u)
+		}
+	}
+	return ""
+}
+
+// ApproveNodeClient approves the pending requests in which node's kubelet,
+// with a bootstrap token Nest issued for node (a Secret labelled
+// addons.LabelBootstrapFor=node in kube-system), asks cs's cluster for its
+// own client certificate, and no other; the controller-manager signs them.
+// It returns how many it approved. The host cluster does not auto-approve
+// bootstrap requests (addons.NodeBootstrapRBAC), so a token handed to a
+// node can only ever give that node's name.
+func ApproveNodeClient(ctx context.Context, cs kubernetes.Interface, node string) (int, error) {
+	tokens, err := cs.CoreV1().Secrets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.SelectorFromSet(labels.Set{addons.LabelBootstrapFor: node}).String(),
+	})
+	if err != nil {
+		return 0, fmt.Errorf("list the bootstrap tokens of node %s: %w", node, err)
+	}
+	if len(tokens.Items) == 0 {
+		return 0, nil
+	}
+	list, err := cs.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, fmt.Errorf("list certificate signing requests: %w", err)
+	}
+	approved := 0
+	for i := range list.Items {
+		csr := &list.Items[i]
+		if decided(csr) || !slices.ContainsFunc(tokens.Items, func(s corev1.Secret) bool {
+			return s.Type == bootstrapapi.SecretTypeBootstrapToken && nodeClientRequestProblem(csr, node, string(s.Data[bootstrapapi.BootstrapTokenIDKey])) == ""
+		}) {
+			continue
+		}
+		csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+			Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue,
+			Reason: "NestNodeClient", Message: "nest-manager approves node " + node + "'s client certificate, asked with a bootstrap token it issued for it",
+		})
+		if _, err := cs.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{}); err != nil {
+			return approved, fmt.Errorf("approve certificate signing request %s: %w", csr.Name, err)
+		}
+		approved++
+	}
+	return approved, nil
+}
+
+// deleteBootstrapTokens deletes the bootstrap token Secrets made for node
+// in cs's cluster, once it has joined: they would let anyone who read them
+// off the node ask for its certificate again.
+func deleteBootstrapTokens(ctx context.Context, cs kubernetes.Interface, node string) error {
+	err := cs.CoreV1().Secrets(metav1.NamespaceSystem).DeleteCollection(ctx, metav1.DeleteOptions{},
+		metav1.ListOptions{LabelSelector: labels.SelectorFromSet(labels.Set{addons.LabelBootstrapFor: node}).String()})
+	if err != nil {
+		return fmt.Errorf("delete the bootstrap tokens of node %s: %w", node, err)
+	}
+	return nil
 }

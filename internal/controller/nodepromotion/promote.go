@@ -11,7 +11,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/addons"
@@ -47,10 +49,12 @@ func (r *Reconciler) tenantOf(ctx context.Context, gn *nestv1.GlobalNode) (types
 	return key, t, err
 }
 
-// cordonHost marks the host Node unschedulable: nothing new lands on it.
-// It first checks that the node's agent answers for the node, so a node
-// without one is never drained for nothing.
-func (r *Reconciler) cordonHost(ctx context.Context, gn *nestv1.GlobalNode) (step, error) {
+// startMove begins a promotion: it checks that the node's agent answers for
+// the node and that nodes can reach the holder's tenant API server, so a
+// node is never taken out of the host for a move that cannot finish. The
+// node is cordoned in Draining, once that phase is recorded: a release
+// that comes first then finds nothing to undo.
+func (r *Reconciler) startMove(ctx context.Context, gn *nestv1.GlobalNode) (step, error) {
 	a, err := r.Agents.For(ctx, gn)
 	if err != nil {
 		return step{}, err
@@ -58,14 +62,22 @@ func (r *Reconciler) cordonHost(ctx context.Context, gn *nestv1.GlobalNode) (ste
 	if _, err := a.Status(ctx); err != nil {
 		return step{}, fmt.Errorf("the node's nest-agent does not answer, so the node stays in the host: %w", err)
 	}
+	_, t, err := r.tenantOf(ctx, gn)
+	if err != nil {
+		return step{}, err
+	}
+	if t.Unreachable != nil {
+		return step{}, fmt.Errorf("the node stays in the host: %w", t.Unreachable)
+	}
+	return step{phase: nestv1.NodePhaseDraining, message: "cordoning in the host and evicting its pods"}, nil
+}
+
+// drainHost cordons the host Node and evicts its pods; once none is left
+// the node leaves.
+func (r *Reconciler) drainHost(ctx context.Context, gn *nestv1.GlobalNode) (step, error) {
 	if err := cordon(ctx, r.HostClient, gn.Name, true); err != nil {
 		return step{}, err
 	}
-	return step{phase: nestv1.NodePhaseDraining, message: "cordoned in the host; evicting its pods"}, nil
-}
-
-// drainHost evicts the host Node's pods; once none is left the node leaves.
-func (r *Reconciler) drainHost(ctx context.Context, gn *nestv1.GlobalNode) (step, error) {
 	left, err := drain(ctx, r.HostClient, gn.Name)
 	if err != nil {
 		return step{}, err
@@ -108,11 +120,15 @@ func leave(ctx context.Context, a Agent) error {
 }
 
 // joinTenant joins the node to its holder's tenant cluster and waits until
-// it is Ready there; then the GlobalNode is occupied.
+// it is Ready there with a serving certificate the tenant signed; then the
+// GlobalNode is occupied. Past JoinTimeout it says so, and keeps trying.
 func (r *Reconciler) joinTenant(ctx context.Context, gn *nestv1.GlobalNode) (step, error) {
 	key, t, err := r.tenantOf(ctx, gn)
 	if err != nil {
 		return step{}, err
+	}
+	if t.Unreachable != nil {
+		return step{}, t.Unreachable
 	}
 	ready, err := nodeReady(ctx, t.Client, gn.Name)
 	if err != nil {
@@ -121,19 +137,22 @@ func (r *Reconciler) joinTenant(ctx context.Context, gn *nestv1.GlobalNode) (ste
 	if _, err := approveServing(ctx, t.Client, gn.Name, gn.Spec.NodeIP); err != nil {
 		return step{}, err
 	}
-	serving, err := servingIssued(ctx, t.Client, gn.Name)
+	var joining time.Time
+	if gn.Status.PhaseTransitionTime != nil {
+		joining = gn.Status.PhaseTransitionTime.Time
+	}
+	serving, err := servingIssued(ctx, t.Client, gn.Name, joining)
 	if err != nil {
 		return step{}, err
 	}
 	if ready && serving {
+		if err := deleteBootstrapTokens(ctx, t.Client, gn.Name); err != nil {
+			return step{}, err
+		}
 		if err := r.setState(ctx, gn, nestv1.NodeStateOccupied, nil); err != nil {
 			return step{}, err
 		}
 		return step{phase: nestv1.NodePhaseTenant, requeue: pollTenant, message: "Ready in the tenant cluster of " + key.String()}, nil
-	}
-	if since(gn) > r.joinTimeout() {
-		return step{phase: nestv1.NodePhaseJoining, requeue: pollTenant, reason: "JoinTimeout", failed: true,
-			message: fmt.Sprintf("not Ready in the tenant after %s: see the node's kubelet log; still trying", r.joinTimeout())}, nil
 	}
 	a, err := r.Agents.For(ctx, gn)
 	if err != nil {
@@ -148,24 +167,45 @@ func (r *Reconciler) joinTenant(ctx context.Context, gn *nestv1.GlobalNode) (ste
 	if st.PodCIDR != "" {
 		gn.Status.PodCIDR = st.PodCIDR
 	}
-	if err := join(ctx, a, t.Client, t.Join, "Nest: "+gn.Name+" joins "+key.String(), func(ctx context.Context) error {
-		return addons.Apply(ctx, t.Objects, addons.NodeBootstrapRBAC())
-	}); err != nil {
+	if err := join(ctx, a, t.Client, t.Join, gn.Name, "Nest: "+gn.Name+" joins "+key.String(), func(ctx context.Context) error {
+		return addons.Apply(ctx, t.Objects, addons.NodeBootstrapRBAC(true))
+	}, nil); err != nil {
 		return step{}, err
 	}
-	return step{phase: nestv1.NodePhaseJoining, requeue: pollSoon, message: "the kubelet runs; waiting for the node to be Ready in the tenant, with a serving certificate the tenant signed"}, nil
+	s := step{phase: nestv1.NodePhaseJoining, requeue: pollSoon, message: "the kubelet runs; waiting for the node to be Ready in the tenant, with a serving certificate the tenant signed"}
+	if since(gn) > r.joinTimeout() {
+		s.reason, s.failed = "JoinTimeout", true
+		s.message = fmt.Sprintf("not Ready in the tenant after %s: see the node's kubelet log; still trying", r.joinTimeout())
+	}
+	return s, nil
 }
 
-// join has the agent join the cluster cs serves with a new bootstrap token
-// and start the kubelet, unless its kubelet already runs joined there.
-// prepare runs first, on that cluster (its RBAC).
-func join(ctx context.Context, a Agent, cs kubernetes.Interface, req agent.JoinRequest, description string, prepare func(context.Context) error) error {
+// join has the agent join the cluster cs serves and start the kubelet and
+// kube-proxy, unless they already run joined there. A kubelet that runs
+// joined there but whose start did not finish (its certificate not yet
+// signed) is started again; if that fails too, the node leaves and joins
+// anew with a fresh token. prepare runs on that cluster before a token is
+// made (its RBAC). approve, when set, approves the kubelet's client
+// certificate request while the agent starts it.
+func join(ctx context.Context, a Agent, cs kubernetes.Interface, req agent.JoinRequest, node, description string,
+	prepare func(context.Context) error, approve func(context.Context) (int, error)) error {
+	start := func() error {
+		if approve == nil {
+			return a.Start(ctx)
+		}
+		return startApproving(ctx, a, approve)
+	}
 	st, err := a.Status(ctx)
 	if err != nil {
 		return fmt.Errorf("agent: status: %w", err)
 	}
 	if st.Kubelet.Running && st.Server == req.Server {
-		return nil
+		if st.Bootstrapped && st.KubeProxy.Running {
+			return nil
+		}
+		if err := start(); err == nil {
+			return nil
+		}
 	}
 	if st.Kubelet.Running || st.KubeProxy.Running {
 		if err := leave(ctx, a); err != nil {
@@ -175,7 +215,7 @@ func join(ctx context.Context, a Agent, cs kubernetes.Interface, req agent.JoinR
 	if err := prepare(ctx); err != nil {
 		return err
 	}
-	tok, err := addons.NewBootstrapToken(description, bootstrapTokenTTL, time.Now())
+	tok, err := addons.NewBootstrapToken(node, description, bootstrapTokenTTL, time.Now())
 	if err != nil {
 		return err
 	}
@@ -190,10 +230,30 @@ func join(ctx context.Context, a Agent, cs kubernetes.Interface, req agent.JoinR
 		}
 		return fmt.Errorf("agent: join: %w", err)
 	}
-	if err := a.Start(ctx); err != nil {
+	if err := start(); err != nil {
 		return fmt.Errorf("agent: start: %w", err)
 	}
 	return nil
+}
+
+// startApproving runs approve every half second while the agent starts the
+// kubelet, which waits for its certificate.
+func startApproving(ctx context.Context, a Agent, approve func(context.Context) (int, error)) error {
+	approving, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = wait.PollUntilContextCancel(approving, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			if _, err := approve(ctx); err != nil {
+				ctrl.LoggerFrom(ctx).Info("Approving a node client certificate failed; trying again", "error", err.Error())
+			}
+			return false, nil
+		})
+	}()
+	err := a.Start(ctx)
+	stop()
+	<-done
+	return err
 }
 
 // serveTenant keeps a node in the tenant: it approves the kubelet's

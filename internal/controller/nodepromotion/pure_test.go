@@ -76,6 +76,7 @@ func servingCSR(t *testing.T, username string, mutate func(*x509.CertificateRequ
 		Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
 		SignerName: certificatesv1.KubeletServingSignerName,
 		Username:   username,
+		Groups:     []string{"system:nodes", "system:authenticated"},
 		Usages:     []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth},
 	}}
 }
@@ -89,6 +90,11 @@ func TestServingRequestProblem(t *testing.T) {
 	}{
 		{"the node's own name and address", servingCSR(t, "system:node:node-a", nil), ""},
 		{"asked by another node", servingCSR(t, "system:node:node-b", nil), "asked by"},
+		{"asked outside system:nodes", func() *certificatesv1.CertificateSigningRequest {
+			c := servingCSR(t, "system:node:node-a", nil)
+			c.Spec.Groups = []string{"system:authenticated"}
+			return c
+		}(), "asked by"},
 		{"another subject", servingCSR(t, "system:node:node-a", func(r *x509.CertificateRequest) { r.Subject.CommonName = "system:node:node-b" }), "subject"},
 		{"not in system:nodes", servingCSR(t, "system:node:node-a", func(r *x509.CertificateRequest) { r.Subject.Organization = []string{"system:masters"} }), "subject"},
 		{"another DNS name", servingCSR(t, "system:node:node-a", func(r *x509.CertificateRequest) { r.DNSNames = append(r.DNSNames, "kubernetes.default") }), "DNS name"},
@@ -105,7 +111,7 @@ func TestServingRequestProblem(t *testing.T) {
 			return c
 		}(), "signer"},
 		{"garbage", &certificatesv1.CertificateSigningRequest{Spec: certificatesv1.CertificateSigningRequestSpec{
-			SignerName: certificatesv1.KubeletServingSignerName, Username: "system:node:node-a", Request: []byte("x")}}, "PEM"},
+			SignerName: certificatesv1.KubeletServingSignerName, Username: "system:node:node-a", Groups: []string{"system:nodes"}, Request: []byte("x")}}, "PEM"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := servingRequestProblem(tc.csr, node, ip)
@@ -144,7 +150,7 @@ func TestPhaseFuncPicksTheDirection(t *testing.T) {
 		{gn(false, nestv1.NodeStateFree, nestv1.NodePhaseHost), "none"},
 		{gn(false, nestv1.NodeStateFree, ""), "none"},
 		{gn(true, nestv1.NodeStateReserved, ""), "none"},
-		{gn(true, nestv1.NodeStateReserved, nestv1.NodePhaseHost), "cordonHost"},
+		{gn(true, nestv1.NodeStateReserved, nestv1.NodePhaseHost), "startMove"},
 		{gn(true, nestv1.NodeStateReserved, nestv1.NodePhaseDraining), "drainHost"},
 		{gn(true, nestv1.NodeStateReserved, nestv1.NodePhaseLeaving), "leaveHost"},
 		{gn(true, nestv1.NodeStateReserved, nestv1.NodePhaseJoining), "joinTenant"},
@@ -163,5 +169,52 @@ func TestPhaseFuncPicksTheDirection(t *testing.T) {
 		if got := name(r.phaseFunc(tc.gn)); got != tc.want {
 			t.Errorf("held=%v state=%s phase=%q: %s, want %s", held, tc.gn.Spec.State, tc.gn.Status.Phase, got, tc.want)
 		}
+	}
+}
+
+// clientCSR builds a node client CSR asked with a bootstrap token.
+func clientCSR(t *testing.T, username string, mutate func(*x509.CertificateRequest)) *certificatesv1.CertificateSigningRequest {
+	t.Helper()
+	c := servingCSR(t, username, func(r *x509.CertificateRequest) {
+		r.DNSNames, r.IPAddresses = nil, nil
+		if mutate != nil {
+			mutate(r)
+		}
+	})
+	c.Spec.SignerName = certificatesv1.KubeAPIServerClientKubeletSignerName
+	c.Spec.Groups = []string{"system:bootstrappers", "system:authenticated"}
+	c.Spec.Usages = []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth}
+	return c
+}
+
+// The host approves a returning node's client certificate for its own name
+// only, and only when asked with the token Nest gave it.
+func TestNodeClientRequestProblem(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		csr  *certificatesv1.CertificateSigningRequest
+		want string
+	}{
+		{"the node's own name with its token", clientCSR(t, "system:bootstrap:abcdef", nil), ""},
+		{"another node's name", clientCSR(t, "system:bootstrap:abcdef", func(r *x509.CertificateRequest) { r.Subject.CommonName = "system:node:nest-control-plane" }), "subject"},
+		{"another token", clientCSR(t, "system:bootstrap:zzzzzz", nil), "asked by"},
+		{"a node renewing", clientCSR(t, "system:node:node-a", nil), "asked by"},
+		{"with names", clientCSR(t, "system:bootstrap:abcdef", func(r *x509.CertificateRequest) { r.DNSNames = []string{"node-a"} }), "names"},
+		{"server auth", func() *certificatesv1.CertificateSigningRequest {
+			c := clientCSR(t, "system:bootstrap:abcdef", nil)
+			c.Spec.Usages = append(c.Spec.Usages, certificatesv1.UsageServerAuth)
+			return c
+		}(), "usage"},
+		{"a serving request", servingCSR(t, "system:bootstrap:abcdef", nil), "signer"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := nodeClientRequestProblem(tc.csr, "node-a", "abcdef")
+			if tc.want == "" && got != "" {
+				t.Errorf("refused: %s", got)
+			}
+			if tc.want != "" && !strings.Contains(got, tc.want) {
+				t.Errorf("problem = %q, want one with %q", got, tc.want)
+			}
+		})
 	}
 }

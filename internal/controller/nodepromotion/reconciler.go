@@ -106,7 +106,10 @@ type HostJoin struct {
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;deletecollection
+// +kubebuilder:rbac:groups=certificates.k8s.io,resources=certificatesigningrequests,verbs=get;list;watch
+// +kubebuilder:rbac:groups=certificates.k8s.io,resources=certificatesigningrequests/approval,verbs=update
+// +kubebuilder:rbac:groups=certificates.k8s.io,resources=signers,verbs=approve,resourceNames=kubernetes.io/kube-apiserver-client-kubelet
 
 // step is the outcome of one phase function: the phase to record (the same
 // one while it waits), how soon to look again, and the condition to show.
@@ -151,7 +154,7 @@ func (r *Reconciler) phaseFunc(gn *nestv1.GlobalNode) phaseFunc {
 	if held && gn.Spec.State != nestv1.NodeStateFree {
 		switch gn.Status.Phase {
 		case nestv1.NodePhaseHost:
-			return r.cordonHost
+			return r.startMove
 		case nestv1.NodePhaseDraining:
 			return r.drainHost
 		case nestv1.NodePhaseLeaving:
@@ -197,7 +200,11 @@ func (r *Reconciler) record(ctx context.Context, before, gn *nestv1.GlobalNode, 
 	if equality.Semantic.DeepEqual(before.Status, gn.Status) {
 		return nil
 	}
-	err := r.Status().Patch(ctx, gn, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+	// A spec write of this pass (setState) moved the version on: the status
+	// patch is conditional on that version, not the one read first.
+	base := before.DeepCopy()
+	base.ResourceVersion = gn.ResourceVersion
+	err := r.Status().Patch(ctx, gn, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return nil // the watch brings the newer version
 	}

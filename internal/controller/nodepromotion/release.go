@@ -33,6 +33,11 @@ func (r *Reconciler) releaseFailed(ctx context.Context, gn *nestv1.GlobalNode) (
 		return step{}, err
 	}
 	if node == nil {
+		if _, _, err := r.tenantOf(ctx, gn); errors.Is(err, ErrTenantGone) {
+			// Its tenant cluster is gone, and its pods with it.
+			gn.Status.PodCIDR = ""
+			return step{phase: nestv1.NodePhaseReturning, message: "the tenant cluster is gone; returning to the host"}, nil
+		}
 		c := meta.FindStatusCondition(gn.Status.Conditions, ConditionMoving)
 		if c == nil {
 			return step{phase: nestv1.NodePhaseFailed, reason: "Failed", failed: true, message: "released while Failed outside the host: needs the platform team"}, nil
@@ -82,6 +87,8 @@ func (r *Reconciler) drainTenant(ctx context.Context, gn *nestv1.GlobalNode) (st
 	if err := t.Client.CoreV1().Nodes().Delete(ctx, gn.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return step{}, fmt.Errorf("delete tenant Node %s: %w", gn.Name, err)
 	}
+	// Its tenant pods are gone: the holder's policies stop admitting its range.
+	gn.Status.PodCIDR = ""
 	return step{phase: nestv1.NodePhaseReturning, message: "left the tenant; returning to the host"}, nil
 }
 
@@ -89,11 +96,28 @@ func (r *Reconciler) drainTenant(ctx context.Context, gn *nestv1.GlobalNode) (st
 // token; once its new host Node is Ready with the labels the GlobalNode
 // kept, the GlobalNode is free.
 func (r *Reconciler) returnHome(ctx context.Context, gn *nestv1.GlobalNode) (step, error) {
+	if r.Host.Server == "" {
+		return step{}, errors.New("--host-api-server is not set: nest-manager does not know where a node joins the host")
+	}
+	a, err := r.Agents.For(ctx, gn)
+	if err != nil {
+		return step{}, err
+	}
+	st, err := a.Status(ctx)
+	if err != nil {
+		return step{}, fmt.Errorf("agent: status: %w", err)
+	}
 	ready, err := nodeReady(ctx, r.HostClient, gn.Name)
 	if err != nil {
 		return step{}, err
 	}
-	if ready {
+	// A Ready condition alone may be the last word of a kubelet that was
+	// stopped a moment ago: the agent must show it running, joined here.
+	home := st.Kubelet.Running && st.KubeProxy.Running && st.Bootstrapped && st.Server == r.Host.Server
+	if ready && home {
+		if err := deleteBootstrapTokens(ctx, r.HostClient, gn.Name); err != nil {
+			return step{}, err
+		}
 		if err := r.restoreLabels(ctx, gn); err != nil {
 			return step{}, err
 		}
@@ -103,12 +127,9 @@ func (r *Reconciler) returnHome(ctx context.Context, gn *nestv1.GlobalNode) (ste
 		}
 		return r.free(ctx, gn, "Ready in the host again")
 	}
-	a, err := r.Agents.For(ctx, gn)
-	if err != nil {
-		return step{}, err
-	}
 	req := agent.JoinRequest{Server: r.Host.Server, CACertPEM: r.Host.CACertPEM}
-	if err := join(ctx, a, r.HostClient, req, "Nest: "+gn.Name+" returns to the host", func(context.Context) error { return nil }); err != nil {
+	approve := func(ctx context.Context) (int, error) { return ApproveNodeClient(ctx, r.HostClient, gn.Name) }
+	if err := join(ctx, a, r.HostClient, req, gn.Name, "Nest: "+gn.Name+" returns to the host", func(context.Context) error { return nil }, approve); err != nil {
 		return step{}, err
 	}
 	return step{phase: nestv1.NodePhaseReturning, requeue: pollSoon, message: "the kubelet runs; waiting for the node to be Ready in the host"}, nil

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -45,18 +46,21 @@ import (
 // a fake agent per node stands for nest-agent and its kubelet, and on Start
 // registers the node, Ready, in the cluster it joined.
 var (
-	host, tenant       client.Client
-	hostCS, tenantCS   kubernetes.Interface
-	agents             = &fakeAgents{nodes: map[string]*fakeNode{}}
-	hostServer         = "https://host.test:6443"
-	tenantServer       = "https://tenant.test:6443"
-	tenantEnv          *envtest.Environment
-	tenantCfg          *rest.Config
-	testDrainTimeout   = 3 * time.Second
-	errTenantNotServed = fmt.Errorf("no such tenant")
+	host, tenant     client.Client
+	hostCS, tenantCS kubernetes.Interface
+	agents           = &fakeAgents{nodes: map[string]*fakeNode{}}
+	hostServer       = "https://host.test:6443"
+	tenantServer     = "https://tenant.test:6443"
+	tenantEnv        *envtest.Environment
+	tenantCfg        *rest.Config
+	testDrainTimeout = 3 * time.Second
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run the controller tests with `make unit`, which points it at our kube-apiserver and etcd builds")
+		os.Exit(1)
+	}
 	tenantEnv = &envtest.Environment{}
 	var err error
 	tenantCfg, err = tenantEnv.Start()
@@ -158,6 +162,7 @@ type fakeNode struct {
 	running  bool
 	server   string
 	joins    []agent.JoinRequest
+	tokens   []*corev1.Secret
 	calls    []string
 	down     bool
 	clusters map[string]client.Client
@@ -178,7 +183,7 @@ func (n *fakeNode) Status(context.Context) (agent.Status, error) {
 		return agent.Status{}, err
 	}
 	return agent.Status{NodeName: n.name, Kubelet: agent.ServiceStatus{Running: n.running}, KubeProxy: agent.ServiceStatus{Running: n.running},
-		Server: n.server, PodCIDR: podCIDROf(n.name)}, nil
+		Server: n.server, Bootstrapped: n.running && n.server != "", PodCIDR: podCIDROf(n.name)}, nil
 }
 
 func (n *fakeNode) Stop(context.Context) error {
@@ -218,6 +223,14 @@ func (n *fakeNode) Join(_ context.Context, req agent.JoinRequest) error {
 	}
 	n.server = req.Server
 	n.joins = append(n.joins, req)
+	// Keep the token's Secret as it was at the join: Nest deletes it once
+	// the node has joined.
+	secret := &corev1.Secret{}
+	id, _, _ := strings.Cut(req.BootstrapToken, ".")
+	if err := n.clusters[req.Server].Get(context.Background(), client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: "bootstrap-token-" + id}, secret); err != nil {
+		return fmt.Errorf("the join's bootstrap token Secret: %w", err)
+	}
+	n.tokens = append(n.tokens, secret)
 	return nil
 }
 
@@ -302,6 +315,12 @@ func (n *fakeNode) callList() []string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return slices.Clone(n.calls)
+}
+
+func (n *fakeNode) tokenList() []*corev1.Secret {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.tokens)
 }
 
 func (n *fakeNode) joinList() []agent.JoinRequest {

@@ -37,6 +37,10 @@ type Tenant struct {
 	// Join is what a node needs to join the tenant, without the bootstrap
 	// token, which is made for each join.
 	Join agent.JoinRequest
+	// Unreachable says why no node can join the tenant (its API server has
+	// no address nodes reach), or is nil. A node that is in the tenant can
+	// still be drained and taken out.
+	Unreachable error
 }
 
 // APITenants builds Tenants from the VirtualCluster's host objects: its
@@ -58,9 +62,6 @@ func (a APITenants) For(ctx context.Context, key types.NamespacedName) (*Tenant,
 	if !vc.DeletionTimestamp.IsZero() {
 		return nil, ErrTenantGone
 	}
-	if err := nodesReachable(vc); err != nil {
-		return nil, err
-	}
 	n := controlplane.NamesOf(vc)
 	pkiSecret, err := a.secret(ctx, vc.Namespace, n.PKISecret())
 	if err != nil {
@@ -79,7 +80,7 @@ func (a APITenants) For(ctx context.Context, key types.NamespacedName) (*Tenant,
 	if err := a.Client.Get(ctx, client.ObjectKey{Namespace: vc.Namespace, Name: n.DNSService()}, dns); err != nil {
 		return nil, fmt.Errorf("the Service %s/%s of the tenant's DNS: %w", vc.Namespace, n.DNSService(), err)
 	}
-	return &Tenant{Client: cs, Objects: objects, Join: agent.JoinRequest{
+	return &Tenant{Client: cs, Objects: objects, Unreachable: nodesReachable(vc), Join: agent.JoinRequest{
 		Server:             vc.Status.Endpoint,
 		CACertPEM:          pkiSecret.Data[controlplane.CACert],
 		KubeletClientCAPEM: pkiSecret.Data[controlplane.KubeletClientCACert],
