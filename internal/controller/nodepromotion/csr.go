@@ -72,6 +72,14 @@ func servingRequestProblem(csr *certificatesv1.CertificateSigningRequest, node, 
 // of node at ip in the tenant, and only those servingRequestProblem passes.
 // It returns how many it approved.
 func approveServing(ctx context.Context, cs kubernetes.Interface, node, ip string) (int, error) {
+	return approveWhere(ctx, cs, func(csr *certificatesv1.CertificateSigningRequest) bool {
+		return servingRequestProblem(csr, node, ip) == ""
+	}, "NestNodeServing", "nest-manager approves serving certificates of promoted node "+node+" for its own name and address")
+}
+
+// approveWhere approves the undecided requests in cs's cluster that accept
+// passes, with reason and message, and returns how many it approved.
+func approveWhere(ctx context.Context, cs kubernetes.Interface, accept func(*certificatesv1.CertificateSigningRequest) bool, reason, message string) (int, error) {
 	list, err := cs.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return 0, fmt.Errorf("list certificate signing requests: %w", err)
@@ -79,12 +87,11 @@ func approveServing(ctx context.Context, cs kubernetes.Interface, node, ip strin
 	approved := 0
 	for i := range list.Items {
 		csr := &list.Items[i]
-		if decided(csr) || servingRequestProblem(csr, node, ip) != "" {
+		if decided(csr) || !accept(csr) {
 			continue
 		}
 		csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
-			Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue,
-			Reason: "NestNodeServing", Message: "nest-manager approves serving certificates of promoted node " + node + " for its own name and address",
+			Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: reason, Message: message,
 		})
 		if _, err := cs.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{}); err != nil {
 			return approved, fmt.Errorf("approve certificate signing request %s: %w", csr.Name, err)
@@ -171,28 +178,11 @@ func ApproveNodeClient(ctx context.Context, cs kubernetes.Interface, node string
 	if len(tokens.Items) == 0 {
 		return 0, nil
 	}
-	list, err := cs.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return 0, fmt.Errorf("list certificate signing requests: %w", err)
-	}
-	approved := 0
-	for i := range list.Items {
-		csr := &list.Items[i]
-		if decided(csr) || !slices.ContainsFunc(tokens.Items, func(s corev1.Secret) bool {
+	return approveWhere(ctx, cs, func(csr *certificatesv1.CertificateSigningRequest) bool {
+		return slices.ContainsFunc(tokens.Items, func(s corev1.Secret) bool {
 			return s.Type == bootstrapapi.SecretTypeBootstrapToken && nodeClientRequestProblem(csr, node, string(s.Data[bootstrapapi.BootstrapTokenIDKey])) == ""
-		}) {
-			continue
-		}
-		csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
-			Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue,
-			Reason: "NestNodeClient", Message: "nest-manager approves node " + node + "'s client certificate, asked with a bootstrap token it issued for it",
 		})
-		if _, err := cs.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{}); err != nil {
-			return approved, fmt.Errorf("approve certificate signing request %s: %w", csr.Name, err)
-		}
-		approved++
-	}
-	return approved, nil
+	}, "NestNodeClient", "nest-manager approves node "+node+"'s client certificate, asked with a bootstrap token it issued for it")
 }
 
 // deleteBootstrapTokens deletes the bootstrap token Secrets made for node
