@@ -144,7 +144,7 @@ func checkHeld(name string, holder types.NamespacedName) error {
 	case gn.Status.VirtualCluster != key:
 		return fmt.Errorf("GlobalNode %s: status.virtualCluster %q, want %q", name, gn.Status.VirtualCluster, key)
 	case gn.Status.Phase != nestv1.NodePhaseHost:
-		return fmt.Errorf("GlobalNode %s: phase %q, want Host: nothing moves a node yet", name, gn.Status.Phase)
+		return fmt.Errorf("GlobalNode %s: phase %q, want Host: node promotion does not run in this suite", name, gn.Status.Phase)
 	}
 	return nil
 }

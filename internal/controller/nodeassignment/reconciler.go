@@ -9,9 +9,10 @@
 // read, that sets state reserved and the nest.dev/held-by annotation
 // ("namespace/name"); status.virtualCluster follows. So two VirtualClusters
 // never hold one node. A pass claims all the nodes its requests need or
-// none. A held node is only reserved: nothing moves it out of the host (no
-// nest-agent yet), so its phase stays Host. A finalizer of its own releases a
-// VirtualCluster's nodes before the VirtualCluster is deleted.
+// none. Node promotion then moves a held node (package nodepromotion); a
+// release of a node it has moved only withdraws the claim, and node
+// promotion frees the node once it is home. A finalizer of its own keeps a
+// VirtualCluster until its nodes are released and home.
 package nodeassignment
 
 import (
