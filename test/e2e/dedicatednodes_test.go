@@ -201,29 +201,10 @@ func waitGlobalNode(t testing.TB, ctx context.Context, host client.Client, name 
 // through the tenant API server, which reaches the node's kubelet.
 func checkTenantPodOn(t *testing.T, ctx context.Context, host client.Client, tn *framework.Tenant, node string) {
 	cs := tn.Clientset(t)
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "on-dedicated", Namespace: metav1.NamespaceDefault},
-		Spec: corev1.PodSpec{
-			NodeSelector: map[string]string{corev1.LabelHostname: node},
-			Containers:   []corev1.Container{{Name: "app", Image: images.TestApp, ImagePullPolicy: corev1.PullNever}},
-		},
+	pod := runTenantPod(t, ctx, cs, "on-dedicated", map[string]string{corev1.LabelHostname: node})
+	if pod.Spec.NodeName != node {
+		t.Fatalf("pod %s runs on %q, want %s", pod.Name, pod.Spec.NodeName, node)
 	}
-	if _, err := cs.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		_ = cs.CoreV1().Pods(pod.Namespace).Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
-	}()
-	testutil.Eventually(t, 2*time.Minute, "pod on "+node+" Running", func() error {
-		p, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if p.Spec.NodeName != node || p.Status.Phase != corev1.PodRunning {
-			return fmt.Errorf("node %q phase %s", p.Spec.NodeName, p.Status.Phase)
-		}
-		return nil
-	})
 	testutil.Eventually(t, time.Minute, "log of the pod on "+node, func() error {
 		data, err := cs.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
 		if err != nil {
@@ -263,8 +244,9 @@ func checkAcrossModes(t *testing.T, ctx context.Context, tn *framework.Tenant, n
 	}
 }
 
-// runTenantPod runs a testapp pod named name on the nodes selector picks and
-// returns it once it runs with an IP; it is deleted when the test ends.
+// runTenantPod runs a testapp pod named name in cs's default namespace on
+// the nodes selector picks and returns it once it runs with an IP; it is
+// deleted when the test ends.
 func runTenantPod(t *testing.T, ctx context.Context, cs kubernetes.Interface, name string, selector map[string]string) *corev1.Pod {
 	t.Helper()
 	pod := &corev1.Pod{

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -16,14 +17,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
 
 	"github.com/nestdev/nest/internal/addons"
 	"github.com/nestdev/nest/internal/agent"
 	"github.com/nestdev/nest/internal/components"
 	"github.com/nestdev/nest/internal/controller/nodepromotion"
 	"github.com/nestdev/nest/internal/devcluster"
-	"github.com/nestdev/nest/internal/images"
 	"github.com/nestdev/nest/internal/pki"
 	"github.com/nestdev/nest/test/e2e/framework"
 )
@@ -136,7 +135,9 @@ func TestNodeAgent(t *testing.T) {
 		}
 		waitNodeReady(t, ctx, cs, worker.Name)
 		requireIssuedNodeCSR(t, ctx, cs, worker.Name, joined)
-		runPodOn(t, ctx, cs, worker.Name)
+		if pod := runTenantPod(t, ctx, cs, "on-"+worker.Name, map[string]string{corev1.LabelHostname: worker.Name}); pod.Spec.NodeName != worker.Name {
+			t.Errorf("pod %s runs on %q, want %s", pod.Name, pod.Spec.NodeName, worker.Name)
+		}
 		st, err = manager.Status(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -236,7 +237,7 @@ func requireIssuedNodeCSR(t *testing.T, ctx context.Context, cs kubernetes.Inter
 		if csr.Spec.SignerName != certificatesv1.KubeAPIServerClientKubeletSignerName || csr.CreationTimestamp.Time.Before(since.Add(-time.Second).Truncate(time.Second)) {
 			continue
 		}
-		if len(csr.Spec.Groups) > 0 && contains(csr.Spec.Groups, "system:bootstrappers") && len(csr.Status.Certificate) > 0 {
+		if len(csr.Spec.Groups) > 0 && slices.Contains(csr.Spec.Groups, "system:bootstrappers") && len(csr.Status.Certificate) > 0 {
 			cert, err := pki.ParseCertificate(csr.Status.Certificate)
 			if err != nil {
 				t.Fatal(err)
@@ -248,43 +249,4 @@ func requireIssuedNodeCSR(t *testing.T, ctx context.Context, cs kubernetes.Inter
 		}
 	}
 	t.Errorf("no node client CSR from a bootstrap token since %s was issued (%d CSRs)", since.Format(time.RFC3339), len(list.Items))
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
-}
-
-// runPodOn runs a testapp pod bound to node and waits until it runs.
-func runPodOn(t *testing.T, ctx context.Context, cs kubernetes.Interface, node string) {
-	t.Helper()
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "on-" + node + "-", Namespace: metav1.NamespaceDefault},
-		Spec: corev1.PodSpec{
-			NodeName:                      node,
-			TerminationGracePeriodSeconds: ptr.To[int64](0),
-			Containers:                    []corev1.Container{{Name: "app", Image: images.TestApp, ImagePullPolicy: corev1.PullNever}},
-		},
-	}
-	created, err := cs.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cs.CoreV1().Pods(created.Namespace).Delete(context.Background(), created.Name, metav1.DeleteOptions{})
-	})
-	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		p, err := cs.CoreV1().Pods(created.Namespace).Get(ctx, created.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		return p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "", nil
-	})
-	if err != nil {
-		t.Fatalf("pod %s on %s does not run: %v", created.Name, node, err)
-	}
 }
