@@ -102,9 +102,11 @@ var HostObjects = []HostObject{
 		MadeBy: MadeByNest, Deletion: DeleteRest, Watched: true, CachedByLabel: true,
 	},
 	{
-		New:    func() client.Object { return &corev1.ConfigMap{} },
-		Names:  Names.ConfigMaps,
-		Build:  eachOf(DNSConfigMapFor),
+		New:   func() client.Object { return &corev1.ConfigMap{} },
+		Names: Names.ConfigMaps,
+		Build: func(vc *nestv1.VirtualCluster, _ Options, _ ServiceIPs) ([]client.Object, error) {
+			return []client.Object{DNSConfigMapFor(vc), DedicatedNodesConfigMapFor(vc, nil)}, nil
+		},
 		MadeBy: MadeByNest, Deletion: DeleteRest, Watched: true, CachedByLabel: true,
 	},
 	{

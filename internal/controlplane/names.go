@@ -120,8 +120,12 @@ func (n Names) Secrets() []string {
 	return []string{n.PKISecret(), n.ComponentKubeconfigSecret(), n.KubeconfigSecret()}
 }
 
+// DedicatedNodesConfigMap holds the pod CIDRs of the VirtualCluster's
+// dedicated nodes, which nest-syncer admits behind host Services.
+func (n Names) DedicatedNodesConfigMap() string { return syncer.DedicatedNodesConfigMap(n.VirtualCluster) }
+
 // ConfigMaps are the ConfigMaps Nest itself keeps in the namespace.
-func (n Names) ConfigMaps() []string { return []string{n.DNSConfigMap()} }
+func (n Names) ConfigMaps() []string { return []string{n.DNSConfigMap(), n.DedicatedNodesConfigMap()} }
 
 // Services are the Services Nest itself keeps in the namespace.
 func (n Names) Services() []string { return []string{n.Service(), n.DNSService()} }

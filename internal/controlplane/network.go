@@ -254,3 +254,15 @@ func ports(protocol corev1.Protocol, numbers ...int32) []networkingv1.NetworkPol
 	}
 	return out
 }
+
+// DedicatedNodesConfigMapFor returns the ConfigMap that tells nest-syncer
+// the pod CIDRs of vc's dedicated nodes, the same ranges
+// NetworkPoliciesWith admits: the syncer names pods in them behind the host
+// copies of the tenant's Services.
+func DedicatedNodesConfigMapFor(vc *nestv1.VirtualCluster, dedicatedPodCIDRs []netip.Prefix) *corev1.ConfigMap {
+	n := NamesOf(vc)
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: n.DedicatedNodesConfigMap(), Namespace: n.Namespace, Labels: n.Labels()},
+		Data:       map[string]string{syncer.DedicatedPodCIDRsKey: syncer.FormatPodCIDRs(dedicatedPodCIDRs)},
+	}
+}

@@ -88,7 +88,7 @@ func CNIConfig(n Node) ([]byte, error) {
 				"hairpinMode": true,
 				"ipam": map[string]any{
 					"type":    "host-local",
-					"dataDir": filepath.Join(n.Dir, "cni", "ipam"),
+					"dataDir": n.IPAMDir(),
 					"ranges":  [][]map[string]string{{{"subnet": n.PodCIDR.String()}}},
 					"routes":  []map[string]string{{"dst": "0.0.0.0/0"}},
 				},

@@ -51,6 +51,10 @@ type Node struct {
 	Dir string
 }
 
+// IPAMDir is where the node's CNI IPAM (host-local) records the pod IPs it
+// gave out: a file named after each IP, under a directory per network.
+func (n Node) IPAMDir() string { return filepath.Join(n.Dir, "cni", "ipam") }
+
 // ControlPlane reports whether the node runs the control plane.
 func (n Node) ControlPlane() bool { return n.Index == 0 }
 

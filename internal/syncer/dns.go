@@ -140,11 +140,10 @@ func (s *serviceSyncer) Records() []DNSRecord {
 			records = append(records, s.tr.HeadlessRecords(svc, endpoints)...)
 			continue
 		}
-		// The host copy's ClusterIP, which host pods reach; a Service with
-		// none (no selector) answers with its own, as in any cluster.
+		// A Service with no host copy answers with its own, as in any cluster.
 		ip := svc.Spec.ClusterIP
-		if host, err := s.hostServices.Get(HostName(s.tr.VirtualCluster, svc.Namespace, svc.Name)); err == nil {
-			ip = host.Spec.ClusterIP
+		if hostIP := s.hostIP(svc); hostIP != "" {
+			ip = hostIP
 		}
 		if r, ok := s.tr.ServiceRecord(svc.Namespace, svc.Name, ip); ok {
 			records = append(records, r)
@@ -159,13 +158,23 @@ func (s *serviceSyncer) addresses(namespace string) []ServiceAddress {
 	tenant, _ := s.tenantServices.Services(namespace).List(labels.Everything())
 	out := make([]ServiceAddress, 0, len(tenant))
 	for _, svc := range tenant {
-		hostIP := ""
-		if host, err := s.hostServices.Get(HostName(s.tr.VirtualCluster, svc.Namespace, svc.Name)); err == nil {
-			hostIP = host.Spec.ClusterIP
-		}
-		out = append(out, AddressOf(svc, hostIP))
+		out = append(out, AddressOf(svc, s.hostIP(svc)))
 	}
 	return out
+}
+
+// hostIP is the ClusterIP at which host pods reach the tenant Service svc:
+// its host copy's, or DNSServer for the cluster DNS Service, which fronts
+// the control-plane pod as the host's in-cluster Service does; "" when the
+// Service has no host copy.
+func (s *serviceSyncer) hostIP(svc *corev1.Service) string {
+	if IsClusterDNSService(svc) {
+		return s.tr.DNSServer
+	}
+	if host, err := s.hostServices.Get(HostName(s.tr.VirtualCluster, svc.Namespace, svc.Name)); err == nil {
+		return host.Spec.ClusterIP
+	}
+	return ""
 }
 
 // zoneRecords are the tenant's records the hosts file cannot hold (see

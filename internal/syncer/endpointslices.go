@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -26,8 +27,11 @@ import (
 // (EndpointSlices, or Endpoints that the tenant controller-manager mirrors
 // into slices). The host cannot compute them, so the syncer copies them onto
 // the host copy of the Service, keeping only endpoints that are the
-// addresses of the tenant's own host pods: a tenant can point its Service at
-// its pods, never at a host address or another tenant's pod.
+// addresses of the tenant's own host pods or of pods on its dedicated nodes:
+// a tenant can point its Service at its pods, never at a host address or
+// another tenant's pod. Services with a selector have host slices too once
+// the tenant holds dedicated nodes: the host's EndpointSlice controller
+// names the host pods, and the syncer adds the endpoints on dedicated nodes.
 
 const (
 	// LabelTenantService is the tenant Service a host EndpointSlice belongs
@@ -118,11 +122,14 @@ type endpointSliceSyncer struct {
 	hostServices   corelisters.ServiceNamespaceLister
 	hostSlices     discoverylisters.EndpointSliceNamespaceLister
 	hostPods       corelisters.PodNamespaceLister
+	// dedicated returns the pod CIDRs of the tenant's dedicated nodes, as
+	// nest-manager records them (DedicatedNodesConfigMap).
+	dedicated func() []netip.Prefix
 }
 
 // sync writes the host slices the tenant Service key should have and
-// deletes the others. A Service with a selector, or whose host copy does
-// not exist yet, should have none; the host copy's event brings the key back.
+// deletes the others. A Service whose host copy does not exist yet should
+// have none; the host copy's event brings the key back.
 func (e *endpointSliceSyncer) sync(ctx context.Context, key string) (time.Duration, error) {
 	namespace, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
@@ -222,8 +229,13 @@ func (e *endpointSliceSyncer) wanted(namespace, name string) ([]*discoveryv1.End
 	if err != nil {
 		return nil, err
 	}
+	selected := len(svc.Spec.Selector) > 0
+	dedicated := e.dedicatedPodCIDRs()
+	if selected && len(dedicated) == 0 {
+		return nil, nil
+	}
 	hostSvc, err := e.hostServices.Get(HostName(e.tr.VirtualCluster, namespace, name))
-	if apierrors.IsNotFound(err) || len(svc.Spec.Selector) > 0 {
+	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
 	if err != nil {
@@ -236,7 +248,14 @@ func (e *endpointSliceSyncer) wanted(namespace, name string) ([]*discoveryv1.End
 	if err != nil {
 		return nil, err
 	}
-	want, dropped := e.tr.HostEndpointSlices(hostSvc, tenant, e.podIPs())
+	onDedicated := inPrefixes(dedicated)
+	if selected {
+		// The host's controller has the host pods; only the rest is ours.
+		want, _ := e.tr.HostEndpointSlices(hostSvc, tenant, onDedicated)
+		return slices.DeleteFunc(want, func(s *discoveryv1.EndpointSlice) bool { return len(s.Endpoints) == 0 }), nil
+	}
+	isPod := e.podIPs()
+	want, dropped := e.tr.HostEndpointSlices(hostSvc, tenant, func(a string) bool { return isPod(a) || onDedicated(a) })
 	if dropped > 0 {
 		e.recorder.Eventf(svc, corev1.EventTypeWarning, "EndpointsNotCopied",
 			"%d endpoints or slices of this Service are not served: only the addresses of this cluster's pods are, in at most %d EndpointSlices", dropped, MaxHostEndpointSlices)
@@ -268,14 +287,25 @@ func holdsItsIP(p *corev1.Pod) bool {
 	return p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
 }
 
-// keys are the resync keys: every tenant Service without a selector, and
-// the tenant Service of every host slice, so slices left from a Service
-// deleted while the syncer was down are found.
+// dedicatedPodCIDRs are the pod CIDRs of the tenant's dedicated nodes;
+// none without the ConfigMap.
+func (e *endpointSliceSyncer) dedicatedPodCIDRs() []netip.Prefix {
+	if e.dedicated == nil {
+		return nil
+	}
+	return e.dedicated()
+}
+
+// keys are the resync keys: every tenant Service without a selector (every
+// tenant Service while the tenant has dedicated nodes), and the tenant
+// Service of every host slice, so slices left from a Service deleted while
+// the syncer was down are found.
 func (e *endpointSliceSyncer) keys() []string {
 	var out []string
+	all := len(e.dedicatedPodCIDRs()) > 0
 	tenant, _ := e.tenantServices.List(labels.Everything())
 	for _, svc := range tenant {
-		if len(svc.Spec.Selector) == 0 {
+		if all || len(svc.Spec.Selector) == 0 {
 			out = append(out, svc.Namespace+"/"+svc.Name)
 		}
 	}

@@ -64,6 +64,7 @@ func (s *syncer) addHandlers(ctx context.Context) {
 	_, _ = s.tenantF.Core().V1().Services().Informer().AddEventHandler(onEvery(func(obj metav1.Object) {
 		addKey(s.services)(obj)
 		addKey(s.slices)(obj)
+		s.clusterDNSChanged(obj)
 	}))
 	_, _ = s.hostF.Core().V1().Services().Informer().AddEventHandler(onEvery(func(obj metav1.Object) {
 		addTenantKey(s.services)(obj)
@@ -75,10 +76,19 @@ func (s *syncer) addHandlers(ctx context.Context) {
 		if svc := obj.GetLabels()[discoveryv1.LabelServiceName]; svc != "" {
 			s.slices.add(obj.GetNamespace() + "/" + svc)
 		}
+		s.clusterDNSChanged(obj)
 	}))
 	_, _ = s.hostF.Discovery().V1().EndpointSlices().Informer().AddEventHandler(onEvery(func(obj metav1.Object) {
 		if ns, svc := obj.GetLabels()[LabelTenantNamespace], obj.GetLabels()[LabelTenantService]; ns != "" && svc != "" {
 			s.slices.add(ns + "/" + svc)
+		}
+	}))
+	// New dedicated pod CIDRs change which endpoints every Service's host
+	// slices may name.
+	_, _ = s.dedicatedF.Core().V1().ConfigMaps().Informer().AddEventHandler(onEvery(func(metav1.Object) {
+		services, _ := s.serviceSync.tenantServices.List(labels.Everything())
+		for _, svc := range services {
+			s.slices.add(svc.Namespace + "/" + svc.Name)
 		}
 	}))
 	_, _ = s.events.Core().V1().Events().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -89,6 +99,19 @@ func (s *syncer) addHandlers(ctx context.Context) {
 			}
 		},
 	})
+}
+
+// clusterDNSChanged queues the cluster DNS syncer's key when obj is what
+// it keeps or reads: the kube-dns Service and its slice, and the slice of
+// the "kubernetes" Service, whose port it repeats.
+func (s *syncer) clusterDNSChanged(obj metav1.Object) {
+	if s.clusterDNS == nil {
+		return
+	}
+	switch obj.GetNamespace() + "/" + obj.GetName() {
+	case clusterDNSKey, ClusterDNSNamespace + "/" + clusterDNSSlice, metav1.NamespaceDefault + "/kubernetes":
+		s.clusterDNS.add(clusterDNSKey)
+	}
 }
 
 // addSelectorlessServices queues every tenant Service without a selector

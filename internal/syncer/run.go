@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"runtime"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -111,17 +113,24 @@ type syncer struct {
 	// controller runs (orphans deletes the host pods it misses); the DNS
 	// syncer is serviceSync.dns.
 	configMaps, secrets, services, slices, tokens, orphans, tenantDeletes *kindSyncer
-	tenantF                                                               informers.SharedInformerFactory
+	// clusterDNS keeps the tenant's kube-system/kube-dns Service; nil
+	// without Options.NodeIP, the control-plane pod's IP it points at.
+	clusterDNS *kindSyncer
+	tenantF    informers.SharedInformerFactory
 	// nodes are the virtual nodes' names; pods are the tenant pods bound
 	// to them.
-	nodes    []string
-	pods     *podsOnNodes
-	hostF    informers.SharedInformerFactory
-	events   informers.SharedInformerFactory
-	tenant   kubernetes.Interface
-	recorder record.EventRecorder
-	ready    atomic.Bool
-	started  time.Time
+	nodes  []string
+	pods   *podsOnNodes
+	hostF  informers.SharedInformerFactory
+	events informers.SharedInformerFactory
+	// dedicatedF watches the one host ConfigMap with the pod CIDRs of the
+	// tenant's dedicated nodes (DedicatedNodesConfigMap), which nest-manager
+	// writes and so does not carry the labels of the syncer's copies.
+	dedicatedF informers.SharedInformerFactory
+	tenant     kubernetes.Interface
+	recorder   record.EventRecorder
+	ready      atomic.Bool
+	started    time.Time
 }
 
 // Workers of each kind syncer. Copies are made on demand by the pod
@@ -173,6 +182,12 @@ func newSyncerFor(ctx context.Context, o Options, tenant, host kubernetes.Interf
 	s.hostF = informers.NewSharedInformerFactoryWithOptions(host, 0, informers.WithNamespace(o.HostNamespace),
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = ours }))
 	s.events = informers.NewSharedInformerFactoryWithOptions(host, 0, informers.WithNamespace(o.HostNamespace))
+	dedicatedName := DedicatedNodesConfigMap(o.VirtualCluster)
+	s.dedicatedF = informers.NewSharedInformerFactoryWithOptions(host, 0, informers.WithNamespace(o.HostNamespace),
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+			lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", dedicatedName).String()
+		}))
+	dedicatedConfigMaps := s.dedicatedF.Core().V1().ConfigMaps().Lister().ConfigMaps(o.HostNamespace)
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: tenant.CoreV1().Events("")})
@@ -226,8 +241,20 @@ func newSyncerFor(ctx context.Context, o Options, tenant, host kubernetes.Interf
 		hostServices: s.serviceSync.hostServices,
 		hostSlices:   s.hostF.Discovery().V1().EndpointSlices().Lister().EndpointSlices(o.HostNamespace),
 		hostPods:     s.provider.hostPods,
+		dedicated: func() []netip.Prefix {
+			cm, err := dedicatedConfigMaps.Get(dedicatedName)
+			if err != nil {
+				return nil
+			}
+			return ParsePodCIDRs(cm.Data[DedicatedPodCIDRsKey])
+		},
 	}
 	s.slices = newKindSyncer("endpointslices", serviceWorkers, s.endpointSlices.sync, s.endpointSlices.keys)
+	if o.NodeIP != "" {
+		dns := &clusterDNSSyncer{tr: o.Translator, podIP: o.NodeIP, tenant: tenant,
+			services: s.serviceSync.tenantServices, slices: s.serviceSync.tenantSlices}
+		s.clusterDNS = newKindSyncer("clusterdns", 1, dns.sync, func() []string { return []string{clusterDNSKey} })
+	}
 	s.configMaps = newKindSyncer("configmaps", configMapWorkers, objects.syncConfigMap, copyKeys(tenantConfigMaps.List, hostConfigMaps.List))
 	s.secrets = newKindSyncer("secrets", secretWorkers, objects.syncSecret, copyKeys(tenantSecrets.List, hostSecrets.List))
 	refresher := &tokenRefresher{issuer: tokens, host: host, secrets: hostSecrets}
@@ -257,7 +284,7 @@ func (s *syncer) startSyncers(ctx context.Context) error {
 	if err := s.serviceSync.start(); err != nil {
 		return err
 	}
-	factories := []informers.SharedInformerFactory{s.tenantF, s.hostF, s.events}
+	factories := []informers.SharedInformerFactory{s.tenantF, s.hostF, s.events, s.dedicatedF}
 	for _, f := range factories {
 		f.Start(ctx.Done())
 	}
@@ -274,6 +301,9 @@ func (s *syncer) startSyncers(ctx context.Context) error {
 	}
 	for _, k := range []*kindSyncer{s.configMaps, s.secrets, s.services, s.slices, s.serviceSync.dns, s.tokens, s.orphans, s.tenantDeletes} {
 		go k.run(ctx)
+	}
+	if s.clusterDNS != nil {
+		go s.clusterDNS.run(ctx)
 	}
 	if s.nodePorts != nil {
 		go s.serviceSync.nodePorts.run(ctx)

@@ -15,7 +15,8 @@ import (
 
 // HostService returns the host Service for a tenant Service, and false for
 // Services the syncer leaves alone: the tenant API server's own "kubernetes"
-// Service and ExternalName Services. A Service without a selector gets a
+// Service, the cluster DNS Service the syncer keeps (IsClusterDNSService)
+// and ExternalName Services. A Service without a selector gets a
 // host copy without one, whose endpoints the syncer copies from the
 // tenant's (see HostEndpointSlices).
 //
@@ -23,7 +24,7 @@ import (
 // is the host's decision. Its selector adds the tenant labels every host pod
 // of the namespace carries, so it never selects another tenant's pods.
 func (t Translator) HostService(s *corev1.Service) (*corev1.Service, bool) {
-	if (s.Namespace == metav1.NamespaceDefault && s.Name == "kubernetes") ||
+	if (s.Namespace == metav1.NamespaceDefault && s.Name == "kubernetes") || IsClusterDNSService(s) ||
 		s.Spec.Type == corev1.ServiceTypeExternalName {
 		return nil, false
 	}

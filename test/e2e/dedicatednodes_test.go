@@ -3,16 +3,23 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
@@ -82,6 +89,20 @@ func TestDedicatedNodes(t *testing.T) {
 	t.Run("pods on the promoted node and on the virtual node reach each other", func(t *testing.T) {
 		checkAcrossModes(t, ctx, tn, worker)
 	})
+	t.Run("a privileged pod the virtual node refuses runs on the promoted node", func(t *testing.T) {
+		checkPrivilegedOn(t, ctx, tn, worker)
+	})
+	t.Run("the promoted kubelet holds a node credential, not an admin one", func(t *testing.T) {
+		checkNodeCredential(t, ctx, tn, node(t, stateDir, worker), worker)
+	})
+	t.Run("a second VirtualCluster asking for the held node gets none and says why", func(t *testing.T) {
+		checkNodeHeld(t, ctx, host, nest, worker)
+	})
+	// The DaemonSet's pod stays on the node until the release resets it.
+	var footprint *podFootprint
+	t.Run("a tenant DaemonSet runs a pod on the promoted node", func(t *testing.T) {
+		footprint = runDaemonSetOn(t, ctx, tn, node(t, stateDir, worker))
+	})
 
 	scale(0)
 	t.Run("the released worker is Ready in the host again, free, with its labels", func(t *testing.T) {
@@ -113,6 +134,12 @@ func TestDedicatedNodes(t *testing.T) {
 		if len(vc.Status.AssignedNodes) != 0 {
 			t.Errorf("status.assignedNodes = %v after release", vc.Status.AssignedNodes)
 		}
+	})
+	t.Run("the released node keeps nothing of the tenant's pods: no kubelet directory, mount or pod IP", func(t *testing.T) {
+		if footprint == nil {
+			t.Fatal("the DaemonSet subtest recorded no pod footprint to look for")
+		}
+		footprint.checkGone(t)
 	})
 	t.Run("the tenant's control plane ran on through the promotion and the release", func(t *testing.T) {
 		now := controlPlanePod(t, ctx, host, tn)
@@ -221,58 +248,308 @@ func checkTenantPodOn(t *testing.T, ctx context.Context, host client.Client, tn 
 }
 
 // checkAcrossModes runs a testapp pod on node (a promoted node) and one on
-// a virtual node of tn, and has each fetch the other's hostname by pod IP:
-// the host network routes the promoted node's pod CIDR, and the tenant's
-// host NetworkPolicies admit it.
+// a virtual node of tn, and has each fetch the other's hostname by pod IP
+// (the host network routes the promoted node's pod CIDR, and the tenant's
+// host NetworkPolicies admit it) and by the name of a Service in front of
+// it (the promoted node's kube-proxy serves tenant Services and its pods
+// use the tenant's DNS; nest-syncer names the promoted node's pods behind
+// the Service's host copy).
 func checkAcrossModes(t *testing.T, ctx context.Context, tn *framework.Tenant, node string) {
 	cs := tn.Clientset(t)
 	dedicated := runTenantPod(t, ctx, cs, "across-dedicated", map[string]string{corev1.LabelHostname: node})
 	virtual := runTenantPod(t, ctx, cs, "across-virtual", map[string]string{"type": "virtual-kubelet"})
-	for _, pair := range [][2]*corev1.Pod{{virtual, dedicated}, {dedicated, virtual}} {
-		from, to := pair[0], pair[1]
-		url := fmt.Sprintf("http://%s:8080/hostname", to.Status.PodIP)
-		testutil.Eventually(t, time.Minute, from.Name+" reaches "+to.Name+" at "+url, func() error {
-			out, err := tn.KubectlErr(ctx, "exec", from.Name, "--", "/testapp", "get", url)
-			if err != nil {
-				return fmt.Errorf("%v: %s", err, out)
-			}
-			if strings.TrimSpace(out) != to.Name {
-				return fmt.Errorf("got %q", out)
-			}
-			return nil
-		})
+	for _, p := range []*corev1.Pod{dedicated, virtual} {
+		exposeTenantPod(t, ctx, cs, p)
+	}
+	pairs := [][2]*corev1.Pod{{virtual, dedicated}, {dedicated, virtual}}
+	t.Run("by pod IP", func(t *testing.T) {
+		for _, pair := range pairs {
+			checkFetch(t, ctx, tn, pair[0], fmt.Sprintf("http://%s:8080/hostname", pair[1].Status.PodIP), pair[1].Name)
+		}
+	})
+	t.Run("by Service DNS name", func(t *testing.T) {
+		for _, pair := range pairs {
+			checkFetch(t, ctx, tn, pair[0], fmt.Sprintf("http://%s.%s.svc:8080/hostname", pair[1].Name, pair[1].Namespace), pair[1].Name)
+		}
+	})
+}
+
+// checkFetch has pod from fetch url until the answer is want.
+func checkFetch(t *testing.T, ctx context.Context, tn *framework.Tenant, from *corev1.Pod, url, want string) {
+	t.Helper()
+	testutil.Eventually(t, time.Minute, from.Name+" fetches "+url, func() error {
+		out, err := tn.KubectlErr(ctx, "exec", from.Name, "--", "/testapp", "get", url)
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		if strings.TrimSpace(out) != want {
+			return fmt.Errorf("got %q, want %q", out, want)
+		}
+		return nil
+	})
+}
+
+// exposeTenantPod puts a Service of the pod's name on port 8080 in front of
+// pod, selecting it by its app label; it is deleted when the test ends.
+func exposeTenantPod(t *testing.T, ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod) {
+	t.Helper()
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
+		Spec: corev1.ServiceSpec{
+			Selector: map[string]string{"app": pod.Labels["app"]},
+			Ports:    []corev1.ServicePort{{Port: 8080, TargetPort: intstr.FromInt32(8080)}},
+		},
+	}
+	if _, err := cs.CoreV1().Services(svc.Namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.CoreV1().Services(svc.Namespace).Delete(context.Background(), svc.Name, metav1.DeleteOptions{}) })
+}
+
+// checkPrivilegedOn shows that the promoted node is the tenant's alone: a
+// privileged pod runs there, while the virtual node, which shares host
+// nodes, refuses it.
+func checkPrivilegedOn(t *testing.T, ctx context.Context, tn *framework.Tenant, node string) {
+	cs := tn.Clientset(t)
+	privileged := func(p *corev1.Pod) {
+		p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
+	}
+	onNode := startTenantPod(t, ctx, cs, "privileged-dedicated", map[string]string{corev1.LabelHostname: node}, privileged)
+	waitTenantPod(t, ctx, cs, onNode, 2*time.Minute, func(p *corev1.Pod) error {
+		if p.Status.Phase != corev1.PodRunning {
+			return fmt.Errorf("phase %s, reason %q: %s", p.Status.Phase, p.Status.Reason, p.Status.Message)
+		}
+		return nil
+	})
+	onVirtual := startTenantPod(t, ctx, cs, "privileged-virtual", map[string]string{"type": "virtual-kubelet"}, privileged)
+	waitTenantPod(t, ctx, cs, onVirtual, 2*time.Minute, func(p *corev1.Pod) error {
+		if p.Status.Reason != "ProviderFailed" || !strings.Contains(p.Status.Message, "violates PodSecurity") {
+			return fmt.Errorf("phase %s, reason %q, message %q; want it refused by Pod Security", p.Status.Phase, p.Status.Reason, p.Status.Message)
+		}
+		return nil
+	})
+}
+
+// checkNodeCredential reads the promoted kubelet's client certificate from
+// the node and shows the tenant API server takes it as that node
+// (system:node:<name> in system:nodes), which may not list Secrets.
+func checkNodeCredential(t *testing.T, ctx context.Context, tn *framework.Tenant, n devcluster.Node, name string) {
+	certFile := filepath.Join(devcluster.AgentConfig(devcluster.Layout{}, n).Kubelet.CertDir, "kubelet-client-current.pem")
+	if _, err := os.Stat(certFile); err != nil {
+		t.Fatalf("the kubelet's client certificate: %v", err)
+	}
+	cfg := rest.AnonymousClientConfig(tn.Config)
+	cfg.TLSClientConfig.CertFile, cfg.TLSClientConfig.KeyFile = certFile, certFile
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	review, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("self subject review with the kubelet's certificate: %v", err)
+	}
+	user := review.Status.UserInfo
+	if user.Username != "system:node:"+name || !slices.Contains(user.Groups, "system:nodes") || slices.Contains(user.Groups, "system:masters") {
+		t.Errorf("the kubelet is %q in %v; want system:node:%s in system:nodes, not system:masters", user.Username, user.Groups, name)
+	}
+	_, err = cs.CoreV1().Secrets("").List(ctx, metav1.ListOptions{})
+	if !apierrors.IsForbidden(err) {
+		t.Errorf("listing Secrets with the kubelet's credential: %v; want Forbidden", err)
 	}
 }
 
-// runTenantPod runs a testapp pod named name in cs's default namespace on
-// the nodes selector picks and returns it once it runs with an IP; it is
-// deleted when the test ends.
+// checkNodeHeld creates a second VirtualCluster whose promote policy asks
+// for the node another holds: it holds nothing and says why.
+func checkNodeHeld(t *testing.T, ctx context.Context, host client.Client, nest framework.Nest, held string) {
+	const other = "delta"
+	if out, err := nest("create", other, "--nodes", "1", "--node-selector", dedicatedLabel+"=dedicated"); err != nil {
+		t.Fatalf("nest create %s: %v\n%s", other, err, out)
+	}
+	t.Cleanup(func() { _, _ = nest("delete", other) })
+	key := client.ObjectKey{Namespace: "vc-" + other, Name: other}
+	testutil.Eventually(t, 2*time.Minute, "NodesAssigned of "+other, func() error {
+		var vc nestv1.VirtualCluster
+		if err := host.Get(ctx, key, &vc); err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(vc.Status.Conditions, nestv1.ConditionNodesAssigned)
+		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != "InsufficientNodes" {
+			return fmt.Errorf("NodesAssigned %v; want False, InsufficientNodes", c)
+		}
+		if len(vc.Status.AssignedNodes) != 0 {
+			return fmt.Errorf("status.assignedNodes %v; want none", vc.Status.AssignedNodes)
+		}
+		return nil
+	})
+	var gn nestv1.GlobalNode
+	if err := host.Get(ctx, client.ObjectKey{Name: held}, &gn); err != nil {
+		t.Fatal(err)
+	}
+	if gn.Annotations["nest.dev/held-by"] == key.String() || gn.Status.VirtualCluster == key.String() {
+		t.Errorf("GlobalNode %s names %s as its holder", held, key)
+	}
+}
+
+// podFootprint is what a running pod leaves on its node: its directory
+// under the kubelet's root, its volume mounts, and the pod IP its CNI
+// IPAM recorded for its sandbox.
+type podFootprint struct {
+	uid, ipamFile, sandbox string
+	kubeletDir             string
+}
+
+// runDaemonSetOn runs a tenant DaemonSet on node n and returns its pod's
+// footprint there, each part checked to exist, so its absence later means
+// something.
+func runDaemonSetOn(t *testing.T, ctx context.Context, tn *framework.Tenant, n devcluster.Node) *podFootprint {
+	cs := tn.Clientset(t)
+	labels := map[string]string{"app": "ds-dedicated"}
+	ds := &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "ds-dedicated", Namespace: metav1.NamespaceDefault},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					NodeSelector: map[string]string{corev1.LabelHostname: n.Name},
+					Containers:   []corev1.Container{{Name: "app", Image: images.TestApp, ImagePullPolicy: corev1.PullNever}},
+				},
+			},
+		},
+	}
+	if _, err := cs.AppsV1().DaemonSets(ds.Namespace).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var pod corev1.Pod
+	testutil.Eventually(t, 2*time.Minute, "a running pod of DaemonSet "+ds.Name+" on "+n.Name, func() error {
+		list, err := cs.CoreV1().Pods(ds.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app=ds-dedicated"})
+		if err != nil {
+			return err
+		}
+		for _, p := range list.Items {
+			if p.Spec.NodeName == n.Name && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
+				pod = p
+				return nil
+			}
+		}
+		return fmt.Errorf("%d pods, none running on %s", len(list.Items), n.Name)
+	})
+	f := &podFootprint{uid: string(pod.UID), kubeletDir: filepath.Join(devcluster.AgentConfig(devcluster.Layout{}, n).Kubelet.RootDir, "pods", string(pod.UID))}
+	if _, err := os.Stat(f.kubeletDir); err != nil {
+		t.Fatalf("the pod's kubelet directory: %v", err)
+	}
+	if mounts := mountsOf(t, f.uid); len(mounts) == 0 {
+		t.Fatalf("no mount names pod UID %s: the footprint check would look for the wrong thing", f.uid)
+	}
+	matches, err := filepath.Glob(filepath.Join(n.IPAMDir(), "*", pod.Status.PodIP))
+	if err != nil || len(matches) != 1 {
+		t.Fatalf("IPAM files for %s under %s: %v (%v); want one", pod.Status.PodIP, n.IPAMDir(), matches, err)
+	}
+	data, err := os.ReadFile(matches[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.ipamFile, f.sandbox = matches[0], strings.Fields(string(data))[0]
+	return f
+}
+
+// checkGone fails for every part of the footprint still on the node. The
+// IP may be given again, to a host pod: only a record for the tenant pod's
+// sandbox counts.
+func (f *podFootprint) checkGone(t *testing.T) {
+	if _, err := os.Stat(f.kubeletDir); !os.IsNotExist(err) {
+		t.Errorf("the pod's kubelet directory %s: %v; want it gone", f.kubeletDir, err)
+	}
+	if mounts := mountsOf(t, f.uid); len(mounts) > 0 {
+		t.Errorf("mounts of pod %s are left: %q", f.uid, mounts)
+	}
+	if data, err := os.ReadFile(f.ipamFile); err == nil && strings.Contains(string(data), f.sandbox) {
+		t.Errorf("the CNI IPAM still records the tenant pod's sandbox %s in %s", f.sandbox, f.ipamFile)
+	}
+}
+
+// mountsOf returns the mount points that name a pod UID. The nodes of the
+// local host cluster share this process's mount namespace.
+func mountsOf(t *testing.T, uid string) []string {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for line := range strings.Lines(string(data)) {
+		if fields := strings.Fields(line); len(fields) > 4 && strings.Contains(fields[4], uid) {
+			out = append(out, fields[4])
+		}
+	}
+	return out
+}
+
+// node is the local host cluster's node name.
+func node(t *testing.T, stateDir, name string) devcluster.Node {
+	t.Helper()
+	nodes, err := devcluster.Topology(stateDir, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		if n.Name == name {
+			return n
+		}
+	}
+	t.Fatalf("no node %s in the local host cluster", name)
+	return devcluster.Node{}
+}
+
+// runTenantPod runs a testapp pod named name, labelled app=name, in cs's
+// default namespace on the nodes selector picks and returns it once it
+// runs with an IP; it is deleted when the test ends.
 func runTenantPod(t *testing.T, ctx context.Context, cs kubernetes.Interface, name string, selector map[string]string) *corev1.Pod {
 	t.Helper()
+	pod := startTenantPod(t, ctx, cs, name, selector)
+	return waitTenantPod(t, ctx, cs, pod, 2*time.Minute, func(p *corev1.Pod) error {
+		if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
+			return fmt.Errorf("node %q phase %s", p.Spec.NodeName, p.Status.Phase)
+		}
+		return nil
+	})
+}
+
+// startTenantPod creates the testapp pod runTenantPod runs, changed by
+// each of mutate, and deletes it when the test ends.
+func startTenantPod(t *testing.T, ctx context.Context, cs kubernetes.Interface, name string, selector map[string]string, mutate ...func(*corev1.Pod)) *corev1.Pod {
+	t.Helper()
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: metav1.NamespaceDefault},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: metav1.NamespaceDefault, Labels: map[string]string{"app": name}},
 		Spec: corev1.PodSpec{
 			NodeSelector: selector,
 			Containers:   []corev1.Container{{Name: "app", Image: images.TestApp, ImagePullPolicy: corev1.PullNever}},
 		},
 	}
-	if _, err := cs.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	for _, m := range mutate {
+		m(pod)
+	}
+	created, err := cs.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		_ = cs.CoreV1().Pods(pod.Namespace).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 	})
-	var running *corev1.Pod
-	testutil.Eventually(t, 2*time.Minute, "pod "+name+" Running", func() error {
-		p, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, name, metav1.GetOptions{})
+	return created
+}
+
+// waitTenantPod polls pod until want accepts it, and returns it.
+func waitTenantPod(t *testing.T, ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod, timeout time.Duration, want func(*corev1.Pod) error) *corev1.Pod {
+	t.Helper()
+	var last *corev1.Pod
+	testutil.Eventually(t, timeout, "pod "+pod.Name, func() error {
+		p, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
-			return fmt.Errorf("node %q phase %s", p.Spec.NodeName, p.Status.Phase)
-		}
-		running = p
-		return nil
+		last = p
+		return want(p)
 	})
-	return running
+	return last
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -15,6 +16,7 @@ import (
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/agent"
 	"github.com/nestdev/nest/internal/controlplane"
+	"github.com/nestdev/nest/internal/syncer"
 )
 
 // Tenants reaches the tenant cluster of a VirtualCluster.
@@ -75,19 +77,33 @@ func (a APITenants) For(ctx context.Context, key types.NamespacedName) (*Tenant,
 	if err != nil {
 		return nil, err
 	}
-	// The tenant's CoreDNS, as tenant pods on virtual nodes reach it.
-	dns := &corev1.Service{}
-	if err := a.Client.Get(ctx, client.ObjectKey{Namespace: vc.Namespace, Name: n.DNSService()}, dns); err != nil {
-		return nil, fmt.Errorf("the Service %s/%s of the tenant's DNS: %w", vc.Namespace, n.DNSService(), err)
-	}
-	return &Tenant{Client: cs, Objects: objects, Unreachable: nodesReachable(vc), Join: agent.JoinRequest{
+	t := &Tenant{Client: cs, Objects: objects, Unreachable: nodesReachable(vc), Join: agent.JoinRequest{
 		Server:             vc.Status.Endpoint,
 		CACertPEM:          pkiSecret.Data[controlplane.CACert],
 		KubeletClientCAPEM: pkiSecret.Data[controlplane.KubeletClientCACert],
-		ClusterDNS:         []string{dns.Spec.ClusterIP},
 		ClusterDomain:      controlplane.ClusterDomain(vc),
 		ServerTLSBootstrap: true,
-	}}, nil
+	}}
+	if t.Unreachable == nil {
+		t.Join.ClusterDNS, t.Unreachable = clusterDNS(ctx, cs)
+	}
+	return t, nil
+}
+
+// clusterDNS is the ClusterIP of the tenant's kube-system/kube-dns Service,
+// which a dedicated node's kubelet gives its pods: the node runs the
+// tenant's kube-proxy, which serves tenant Services only, so the host
+// ClusterIP virtual-node pods use may not route there. nest-syncer keeps the
+// Service (syncer.ClusterDNSService); until it has, no node can join.
+func clusterDNS(ctx context.Context, cs kubernetes.Interface) ([]string, error) {
+	svc, err := cs.CoreV1().Services(syncer.ClusterDNSNamespace).Get(ctx, syncer.ClusterDNSName, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("the tenant's cluster DNS Service %s/%s, whose address nodes give their pods: %w", syncer.ClusterDNSNamespace, syncer.ClusterDNSName, err)
+	}
+	if ip := svc.Spec.ClusterIP; ip != "" && ip != corev1.ClusterIPNone {
+		return []string{ip}, nil
+	}
+	return nil, fmt.Errorf("the tenant's cluster DNS Service %s/%s has no ClusterIP, which nodes give their pods as their DNS server", syncer.ClusterDNSNamespace, syncer.ClusterDNSName)
 }
 
 // nodesReachable checks that nodes can reach vc's API server: they are

@@ -68,12 +68,18 @@ func (r *Reconciler) reconcileNamespace(ctx context.Context, s *reconcileState) 
 	return true, nil
 }
 
-// reconcileNetworkPolicies keeps the namespace's NetworkPolicies. A spec
-// the builder refuses (an egress CIDR that is no CIDR) is terminal: only an
-// edit of the VirtualCluster fixes it.
+// reconcileNetworkPolicies keeps the namespace's NetworkPolicies, and the
+// ConfigMap that gives nest-syncer the same dedicated pod CIDRs the
+// policies admit. A spec the builder refuses (an egress CIDR that is no
+// CIDR) is terminal: only an edit of the VirtualCluster fixes it.
 func (r *Reconciler) reconcileNetworkPolicies(ctx context.Context, s *reconcileState) (bool, error) {
 	dedicated, err := r.dedicatedPodCIDRs(ctx, s.vc)
 	if err != nil {
+		return false, err
+	}
+	cm, wantCM := &corev1.ConfigMap{}, controlplane.DedicatedNodesConfigMapFor(s.vc, dedicated)
+	cm.ObjectMeta = metav1.ObjectMeta{Name: wantCM.Name, Namespace: wantCM.Namespace}
+	if err := r.ensure(ctx, s, cm, func() { cm.Labels, cm.Data = wantCM.Labels, wantCM.Data }); err != nil {
 		return false, err
 	}
 	policies, err := controlplane.NetworkPoliciesWith(s.vc, r.ControlPlane, dedicated)
