@@ -13,21 +13,23 @@ import (
 )
 
 // NodeBootstrapRBAC returns the bindings with which kubelets join a cluster
-// by TLS bootstrapping, as kubeadm grants them:
+// by TLS bootstrapping, as kubeadm grants them, but one:
 //   - bootstrap tokens (group system:bootstrappers) may ask for a node client
-//     certificate; with autoApprove, the controller-manager approves those
-//     requests for any node name, as kubeadm lets it;
+//     certificate;
 //   - nodes may renew their own client certificate;
 //   - nodes may run kube-proxy with their own credential (system:node-proxier
 //     reads Services, EndpointSlices and Nodes), so a joined node needs no
 //     second credential.
 //
-// The host cluster must not auto-approve: a node that comes back from a
-// tenant could ask, with the token it gets, for another node's name.
-// nest-manager approves the host's requests itself (ApproveNodeClient in
-// package nodepromotion). The ClusterRoles are upstream's, from the API
-// server's bootstrap policy.
-func NodeBootstrapRBAC(autoApprove bool) []client.Object {
+// Unlike kubeadm's, no binding lets the controller-manager approve a
+// bootstrap request by itself: it would approve any node name a token asks
+// for, so a token handed to one node could get another's certificate (a
+// host control-plane node's, or a tenant's virtual node's, whose pods'
+// Secrets the Node authorizer then serves). nest-manager approves each
+// request itself, only for the node the token was made for
+// (ApproveNodeClient in package nodepromotion). The ClusterRoles are
+// upstream's, from the API server's bootstrap policy.
+func NodeBootstrapRBAC() []client.Object {
 	bind := func(name, role, group string) client.Object {
 		return &rbacv1.ClusterRoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -35,15 +37,11 @@ func NodeBootstrapRBAC(autoApprove bool) []client.Object {
 			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: group}},
 		}
 	}
-	objs := []client.Object{
+	return []client.Object{
 		bind("nest:kubelet-bootstrap", "system:node-bootstrapper", bootstrapapi.BootstrapDefaultGroup),
 		bind("nest:node-autoapprove-certificate-rotation", "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", "system:nodes"),
 		bind("nest:node-proxier", "system:node-proxier", "system:nodes"),
 	}
-	if autoApprove {
-		objs = append(objs, bind("nest:node-autoapprove-bootstrap", "system:certificates.k8s.io:certificatesigningrequests:nodeclient", bootstrapapi.BootstrapDefaultGroup))
-	}
-	return objs
 }
 
 // LabelBootstrapFor marks the bootstrap token Secrets Nest makes for a node

@@ -315,7 +315,7 @@ func (u *upRun) installAddons(ctx context.Context) error {
 	objs = append(objs, addons.NetworkPolicyReader(NetworkPolicyName)...)
 	// A worker that nest-agent released from a tenant joins again by TLS
 	// bootstrapping; nest-manager approves its request, for its name only.
-	objs = append(objs, addons.NodeBootstrapRBAC(false)...)
+	objs = append(objs, addons.NodeBootstrapRBAC()...)
 	return addons.Apply(ctx, c, objs)
 }
 

@@ -2,11 +2,13 @@ package nodepromotion
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -153,11 +155,17 @@ func TestPromoteAndReleaseMoveTheNodeThroughBothClusters(t *testing.T) {
 	if approved != 1 {
 		t.Errorf("%d serving requests of move-a approved by Nest, want 1 (of %d requests)", approved, len(csrs.Items))
 	}
-	for _, crb := range []string{"nest:kubelet-bootstrap", "nest:node-autoapprove-bootstrap", "nest:node-proxier"} {
-		if err := tenant.Get(ctx, client.ObjectKey{Name: crb}, &rbacv1.ClusterRoleBinding{}); err != nil {
-			t.Errorf("tenant ClusterRoleBinding %s: %v", crb, err)
+	for _, crb := range addons.NodeBootstrapRBAC() {
+		if err := tenant.Get(ctx, client.ObjectKeyFromObject(crb), &rbacv1.ClusterRoleBinding{}); err != nil {
+			t.Errorf("tenant ClusterRoleBinding %s: %v", crb.GetName(), err)
 		}
 	}
+	// kubeadm's binding by which the controller-manager approves any name a
+	// bootstrap token asks for: nest-manager approves instead.
+	if err := tenant.Get(ctx, client.ObjectKey{Name: "nest:node-autoapprove-bootstrap"}, &rbacv1.ClusterRoleBinding{}); !apierrors.IsNotFound(err) {
+		t.Errorf("tenant ClusterRoleBinding nest:node-autoapprove-bootstrap: %v; want none", err)
+	}
+	requireNodeAdmission(t, "move-a", gn.Spec.NodeIP)
 
 	before := vc.DeepCopy()
 	vc.Spec.PromoteResources.NodeInfos = nil
@@ -174,6 +182,9 @@ func TestPromoteAndReleaseMoveTheNodeThroughBothClusters(t *testing.T) {
 	}
 	if err := tenant.Get(ctx, client.ObjectKey{Name: "move-a"}, &corev1.Node{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the tenant still has Node move-a: %v", err)
+	}
+	if listed, ok := assignedNodes(t); !ok || hasKey(listed, "move-a") {
+		t.Errorf("the tenant's assigned nodes after the release: %v (ConfigMap there: %t); want the ConfigMap without move-a", listed, ok)
 	}
 	back := hostNodeOf(t, "move-a")
 	if back == nil || back.Labels["pool"] != "gpu" || back.Spec.Unschedulable {
@@ -193,6 +204,60 @@ func TestPromoteAndReleaseMoveTheNodeThroughBothClusters(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// requireNodeAdmission checks that the tenant has the admission policy for
+// kubelets, with node listed at ip, and that the policy refuses a kubelet
+// of another name.
+func requireNodeAdmission(t *testing.T, node, ip string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := tenant.Get(ctx, client.ObjectKey{Name: addons.AssignedNodesName}, &admissionregistrationv1.ValidatingAdmissionPolicy{}); err != nil {
+		t.Errorf("tenant ValidatingAdmissionPolicy: %v", err)
+	}
+	if err := tenant.Get(ctx, client.ObjectKey{Name: addons.AssignedNodesName}, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}); err != nil {
+		t.Errorf("tenant ValidatingAdmissionPolicyBinding: %v", err)
+	}
+	if listed, _ := assignedNodes(t); listed[node] != ip || ip == "" {
+		t.Errorf("the tenant's assigned nodes: %v; want %s at %q", listed, node, ip)
+	}
+	intruder, err := client.New(kubeletConfig("intruder"), client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a kubelet of a name Nest did not assign refused", func() error {
+		err := intruder.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "intruder"}})
+		if err == nil {
+			if err := tenant.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "intruder"}}); err != nil {
+				return err
+			}
+			return errors.New("Node intruder registered")
+		}
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "node intruder is not assigned to this cluster by Nest") {
+			return fmt.Errorf("refused with %w", err)
+		}
+		return nil
+	})
+}
+
+// assignedNodes is the tenant's list of assigned nodes, each one's address,
+// and whether the ConfigMap is there.
+func assignedNodes(t *testing.T) (map[string]string, bool) {
+	t.Helper()
+	cm := &corev1.ConfigMap{}
+	err := tenant.Get(context.Background(), client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: addons.AssignedNodesName}, cm)
+	if apierrors.IsNotFound(err) {
+		return nil, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cm.Data, true
+}
+
+func hasKey(m map[string]string, key string) bool {
+	_, ok := m[key]
+	return ok
 }
 
 // requireBootstrapToken checks that the join with token had a valid,

@@ -165,9 +165,9 @@ func nodeClientRequestProblem(csr *certificatesv1.CertificateSigningRequest, nod
 // with a bootstrap token Nest issued for node (a Secret labelled
 // addons.LabelBootstrapFor=node in kube-system), asks cs's cluster for its
 // own client certificate, and no other; the controller-manager signs them.
-// It returns how many it approved. The host cluster does not auto-approve
-// bootstrap requests (addons.NodeBootstrapRBAC), so a token handed to a
-// node can only ever give that node's name.
+// It returns how many it approved. Neither the host nor a tenant
+// auto-approves bootstrap requests (addons.NodeBootstrapRBAC), so a token
+// handed to a node can only ever give that node's name.
 func ApproveNodeClient(ctx context.Context, cs kubernetes.Interface, node string) (int, error) {
 	tokens, err := cs.CoreV1().Secrets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{
 		LabelSelector: labels.SelectorFromSet(labels.Set{addons.LabelBootstrapFor: node}).String(),

@@ -167,9 +167,15 @@ func (r *Reconciler) joinTenant(ctx context.Context, gn *nestv1.GlobalNode) (ste
 	if st.PodCIDR != "" {
 		gn.Status.PodCIDR = st.PodCIDR
 	}
+	// Before join makes a token, and on every pass: a kubelet that joined
+	// before the tenant had the policy is listed too.
+	if err := admitNode(ctx, t, gn); err != nil {
+		return step{}, err
+	}
+	approve := func(ctx context.Context) (int, error) { return ApproveNodeClient(ctx, t.Client, gn.Name) }
 	if err := join(ctx, a, t.Client, t.Join, gn.Name, "Nest: "+gn.Name+" joins "+key.String(), func(ctx context.Context) error {
-		return addons.Apply(ctx, t.Objects, addons.NodeBootstrapRBAC(true))
-	}, nil); err != nil {
+		return addons.Apply(ctx, t.Objects, addons.NodeBootstrapRBAC())
+	}, approve); err != nil {
 		return step{}, err
 	}
 	s := step{phase: nestv1.NodePhaseJoining, requeue: pollSoon, message: "the kubelet runs; waiting for the node to be Ready in the tenant, with a serving certificate the tenant signed"}
@@ -256,17 +262,31 @@ func startApproving(ctx context.Context, a Agent, approve func(context.Context) 
 	return err
 }
 
-// serveTenant keeps a node in the tenant: it approves the kubelet's
-// serving certificate renewals.
+// serveTenant keeps a node in the tenant: it keeps the node admitted, so
+// its kubelet may go on writing its Node should the policy's parameter have
+// lost it, and approves the kubelet's serving certificate renewals.
 func (r *Reconciler) serveTenant(ctx context.Context, gn *nestv1.GlobalNode) (step, error) {
 	key, t, err := r.tenantOf(ctx, gn)
 	if err != nil {
+		return step{}, err
+	}
+	if err := admitNode(ctx, t, gn); err != nil {
 		return step{}, err
 	}
 	if _, err := approveServing(ctx, t.Client, gn.Name, gn.Spec.NodeIP); err != nil {
 		return step{}, err
 	}
 	return step{phase: nestv1.NodePhaseTenant, requeue: pollTenant, message: "a node of the tenant cluster of " + key.String()}, nil
+}
+
+// admitNode has the tenant admit gn's kubelet, and no kubelet of a name
+// Nest did not assign (addons.NodeAdmission): the policy, and gn listed in
+// its parameter.
+func admitNode(ctx context.Context, t *Tenant, gn *nestv1.GlobalNode) error {
+	if err := addons.Apply(ctx, t.Objects, addons.NodeAdmission()); err != nil {
+		return fmt.Errorf("the tenant's admission policy for kubelets: %w", err)
+	}
+	return addons.AssignNode(ctx, t.Objects, gn.Name, gn.Spec.NodeIP)
 }
 
 // nodeReady reports whether cs has node name with Ready True.

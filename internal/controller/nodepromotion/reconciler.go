@@ -13,14 +13,15 @@
 //	    within DrainTimeout leave the node Failed, still cordoned in the host.
 //	  - Leaving: the agent stops the kubelet and kube-proxy and resets the
 //	    node; the host Node is deleted.
-//	  - Joining: the tenant gets the RBAC for TLS bootstrapping and a
-//	    short-lived bootstrap token; the agent joins the node with it and
-//	    starts the kubelet. The kubelet's serving certificate request is
-//	    approved only for the node's own name and address. The node is Tenant
-//	    once it is Ready in the tenant.
+//	  - Joining: the tenant gets the RBAC for TLS bootstrapping, an admission
+//	    policy by which kubelets register only the nodes Nest assigned (this
+//	    one listed first) and a short-lived bootstrap token; the agent joins
+//	    the node with it and starts the kubelet. The kubelet's serving
+//	    certificate request is approved only for the node's own name and
+//	    address. The node is Tenant once it is Ready in the tenant.
 //	  - Releasing (when node assignment removed the annotation): the tenant
-//	    Node is cordoned, drained and deleted; a tenant that is gone is
-//	    skipped.
+//	    Node is cordoned, drained and deleted, and the node no longer listed
+//	    as assigned; a tenant that is gone is skipped.
 //	  - Returning: the agent resets the node and joins it to the host with a
 //	    host bootstrap token; the new host Node gets the labels the GlobalNode
 //	    kept. Once it is Ready the GlobalNode is free again.

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/addons"
 	"github.com/nestdev/nest/internal/agent"
 )
 
@@ -86,6 +87,10 @@ func (r *Reconciler) drainTenant(ctx context.Context, gn *nestv1.GlobalNode) (st
 	}
 	if err := t.Client.CoreV1().Nodes().Delete(ctx, gn.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return step{}, fmt.Errorf("delete tenant Node %s: %w", gn.Name, err)
+	}
+	// Not before: the kubelet wrote its Node while the node drained.
+	if err := addons.UnassignNode(ctx, t.Objects, gn.Name); err != nil {
+		return step{}, err
 	}
 	// Its tenant pods are gone: the holder's policies stop admitting its range.
 	gn.Status.PodCIDR = ""

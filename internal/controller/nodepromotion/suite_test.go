@@ -84,13 +84,16 @@ func TestMain(m *testing.M) {
 			}
 			agents.clusters = map[string]client.Client{hostServer: hostObjects, tenantServer: tenant}
 			// envtest authorizes with RBAC alone; a real API server's Node
-			// authorizer lets kubelets ask for their certificates.
-			if err := tenant.Create(context.Background(), &rbacv1.ClusterRoleBinding{
-				ObjectMeta: metav1.ObjectMeta{Name: "test:nodes-request-certificates"},
-				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:node-bootstrapper"},
-				Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "system:nodes"}},
-			}); err != nil {
-				return err
+			// authorizer lets kubelets ask for their certificates and write
+			// their Node.
+			for name, role := range map[string]string{"test:nodes-request-certificates": "system:node-bootstrapper", "test:nodes-write-nodes": "system:node"} {
+				if err := tenant.Create(context.Background(), &rbacv1.ClusterRoleBinding{
+					ObjectMeta: metav1.ObjectMeta{Name: name},
+					RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+					Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "system:nodes"}},
+				}); err != nil {
+					return err
+				}
 			}
 			if err := (&globalnode.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 				return err
@@ -235,7 +238,8 @@ func (n *fakeNode) Join(_ context.Context, req agent.JoinRequest) error {
 }
 
 // Start registers the node, Ready, in the cluster it joined, as its kubelet
-// would after TLS bootstrapping.
+// would after TLS bootstrapping. In the tenant it is the kubelet's own
+// identity that writes the Node, which the tenant's admission policy checks.
 func (n *fakeNode) Start(ctx context.Context) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -247,8 +251,14 @@ func (n *fakeNode) Start(ctx context.Context) error {
 	if c == nil {
 		return fmt.Errorf("joined to unknown server %q", n.server)
 	}
+	if n.server == tenantServer {
+		var err error
+		if c, err = client.New(kubeletConfig(n.name), client.Options{}); err != nil {
+			return err
+		}
+	}
 	if err := registerNode(ctx, c, n.name); err != nil {
-		return err
+		return fmt.Errorf("register Node %s in %s: %w", n.name, n.server, err)
 	}
 	if len(n.joins) > 0 && n.joins[len(n.joins)-1].ServerTLSBootstrap {
 		return requestServingCert(ctx, n.name)
@@ -260,9 +270,7 @@ func (n *fakeNode) Start(ctx context.Context) error {
 // node's kubelet does (impersonating it, so the request names it), and signs
 // it once it is approved, as the tenant's controller-manager would.
 func requestServingCert(ctx context.Context, node string) error {
-	cfg := rest.CopyConfig(tenantCfg)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:node:" + node, Groups: []string{"system:nodes", "system:authenticated"}}
-	asNode, err := kubernetes.NewForConfig(cfg)
+	asNode, err := kubernetes.NewForConfig(kubeletConfig(node))
 	if err != nil {
 		return err
 	}
@@ -291,6 +299,14 @@ func requestServingCert(ctx context.Context, node string) error {
 	}
 	go signWhenApproved(csr.Name)
 	return nil
+}
+
+// kubeletConfig reaches the tenant as node's kubelet, as its client
+// certificate makes it.
+func kubeletConfig(node string) *rest.Config {
+	cfg := rest.CopyConfig(tenantCfg)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:node:" + node, Groups: []string{"system:nodes", "system:authenticated"}}
+	return cfg
 }
 
 func signWhenApproved(name string) {
