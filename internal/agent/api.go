@@ -25,7 +25,8 @@
 //
 // How the kubelet and kube-proxy are started and stopped is a Services
 // implementation: processes of the local host cluster (package devcluster),
-// or, on real hosts, their service manager.
+// or, on real hosts, systemd units (SystemdServices, which `nest agent`
+// serves with; deploy/systemd packages it).
 package agent
 
 import (

@@ -1,11 +1,13 @@
 package agent
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -40,6 +42,66 @@ type Config struct {
 	// configuration that the agent makes when it first starts and puts back
 	// on every Reset.
 	SavedDir string `json:"savedDir"`
+	// Systemd names the units of the kubelet and kube-proxy where systemd
+	// runs them (`nest agent`). Optional: the units default to kubelet.service
+	// and kube-proxy.service, and the local host cluster, which runs them as
+	// processes, ignores it.
+	Systemd SystemdUnits `json:"systemd,omitzero"`
+}
+
+// SystemdUnits are the systemd units `nest agent` stops and starts. An empty
+// name is the default: DefaultKubeletUnit, DefaultKubeProxyUnit. Defaults
+// are applied where the units are used, not when the file is read, so a
+// configuration without the section reads back as written.
+type SystemdUnits struct {
+	KubeletUnit   string `json:"kubeletUnit,omitempty"`
+	KubeProxyUnit string `json:"kubeProxyUnit,omitempty"`
+}
+
+// The units of kubeadm-style hosts, whose packages name them so.
+const (
+	DefaultKubeletUnit   = "kubelet.service"
+	DefaultKubeProxyUnit = "kube-proxy.service"
+)
+
+// Unit is the unit of service s, and the field that names it (for errors
+// that send the reader to the right line of the file).
+func (u SystemdUnits) Unit(s Service) (unit, field string, err error) {
+	switch s {
+	case ServiceKubelet:
+		return cmp.Or(u.KubeletUnit, DefaultKubeletUnit), "systemd.kubeletUnit", nil
+	case ServiceKubeProxy:
+		return cmp.Or(u.KubeProxyUnit, DefaultKubeProxyUnit), "systemd.kubeProxyUnit", nil
+	}
+	return "", "", fmt.Errorf("no systemd unit for the service %q", s)
+}
+
+// unitName is a plain systemd service name, optionally an instance of a
+// template. A name, not a path: systemd refuses a unit name with a slash
+// (systemctl would make one into the name of a mount or device unit), and
+// the agent must act on exactly the service named.
+var unitName = regexp.MustCompile(`^[A-Za-z0-9:_.\\-]+(@[A-Za-z0-9:_.\\-]+)?\.service$`)
+
+// maxUnitName is systemd's limit on a unit name's length.
+const maxUnitName = 255
+
+func (u SystemdUnits) validate() []error {
+	var errs []error
+	for _, f := range []struct{ field, value, example string }{
+		{"systemd.kubeletUnit", u.KubeletUnit, DefaultKubeletUnit},
+		{"systemd.kubeProxyUnit", u.KubeProxyUnit, DefaultKubeProxyUnit},
+	} {
+		if f.value != "" && (!unitName.MatchString(f.value) || len(f.value) > maxUnitName) {
+			errs = append(errs, fmt.Errorf(`%s: must be a plain systemd service name such as %s (letters, digits and :-_.\, an optional @instance, ending in .service; no path), got %q`,
+				f.field, f.example, f.value))
+		}
+	}
+	kubelet, _, _ := u.Unit(ServiceKubelet)
+	proxy, _, _ := u.Unit(ServiceKubeProxy)
+	if kubelet == proxy {
+		errs = append(errs, fmt.Errorf("systemd.kubeProxyUnit: must differ from systemd.kubeletUnit (%s): stopping kube-proxy would stop the kubelet", kubelet))
+	}
+	return errs
 }
 
 // TLSFiles are PEM files.
@@ -121,6 +183,7 @@ func (c Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.overlaps()...)
+	errs = append(errs, c.Systemd.validate()...)
 	return errors.Join(errs...)
 }
 

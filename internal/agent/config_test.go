@@ -241,3 +241,136 @@ func TestConfigValidateReportsEveryBadField(t *testing.T) {
 		}
 	}
 }
+
+func TestLoadConfigReadsTheSystemdSection(t *testing.T) {
+	got, err := LoadConfig(writeConfigFile(t, fullConfigYAML+"systemd:\n  kubeletUnit: kubelet-nest.service\n  kubeProxyUnit: kube-proxy@eth0.service\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := SystemdUnits{KubeletUnit: "kubelet-nest.service", KubeProxyUnit: "kube-proxy@eth0.service"}
+	if got.Systemd != want {
+		t.Errorf("Systemd = %+v, want %+v", got.Systemd, want)
+	}
+}
+
+func TestSystemdUnitsDefault(t *testing.T) {
+	for _, tt := range []struct {
+		units       SystemdUnits
+		s           Service
+		unit, field string
+	}{
+		{SystemdUnits{}, ServiceKubelet, "kubelet.service", "systemd.kubeletUnit"},
+		{SystemdUnits{}, ServiceKubeProxy, "kube-proxy.service", "systemd.kubeProxyUnit"},
+		{SystemdUnits{KubeletUnit: "k.service"}, ServiceKubelet, "k.service", "systemd.kubeletUnit"},
+		{SystemdUnits{KubeletUnit: "k.service"}, ServiceKubeProxy, "kube-proxy.service", "systemd.kubeProxyUnit"},
+	} {
+		unit, field, err := tt.units.Unit(tt.s)
+		if err != nil || unit != tt.unit || field != tt.field {
+			t.Errorf("%+v.Unit(%s) = %q, %q, %v; want %q, %q", tt.units, tt.s, unit, field, err, tt.unit, tt.field)
+		}
+	}
+	if _, _, err := (SystemdUnits{}).Unit("containerd"); err == nil {
+		t.Error("Unit(containerd) found a unit")
+	}
+}
+
+func TestConfigMarshalOmitsAnEmptySystemdSection(t *testing.T) {
+	data, err := fullConfig().Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(data), "systemd") {
+		t.Errorf("Marshal() wrote a systemd section for none:\n%s", data)
+	}
+	c := fullConfig()
+	c.Systemd = SystemdUnits{KubeletUnit: "kubelet-nest.service"}
+	data, err = c.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := LoadConfig(writeConfigFile(t, string(data)))
+	if err != nil || got.Systemd != c.Systemd {
+		t.Errorf("LoadConfig(Marshal()) systemd = %+v, %v; want %+v", got.Systemd, err, c.Systemd)
+	}
+}
+
+func TestConfigValidateAcceptsSystemdUnitNames(t *testing.T) {
+	for _, name := range []string{"kubelet.service", "kubelet-nest.service", "snap.kubelet.daemon.service", "kubelet@node-a.service", `kube\x2dproxy.service`, "a:b_c.service"} {
+		c := fullConfig()
+		c.Systemd.KubeletUnit = name
+		if err := c.Validate(); err != nil {
+			t.Errorf("Validate() with systemd.kubeletUnit %q = %v", name, err)
+		}
+	}
+}
+
+func TestConfigValidateNamesBadSystemdUnits(t *testing.T) {
+	bad := map[string]string{
+		"no suffix":       "kubelet",
+		"a socket":        "kubelet.socket",
+		"absolute path":   "/etc/systemd/system/kubelet.service",
+		"relative path":   "system/kubelet.service",
+		"dot dot":         "../kubelet.service",
+		"a space":         "kube let.service",
+		"a template":      "kubelet@.service",
+		"only the suffix": ".service",
+		"a newline":       "kubelet.service\n",
+		"too long":        strings.Repeat("k", 250) + ".service",
+	}
+	for _, field := range []string{"systemd.kubeletUnit", "systemd.kubeProxyUnit"} {
+		for name, value := range bad {
+			t.Run(field+"/"+name, func(t *testing.T) {
+				c := fullConfig()
+				if field == "systemd.kubeletUnit" {
+					c.Systemd.KubeletUnit = value
+				} else {
+					c.Systemd.KubeProxyUnit = value
+				}
+				lines := errorLines(c.Validate())
+				if len(lines) != 1 || !strings.HasPrefix(lines[0], field+": must be a plain systemd service name") {
+					t.Errorf("Validate() = %q, want one error naming %s", lines, field)
+				}
+			})
+		}
+	}
+}
+
+func TestConfigValidateRefusesOneUnitForBothServices(t *testing.T) {
+	for _, units := range []SystemdUnits{
+		{KubeletUnit: "node.service", KubeProxyUnit: "node.service"},
+		{KubeProxyUnit: "kubelet.service"},
+		{KubeletUnit: "kube-proxy.service"},
+	} {
+		c := fullConfig()
+		c.Systemd = units
+		lines := errorLines(c.Validate())
+		if len(lines) != 1 || !strings.HasPrefix(lines[0], "systemd.kubeProxyUnit: must differ from systemd.kubeletUnit") {
+			t.Errorf("Validate() with %+v = %q, want one error naming systemd.kubeProxyUnit", units, lines)
+		}
+	}
+}
+
+// The example configuration the systemd packaging ships must load as it is.
+func TestDeployedExampleConfigLoads(t *testing.T) {
+	path := filepath.Join("..", "..", "deploy", "systemd", "agent.yaml")
+	c, err := LoadConfig(path)
+	if err != nil {
+		t.Fatalf("LoadConfig(%s) = %v", path, err)
+	}
+	for _, tt := range []struct{ field, got, want string }{
+		{"tls.certFile", c.TLS.CertFile, filepath.Join("/etc/nest/pki", ServingCertFile)},
+		{"tls.keyFile", c.TLS.KeyFile, filepath.Join("/etc/nest/pki", ServingKeyFile)},
+		{"tls.clientCAFile", c.TLS.ClientCAFile, filepath.Join("/etc/nest/pki", CACertFile)},
+		{"systemd.kubeletUnit", c.Systemd.KubeletUnit, DefaultKubeletUnit},
+		{"systemd.kubeProxyUnit", c.Systemd.KubeProxyUnit, DefaultKubeProxyUnit},
+	} {
+		if tt.got != tt.want {
+			t.Errorf("%s: %s = %q, want %q (what `nest agent certs` writes, the units' defaults)", path, tt.field, tt.got, tt.want)
+		}
+	}
+	// kubeadm's kubelet trusts /etc/kubernetes/pki/ca.crt for its clients,
+	// which a reset must not remove (checkKubeletClientCA).
+	if c.Kubelet.ClientCAFile == "/etc/kubernetes/pki/ca.crt" {
+		t.Errorf("%s: kubelet.clientCAFile is the node's own kubelet client CA", path)
+	}
+}

@@ -136,6 +136,31 @@ func (n *Node) SaveOwnConfig() error {
 	return nil
 }
 
+// checkKubeletClientCA refuses a kubelet.clientCAFile that the node's own
+// kubelet configuration trusts for its clients (kubeadm's
+// /etc/kubernetes/pki/ca.crt): every Reset removes kubelet.clientCAFile,
+// and a node that returns home joins without a client CA, keeping its own,
+// so its kubelet would find the file gone and not start.
+func (n *Node) checkKubeletClientCA() error {
+	var own kubeletv1beta1.KubeletConfiguration
+	if err := readSavedYAML(filepath.Join(n.cfg.SavedDir, savedKubeletConfig), &own); err != nil {
+		return err
+	}
+	ca := own.Authentication.X509.ClientCAFile
+	if ca == "" {
+		return nil
+	}
+	// The kubelet reads a relative path from its configuration file's directory.
+	if !filepath.IsAbs(ca) {
+		ca = filepath.Join(filepath.Dir(n.cfg.Kubelet.Config), ca)
+	}
+	if filepath.Clean(ca) == n.cfg.Kubelet.ClientCAFile {
+		return fmt.Errorf("kubelet.clientCAFile: %s is the client CA of the node's own kubelet (authentication.x509.clientCAFile of %s), which a reset removes and a return home does not write back: name a file of its own, such as %s",
+			n.cfg.Kubelet.ClientCAFile, n.cfg.Kubelet.Config, filepath.Join(filepath.Dir(n.cfg.Kubelet.ClientCAFile), "kubelet-client-ca.crt"))
+	}
+	return nil
+}
+
 // Status reports the node as the agent finds it.
 func (n *Node) Status(ctx context.Context) (Status, error) {
 	n.mu.Lock()

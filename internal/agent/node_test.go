@@ -733,3 +733,43 @@ func TestStartTimesOutWithoutKubeconfig(t *testing.T) {
 		t.Error("kube-proxy was started")
 	}
 }
+
+// --- checkKubeletClientCA
+
+func TestCheckKubeletClientCAAcceptsAFileOfItsOwn(t *testing.T) {
+	if err := newSavedEnv(t).node.checkKubeletClientCA(); err != nil {
+		t.Errorf("checkKubeletClientCA() = %v", err)
+	}
+}
+
+func TestCheckKubeletClientCARefusesTheNodesOwn(t *testing.T) {
+	env := newSavedEnv(t)
+	// ownKubeletConfig trusts kubeadm's CA for the kubelet's clients.
+	env.node.cfg.Kubelet.ClientCAFile = "/etc/kubernetes/pki/ca.crt"
+	err := env.node.checkKubeletClientCA()
+	if err == nil || !strings.HasPrefix(err.Error(), "kubelet.clientCAFile: /etc/kubernetes/pki/ca.crt is the client CA of the node's own kubelet") {
+		t.Errorf("checkKubeletClientCA() = %v, want an error naming kubelet.clientCAFile", err)
+	}
+}
+
+func TestCheckKubeletClientCAReadsARelativePathFromTheConfigsDirectory(t *testing.T) {
+	env := newTestEnv(t)
+	writeFile(t, env.cfg.Kubelet.Config, strings.Replace(ownKubeletConfig, "clientCAFile: /etc/kubernetes/pki/ca.crt", "clientCAFile: pki/ca.crt", 1))
+	env.node.cfg.Kubelet.ClientCAFile = filepath.Join(filepath.Dir(env.cfg.Kubelet.Config), "pki", "ca.crt")
+	if err := env.node.SaveOwnConfig(); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.node.checkKubeletClientCA(); err == nil || !strings.HasPrefix(err.Error(), "kubelet.clientCAFile: ") {
+		t.Errorf("checkKubeletClientCA() = %v, want an error naming kubelet.clientCAFile", err)
+	}
+}
+
+func TestRunRefusesTheNodesOwnKubeletClientCA(t *testing.T) {
+	env := newTestEnv(t)
+	cfg := env.cfg
+	cfg.Kubelet.ClientCAFile = "/etc/kubernetes/pki/ca.crt"
+	err := Run(context.Background(), cfg, env.services)
+	if err == nil || !strings.HasPrefix(err.Error(), "kubelet.clientCAFile: ") {
+		t.Errorf("Run() = %v, want it to refuse kubelet.clientCAFile before serving", err)
+	}
+}

@@ -140,10 +140,15 @@ func ServerTLSConfig(files TLSFiles) (*tls.Config, error) {
 }
 
 // Run serves the agent for cfg until ctx ends. It first saves the node's own
-// configuration (SaveOwnConfig).
+// configuration (SaveOwnConfig) and refuses a kubelet.clientCAFile that the
+// node's own kubelet reads (checkKubeletClientCA). Both `nest agent` (real
+// hosts, RunSystemd) and the local host cluster's agents come here.
 func Run(ctx context.Context, cfg Config, services Services) error {
 	node := NewNode(cfg, services)
 	if err := node.SaveOwnConfig(); err != nil {
+		return err
+	}
+	if err := node.checkKubeletClientCA(); err != nil {
 		return err
 	}
 	tlsConfig, err := ServerTLSConfig(cfg.TLS)

@@ -14,7 +14,7 @@ func NewRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newDevCommand())
+	root.AddCommand(newDevCommand(), newAgentCommand())
 	addVirtualClusterCommands(root)
 	return root
 }
