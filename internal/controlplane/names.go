@@ -122,7 +122,9 @@ func (n Names) Secrets() []string {
 
 // DedicatedNodesConfigMap holds the pod CIDRs of the VirtualCluster's
 // dedicated nodes, which nest-syncer admits behind host Services.
-func (n Names) DedicatedNodesConfigMap() string { return syncer.DedicatedNodesConfigMap(n.VirtualCluster) }
+func (n Names) DedicatedNodesConfigMap() string {
+	return syncer.DedicatedNodesConfigMap(n.VirtualCluster)
+}
 
 // ConfigMaps are the ConfigMaps Nest itself keeps in the namespace.
 func (n Names) ConfigMaps() []string { return []string{n.DNSConfigMap(), n.DedicatedNodesConfigMap()} }

@@ -251,8 +251,15 @@ func (e *endpointSliceSyncer) wanted(namespace, name string) ([]*discoveryv1.End
 	onDedicated := inPrefixes(dedicated)
 	if selected {
 		// The host's controller has the host pods; only the rest is ours.
+		// Slices without such an endpoint go first, so they take no place
+		// under MaxHostEndpointSlices.
+		tenant = slices.DeleteFunc(slices.Clone(tenant), func(s *discoveryv1.EndpointSlice) bool {
+			return !slices.ContainsFunc(s.Endpoints, func(e discoveryv1.Endpoint) bool {
+				return len(e.Addresses) > 0 && allAllowed(e.Addresses, onDedicated)
+			})
+		})
 		want, _ := e.tr.HostEndpointSlices(hostSvc, tenant, onDedicated)
-		return slices.DeleteFunc(want, func(s *discoveryv1.EndpointSlice) bool { return len(s.Endpoints) == 0 }), nil
+		return want, nil
 	}
 	isPod := e.podIPs()
 	want, dropped := e.tr.HostEndpointSlices(hostSvc, tenant, func(a string) bool { return isPod(a) || onDedicated(a) })

@@ -29,9 +29,12 @@ import (
 // node) over fake tenant and host API servers holding the given objects.
 func runKindSyncers(t *testing.T, tenant, host *fake.Clientset) *syncer {
 	t.Helper()
+	// Cleanups run last first: the syncers stop before their DNS directory
+	// is removed, so no write races the removal.
+	dnsDir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	o := Options{Translator: tr, PodSecurityLevel: "baseline", DNSDir: t.TempDir(), TokenMaxAge: time.Hour}
+	o := Options{Translator: tr, PodSecurityLevel: "baseline", DNSDir: dnsDir, TokenMaxAge: time.Hour}
 	s, err := newSyncerFor(ctx, o, tenant, host)
 	if err != nil {
 		t.Fatal(err)

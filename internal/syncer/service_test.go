@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/utils/ptr"
@@ -215,5 +216,73 @@ func TestServiceRecordsIncludeServicesWithoutHostCopies(t *testing.T) {
 	}
 	if got["web.shop.svc.cluster.local"] != "10.96.9.9" || got["bare.shop.svc.cluster.local"] != "10.96.6.6" {
 		t.Errorf("records %v", got)
+	}
+}
+
+// The syncer's kube-dns has no host copy: host pods reach the control-plane
+// pod at DNSServer already. A kube-dns of the tenant's own is a Service like
+// any other.
+func TestHostServiceOfKubeDNS(t *testing.T) {
+	ours := tr.ClusterDNSService()
+	if _, copied := tr.HostService(ours); copied {
+		t.Error("the syncer's kube-dns Service gets a host copy")
+	}
+	own := ours.DeepCopy()
+	delete(own.Labels, LabelManagedBy)
+	own.Spec.Selector = map[string]string{"k8s-app": "kube-dns"}
+	hostSvc, copied := tr.HostService(own)
+	if !copied {
+		t.Fatal("the tenant's own kube-dns Service gets no host copy")
+	}
+	if hostSvc.Name != HostName(tr.VirtualCluster, "kube-system", "kube-dns") || hostSvc.Namespace != tr.HostNamespace {
+		t.Errorf("host copy %s/%s", hostSvc.Namespace, hostSvc.Name)
+	}
+}
+
+// Host pods resolve and reach the syncer's kube-dns at DNSServer, whatever
+// ClusterIP the tenant gave it; the tenant's own kube-dns at its host copy's
+// address, or its own without one.
+func TestKubeDNSRecordAndAddress(t *testing.T) {
+	const name = "kube-dns.kube-system.svc.cluster.local"
+	ours := tr.ClusterDNSService()
+	ours.Spec.ClusterIP = "10.0.0.10" // the tenant refused DNSServer
+	own := ours.DeepCopy()
+	delete(own.Labels, LabelManagedBy)
+	hostCopy, _ := tr.HostService(own)
+	hostCopy.Spec.ClusterIP = "10.96.9.9"
+	tests := []struct {
+		name     string
+		tenant   *corev1.Service
+		hostCopy *corev1.Service
+		want     string
+	}{
+		{"ours", ours, nil, tr.DNSServer},
+		{"ours, with a host copy left from before", ours, hostCopy, tr.DNSServer},
+		{"the tenant's own, copied", own, hostCopy, "10.96.9.9"},
+		{"the tenant's own, not copied yet", own, nil, "10.0.0.10"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var host []runtime.Object
+			if tt.hostCopy != nil {
+				host = append(host, tt.hostCopy)
+			}
+			s := &serviceSyncer{tr: tr,
+				tenantServices: corelisters.NewServiceLister(indexerOf(t, tt.tenant)),
+				tenantSlices:   discoverylisters.NewEndpointSliceLister(indexerOf(t)),
+				hostServices:   corelisters.NewServiceLister(indexerOf(t, host...)).Services(tr.HostNamespace)}
+			got := ""
+			for _, r := range s.Records() {
+				if r.Name == name {
+					got = r.IP
+				}
+			}
+			if got != tt.want {
+				t.Errorf("record %s = %q, want %q", name, got, tt.want)
+			}
+			if a := s.addresses("kube-system"); len(a) != 1 || a[0].IP != tt.want {
+				t.Errorf("addresses = %+v, want kube-dns at %s", a, tt.want)
+			}
+		})
 	}
 }

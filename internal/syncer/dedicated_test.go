@@ -1,0 +1,92 @@
+package syncer
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+)
+
+func prefixes(ss ...string) []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(ss))
+	for _, s := range ss {
+		out = append(out, netip.MustParsePrefix(s))
+	}
+	return out
+}
+
+func TestFormatPodCIDRs(t *testing.T) {
+	tests := []struct {
+		name string
+		in   []netip.Prefix
+		want string
+	}{
+		{"none", nil, ""},
+		{"one", prefixes("10.244.1.0/24"), "10.244.1.0/24"},
+		{"sorted, deduplicated and masked",
+			prefixes("fd00:10:244:2::/64", "10.244.2.0/24", "10.244.1.7/24", "10.244.1.0/24", "fd00:10:244:2::9/64"),
+			"10.244.1.0/24\n10.244.2.0/24\nfd00:10:244:2::/64"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := FormatPodCIDRs(tt.in)
+			if got != tt.want {
+				t.Errorf("FormatPodCIDRs = %q, want %q", got, tt.want)
+			}
+			if back, want := ParsePodCIDRs(got), ParsePodCIDRs(tt.want); !slices.Equal(back, want) || len(back) != len(slices.Compact(slices.Clone(back))) {
+				t.Errorf("ParsePodCIDRs(FormatPodCIDRs) = %v, want %v", back, want)
+			}
+		})
+	}
+}
+
+func TestParsePodCIDRs(t *testing.T) {
+	tests := []struct {
+		name, data string
+		want       []netip.Prefix
+	}{
+		{"empty", "", nil},
+		{"what FormatPodCIDRs writes", "10.244.1.0/24\n10.244.2.0/24\nfd00:10:244:2::/64",
+			prefixes("10.244.1.0/24", "10.244.2.0/24", "fd00:10:244:2::/64")},
+		{"masked", "10.244.1.7/24\n", prefixes("10.244.1.0/24")},
+		{"blanks, spaces and CRLF", "\n  10.244.1.0/24  \r\n\n10.244.2.0/24\r\n", prefixes("10.244.1.0/24", "10.244.2.0/24")},
+		{"junk lines are skipped", "10.244.1.0/24\nnot a CIDR\n10.244.3.1\n10.244.0.0/33\n0.0.0.0/0 # comment\n10.244.2.0/24",
+			prefixes("10.244.1.0/24", "10.244.2.0/24")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := ParsePodCIDRs(tt.data); !slices.Equal(got, tt.want) {
+				t.Errorf("ParsePodCIDRs(%q) = %v, want %v", tt.data, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestInPrefixes(t *testing.T) {
+	in := inPrefixes(prefixes("10.244.1.0/24", "fd00:10:244:2::/64"))
+	tests := []struct {
+		addr string
+		want bool
+	}{
+		{"10.244.1.9", true},
+		{"10.244.1.0", true},
+		{"10.244.2.9", false},
+		{"192.0.2.7", false},
+		{"fd00:10:244:2::9", true},
+		{"fd00:10:244:3::9", false},
+		{"::ffff:10.244.1.9", true},  // IPv4-mapped: the IPv4 address
+		{"::ffff:10.244.2.9", false}, // mapped, but outside
+		{"::10.244.1.9", false},      // IPv4-compatible, not mapped: an IPv6 address
+		{"", false},
+		{"junk", false},
+		{"10.244.1.9/32", false},
+		{"10.244.1", false},
+	}
+	for _, tt := range tests {
+		if got := in(tt.addr); got != tt.want {
+			t.Errorf("inPrefixes(...)(%q) = %v, want %v", tt.addr, got, tt.want)
+		}
+	}
+	if inPrefixes(nil)("10.244.1.9") {
+		t.Error("no prefixes admit an address")
+	}
+}
