@@ -15,7 +15,7 @@ K8S_LDFLAGS := -s -w $(foreach p,$(K8S_VERSION_PKGS),-X $(p).gitVersion=$(K8S_VE
 
 NODES ?= 2
 
-.PHONY: all deps build build-k8s build-nest test unit e2e e2e-faults demo down clean bench bench-density conformance-build conformance generate envtest-assets lint dashboard-assets
+.PHONY: all deps build build-k8s build-nest test unit e2e e2e-faults demo demo-dedicated down clean bench bench-density conformance-build conformance generate envtest-assets lint dashboard-assets
 
 all: build
 
@@ -82,6 +82,10 @@ e2e-faults: build
 demo: deps build
 	BIN=$(BIN) OUT=$(OUT) NODES=$(NODES) hack/demo.sh
 
+## demo-dedicated: dedicated nodes: a 3-node local host cluster, a worker promoted into the virtual cluster "dedi", pods on it and on the virtual node reaching each other by Service name, and the worker released
+demo-dedicated: deps build
+	BIN=$(BIN) OUT=$(OUT) hack/demo-dedicated.sh
+
 ## down: stop the local host cluster and remove its state
 down:
 	$(BIN)/nest dev down
@@ -95,7 +99,7 @@ bench: build
 	NEST_BIN_DIR=$(BIN) go test -run '^$$' -bench VirtualClusterCreate -benchtime 1x -timeout 30m ./test/e2e/
 	NEST_BIN_DIR=$(BIN) go test -run '^$$' -bench VirtualNodePods -benchtime 1x -timeout 30m ./test/e2e/
 	NEST_BIN_DIR=$(BIN) go test -run '^$$' -bench NetworkPolicyEnforcer -benchtime 1x -timeout 30m ./test/e2e/
-	NEST_BIN_DIR=$(BIN) go test -run '^$$' -bench NodePromotion -benchtime 3x -timeout 30m ./test/e2e/
+	NEST_BIN_DIR=$(BIN) go test -run '^$$' -bench NodePromotion -benchtime 5x -timeout 30m ./test/e2e/
 	go test -run '^$$' -bench PageWeight -benchtime 3x ./internal/dashboard/
 
 ## bench-density: tenants one after another until NEST_DENSITY_TENANTS (default 20) or the host is full; memory, CPU and latency per tenant

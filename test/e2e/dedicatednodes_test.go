@@ -13,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -63,7 +64,34 @@ func TestDedicatedNodes(t *testing.T) {
 	}
 
 	controlPlane := controlPlanePod(t, ctx, host, tn)
+	blocker := blockDrain(t, ctx, host, worker)
 	scale(1)
+	t.Run("nest-manager killed while the promotion drains: the node stays in the host until a new one finishes the move", func(t *testing.T) {
+		defer blocker.unblock(t, ctx, host)
+		draining := func(gn *nestv1.GlobalNode) error {
+			c := meta.FindStatusCondition(gn.Status.Conditions, "Moving")
+			if gn.Status.Phase != nestv1.NodePhaseDraining || c == nil || !strings.Contains(c.Message, blocker.pod) {
+				return fmt.Errorf("phase %s, Moving %v; want Draining, held up by %s", gn.Status.Phase, c, blocker.pod)
+			}
+			return nil
+		}
+		waitGlobalNode(t, ctx, host, worker, 2*time.Minute, draining)
+		framework.KillContainer(t, ctx, host, stateDir, framework.ManagerPod(t, ctx, host), "manager")
+		// Nothing half-done: still Draining, the node cordoned in the host
+		// and nowhere else. The new manager finishes the move once the
+		// budget is gone (the next subtest).
+		waitGlobalNode(t, ctx, host, worker, time.Minute, draining)
+		var node corev1.Node
+		if err := host.Get(ctx, client.ObjectKey{Name: worker}, &node); err != nil {
+			t.Fatalf("host Node %s while the promotion drains: %v", worker, err)
+		}
+		if !node.Spec.Unschedulable {
+			t.Errorf("host Node %s is schedulable while the promotion drains it", worker)
+		}
+		if _, err := tn.Clientset(t).CoreV1().Nodes().Get(ctx, worker, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("the tenant has Node %s before the host let it go (get: %v)", worker, err)
+		}
+	})
 	t.Run("the worker is promoted: occupied, gone from the host, Ready in the tenant", func(t *testing.T) {
 		waitGlobalNode(t, ctx, host, worker, 8*time.Minute, func(gn *nestv1.GlobalNode) error {
 			if gn.Status.Phase != nestv1.NodePhaseTenant || gn.Spec.State != nestv1.NodeStateOccupied || gn.Status.VirtualCluster != holder {
@@ -387,6 +415,60 @@ func checkNodeHeld(t *testing.T, ctx context.Context, host client.Client, nest f
 	}
 	if gn.Annotations["nest.dev/held-by"] == key.String() || gn.Status.VirtualCluster == key.String() {
 		t.Errorf("GlobalNode %s names %s as its holder", held, key)
+	}
+}
+
+// drainBlocker is a host pod on a node that a PodDisruptionBudget keeps
+// from being evicted, so a drain of the node waits for it.
+type drainBlocker struct {
+	namespace, pod string
+}
+
+// blockDrain starts a drainBlocker on node; its namespace goes when the
+// test ends.
+func blockDrain(t *testing.T, ctx context.Context, host client.Client, node string) *drainBlocker {
+	t.Helper()
+	b := &drainBlocker{namespace: "e2e-drain-blocker", pod: "blocker"}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: b.namespace}}
+	if err := host.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = host.Delete(context.Background(), ns) })
+	labels := map[string]string{"app": b.pod}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: b.pod, Namespace: b.namespace, Labels: labels},
+		Spec: corev1.PodSpec{
+			NodeName:   node,
+			Containers: []corev1.Container{{Name: "pause", Image: images.Pause, ImagePullPolicy: corev1.PullNever}},
+		},
+	}
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: b.pod, Namespace: b.namespace},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(1)), Selector: &metav1.LabelSelector{MatchLabels: labels}},
+	}
+	for _, obj := range []client.Object{pod, pdb} {
+		if err := host.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The budget only counts a pod that runs.
+	testutil.Eventually(t, 2*time.Minute, "the drain blocker protected", func() error {
+		if err := host.Get(ctx, client.ObjectKeyFromObject(pdb), pdb); err != nil {
+			return err
+		}
+		if pdb.Status.DisruptionsAllowed != 0 || pdb.Status.CurrentHealthy != 1 {
+			return fmt.Errorf("budget: %d healthy, %d disruptions allowed", pdb.Status.CurrentHealthy, pdb.Status.DisruptionsAllowed)
+		}
+		return nil
+	})
+	return b
+}
+
+// unblock deletes the budget, so the drain evicts the pod.
+func (b *drainBlocker) unblock(t *testing.T, ctx context.Context, host client.Client) {
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: b.pod, Namespace: b.namespace}}
+	if err := host.Delete(ctx, pdb); client.IgnoreNotFound(err) != nil {
+		t.Errorf("delete the drain blocker's budget: %v", err)
 	}
 }
 

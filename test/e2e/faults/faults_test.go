@@ -3,7 +3,6 @@ package faults
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -169,56 +168,12 @@ func namesOf(tn *framework.Tenant) controlplane.Names {
 // restarted it and it is ready.
 func killControlPlaneContainer(container string) func(*testing.T, *env, *framework.Tenant, *workload) {
 	return func(t *testing.T, e *env, tn *framework.Tenant, _ *workload) {
-		e.killContainer(t, types.NamespacedName{Namespace: tn.Namespace, Name: namesOf(tn).ControlPlanePod()}, container)
+		framework.KillContainer(t, e.ctx, e.host, e.stateDir, types.NamespacedName{Namespace: tn.Namespace, Name: namesOf(tn).ControlPlanePod()}, container)
 	}
 }
 
 func killManager(t *testing.T, e *env, _ *framework.Tenant, _ *workload) {
-	var pods corev1.PodList
-	if err := e.host.List(e.ctx, &pods, client.InNamespace("nest-system"), client.MatchingLabels{"app.kubernetes.io/name": "nest-manager"}); err != nil {
-		t.Fatal(err)
-	}
-	if len(pods.Items) != 1 {
-		t.Fatalf("%d nest-manager pods, want 1", len(pods.Items))
-	}
-	e.killContainer(t, client.ObjectKeyFromObject(&pods.Items[0]), "manager")
-}
-
-func (e *env) killContainer(t *testing.T, key types.NamespacedName, container string) {
-	t.Helper()
-	pod := &corev1.Pod{}
-	if err := e.host.Get(e.ctx, key, pod); err != nil {
-		t.Fatal(err)
-	}
-	status, ok := containerStatus(pod, container)
-	if !ok || status.ContainerID == "" {
-		t.Fatalf("pod %s has no running container %s", key, container)
-	}
-	_, id, _ := strings.Cut(status.ContainerID, "://")
-	if err := devcluster.KillContainer(e.ctx, e.layout, pod.Spec.NodeName, id); err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, 3*time.Minute, container+" restarted and ready", func() error {
-		if err := e.host.Get(e.ctx, key, pod); err != nil {
-			return err
-		}
-		now, ok := containerStatus(pod, container)
-		if !ok || now.RestartCount <= status.RestartCount || !now.Ready {
-			return fmt.Errorf("%s: restarts %d, ready %t", container, now.RestartCount, now.Ready)
-		}
-		return nil
-	})
-}
-
-// containerStatus finds a container's status; etcd and kube-apiserver run
-// as sidecars (restartable init containers), so it looks there too.
-func containerStatus(pod *corev1.Pod, name string) (corev1.ContainerStatus, bool) {
-	for _, s := range slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses) {
-		if s.Name == name {
-			return s, true
-		}
-	}
-	return corev1.ContainerStatus{}, false
+	framework.KillContainer(t, e.ctx, e.host, e.stateDir, framework.ManagerPod(t, e.ctx, e.host), "manager")
 }
 
 // stopHostAPIServer kills the host kube-apiserver, keeps it down for 20 s,
