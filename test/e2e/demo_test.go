@@ -45,6 +45,45 @@ func TestDemo(t *testing.T) {
 	}
 }
 
+// TestDemoDedicated runs hack/demo-dedicated.sh (make demo-dedicated)
+// against a cluster of its own and checks what it printed: the worker
+// occupied by the virtual cluster, then free again, and pods on the
+// dedicated node and on the virtual node reaching each other by Service
+// name.
+func TestDemoDedicated(t *testing.T) {
+	framework.RequireRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	stateDir := filepath.Join(os.TempDir(), "nest-e2e-demo-"+strings.ReplaceAll(t.Name(), "/", "-"))
+	t.Cleanup(func() {
+		if out, err := framework.Run(context.Background(), t, "nest", "dev", "down", "--state-dir", stateDir); err != nil {
+			t.Errorf("nest dev down: %v\n%s", err, out)
+		}
+	})
+	cmd := exec.CommandContext(ctx, mustAbs(t, "../../hack/demo-dedicated.sh"))
+	cmd.Env = append(os.Environ(), "BIN="+framework.BinDir(), "OUT="+t.TempDir(), "NEST_DEV_DIR="+stateDir, "KUBECONFIG=")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("hack/demo-dedicated.sh: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		`from tools \(dedicated node\): GET http://web/hostname -> web\b`,
+		`from web \(virtual node\): GET http://tools/hostname -> tools\b`,
+	} {
+		if !regexp.MustCompile(want).Match(out) {
+			t.Errorf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+	occupied := regexp.MustCompile(`(nest-worker2?)\s+occupied\s+vc-dedi/dedi\s+\S+\s+Tenant`).FindSubmatch(out)
+	if occupied == nil {
+		t.Fatalf("nest nodes never showed a worker occupied by vc-dedi/dedi:\n%s", out)
+	}
+	_, released, ok := strings.Cut(string(out), "release the node")
+	if !ok || !regexp.MustCompile(string(occupied[1])+`\s+free\s+<none>\s+\S+\s+Host`).MatchString(released) {
+		t.Errorf("after the release, nest nodes does not show %s free in the host:\n%s", occupied[1], released)
+	}
+}
+
 func mustAbs(t *testing.T, p string) string {
 	t.Helper()
 	abs, err := filepath.Abs(p)
