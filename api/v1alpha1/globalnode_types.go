@@ -175,3 +175,16 @@ type GlobalNodeList struct {
 func (gn *GlobalNode) Moved() bool {
 	return gn.Status.Phase != "" && gn.Status.Phase != NodePhaseHost
 }
+
+// HoldsTenantPods reports whether the node's pods may be its holder's
+// tenant pods: from Joining, when the tenant's kubelet may start them, until
+// Returning, once the tenant Node is deleted and the node reset (a node
+// Failed on its way out of a tenant still holds them). Only then does
+// status.podCIDR belong to the tenant.
+func (gn *GlobalNode) HoldsTenantPods() bool {
+	switch gn.Status.Phase {
+	case NodePhaseJoining, NodePhaseTenant, NodePhaseReleasing, NodePhaseFailed:
+		return true
+	}
+	return false
+}

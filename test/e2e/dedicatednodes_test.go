@@ -12,7 +12,9 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -26,6 +28,7 @@ import (
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/devcluster"
 	"github.com/nestdev/nest/internal/images"
+	"github.com/nestdev/nest/internal/syncer"
 	"github.com/nestdev/nest/internal/testutil"
 	"github.com/nestdev/nest/test/e2e/framework"
 )
@@ -76,7 +79,14 @@ func TestDedicatedNodes(t *testing.T) {
 			return nil
 		}
 		waitGlobalNode(t, ctx, host, worker, 2*time.Minute, draining)
+		leader := managerLeader(t, ctx, host)
 		framework.KillContainer(t, ctx, host, stateDir, framework.ManagerPod(t, ctx, host), "manager")
+		testutil.Eventually(t, 2*time.Minute, "a new nest-manager leads", func() error {
+			if now := managerLeader(t, ctx, host); now == leader || now == "" {
+				return fmt.Errorf("leader %q, the killed one was %q", now, leader)
+			}
+			return nil
+		})
 		// Nothing half-done: still Draining, the node cordoned in the host
 		// and nowhere else. The new manager finishes the move once the
 		// budget is gone (the next subtest).
@@ -128,8 +138,14 @@ func TestDedicatedNodes(t *testing.T) {
 	})
 	// The DaemonSet's pod stays on the node until the release resets it.
 	var footprint *podFootprint
-	t.Run("a tenant DaemonSet runs a pod on the promoted node", func(t *testing.T) {
+	t.Run("a tenant DaemonSet runs a pod on the promoted node, which the host copy of its Service names", func(t *testing.T) {
 		footprint = runDaemonSetOn(t, ctx, tn, node(t, stateDir, worker))
+		testutil.Eventually(t, time.Minute, "a host EndpointSlice of nest-syncer naming "+footprint.podIP, func() error {
+			if len(syncerSlicesNaming(t, ctx, host, tn.Namespace, footprint.podIP)) == 0 {
+				return fmt.Errorf("none")
+			}
+			return nil
+		})
 	})
 
 	scale(0)
@@ -168,6 +184,21 @@ func TestDedicatedNodes(t *testing.T) {
 			t.Fatal("the DaemonSet subtest recorded no pod footprint to look for")
 		}
 		footprint.checkGone(t)
+	})
+	t.Run("the tenant no longer admits the released node's pod range on the host", func(t *testing.T) {
+		if footprint == nil {
+			t.Fatal("the DaemonSet subtest recorded no pod footprint to look for")
+		}
+		var cm corev1.ConfigMap
+		if err := host.Get(ctx, client.ObjectKey{Namespace: tn.Namespace, Name: syncer.DedicatedNodesConfigMap(tn.Name)}, &cm); err != nil {
+			t.Fatal(err)
+		}
+		if cidrs := cm.Data[syncer.DedicatedPodCIDRsKey]; cidrs != "" {
+			t.Errorf("ConfigMap %s still admits %q", cm.Name, cidrs)
+		}
+		if names := syncerSlicesNaming(t, ctx, host, tn.Namespace, footprint.podIP); len(names) > 0 {
+			t.Errorf("nest-syncer's host EndpointSlices %v still name %s, the DaemonSet pod's address on the released node", names, footprint.podIP)
+		}
 	})
 	t.Run("the tenant's control plane ran on through the promotion and the release", func(t *testing.T) {
 		now := controlPlanePod(t, ctx, host, tn)
@@ -477,7 +508,7 @@ func (b *drainBlocker) unblock(t *testing.T, ctx context.Context, host client.Cl
 // IPAM recorded for its sandbox.
 type podFootprint struct {
 	uid, ipamFile, sandbox string
-	kubeletDir             string
+	kubeletDir, podIP      string
 }
 
 // runDaemonSetOn runs a tenant DaemonSet on node n and returns its pod's
@@ -502,6 +533,13 @@ func runDaemonSetOn(t *testing.T, ctx context.Context, tn *framework.Tenant, n d
 	if _, err := cs.AppsV1().DaemonSets(ds.Namespace).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: ds.Name, Namespace: ds.Namespace},
+		Spec:       corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Port: 8080}}},
+	}
+	if _, err := cs.CoreV1().Services(svc.Namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	var pod corev1.Pod
 	testutil.Eventually(t, 2*time.Minute, "a running pod of DaemonSet "+ds.Name+" on "+n.Name, func() error {
 		list, err := cs.CoreV1().Pods(ds.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app=ds-dedicated"})
@@ -516,7 +554,7 @@ func runDaemonSetOn(t *testing.T, ctx context.Context, tn *framework.Tenant, n d
 		}
 		return fmt.Errorf("%d pods, none running on %s", len(list.Items), n.Name)
 	})
-	f := &podFootprint{uid: string(pod.UID), kubeletDir: filepath.Join(devcluster.AgentConfig(devcluster.Layout{}, n).Kubelet.RootDir, "pods", string(pod.UID))}
+	f := &podFootprint{uid: string(pod.UID), podIP: pod.Status.PodIP, kubeletDir: filepath.Join(devcluster.AgentConfig(devcluster.Layout{}, n).Kubelet.RootDir, "pods", string(pod.UID))}
 	if _, err := os.Stat(f.kubeletDir); err != nil {
 		t.Fatalf("the pod's kubelet directory: %v", err)
 	}
@@ -548,6 +586,36 @@ func (f *podFootprint) checkGone(t *testing.T) {
 	if data, err := os.ReadFile(f.ipamFile); err == nil && strings.Contains(string(data), f.sandbox) {
 		t.Errorf("the CNI IPAM still records the tenant pod's sandbox %s in %s", f.sandbox, f.ipamFile)
 	}
+}
+
+// syncerSlicesNaming returns the host EndpointSlices nest-syncer wrote in
+// namespace that name address.
+func syncerSlicesNaming(t *testing.T, ctx context.Context, host client.Client, namespace, address string) []string {
+	t.Helper()
+	var list discoveryv1.EndpointSliceList
+	if err := host.List(ctx, &list, client.InNamespace(namespace), client.MatchingLabels{discoveryv1.LabelManagedBy: syncer.EndpointSliceManager}); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, s := range list.Items {
+		for _, e := range s.Endpoints {
+			if slices.Contains(e.Addresses, address) {
+				out = append(out, s.Name)
+			}
+		}
+	}
+	return out
+}
+
+// managerLeader is the identity holding nest-manager's leader election
+// Lease, "" while none does.
+func managerLeader(t *testing.T, ctx context.Context, host client.Client) string {
+	t.Helper()
+	var lease coordinationv1.Lease
+	if err := host.Get(ctx, client.ObjectKey{Namespace: "nest-system", Name: "nest-manager.nest.dev"}, &lease); err != nil {
+		t.Fatal(err)
+	}
+	return ptr.Deref(lease.Spec.HolderIdentity, "")
 }
 
 // mountsOf returns the mount points that name a pod UID. The nodes of the

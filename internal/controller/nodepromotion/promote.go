@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -99,6 +100,11 @@ func (r *Reconciler) leaveHost(ctx context.Context, gn *nestv1.GlobalNode) (step
 	if err != nil {
 		return step{}, err
 	}
+	if gn.Status.PodCIDR == "" {
+		if gn.Status.PodCIDR, err = r.ownPodCIDR(ctx, a, gn.Name); err != nil {
+			return step{}, err
+		}
+	}
 	if err := leave(ctx, a); err != nil {
 		return step{}, err
 	}
@@ -106,6 +112,43 @@ func (r *Reconciler) leaveHost(ctx context.Context, gn *nestv1.GlobalNode) (step
 		return step{}, fmt.Errorf("delete host Node %s: %w", gn.Name, err)
 	}
 	return step{phase: nestv1.NodePhaseJoining, message: "left the host; joining the tenant"}, nil
+}
+
+// ownPodCIDR is the pod CIDR of node, read from its agent while the node
+// is still the host's and before any tenant pod ran there in this stay, so
+// what the holder's pods will be admitted by is the node's own range. It
+// is refused when a pod on another host node has an address in it: a range
+// wider than the node's own (rewritten by an earlier tenant with root
+// there) would admit other pods to the tenant. An empty CIDR (no CNI
+// configuration) admits nothing.
+func (r *Reconciler) ownPodCIDR(ctx context.Context, a Agent, node string) (string, error) {
+	st, err := a.Status(ctx)
+	if err != nil {
+		return "", fmt.Errorf("agent: status: %w", err)
+	}
+	if st.PodCIDR == "" {
+		return "", nil
+	}
+	cidr, err := netip.ParsePrefix(st.PodCIDR)
+	if err != nil {
+		return "", fmt.Errorf("the node's agent reports pod CIDR %q: %w", st.PodCIDR, err)
+	}
+	cidr = cidr.Masked()
+	pods, err := r.HostClient.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", fmt.Errorf("list host pods to check the node's pod CIDR: %w", err)
+	}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == node || p.Spec.HostNetwork {
+			continue
+		}
+		for _, ip := range p.Status.PodIPs {
+			if addr, err := netip.ParseAddr(ip.IP); err == nil && cidr.Contains(addr.Unmap()) {
+				return "", fmt.Errorf("the node's agent reports pod CIDR %s, which holds %s of pod %s/%s on node %s: the node's CNI configuration is not its own; reimage the node", cidr, ip.IP, p.Namespace, p.Name, p.Spec.NodeName)
+			}
+		}
+	}
+	return cidr.String(), nil
 }
 
 // leave stops and resets the node through its agent.
@@ -157,15 +200,6 @@ func (r *Reconciler) joinTenant(ctx context.Context, gn *nestv1.GlobalNode) (ste
 	a, err := r.Agents.For(ctx, gn)
 	if err != nil {
 		return step{}, err
-	}
-	// The node keeps its own pod CIDR, which the host network routes to it;
-	// the holder's NetworkPolicies admit it from here on.
-	st, err := a.Status(ctx)
-	if err != nil {
-		return step{}, fmt.Errorf("agent: status: %w", err)
-	}
-	if st.PodCIDR != "" {
-		gn.Status.PodCIDR = st.PodCIDR
 	}
 	// Before join makes a token, and on every pass: a kubelet that joined
 	// before the tenant had the policy is listed too.

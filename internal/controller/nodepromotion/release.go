@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
+	"slices"
 	"strings"
 
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,6 +17,7 @@ import (
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/addons"
 	"github.com/nestdev/nest/internal/agent"
+	"github.com/nestdev/nest/internal/syncer"
 )
 
 // uncordonHost gives back a node that was still draining in the host.
@@ -36,7 +40,6 @@ func (r *Reconciler) releaseFailed(ctx context.Context, gn *nestv1.GlobalNode) (
 	if node == nil {
 		if _, _, err := r.tenantOf(ctx, gn); errors.Is(err, ErrTenantGone) {
 			// Its tenant cluster is gone, and its pods with it.
-			gn.Status.PodCIDR = ""
 			return step{phase: nestv1.NodePhaseReturning, message: "the tenant cluster is gone; returning to the host"}, nil
 		}
 		c := meta.FindStatusCondition(gn.Status.Conditions, ConditionMoving)
@@ -92,8 +95,9 @@ func (r *Reconciler) drainTenant(ctx context.Context, gn *nestv1.GlobalNode) (st
 	if err := addons.UnassignNode(ctx, t.Objects, gn.Name); err != nil {
 		return step{}, err
 	}
-	// Its tenant pods are gone: the holder's policies stop admitting its range.
-	gn.Status.PodCIDR = ""
+	// Its tenant pods are gone: in Returning the holder's policies and
+	// nest-syncer stop admitting its range (HoldsTenantPods), which
+	// returnHome waits for.
 	return step{phase: nestv1.NodePhaseReturning, message: "left the tenant; returning to the host"}, nil
 }
 
@@ -132,12 +136,59 @@ func (r *Reconciler) returnHome(ctx context.Context, gn *nestv1.GlobalNode) (ste
 		}
 		return r.free(ctx, gn, "Ready in the host again")
 	}
+	if waiting, err := r.rangeInUse(ctx, gn); err != nil || waiting != "" {
+		if err != nil {
+			return step{}, err
+		}
+		return step{phase: nestv1.NodePhaseReturning, requeue: pollSoon, message: waiting}, nil
+	}
 	req := agent.JoinRequest{Server: r.Host.Server, CACertPEM: r.Host.CACertPEM}
 	approve := func(ctx context.Context) (int, error) { return ApproveNodeClient(ctx, r.HostClient, gn.Name) }
 	if err := join(ctx, a, r.HostClient, req, gn.Name, "Nest: "+gn.Name+" returns to the host", func(context.Context) error { return nil }, approve); err != nil {
 		return step{}, err
 	}
 	return step{phase: nestv1.NodePhaseReturning, requeue: pollSoon, message: "the kubelet runs; waiting for the node to be Ready in the host"}, nil
+}
+
+// rangeInUse says what still admits the node's pod CIDR as its holder's,
+// or "" once nothing does: the holder's ConfigMap of dedicated pod CIDRs
+// (written with its NetworkPolicies) and nest-syncer's host EndpointSlices
+// in its namespace. Until then the node must not join the host, whose pods
+// it would give addresses in that range. A holder whose namespace is gone
+// holds nothing.
+func (r *Reconciler) rangeInUse(ctx context.Context, gn *nestv1.GlobalNode) (string, error) {
+	cidr, err := netip.ParsePrefix(gn.Status.PodCIDR)
+	if err != nil {
+		return "", nil
+	}
+	key, err := holder(gn)
+	if err != nil {
+		return "", nil
+	}
+	cm, err := r.HostClient.CoreV1().ConfigMaps(key.Namespace).Get(ctx, syncer.DedicatedNodesConfigMap(key.Name), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return "", fmt.Errorf("read the dedicated pod CIDRs of %s: %w", key, err)
+	case slices.Contains(syncer.ParsePodCIDRs(cm.Data[syncer.DedicatedPodCIDRsKey]), cidr.Masked()):
+		return fmt.Sprintf("waiting for %s to stop admitting the node's pod CIDR %s (ConfigMap %s)", key, cidr, cm.Name), nil
+	}
+	hostSlices, err := r.HostClient.DiscoveryV1().EndpointSlices(key.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: discoveryv1.LabelManagedBy + "=" + syncer.EndpointSliceManager,
+	})
+	if err != nil {
+		return "", fmt.Errorf("list nest-syncer's host EndpointSlices of %s: %w", key, err)
+	}
+	for _, es := range hostSlices.Items {
+		for _, e := range es.Endpoints {
+			for _, a := range e.Addresses {
+				if addr, err := netip.ParseAddr(a); err == nil && cidr.Contains(addr.Unmap()) {
+					return fmt.Sprintf("waiting for nest-syncer of %s to drop %s, in the node's pod CIDR, from host EndpointSlice %s", key, a, es.Name), nil
+				}
+			}
+		}
+	}
+	return "", nil
 }
 
 // restoreLabels puts the labels the GlobalNode kept back on the new host

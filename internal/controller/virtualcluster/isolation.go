@@ -68,20 +68,15 @@ func (r *Reconciler) reconcileNamespace(ctx context.Context, s *reconcileState) 
 	return true, nil
 }
 
-// reconcileNetworkPolicies keeps the namespace's NetworkPolicies, and the
-// ConfigMap that gives nest-syncer the same dedicated pod CIDRs the
-// policies admit. A spec the builder refuses (an egress CIDR that is no
-// CIDR) is terminal: only an edit of the VirtualCluster fixes it.
+// reconcileNetworkPolicies keeps the namespace's NetworkPolicies. A spec
+// the builder refuses (an egress CIDR that is no CIDR) is terminal: only an
+// edit of the VirtualCluster fixes it.
 func (r *Reconciler) reconcileNetworkPolicies(ctx context.Context, s *reconcileState) (bool, error) {
 	dedicated, err := r.dedicatedPodCIDRs(ctx, s.vc)
 	if err != nil {
 		return false, err
 	}
-	cm, wantCM := &corev1.ConfigMap{}, controlplane.DedicatedNodesConfigMapFor(s.vc, dedicated)
-	cm.ObjectMeta = metav1.ObjectMeta{Name: wantCM.Name, Namespace: wantCM.Namespace}
-	if err := r.ensure(ctx, s, cm, func() { cm.Labels, cm.Data = wantCM.Labels, wantCM.Data }); err != nil {
-		return false, err
-	}
+
 	policies, err := controlplane.NetworkPoliciesWith(s.vc, r.ControlPlane, dedicated)
 	if err != nil {
 		return false, reconcile.TerminalError(fmt.Errorf("NetworkPolicies of %s: %w", klog.KObj(s.vc), err))
@@ -112,6 +107,23 @@ func (r *Reconciler) reconcileLimits(ctx context.Context, s *reconcileState) (bo
 	return true, nil
 }
 
+// reconcileDedicatedNodes keeps the ConfigMap that gives nest-syncer the
+// dedicated pod CIDRs the NetworkPolicies admit. It runs after the quotas
+// (reconcileLimits), which count the ConfigMap, and after the policies,
+// which a failure here must not hold back.
+func (r *Reconciler) reconcileDedicatedNodes(ctx context.Context, s *reconcileState) (bool, error) {
+	dedicated, err := r.dedicatedPodCIDRs(ctx, s.vc)
+	if err != nil {
+		return false, err
+	}
+	cm, want := &corev1.ConfigMap{}, controlplane.DedicatedNodesConfigMapFor(s.vc, dedicated)
+	cm.ObjectMeta = metav1.ObjectMeta{Name: want.Name, Namespace: want.Namespace}
+	if err := r.ensure(ctx, s, cm, func() { cm.Labels, cm.Data = want.Labels, want.Data }); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
 // dedicatedPodCIDRs are the pod subnets of the nodes node promotion moved
 // out of the host for vc (GlobalNode status.podCIDR), sorted.
 func (r *Reconciler) dedicatedPodCIDRs(ctx context.Context, vc *nestv1.VirtualCluster) ([]netip.Prefix, error) {
@@ -119,20 +131,28 @@ func (r *Reconciler) dedicatedPodCIDRs(ctx context.Context, vc *nestv1.VirtualCl
 	if err := r.List(ctx, &list); err != nil {
 		return nil, fmt.Errorf("list GlobalNodes: %w", err)
 	}
-	return podCIDRsOf(list.Items, vc.Namespace+"/"+vc.Name), nil
+	return podCIDRsOf(list.Items, vc.Namespace+"/"+vc.Name, r.ControlPlane.HostNetwork.PodCIDRs), nil
 }
 
-// podCIDRsOf are the valid status.podCIDRs of the moved GlobalNodes whose
-// status names holder, sorted.
-func podCIDRsOf(nodes []nestv1.GlobalNode, holder string) []netip.Prefix {
+// podCIDRsOf are the status.podCIDRs of the GlobalNodes whose status names
+// holder and that hold its pods (HoldsTenantPods), sorted. Only a range
+// inside one of the host's pod ranges counts: status.podCIDR comes from
+// the node's agent, on a node its last tenant had root on, and must never
+// admit node, Service or other addresses to a tenant.
+func podCIDRsOf(nodes []nestv1.GlobalNode, holder string, hostPodCIDRs []netip.Prefix) []netip.Prefix {
 	var out []netip.Prefix
 	for i := range nodes {
 		gn := &nodes[i]
-		if gn.Status.VirtualCluster != holder || !gn.Moved() {
+		if gn.Status.VirtualCluster != holder || !gn.HoldsTenantPods() {
 			continue
 		}
-		if p, err := netip.ParsePrefix(gn.Status.PodCIDR); err == nil {
-			out = append(out, p.Masked())
+		p, err := netip.ParsePrefix(gn.Status.PodCIDR)
+		if err != nil {
+			continue
+		}
+		p = p.Masked()
+		if slices.ContainsFunc(hostPodCIDRs, func(h netip.Prefix) bool { return h.Bits() < p.Bits() && h.Contains(p.Addr()) }) {
+			out = append(out, p)
 		}
 	}
 	slices.SortFunc(out, func(a, b netip.Prefix) int { return strings.Compare(a.String(), b.String()) })

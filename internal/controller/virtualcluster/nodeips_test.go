@@ -1,6 +1,7 @@
 package virtualcluster
 
 import (
+	"net/netip"
 	"slices"
 	"testing"
 
@@ -42,7 +43,8 @@ func TestHostNodeIPsStayTheSameWhileANodeIsAway(t *testing.T) {
 }
 
 // The NetworkPolicies of a VirtualCluster admit the pod CIDRs of the nodes
-// node promotion moved for it, and only those.
+// that hold its pods, and only those inside a host pod range and narrower
+// than it.
 func TestPodCIDRsOfMovedNodesOfTheHolder(t *testing.T) {
 	gn := func(name, holder string, phase nestv1.NodePhase, cidr string) nestv1.GlobalNode {
 		return nestv1.GlobalNode{ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -54,12 +56,21 @@ func TestPodCIDRsOfMovedNodesOfTheHolder(t *testing.T) {
 		gn("c", "vc-b/b", nestv1.NodePhaseTenant, "10.244.3.0/24"),
 		gn("d", "vc-a/a", nestv1.NodePhaseHost, "10.244.4.0/24"),
 		gn("e", "vc-a/a", nestv1.NodePhaseTenant, "not a cidr"),
+		gn("f", "vc-a/a", nestv1.NodePhaseLeaving, "10.244.5.0/24"),
+		gn("g", "vc-a/a", nestv1.NodePhaseReturning, "10.244.6.0/24"),
+		gn("h", "vc-a/a", nestv1.NodePhaseReleasing, "10.244.7.0/24"),
+		gn("i", "vc-a/a", nestv1.NodePhaseFailed, "10.244.8.0/24"),
+		// What an agent on a node a tenant had root on might report.
+		gn("j", "vc-a/a", nestv1.NodePhaseTenant, "10.244.0.0/16"),
+		gn("k", "vc-a/a", nestv1.NodePhaseTenant, "0.0.0.0/0"),
+		gn("l", "vc-a/a", nestv1.NodePhaseTenant, "169.254.169.0/24"),
+		gn("m", "vc-a/a", nestv1.NodePhaseTenant, "10.96.0.0/24"),
 	}
 	var got []string
-	for _, p := range podCIDRsOf(nodes, "vc-a/a") {
+	for _, p := range podCIDRsOf(nodes, "vc-a/a", []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}) {
 		got = append(got, p.String())
 	}
-	if want := []string{"10.244.1.0/24", "10.244.2.0/24"}; !slices.Equal(got, want) {
+	if want := []string{"10.244.1.0/24", "10.244.2.0/24", "10.244.7.0/24", "10.244.8.0/24"}; !slices.Equal(got, want) {
 		t.Errorf("podCIDRsOf = %v, want %v", got, want)
 	}
 }

@@ -163,6 +163,7 @@ func (r *Reconciler) runPhases(ctx context.Context, s *reconcileState) (ctrl.Res
 		{r.reconcileNamespace, nestv1.ConditionControlPlaneAvailable},
 		{r.reconcileNetworkPolicies, nestv1.ConditionControlPlaneAvailable},
 		{r.reconcileLimits, nestv1.ConditionControlPlaneAvailable},
+		{r.reconcileDedicatedNodes, nestv1.ConditionControlPlaneAvailable},
 		{r.reconcileService, nestv1.ConditionControlPlaneAvailable},
 		{r.reconcileVirtualNodeObjects, nestv1.ConditionNodesReady},
 		{r.reconcilePKI, nestv1.ConditionCertificatesReady},
