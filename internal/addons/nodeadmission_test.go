@@ -101,11 +101,28 @@ func TestKubeletsRegisterOnlyTheNodesNestAssigned(t *testing.T) {
 	}
 	eventually(t, "w1 refused once removed", func() error { return refused(ctx, admin, w1, "w1") })
 
-	// Without its parameter the binding refuses every kubelet; AssignNode
-	// makes the ConfigMap again.
+	// Without its parameter the binding refuses every kubelet, even one
+	// that was listed; AssignNode makes the ConfigMap again.
+	if err := AssignNode(ctx, admin, "w1", ""); err != nil {
+		t.Fatal(err)
+	}
 	if err := admin.Delete(ctx, &corev1.ConfigMap{ObjectMeta: assignedNodesMeta()}); err != nil {
 		t.Fatal(err)
 	}
+	eventually(t, "w1 refused without the ConfigMap", func() error {
+		err := w1.Create(ctx, node("w1"))
+		if err == nil {
+			if err := admin.Delete(ctx, node("w1")); err != nil {
+				return fmt.Errorf("delete Node w1 the kubelet created: %w", err)
+			}
+			return errors.New("kubelet created Node w1")
+		}
+		// Not the policy's message: the binding finds no parameter.
+		if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) {
+			return fmt.Errorf("refused with %v; want Forbidden", err)
+		}
+		return nil
+	})
 	if err := UnassignNode(ctx, admin, "w1"); err != nil {
 		t.Fatalf("UnassignNode without the ConfigMap: %v", err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
 	godbus "github.com/godbus/dbus/v5"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // fakeUnit is one unit as the fake systemd knows it.
@@ -312,7 +313,13 @@ func TestSystemdWaitEndsWhenTheConnectionCloses(t *testing.T) {
 	s := systemdWith(fake, SystemdUnits{})
 	done := make(chan error, 1)
 	go func() { done <- s.Stop(context.Background(), ServiceKubelet) }()
-	time.Sleep(20 * time.Millisecond)
+	// Only once the job is queued: the wait for its result must be what
+	// notices the lost connection.
+	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return len(fake.jobs()) == 1, nil
+	}); err != nil {
+		t.Fatalf("Stop() queued no job: %v", err)
+	}
 	fake.setConnected(false)
 	select {
 	case err := <-done:
