@@ -150,17 +150,7 @@ func httpsPort(port int32) discoveryv1.EndpointPort {
 // whose tenant client holds live: the cache may lag the tenant.
 func clusterDNSSyncerOf(t *testing.T, podIP string, cached []runtime.Object, live ...runtime.Object) (*clusterDNSSyncer, *fake.Clientset) {
 	t.Helper()
-	var services, slices []runtime.Object
-	for _, o := range cached {
-		switch o.(type) {
-		case *corev1.Service:
-			services = append(services, o)
-		case *discoveryv1.EndpointSlice:
-			slices = append(slices, o)
-		default:
-			t.Fatalf("cached %T", o)
-		}
-	}
+	services, slices, _ := byKind(t, cached)
 	tenant := fake.NewClientset(live...)
 	return &clusterDNSSyncer{
 		tr: tr, podIP: podIP, tenant: tenant,

@@ -167,29 +167,8 @@ var dedicatedCIDR = netip.MustParsePrefix("10.244.2.0/24")
 // and whose dedicated pod CIDRs are cidrs.
 func endpointSliceSyncerOf(t *testing.T, tenantObjs, hostObjs []runtime.Object, cidrs []netip.Prefix) (*endpointSliceSyncer, *fake.Clientset) {
 	t.Helper()
-	var tenantServices, tenantSlices, hostServices, hostSlices, hostPods []runtime.Object
-	for _, o := range tenantObjs {
-		switch o.(type) {
-		case *corev1.Service:
-			tenantServices = append(tenantServices, o)
-		case *discoveryv1.EndpointSlice:
-			tenantSlices = append(tenantSlices, o)
-		default:
-			t.Fatalf("tenant %T", o)
-		}
-	}
-	for _, o := range hostObjs {
-		switch o.(type) {
-		case *corev1.Service:
-			hostServices = append(hostServices, o)
-		case *discoveryv1.EndpointSlice:
-			hostSlices = append(hostSlices, o)
-		case *corev1.Pod:
-			hostPods = append(hostPods, o)
-		default:
-			t.Fatalf("host %T", o)
-		}
-	}
+	tenantServices, tenantSlices, _ := byKind(t, tenantObjs)
+	hostServices, hostSlices, hostPods := byKind(t, hostObjs)
 	host := fake.NewClientset(hostObjs...)
 	return &endpointSliceSyncer{
 		tr: tr, host: host, recorder: record.NewFakeRecorder(10),
