@@ -1,6 +1,8 @@
 // Package v1alpha1 is the nest.dev/v1alpha1 API: VirtualCluster, one tenant's
-// complete Kubernetes cluster run inside the host cluster, and GlobalNode, the
-// inventory of host nodes that node promotion may move into a tenant cluster.
+// complete Kubernetes cluster run inside the host cluster; GlobalNode, the
+// inventory of host nodes that node promotion may move into a tenant cluster;
+// and MemberCluster, a cluster outside the host where Nest may place tenant
+// pods.
 //
 // Field names follow the Kosmos kubenest VirtualCluster and GlobalNode where
 // they overlap (externalIPs, promotePolicies, promoteResources, kubeconfig;
@@ -27,7 +29,8 @@ var (
 )
 
 func addKnownTypes(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion, &VirtualCluster{}, &VirtualClusterList{}, &GlobalNode{}, &GlobalNodeList{})
+	s.AddKnownTypes(GroupVersion, &VirtualCluster{}, &VirtualClusterList{}, &GlobalNode{}, &GlobalNodeList{},
+		&MemberCluster{}, &MemberClusterList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }

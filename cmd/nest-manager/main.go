@@ -1,7 +1,7 @@
 // Command nest-manager is the Nest operator: it runs in the host cluster,
-// reconciles VirtualClusters into tenant control planes and keeps the
-// GlobalNode inventory of promotable host nodes. Flags and wiring only;
-// the controllers live in internal/controller.
+// reconciles VirtualClusters into tenant control planes, keeps the
+// GlobalNode inventory of promotable host nodes and probes MemberClusters.
+// Flags and wiring only; the controllers live in internal/controller.
 package main
 
 import (
@@ -23,6 +23,7 @@ import (
 
 	"github.com/nestdev/nest/internal/components"
 	"github.com/nestdev/nest/internal/controller/globalnode"
+	"github.com/nestdev/nest/internal/controller/membercluster"
 	"github.com/nestdev/nest/internal/controller/nodeassignment"
 	"github.com/nestdev/nest/internal/controller/nodepromotion"
 	"github.com/nestdev/nest/internal/controller/virtualcluster"
@@ -150,6 +151,11 @@ func main() {
 	}
 	if err := (&nodeassignment.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
 		log.Error(err, "Unable to set up controller", "controller", "nodeassignment")
+		os.Exit(1)
+	}
+	// Member kubeconfig Secrets are read only in the manager's namespace.
+	if err := (&membercluster.Reconciler{Client: mgr.GetClient(), ManagerNamespace: cp.ManagerNamespace}).SetupWithManager(mgr); err != nil {
+		log.Error(err, "Unable to set up controller", "controller", "membercluster")
 		os.Exit(1)
 	}
 	switch {

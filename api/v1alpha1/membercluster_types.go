@@ -1,0 +1,179 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// DefaultKubeconfigKey is the key of a MemberCluster's kubeconfig Secret that
+// holds the kubeconfig when spec.kubeconfigSecretRef.key is not set.
+const DefaultKubeconfigKey = "kubeconfig"
+
+// Condition types of a MemberCluster.
+const (
+	// ConditionReachable is True when nest-manager's last probe read the
+	// kubeconfig Secret, built a client from it and listed the member's
+	// Nodes. The reason says which step failed otherwise.
+	ConditionReachable = "Reachable"
+	// ConditionInjectorReady is True when the member runs the Nest injector
+	// that will place tenant pods there. The injector is not built yet, so
+	// it is False (reason NotInstalled) on every MemberCluster.
+	ConditionInjectorReady = "InjectorReady"
+)
+
+// SecretKeyRef names one key of a Secret in the host cluster.
+type SecretKeyRef struct {
+	// Namespace of the Secret. nest-manager reads it only in its own
+	// namespace (nest-system by default): a Secret elsewhere is refused
+	// with the Reachable condition (reason SecretNotAllowed).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="kubeconfigSecretRef.namespace must be a namespace name (lower-case letters, digits and '-'), such as nest-system"
+	Namespace string `json:"namespace"`
+
+	// Name of the Secret.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="kubeconfigSecretRef.name must be a Secret name (lower-case letters, digits, '-' and '.'), such as nest-member-gpu-pool"
+	Name string `json:"name"`
+
+	// Key of the Secret's data that holds the kubeconfig. Default kubeconfig.
+	// +optional
+	// +kubebuilder:default=kubeconfig
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[-._a-zA-Z0-9]+$')",message="kubeconfigSecretRef.key must be a Secret data key (letters, digits, '-', '_' and '.'), such as kubeconfig"
+	Key string `json:"key,omitempty"`
+}
+
+// MemberNetwork is where tenant traffic reaches a member cluster: addresses
+// of the member's internal load balancer, which pods Nest places in the
+// member use to reach their tenant's API server and DNS. nest-manager does
+// not probe them; they are recorded for the parts of issue 10 that place
+// pods there.
+type MemberNetwork struct {
+	// APIServerAddress is host:port of the member's load balancer in front
+	// of tenant API servers, such as 10.20.0.5:6443 or [2001:db8::5]:6443.
+	// +required
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=261
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?([.][a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?)*|[[][0-9a-fA-F:.]+[]]):[0-9]{1,5}$')",message="network.apiServerAddress must be host:port, such as 10.20.0.5:6443, lb.member.example:6443 or [2001:db8::5]:6443"
+	// +kubebuilder:validation:XValidation:rule="!self.matches(':[0-9]{1,5}$') || (int(self.substring(self.lastIndexOf(':') + 1)) >= 1 && int(self.substring(self.lastIndexOf(':') + 1)) <= 65535)",message="network.apiServerAddress: the port must be 1 to 65535"
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('[') || self.indexOf(']') < 0 || isIP(self.substring(1, self.indexOf(']')))",message="network.apiServerAddress: an IPv6 host must be a valid address in brackets, such as [2001:db8::5]:6443"
+	APIServerAddress string `json:"apiServerAddress"`
+
+	// DNSAddress is where pods in the member reach their tenant's DNS: an
+	// IP address (port 53), or host:port.
+	// +required
+	// +kubebuilder:validation:MinLength=2
+	// +kubebuilder:validation:MaxLength=261
+	// +kubebuilder:validation:XValidation:rule="isIP(self) || self.matches('^([a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?([.][a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?)*|[[][0-9a-fA-F:.]+[]]):[0-9]{1,5}$')",message="network.dnsAddress must be an IP address or host:port, such as 10.20.0.10, 10.20.0.10:53 or [2001:db8::a]:53"
+	// +kubebuilder:validation:XValidation:rule="isIP(self) || !self.matches(':[0-9]{1,5}$') || (int(self.substring(self.lastIndexOf(':') + 1)) >= 1 && int(self.substring(self.lastIndexOf(':') + 1)) <= 65535)",message="network.dnsAddress: the port must be 1 to 65535"
+	// +kubebuilder:validation:XValidation:rule="isIP(self) || !self.startsWith('[') || self.indexOf(']') < 0 || isIP(self.substring(1, self.indexOf(']')))",message="network.dnsAddress: an IPv6 host must be a valid address in brackets, such as [2001:db8::a]:53"
+	DNSAddress string `json:"dnsAddress"`
+}
+
+// MemberClusterSpec is a member cluster as the platform team registers it.
+type MemberClusterSpec struct {
+	// KubeconfigSecretRef names the host Secret holding the kubeconfig
+	// nest-manager uses to reach the member. It must be in nest-manager's
+	// namespace. The kubeconfig may not run commands (exec, auth-provider)
+	// or read files: it is used inside nest-manager's pod.
+	// +required
+	KubeconfigSecretRef SecretKeyRef `json:"kubeconfigSecretRef"`
+
+	// Network is where tenant traffic reaches the member.
+	// +required
+	Network MemberNetwork `json:"network"`
+
+	// VirtualClusterSelector chooses the VirtualClusters (by their labels)
+	// that may place pods in the member. Unset: none may. An empty selector
+	// ({}) selects every VirtualCluster, as an empty label selector does
+	// everywhere in Kubernetes.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator in ['In', 'NotIn', 'Exists', 'DoesNotExist'])",message="virtualClusterSelector.matchExpressions[].operator must be In, NotIn, Exists or DoesNotExist"
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, !(e.operator in ['In', 'NotIn']) || (has(e.values) && size(e.values) > 0))",message="virtualClusterSelector.matchExpressions[].values must not be empty for In and NotIn"
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, !(e.operator in ['Exists', 'DoesNotExist']) || !has(e.values) || size(e.values) == 0)",message="virtualClusterSelector.matchExpressions[].values must be empty for Exists and DoesNotExist"
+	VirtualClusterSelector *metav1.LabelSelector `json:"virtualClusterSelector,omitempty"`
+
+	// Resources caps what Nest places in the member, per resource (cpu,
+	// memory, nvidia.com/gpu, ...): status.allocatable never exceeds it. A
+	// resource it does not name is not capped.
+	// +optional
+	// +kubebuilder:validation:Type=object
+	// +kubebuilder:validation:MaxProperties=16
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !string(self[k]).startsWith('-'))",message="resources: every quantity must be zero or more, such as cpu: 64 or nvidia.com/gpu: 8"
+	Resources corev1.ResourceList `json:"resources,omitempty"`
+}
+
+// MemberClusterStatus is what nest-manager's last probe found.
+type MemberClusterStatus struct {
+	// Conditions: Reachable, InjectorReady.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// Capacity is the sum of the capacity of the member's Ready,
+	// schedulable Nodes.
+	// +optional
+	Capacity corev1.ResourceList `json:"capacity,omitempty"`
+
+	// Allocatable is the sum of the allocatable resources of the member's
+	// Ready, schedulable Nodes, each capped by spec.resources.
+	// +optional
+	Allocatable corev1.ResourceList `json:"allocatable,omitempty"`
+
+	// Nodes is how many of the member's Nodes are Ready and schedulable:
+	// those summed in capacity and allocatable.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Nodes int32 `json:"nodes,omitempty"`
+
+	// ObservedGeneration is the metadata.generation of the spec the last
+	// probe used.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// LastProbeTime is when nest-manager last probed the member.
+	// +optional
+	LastProbeTime *metav1.Time `json:"lastProbeTime,omitempty"`
+}
+
+// MemberCluster is a Kubernetes cluster, outside the host, where Nest may
+// place tenant pods (such as a remote GPU pool). The platform team owns it:
+// it is cluster-scoped, and tenants never see it.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=mc,categories=nest
+// +kubebuilder:printcolumn:name="Reachable",type=string,JSONPath=`.status.conditions[?(@.type=="Reachable")].status`
+// +kubebuilder:printcolumn:name="CPU",type=string,JSONPath=`.status.allocatable.cpu`
+// +kubebuilder:printcolumn:name="Memory",type=string,JSONPath=`.status.allocatable.memory`
+// +kubebuilder:printcolumn:name="GPU",type=string,JSONPath=`.status.allocatable.nvidia\.com/gpu`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type MemberCluster struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is how to reach the member, who may use it and how much of it.
+	// +required
+	Spec MemberClusterSpec `json:"spec"`
+	// Status is whether the member answers and what it offers.
+	// +optional
+	Status MemberClusterStatus `json:"status,omitempty"`
+}
+
+// MemberClusterList is a list of MemberClusters.
+//
+// +kubebuilder:object:root=true
+type MemberClusterList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// Items are the MemberClusters.
+	Items []MemberCluster `json:"items"`
+}

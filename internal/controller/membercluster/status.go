@@ -1,0 +1,188 @@
+package membercluster
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+)
+
+// Reasons of the Reachable condition.
+const (
+	// ReasonReachable: the probe listed the member's Nodes.
+	ReasonReachable = "Reachable"
+	// ReasonSecretNotAllowed: the kubeconfig Secret is outside
+	// nest-manager's namespace, so it is not read.
+	ReasonSecretNotAllowed = "SecretNotAllowed"
+	// ReasonSecretNotFound: the kubeconfig Secret does not exist.
+	ReasonSecretNotFound = "SecretNotFound"
+	// ReasonKubeconfigInvalid: the Secret lacks the key, or its value is not
+	// a kubeconfig nest-manager can use.
+	ReasonKubeconfigInvalid = "KubeconfigInvalid"
+	// ReasonAccessDenied: the member answered, but refused the
+	// kubeconfig's credentials or their listing Nodes.
+	ReasonAccessDenied = "AccessDenied"
+	// ReasonUnreachable: the member's API server did not answer.
+	ReasonUnreachable = "Unreachable"
+)
+
+// Reasons of the InjectorReady condition.
+const (
+	// ReasonNotInstalled: no injector runs in the member. Nest does not
+	// build one yet.
+	ReasonNotInstalled = "NotInstalled"
+)
+
+// failure is why a probe did not reach the member: the Reachable
+// condition's reason and message.
+type failure struct {
+	reason, message string
+}
+
+func keyOf(ref nestv1.SecretKeyRef) string {
+	if ref.Key == "" {
+		return nestv1.DefaultKubeconfigKey
+	}
+	return ref.Key
+}
+
+func secretNotAllowed(ref nestv1.SecretKeyRef, managerNamespace string) *failure {
+	return &failure{ReasonSecretNotAllowed, fmt.Sprintf(
+		"spec.kubeconfigSecretRef.namespace: nest-manager reads kubeconfig Secrets only in its own namespace %s, not %s: put Secret %s in %s and name that namespace",
+		managerNamespace, ref.Namespace, ref.Name, managerNamespace)}
+}
+
+func secretNotFound(ref nestv1.SecretKeyRef) *failure {
+	return &failure{ReasonSecretNotFound, fmt.Sprintf(
+		"spec.kubeconfigSecretRef: Secret %s/%s does not exist: create it with the member's kubeconfig under key %s (nest member add does)",
+		ref.Namespace, ref.Name, keyOf(ref))}
+}
+
+func keyMissing(ref nestv1.SecretKeyRef) *failure {
+	return &failure{ReasonKubeconfigInvalid, fmt.Sprintf(
+		"spec.kubeconfigSecretRef.key: Secret %s/%s has no key %s, or it is empty: put the member's kubeconfig there, or name the key that holds it",
+		ref.Namespace, ref.Name, keyOf(ref))}
+}
+
+func kubeconfigInvalid(ref nestv1.SecretKeyRef, err error) *failure {
+	return &failure{ReasonKubeconfigInvalid, fmt.Sprintf("Secret %s/%s key %s: %v", ref.Namespace, ref.Name, keyOf(ref), err)}
+}
+
+// listFailed tells a member that refused the credentials from one that did
+// not answer, since they are fixed in different places.
+func listFailed(server string, err error) *failure {
+	if apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) {
+		return &failure{ReasonAccessDenied, fmt.Sprintf(
+			"the member at %s refused to list Nodes: %v: give the kubeconfig's user get and list on nodes there", server, err)}
+	}
+	return &failure{ReasonUnreachable, fmt.Sprintf("list Nodes of the member at %s: %v", server, err)}
+}
+
+// reachable is mc's Reachable condition, nil before the first probe.
+func reachable(mc *nestv1.MemberCluster) *metav1.Condition {
+	return meta.FindStatusCondition(mc.Status.Conditions, nestv1.ConditionReachable)
+}
+
+// reachableCondition is the Reachable condition of a probe that found nodes,
+// or failed with f.
+func reachableCondition(mc *nestv1.MemberCluster, nodes []corev1.Node, usable int, f *failure) metav1.Condition {
+	c := metav1.Condition{Type: nestv1.ConditionReachable, ObservedGeneration: mc.Generation}
+	if f != nil {
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, f.reason, f.message
+		return c
+	}
+	c.Status, c.Reason = metav1.ConditionTrue, ReasonReachable
+	c.Message = fmt.Sprintf("listed %d Nodes of the member, %d Ready and schedulable", len(nodes), usable)
+	return c
+}
+
+// injectorCondition is the InjectorReady condition: False until Nest has
+// an injector to install in members.
+func injectorCondition(mc *nestv1.MemberCluster) metav1.Condition {
+	return metav1.Condition{
+		Type: nestv1.ConditionInjectorReady, Status: metav1.ConditionFalse, Reason: ReasonNotInstalled, ObservedGeneration: mc.Generation,
+		Message: "Nest does not build the injector yet: no tenant pod is placed in this member",
+	}
+}
+
+// setStatus sets mc's status from a probe at now that listed nodes or
+// failed with f. A failed probe clears what the member offers: a member
+// Nest cannot reach offers nothing.
+func setStatus(mc *nestv1.MemberCluster, nodes []corev1.Node, f *failure, now metav1.Time) {
+	var usable []corev1.Node
+	mc.Status.Capacity, mc.Status.Allocatable = nil, nil
+	if f == nil {
+		usable = schedulable(nodes)
+		mc.Status.Capacity, mc.Status.Allocatable = offered(usable, mc.Spec.Resources)
+	}
+	mc.Status.Nodes = int32(len(usable))
+	for _, c := range []metav1.Condition{reachableCondition(mc, nodes, len(usable), f), injectorCondition(mc)} {
+		c.LastTransitionTime = now
+		meta.SetStatusCondition(&mc.Status.Conditions, c)
+	}
+	mc.Status.ObservedGeneration = mc.Generation
+	mc.Status.LastProbeTime = &now
+}
+
+// schedulable are the nodes new pods may land on: Ready and not cordoned.
+// Taints are not looked at: a GPU pool's nodes are often tainted for the
+// pods that tolerate it, which are the pods Nest will place there.
+func schedulable(nodes []corev1.Node) []corev1.Node {
+	var out []corev1.Node
+	for _, n := range nodes {
+		if !n.Spec.Unschedulable && ready(&n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func ready(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// offered sums the capacity and allocatable resources of nodes, and caps
+// each allocatable resource that limits names at its value. A resource
+// limits names that no node has is offered as zero, so the status shows
+// the member lacks it. Capacity is not capped: it is what the member has.
+func offered(nodes []corev1.Node, limits corev1.ResourceList) (capacity, allocatable corev1.ResourceList) {
+	capacity, allocatable = corev1.ResourceList{}, corev1.ResourceList{}
+	for _, n := range nodes {
+		add(capacity, n.Status.Capacity)
+		add(allocatable, n.Status.Allocatable)
+	}
+	for name, limit := range limits {
+		have, ok := allocatable[name]
+		switch {
+		case !ok:
+			allocatable[name] = *resource.NewQuantity(0, limit.Format)
+		case have.Cmp(limit) > 0:
+			allocatable[name] = limit.DeepCopy()
+		}
+	}
+	if len(capacity) == 0 {
+		capacity = nil
+	}
+	if len(allocatable) == 0 {
+		allocatable = nil
+	}
+	return capacity, allocatable
+}
+
+func add(sum, l corev1.ResourceList) {
+	for name, q := range l {
+		total := sum[name]
+		total.Add(q)
+		sum[name] = total
+	}
+}
