@@ -210,18 +210,7 @@ func addMember(ctx context.Context, c client.Client, mc *nestv1.MemberCluster, k
 }
 
 func newMemberListCommand(host *hostFlags) *cobra.Command {
-	return &cobra.Command{
-		Use:   "list",
-		Short: "List member clusters: whether nest-manager reaches them and what they offer",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := host.client()
-			if err != nil {
-				return err
-			}
-			return listMembers(cmd.Context(), c, cmd.OutOrStdout(), time.Now())
-		},
-	}
+	return newTableCommand(host, "list", "List member clusters: whether nest-manager reaches them and what they offer", listMembers)
 }
 
 // listMembers prints every MemberCluster, by name, with ages as of now.

@@ -16,16 +16,22 @@ import (
 )
 
 func newNodesCommand(host *hostFlags) *cobra.Command {
+	return newTableCommand(host, "nodes", "List the GlobalNode inventory: the host nodes node promotion may move into a virtual cluster, and who holds them", listNodes)
+}
+
+// newTableCommand is a command without arguments that prints, with print,
+// a table of host objects as of now.
+func newTableCommand(host *hostFlags, use, short string, print func(context.Context, client.Client, io.Writer, time.Time) error) *cobra.Command {
 	return &cobra.Command{
-		Use:   "nodes",
-		Short: "List the GlobalNode inventory: the host nodes node promotion may move into a virtual cluster, and who holds them",
+		Use:   use,
+		Short: short,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := host.client()
 			if err != nil {
 				return err
 			}
-			return listNodes(cmd.Context(), c, cmd.OutOrStdout(), time.Now())
+			return print(cmd.Context(), c, cmd.OutOrStdout(), time.Now())
 		},
 	}
 }

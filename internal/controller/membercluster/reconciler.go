@@ -9,6 +9,7 @@
 package membercluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -194,18 +195,10 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *probeState) error {
 }
 
 func (r *Reconciler) probeInterval() time.Duration {
-	if r.ProbeInterval > 0 {
-		return r.ProbeInterval
-	}
-	return DefaultProbeInterval
+	return cmp.Or(r.ProbeInterval, DefaultProbeInterval)
 }
 
-func (r *Reconciler) probeTimeout() time.Duration {
-	if r.ProbeTimeout > 0 {
-		return r.ProbeTimeout
-	}
-	return DefaultProbeTimeout
-}
+func (r *Reconciler) probeTimeout() time.Duration { return cmp.Or(r.ProbeTimeout, DefaultProbeTimeout) }
 
 // membersOf maps a Secret to the MemberClusters whose kubeconfig it holds,
 // so a changed Secret is probed at once rather than on schedule.

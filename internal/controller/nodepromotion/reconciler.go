@@ -31,6 +31,7 @@
 package nodepromotion
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -248,19 +249,9 @@ func since(gn *nestv1.GlobalNode) time.Duration {
 	return time.Since(gn.Status.PhaseTransitionTime.Time)
 }
 
-func (r *Reconciler) drainTimeout() time.Duration {
-	if r.DrainTimeout > 0 {
-		return r.DrainTimeout
-	}
-	return DefaultDrainTimeout
-}
+func (r *Reconciler) drainTimeout() time.Duration { return cmp.Or(r.DrainTimeout, DefaultDrainTimeout) }
 
-func (r *Reconciler) joinTimeout() time.Duration {
-	if r.JoinTimeout > 0 {
-		return r.JoinTimeout
-	}
-	return DefaultJoinTimeout
-}
+func (r *Reconciler) joinTimeout() time.Duration { return cmp.Or(r.JoinTimeout, DefaultJoinTimeout) }
 
 // SetupWithManager registers the controller. One node moves at a time per
 // worker; an agent's Start may take minutes (TLS bootstrapping).
