@@ -113,6 +113,7 @@ func TestDedicatedNodes(t *testing.T) {
 			t.Errorf("the host still has Node %s (get: %v)", worker, err)
 		}
 		waitNodeReady(t, ctx, tn.Clientset(t), worker)
+		checkNodeIP(t, ctx, host, tn, worker)
 		var vc nestv1.VirtualCluster
 		if err := host.Get(ctx, client.ObjectKey{Namespace: tn.Namespace, Name: tn.Name}, &vc); err != nil {
 			t.Fatal(err)
@@ -281,6 +282,30 @@ func waitGlobalNode(t testing.TB, ctx context.Context, host client.Client, name 
 		}
 		return want(&gn)
 	})
+}
+
+// checkNodeIP shows the promoted node registered in the tenant with its real
+// address, the GlobalNode's nodeIP, where the tenant API server reaches its
+// kubelet.
+func checkNodeIP(t *testing.T, ctx context.Context, host client.Client, tn *framework.Tenant, name string) {
+	t.Helper()
+	var gn nestv1.GlobalNode
+	if err := host.Get(ctx, client.ObjectKey{Name: name}, &gn); err != nil {
+		t.Fatal(err)
+	}
+	node, err := tn.Clientset(t).CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var internal []string
+	for _, a := range node.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			internal = append(internal, a.Address)
+		}
+	}
+	if gn.Spec.NodeIP == "" || !slices.Contains(internal, gn.Spec.NodeIP) {
+		t.Errorf("tenant Node %s has InternalIPs %v, want its GlobalNode's nodeIP %q", name, internal, gn.Spec.NodeIP)
+	}
 }
 
 // checkTenantPodOn runs a testapp pod on node in tn and reads its log
