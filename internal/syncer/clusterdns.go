@@ -3,13 +3,11 @@ package syncer
 import (
 	"context"
 	"fmt"
-	"maps"
 	"net/netip"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -189,10 +187,11 @@ func (c *clusterDNSSyncer) applySlice(ctx context.Context) error {
 	case have.AddressType != want.AddressType:
 		// Immutable: the next pass creates it anew.
 		err = client.Delete(ctx, have.Name, metav1.DeleteOptions{})
-	case !maps.Equal(have.Labels, want.Labels) || !apiequality.Semantic.DeepEqual(have.Endpoints, want.Endpoints) ||
-		!apiequality.Semantic.DeepEqual(have.Ports, want.Ports):
+	case endpointSliceDiffers(have, want):
 		upd := have.DeepCopy()
-		upd.Labels, upd.Endpoints, upd.Ports = want.Labels, want.Endpoints, want.Ports
+		// The slice is the syncer's alone: what it does not write goes.
+		upd.Labels, upd.Annotations, upd.OwnerReferences = want.Labels, want.Annotations, want.OwnerReferences
+		upd.Endpoints, upd.Ports = want.Endpoints, want.Ports
 		_, err = client.Update(ctx, upd, metav1.UpdateOptions{})
 	}
 	if err != nil {
