@@ -11,6 +11,8 @@
 // non-2xx status:
 //
 //	testapp get URL              print the body of URL
+//	testapp get-insecure URL     the same, without verifying an HTTPS
+//	                             server's certificate
 //	testapp cat FILE             print a file (the image has no shell)
 //	testapp kube PATH [SERVER]   GET PATH from the Kubernetes API the way an
 //	                             in-cluster client does: the service-account
@@ -94,6 +96,12 @@ func serve(addr string) error {
 
 var clients = map[string]func(args []string) error{
 	"get": func(args []string) error { return get(&http.Client{Timeout: 10 * time.Second}, args[0], "") },
+	// A pod has no CA of another cluster's API server; it only asks such a
+	// server for public, unauthenticated paths.
+	"get-insecure": func(args []string) error {
+		insecure := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec
+		return get(&http.Client{Timeout: 10 * time.Second, Transport: insecure}, args[0], "")
+	},
 	"cat": func(args []string) error {
 		data, err := os.ReadFile(args[0])
 		if err == nil {

@@ -15,8 +15,40 @@ import (
 	"github.com/nestdev/nest/internal/provisioner"
 )
 
+// devFlags are the persistent flags of `nest dev`: which local cluster a
+// command is about.
+type devFlags struct {
+	stateDir, cluster string
+	slot              int
+}
+
+// addressing is the cluster's addressing from --cluster and --slot; a named
+// cluster's slot defaults to 1.
+func (f *devFlags) addressing() (devcluster.Addressing, error) {
+	slot := f.slot
+	if f.cluster != "" && slot == 0 {
+		slot = 1
+	}
+	return devcluster.AddressingFor(f.cluster, slot)
+}
+
+// resolve returns the cluster's addressing and state directory.
+func (f *devFlags) resolve() (devcluster.Addressing, string, error) {
+	a, err := f.addressing()
+	if err != nil {
+		return a, "", err
+	}
+	return a, a.StateDir(f.stateDir), nil
+}
+
+// resolvedStateDir is the state directory of the cluster the flags name.
+func (f *devFlags) resolvedStateDir() (string, error) {
+	_, dir, err := f.resolve()
+	return dir, err
+}
+
 func newDevCommand() *cobra.Command {
-	var stateDir string
+	f := &devFlags{}
 	dev := &cobra.Command{
 		Use:   "dev",
 		Short: "Run a local host cluster: a real multi-node Kubernetes on this Linux machine",
@@ -24,22 +56,29 @@ func newDevCommand() *cobra.Command {
 kube-scheduler, and per node a network namespace with its own containerd, kubelet,
 kube-proxy and CNI bridge, plus CoreDNS and a default StorageClass. Needs root.`,
 	}
-	dev.PersistentFlags().StringVar(&stateDir, "state-dir", "",
-		fmt.Sprintf("directory holding the cluster's state (default $%s, else %s)", devcluster.StateDirEnv, devcluster.DefaultStateDir))
-	resolved := func() string { return devcluster.StateDir(stateDir) }
-	dev.AddCommand(newDevUpCommand(resolved), newDevDownCommand(resolved), newDevStatusCommand(resolved),
-		newDevKubeconfigCommand(resolved), newDevInstallNestCommand(resolved), newDevProvisionerCommand(), newDevAgentCommand(resolved))
+	dev.PersistentFlags().StringVar(&f.stateDir, "state-dir", "",
+		fmt.Sprintf("directory holding the cluster's state (default $%s, else %s; %s-NAME with --cluster NAME)", devcluster.StateDirEnv, devcluster.DefaultStateDir, devcluster.DefaultStateDir))
+	dev.PersistentFlags().StringVar(&f.cluster, "cluster", "",
+		"name of a second, independent local cluster (1 to 6 lowercase letters or digits), e.g. a member cluster; empty for the default cluster")
+	dev.PersistentFlags().IntVar(&f.slot, "slot", 0,
+		fmt.Sprintf("address slot of a named cluster, 1 to %d (default 1): node subnet 198.18.SLOT.0/24, pods 10.(244+SLOT).0.0/16, services 10.(96+SLOT).0.0/16", devcluster.MaxSlot))
+	dev.AddCommand(newDevUpCommand(f), newDevDownCommand(f), newDevStatusCommand(f),
+		newDevKubeconfigCommand(f), newDevInstallNestCommand(f), newDevProvisionerCommand(), newDevAgentCommand(f))
 	return dev
 }
 
-func newDevUpCommand(stateDir func() string) *cobra.Command {
+func newDevUpCommand(f *devFlags) *cobra.Command {
 	o := devcluster.Options{}
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Start the local host cluster, or do nothing if it already runs",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.StateDir, o.Out = stateDir(), cmd.OutOrStdout()
+			a, dir, err := f.resolve()
+			if err != nil {
+				return err
+			}
+			o.Net, o.StateDir, o.Out = a, dir, cmd.OutOrStdout()
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			start := time.Now()
@@ -55,47 +94,60 @@ func newDevUpCommand(stateDir func() string) *cobra.Command {
 	cmd.Flags().StringVar(&o.BinDir, "bin-dir", "", "directory of the kube, coredns, pause and testapp binaries (default: the directory of this nest binary)")
 	cmd.Flags().DurationVar(&o.Timeout, "timeout", 5*time.Minute, "give up when the cluster is not ready after this long")
 	cmd.Flags().BoolVar(&o.WithNest, "with-nest", false, "also install Nest (CRDs and nest-manager) into the cluster")
+	cmd.Flags().IntVar(&o.GPUs, "gpus", 0, "advertise this many nvidia.com/gpu (a fake extended resource) on every worker node")
 	return cmd
 }
 
-func newDevInstallNestCommand(stateDir func() string) *cobra.Command {
+func newDevInstallNestCommand(f *devFlags) *cobra.Command {
 	var binDir string
 	cmd := &cobra.Command{
 		Use:   "install-nest",
 		Short: "Install or upgrade Nest (CRDs and nest-manager) in the running local host cluster",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			dir, err := f.resolvedStateDir()
+			if err != nil {
+				return err
+			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Minute)
 			defer cancel()
-			return devcluster.InstallNest(ctx, stateDir(), binDir, cmd.OutOrStdout())
+			return devcluster.InstallNest(ctx, dir, binDir, cmd.OutOrStdout())
 		},
 	}
 	cmd.Flags().StringVar(&binDir, "bin-dir", "", "directory of the built binaries (default: the one the cluster was started with)")
 	return cmd
 }
 
-func newDevDownCommand(stateDir func() string) *cobra.Command {
+func newDevDownCommand(f *devFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "down",
 		Short: "Stop the local host cluster and remove everything it made, data included",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			a, dir, err := f.resolve()
+			if err != nil {
+				return err
+			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Minute)
 			defer cancel()
-			return devcluster.Down(ctx, stateDir(), cmd.OutOrStdout())
+			return devcluster.Down(ctx, dir, a, cmd.OutOrStdout())
 		},
 	}
 }
 
-func newDevStatusCommand(stateDir func() string) *cobra.Command {
+func newDevStatusCommand(f *devFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "status",
 		Short: "Show the processes and nodes of the local host cluster; exit 1 unless it runs",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			dir, err := f.resolvedStateDir()
+			if err != nil {
+				return err
+			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
-			st, err := devcluster.Status(ctx, stateDir())
+			st, err := devcluster.Status(ctx, dir)
 			if err != nil {
 				return err
 			}
@@ -108,13 +160,17 @@ func newDevStatusCommand(stateDir func() string) *cobra.Command {
 	}
 }
 
-func newDevKubeconfigCommand(stateDir func() string) *cobra.Command {
+func newDevKubeconfigCommand(f *devFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "kubeconfig",
 		Short: "Print the path of the local host cluster's admin kubeconfig",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			path := devcluster.Layout{Root: stateDir()}.AdminKubeconfig()
+			dir, err := f.resolvedStateDir()
+			if err != nil {
+				return err
+			}
+			path := devcluster.Layout{Root: dir}.AdminKubeconfig()
 			if _, err := os.Stat(path); err != nil {
 				return fmt.Errorf("no kubeconfig at %s: start the cluster with `nest dev up`", path)
 			}
@@ -144,7 +200,7 @@ func newDevProvisionerCommand() *cobra.Command {
 }
 
 // newDevAgentCommand is started by `nest dev up` on each worker; users do not run it.
-func newDevAgentCommand(stateDir func() string) *cobra.Command {
+func newDevAgentCommand(f *devFlags) *cobra.Command {
 	var binDir, node string
 	cmd := &cobra.Command{
 		Use:    "agent",
@@ -152,9 +208,13 @@ func newDevAgentCommand(stateDir func() string) *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			a, dir, err := f.resolve()
+			if err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return devcluster.RunAgent(ctx, stateDir(), binDir, node)
+			return devcluster.RunAgent(ctx, dir, binDir, node, a)
 		},
 	}
 	cmd.Flags().StringVar(&binDir, "bin-dir", "", "directory that holds the kube binary the agent starts the kubelet and kube-proxy from")

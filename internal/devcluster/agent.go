@@ -132,12 +132,12 @@ func nodeServiceSpec(n Node, svc agent.Service, binDir string) (processSpec, err
 	return processSpec{}, fmt.Errorf("no service %q", svc)
 }
 
-// RunAgent serves the agent of the node named nodeName of the local host
-// cluster in stateDir until ctx ends (`nest dev agent`, which Up starts
-// before it records the cluster). binDir holds the kubelet's binary.
-func RunAgent(ctx context.Context, stateDir, binDir, nodeName string) error {
+// RunAgent serves the agent of the node named nodeName of the local cluster
+// with addressing a in stateDir until ctx ends (`nest dev agent`, which Up
+// starts before the cluster is up). binDir holds the kubelet's binary.
+func RunAgent(ctx context.Context, stateDir, binDir, nodeName string, a Addressing) error {
 	l := Layout{Root: stateDir}
-	nodes, err := Topology(stateDir, MaxNodes)
+	nodes, err := a.Topology(stateDir, MaxNodes)
 	if err != nil {
 		return err
 	}
@@ -155,8 +155,11 @@ func RunAgent(ctx context.Context, stateDir, binDir, nodeName string) error {
 
 // agentSpec is how Up starts node n's agent.
 func agentSpec(l Layout, n Node, binDir string) processSpec {
-	return processSpec{name: n.Name + "." + agentProcess, node: n, path: filepath.Join(binDir, "nest"),
-		args: []string{"dev", "agent", "--state-dir", l.Root, "--bin-dir", binDir, "--node", n.Name}}
+	args := []string{"dev", "agent", "--state-dir", l.Root, "--bin-dir", binDir, "--node", n.Name}
+	if n.Net.Cluster != "" {
+		args = append(args, "--cluster", n.Net.Cluster, "--slot", strconv.Itoa(n.Net.Slot))
+	}
+	return processSpec{name: n.Name + "." + agentProcess, node: n, path: filepath.Join(binDir, "nest"), args: args}
 }
 
 // AgentAddress is the host and port at which node n's agent listens.

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
 
@@ -58,7 +57,7 @@ func leaves(l Layout, nodes []Node) []components.Leaf {
 	out := []components.Leaf{
 		// Nodes and the machine reach the API server at the control-plane
 		// node's IP (APIServerURL).
-		components.APIServerServing(netip.MustParsePrefix(ServiceCIDR), ClusterDomain, []string{cp.Name}, []net.IP{cp.IP.AsSlice()}),
+		components.APIServerServing(cp.Net.ServiceCIDR, ClusterDomain, []string{cp.Name}, []net.IP{cp.IP.AsSlice()}),
 		// The cluster CA, which the kubelets trust for clients. A tenant has
 		// a CA of its own for this certificate.
 		components.APIServerKubeletClient(components.CACert),

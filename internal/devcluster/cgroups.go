@@ -14,7 +14,8 @@ import (
 	"time"
 )
 
-// The cluster owns two kinds of cgroups:
+// The cluster owns two kinds of cgroups, under its Addressing.CgroupParent
+// (nest-dev for the default cluster, nest-dev-NAME for a named one):
 //   - the kubelets' cgroup roots, /nest-dev/<node> in every cgroup v1 hierarchy
 //     or, on a unified (v2) host, in the one hierarchy with its controllers
 //     enabled, which the kubelet requires to exist before it starts;
@@ -223,14 +224,15 @@ func trackingCgroup(n Node) (*os.File, error) {
 	return os.Open(dir)
 }
 
-// trackedPIDs lists every process in the cluster's cgroup2 tree.
-func trackedPIDs() ([]int, error) {
+// trackedPIDs lists every process in the cgroup2 tree of the cluster with
+// addressing a.
+func trackedPIDs(a Addressing) ([]int, error) {
 	l, err := CurrentCgroupLayout()
 	if err != nil || l.Unified == "" {
 		return nil, err
 	}
 	var pids []int
-	root := filepath.Join(l.Unified, cgroupParent)
+	root := filepath.Join(l.Unified, a.CgroupParent)
 	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
@@ -254,10 +256,10 @@ func trackedPIDs() ([]int, error) {
 
 // killTracked sends SIGKILL to every process left in the cluster's cgroup2 tree
 // until the tree is empty or the timeout passes.
-func killTracked(timeout time.Duration) error {
+func killTracked(a Addressing, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		pids, err := trackedPIDs()
+		pids, err := trackedPIDs(a)
 		if err != nil {
 			return err
 		}
@@ -276,14 +278,14 @@ func killTracked(timeout time.Duration) error {
 
 // removeCgroups removes the cluster's cgroups in every hierarchy, deepest first.
 // A cgroup directory is removed with rmdir, never by deleting its files.
-func removeCgroups() error {
+func removeCgroups(a Addressing) error {
 	l, err := CurrentCgroupLayout()
 	if err != nil {
 		return err
 	}
 	var errs []error
 	for _, h := range l.Hierarchies() {
-		root := filepath.Join(h, cgroupParent)
+		root := filepath.Join(h, a.CgroupParent)
 		var dirs []string
 		_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 			if err == nil && d.IsDir() {

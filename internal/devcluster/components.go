@@ -48,7 +48,7 @@ func APIServerArgs(l Layout, cp Node) Args {
 		Port:             APIServerPort,
 		PKI:              pkiDir(l),
 		Etcd:             etcd(l, cp),
-		ServiceCIDR:      ServiceCIDR,
+		ServiceCIDR:      cp.Net.ServiceCIDR.String(),
 		ClusterDomain:    ClusterDomain,
 	}.Flags())
 	// Host only: its kubelets serve certificates the cluster CA signed for

@@ -15,4 +15,10 @@
 // the node namespaces, with unreachable routes in the root namespace so nothing
 // leaves through the machine's own interfaces. CoreDNS answers only for cluster
 // names and forwards nothing.
+//
+// A second, named cluster (a member cluster in tests) can run beside the
+// default one: Addressing gives it address ranges from 198.18.0.0/15 (RFC
+// 2544) and 10.x, and link, namespace, cgroup and nftables names of its own,
+// so that neither cluster's teardown touches the other's. The root namespace
+// routes node traffic between the clusters' bridges and nowhere else.
 package devcluster

@@ -22,8 +22,11 @@ import (
 // Down stops the local host cluster and removes everything Up made: processes,
 // pods, mounts, network namespaces, the bridge and routes, cgroups (and with
 // them the iptables chains, which live in the node namespaces), and the state
-// directory. It succeeds on a cluster that is half up or already down.
-func Down(ctx context.Context, stateDir string, out io.Writer) error {
+// directory. It succeeds on a cluster that is half up or already down. The
+// cluster's addressing comes from its record; net (the zero value for the
+// default cluster) is used when there is none, and a named net must match it.
+// Another local cluster's links, namespaces, rules and cgroups are left alone.
+func Down(ctx context.Context, stateDir string, net Addressing, out io.Writer) error {
 	if out == nil {
 		out = io.Discard
 	}
@@ -31,12 +34,14 @@ func Down(ctx context.Context, stateDir string, out io.Writer) error {
 		return errors.New("nest dev down needs root; run it with sudo")
 	}
 	l := Layout{Root: stateDir}
-	if err := stopRuntime(ctx, l, out); err != nil {
+	a, err := addressingOf(l, net)
+	if err != nil {
 		return err
 	}
-	if owner, err := os.ReadFile(ownerFile); err == nil && string(owner) == l.Root {
-		_ = os.Remove(ownerFile)
+	if err := stopRuntime(ctx, l, a, out); err != nil {
+		return err
 	}
+	releaseMachine(l, a)
 	if err := os.RemoveAll(l.Root); err != nil {
 		return fmt.Errorf("remove state directory %s: %w", l.Root, err)
 	}
@@ -47,7 +52,7 @@ func Down(ctx context.Context, stateDir string, out io.Writer) error {
 // stopRuntime tears down everything that runs, in dependency order (see
 // stopProcesses), then cleans up what processes leave behind (see
 // cleanupMachine). It keeps the PKI, etcd data and volumes.
-func stopRuntime(ctx context.Context, l Layout, out io.Writer) error {
+func stopRuntime(ctx context.Context, l Layout, a Addressing, out io.Writer) error {
 	procs, err := RecordedProcesses(l)
 	if err != nil {
 		return err
@@ -56,12 +61,12 @@ func stopRuntime(ctx context.Context, l Layout, out io.Writer) error {
 	for _, p := range procs {
 		_ = os.Remove(pidFile(l, p.Name))
 	}
-	if other, ok := otherOwner(ctx, l); ok {
+	if other, ok := otherOwner(ctx, l, a); ok {
 		// The network, cgroups and leftover pods belong to the cluster that runs.
 		fmt.Fprintf(out, "leaving the network and cgroups to the cluster running from %s\n", other)
 		return errors.Join(append(errs, nodeclean.UnmountUnder(l.Root))...)
 	}
-	errs = append(errs, cleanupMachine(ctx, l)...)
+	errs = append(errs, cleanupMachine(ctx, l, a)...)
 	_ = os.Remove(l.StateFile())
 	removeRuntimeDirs(l)
 	return errors.Join(errs...)
@@ -123,15 +128,15 @@ func stopProcesses(ctx context.Context, l Layout, procs []Process, out io.Writer
 // cleanupMachine removes what stopped processes leave: anything still in the
 // cluster's cgroups (shims, pod processes of a killed run), mounts under the
 // state directory, pod network namespaces, the node network and the cgroups.
-func cleanupMachine(ctx context.Context, l Layout) []error {
+func cleanupMachine(ctx context.Context, l Layout, a Addressing) []error {
 	var errs []error
 	for _, step := range []func() error{
-		func() error { return killTracked(30 * time.Second) },
+		func() error { return killTracked(a, 30*time.Second) },
 		func() error { return nodeclean.UnmountUnder(l.Root) },
-		func() error { return removePodNetns(ctx) },
-		func() error { return removeNetworkPolicyRules(ctx) },
-		func() error { return teardownNetwork(ctx) },
-		removeCgroups,
+		func() error { return removePodNetns(ctx, a) },
+		func() error { return removeNetworkPolicyRules(ctx, a) },
+		func() error { return teardownNetwork(ctx, a) },
+		func() error { return removeCgroups(a) },
 	} {
 		if err := step(); err != nil {
 			errs = append(errs, err)
@@ -191,8 +196,9 @@ func deletePods(ctx context.Context, l Layout, out io.Writer) error {
 
 // removePodNetns deletes pod network namespaces (cni-*) that hold an address in
 // the cluster's pod range: ones containerd could not remove because it was
-// killed. Namespaces of other runtimes on the machine are left alone.
-func removePodNetns(ctx context.Context) error {
+// killed. Namespaces of other runtimes and other local clusters on the
+// machine are left alone.
+func removePodNetns(ctx context.Context, a Addressing) error {
 	entries, err := os.ReadDir("/run/netns")
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -200,7 +206,7 @@ func removePodNetns(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cluster := netip.MustParsePrefix(ClusterCIDR)
+	cluster := a.ClusterCIDR
 	var errs []error
 	for _, e := range entries {
 		if !strings.HasPrefix(e.Name(), "cni-") || !netnsHasAddrIn(ctx, e.Name(), cluster) {

@@ -50,7 +50,11 @@ func running(stateDir string) (record, []Node, error) {
 	if err != nil {
 		return rec, nil, fmt.Errorf("no local host cluster in %s: start one with `nest dev up`: %w", stateDir, err)
 	}
-	nodes, err := Topology(stateDir, rec.Nodes)
+	a, err := AddressingFor(rec.Cluster, rec.Slot)
+	if err != nil {
+		return rec, nil, err
+	}
+	nodes, err := a.Topology(stateDir, rec.Nodes)
 	return rec, nodes, err
 }
 
@@ -73,11 +77,12 @@ func installNest(ctx context.Context, l Layout, nodes []Node, o Options) error {
 	if err != nil {
 		return err
 	}
+	a := nodes[0].Net
 	start := time.Now()
 	if err := install.Apply(ctx, c, install.Options{
 		ManagerPodAnnotations: map[string]string{"nest.dev/image-fingerprint": manager},
 		// The host ranges tenant pods must not reach; see controlplane.HostNetwork.
-		ManagerArgs: []string{"--host-pod-cidrs=" + ClusterCIDR, "--host-service-cidrs=" + ServiceCIDR, "--host-node-cidrs=" + NodeSubnet,
+		ManagerArgs: []string{"--host-pod-cidrs=" + a.ClusterCIDR.String(), "--host-service-cidrs=" + a.ServiceCIDR.String(), "--host-node-cidrs=" + a.NodeSubnet.String(),
 			// Where a node that a tenant releases joins the host again.
 			"--host-api-server=" + APIServerURL(nodes[0])},
 	}, 3*time.Minute); err != nil {

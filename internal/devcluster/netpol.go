@@ -57,7 +57,7 @@ func setupNetworkPolicy(ctx context.Context, n Node) error {
 	if nftQueueSupported(ctx, n.NetnsPath()) {
 		return nil
 	}
-	return divertToEnforcer(ctx, n.NetnsPath())
+	return divertToEnforcer(ctx, n.NetnsPath(), n.Net.ClusterCIDR.String())
 }
 
 // nftQueueSupported reports whether the kernel accepts an nft queue rule, by
@@ -78,12 +78,12 @@ func nftQueueSupported(ctx context.Context, nsPath string) bool {
 // the kubelet's probes among them, are not diverted, as the enforcer's own
 // rules let root's traffic through. Without a reader the kernel drops queued
 // packets: the node fails closed.
-func divertToEnforcer(ctx context.Context, nsPath string) error {
+func divertToEnforcer(ctx context.Context, nsPath, clusterCIDR string) error {
 	queue := []string{"-j", "NFQUEUE", "--queue-num", strconv.Itoa(networkPolicyQueue)}
 	steps := [][]string{
 		{"-N", DivertChain},
-		append([]string{"-A", DivertChain, "-m", "conntrack", "--ctstate", "NEW", "-s", ClusterCIDR}, queue...),
-		append([]string{"-A", DivertChain, "-m", "conntrack", "--ctstate", "NEW", "-d", ClusterCIDR}, queue...),
+		append([]string{"-A", DivertChain, "-m", "conntrack", "--ctstate", "NEW", "-s", clusterCIDR}, queue...),
+		append([]string{"-A", DivertChain, "-m", "conntrack", "--ctstate", "NEW", "-d", clusterCIDR}, queue...),
 		{"-I", "FORWARD", "1", "-j", DivertChain},
 		{"-I", "INPUT", "1", "-j", DivertChain},
 	}
@@ -99,8 +99,8 @@ func divertToEnforcer(ctx context.Context, nsPath string) error {
 // nftables table and the diversion rules. The enforcer removes its table
 // when it stops cleanly and deleting a namespace drops both; this covers an
 // enforcer that was killed while its node namespace stays.
-func removeNetworkPolicyRules(ctx context.Context) error {
-	names, err := ourNetns()
+func removeNetworkPolicyRules(ctx context.Context, a Addressing) error {
+	names, err := ourNetns(a)
 	if err != nil {
 		return err
 	}
@@ -145,6 +145,10 @@ func iptables(ctx context.Context, nsPath string, args ...string) error {
 // starts it again.
 func StopNetworkPolicy(ctx context.Context, stateDir string) error {
 	l := Layout{Root: stateDir}
+	a, err := addressingOf(l, Addressing{})
+	if err != nil {
+		return err
+	}
 	procs, err := RecordedProcesses(l)
 	if err != nil {
 		return err
@@ -155,5 +159,5 @@ func StopNetworkPolicy(ctx context.Context, stateDir string) error {
 			errs = append(errs, p.stop(10*time.Second))
 		}
 	}
-	return errors.Join(append(errs, removeNetworkPolicyRules(ctx))...)
+	return errors.Join(append(errs, removeNetworkPolicyRules(ctx, a))...)
 }

@@ -30,6 +30,12 @@ type Options struct {
 	Out io.Writer
 	// WithNest also installs Nest (CRDs and nest-manager) once the cluster is up.
 	WithNest bool
+	// Net is the cluster's addressing: DefaultAddressing, or AddressingFor a
+	// named cluster. The zero value means the default cluster.
+	Net Addressing
+	// GPUs is how many nvidia.com/gpu every worker advertises: a fake
+	// extended resource for scheduling tests, with no device behind it.
+	GPUs int
 }
 
 // DefaultBinDir is the directory of the running executable: `make build` puts
@@ -43,6 +49,9 @@ func DefaultBinDir() string {
 }
 
 func (o *Options) setDefaults() {
+	if o.Net == (Addressing{}) {
+		o.Net = DefaultAddressing()
+	}
 	if o.CNIBinDir == "" {
 		o.CNIBinDir = "/usr/lib/cni"
 	}
@@ -85,11 +94,40 @@ func (o Options) preflight() error {
 	return errors.Join(missing...)
 }
 
-// record is what cluster.json keeps about a started cluster.
+// record is what cluster.json keeps about a started cluster. Up writes it
+// once the machine-wide names are claimed, with a zero StartedAt, so that a
+// later down or up of a run that was killed half-way finds the addressing it
+// must clean up; StartedAt is set when the cluster is up.
 type record struct {
 	Nodes     int       `json:"nodes"`
 	BinDir    string    `json:"binDir"`
 	StartedAt time.Time `json:"startedAt"`
+	// Cluster and Slot are the cluster's name and slot (AddressingFor);
+	// both are empty for the default cluster.
+	Cluster string `json:"cluster,omitempty"`
+	Slot    int    `json:"slot,omitempty"`
+	// GPUs is the nvidia.com/gpu count each worker advertises.
+	GPUs int `json:"gpus,omitempty"`
+}
+
+// complete reports whether the recorded cluster came all the way up.
+func (r record) complete() bool { return !r.StartedAt.IsZero() }
+
+// addressingOf returns the addressing of the cluster in l: the recorded one,
+// else fallback. A named fallback must match the record: it was asked for by
+// --cluster, and the state directory holds another cluster.
+func addressingOf(l Layout, fallback Addressing) (Addressing, error) {
+	if fallback == (Addressing{}) {
+		fallback = DefaultAddressing()
+	}
+	rec, err := readRecord(l)
+	if err != nil {
+		return fallback, nil
+	}
+	if fallback.Cluster != "" && rec.Cluster != fallback.Cluster {
+		return Addressing{}, fmt.Errorf("%s holds the cluster %q, not %q: pass the matching --cluster or --state-dir", l.Root, rec.Cluster, fallback.Cluster)
+	}
+	return AddressingFor(rec.Cluster, rec.Slot)
 }
 
 func readRecord(l Layout) (record, error) {

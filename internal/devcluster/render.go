@@ -140,7 +140,7 @@ func KubeletConfig(n Node, p KubeletPaths) ([]byte, error) {
 		FailCgroupV1:  ptr.To(false),
 		FailSwapOn:    ptr.To(false),
 		PodLogsDir:    filepath.Join(n.Dir, "pod-logs"),
-		ClusterDNS:    []string{DNSIP().String()},
+		ClusterDNS:    []string{n.Net.DNSIP().String()},
 		ClusterDomain: ClusterDomain,
 		// An empty resolv.conf: pods with dnsPolicy Default get no upstream server,
 		// so no DNS query leaves the machine.
@@ -173,7 +173,7 @@ func KubeProxyConfig(n Node, kubeconfig string) ([]byte, error) {
 		BindAddress:        "0.0.0.0",
 		HealthzBindAddress: "127.0.0.1:10256",
 		MetricsBindAddress: "127.0.0.1:10249",
-		ClusterCIDR:        ClusterCIDR,
+		ClusterCIDR:        n.Net.ClusterCIDR.String(),
 		Mode:               "iptables",
 		DetectLocalMode:    "ClusterCIDR",
 		// A network namespace cannot raise the machine-wide conntrack table size.

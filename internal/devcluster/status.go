@@ -27,8 +27,13 @@ type NodeStatus struct {
 
 // ClusterStatus is what `nest dev status` reports.
 type ClusterStatus struct {
-	StateDir       string
-	Recorded       bool
+	StateDir string
+	// Recorded is true once Up has brought the cluster all the way up.
+	Recorded bool
+	// Cluster, Slot and GPUs are the recorded --cluster, --slot and --gpus.
+	Cluster        string
+	Slot           int
+	GPUs           int
 	Processes      []ProcessStatus
 	APIServerReady bool
 	Nodes          []NodeStatus
@@ -54,8 +59,9 @@ func (s ClusterStatus) Running() bool {
 func Status(ctx context.Context, stateDir string) (ClusterStatus, error) {
 	l := Layout{Root: stateDir}
 	st := ClusterStatus{StateDir: stateDir, Kubeconfig: l.AdminKubeconfig()}
-	_, err := readRecord(l)
-	st.Recorded = err == nil
+	rec, err := readRecord(l)
+	st.Recorded = err == nil && rec.complete()
+	st.Cluster, st.Slot, st.GPUs = rec.Cluster, rec.Slot, rec.GPUs
 	procs, err := RecordedProcesses(l)
 	if err != nil {
 		return st, err
@@ -110,6 +116,12 @@ func (s ClusterStatus) Print(w io.Writer) {
 		fmt.Fprintf(tw, "%s\t%d\t%s\n", p.Name, p.PID, state)
 	}
 	tw.Flush()
+	if s.Cluster != "" {
+		fmt.Fprintf(w, "\ncluster: %s (slot %d)\n", s.Cluster, s.Slot)
+	}
+	if s.GPUs > 0 {
+		fmt.Fprintf(w, "\nGPUs per worker: %d %s\n", s.GPUs, GPUResource)
+	}
 	fmt.Fprintf(w, "\nkube-apiserver ready: %v\n", s.APIServerReady)
 	if len(s.Nodes) > 0 {
 		fmt.Fprintln(w)

@@ -29,60 +29,127 @@ func Up(ctx context.Context, o Options) error {
 	if err := o.preflight(); err != nil {
 		return err
 	}
+	if o.GPUs < 0 {
+		return fmt.Errorf("--gpus must be 0 or more, got %d", o.GPUs)
+	}
 	l := Layout{Root: o.StateDir}
-	nodes, err := Topology(l.Root, o.Nodes)
+	nodes, err := o.Net.Topology(l.Root, o.Nodes)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	if rec, err := readRecord(l); err == nil && healthy(ctx, l) {
-		if rec.Nodes != o.Nodes {
-			return fmt.Errorf("a cluster with %d nodes is already running in %s: run `nest dev down` first to change --nodes", rec.Nodes, l.Root)
-		}
-		fmt.Fprintf(o.Out, "cluster already running in %s with %d nodes\n", l.Root, rec.Nodes)
-		return nil
+	rec, recErr := readRecord(l)
+	if recErr == nil && rec.complete() && healthy(ctx, l) {
+		return alreadyRunning(ctx, l, rec, nodes, o)
 	}
-	if err := claimMachine(ctx, l); err != nil {
+	// What a previous run left is cleaned up with the addressing it ran with.
+	previous := o.Net
+	if recErr == nil {
+		if previous, err = AddressingFor(rec.Cluster, rec.Slot); err != nil {
+			return err
+		}
+	}
+	if err := claimMachine(ctx, l, previous); err != nil {
 		return err
 	}
-	if err := stopRuntime(ctx, l, o.Out); err != nil {
+	if err := stopRuntime(ctx, l, previous, o.Out); err != nil {
 		return fmt.Errorf("clean up a previous run: %w", err)
+	}
+	if previous != o.Net {
+		releaseMachine(l, previous)
+	}
+	if err := claimMachine(ctx, l, o.Net); err != nil {
+		return err
+	}
+	if err := subnetFree(o.Net); err != nil {
+		return err
+	}
+	newRecord := record{Nodes: o.Nodes, BinDir: o.BinDir, Cluster: o.Net.Cluster, Slot: o.Net.Slot, GPUs: o.GPUs}
+	if err := writeRecord(l, newRecord); err != nil {
+		return err
 	}
 	u := &upRun{o: o, l: l, nodes: nodes, start: time.Now()}
 	if err := u.run(ctx); err != nil {
 		fmt.Fprintf(o.Out, "up failed, stopping what was started: %v\n", err)
 		cleanupCtx, cancelCleanup := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancelCleanup()
-		if cerr := stopRuntime(cleanupCtx, l, o.Out); cerr != nil {
+		if cerr := stopRuntime(cleanupCtx, l, o.Net, o.Out); cerr != nil {
 			return errors.Join(err, fmt.Errorf("clean up after the failure: %w", cerr))
 		}
 		return err
 	}
-	return writeRecord(l, record{Nodes: o.Nodes, BinDir: o.BinDir, StartedAt: u.start})
+	newRecord.StartedAt = u.start
+	return writeRecord(l, newRecord)
 }
 
-// ownerFile records which state directory owns the machine-wide names (network
-// namespaces, bridge, cgroups): one local host cluster runs per machine.
+// alreadyRunning is Up on a healthy cluster: it changes nothing but the
+// advertised GPUs, which a kubelet that re-registered may have dropped, and
+// refuses options the running cluster was not started with.
+func alreadyRunning(ctx context.Context, l Layout, rec record, nodes []Node, o Options) error {
+	switch {
+	case rec.Cluster != o.Net.Cluster || rec.Slot != o.Net.Slot:
+		return fmt.Errorf("the cluster %q in slot %d is already running in %s: run `nest dev down` first, or pass its own --cluster and --slot", rec.Cluster, rec.Slot, l.Root)
+	case rec.Nodes != o.Nodes:
+		return fmt.Errorf("a cluster with %d nodes is already running in %s: run `nest dev down` first to change --nodes", rec.Nodes, l.Root)
+	case rec.GPUs != o.GPUs:
+		return fmt.Errorf("a cluster with --gpus %d is already running in %s: run `nest dev down` first to change --gpus", rec.GPUs, l.Root)
+	}
+	if o.GPUs > 0 {
+		if err := advertiseGPUs(ctx, l, nodes, o.GPUs); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(o.Out, "cluster already running in %s with %d nodes\n", l.Root, rec.Nodes)
+	return nil
+}
+
+// ownerFile records which state directory owns the default cluster's
+// machine-wide names (network namespaces, bridge, cgroups); a named cluster
+// has files of its own beside it (Addressing.ownerFiles).
 const ownerFile = "/run/nest-dev/owner"
 
-// claimMachine makes l the owner of the machine-wide names, unless a cluster
-// from another state directory is running, which it must not tear down.
-func claimMachine(ctx context.Context, l Layout) error {
-	if other, ok := otherOwner(ctx, l); ok {
-		return fmt.Errorf("a local host cluster from %s is running; one runs per machine: stop it with `nest dev down --state-dir %s`", other, other)
+// claimMachine makes l the owner of a's machine-wide names, unless a cluster
+// from another state directory that holds them is running, which it must
+// not tear down.
+func claimMachine(ctx context.Context, l Layout, a Addressing) error {
+	if other, ok := otherOwner(ctx, l, a); ok {
+		if a.Cluster == "" {
+			return fmt.Errorf("a local host cluster from %s is running; one runs per machine: stop it with `nest dev down --state-dir %s`", other, other)
+		}
+		return fmt.Errorf("a local cluster from %s is running with the name %q or slot %d: stop it with `nest dev down --state-dir %s`, or pick another --cluster and --slot", other, a.Cluster, a.Slot, other)
 	}
-	return writeFileAtomic(ownerFile, []byte(l.Root), 0o644)
+	for _, f := range a.ownerFiles() {
+		if err := writeFileAtomic(f, []byte(l.Root), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// otherOwner returns the state directory of a running cluster other than l's.
-func otherOwner(ctx context.Context, l Layout) (string, bool) {
-	data, err := os.ReadFile(ownerFile)
-	if err != nil {
-		return "", false
+// otherOwner returns the state directory of a running cluster other than l's
+// that holds any of a's machine-wide names.
+func otherOwner(ctx context.Context, l Layout, a Addressing) (string, bool) {
+	for _, f := range a.ownerFiles() {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		other := Layout{Root: string(data)}
+		if other.Root != l.Root && healthy(ctx, other) {
+			return other.Root, true
+		}
 	}
-	other := Layout{Root: string(data)}
-	return other.Root, other.Root != l.Root && healthy(ctx, other)
+	return "", false
+}
+
+// releaseMachine removes the owner files of a that name l.
+func releaseMachine(l Layout, a Addressing) {
+	for _, f := range a.ownerFiles() {
+		if owner, err := os.ReadFile(f); err == nil && string(owner) == l.Root {
+			_ = os.Remove(f)
+		}
+	}
 }
 
 // upRun is one run of Up, with the phases in the order they run.
@@ -109,6 +176,9 @@ func (u *upRun) run(ctx context.Context) error {
 		{"wait for nodes Ready", u.waitNodesReady},
 		{"wait for cluster DNS", u.waitDNS},
 		{"wait for node agents", u.waitAgents},
+	}
+	if u.o.GPUs > 0 {
+		phases = append(phases, upPhase{"advertise GPUs on workers", func(ctx context.Context) error { return advertiseGPUs(ctx, u.l, u.nodes, u.o.GPUs) }})
 	}
 	if u.o.WithNest {
 		phases = append(phases, upPhase{"install Nest", func(ctx context.Context) error { return installNest(ctx, u.l, u.nodes, u.o) }})
@@ -187,7 +257,7 @@ func writeNodeFiles(l Layout, n Node, cniBinDir string) error {
 }
 
 func (u *upRun) createNetwork(ctx context.Context) error {
-	if err := setupBridge(ctx); err != nil {
+	if err := setupBridge(ctx, u.o.Net); err != nil {
 		return err
 	}
 	for _, n := range u.nodes {
@@ -310,7 +380,7 @@ func (u *upRun) installAddons(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	objs := addons.CoreDNS(addons.DNSOptions{Image: images.CoreDNS, ClusterDomain: ClusterDomain, ServiceIP: DNSIP(), Replicas: 1})
+	objs := addons.CoreDNS(addons.DNSOptions{Image: images.CoreDNS, ClusterDomain: ClusterDomain, ServiceIP: u.o.Net.DNSIP(), Replicas: 1})
 	objs = append(objs, addons.DefaultStorageClass("standard", provisioner.Name))
 	objs = append(objs, addons.NetworkPolicyReader(NetworkPolicyName)...)
 	// A worker that nest-agent released from a tenant joins again by TLS

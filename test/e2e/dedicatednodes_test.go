@@ -387,7 +387,9 @@ func exposeTenantPod(t *testing.T, ctx context.Context, cs kubernetes.Interface,
 	if _, err := cs.CoreV1().Services(svc.Namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cs.CoreV1().Services(svc.Namespace).Delete(context.Background(), svc.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = cs.CoreV1().Services(svc.Namespace).Delete(context.Background(), svc.Name, metav1.DeleteOptions{})
+	})
 }
 
 // checkPrivilegedOn shows that the promoted node is the tenant's alone: a

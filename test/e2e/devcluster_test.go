@@ -519,6 +519,9 @@ func assertNothingLeft(t *testing.T, stateDir string, pids map[string]devcluster
 	if _, err := os.Stat("/sys/class/net/nestdev0"); err == nil {
 		t.Error("bridge nestdev0 remains")
 	}
+	if exec.Command("nft", "list", "table", "inet", devcluster.DefaultAddressing().ForwardTable).Run() == nil {
+		t.Error("nftables table inet nest-dev remains")
+	}
 	mounts, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		t.Fatal(err)
