@@ -129,12 +129,46 @@ type VirtualClusterSpec struct {
 	// +optional
 	Network NetworkSpec `json:"network,omitempty"`
 
+	// Members are the member clusters the tenant may place pods in, and its
+	// share of each. The tenant sees one more node per member,
+	// nest-member-<name>, sized to the smaller of the grant and what the
+	// member offers, and tainted so that only pods tolerating
+	// nest.dev/member=<name> land there. A member must also select the
+	// VirtualCluster (spec.virtualClusterSelector of the MemberCluster).
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=8
+	Members []MemberGrant `json:"members,omitempty"`
+
 	// Kubeconfig is the tenant's admin kubeconfig, base64 encoded, written by
 	// the operator for kubenest compatibility. Prefer the Secret named in
 	// status.kubeconfigSecretRef.
 	// +optional
 	// +kubebuilder:validation:MaxLength=65536
 	Kubeconfig string `json:"kubeconfig,omitempty"`
+}
+
+// MemberGrant is a VirtualCluster's share of one member cluster.
+type MemberGrant struct {
+	// Name of the MemberCluster.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=40
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="members[].name must be a MemberCluster name of at most 40 lower-case letters, digits and '-', such as gpu-pool"
+	Name string `json:"name"`
+
+	// Resources is the most the tenant's pods in the member may request
+	// together, per resource (cpu, memory, nvidia.com/gpu, pods, ...). A
+	// pod that would exceed it stays Pending in the tenant (reason
+	// QuotaExceeded) and is never created in the member. A resource it
+	// does not name may not be requested there at all.
+	// +required
+	// +kubebuilder:validation:Type=object
+	// +kubebuilder:validation:MinProperties=1
+	// +kubebuilder:validation:MaxProperties=16
+	// +kubebuilder:validation:XValidation:rule="self.all(k, type(self[k]) == int ? self[k] >= 0 : !self[k].startsWith('-'))",message="members[].resources: every quantity must be zero or more, such as nvidia.com/gpu: 1"
+	Resources corev1.ResourceList `json:"resources"`
 }
 
 // ControlPlaneSpec configures the tenant control-plane pod.
@@ -384,6 +418,14 @@ type VirtualClusterStatus struct {
 	// +optional
 	KubeconfigSecretRef *corev1.LocalObjectReference `json:"kubeconfigSecretRef,omitempty"`
 
+	// Members is how each member grant stands: whether Nest set it up in
+	// the member, and the node the tenant sees.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=8
+	Members []MemberGrantStatus `json:"members,omitempty"`
+
 	// AssignedNodes are the names of the GlobalNodes the VirtualCluster
 	// holds, sorted. Today they are reserved for it and still serve the host;
 	// node promotion will move them into the tenant cluster.
@@ -392,6 +434,29 @@ type VirtualClusterStatus struct {
 	// +kubebuilder:validation:MaxItems=17000
 	// +kubebuilder:validation:items:MaxLength=253
 	AssignedNodes []string `json:"assignedNodes,omitempty"`
+}
+
+// MemberGrantStatus is the state of one member grant.
+type MemberGrantStatus struct {
+	// Name of the MemberCluster.
+	Name string `json:"name"`
+	// Ready is true when the tenant's namespace, credentials and quota
+	// exist in the member and nest-syncer has what it needs to place pods.
+	Ready bool `json:"ready"`
+	// Reason is a CamelCase word when Ready is false: MemberNotFound,
+	// NotSelected, MemberUnreachable or SetupFailed.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// Message says what went wrong, or what the member node offers.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Namespace is the tenant's namespace in the member.
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+	// Allocatable is what the tenant's member node offers: per resource,
+	// the smaller of the grant and the member's allocatable.
+	// +optional
+	Allocatable corev1.ResourceList `json:"allocatable,omitempty"`
 }
 
 // VirtualCluster is one tenant's Kubernetes cluster: a dedicated control plane

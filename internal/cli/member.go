@@ -44,7 +44,7 @@ func newMemberCommand(host *hostFlags) *cobra.Command {
 		Use:   "member",
 		Short: "Register, list and remove member clusters: clusters outside the host where Nest may place tenant pods",
 	}
-	cmd.AddCommand(newMemberAddCommand(), newMemberListCommand(host), newMemberRemoveCommand(host))
+	cmd.AddCommand(newMemberAddCommand(), newMemberListCommand(host), newMemberRemoveCommand(host), newMemberGrantCommand(host), newMemberRevokeCommand(host))
 	return cmd
 }
 

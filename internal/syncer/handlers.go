@@ -61,6 +61,23 @@ func (s *syncer) addHandlers(ctx context.Context) {
 		}
 		addTenantKey(s.secrets)(obj)
 	}))
+	if s.o.Member == "" {
+		s.addServiceHandlers()
+		_, _ = s.membersF.Core().V1().Secrets().Informer().AddEventHandler(onEvery(func(metav1.Object) { s.members.add(membersKey) }))
+	}
+	_, _ = s.events.Core().V1().Events().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { s.forwardEvent(obj.(*corev1.Event)) },
+		UpdateFunc: func(old, obj any) {
+			if obj.(*corev1.Event).Count != old.(*corev1.Event).Count {
+				s.forwardEvent(obj.(*corev1.Event))
+			}
+		},
+	})
+}
+
+// addServiceHandlers connects the host syncer's Service, EndpointSlice and
+// dedicated-node events to the Service, slice and DNS syncers.
+func (s *syncer) addServiceHandlers() {
 	_, _ = s.tenantF.Core().V1().Services().Informer().AddEventHandler(onEvery(func(obj metav1.Object) {
 		addKey(s.services)(obj)
 		addKey(s.slices)(obj)
@@ -91,14 +108,6 @@ func (s *syncer) addHandlers(ctx context.Context) {
 			s.slices.add(svc.Namespace + "/" + svc.Name)
 		}
 	}))
-	_, _ = s.events.Core().V1().Events().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { s.forwardEvent(obj.(*corev1.Event)) },
-		UpdateFunc: func(old, obj any) {
-			if obj.(*corev1.Event).Count != old.(*corev1.Event).Count {
-				s.forwardEvent(obj.(*corev1.Event))
-			}
-		},
-	})
 }
 
 // clusterDNSChanged queues the cluster DNS syncer's key when obj is what

@@ -46,6 +46,11 @@ type podProvider struct {
 
 	mu     sync.Mutex
 	notify func(*corev1.Pod)
+	// gate holds pods over a member grant (member syncers only; nil on
+	// the host, where such a pod is rejected), and retryHeld puts a held
+	// pod's key back on the held queue.
+	gate      *gatekeeper
+	retryHeld func(key string)
 	// deleting holds host pods this syncer deleted, by name, so their
 	// disappearance finishes a tenant deletion instead of replacing the pod.
 	deleting sync.Map
@@ -75,11 +80,18 @@ func (p *podProvider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	}
 	if err := p.capacity.admit(pod); err != nil {
 		var r *Rejection
-		if errors.As(err, &r) {
+		switch {
+		case errors.As(err, &r) && p.gate != nil:
+			p.holdPod(pod, r, p.retryHeld)
+			return nil
+		case errors.As(err, &r):
 			p.reject(pod, r)
 			return nil
 		}
 		return refused(err)
+	}
+	if p.gate != nil {
+		p.gate.release(pod.Namespace + "/" + pod.Name)
 	}
 	// virtual-kubelet fails a pod with restartPolicy Never on the first
 	// error CreatePod returns, so a passing one (a race with the orphan

@@ -1,6 +1,7 @@
 package syncer
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -11,6 +12,8 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -75,6 +78,15 @@ type Options struct {
 	// DataBudgetBytes bounds the data of all host copies of tenant ConfigMaps
 	// and Secrets together; 0 means no bound.
 	DataBudgetBytes int64
+	// Member names the member cluster that Host reaches, when this syncer
+	// places the pods of one member node (see members.go); empty for the
+	// host's virtual nodes. A member syncer copies pods, ConfigMaps,
+	// Secrets and tokens only: Services, DNS and node ports stay the host
+	// syncer's.
+	Member string
+	// KubeletPort is the port of the kubelet API on NodeIP; 0 is 10250.
+	// Each member node has its own.
+	KubeletPort int32
 }
 
 // MetadataAllowList names the tenant label and annotation keys that reach
@@ -86,8 +98,11 @@ type MetadataAllowList struct {
 	Labels, Annotations []string
 }
 
-// kubeletPort is the kubelet API port the virtual node advertises.
+// kubeletPort is the kubelet API port the host's virtual nodes advertise.
 const kubeletPort = 10250
+
+// kubeletPort is the port of this syncer's kubelet API.
+func (s *syncer) kubeletPort() int32 { return cmp.Or(s.o.KubeletPort, kubeletPort) }
 
 // Run runs the syncer until ctx ends.
 func Run(ctx context.Context, o Options) error {
@@ -127,6 +142,23 @@ type syncer struct {
 	// tenant's dedicated nodes (DedicatedNodesConfigMap), which nest-manager
 	// writes and so does not carry the labels of the syncer's copies.
 	dedicatedF informers.SharedInformerFactory
+	// membersF watches the one host Secret with the tenant's member
+	// placements (MembersSecret); members starts and stops a member
+	// syncer per placement (host syncer only).
+	membersF informers.SharedInformerFactory
+	members  *kindSyncer
+	placer   *memberPlacer
+	// held retries the pods a member syncer holds back over the grant
+	// (member syncers only).
+	held *kindSyncer
+	// nodeStatus and nodeSpec are the last virtual node's, kept to
+	// update its status (member syncers: Ready, capacity).
+	nodeMu     sync.Mutex
+	nodeStatus *node.NaiveNodeProviderV2
+	nodeSpec   *corev1.Node
+	// memberNodes is how many of the member's Nodes are Ready, as
+	// nest-manager last found (member syncers only).
+	memberNodes func() int32
 	tenant     kubernetes.Interface
 	recorder   record.EventRecorder
 	ready      atomic.Bool
@@ -263,6 +295,11 @@ func newSyncerFor(ctx context.Context, o Options, tenant, host kubernetes.Interf
 	// A delete is one-shot: there is nothing to resync.
 	s.tenantDeletes = newKindSyncer("tenantpoddeletes", orphanWorkers, s.provider.syncTenantDelete, func() []string { return nil })
 	s.provider.tenantDeletes = s.tenantDeletes
+	if o.Member == "" {
+		s.wireMembers(host)
+	} else {
+		s.wireGatekeeper()
+	}
 	s.addHandlers(ctx)
 	return s, nil
 }
@@ -278,13 +315,25 @@ func (s *syncer) run(ctx context.Context) error {
 	return s.runNode(ctx)
 }
 
+// kindSyncers are the kind syncers this syncer runs: a member syncer's
+// leave Services and DNS to the host syncer.
+func (s *syncer) kindSyncers() []*kindSyncer {
+	if s.o.Member != "" {
+		return []*kindSyncer{s.configMaps, s.secrets, s.tokens, s.orphans, s.tenantDeletes, s.held}
+	}
+	return []*kindSyncer{s.configMaps, s.secrets, s.services, s.slices, s.serviceSync.dns, s.tokens, s.orphans, s.tenantDeletes, s.members}
+}
+
 // startSyncers writes the first hosts file, starts the informers and, once
 // they have synced, every kind syncer.
 func (s *syncer) startSyncers(ctx context.Context) error {
-	if err := s.serviceSync.start(); err != nil {
-		return err
+	factories := []informers.SharedInformerFactory{s.tenantF, s.hostF, s.events}
+	if s.o.Member == "" {
+		if err := s.serviceSync.start(); err != nil {
+			return err
+		}
+		factories = append(factories, s.dedicatedF, s.membersF)
 	}
-	factories := []informers.SharedInformerFactory{s.tenantF, s.hostF, s.events, s.dedicatedF}
 	for _, f := range factories {
 		f.Start(ctx.Done())
 	}
@@ -299,13 +348,13 @@ func (s *syncer) startSyncers(ctx context.Context) error {
 			}
 		}
 	}
-	for _, k := range []*kindSyncer{s.configMaps, s.secrets, s.services, s.slices, s.serviceSync.dns, s.tokens, s.orphans, s.tenantDeletes} {
+	for _, k := range s.kindSyncers() {
 		go k.run(ctx)
 	}
-	if s.clusterDNS != nil {
+	if s.clusterDNS != nil && s.o.Member == "" {
 		go s.clusterDNS.run(ctx)
 	}
-	if s.nodePorts != nil {
+	if s.nodePorts != nil && s.o.Member == "" {
 		go s.serviceSync.nodePorts.run(ctx)
 		go func() {
 			<-ctx.Done()
@@ -343,8 +392,10 @@ func (s *syncer) runNode(ctx context.Context) error {
 	if err := waitReady(ctx, pc.Ready(), pc.Done(), pc.Err); err != nil {
 		return fmt.Errorf("pod controller: %w", err)
 	}
-	if err := s.removeExtraNodes(ctx); err != nil {
-		return err
+	if s.o.Member == "" {
+		if err := s.removeExtraNodes(ctx); err != nil {
+			return err
+		}
 	}
 	done := make(chan error, len(s.nodes))
 	for i, capacity := range SplitCapacity(s.o.Capacity, len(s.nodes)) {
@@ -391,6 +442,9 @@ func (s *syncer) removeExtraNodes(ctx context.Context) error {
 // Ready; done gets the node controller's error when it stops.
 func (s *syncer) runVirtualNode(ctx context.Context, name string, capacity corev1.ResourceList, done chan<- error) error {
 	spec := VirtualNode(name, s.o.NodeIP, capacity)
+	if s.o.Member != "" {
+		spec = MemberNode(s.o.Member, s.o.NodeIP, s.kubeletPort(), capacity)
+	}
 	status := node.NewNaiveNodeProvider()
 	nc, err := node.NewNodeController(status, &spec, s.tenant.CoreV1().Nodes(),
 		node.WithNodeEnableLeaseV1(s.tenant.CoordinationV1().Leases(corev1.NamespaceNodeLease), node.DefaultLeaseDuration))
@@ -408,6 +462,9 @@ func (s *syncer) runVirtualNode(ctx context.Context, name string, capacity corev
 	if err := status.UpdateStatus(ctx, &spec); err != nil {
 		return fmt.Errorf("mark virtual node %s Ready: %w", name, err)
 	}
+	s.nodeMu.Lock()
+	s.nodeStatus, s.nodeSpec = status, spec.DeepCopy()
+	s.nodeMu.Unlock()
 	klog.FromContext(ctx).Info("Virtual node is ready", "node", name)
 	return nil
 }
@@ -445,12 +502,16 @@ func (s *syncer) serveKubeletAPI(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	addr := s.o.KubeletAddr
+	// The API server dials the node's InternalIP, on the port the node
+	// advertises.
+	host, port, _ := net.SplitHostPort(s.o.KubeletAddr)
 	if s.o.NodeIP != "" {
-		// The API server dials the node's InternalIP.
-		_, port, _ := net.SplitHostPort(addr)
-		addr = net.JoinHostPort(s.o.NodeIP, port)
+		host = s.o.NodeIP
 	}
+	if s.o.NodeIP != "" || s.o.KubeletPort != 0 {
+		port = strconv.Itoa(int(s.kubeletPort()))
+	}
+	addr := net.JoinHostPort(host, port)
 	l, err := tls.Listen("tcp", addr, tlsConfig)
 	if err != nil {
 		return fmt.Errorf("kubelet API listener: %w", err)

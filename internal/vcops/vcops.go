@@ -10,6 +10,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -307,4 +308,27 @@ func DeleteOwnNamespace(ctx context.Context, c client.Client, name string) error
 		return err
 	}
 	return client.IgnoreNotFound(c.Delete(ctx, &ns))
+}
+
+// SetMemberGrant makes res the VirtualCluster's grant on the member cluster
+// member (spec.members), adding the grant or replacing its resources; an
+// empty res removes the grant. It patches with an optimistic lock, as
+// SetShare does. nest-manager then sets the grant up in the member
+// (docs/member-clusters.md).
+func SetMemberGrant(ctx context.Context, c client.Client, key types.NamespacedName, member string, res corev1.ResourceList) error {
+	vc := &nestv1.VirtualCluster{}
+	if err := c.Get(ctx, key, vc); err != nil {
+		return fmt.Errorf("virtual cluster %s: %w", key, err)
+	}
+	before := vc.DeepCopy()
+	vc.Spec.Members = slices.DeleteFunc(vc.Spec.Members, func(g nestv1.MemberGrant) bool { return g.Name == member })
+	if len(res) > 0 {
+		vc.Spec.Members = append(vc.Spec.Members, nestv1.MemberGrant{Name: member, Resources: res})
+	} else if len(vc.Spec.Members) == len(before.Spec.Members) {
+		return fmt.Errorf("virtual cluster %s has no grant on member cluster %s", key, member)
+	}
+	if err := c.Patch(ctx, vc, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("change the grant of virtual cluster %s on member cluster %s: %w", key, member, err)
+	}
+	return nil
 }

@@ -249,3 +249,37 @@ func TestSetPromotePolicyReplacesAndRemoves(t *testing.T) {
 		t.Errorf("promote policies %+v after asking for 0 nodes, want none", got)
 	}
 }
+
+func TestSetMemberGrantAddsReplacesAndRemoves(t *testing.T) {
+	ctx := context.Background()
+	other := nestv1.MemberGrant{Name: "cpu-pool", Resources: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8")}}
+	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "vc-demo"},
+		Spec: nestv1.VirtualClusterSpec{Members: []nestv1.MemberGrant{other}}}
+	c := newClient(vc)
+	key := client.ObjectKeyFromObject(vc)
+	get := func() []nestv1.MemberGrant {
+		got := &nestv1.VirtualCluster{}
+		if err := c.Get(ctx, key, got); err != nil {
+			t.Fatal(err)
+		}
+		return got.Spec.Members
+	}
+	for _, gpus := range []string{"1", "2"} {
+		if err := SetMemberGrant(ctx, c, key, "gpu", corev1.ResourceList{GPUResource: resource.MustParse(gpus)}); err != nil {
+			t.Fatal(err)
+		}
+		got := get()
+		if len(got) != 2 || got[1].Name != "gpu" || got[1].Resources.Name(GPUResource, resource.DecimalSI).String() != gpus {
+			t.Fatalf("grants %+v, want cpu-pool kept and gpu with %s", got, gpus)
+		}
+	}
+	if err := SetMemberGrant(ctx, c, key, "gpu", nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(); len(got) != 1 || got[0].Name != "cpu-pool" {
+		t.Fatalf("grants %+v after revoking gpu, want cpu-pool alone", got)
+	}
+	if err := SetMemberGrant(ctx, c, key, "gpu", nil); err == nil {
+		t.Fatal("revoking a grant that is not there succeeds")
+	}
+}

@@ -1,0 +1,388 @@
+package syncer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"reflect"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/oauth2"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/transport"
+	"k8s.io/klog/v2"
+)
+
+// membersKey is the one key of the members syncer: the placements are
+// synced whole.
+const membersKey = "members"
+
+// firstMemberKubeletPort is the kubelet API port of the first member node;
+// the others take the next free ones, one per member (at most
+// maxMemberNodes, as many as a VirtualCluster may have grants).
+const (
+	firstMemberKubeletPort = kubeletPort + 1
+	maxMemberNodes         = 8
+)
+
+// memberPlacer runs one member syncer per placement in MembersSecret, in
+// the host syncer's process: it starts those that appear, stops those that
+// go, restarts one whose member or size changed, and hands a running one
+// each renewed token.
+type memberPlacer struct {
+	parent  *syncer
+	secrets func() (*corev1.Secret, error)
+
+	mu      sync.Mutex
+	running map[string]*runningMember
+}
+
+// runningMember is one member syncer and what it was started with.
+type runningMember struct {
+	placement MemberPlacement
+	token     *memberToken
+	port      int32
+	nodes     atomic.Int32
+	cancel    context.CancelFunc
+	done      chan struct{}
+}
+
+// wireMembers makes the host syncer's members syncer, over a host informer
+// that watches MembersSecret alone.
+func (s *syncer) wireMembers(host kubernetes.Interface) {
+	name := MembersSecret(s.o.VirtualCluster)
+	s.membersF = informers.NewSharedInformerFactoryWithOptions(host, 0, informers.WithNamespace(s.o.HostNamespace),
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+			lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
+		}))
+	lister := s.membersF.Core().V1().Secrets().Lister().Secrets(s.o.HostNamespace)
+	s.placer = &memberPlacer{parent: s, running: map[string]*runningMember{},
+		secrets: func() (*corev1.Secret, error) { return lister.Get(name) }}
+	s.members = newKindSyncer("members", 1, s.placer.sync, func() []string { return []string{membersKey} })
+}
+
+// sync brings the running member syncers in line with MembersSecret. A
+// Secret that does not parse stops nothing: the member syncers keep their
+// last good placements until nest-manager writes a good one.
+func (m *memberPlacer) sync(ctx context.Context, _ string) (time.Duration, error) {
+	want, err := m.placements()
+	if err != nil {
+		return 0, terminal(err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for name, r := range m.running {
+		p, ok := want[name]
+		if ok && !restartNeeded(r.placement, p) {
+			r.token.set(p.Token)
+			r.nodes.Store(p.Nodes)
+			r.placement = p
+			continue
+		}
+		m.stop(ctx, name, r)
+		if !ok {
+			if err := m.deleteNode(ctx, name); err != nil {
+				return 0, err
+			}
+		}
+	}
+	for name, p := range want {
+		if _, ok := m.running[name]; ok {
+			continue
+		}
+		if err := m.start(ctx, p); err != nil {
+			return 0, fmt.Errorf("member %s: %w", name, err)
+		}
+	}
+	return 0, nil
+}
+
+// placements reads MembersSecret; no Secret is no placements.
+func (m *memberPlacer) placements() (map[string]MemberPlacement, error) {
+	secret, err := m.secrets()
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	p, err := ParseMemberPlacements(secret.Data[MembersKey])
+	if err != nil {
+		return nil, fmt.Errorf("host Secret %s: %w", secret.Name, err)
+	}
+	out := make(map[string]MemberPlacement, len(p.Members))
+	for _, mp := range p.Members {
+		out[mp.Name] = mp
+	}
+	return out, nil
+}
+
+// restartNeeded reports whether a running member syncer must be started
+// again for the placement: anything but its token and node count changed.
+func restartNeeded(was, is MemberPlacement) bool {
+	was.Token, was.TokenExpiry, was.Nodes = "", time.Time{}, 0
+	is.Token, is.TokenExpiry, is.Nodes = "", time.Time{}, 0
+	return !reflect.DeepEqual(was, is)
+}
+
+// start runs a member syncer for p until it is stopped.
+func (m *memberPlacer) start(ctx context.Context, p MemberPlacement) error {
+	port, ok := m.freePort()
+	if !ok {
+		return fmt.Errorf("no kubelet port left for a member node: at most %d members", maxMemberNodes)
+	}
+	token := &memberToken{}
+	token.set(p.Token)
+	o, err := memberOptions(m.parent.o, p, port, token)
+	if err != nil {
+		return terminal(err)
+	}
+	member, err := kubernetes.NewForConfig(o.Host)
+	if err != nil {
+		return terminal(fmt.Errorf("client for member %s: %w", p.Name, err))
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	ms, err := newSyncerFor(mctx, o, m.parent.tenant, member)
+	if err != nil {
+		cancel()
+		return err
+	}
+	r := &runningMember{placement: p, token: token, port: port, cancel: cancel, done: make(chan struct{})}
+	r.nodes.Store(p.Nodes)
+	ms.memberNodes = r.nodes.Load
+	m.running[p.Name] = r
+	log := klog.FromContext(ctx).WithValues("member", p.Name, "namespace", p.Namespace)
+	go func() {
+		defer close(r.done)
+		if err := ms.runMember(mctx, member); err != nil && mctx.Err() == nil {
+			log.Error(err, "Member syncer stopped; starting it again")
+			m.mu.Lock()
+			if m.running[p.Name] == r {
+				delete(m.running, p.Name)
+			}
+			m.mu.Unlock()
+			m.parent.members.queue.AddAfter(membersKey, 10*time.Second)
+		}
+	}()
+	log.Info("Member syncer started", "node", MemberNodeName(p.Name), "kubeletPort", port)
+	return nil
+}
+
+// stop ends a member syncer and waits for it, so that its kubelet port and
+// node are free for the next.
+func (m *memberPlacer) stop(ctx context.Context, name string, r *runningMember) {
+	r.cancel()
+	<-r.done
+	delete(m.running, name)
+	klog.FromContext(ctx).Info("Member syncer stopped", "member", name)
+}
+
+// deleteNode removes the tenant node of a member the tenant may no longer
+// use: the tenant's pod garbage collector then deletes the pods bound to it.
+func (m *memberPlacer) deleteNode(ctx context.Context, member string) error {
+	name := MemberNodeName(member)
+	err := m.parent.tenant.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete member node %s: %w", name, err)
+	}
+	return nil
+}
+
+// freePort returns the lowest member kubelet port no running member holds.
+func (m *memberPlacer) freePort() (int32, bool) {
+	taken := map[int32]bool{}
+	for _, r := range m.running {
+		taken[r.port] = true
+	}
+	for p := int32(firstMemberKubeletPort); p < firstMemberKubeletPort+maxMemberNodes; p++ {
+		if !taken[p] {
+			return p, true
+		}
+	}
+	return 0, false
+}
+
+// memberOptions are the options of the member syncer for p, derived from the
+// host syncer's: the member's namespace, node, addresses and size, and a
+// client that presents the current token.
+func memberOptions(host Options, p MemberPlacement, port int32, token oauth2.TokenSource) (Options, error) {
+	o := host
+	apiHost, apiPort, err := splitHostPort(p.APIServerAddress)
+	if err != nil {
+		return o, fmt.Errorf("apiServerAddress %q: %w", p.APIServerAddress, err)
+	}
+	dns, err := dnsServerIP(p.DNSAddress)
+	if err != nil {
+		return o, err
+	}
+	o.Translator.HostNamespace = p.Namespace
+	o.Translator.NodeName = MemberNodeName(p.Name)
+	o.Translator.APIServerHost, o.Translator.APIServerPort = apiHost, apiPort
+	o.Translator.DNSServer = dns
+	// The host's Service ranges, priority class and LimitRange mean
+	// nothing in the member.
+	o.Translator.HostServiceCIDRs, o.Translator.PriorityClassName, o.Translator.DefaultLimits = nil, "", nil
+	o.Capacity, o.VirtualNodes = p.Allocatable, 1
+	o.Member, o.KubeletPort = p.Name, port
+	o.Host = &rest.Config{
+		Host:            p.Server,
+		TLSClientConfig: rest.TLSClientConfig{CAData: p.CAData, ServerName: p.TLSServerName},
+		WrapTransport:   transport.TokenSourceWrapTransport(token),
+		QPS:             host.Host.QPS, Burst: host.Host.Burst,
+		Timeout: 30 * time.Second,
+	}
+	return o, nil
+}
+
+// splitHostPort splits host:port with a numeric port.
+func splitHostPort(addr string) (string, int32, error) {
+	h, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.ParseUint(p, 10, 16)
+	if err != nil || port == 0 {
+		return "", 0, fmt.Errorf("port %q is not 1 to 65535", p)
+	}
+	return h, int32(port), nil
+}
+
+// dnsServerIP is the nameserver member pods use: a pod's resolv.conf takes
+// an IP address on port 53 only.
+func dnsServerIP(addr string) (string, error) {
+	if a, err := netip.ParseAddr(addr); err == nil {
+		return a.String(), nil
+	}
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil || ap.Port() != 53 {
+		return "", fmt.Errorf("dnsAddress %q: member pods need an IP address on port 53, such as 10.20.0.10", addr)
+	}
+	return ap.Addr().String(), nil
+}
+
+// memberToken is the member syncer's current token, replaced in place when
+// nest-manager renews it; every request presents the current one.
+type memberToken struct{ v atomic.Pointer[string] }
+
+func (t *memberToken) set(token string) { t.v.Store(&token) }
+
+// Token implements oauth2.TokenSource.
+func (t *memberToken) Token() (*oauth2.Token, error) {
+	v := t.v.Load()
+	if v == nil || *v == "" {
+		return nil, errors.New("no token for the member cluster yet")
+	}
+	return &oauth2.Token{AccessToken: *v, TokenType: "Bearer"}, nil
+}
+
+// memberProbeInterval is how often a member syncer checks that its member
+// answers; memberFailures failed checks in a row mark the node NotReady.
+const (
+	memberProbeInterval = 5 * time.Second
+	memberFailures      = 3
+)
+
+// runMember runs a member syncer: its kind syncers, its kubelet API and its
+// node, whose Ready condition follows the member (watchMember).
+func (s *syncer) runMember(ctx context.Context, member kubernetes.Interface) error {
+	if err := s.startSyncers(ctx); err != nil {
+		return err
+	}
+	if err := s.serveKubeletAPI(ctx); err != nil {
+		return err
+	}
+	go s.watchMember(ctx, member)
+	return s.runNode(ctx)
+}
+
+// watchMember keeps the member node's Ready condition: False when the
+// member's API server has not answered memberFailures probes in a row, or
+// when nest-manager found none of its Nodes Ready. The tenant's node
+// lifecycle controller then taints the node, and pods that do not
+// tolerate it are evicted and replaced elsewhere, as on any NotReady node.
+func (s *syncer) watchMember(ctx context.Context, member kubernetes.Interface) {
+	failures := 0
+	t := time.NewTicker(memberProbeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, memberProbeInterval)
+		err := member.Discovery().RESTClient().Get().AbsPath("/readyz").Do(pctx).Error()
+		cancel()
+		if err != nil {
+			failures++
+		} else {
+			failures = 0
+		}
+		ready, reason, message := memberReadiness(failures, s.memberNodes(), err)
+		if err := s.setNodeReady(ctx, ready, reason, message); err != nil {
+			klog.FromContext(ctx).V(2).Info("Could not update the member node's Ready condition", "err", err.Error())
+		}
+	}
+}
+
+// memberReadiness is the member node's Ready condition after failures
+// failed probes in a row (the last with err) with nodes Ready member nodes.
+func memberReadiness(failures int, nodes int32, err error) (bool, string, string) {
+	switch {
+	case failures >= memberFailures:
+		return false, "MemberUnreachable", fmt.Sprintf("the member cluster's API server has not answered %d probes in a row: %v", failures, err)
+	case nodes == 0:
+		return false, "MemberHasNoNodes", "the member cluster has no Ready, schedulable node"
+	}
+	return true, "KubeletReady", "nest-syncer is running the member node"
+}
+
+// setNodeReady writes the node's Ready condition when it changes.
+func (s *syncer) setNodeReady(ctx context.Context, ready bool, reason, message string) error {
+	s.nodeMu.Lock()
+	defer s.nodeMu.Unlock()
+	if s.nodeSpec == nil {
+		return nil
+	}
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	for i := range s.nodeSpec.Status.Conditions {
+		c := &s.nodeSpec.Status.Conditions[i]
+		if c.Type != corev1.NodeReady || (c.Status == status && c.Reason == reason) {
+			continue
+		}
+		now := metav1.Now()
+		c.Status, c.Reason, c.Message, c.LastTransitionTime, c.LastHeartbeatTime = status, reason, message, now, now
+		klog.FromContext(ctx).Info("Member node readiness changed", "node", s.nodeSpec.Name, "ready", ready, "reason", reason)
+		return s.nodeStatus.UpdateStatus(ctx, s.nodeSpec.DeepCopy())
+	}
+	return nil
+}
+
+// MemberNode is the tenant's view of its grant in a member cluster: a
+// virtual node like VirtualNode, named MemberNodeName(member), whose kubelet
+// API is on port, labelled and tainted with MemberTaintKey=member so that
+// only pods that tolerate it land there.
+func MemberNode(member, ip string, port int32, capacity corev1.ResourceList) corev1.Node {
+	n := VirtualNode(MemberNodeName(member), ip, capacity)
+	n.Labels[MemberTaintKey] = member
+	n.Labels["node.kubernetes.io/instance-type"] = "nest-member-node"
+	n.Spec.Taints = []corev1.Taint{{Key: MemberTaintKey, Value: member, Effect: corev1.TaintEffectNoSchedule}}
+	n.Status.DaemonEndpoints.KubeletEndpoint.Port = port
+	n.Status.NodeInfo.OSImage = "Nest member node (" + member + ")"
+	n.Status.NodeInfo.ContainerRuntimeVersion = "member://" + member
+	return n
+}

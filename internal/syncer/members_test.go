@@ -1,0 +1,274 @@
+package syncer
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
+)
+
+func gpuPlacement() MemberPlacement {
+	return MemberPlacement{
+		Name: "gpu", Namespace: "nest-alpha-0123456789", Server: "https://127.0.0.1:1", Token: "t1",
+		APIServerAddress: "198.51.100.10:31443", DNSAddress: "198.51.100.10", Nodes: 1,
+		Allocatable: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1"), corev1.ResourceCPU: resource.MustParse("2")},
+	}
+}
+
+func TestParseMemberPlacementsNamesTheFaultyEntry(t *testing.T) {
+	good := gpuPlacement()
+	for name, tc := range map[string]struct {
+		edit func(*MemberPlacement)
+		want string
+	}{
+		"no name":      {func(m *MemberPlacement) { m.Name = "" }, "members[0].name is empty"},
+		"no namespace": {func(m *MemberPlacement) { m.Namespace = "" }, "members[0] (gpu): namespace is empty"},
+		"no server":    {func(m *MemberPlacement) { m.Server = "" }, "members[0] (gpu): server is empty"},
+		"no token":     {func(m *MemberPlacement) { m.Token = "" }, "members[0] (gpu): token is empty"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			m := good
+			tc.edit(&m)
+			data, err := MemberPlacements{Members: []MemberPlacement{m}}.Marshal()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ParseMemberPlacements(data); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("ParseMemberPlacements = %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+	twice, _ := MemberPlacements{Members: []MemberPlacement{good, good}}.Marshal()
+	if _, err := ParseMemberPlacements(twice); err == nil || !strings.Contains(err.Error(), `"gpu" appears twice`) {
+		t.Fatalf("a name twice: %v", err)
+	}
+}
+
+func TestMemberPlacementsRoundTripSorted(t *testing.T) {
+	a, b := gpuPlacement(), gpuPlacement()
+	a.Name, b.Name = "zeta", "alpha"
+	one, _ := MemberPlacements{Members: []MemberPlacement{a, b}}.Marshal()
+	other, _ := MemberPlacements{Members: []MemberPlacement{b, a}}.Marshal()
+	if string(one) != string(other) {
+		t.Fatalf("the same set marshals differently:\n%s\n%s", one, other)
+	}
+	p, err := ParseMemberPlacements(one)
+	if err != nil || len(p.Members) != 2 || p.Members[0].Name != "alpha" {
+		t.Fatalf("ParseMemberPlacements = %+v, %v", p, err)
+	}
+	if p, err := ParseMemberPlacements(nil); err != nil || len(p.Members) != 0 {
+		t.Fatalf("no data = %+v, %v; want no placements", p, err)
+	}
+}
+
+func TestOnlyAChangedMemberOrSizeRestartsAMemberSyncer(t *testing.T) {
+	was := gpuPlacement()
+	renewed := was
+	renewed.Token, renewed.TokenExpiry, renewed.Nodes = "t2", time.Now(), 0
+	if restartNeeded(was, renewed) {
+		t.Error("a renewed token or a new node count restarts the member syncer")
+	}
+	bigger := was
+	bigger.Allocatable = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("2")}
+	moved := was
+	moved.Namespace = "elsewhere"
+	for name, p := range map[string]MemberPlacement{"size": bigger, "namespace": moved} {
+		if !restartNeeded(was, p) {
+			t.Errorf("a new %s does not restart the member syncer", name)
+		}
+	}
+}
+
+func TestMemberOptionsPointPodsAtTheMember(t *testing.T) {
+	host := Options{Translator: tr, Host: &rest.Config{QPS: 5, Burst: 10}}
+	host.DefaultLimits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
+	o, err := memberOptions(host, gpuPlacement(), 10251, &memberToken{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case o.HostNamespace != "nest-alpha-0123456789", o.NodeName != "nest-member-gpu", o.Member != "gpu", o.KubeletPort != 10251:
+		t.Errorf("namespace, node, member, port = %s, %s, %s, %d", o.HostNamespace, o.NodeName, o.Member, o.KubeletPort)
+	case o.APIServerHost != "198.51.100.10" || o.APIServerPort != 31443 || o.DNSServer != "198.51.100.10":
+		t.Errorf("API server %s:%d, DNS %s; want the member's load balancer", o.APIServerHost, o.APIServerPort, o.DNSServer)
+	case o.PriorityClassName != "" || o.DefaultLimits != nil || o.HostServiceCIDRs != nil:
+		t.Errorf("host-only settings reach the member: %q %v %v", o.PriorityClassName, o.DefaultLimits, o.HostServiceCIDRs)
+	case o.Host.Host != "https://127.0.0.1:1" || o.Host.BearerToken != "" || o.Host.WrapTransport == nil:
+		t.Errorf("member client %+v: want the member's server and a token source, no fixed token", o.Host)
+	}
+	if host.HostNamespace != tr.HostNamespace || host.DefaultLimits == nil {
+		t.Error("memberOptions changed the host syncer's options")
+	}
+	bad := gpuPlacement()
+	bad.DNSAddress = "198.51.100.10:5353"
+	if _, err := memberOptions(host, bad, 10251, &memberToken{}); err == nil || !strings.Contains(err.Error(), "dnsAddress") {
+		t.Errorf("a DNS port other than 53: %v", err)
+	}
+	bad = gpuPlacement()
+	bad.APIServerAddress = "198.51.100.10"
+	if _, err := memberOptions(host, bad, 10251, &memberToken{}); err == nil || !strings.Contains(err.Error(), "apiServerAddress") {
+		t.Errorf("an API server address without a port: %v", err)
+	}
+}
+
+func TestMemberTokenIsReplacedInPlace(t *testing.T) {
+	var tok memberToken
+	if _, err := tok.Token(); err == nil {
+		t.Fatal("an empty token source gives a token")
+	}
+	tok.set("one")
+	tok.set("two")
+	if got, err := tok.Token(); err != nil || got.AccessToken != "two" {
+		t.Fatalf("Token = %v, %v; want the latest", got, err)
+	}
+}
+
+func TestMemberReadiness(t *testing.T) {
+	if ready, _, _ := memberReadiness(memberFailures-1, 1, nil); !ready {
+		t.Error("fewer failures than the threshold make the node NotReady")
+	}
+	if ready, reason, _ := memberReadiness(memberFailures, 1, context.DeadlineExceeded); ready || reason != "MemberUnreachable" {
+		t.Errorf("an unreachable member: ready=%v reason=%s", ready, reason)
+	}
+	if ready, reason, _ := memberReadiness(0, 0, nil); ready || reason != "MemberHasNoNodes" {
+		t.Errorf("a member without nodes: ready=%v reason=%s", ready, reason)
+	}
+}
+
+func TestMemberNodeIsTaintedAndLabelled(t *testing.T) {
+	n := MemberNode("gpu", "10.244.1.5", 10252, corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")})
+	if n.Name != "nest-member-gpu" || n.Labels[MemberTaintKey] != "gpu" || n.Status.DaemonEndpoints.KubeletEndpoint.Port != 10252 {
+		t.Errorf("node %s labels %v port %d", n.Name, n.Labels, n.Status.DaemonEndpoints.KubeletEndpoint.Port)
+	}
+	if len(n.Spec.Taints) != 1 || n.Spec.Taints[0] != (corev1.Taint{Key: MemberTaintKey, Value: "gpu", Effect: corev1.TaintEffectNoSchedule}) {
+		t.Errorf("taints %v", n.Spec.Taints)
+	}
+	if got := n.Status.Allocatable["nvidia.com/gpu"]; got.Value() != 1 {
+		t.Errorf("allocatable %v", n.Status.Allocatable)
+	}
+}
+
+// gpuPod is a tenant pod bound to the member node asking for gpus GPUs.
+func gpuPod(name string, gpus int64) *corev1.Pod {
+	p := simplePod(name, "100m")
+	p.Spec.NodeName = MemberNodeName("gpu")
+	p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": *resource.NewQuantity(gpus, resource.DecimalSI)}
+	p.Spec.Containers[0].Resources.Requests["nvidia.com/gpu"] = *resource.NewQuantity(gpus, resource.DecimalSI)
+	return p
+}
+
+// memberSyncer is a member syncer for gpuPlacement over fake tenant and
+// member API servers, with its informers started.
+func memberSyncer(t *testing.T, tenant, member *fake.Clientset) *syncer {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	o, err := memberOptions(Options{Translator: tr, PodSecurityLevel: "baseline", DNSDir: t.TempDir(), TokenMaxAge: time.Hour, Host: &rest.Config{}},
+		gpuPlacement(), firstMemberKubeletPort, &memberToken{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := newSyncerFor(ctx, o, tenant, member)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.startSyncers(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestGatekeeperHoldsAPodOverTheGrantOutOfTheMember(t *testing.T) {
+	over := gpuPod("over", 2)
+	within := gpuPod("within", 1)
+	tenant, member := fake.NewClientset(over, within), fake.NewClientset()
+	s := memberSyncer(t, tenant, member)
+	recorder := record.NewFakeRecorder(10)
+	s.provider.recorder = recorder
+	var notified []*corev1.Pod
+	s.provider.notify = func(p *corev1.Pod) { notified = append(notified, p) }
+	// The tenant, admin of its cluster, advertises more GPUs on the member
+	// node than it was granted: only the grant counts.
+	advertised := MemberNode("gpu", "", firstMemberKubeletPort, corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")})
+	if _, err := tenant.CoreV1().Nodes().Create(context.Background(), &advertised, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.provider.CreatePod(context.Background(), over); err != nil {
+		t.Fatalf("CreatePod = %v; a held pod is not an error", err)
+	}
+	if pods, _ := member.CoreV1().Pods("nest-alpha-0123456789").List(context.Background(), metav1.ListOptions{}); len(pods.Items) != 0 {
+		t.Fatalf("a pod over the grant reached the member: %v", pods.Items[0].Name)
+	}
+	if len(notified) != 1 || notified[0].Status.Phase != corev1.PodPending || notified[0].Status.Reason != ReasonQuotaExceeded ||
+		!strings.Contains(notified[0].Status.Message, "nvidia.com/gpu") {
+		t.Fatalf("tenant status %+v; want Pending, QuotaExceeded, naming the resource", notified)
+	}
+	if ev := drainEvents(recorder); !strings.Contains(ev, ReasonQuotaExceeded) {
+		t.Errorf("events %q; want a QuotaExceeded warning", ev)
+	}
+	if !s.provider.gate.isHeld("shop/over") {
+		t.Error("the pod is not held for a retry")
+	}
+	if err := s.provider.CreatePod(context.Background(), within); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := member.CoreV1().Pods("nest-alpha-0123456789").Get(context.Background(), HostName("alpha", "shop", "within"), metav1.GetOptions{}); err != nil {
+		t.Fatalf("a pod within the grant is not in the member: %v", err)
+	}
+}
+
+func TestMemberPlacerStartsRenewsAndStopsMemberSyncers(t *testing.T) {
+	data, _ := MemberPlacements{Members: []MemberPlacement{gpuPlacement()}}.Marshal()
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: MembersSecret("alpha"), Namespace: tr.HostNamespace}, Data: map[string][]byte{MembersKey: data}}
+	node := MemberNode("gpu", "", firstMemberKubeletPort, nil)
+	tenant := fake.NewClientset(&node)
+	current := secret
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m := &memberPlacer{parent: &syncer{o: Options{Translator: tr, PodSecurityLevel: "baseline", Host: &rest.Config{}}, tenant: tenant},
+		running: map[string]*runningMember{}, secrets: func() (*corev1.Secret, error) { return current, nil }}
+	m.parent.members = newKindSyncer("members-test", 1, m.sync, nil)
+	if _, err := m.sync(ctx, membersKey); err != nil {
+		t.Fatal(err)
+	}
+	r := m.running["gpu"]
+	if r == nil || r.port != firstMemberKubeletPort {
+		t.Fatalf("running %v; want gpu on port %d", m.running, firstMemberKubeletPort)
+	}
+	renewed := gpuPlacement()
+	renewed.Token = "t2"
+	data, _ = MemberPlacements{Members: []MemberPlacement{renewed}}.Marshal()
+	current = &corev1.Secret{ObjectMeta: secret.ObjectMeta, Data: map[string][]byte{MembersKey: data}}
+	if _, err := m.sync(ctx, membersKey); err != nil {
+		t.Fatal(err)
+	}
+	if m.running["gpu"] != r {
+		t.Fatal("a renewed token restarted the member syncer")
+	}
+	if tok, _ := r.token.Token(); tok.AccessToken != "t2" {
+		t.Fatalf("token %q, want the renewed one", tok.AccessToken)
+	}
+	current = &corev1.Secret{ObjectMeta: secret.ObjectMeta, Data: map[string][]byte{MembersKey: []byte(`{"members":[]}`)}}
+	if _, err := m.sync(ctx, membersKey); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.running) != 0 {
+		t.Fatalf("running %v after the grant went", m.running)
+	}
+	if _, err := tenant.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{}); err == nil {
+		t.Fatal("the member node is still in the tenant after the grant went")
+	}
+	select {
+	case <-r.done:
+	default:
+		t.Fatal("the member syncer still runs")
+	}
+}
+
