@@ -161,8 +161,10 @@ type MemberGrant struct {
 	// Resources is the most the tenant's pods in the member may request
 	// together, per resource (cpu, memory, nvidia.com/gpu, pods, ...). A
 	// pod that would exceed it stays Pending in the tenant (reason
-	// QuotaExceeded) and is never created in the member. A resource it
-	// does not name may not be requested there at all.
+	// QuotaExceeded) and is never created in the member. cpu, memory,
+	// ephemeral-storage and pods it does not name are bounded only by what
+	// the member offers (name them to bound them); another resource it
+	// does not name (an extended resource) may not be requested there.
 	// +required
 	// +kubebuilder:validation:Type=object
 	// +kubebuilder:validation:MinProperties=1
@@ -444,7 +446,8 @@ type MemberGrantStatus struct {
 	// exist in the member and nest-syncer has what it needs to place pods.
 	Ready bool `json:"ready"`
 	// Reason is a CamelCase word when Ready is false: MemberNotFound,
-	// NotSelected, MemberUnreachable or SetupFailed.
+	// NotSelected, MemberUnreachable or SetupFailed; Removing for a grant
+	// removed from the spec whose member namespace is still being deleted.
 	// +optional
 	Reason string `json:"reason,omitempty"`
 	// Message says what went wrong, or what the member node offers.

@@ -1,6 +1,7 @@
 // Command nest-manager is the Nest operator: it runs in the host cluster,
 // reconciles VirtualClusters into tenant control planes, keeps the
-// GlobalNode inventory of promotable host nodes and probes MemberClusters.
+// GlobalNode inventory of promotable host nodes, probes MemberClusters and
+// sets VirtualClusters' member grants up in them.
 // Flags and wiring only; the controllers live in internal/controller.
 package main
 
@@ -24,6 +25,7 @@ import (
 	"github.com/nestdev/nest/internal/components"
 	"github.com/nestdev/nest/internal/controller/globalnode"
 	"github.com/nestdev/nest/internal/controller/membercluster"
+	"github.com/nestdev/nest/internal/controller/membergrant"
 	"github.com/nestdev/nest/internal/controller/nodeassignment"
 	"github.com/nestdev/nest/internal/controller/nodepromotion"
 	"github.com/nestdev/nest/internal/controller/virtualcluster"
@@ -156,6 +158,14 @@ func main() {
 	// Member kubeconfig Secrets are read only in the manager's namespace.
 	if err := (&membercluster.Reconciler{Client: mgr.GetClient(), ManagerNamespace: cp.ManagerNamespace}).SetupWithManager(mgr); err != nil {
 		log.Error(err, "Unable to set up controller", "controller", "membercluster")
+		os.Exit(1)
+	}
+	// Member grants: each VirtualCluster's namespace, quota and syncer
+	// token in its members, set up with the members' admin kubeconfigs.
+	if err := (&membergrant.Reconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ManagerNamespace: cp.ManagerNamespace, Workers: workers,
+	}).SetupWithManager(mgr); err != nil {
+		log.Error(err, "Unable to set up controller", "controller", "membergrant")
 		os.Exit(1)
 	}
 	switch {

@@ -117,8 +117,13 @@ func (n Names) NetworkPolicies() []string {
 // Secrets are the Secrets Nest itself keeps in the namespace; the per-pod
 // token Secrets of nest-syncer are not among them.
 func (n Names) Secrets() []string {
-	return []string{n.PKISecret(), n.ComponentKubeconfigSecret(), n.KubeconfigSecret()}
+	return []string{n.PKISecret(), n.ComponentKubeconfigSecret(), n.KubeconfigSecret(), n.MembersSecret()}
 }
+
+// MembersSecret holds what nest-syncer needs to place pods in the
+// VirtualCluster's member clusters; nest-manager's membergrant controller
+// writes it while the VirtualCluster has grants.
+func (n Names) MembersSecret() string { return syncer.MembersSecret(n.VirtualCluster) }
 
 // DedicatedNodesConfigMap holds the pod CIDRs of the VirtualCluster's
 // dedicated nodes, which nest-syncer admits behind host Services.

@@ -127,6 +127,9 @@ func (s *syncer) clusterDNSChanged(obj metav1.Object) {
 // for its endpoints: a host pod's new IP may be one of them, and a finished
 // or deleted pod's IP may no longer be.
 func (s *syncer) addSelectorlessServices() {
+	if s.o.Member != "" {
+		return
+	}
 	services, _ := s.serviceSync.tenantServices.List(labels.Everything())
 	for _, svc := range services {
 		if len(svc.Spec.Selector) == 0 {

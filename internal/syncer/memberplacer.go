@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -30,9 +32,11 @@ const membersKey = "members"
 
 // firstMemberKubeletPort is the kubelet API port of the first member node;
 // the others take the next free ones, one per member (at most
-// maxMemberNodes, as many as a VirtualCluster may have grants).
+// maxMemberNodes, as many as a VirtualCluster may have grants). The range
+// is clear of every port the control-plane pod serves (kube-controller-
+// manager's 10257, kube-scheduler's 10259, the syncer's 10250).
 const (
-	firstMemberKubeletPort = kubeletPort + 1
+	firstMemberKubeletPort = 10270
 	maxMemberNodes         = 8
 )
 
@@ -82,6 +86,7 @@ func (m *memberPlacer) sync(ctx context.Context, _ string) (time.Duration, error
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	var errs []error
 	for name, r := range m.running {
 		p, ok := want[name]
 		if ok && !restartNeeded(r.placement, p) {
@@ -92,20 +97,19 @@ func (m *memberPlacer) sync(ctx context.Context, _ string) (time.Duration, error
 		}
 		m.stop(ctx, name, r)
 		if !ok {
-			if err := m.deleteNode(ctx, name); err != nil {
-				return 0, err
-			}
+			errs = append(errs, m.deleteNode(ctx, name))
 		}
 	}
-	for name, p := range want {
+	// One bad placement does not keep the others from starting.
+	for _, name := range slices.Sorted(maps.Keys(want)) {
 		if _, ok := m.running[name]; ok {
 			continue
 		}
-		if err := m.start(ctx, p); err != nil {
-			return 0, fmt.Errorf("member %s: %w", name, err)
+		if err := m.start(ctx, want[name]); err != nil {
+			errs = append(errs, fmt.Errorf("member %s: %w", name, err))
 		}
 	}
-	return 0, nil
+	return 0, errors.Join(errs...)
 }
 
 // placements reads MembersSecret; no Secret is no placements.
@@ -164,20 +168,31 @@ func (m *memberPlacer) start(ctx context.Context, p MemberPlacement) error {
 	m.running[p.Name] = r
 	log := klog.FromContext(ctx).WithValues("member", p.Name, "namespace", p.Namespace)
 	go func() {
-		defer close(r.done)
-		if err := ms.runMember(mctx, member); err != nil && mctx.Err() == nil {
-			log.Error(err, "Member syncer stopped; starting it again")
-			m.mu.Lock()
-			if m.running[p.Name] == r {
-				delete(m.running, p.Name)
-			}
-			m.mu.Unlock()
-			m.parent.members.queue.AddAfter(membersKey, 10*time.Second)
+		err := ms.runMember(mctx, member)
+		failed := err != nil && mctx.Err() == nil
+		// Everything the member syncer started ends with its context, and
+		// done is closed before the lock is taken: stop, which holds the
+		// lock, may be waiting for it.
+		cancel()
+		close(r.done)
+		if !failed {
+			return
 		}
+		log.Error(err, "Member syncer stopped; starting it again")
+		m.mu.Lock()
+		if m.running[p.Name] == r {
+			delete(m.running, p.Name)
+		}
+		m.mu.Unlock()
+		m.parent.members.queue.AddAfter(membersKey, memberRestartDelay)
 	}()
 	log.Info("Member syncer started", "node", MemberNodeName(p.Name), "kubeletPort", port)
 	return nil
 }
+
+// memberRestartDelay is how long a failed member syncer waits before it is
+// started again.
+const memberRestartDelay = 10 * time.Second
 
 // stop ends a member syncer and waits for it, so that its kubelet port and
 // node are free for the next.
@@ -233,14 +248,17 @@ func memberOptions(host Options, p MemberPlacement, port int32, token oauth2.Tok
 	// The host's Service ranges, priority class and LimitRange mean
 	// nothing in the member.
 	o.Translator.HostServiceCIDRs, o.Translator.PriorityClassName, o.Translator.DefaultLimits = nil, "", nil
+	// The helper image is the host's; a member may not have it.
+	o.Translator.HelperImage = ""
 	o.Capacity, o.VirtualNodes = p.Allocatable, 1
 	o.Member, o.KubeletPort = p.Name, port
 	o.Host = &rest.Config{
 		Host:            p.Server,
 		TLSClientConfig: rest.TLSClientConfig{CAData: p.CAData, ServerName: p.TLSServerName},
 		WrapTransport:   transport.TokenSourceWrapTransport(token),
-		QPS:             host.Host.QPS, Burst: host.Host.Burst,
-		Timeout: 30 * time.Second,
+		// No client timeout: it would cut every watch and followed log
+		// stream; requests are bounded by their contexts.
+		QPS: host.Host.QPS, Burst: host.Host.Burst,
 	}
 	return o, nil
 }
@@ -296,14 +314,28 @@ const (
 // runMember runs a member syncer: its kind syncers, its kubelet API and its
 // node, whose Ready condition follows the member (watchMember).
 func (s *syncer) runMember(ctx context.Context, member kubernetes.Interface) error {
+	defer s.shutDownIdleQueues()
 	if err := s.startSyncers(ctx); err != nil {
 		return err
 	}
 	if err := s.serveKubeletAPI(ctx); err != nil {
 		return err
 	}
+	// Closed before runMember returns, so that a member syncer started in
+	// its place can take the port.
+	defer s.closeKubeletAPI()
 	go s.watchMember(ctx, member)
 	return s.runNode(ctx)
+}
+
+// shutDownIdleQueues ends the queues a member syncer makes but never runs
+// (Services, DNS, node ports), with their goroutines.
+func (s *syncer) shutDownIdleQueues() {
+	for _, k := range []*kindSyncer{s.services, s.slices, s.serviceSync.dns, s.serviceSync.nodePorts, s.clusterDNS} {
+		if k != nil {
+			k.queue.ShutDown()
+		}
+	}
 }
 
 // watchMember keeps the member node's Ready condition: False when the

@@ -2,15 +2,19 @@ package syncer
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 )
 
@@ -272,3 +276,22 @@ func TestMemberPlacerStartsRenewsAndStopsMemberSyncers(t *testing.T) {
 	}
 }
 
+func TestGatekeeperHoldsAPodTheMemberQuotaRefuses(t *testing.T) {
+	pod := gpuPod("defaulted", 1)
+	tenant, member := fake.NewClientset(pod), fake.NewClientset()
+	member.PrependReactor("create", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(corev1.Resource("pods"), "x", errors.New("exceeded quota: nest-grant, requested: requests.cpu=100m, used: requests.cpu=2, limited: requests.cpu=2"))
+	})
+	s := memberSyncer(t, tenant, member)
+	var notified []*corev1.Pod
+	s.provider.notify = func(p *corev1.Pod) { notified = append(notified, p) }
+	if err := s.provider.CreatePod(context.Background(), pod); err != nil {
+		t.Fatalf("CreatePod = %v; a pod the member quota refuses is held, not failed", err)
+	}
+	if len(notified) != 1 || notified[0].Status.Reason != ReasonQuotaExceeded || !s.provider.gate.isHeld("shop/defaulted") {
+		t.Fatalf("tenant status %+v, held %v; want Pending QuotaExceeded and held", notified, s.provider.gate.keys())
+	}
+	if s.provider.capacity.admitted[pod.UID] {
+		t.Error("a pod the member refused still holds room in the grant")
+	}
+}

@@ -97,8 +97,23 @@ func (p *podProvider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	// error CreatePod returns, so a passing one (a race with the orphan
 	// syncer over the token Secret, a conflict, an earlier host pod still
 	// going) is retried here first.
-	return retry.OnError(createBackoff, func(err error) bool { return !errdefs.IsInvalidInput(err) && ctx.Err() == nil },
+	err = retry.OnError(createBackoff, func(err error) bool { return !errdefs.IsInvalidInput(err) && ctx.Err() == nil },
 		func() error { return p.start(ctx, pod, pt) })
+	if p.gate != nil && isQuotaExceeded(err) {
+		// The member's own quota counts what the gatekeeper does not (its
+		// LimitRange's default requests, pods still terminating there):
+		// the pod waits for room as one over the grant does.
+		p.capacity.forget(pod.UID)
+		p.holdPod(pod, &Rejection{Reason: ReasonQuotaExceeded, Message: err.Error()}, p.retryHeld)
+		return nil
+	}
+	return err
+}
+
+// isQuotaExceeded reports whether err is an API server's refusal of a
+// create by a ResourceQuota.
+func isQuotaExceeded(err error) bool {
+	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota")
 }
 
 // createBackoff paces CreatePod's retries: about 1.5 s in all.

@@ -214,3 +214,11 @@ func (a *admission) admit(pod *corev1.Pod) error {
 	a.admitted[pod.UID] = true
 	return nil
 }
+
+// forget drops a pod the admission holds room for, when it was admitted but
+// could not be started.
+func (a *admission) forget(uid types.UID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.admitted, uid)
+}

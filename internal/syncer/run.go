@@ -101,6 +101,16 @@ type MetadataAllowList struct {
 // kubeletPort is the kubelet API port the host's virtual nodes advertise.
 const kubeletPort = 10250
 
+// kindName names a kind syncer's queue in metrics and logs: a member
+// syncer's carry the member's name, so they do not share the host syncer's
+// series.
+func (s *syncer) kindName(kind string) string {
+	if s.o.Member != "" {
+		return "member-" + s.o.Member + "-" + kind
+	}
+	return kind
+}
+
 // kubeletPort is the port of this syncer's kubelet API.
 func (s *syncer) kubeletPort() int32 { return cmp.Or(s.o.KubeletPort, kubeletPort) }
 
@@ -153,16 +163,18 @@ type syncer struct {
 	held *kindSyncer
 	// nodeStatus and nodeSpec are the last virtual node's, kept to
 	// update its status (member syncers: Ready, capacity).
+	// kubeletSrv serves the kubelet API, once serveKubeletAPI started it.
+	kubeletSrv *http.Server
 	nodeMu     sync.Mutex
 	nodeStatus *node.NaiveNodeProviderV2
 	nodeSpec   *corev1.Node
 	// memberNodes is how many of the member's Nodes are Ready, as
 	// nest-manager last found (member syncers only).
 	memberNodes func() int32
-	tenant     kubernetes.Interface
-	recorder   record.EventRecorder
-	ready      atomic.Bool
-	started    time.Time
+	tenant      kubernetes.Interface
+	recorder    record.EventRecorder
+	ready       atomic.Bool
+	started     time.Time
 }
 
 // Workers of each kind syncer. Copies are made on demand by the pod
@@ -287,13 +299,13 @@ func newSyncerFor(ctx context.Context, o Options, tenant, host kubernetes.Interf
 			services: s.serviceSync.tenantServices, slices: s.serviceSync.tenantSlices}
 		s.clusterDNS = newKindSyncer("clusterdns", 1, dns.sync, func() []string { return []string{clusterDNSKey} })
 	}
-	s.configMaps = newKindSyncer("configmaps", configMapWorkers, objects.syncConfigMap, copyKeys(tenantConfigMaps.List, hostConfigMaps.List))
-	s.secrets = newKindSyncer("secrets", secretWorkers, objects.syncSecret, copyKeys(tenantSecrets.List, hostSecrets.List))
+	s.configMaps = newKindSyncer(s.kindName("configmaps"), configMapWorkers, objects.syncConfigMap, copyKeys(tenantConfigMaps.List, hostConfigMaps.List))
+	s.secrets = newKindSyncer(s.kindName("secrets"), secretWorkers, objects.syncSecret, copyKeys(tenantSecrets.List, hostSecrets.List))
 	refresher := &tokenRefresher{issuer: tokens, host: host, secrets: hostSecrets}
-	s.tokens = newKindSyncer("tokens", tokenWorkers, refresher.sync, refresher.keys)
-	s.orphans = newKindSyncer("orphanpods", orphanWorkers, s.provider.syncOrphan, s.provider.hostPodNames)
+	s.tokens = newKindSyncer(s.kindName("tokens"), tokenWorkers, refresher.sync, refresher.keys)
+	s.orphans = newKindSyncer(s.kindName("orphanpods"), orphanWorkers, s.provider.syncOrphan, s.provider.hostPodNames)
 	// A delete is one-shot: there is nothing to resync.
-	s.tenantDeletes = newKindSyncer("tenantpoddeletes", orphanWorkers, s.provider.syncTenantDelete, func() []string { return nil })
+	s.tenantDeletes = newKindSyncer(s.kindName("tenantpoddeletes"), orphanWorkers, s.provider.syncTenantDelete, func() []string { return nil })
 	s.provider.tenantDeletes = s.tenantDeletes
 	if o.Member == "" {
 		s.wireMembers(host)
@@ -533,6 +545,7 @@ func (s *syncer) serveKubeletAPI(ctx context.Context) error {
 	mux.Handle("/", handler)
 	mux.Handle("/metrics", nodeMetricsHandler(pods))
 	srv := &http.Server{Handler: onlyCommonName(s.o.KubeletClientName, mux), ReadHeaderTimeout: 10 * time.Second}
+	s.kubeletSrv = srv
 	go func() {
 		<-ctx.Done()
 		_ = srv.Close()
@@ -543,6 +556,13 @@ func (s *syncer) serveKubeletAPI(ctx context.Context) error {
 		}
 	}()
 	return nil
+}
+
+// closeKubeletAPI closes the kubelet API's listener and connections.
+func (s *syncer) closeKubeletAPI() {
+	if s.kubeletSrv != nil {
+		_ = s.kubeletSrv.Close()
+	}
 }
 
 // VirtualNode is the tenant's view of its share of host capacity: a Ready

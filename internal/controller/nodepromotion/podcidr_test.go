@@ -41,7 +41,11 @@ func TestOwnPodCIDR(t *testing.T) {
 	pods := []runtime.Object{
 		hostPod("mine", "w1", "10.244.1.5"),
 		hostPod("other", "w2", "10.244.2.5"),
-		func() *corev1.Pod { p := hostPod("hostnet", "w2", "198.51.100.12"); p.Spec.HostNetwork = true; return p }(),
+		func() *corev1.Pod {
+			p := hostPod("hostnet", "w2", "198.51.100.12")
+			p.Spec.HostNetwork = true
+			return p
+		}(),
 	}
 	tests := []struct {
 		name, reported, want, err string

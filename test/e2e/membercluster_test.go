@@ -1,0 +1,413 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/controlplane"
+	"github.com/nestdev/nest/internal/devcluster"
+	"github.com/nestdev/nest/internal/images"
+	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/testutil"
+	"github.com/nestdev/nest/test/e2e/framework"
+)
+
+// gpuMember is the name of the member cluster TestMemberCluster starts
+// (and of its MemberCluster).
+const gpuMember = "e2emem"
+
+// TestMemberCluster runs a tenant's GPU work in a member cluster: a second
+// local cluster on this machine whose worker advertises two fake GPUs,
+// registered with `nest member add` and granted one GPU with `nest member
+// grant`. Everything is real: two API servers, two sets of kubelets,
+// containerd and CNI, and nest-syncer placing pods across them.
+func TestMemberCluster(t *testing.T) {
+	framework.RequireRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	defer cancel()
+	hostDir := framework.StartHostCluster(t, ctx, "--with-nest")
+	memberDir := filepath.Join(os.TempDir(), fmt.Sprintf("nest-e2e-membercluster-member-%d", os.Getpid()))
+	startLocalCluster(t, ctx, memberDir, "--cluster", gpuMember, "--nodes", "2", "--gpus", "2")
+	memberKubeconfig := devcluster.Layout{Root: memberDir}.AdminKubeconfig()
+	memberCS := clientset(t, memberKubeconfig)
+
+	host, hostKubeconfig, nest := framework.NestOn(t, ctx, hostDir)
+	tn := &framework.Tenant{Name: "mu", Dir: t.TempDir()}
+	if out, err := nest("create", tn.Name, "--wait", "--timeout", "4m"); err != nil {
+		t.Fatalf("nest create: %v\n%s", err, out)
+	}
+	tn.Load(t, nest)
+	vc := &nestv1.VirtualCluster{}
+	if err := host.Get(ctx, client.ObjectKey{Namespace: tn.Namespace, Name: tn.Name}, vc); err != nil {
+		t.Fatal(err)
+	}
+	setVCLabel(t, ctx, host, vc, "team", "ml")
+
+	// The member's "load balancer" for this tenant is the tenant API
+	// server's host NodePort, which the member's nodes reach across the
+	// two bridges; the host node's address is in the API server's
+	// certificate.
+	lb := tenantNodePortAddress(t, ctx, host, vc)
+	if out, err := framework.Run(ctx, t, "nest", "member", "add", gpuMember, "--kubeconfig", memberKubeconfig, "--host-kubeconfig", hostKubeconfig,
+		"--api-server-address", lb, "--dns-address", strings.Split(lb, ":")[0], "--selector", "team=ml"); err != nil {
+		t.Fatalf("nest member add: %v\n%s", err, out)
+	}
+	if out, err := nest("member", "grant", tn.Name, gpuMember, "--gpu", "1"); err != nil {
+		t.Fatalf("nest member grant: %v\n%s", err, out)
+	}
+	grant := waitGrantReady(t, ctx, host, vc)
+	tenant := tn.Clientset(t)
+	nodeName := syncer.MemberNodeName(gpuMember)
+
+	t.Run("the tenant sees the member as one tainted node sized to the grant", func(t *testing.T) {
+		testutil.Eventually(t, 3*time.Minute, "member node Ready with 1 GPU", func() error {
+			n, err := tenant.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			gpus := n.Status.Allocatable[devcluster.GPUResource]
+			if !nodeReady(n) || gpus.Value() != 1 {
+				return fmt.Errorf("ready %t, allocatable %v", nodeReady(n), n.Status.Allocatable)
+			}
+			if len(n.Spec.Taints) != 1 || n.Spec.Taints[0].Key != syncer.MemberTaintKey {
+				return fmt.Errorf("taints %v", n.Spec.Taints)
+			}
+			return nil
+		})
+	})
+
+	t.Run("a GPU Job runs in the member, calls the tenant API with its projected token, and completes", func(t *testing.T) {
+		tn.WaitDefaultServiceAccount(t, ctx)
+		tn.Kubectl(t, ctx, "create", "rolebinding", "train-view", "-n", "default", "--clusterrole=view", "--serviceaccount=default:default")
+		job := gpuJob("train", 1, "kube", "/api/v1/namespaces/default/pods")
+		if _, err := tenant.BatchV1().Jobs("default").Create(ctx, job, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, 4*time.Minute, "Job train complete", func() error {
+			j, err := tenant.BatchV1().Jobs("default").Get(ctx, "train", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if j.Status.Succeeded != 1 {
+				return fmt.Errorf("succeeded %d failed %d; pods: %s", j.Status.Succeeded, j.Status.Failed, podSummary(ctx, tenant, "job-name=train"))
+			}
+			return nil
+		})
+		pods, err := tenant.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "job-name=train"})
+		if err != nil || len(pods.Items) == 0 {
+			t.Fatalf("the Job's pods: %v (%d)", err, len(pods.Items))
+		}
+		pod := pods.Items[0]
+		if pod.Spec.NodeName != nodeName {
+			t.Errorf("the Job's pod ran on %s, want %s", pod.Spec.NodeName, nodeName)
+		}
+		inMember, err := memberCS.CoreV1().Pods(grant.Namespace).Get(ctx, syncer.HostName(tn.Name, "default", pod.Name), metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("the Job's pod in the member's namespace %s: %v", grant.Namespace, err)
+		}
+		if inMember.Spec.NodeName == "" || !strings.HasPrefix(inMember.Spec.NodeName, "nest-") {
+			t.Errorf("member pod on node %q", inMember.Spec.NodeName)
+		}
+		logs := tn.Kubectl(t, ctx, "logs", "-n", "default", pod.Name)
+		if !strings.Contains(logs, `"kind":"PodList"`) {
+			t.Errorf("kubectl logs of the member pod = %q; want the PodList it read from the tenant API server", logs)
+		}
+	})
+
+	t.Run("exec reaches a pod in the member", func(t *testing.T) {
+		pod := memberPod("shell", 0)
+		if _, err := tenant.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitTenantPodRunning(t, ctx, tenant, "shell")
+		out := tn.Kubectl(t, ctx, "exec", "-n", "default", "shell", "--", "/testapp", "cat", "/etc/hostname")
+		if strings.TrimSpace(out) == "" {
+			t.Error("exec printed no hostname")
+		}
+	})
+
+	t.Run("a pod over the grant stays Pending with QuotaExceeded and never reaches the member", func(t *testing.T) {
+		pod := memberPod("greedy", 2)
+		pod.Spec.NodeName = nodeName // past the scheduler, as a hostile tenant may
+		if _, err := tenant.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, 2*time.Minute, "greedy held with QuotaExceeded", func() error {
+			p, err := tenant.CoreV1().Pods("default").Get(ctx, "greedy", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if p.Status.Phase != corev1.PodPending || p.Status.Reason != syncer.ReasonQuotaExceeded {
+				return fmt.Errorf("phase %s reason %q message %q", p.Status.Phase, p.Status.Reason, p.Status.Message)
+			}
+			return nil
+		})
+		_, err := memberCS.CoreV1().Pods(grant.Namespace).Get(ctx, syncer.HostName(tn.Name, "default", "greedy"), metav1.GetOptions{})
+		if !apierrors.IsNotFound(err) {
+			t.Errorf("the pod over the grant is in the member (get: %v)", err)
+		}
+	})
+
+	t.Run("the member credential Nest keeps reaches only the tenant's namespace", func(t *testing.T) {
+		mc := memberCredential(t, ctx, host, vc)
+		if _, err := mc.CoreV1().Pods(grant.Namespace).List(ctx, metav1.ListOptions{}); err != nil {
+			t.Errorf("list pods in the tenant's own member namespace: %v", err)
+		}
+		for what, call := range map[string]func() error{
+			"list Secrets in kube-system": func() error {
+				_, err := mc.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
+				return err
+			},
+			"list Nodes": func() error { _, err := mc.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); return err },
+			"list pods in default": func() error {
+				_, err := mc.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+				return err
+			},
+		} {
+			if err := call(); !apierrors.IsForbidden(err) {
+				t.Errorf("%s with the member credential: %v, want Forbidden", what, err)
+			}
+		}
+	})
+
+	// Last: it takes the member's worker away and brings it back.
+	t.Run("losing the member's GPU node: the member node goes NotReady, the tenant keeps working, and comes back", func(t *testing.T) {
+		killMemberKubelet(t, ctx, memberDir, devcluster.NodeName(1))
+		waitMemberNodeReady(t, ctx, tenant, nodeName, false, 4*time.Minute)
+		if reason := readyReason(t, ctx, tenant, nodeName); reason != "MemberHasNoNodes" {
+			t.Errorf("the member node is NotReady with reason %q, want MemberHasNoNodes: the member answers, its only GPU node does not", reason)
+		}
+		if _, err := tenant.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); err != nil {
+			t.Errorf("the tenant API while its member is down: %v", err)
+		}
+		onHost := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "on-host", Namespace: "default"},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: images.TestApp, ImagePullPolicy: corev1.PullNever}}}}
+		if _, err := tenant.CoreV1().Pods("default").Create(ctx, onHost, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitTenantPodRunning(t, ctx, tenant, "on-host")
+		startLocalClusterAgain(t, ctx, memberDir, "--cluster", gpuMember, "--nodes", "2", "--gpus", "2")
+		waitMemberNodeReady(t, ctx, tenant, nodeName, true, 4*time.Minute)
+	})
+}
+
+// killMemberKubelet SIGKILLs the kubelet of a member node, by its recorded PID.
+func killMemberKubelet(t *testing.T, ctx context.Context, stateDir, node string) {
+	t.Helper()
+	procs, err := devcluster.RecordedProcesses(devcluster.Layout{Root: stateDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range procs {
+		if p.Name != node+".kubelet" {
+			continue
+		}
+		if !p.Alive() {
+			t.Fatalf("the kubelet of %s (pid %d) is not running", node, p.PID)
+		}
+		if err := syscall.Kill(p.PID, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, 30*time.Second, "kubelet gone", func() error {
+			if p.Alive() {
+				return fmt.Errorf("pid %d still runs", p.PID)
+			}
+			return nil
+		})
+		return
+	}
+	t.Fatalf("no kubelet of %s recorded in %s", node, stateDir)
+}
+
+// startLocalClusterAgain runs `nest dev up` on a running cluster, which
+// starts what is missing.
+func startLocalClusterAgain(t *testing.T, ctx context.Context, stateDir string, args ...string) {
+	t.Helper()
+	up := append([]string{"dev", "up", "--state-dir", stateDir}, args...)
+	if out, err := framework.Run(ctx, t, "nest", up...); err != nil {
+		t.Fatalf("nest %s: %v\n%s", strings.Join(up, " "), err, out)
+	}
+}
+
+func readyReason(t *testing.T, ctx context.Context, tenant kubernetes.Interface, name string) string {
+	t.Helper()
+	n, err := tenant.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Reason
+		}
+	}
+	return ""
+}
+
+func waitMemberNodeReady(t *testing.T, ctx context.Context, tenant kubernetes.Interface, name string, ready bool, timeout time.Duration) {
+	t.Helper()
+	start := time.Now()
+	testutil.Eventually(t, timeout, fmt.Sprintf("member node %s Ready=%t", name, ready), func() error {
+		n, err := tenant.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if nodeReady(n) != ready {
+			return fmt.Errorf("conditions %v", n.Status.Conditions)
+		}
+		return nil
+	})
+	t.Logf("member node Ready=%t after %.0fs", ready, time.Since(start).Seconds())
+}
+
+func setVCLabel(t *testing.T, ctx context.Context, host client.Client, vc *nestv1.VirtualCluster, key, value string) {
+	t.Helper()
+	before := vc.DeepCopy()
+	if vc.Labels == nil {
+		vc.Labels = map[string]string{}
+	}
+	vc.Labels[key] = value
+	if err := host.Patch(ctx, vc, client.MergeFrom(before)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tenantNodePortAddress is host:port of the tenant API server's NodePort on
+// the host's first node.
+func tenantNodePortAddress(t *testing.T, ctx context.Context, host client.Client, vc *nestv1.VirtualCluster) string {
+	t.Helper()
+	svc := &corev1.Service{}
+	if err := host.Get(ctx, client.ObjectKey{Namespace: vc.Namespace, Name: controlplane.NamesOf(vc).Service()}, svc); err != nil {
+		t.Fatal(err)
+	}
+	if len(svc.Spec.Ports) == 0 || svc.Spec.Ports[0].NodePort == 0 {
+		t.Fatalf("the tenant API server's Service %s has no NodePort: %+v", svc.Name, svc.Spec.Ports)
+	}
+	nodes, err := devcluster.DefaultAddressing().Topology("", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%s:%d", nodes[0].IP, svc.Spec.Ports[0].NodePort)
+}
+
+// waitGrantReady waits for the VirtualCluster's one member grant to be set
+// up, and returns its status.
+func waitGrantReady(t *testing.T, ctx context.Context, host client.Client, vc *nestv1.VirtualCluster) nestv1.MemberGrantStatus {
+	t.Helper()
+	var got nestv1.MemberGrantStatus
+	testutil.Eventually(t, 3*time.Minute, "member grant Ready", func() error {
+		if err := host.Get(ctx, client.ObjectKeyFromObject(vc), vc); err != nil {
+			return err
+		}
+		if len(vc.Status.Members) != 1 || !vc.Status.Members[0].Ready {
+			return fmt.Errorf("status.members %+v", vc.Status.Members)
+		}
+		got = vc.Status.Members[0]
+		return nil
+	})
+	return got
+}
+
+// memberCredential is a client of the member with the credential nest-manager
+// handed nest-syncer.
+func memberCredential(t *testing.T, ctx context.Context, host client.Client, vc *nestv1.VirtualCluster) kubernetes.Interface {
+	t.Helper()
+	secret := &corev1.Secret{}
+	if err := host.Get(ctx, client.ObjectKey{Namespace: vc.Namespace, Name: syncer.MembersSecret(vc.Name)}, secret); err != nil {
+		t.Fatal(err)
+	}
+	p, err := syncer.ParseMemberPlacements(secret.Data[syncer.MembersKey])
+	if err != nil || len(p.Members) != 1 {
+		t.Fatalf("placements %+v: %v", p, err)
+	}
+	m := p.Members[0]
+	cs, err := kubernetes.NewForConfig(&rest.Config{Host: m.Server, BearerToken: m.Token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: m.CAData, ServerName: m.TLSServerName}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// memberPod is a tenant pod that tolerates the member node and asks for
+// gpus GPUs, running testapp's server.
+func memberPod(name string, gpus int64) *corev1.Pod {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: corev1.PodSpec{
+			Tolerations: []corev1.Toleration{{Key: syncer.MemberTaintKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+			NodeSelector: map[string]string{syncer.MemberTaintKey: gpuMember},
+			Containers:   []corev1.Container{{Name: "app", Image: images.TestApp, ImagePullPolicy: corev1.PullNever}},
+		},
+	}
+	if gpus > 0 {
+		q := *resource.NewQuantity(gpus, resource.DecimalSI)
+		pod.Spec.Containers[0].Resources.Limits = corev1.ResourceList{devcluster.GPUResource: q}
+	}
+	return pod
+}
+
+// gpuJob is a Job of one pod on the member asking for gpus GPUs that runs
+// testapp with args.
+func gpuJob(name string, gpus int64, args ...string) *batchv1.Job {
+	pod := memberPod(name, gpus)
+	pod.Spec.Containers[0].Args = args
+	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: batchv1.JobSpec{BackoffLimit: ptr.To[int32](0), Template: corev1.PodTemplateSpec{Spec: pod.Spec}},
+	}
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func waitTenantPodRunning(t *testing.T, ctx context.Context, tenant kubernetes.Interface, name string) {
+	t.Helper()
+	testutil.Eventually(t, 3*time.Minute, "pod "+name+" Running", func() error {
+		p, err := tenant.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p.Status.Phase != corev1.PodRunning {
+			return fmt.Errorf("phase %s reason %q message %q", p.Status.Phase, p.Status.Reason, p.Status.Message)
+		}
+		return nil
+	})
+}
+
+// podSummary is name, phase and message of the tenant pods selector picks,
+// for failure messages.
+func podSummary(ctx context.Context, tenant kubernetes.Interface, selector string) string {
+	pods, err := tenant.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, p := range pods.Items {
+		out = append(out, fmt.Sprintf("%s %s %s %q", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.Message))
+	}
+	return strings.Join(out, "; ")
+}
