@@ -15,7 +15,7 @@ K8S_LDFLAGS := -s -w $(foreach p,$(K8S_VERSION_PKGS),-X $(p).gitVersion=$(K8S_VE
 
 NODES ?= 2
 
-.PHONY: all deps build build-k8s build-nest test unit e2e e2e-faults demo demo-dedicated down clean bench bench-density conformance-build conformance generate envtest-assets lint dashboard-assets
+.PHONY: all deps build build-k8s build-nest test unit e2e e2e-faults demo demo-dedicated down clean bench bench-member bench-density conformance-build conformance generate envtest-assets lint dashboard-assets
 
 all: build
 
@@ -103,6 +103,10 @@ bench: build
 	go test -run '^$$' -bench PageWeight -benchtime 3x ./internal/dashboard/
 
 ## bench-density: tenants one after another until NEST_DENSITY_TENANTS (default 20) or the host is full; memory, CPU and latency per tenant
+## bench-member: member pod startup through a tenant against direct, 50 each way, on a host and a member cluster
+bench-member: build
+	NEST_BIN_DIR=$(BIN) go test -run '^$$' -bench MemberPodStartup -benchtime 1x -timeout 40m -v ./test/e2e/
+
 bench-density: build
 	NEST_BIN_DIR=$(BIN) go test -run '^$$' -bench Density -benchtime 1x -timeout 60m -v ./test/e2e/
 

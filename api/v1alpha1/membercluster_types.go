@@ -15,9 +15,11 @@ const (
 	// kubeconfig Secret, built a client from it and listed the member's
 	// Nodes. The reason says which step failed otherwise.
 	ConditionReachable = "Reachable"
-	// ConditionInjectorReady is True when the member runs the Nest injector
-	// that will place tenant pods there. The injector is not built yet, so
-	// it is False (reason NotInstalled) on every MemberCluster.
+	// ConditionInjectorReady is True when the member runs the Nest network
+	// injector, which points tenant pods there at their tenant's API server
+	// and DNS. The injector is not built yet (nest-syncer sets those
+	// addresses on each pod it places), so it is False (reason
+	// NotInstalled) on every MemberCluster.
 	ConditionInjectorReady = "InjectorReady"
 )
 

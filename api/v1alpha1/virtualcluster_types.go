@@ -428,6 +428,16 @@ type VirtualClusterStatus struct {
 	// +kubebuilder:validation:MaxItems=8
 	Members []MemberGrantStatus `json:"members,omitempty"`
 
+	// MemberUsage is what the tenant's pods used in each member, as the
+	// memberusage controller of nest-manager recorded it (billing). It is
+	// a field of its own, written only by that controller, so it and the
+	// grant controller (status.members) never overwrite each other.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	MemberUsage []MemberUsageStatus `json:"memberUsage,omitempty"`
+
 	// AssignedNodes are the names of the GlobalNodes the VirtualCluster
 	// holds, sorted. Today they are reserved for it and still serve the host;
 	// node promotion will move them into the tenant cluster.
@@ -492,4 +502,40 @@ type VirtualClusterList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []VirtualCluster `json:"items"`
+}
+
+// MemberUsageStatus sums what a tenant's pods used in one member cluster,
+// from the records nest-manager keeps in the host ConfigMap
+// <vc>-member-usage.
+type MemberUsageStatus struct {
+	// Name of the MemberCluster.
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// GPUHours is the nvidia.com/gpu requested by the member pods times
+	// the hours they ran, with three decimals, such as "2.000". A string,
+	// so kubectl shows it as written.
+	// +kubebuilder:validation:MaxLength=32
+	GPUHours string `json:"gpuHours"`
+	// CPUHours is the cpu requested by the member pods times the hours
+	// they ran, with three decimals.
+	// +kubebuilder:validation:MaxLength=32
+	CPUHours string `json:"cpuHours"`
+	// Pods is how many member pods were recorded.
+	// +kubebuilder:validation:Minimum=0
+	Pods int64 `json:"pods"`
+	// Running is how many of them were running at the last pass.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Running int64 `json:"running,omitempty"`
+	// Since is when the first recorded pod started.
+	// +optional
+	Since *metav1.Time `json:"since,omitempty"`
+	// LastUpdated is when the member's pods were last listed.
+	// +optional
+	LastUpdated *metav1.Time `json:"lastUpdated,omitempty"`
+	// Message says why the member's pods could not be listed at the last
+	// pass; empty when they were.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
 }

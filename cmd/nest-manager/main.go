@@ -26,6 +26,7 @@ import (
 	"github.com/nestdev/nest/internal/controller/globalnode"
 	"github.com/nestdev/nest/internal/controller/membercluster"
 	"github.com/nestdev/nest/internal/controller/membergrant"
+	"github.com/nestdev/nest/internal/controller/memberusage"
 	"github.com/nestdev/nest/internal/controller/nodeassignment"
 	"github.com/nestdev/nest/internal/controller/nodepromotion"
 	"github.com/nestdev/nest/internal/controller/virtualcluster"
@@ -166,6 +167,13 @@ func main() {
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ManagerNamespace: cp.ManagerNamespace, Workers: workers,
 	}).SetupWithManager(mgr); err != nil {
 		log.Error(err, "Unable to set up controller", "controller", "membergrant")
+		os.Exit(1)
+	}
+	// Member usage (billing): each grant's member pods, listed with the
+	// grant's own token, recorded on the host and summed into the status
+	// and the metrics.
+	if err := (&memberusage.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
+		log.Error(err, "Unable to set up controller", "controller", "memberusage")
 		os.Exit(1)
 	}
 	switch {

@@ -18,6 +18,12 @@
 //	                             in-cluster client does: the service-account
 //	                             token and CA, and KUBERNETES_SERVICE_HOST/PORT
 //	                             unless SERVER (https://host:port) is given
+//	testapp kube-watch PATH SECONDS
+//	                             do what kube does once a second for SECONDS,
+//	                             reading the token afresh each time; print
+//	                             "ok <token digest>" per call and stop at the
+//	                             first failure: a token rotated in place keeps
+//	                             every call working
 //	testapp dial HOST:PORT       open a TCP connection within 3 seconds
 //	testapp wait-dial HOST:PORT  dial every 20 ms for up to a minute; on the
 //	                             first connection print the wall clock in
@@ -32,6 +38,7 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -44,6 +51,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -109,12 +117,13 @@ var clients = map[string]func(args []string) error{
 		}
 		return err
 	},
-	"kube":      kube,
-	"dial":      dial,
-	"wait-dial": waitDial,
-	"dns":       lookup,
-	"statfs":    statfs,
-	"spawn":     spawn,
+	"kube":       kube,
+	"kube-watch": kubeWatch,
+	"dial":       dial,
+	"wait-dial":  waitDial,
+	"dns":        lookup,
+	"statfs":     statfs,
+	"spawn":      spawn,
 	// sleep is what spawn's children run.
 	"sleep": func([]string) error { time.Sleep(time.Hour); return nil },
 }
@@ -222,6 +231,27 @@ func kube(args []string) error {
 	tlsConfig := &tls.Config{RootCAs: pool, InsecureSkipVerify: len(args) > 1} //nolint:gosec
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig}}
 	return get(client, server+args[0], strings.TrimSpace(string(token)))
+}
+
+func kubeWatch(args []string) error {
+	if len(args) != 2 {
+		return fmt.Errorf("usage: testapp kube-watch PATH SECONDS")
+	}
+	seconds, err := strconv.Atoi(args[1])
+	if err != nil {
+		return fmt.Errorf("SECONDS %q: %w", args[1], err)
+	}
+	for end := time.Now().Add(time.Duration(seconds) * time.Second); time.Now().Before(end); time.Sleep(time.Second) {
+		token, err := os.ReadFile(saDir + "/token")
+		if err != nil {
+			return err
+		}
+		if err := kube([]string{args[0]}); err != nil {
+			return fmt.Errorf("%s: call failed: %w", time.Now().Format(time.RFC3339), err)
+		}
+		fmt.Printf("\nok %x\n", sha256.Sum256(token))
+	}
+	return nil
 }
 
 func get(client *http.Client, url, bearer string) error {

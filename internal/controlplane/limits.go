@@ -185,8 +185,8 @@ func BudgetOf(vc *nestv1.VirtualCluster) Budget {
 // kube-root-ca.crt ConfigMap, and one token Secret per tenant pod up to the
 // share's pod count:
 //
-//	count/configmaps = budget.configMaps + len(Names.ConfigMaps) + 1
-//	count/secrets    = budget.secrets + len(Names.Secrets) + share pods
+//	count/configmaps = budget.configMaps + len(Names.ConfigMaps) + len(Names.MemberConfigMaps) + 1
+//	count/secrets    = budget.secrets + len(Names.Secrets) + len(Names.MemberSecrets) + share pods
 //	services         = budget.services + len(Names.Services)
 func ObjectQuotaFor(vc *nestv1.VirtualCluster) *corev1.ResourceQuota {
 	n := NamesOf(vc)
@@ -196,8 +196,8 @@ func ObjectQuotaFor(vc *nestv1.VirtualCluster) *corev1.ResourceQuota {
 	return &corev1.ResourceQuota{
 		ObjectMeta: metav1.ObjectMeta{Name: n.ObjectQuota(), Namespace: n.Namespace, Labels: n.Labels()},
 		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{
-			"count/configmaps":      count(b.ConfigMaps + int64(len(n.ConfigMaps())) + 1),
-			"count/secrets":         count(b.Secrets + int64(len(n.Secrets())) + pods.Value()),
+			"count/configmaps":      count(b.ConfigMaps + int64(len(n.ConfigMaps())+len(n.MemberConfigMaps())) + 1),
+			"count/secrets":         count(b.Secrets + int64(len(n.Secrets())+len(n.MemberSecrets())) + pods.Value()),
 			corev1.ResourceServices: count(b.Services + int64(len(n.Services()))),
 		}},
 	}

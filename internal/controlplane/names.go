@@ -117,13 +117,24 @@ func (n Names) NetworkPolicies() []string {
 // Secrets are the Secrets Nest itself keeps in the namespace; the per-pod
 // token Secrets of nest-syncer are not among them.
 func (n Names) Secrets() []string {
-	return []string{n.PKISecret(), n.ComponentKubeconfigSecret(), n.KubeconfigSecret(), n.MembersSecret()}
+	return []string{n.PKISecret(), n.ComponentKubeconfigSecret(), n.KubeconfigSecret()}
 }
 
 // MembersSecret holds what nest-syncer needs to place pods in the
 // VirtualCluster's member clusters; nest-manager's membergrant controller
 // writes it while the VirtualCluster has grants.
 func (n Names) MembersSecret() string { return syncer.MembersSecret(n.VirtualCluster) }
+
+// MemberUsageConfigMap holds the usage records of the VirtualCluster's pods
+// in member clusters; nest-manager's memberusage controller writes it.
+func (n Names) MemberUsageConfigMap() string { return n.VirtualCluster + "-member-usage" }
+
+// MemberSecrets and MemberConfigMaps are what nest-manager's member
+// controllers keep in the namespace while the VirtualCluster has grants:
+// not the VirtualCluster controller's (HostObjects), but counted in its
+// object quota all the same.
+func (n Names) MemberSecrets() []string    { return []string{n.MembersSecret()} }
+func (n Names) MemberConfigMaps() []string { return []string{n.MemberUsageConfigMap()} }
 
 // DedicatedNodesConfigMap holds the pod CIDRs of the VirtualCluster's
 // dedicated nodes, which nest-syncer admits behind host Services.

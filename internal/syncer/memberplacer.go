@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/oauth2"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -57,7 +58,7 @@ type runningMember struct {
 	placement MemberPlacement
 	token     *memberToken
 	port      int32
-	nodes     atomic.Int32
+	syncer    *syncer
 	cancel    context.CancelFunc
 	done      chan struct{}
 }
@@ -91,7 +92,12 @@ func (m *memberPlacer) sync(ctx context.Context, _ string) (time.Duration, error
 		p, ok := want[name]
 		if ok && !restartNeeded(r.placement, p) {
 			r.token.set(p.Token)
-			r.nodes.Store(p.Nodes)
+			r.syncer.setPlacement(p)
+			if !equality.Semantic.DeepEqual(r.placement.Allocatable, p.Allocatable) {
+				if err := r.syncer.setCapacity(ctx, p.Allocatable); err != nil {
+					errs = append(errs, fmt.Errorf("member %s: %w", name, err))
+				}
+			}
 			r.placement = p
 			continue
 		}
@@ -133,10 +139,12 @@ func (m *memberPlacer) placements() (map[string]MemberPlacement, error) {
 }
 
 // restartNeeded reports whether a running member syncer must be started
-// again for the placement: anything but its token and node count changed.
+// again for the placement: where or how it reaches the member changed. A
+// new token, node count or size is handed to the running one.
 func restartNeeded(was, is MemberPlacement) bool {
-	was.Token, was.TokenExpiry, was.Nodes = "", time.Time{}, 0
-	is.Token, is.TokenExpiry, is.Nodes = "", time.Time{}, 0
+	for _, p := range []*MemberPlacement{&was, &is} {
+		p.Token, p.TokenExpiry, p.Nodes, p.Allocatable = "", time.Time{}, 0, nil
+	}
 	return !reflect.DeepEqual(was, is)
 }
 
@@ -162,9 +170,8 @@ func (m *memberPlacer) start(ctx context.Context, p MemberPlacement) error {
 		cancel()
 		return err
 	}
-	r := &runningMember{placement: p, token: token, port: port, cancel: cancel, done: make(chan struct{})}
-	r.nodes.Store(p.Nodes)
-	ms.memberNodes = r.nodes.Load
+	r := &runningMember{placement: p, token: token, port: port, syncer: ms, cancel: cancel, done: make(chan struct{})}
+	ms.setPlacement(p)
 	m.running[p.Name] = r
 	log := klog.FromContext(ctx).WithValues("member", p.Name, "namespace", p.Namespace)
 	go func() {
@@ -361,7 +368,7 @@ func (s *syncer) watchMember(ctx context.Context, member kubernetes.Interface) {
 		} else {
 			failures = 0
 		}
-		ready, reason, message := memberReadiness(failures, s.memberNodes(), err)
+		ready, reason, message := memberReadiness(failures, *s.placement.Load(), err)
 		if err := s.setNodeReady(ctx, ready, reason, message); err != nil {
 			klog.FromContext(ctx).V(2).Info("Could not update the member node's Ready condition", "err", err.Error())
 		}
@@ -369,15 +376,40 @@ func (s *syncer) watchMember(ctx context.Context, member kubernetes.Interface) {
 }
 
 // memberReadiness is the member node's Ready condition after failures
-// failed probes in a row (the last with err) with nodes Ready member nodes.
-func memberReadiness(failures int, nodes int32, err error) (bool, string, string) {
+// failed probes in a row (the last with err), with the placement
+// nest-manager last wrote. A member that has lost every node, or every node
+// offering a resource the grant is for (its allocatable there is zero: a
+// spot GPU pool reclaimed), cannot run the tenant's pods.
+func memberReadiness(failures int, p MemberPlacement, err error) (bool, string, string) {
 	switch {
 	case failures >= memberFailures:
 		return false, "MemberUnreachable", fmt.Sprintf("the member cluster's API server has not answered %d probes in a row: %v", failures, err)
-	case nodes == 0:
+	case p.Nodes == 0:
 		return false, "MemberHasNoNodes", "the member cluster has no Ready, schedulable node"
 	}
+	for _, name := range slices.Sorted(maps.Keys(p.Allocatable)) {
+		if q := p.Allocatable[name]; q.IsZero() {
+			return false, "MemberLostNodes", fmt.Sprintf("no Ready, schedulable node of the member cluster offers %s", name)
+		}
+	}
 	return true, "KubeletReady", "nest-syncer is running the member node"
+}
+
+// setPlacement hands a member syncer the placement nest-manager last wrote.
+func (s *syncer) setPlacement(p MemberPlacement) { s.placement.Store(&p) }
+
+// setCapacity resizes the member node in place: the gatekeeper admits
+// against the new size at once, and the node shows it. Pods already placed
+// stay, as on a node whose allocatable shrank.
+func (s *syncer) setCapacity(ctx context.Context, capacity corev1.ResourceList) error {
+	s.provider.capacity.setCapacity(MemberNodeName(s.o.Member), capacity)
+	s.nodeMu.Lock()
+	defer s.nodeMu.Unlock()
+	if s.nodeSpec == nil {
+		return nil
+	}
+	s.nodeSpec.Status.Capacity, s.nodeSpec.Status.Allocatable = capacity.DeepCopy(), capacity.DeepCopy()
+	return s.nodeStatus.UpdateStatus(ctx, s.nodeSpec.DeepCopy())
 }
 
 // setNodeReady writes the node's Ready condition when it changes.
@@ -387,21 +419,30 @@ func (s *syncer) setNodeReady(ctx context.Context, ready bool, reason, message s
 	if s.nodeSpec == nil {
 		return nil
 	}
+	if !setReadyCondition(s.nodeSpec, ready, reason, message) {
+		return nil
+	}
+	klog.FromContext(ctx).Info("Member node readiness changed", "node", s.nodeSpec.Name, "ready", ready, "reason", reason)
+	return s.nodeStatus.UpdateStatus(ctx, s.nodeSpec.DeepCopy())
+}
+
+// setReadyCondition sets n's Ready condition and reports whether its
+// status or reason changed.
+func setReadyCondition(n *corev1.Node, ready bool, reason, message string) bool {
 	status := corev1.ConditionFalse
 	if ready {
 		status = corev1.ConditionTrue
 	}
-	for i := range s.nodeSpec.Status.Conditions {
-		c := &s.nodeSpec.Status.Conditions[i]
+	for i := range n.Status.Conditions {
+		c := &n.Status.Conditions[i]
 		if c.Type != corev1.NodeReady || (c.Status == status && c.Reason == reason) {
 			continue
 		}
 		now := metav1.Now()
 		c.Status, c.Reason, c.Message, c.LastTransitionTime, c.LastHeartbeatTime = status, reason, message, now, now
-		klog.FromContext(ctx).Info("Member node readiness changed", "node", s.nodeSpec.Name, "ready", ready, "reason", reason)
-		return s.nodeStatus.UpdateStatus(ctx, s.nodeSpec.DeepCopy())
+		return true
 	}
-	return nil
+	return false
 }
 
 // MemberNode is the tenant's view of its grant in a member cluster: a

@@ -72,18 +72,19 @@ func TestMemberPlacementsRoundTripSorted(t *testing.T) {
 	}
 }
 
-func TestOnlyAChangedMemberOrSizeRestartsAMemberSyncer(t *testing.T) {
+func TestOnlyAChangedMemberRestartsAMemberSyncer(t *testing.T) {
 	was := gpuPlacement()
-	renewed := was
-	renewed.Token, renewed.TokenExpiry, renewed.Nodes = "t2", time.Now(), 0
-	if restartNeeded(was, renewed) {
-		t.Error("a renewed token or a new node count restarts the member syncer")
+	changed := was
+	changed.Token, changed.TokenExpiry, changed.Nodes = "t2", time.Now(), 0
+	changed.Allocatable = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("2")}
+	if restartNeeded(was, changed) {
+		t.Error("a renewed token, a new node count or a new size restarts the member syncer")
 	}
-	bigger := was
-	bigger.Allocatable = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("2")}
 	moved := was
 	moved.Namespace = "elsewhere"
-	for name, p := range map[string]MemberPlacement{"size": bigger, "namespace": moved} {
+	elsewhere := was
+	elsewhere.Server = "https://127.0.0.1:2"
+	for name, p := range map[string]MemberPlacement{"namespace": moved, "server": elsewhere} {
 		if !restartNeeded(was, p) {
 			t.Errorf("a new %s does not restart the member syncer", name)
 		}
@@ -135,14 +136,22 @@ func TestMemberTokenIsReplacedInPlace(t *testing.T) {
 }
 
 func TestMemberReadiness(t *testing.T) {
-	if ready, _, _ := memberReadiness(memberFailures-1, 1, nil); !ready {
+	p := gpuPlacement()
+	if ready, _, _ := memberReadiness(memberFailures-1, p, nil); !ready {
 		t.Error("fewer failures than the threshold make the node NotReady")
 	}
-	if ready, reason, _ := memberReadiness(memberFailures, 1, context.DeadlineExceeded); ready || reason != "MemberUnreachable" {
+	if ready, reason, _ := memberReadiness(memberFailures, p, context.DeadlineExceeded); ready || reason != "MemberUnreachable" {
 		t.Errorf("an unreachable member: ready=%v reason=%s", ready, reason)
 	}
-	if ready, reason, _ := memberReadiness(0, 0, nil); ready || reason != "MemberHasNoNodes" {
+	none := p
+	none.Nodes = 0
+	if ready, reason, _ := memberReadiness(0, none, nil); ready || reason != "MemberHasNoNodes" {
 		t.Errorf("a member without nodes: ready=%v reason=%s", ready, reason)
+	}
+	reclaimed := p
+	reclaimed.Allocatable = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("0"), corev1.ResourceCPU: resource.MustParse("2")}
+	if ready, reason, msg := memberReadiness(0, reclaimed, nil); ready || reason != "MemberLostNodes" || !strings.Contains(msg, "nvidia.com/gpu") {
+		t.Errorf("a member whose GPU nodes are gone: ready=%v reason=%s message=%q", ready, reason, msg)
 	}
 }
 
@@ -256,6 +265,9 @@ func TestMemberPlacerStartsRenewsAndStopsMemberSyncers(t *testing.T) {
 	if m.running["gpu"] != r {
 		t.Fatal("a renewed token restarted the member syncer")
 	}
+	if got := r.syncer.placement.Load(); got.Token != "t2" {
+		t.Fatalf("the member syncer's placement has token %q, want the renewed one", got.Token)
+	}
 	if tok, _ := r.token.Token(); tok.AccessToken != "t2" {
 		t.Fatalf("token %q, want the renewed one", tok.AccessToken)
 	}
@@ -293,5 +305,27 @@ func TestGatekeeperHoldsAPodTheMemberQuotaRefuses(t *testing.T) {
 	}
 	if s.provider.capacity.admitted[pod.UID] {
 		t.Error("a pod the member refused still holds room in the grant")
+	}
+}
+
+func TestResizingAMemberNodeAdmitsAtTheNewSize(t *testing.T) {
+	over := gpuPod("over", 2)
+	tenant, member := fake.NewClientset(over), fake.NewClientset()
+	s := memberSyncer(t, tenant, member)
+	s.provider.notify = func(*corev1.Pod) {}
+	if err := s.provider.CreatePod(context.Background(), over); err != nil || !s.provider.gate.isHeld("shop/over") {
+		t.Fatalf("CreatePod = %v, held %v; want the pod held at the old size", err, s.provider.gate.keys())
+	}
+	if err := s.setCapacity(context.Background(), corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("2")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.provider.CreatePod(context.Background(), over); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := member.CoreV1().Pods("nest-alpha-0123456789").Get(context.Background(), HostName("alpha", "shop", "over"), metav1.GetOptions{}); err != nil {
+		t.Fatalf("after the grant grew, the pod is not in the member: %v", err)
+	}
+	if s.provider.gate.isHeld("shop/over") {
+		t.Error("the pod is still held after it was placed")
 	}
 }

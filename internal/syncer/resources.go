@@ -172,6 +172,8 @@ type admission struct {
 // *Rejection, as a kubelet rejects it. Admissions are serialized so
 // concurrent pods cannot both take the last of a resource.
 func (a *admission) admit(pod *corev1.Pod) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	capacity, ok := a.capacity[pod.Spec.NodeName]
 	if !ok {
 		return fmt.Errorf("spec.nodeName: %q is not a virtual node of this cluster", pod.Spec.NodeName)
@@ -180,8 +182,6 @@ func (a *admission) admit(pod *corev1.Pod) error {
 	if err := checkKnownResources(&pod.Spec, capacity); err != nil {
 		return err
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	bound, err := a.pods.List(labels.Everything())
 	if err != nil {
 		return fmt.Errorf("list the virtual node's pods: %w", err)
@@ -221,4 +221,12 @@ func (a *admission) forget(uid types.UID) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	delete(a.admitted, uid)
+}
+
+// setCapacity replaces a node's capacity; pods admitted before keep their
+// room.
+func (a *admission) setCapacity(node string, capacity corev1.ResourceList) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.capacity[node] = capacity
 }

@@ -168,13 +168,13 @@ type syncer struct {
 	nodeMu     sync.Mutex
 	nodeStatus *node.NaiveNodeProviderV2
 	nodeSpec   *corev1.Node
-	// memberNodes is how many of the member's Nodes are Ready, as
-	// nest-manager last found (member syncers only).
-	memberNodes func() int32
-	tenant      kubernetes.Interface
-	recorder    record.EventRecorder
-	ready       atomic.Bool
-	started     time.Time
+	// placement is the member placement nest-manager last wrote (member
+	// syncers only): the member node's readiness follows it.
+	placement atomic.Pointer[MemberPlacement]
+	tenant    kubernetes.Interface
+	recorder  record.EventRecorder
+	ready     atomic.Bool
+	started   time.Time
 }
 
 // Workers of each kind syncer. Copies are made on demand by the pod
@@ -471,6 +471,11 @@ func (s *syncer) runVirtualNode(ctx context.Context, name string, capacity corev
 		return fmt.Errorf("node controller of %s: %w", name, err)
 	}
 	markReady(&spec)
+	if p := s.placement.Load(); p != nil {
+		// A member node starts as its member stands, not Ready by default.
+		ready, reason, message := memberReadiness(0, *p, nil)
+		setReadyCondition(&spec, ready, reason, message)
+	}
 	if err := status.UpdateStatus(ctx, &spec); err != nil {
 		return fmt.Errorf("mark virtual node %s Ready: %w", name, err)
 	}

@@ -245,7 +245,7 @@ type cluster struct {
 	kubeconfig string
 }
 
-func clientset(t *testing.T, kubeconfig string) kubernetes.Interface {
+func clientset(t testing.TB, kubeconfig string) kubernetes.Interface {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		t.Fatal(err)

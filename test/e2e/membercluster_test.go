@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -21,12 +22,21 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/controller/memberusage"
 	"github.com/nestdev/nest/internal/controlplane"
 	"github.com/nestdev/nest/internal/devcluster"
 	"github.com/nestdev/nest/internal/images"
 	"github.com/nestdev/nest/internal/syncer"
 	"github.com/nestdev/nest/internal/testutil"
 	"github.com/nestdev/nest/test/e2e/framework"
+)
+
+// tokenMaxAge is how often TestMemberCluster's tenant has its tokens
+// refreshed, and rotationWatch how long its rotation check calls the tenant
+// API with the pod's token.
+const (
+	tokenMaxAge   = 20 * time.Second
+	rotationWatch = 100 * time.Second
 )
 
 // gpuMember is the name of the member cluster TestMemberCluster starts
@@ -42,37 +52,8 @@ func TestMemberCluster(t *testing.T) {
 	framework.RequireRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
-	hostDir := framework.StartHostCluster(t, ctx, "--with-nest")
-	memberDir := filepath.Join(os.TempDir(), fmt.Sprintf("nest-e2e-membercluster-member-%d", os.Getpid()))
-	startLocalCluster(t, ctx, memberDir, "--cluster", gpuMember, "--nodes", "2", "--gpus", "2")
-	memberKubeconfig := devcluster.Layout{Root: memberDir}.AdminKubeconfig()
-	memberCS := clientset(t, memberKubeconfig)
-
-	host, hostKubeconfig, nest := framework.NestOn(t, ctx, hostDir)
-	tn := &framework.Tenant{Name: "mu", Dir: t.TempDir()}
-	if out, err := nest("create", tn.Name, "--wait", "--timeout", "4m"); err != nil {
-		t.Fatalf("nest create: %v\n%s", err, out)
-	}
-	tn.Load(t, nest)
-	vc := &nestv1.VirtualCluster{}
-	if err := host.Get(ctx, client.ObjectKey{Namespace: tn.Namespace, Name: tn.Name}, vc); err != nil {
-		t.Fatal(err)
-	}
-	setVCLabel(t, ctx, host, vc, "team", "ml")
-
-	// The member's "load balancer" for this tenant is the tenant API
-	// server's host NodePort, which the member's nodes reach across the
-	// two bridges; the host node's address is in the API server's
-	// certificate.
-	lb := tenantNodePortAddress(t, ctx, host, vc)
-	if out, err := framework.Run(ctx, t, "nest", "member", "add", gpuMember, "--kubeconfig", memberKubeconfig, "--host-kubeconfig", hostKubeconfig,
-		"--api-server-address", lb, "--dns-address", strings.Split(lb, ":")[0], "--selector", "team=ml"); err != nil {
-		t.Fatalf("nest member add: %v\n%s", err, out)
-	}
-	if out, err := nest("member", "grant", tn.Name, gpuMember, "--gpu", "1"); err != nil {
-		t.Fatalf("nest member grant: %v\n%s", err, out)
-	}
-	grant := waitGrantReady(t, ctx, host, vc)
+	e := startMemberEnv(t, ctx, framework.StartHostCluster(t, ctx, "--with-nest"))
+	tn, vc, host, grant, memberCS, memberDir := e.tn, e.vc, e.host, e.grant, e.member, e.memberDir
 	tenant := tn.Clientset(t)
 	nodeName := syncer.MemberNodeName(gpuMember)
 
@@ -128,6 +109,45 @@ func TestMemberCluster(t *testing.T) {
 		logs := tn.Kubectl(t, ctx, "logs", "-n", "default", pod.Name)
 		if !strings.Contains(logs, `"kind":"PodList"`) {
 			t.Errorf("kubectl logs of the member pod = %q; want the PodList it read from the tenant API server", logs)
+		}
+		checkUsageRecorded(t, ctx, host, vc, pod)
+	})
+
+	t.Run("the projected token is rotated in place and every call with it succeeds", func(t *testing.T) {
+		tn.WaitDefaultServiceAccount(t, ctx)
+		if _, err := tenant.RbacV1().RoleBindings("default").Get(ctx, "train-view", metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			tn.Kubectl(t, ctx, "create", "rolebinding", "train-view", "-n", "default", "--clusterrole=view", "--serviceaccount=default:default")
+		}
+		pod := memberPod("rotator", 0)
+		pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+		pod.Spec.Containers[0].Args = []string{"kube-watch", "/api/v1/namespaces/default/pods", fmt.Sprint(int(rotationWatch.Seconds()))}
+		if _, err := tenant.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, rotationWatch+3*time.Minute, "rotator done", func() error {
+			p, err := tenant.CoreV1().Pods("default").Get(ctx, "rotator", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			switch p.Status.Phase {
+			case corev1.PodSucceeded:
+				return nil
+			case corev1.PodFailed:
+				t.Fatalf("a call with the rotated token failed: %s", tn.Kubectl(t, ctx, "logs", "-n", "default", "rotator", "--tail", "5"))
+			}
+			return fmt.Errorf("phase %s", p.Status.Phase)
+		})
+		tokens := map[string]bool{}
+		calls := 0
+		for line := range strings.Lines(tn.Kubectl(t, ctx, "logs", "-n", "default", "rotator")) {
+			if digest, ok := strings.CutPrefix(strings.TrimSpace(line), "ok "); ok {
+				tokens[digest] = true
+				calls++
+			}
+		}
+		t.Logf("%d calls, all successful, with %d tokens over %s (tokenMaxAge %s)", calls, len(tokens), rotationWatch, tokenMaxAge)
+		if len(tokens) < 4 {
+			t.Errorf("%d distinct tokens over %s, want at least 4 (3 rotations) with tokenMaxAge %s", len(tokens), rotationWatch, tokenMaxAge)
 		}
 	})
 
@@ -191,8 +211,8 @@ func TestMemberCluster(t *testing.T) {
 	t.Run("losing the member's GPU node: the member node goes NotReady, the tenant keeps working, and comes back", func(t *testing.T) {
 		killMemberKubelet(t, ctx, memberDir, devcluster.NodeName(1))
 		waitMemberNodeReady(t, ctx, tenant, nodeName, false, 4*time.Minute)
-		if reason := readyReason(t, ctx, tenant, nodeName); reason != "MemberHasNoNodes" {
-			t.Errorf("the member node is NotReady with reason %q, want MemberHasNoNodes: the member answers, its only GPU node does not", reason)
+		if reason := readyReason(t, ctx, tenant, nodeName); reason != "MemberLostNodes" {
+			t.Errorf("the member node is NotReady with reason %q, want MemberLostNodes: the member answers, but its only GPU node does not", reason)
 		}
 		if _, err := tenant.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); err != nil {
 			t.Errorf("the tenant API while its member is down: %v", err)
@@ -205,6 +225,101 @@ func TestMemberCluster(t *testing.T) {
 		waitTenantPodRunning(t, ctx, tenant, "on-host")
 		startLocalClusterAgain(t, ctx, memberDir, "--cluster", gpuMember, "--nodes", "2", "--gpus", "2")
 		waitMemberNodeReady(t, ctx, tenant, nodeName, true, 4*time.Minute)
+	})
+}
+
+// memberEnv is a host cluster with Nest, a member cluster registered with
+// `nest member add`, and a tenant granted one of the member's GPUs.
+type memberEnv struct {
+	host      client.Client
+	tn        *framework.Tenant
+	vc        *nestv1.VirtualCluster
+	grant     nestv1.MemberGrantStatus
+	member    kubernetes.Interface
+	memberDir string
+}
+
+// startMemberEnv starts the member cluster beside the host cluster in
+// hostDir, creates the tenant and grants it a GPU of the member.
+func startMemberEnv(t testing.TB, ctx context.Context, hostDir string) *memberEnv {
+	t.Helper()
+	e := &memberEnv{memberDir: filepath.Join(os.TempDir(), fmt.Sprintf("nest-e2e-membercluster-member-%d", os.Getpid()))}
+	startLocalCluster(t, ctx, e.memberDir, "--cluster", gpuMember, "--nodes", "2", "--gpus", "2")
+	memberKubeconfig := devcluster.Layout{Root: e.memberDir}.AdminKubeconfig()
+	e.member = clientset(t, memberKubeconfig)
+
+	host, hostKubeconfig, nest := framework.NestOn(t, ctx, hostDir)
+	e.host = host
+	e.tn = &framework.Tenant{Name: "mu", Dir: t.TempDir()}
+	if out, err := nest("create", e.tn.Name); err != nil {
+		t.Fatalf("nest create: %v\n%s", err, out)
+	}
+	e.vc = &nestv1.VirtualCluster{}
+	if err := host.Get(ctx, client.ObjectKey{Namespace: "vc-" + e.tn.Name, Name: e.tn.Name}, e.vc); err != nil {
+		t.Fatal(err)
+	}
+	// Tokens are refreshed every tokenMaxAge, so a short test sees several
+	// rotations; the label is what the MemberCluster selects.
+	before := e.vc.DeepCopy()
+	e.vc.Labels = map[string]string{"team": "ml"}
+	e.vc.Spec.VirtualNode.TokenMaxAge = &metav1.Duration{Duration: tokenMaxAge}
+	if err := host.Patch(ctx, e.vc, client.MergeFrom(before)); err != nil {
+		t.Fatal(err)
+	}
+	e.tn.Namespace = e.vc.Namespace
+	framework.WaitReady(t, ctx, host, e.tn)
+	e.tn.Load(t, nest)
+
+	// The member's "load balancer" for this tenant is the tenant API
+	// server's host NodePort, which the member's nodes reach across the
+	// two bridges; the host node's address is in the API server's
+	// certificate.
+	lb := tenantNodePortAddress(t, ctx, host, e.vc)
+	if out, err := framework.Run(ctx, t, "nest", "member", "add", gpuMember, "--kubeconfig", memberKubeconfig, "--host-kubeconfig", hostKubeconfig,
+		"--api-server-address", lb, "--dns-address", strings.Split(lb, ":")[0], "--selector", "team=ml"); err != nil {
+		t.Fatalf("nest member add: %v\n%s", err, out)
+	}
+	if out, err := nest("member", "grant", e.tn.Name, gpuMember, "--gpu", "1"); err != nil {
+		t.Fatalf("nest member grant: %v\n%s", err, out)
+	}
+	e.grant = waitGrantReady(t, ctx, host, e.vc)
+	waitMemberNodeReady(t, ctx, e.tn.Clientset(t), syncer.MemberNodeName(gpuMember), true, 3*time.Minute)
+	return e
+}
+
+// checkUsageRecorded waits for nest-manager to record the finished member
+// pod's usage on the host: a record with its GPU and its end, and the
+// member's summary counting it.
+func checkUsageRecorded(t testing.TB, ctx context.Context, host client.Client, vc *nestv1.VirtualCluster, pod corev1.Pod) {
+	t.Helper()
+	testutil.Eventually(t, 2*time.Minute, "usage of "+pod.Name+" recorded", func() error {
+		cm := &corev1.ConfigMap{}
+		if err := host.Get(ctx, client.ObjectKey{Namespace: vc.Namespace, Name: memberusage.ConfigMapName(vc.Name)}, cm); err != nil {
+			return err
+		}
+		var book memberusage.Book
+		if err := json.Unmarshal([]byte(cm.Data[memberusage.RecordsKey]), &book); err != nil {
+			return err
+		}
+		for _, r := range book.Records {
+			if r.Name != pod.Name || r.Namespace != pod.Namespace {
+				continue
+			}
+			gpus := r.Requests[devcluster.GPUResource]
+			if r.Member != gpuMember || gpus.Value() != 1 || r.End == nil || r.End.Before(r.Start) {
+				return fmt.Errorf("record %+v: want member %s, 1 GPU, an end (not before the start)", r, gpuMember)
+			}
+			got := &nestv1.VirtualCluster{}
+			if err := host.Get(ctx, client.ObjectKeyFromObject(vc), got); err != nil {
+				return err
+			}
+			if len(got.Status.MemberUsage) != 1 || got.Status.MemberUsage[0].Pods < 1 {
+				return fmt.Errorf("status.memberUsage %+v", got.Status.MemberUsage)
+			}
+			t.Logf("usage recorded: %s ran %.1fs on %s; summary %+v", r.Name, r.End.Sub(r.Start).Seconds(), r.Member, got.Status.MemberUsage[0])
+			return nil
+		}
+		return fmt.Errorf("no record of %s/%s among %d", pod.Namespace, pod.Name, len(book.Records))
 	})
 }
 
@@ -246,7 +361,7 @@ func startLocalClusterAgain(t *testing.T, ctx context.Context, stateDir string, 
 	}
 }
 
-func readyReason(t *testing.T, ctx context.Context, tenant kubernetes.Interface, name string) string {
+func readyReason(t testing.TB, ctx context.Context, tenant kubernetes.Interface, name string) string {
 	t.Helper()
 	n, err := tenant.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
@@ -260,7 +375,7 @@ func readyReason(t *testing.T, ctx context.Context, tenant kubernetes.Interface,
 	return ""
 }
 
-func waitMemberNodeReady(t *testing.T, ctx context.Context, tenant kubernetes.Interface, name string, ready bool, timeout time.Duration) {
+func waitMemberNodeReady(t testing.TB, ctx context.Context, tenant kubernetes.Interface, name string, ready bool, timeout time.Duration) {
 	t.Helper()
 	start := time.Now()
 	testutil.Eventually(t, timeout, fmt.Sprintf("member node %s Ready=%t", name, ready), func() error {
@@ -276,21 +391,9 @@ func waitMemberNodeReady(t *testing.T, ctx context.Context, tenant kubernetes.In
 	t.Logf("member node Ready=%t after %.0fs", ready, time.Since(start).Seconds())
 }
 
-func setVCLabel(t *testing.T, ctx context.Context, host client.Client, vc *nestv1.VirtualCluster, key, value string) {
-	t.Helper()
-	before := vc.DeepCopy()
-	if vc.Labels == nil {
-		vc.Labels = map[string]string{}
-	}
-	vc.Labels[key] = value
-	if err := host.Patch(ctx, vc, client.MergeFrom(before)); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // tenantNodePortAddress is host:port of the tenant API server's NodePort on
 // the host's first node.
-func tenantNodePortAddress(t *testing.T, ctx context.Context, host client.Client, vc *nestv1.VirtualCluster) string {
+func tenantNodePortAddress(t testing.TB, ctx context.Context, host client.Client, vc *nestv1.VirtualCluster) string {
 	t.Helper()
 	svc := &corev1.Service{}
 	if err := host.Get(ctx, client.ObjectKey{Namespace: vc.Namespace, Name: controlplane.NamesOf(vc).Service()}, svc); err != nil {
@@ -308,7 +411,7 @@ func tenantNodePortAddress(t *testing.T, ctx context.Context, host client.Client
 
 // waitGrantReady waits for the VirtualCluster's one member grant to be set
 // up, and returns its status.
-func waitGrantReady(t *testing.T, ctx context.Context, host client.Client, vc *nestv1.VirtualCluster) nestv1.MemberGrantStatus {
+func waitGrantReady(t testing.TB, ctx context.Context, host client.Client, vc *nestv1.VirtualCluster) nestv1.MemberGrantStatus {
 	t.Helper()
 	var got nestv1.MemberGrantStatus
 	testutil.Eventually(t, 3*time.Minute, "member grant Ready", func() error {
@@ -326,7 +429,7 @@ func waitGrantReady(t *testing.T, ctx context.Context, host client.Client, vc *n
 
 // memberCredential is a client of the member with the credential nest-manager
 // handed nest-syncer.
-func memberCredential(t *testing.T, ctx context.Context, host client.Client, vc *nestv1.VirtualCluster) kubernetes.Interface {
+func memberCredential(t testing.TB, ctx context.Context, host client.Client, vc *nestv1.VirtualCluster) kubernetes.Interface {
 	t.Helper()
 	secret := &corev1.Secret{}
 	if err := host.Get(ctx, client.ObjectKey{Namespace: vc.Namespace, Name: syncer.MembersSecret(vc.Name)}, secret); err != nil {
@@ -351,7 +454,7 @@ func memberPod(name string, gpus int64) *corev1.Pod {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
 		Spec: corev1.PodSpec{
-			Tolerations: []corev1.Toleration{{Key: syncer.MemberTaintKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+			Tolerations:  []corev1.Toleration{{Key: syncer.MemberTaintKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 			NodeSelector: map[string]string{syncer.MemberTaintKey: gpuMember},
 			Containers:   []corev1.Container{{Name: "app", Image: images.TestApp, ImagePullPolicy: corev1.PullNever}},
 		},
@@ -371,7 +474,7 @@ func gpuJob(name string, gpus int64, args ...string) *batchv1.Job {
 	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-		Spec: batchv1.JobSpec{BackoffLimit: ptr.To[int32](0), Template: corev1.PodTemplateSpec{Spec: pod.Spec}},
+		Spec:       batchv1.JobSpec{BackoffLimit: ptr.To[int32](0), Template: corev1.PodTemplateSpec{Spec: pod.Spec}},
 	}
 }
 
@@ -384,7 +487,7 @@ func nodeReady(n *corev1.Node) bool {
 	return false
 }
 
-func waitTenantPodRunning(t *testing.T, ctx context.Context, tenant kubernetes.Interface, name string) {
+func waitTenantPodRunning(t testing.TB, ctx context.Context, tenant kubernetes.Interface, name string) {
 	t.Helper()
 	testutil.Eventually(t, 3*time.Minute, "pod "+name+" Running", func() error {
 		p, err := tenant.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})

@@ -160,7 +160,7 @@ func TestTwoLocalClusters(t *testing.T) {
 // startLocalCluster runs `nest dev up` with the state directory and args,
 // stops the cluster with `nest dev down` (with the same --cluster) when the
 // test ends, and returns how long up took.
-func startLocalCluster(t *testing.T, ctx context.Context, stateDir string, args ...string) time.Duration {
+func startLocalCluster(t testing.TB, ctx context.Context, stateDir string, args ...string) time.Duration {
 	t.Helper()
 	down := []string{"dev", "down", "--state-dir", stateDir}
 	for i, a := range args {

@@ -106,7 +106,7 @@ func reachableCondition(mc *nestv1.MemberCluster, nodes []corev1.Node, usable in
 func injectorCondition(mc *nestv1.MemberCluster) metav1.Condition {
 	return metav1.Condition{
 		Type: nestv1.ConditionInjectorReady, Status: metav1.ConditionFalse, Reason: ReasonNotInstalled, ObservedGeneration: mc.Generation,
-		Message: "Nest does not build the injector yet: no tenant pod is placed in this member",
+		Message: "Nest does not install the injector yet: nest-syncer sets the tenant's API server and DNS addresses on each pod it places here",
 	}
 }
 

@@ -39,16 +39,8 @@ const managerNamespace = "nest-system"
 const testProbeInterval = 2 * time.Second
 
 func TestMain(m *testing.M) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run the controller tests with `make unit`, which points it at our kube-apiserver and etcd builds")
-		os.Exit(1)
-	}
-	memberEnv = &envtest.Environment{}
-	memberCfg, err := memberEnv.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start the member's envtest:", err)
-		os.Exit(1)
-	}
+	var memberCfg *rest.Config
+	memberEnv, memberCfg = envsuite.StartMember()
 	envsuite.Suite{
 		Logs:    true,
 		Options: ctrl.Options{Cache: virtualcluster.CacheOptions()},
@@ -68,11 +60,7 @@ func TestMain(m *testing.M) {
 				os.Exit(1)
 			}
 		},
-		Stop: func() {
-			if err := memberEnv.Stop(); err != nil {
-				fmt.Fprintln(os.Stderr, "stop the member's envtest:", err)
-			}
-		},
+		Member: memberEnv,
 	}.Main(m)
 }
 

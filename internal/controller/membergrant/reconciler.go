@@ -23,7 +23,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -37,6 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/kube"
 	"github.com/nestdev/nest/internal/syncer"
 )
 
@@ -391,14 +391,7 @@ func (r *Reconciler) patchMembers(ctx context.Context, s *grantState) error {
 		return nil
 	}
 	logChanges(ctx, s.vc, s.vc.Status.Members, members)
-	patch, err := membersPatch(members)
-	if err != nil {
-		return err
-	}
-	if err := r.Status().Patch(ctx, s.vc, client.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("patch status.members of %s: %w", klog.KObj(s.vc), err)
-	}
-	return nil
+	return kube.PatchStatusField(ctx, r.Client, s.vc, "members", members)
 }
 
 // logChanges logs each grant whose readiness or reason changed.

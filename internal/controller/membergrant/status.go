@@ -2,7 +2,6 @@ package membergrant
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -87,17 +86,4 @@ func sortedStatuses(m map[string]nestv1.MemberGrantStatus) []nestv1.MemberGrantS
 	}
 	slices.SortFunc(out, func(a, b nestv1.MemberGrantStatus) int { return cmp.Compare(a.Name, b.Name) })
 	return out
-}
-
-// membersPatch is a JSON merge patch that sets status.members and nothing
-// else, so the VirtualCluster controller's phase and conditions are never
-// written back from this controller's (possibly older) copy.
-func membersPatch(members []nestv1.MemberGrantStatus) ([]byte, error) {
-	type status struct {
-		// No omitempty: null removes the field.
-		Members []nestv1.MemberGrantStatus `json:"members"`
-	}
-	return json.Marshal(struct {
-		Status status `json:"status"`
-	}{status{members}})
 }

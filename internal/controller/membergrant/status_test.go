@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/kube"
 )
 
 func TestSelected(t *testing.T) {
@@ -51,7 +52,7 @@ func TestGrantStatus(t *testing.T) {
 }
 
 func TestMembersPatchTouchesOnlyMembers(t *testing.T) {
-	got, err := membersPatch(sortedStatuses(map[string]nestv1.MemberGrantStatus{
+	got, err := kube.StatusFieldPatch("members", sortedStatuses(map[string]nestv1.MemberGrantStatus{
 		"b": {Name: "b", Ready: true}, "a": {Name: "a", Reason: ReasonNotSelected},
 	}))
 	if err != nil {
@@ -60,7 +61,7 @@ func TestMembersPatchTouchesOnlyMembers(t *testing.T) {
 	if want := `{"status":{"members":[{"name":"a","ready":false,"reason":"NotSelected"},{"name":"b","ready":true}]}}`; string(got) != want {
 		t.Errorf("patch %s, want %s", got, want)
 	}
-	got, err = membersPatch(sortedStatuses(nil))
+	got, err = kube.StatusFieldPatch("members", sortedStatuses(nil))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,16 +47,7 @@ const managerNamespace = "nest-system"
 const kubeconfigSecret = "nest-member"
 
 func TestMain(m *testing.M) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run the controller tests with `make unit`, which points it at our kube-apiserver and etcd builds")
-		os.Exit(1)
-	}
-	memberEnv = &envtest.Environment{}
-	var err error
-	if memberConfig, err = memberEnv.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, "start the member's envtest:", err)
-		os.Exit(1)
-	}
+	memberEnv, memberConfig = envsuite.StartMember()
 	envsuite.Suite{
 		Logs:    true,
 		Options: ctrl.Options{Cache: virtualcluster.CacheOptions()},
@@ -83,11 +74,7 @@ func TestMain(m *testing.M) {
 				os.Exit(1)
 			}
 		},
-		Stop: func() {
-			if err := memberEnv.Stop(); err != nil {
-				fmt.Fprintln(os.Stderr, "stop the member's envtest:", err)
-			}
-		},
+		Member: memberEnv,
 	}.Main(m)
 }
 

@@ -34,18 +34,39 @@ type Suite struct {
 	// Logs sends the manager's logs to stderr, which go test shows only
 	// for a failed test.
 	Logs bool
-	// Stop, when set, runs after the tests and before envtest stops, such
-	// as to stop a second environment the package started.
+	// Stop, when set, runs after the tests and before envtest stops.
 	Stop func()
+	// Member, when set, is a second environment the package started with
+	// StartMember; it is stopped after the tests.
+	Member *envtest.Environment
+}
+
+// StartMember starts a second API server and etcd, without Nest's CRDs,
+// that stands for a member cluster, and returns it with its admin config.
+// It exits the test binary when KUBEBUILDER_ASSETS is unset or the start
+// fails, as Main does. Hand it to Suite.Member to have it stopped.
+func StartMember() (*envtest.Environment, *rest.Config) {
+	requireAssets()
+	env := &envtest.Environment{}
+	cfg, err := env.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start the member's envtest:", err)
+		os.Exit(1)
+	}
+	return env, cfg
+}
+
+func requireAssets() {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run the controller tests with `make unit`, which points it at our kube-apiserver and etcd builds")
+		os.Exit(1)
+	}
 }
 
 // Main starts envtest, the manager and the tests, stops envtest and exits
 // with the tests' code. It fails at once when KUBEBUILDER_ASSETS is unset.
 func (s Suite) Main(m *testing.M) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run the controller tests with `make unit`, which points it at our kube-apiserver and etcd builds")
-		os.Exit(1)
-	}
+	requireAssets()
 	if s.Logs {
 		ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.UseDevMode(true)))
 	}
@@ -62,6 +83,11 @@ func (s Suite) Main(m *testing.M) {
 	code := s.run(m, cfg)
 	if s.Stop != nil {
 		s.Stop()
+	}
+	if s.Member != nil {
+		if err := s.Member.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stop the member's envtest:", err)
+		}
 	}
 	if err := env.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "stop envtest:", err)
