@@ -30,6 +30,7 @@ func BenchmarkMemberPodStartup(b *testing.B) {
 	ctx := context.Background()
 	e := startMemberEnv(b, ctx, startBenchClusterOf(b, ctx, "member", 2))
 	tenant := e.tn.Clientset(b)
+	e.tn.WaitDefaultServiceAccount(b, ctx)
 	direct := directNamespace(b, ctx, e.member)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
