@@ -52,9 +52,8 @@ type SecretKeyRef struct {
 
 // MemberNetwork is where tenant traffic reaches a member cluster: addresses
 // of the member's internal load balancer, which pods Nest places in the
-// member use to reach their tenant's API server and DNS. nest-manager does
-// not probe them; they are recorded for the parts of issue 10 that place
-// pods there.
+// member use to reach their tenant's API server and DNS: nest-syncer sets
+// them on every pod it places there. nest-manager does not probe them.
 type MemberNetwork struct {
 	// APIServerAddress is host:port of the member's load balancer in front
 	// of tenant API servers, such as 10.20.0.5:6443 or [2001:db8::5]:6443.

@@ -466,8 +466,10 @@ type MemberGrantStatus struct {
 	// Namespace is the tenant's namespace in the member.
 	// +optional
 	Namespace string `json:"namespace,omitempty"`
-	// Allocatable is what the tenant's member node offers: per resource,
-	// the smaller of the grant and the member's allocatable.
+	// Allocatable is what the tenant's member node offers: for each
+	// resource the grant names, the smaller of the grant and the member's
+	// allocatable; cpu, memory, ephemeral-storage and pods the grant does
+	// not name as the member has them.
 	// +optional
 	Allocatable corev1.ResourceList `json:"allocatable,omitempty"`
 }

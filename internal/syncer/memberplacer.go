@@ -43,8 +43,8 @@ const (
 
 // memberPlacer runs one member syncer per placement in MembersSecret, in
 // the host syncer's process: it starts those that appear, stops those that
-// go, restarts one whose member or size changed, and hands a running one
-// each renewed token.
+// go, restarts one whose member (server, namespace, addresses) changed,
+// and hands a running one each renewed token, node count and size.
 type memberPlacer struct {
 	parent  *syncer
 	secrets func() (*corev1.Secret, error)

@@ -69,9 +69,11 @@ type MemberPlacement struct {
 	// Nodes is how many of the member's Nodes were Ready and schedulable
 	// at nest-manager's last probe; with none, the member node is NotReady.
 	Nodes int32 `json:"nodes"`
-	// Allocatable is the member node's capacity: per resource, the
-	// smaller of the grant and what the member offers. Pods are admitted
-	// against it before anything is created in the member.
+	// Allocatable is the member node's capacity: for each resource the
+	// grant names, the smaller of the grant and what the member offers;
+	// cpu, memory, ephemeral-storage and pods the grant does not name as
+	// the member has them. Pods are admitted against it before anything is
+	// created in the member.
 	Allocatable corev1.ResourceList `json:"allocatable"`
 }
 

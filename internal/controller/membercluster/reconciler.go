@@ -4,8 +4,9 @@
 // status whether the member answers (the Reachable condition) and what its
 // Ready, schedulable Nodes offer (capacity, allocatable capped by
 // spec.resources). It probes every 30 seconds and whenever the spec or the
-// Secret changes. It places nothing in members: that is a later part of
-// issue 10, so InjectorReady is always False (NotInstalled).
+// Secret changes. It places nothing in members (the membergrant controller
+// and nest-syncer do), and InjectorReady is always False (NotInstalled):
+// the network injector is not built.
 package membercluster
 
 import (
