@@ -129,11 +129,13 @@ func (n Names) MembersSecret() string { return syncer.MembersSecret(n.VirtualClu
 // in member clusters; nest-manager's memberusage controller writes it.
 func (n Names) MemberUsageConfigMap() string { return n.VirtualCluster + "-member-usage" }
 
-// MemberSecrets and MemberConfigMaps are what nest-manager's member
-// controllers keep in the namespace while the VirtualCluster has grants:
-// not the VirtualCluster controller's (HostObjects), but counted in its
-// object quota all the same.
-func (n Names) MemberSecrets() []string    { return []string{n.MembersSecret()} }
+// MemberSecrets are the Secrets nest-manager's member controllers keep in
+// the namespace while the VirtualCluster has grants: not the VirtualCluster
+// controller's (HostObjects), but counted in its object quota all the same.
+func (n Names) MemberSecrets() []string { return []string{n.MembersSecret()} }
+
+// MemberConfigMaps are the ConfigMaps the member controllers keep there, as
+// MemberSecrets.
 func (n Names) MemberConfigMaps() []string { return []string{n.MemberUsageConfigMap()} }
 
 // DedicatedNodesConfigMap holds the pod CIDRs of the VirtualCluster's

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nestdev/nest/internal/images"
@@ -79,16 +80,19 @@ func startPods(b *testing.B, ctx context.Context, cs kubernetes.Interface, names
 // it was first seen so.
 func waitRunning(b *testing.B, ctx context.Context, cs kubernetes.Interface, namespace, name string) time.Time {
 	b.Helper()
-	deadline := time.Now().Add(3 * time.Minute)
-	for time.Now().Before(deadline) {
+	var running time.Time
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		p, err := cs.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
-		if err == nil && p.Status.Phase == corev1.PodRunning {
-			return time.Now()
+		if err != nil || p.Status.Phase != corev1.PodRunning {
+			return false, nil
 		}
-		time.Sleep(50 * time.Millisecond) // polling with a deadline
+		running = time.Now()
+		return true, nil
+	})
+	if err != nil {
+		b.Fatalf("pod %s/%s not Running within 3 minutes: %v", namespace, name, err)
 	}
-	b.Fatalf("pod %s/%s not Running within 3 minutes", namespace, name)
-	return time.Time{}
+	return running
 }
 
 // directNamespace makes the member namespace the direct pods run in, and

@@ -569,13 +569,7 @@ func TestDeletedVirtualClusterWaitsForItsNamespaces(t *testing.T) {
 		t.Fatalf("finalizer released while namespace %s is being deleted", ns)
 	}
 	finalizeNamespace(t, ns)
-	eventually(t, "VirtualCluster gone", func() error {
-		err := host.Get(ctx, client.ObjectKeyFromObject(vc), &nestv1.VirtualCluster{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("still there (%v)", err)
-	})
+	waitVCGone(t, vc)
 }
 
 func TestDeletedMemberClusterDoesNotHoldTheVirtualCluster(t *testing.T) {
@@ -599,13 +593,7 @@ func TestDeletedMemberClusterDoesNotHoldTheVirtualCluster(t *testing.T) {
 	if err := host.Delete(ctx, vc); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "VirtualCluster gone", func() error {
-		err := host.Get(ctx, client.ObjectKeyFromObject(vc), &nestv1.VirtualCluster{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("still there (%v)", err)
-	})
+	waitVCGone(t, vc)
 }
 
 func TestUnreachableMemberHoldsTheRemoval(t *testing.T) {
@@ -687,4 +675,16 @@ func TestNegativeGrantIsRefused(t *testing.T) {
 	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "every quantity must be zero or more") {
 		t.Fatalf("error %v does not name the fix", err)
 	}
+}
+
+// waitVCGone waits until the VirtualCluster is deleted, finalizers and all.
+func waitVCGone(t *testing.T, vc *nestv1.VirtualCluster) {
+	t.Helper()
+	eventually(t, "VirtualCluster gone", func() error {
+		err := host.Get(context.Background(), client.ObjectKeyFromObject(vc), &nestv1.VirtualCluster{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there (%v)", err)
+	})
 }
