@@ -74,6 +74,19 @@ type MemberNetwork struct {
 	// +kubebuilder:validation:XValidation:rule="isIP(self) || !self.matches(':[0-9]{1,5}$') || (int(self.substring(self.lastIndexOf(':') + 1)) >= 1 && int(self.substring(self.lastIndexOf(':') + 1)) <= 65535)",message="network.dnsAddress: the port must be 1 to 65535"
 	// +kubebuilder:validation:XValidation:rule="isIP(self) || !self.startsWith('[') || self.indexOf(']') < 0 || isIP(self.substring(1, self.indexOf(']')))",message="network.dnsAddress: an IPv6 host must be a valid address in brackets, such as [2001:db8::a]:53"
 	DNSAddress string `json:"dnsAddress"`
+
+	// NodePortAddress is an IP address where the member's nodes reach the
+	// host cluster's node ports: a host node, or a load balancer that
+	// forwards the node-port range to host nodes. When it is set, Nest
+	// exposes each tenant's DNS, its API server's in-cluster name and its
+	// NodePort and LoadBalancer Services to the tenant's pods in the
+	// member through it, and those pods use that DNS instead of
+	// DNSAddress. Unset: member pods use DNSAddress and reach no tenant
+	// Service but the API server.
+	// +optional
+	// +kubebuilder:validation:MaxLength=45
+	// +kubebuilder:validation:XValidation:rule="isIP(self)",message="network.nodePortAddress must be an IP address, such as 10.20.0.1 or 2001:db8::1"
+	NodePortAddress string `json:"nodePortAddress,omitempty"`
 }
 
 // MemberClusterSpec is a member cluster as the platform team registers it.

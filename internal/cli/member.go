@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -54,6 +55,7 @@ type memberAdd struct {
 	// kubeconfig is the member's kubeconfig file.
 	kubeconfig                   string
 	apiServerAddress, dnsAddress string
+	nodePortAddress              string
 	selector                     string
 	cpu, memory, gpu             string
 }
@@ -97,6 +99,7 @@ func newMemberAddCommand() *cobra.Command {
 	f.StringVar(&host.kubeconfig, "host-kubeconfig", "", "host cluster kubeconfig (default $KUBECONFIG, else the local host cluster's, else ~/.kube/config)")
 	f.StringVar(&a.apiServerAddress, "api-server-address", "", "host:port of the member's internal load balancer for tenant API servers, such as 10.20.0.5:6443")
 	f.StringVar(&a.dnsAddress, "dns-address", "", "IP or host:port where pods in the member reach tenant DNS, such as 10.20.0.10")
+	f.StringVar(&a.nodePortAddress, "node-port-address", "", "IP where the member's nodes reach the host's node ports, such as a host node's; member pods then use the tenant's DNS and reach its NodePort Services through it")
 	f.StringVar(&a.selector, "selector", "", "labels of the VirtualClusters that may use the member, such as team=ml,tier=gpu (default: none may)")
 	f.StringVar(&a.cpu, "cpu", "", "the most cpu Nest places in the member, such as 64 (default: no cap)")
 	f.StringVar(&a.memory, "memory", "", "the most memory Nest places in the member, such as 256Gi (default: no cap)")
@@ -125,6 +128,11 @@ func (a memberAdd) build() (*nestv1.MemberCluster, []byte, error) {
 	if a.dnsAddress == "" {
 		return nil, nil, errors.New("--dns-address: required: where pods in the member reach tenant DNS, such as 10.20.0.10")
 	}
+	if a.nodePortAddress != "" {
+		if _, err := netip.ParseAddr(a.nodePortAddress); err != nil {
+			return nil, nil, fmt.Errorf("--node-port-address %q: want an IP address, such as 10.20.0.1", a.nodePortAddress)
+		}
+	}
 	res, err := vcops.Share{CPU: a.cpu, Memory: a.memory, GPU: a.gpu}.Resources()
 	if err != nil {
 		return nil, nil, asFlagError(err)
@@ -133,7 +141,7 @@ func (a memberAdd) build() (*nestv1.MemberCluster, []byte, error) {
 		ObjectMeta: metav1.ObjectMeta{Name: a.name},
 		Spec: nestv1.MemberClusterSpec{
 			KubeconfigSecretRef: nestv1.SecretKeyRef{Namespace: install.Namespace, Name: memberSecretKey(a.name).Name, Key: nestv1.DefaultKubeconfigKey},
-			Network:             nestv1.MemberNetwork{APIServerAddress: a.apiServerAddress, DNSAddress: a.dnsAddress},
+			Network:             nestv1.MemberNetwork{APIServerAddress: a.apiServerAddress, DNSAddress: a.dnsAddress, NodePortAddress: a.nodePortAddress},
 		},
 	}
 	if len(res) > 0 {

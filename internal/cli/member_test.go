@@ -54,7 +54,7 @@ users:
 func TestMemberAddBuild(t *testing.T) {
 	dir := t.TempDir()
 	path := writeKubeconfig(t, dir, "{token: gpu-token}")
-	a := memberAdd{name: "gpu-pool", kubeconfig: path, apiServerAddress: "10.20.0.5:6443", dnsAddress: "10.20.0.10",
+	a := memberAdd{name: "gpu-pool", kubeconfig: path, apiServerAddress: "10.20.0.5:6443", dnsAddress: "10.20.0.10", nodePortAddress: "10.0.0.11",
 		selector: "team=ml,tier=gpu", cpu: "64", memory: "256Gi", gpu: "8"}
 	mc, kubeconfig, err := a.build()
 	if err != nil {
@@ -64,7 +64,7 @@ func TestMemberAddBuild(t *testing.T) {
 	if mc.Name != "gpu-pool" || ref.Namespace != "nest-system" || ref.Name != "nest-member-gpu-pool" || ref.Key != "kubeconfig" {
 		t.Errorf("MemberCluster %s refers to Secret %+v", mc.Name, ref)
 	}
-	if mc.Spec.Network.APIServerAddress != "10.20.0.5:6443" || mc.Spec.Network.DNSAddress != "10.20.0.10" {
+	if mc.Spec.Network.APIServerAddress != "10.20.0.5:6443" || mc.Spec.Network.DNSAddress != "10.20.0.10" || mc.Spec.Network.NodePortAddress != "10.0.0.11" {
 		t.Errorf("network %+v", mc.Spec.Network)
 	}
 	if sel := mc.Spec.VirtualClusterSelector; sel == nil || len(sel.MatchLabels) != 2 || sel.MatchLabels["team"] != "ml" || sel.MatchLabels["tier"] != "gpu" {
@@ -120,6 +120,7 @@ func TestMemberAddRefusesBadFlags(t *testing.T) {
 		{"bad name", func(a *memberAdd) { a.name = "GPU_pool" }, `NAME "GPU_pool"`},
 		{"no api server", func(a *memberAdd) { a.apiServerAddress = "" }, "--api-server-address: required"},
 		{"no dns", func(a *memberAdd) { a.dnsAddress = "" }, "--dns-address: required"},
+		{"node port address by name", func(a *memberAdd) { a.nodePortAddress = "lb.host.example" }, `--node-port-address "lb.host.example": want an IP address`},
 		{"bad selector", func(a *memberAdd) { a.selector = "team in (ml)" }, `--selector "team in (ml)"`},
 		{"bad cpu", func(a *memberAdd) { a.cpu = "lots" }, `--cpu "lots": want a positive quantity`},
 		{"negative gpu", func(a *memberAdd) { a.gpu = "-1" }, `--gpu "-1": want a positive quantity`},

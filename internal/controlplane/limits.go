@@ -187,7 +187,7 @@ func BudgetOf(vc *nestv1.VirtualCluster) Budget {
 //
 //	count/configmaps = budget.configMaps + len(Names.ConfigMaps) + len(Names.MemberConfigMaps) + 1
 //	count/secrets    = budget.secrets + len(Names.Secrets) + len(Names.MemberSecrets) + share pods
-//	services         = budget.services + len(Names.Services)
+//	services         = budget.services + len(Names.Services) + one per member grant (syncer.MemberHostService)
 func ObjectQuotaFor(vc *nestv1.VirtualCluster) *corev1.ResourceQuota {
 	n := NamesOf(vc)
 	b := BudgetOf(vc)
@@ -198,7 +198,7 @@ func ObjectQuotaFor(vc *nestv1.VirtualCluster) *corev1.ResourceQuota {
 		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{
 			"count/configmaps":      count(b.ConfigMaps + int64(len(n.ConfigMaps())+len(n.MemberConfigMaps())) + 1),
 			"count/secrets":         count(b.Secrets + int64(len(n.Secrets())+len(n.MemberSecrets())) + pods.Value()),
-			corev1.ResourceServices: count(b.Services + int64(len(n.Services()))),
+			corev1.ResourceServices: count(b.Services + int64(len(n.Services())+len(vc.Spec.Members))),
 		}},
 	}
 }

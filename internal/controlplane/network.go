@@ -82,8 +82,10 @@ const (
 //     and DNS), from nest-manager's namespace and the host nodes (API server,
 //     and the controller-manager's and scheduler's probe ports), and, for a
 //     NodePort or LoadBalancer Service, from anywhere but the host's pods on
-//     the API server port. Its egress is open: nest-syncer talks to the host
-//     API server;
+//     the API server port; with member grants, from the same places to the
+//     tenant CoreDNS' member views and node ports, which member pods reach
+//     through a host NodePort Service. Its egress is open: nest-syncer
+//     talks to the host API server;
 //   - every other pod of the namespace takes no ingress.
 //
 // Rules name pod ports, not Service ports: policies match after kube-proxy's
@@ -152,6 +154,14 @@ func NetworkPoliciesWith(vc *nestv1.VirtualCluster, o Options, dedicatedPodCIDRs
 			Ports: apiPort,
 		})
 	}
+	if len(vc.Spec.Members) > 0 {
+		// Member pods reach the tenant's DNS views and node ports through
+		// a host NodePort Service (syncer.MemberHostService): they arrive
+		// from outside the host, or from a host node after kube-proxy's SNAT.
+		memberPorts := slices.Concat(memberDNSPorts(), nodePorts)
+		from := subtract(everywhere(o.HostNetwork), o.HostNetwork.PodCIDRs)
+		cpIngress = append(cpIngress, networkingv1.NetworkPolicyIngressRule{From: ipPeers(from), Ports: memberPorts})
+	}
 	cp := policy(n.ControlPlaneNetworkPolicy(), n.Labels(), networkingv1.NetworkPolicySpec{
 		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
 		Ingress:     cpIngress,
@@ -161,6 +171,17 @@ func NetworkPoliciesWith(vc *nestv1.VirtualCluster, o Options, dedicatedPodCIDRs
 		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
 	})
 	return []*networkingv1.NetworkPolicy{tenant, cp, deny}, nil
+}
+
+// memberDNSPorts are the ports of the tenant CoreDNS' member views, over
+// UDP and TCP.
+func memberDNSPorts() []networkingv1.NetworkPolicyPort {
+	first := intstr.FromInt32(syncer.FirstMemberDNSPort)
+	last := ptr.To(int32(syncer.FirstMemberDNSPort + syncer.MaxMembers - 1))
+	return []networkingv1.NetworkPolicyPort{
+		{Protocol: ptr.To(corev1.ProtocolUDP), Port: &first, EndPort: last},
+		{Protocol: ptr.To(corev1.ProtocolTCP), Port: &first, EndPort: last},
+	}
 }
 
 // egressBlocks returns the addresses outside the host cluster that tenant

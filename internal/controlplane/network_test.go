@@ -243,3 +243,30 @@ func TestNetworkPoliciesWithDedicatedNodes(t *testing.T) {
 		t.Errorf("%d rules name the tenant's pods, want 3", widened)
 	}
 }
+
+func TestNetworkPoliciesWithMemberGrantsAdmitMemberTrafficToTheViewsAndNodePorts(t *testing.T) {
+	o := Options{HostNetwork: devNetwork, ManagerNamespace: "nest-system"}
+	plain, err := NetworkPoliciesFor(vc(nil), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted := vc(nil)
+	granted.Spec.Members = []nestv1.MemberGrant{{Name: "gpu"}}
+	with, err := NetworkPoliciesFor(granted, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, after := rules(plain[1]), rules(with[1])
+	if len(after) != len(before)+1 || !slices.Equal(after[:len(before)], before) {
+		t.Fatalf("control-plane rules with a grant:\n%s\nwant the rules without one plus one", strings.Join(after, "\n"))
+	}
+	want := "ingress from 0.0.0.0/0 except 10.244.0.0/16 on UDP/1060-1067,TCP/1060-1067,TCP/30000-32767"
+	if got := after[len(after)-1]; got != want {
+		t.Errorf("member rule\n got  %s\n want %s", got, want)
+	}
+	for i := range plain {
+		if i != 1 && !slices.Equal(rules(plain[i]), rules(with[i])) {
+			t.Errorf("%s changed with a grant", plain[i].Name)
+		}
+	}
+}

@@ -222,5 +222,24 @@ func (s *serviceSyncer) start() error {
 	if err := os.MkdirAll(s.dnsDir, 0o755); err != nil {
 		return err
 	}
+	if err := s.writeEmptyMemberViews(); err != nil {
+		return err
+	}
 	return s.writeHosts()
+}
+
+// writeEmptyMemberViews writes an empty hosts file for each member view
+// that has none yet, so that CoreDNS' member views answer NXDOMAIN, not
+// SERVFAIL, until a member syncer writes its own.
+func (s *serviceSyncer) writeEmptyMemberViews() error {
+	for slot := range MaxMembers {
+		name := filepath.Join(s.dnsDir, MemberHostsFileName(slot))
+		if _, err := os.Stat(name); err == nil {
+			continue
+		}
+		if err := atomicfile.Write(name, HostsFile(nil), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -103,7 +103,7 @@ func (m *memberPlacer) sync(ctx context.Context, _ string) (time.Duration, error
 		}
 		m.stop(ctx, name, r)
 		if !ok {
-			errs = append(errs, m.deleteNode(ctx, name))
+			errs = append(errs, m.deleteNode(ctx, name, r.port))
 		}
 	}
 	// One bad placement does not keep the others from starting.
@@ -164,11 +164,25 @@ func (m *memberPlacer) start(ctx context.Context, p MemberPlacement) error {
 	if err != nil {
 		return terminal(fmt.Errorf("client for member %s: %w", p.Name, err))
 	}
+	if p.NodePortAddress != "" {
+		dctx, dcancel := context.WithTimeout(ctx, memberProbeInterval)
+		o.Translator.DNSServer, err = ensureMemberDNSService(dctx, member, p.Namespace, memberNetworkLabels(m.parent.o.VirtualCluster, p.Name))
+		dcancel()
+		if err != nil {
+			return err
+		}
+	}
 	mctx, cancel := context.WithCancel(ctx)
 	ms, err := newSyncerFor(mctx, o, m.parent.tenant, member)
 	if err != nil {
 		cancel()
 		return err
+	}
+	if p.NodePortAddress != "" {
+		if err := ms.wireMemberNetwork(m.network(o, p, port, member)); err != nil {
+			cancel()
+			return err
+		}
 	}
 	r := &runningMember{placement: p, token: token, port: port, syncer: ms, cancel: cancel, done: make(chan struct{})}
 	ms.setPlacement(p)
@@ -210,9 +224,26 @@ func (m *memberPlacer) stop(ctx context.Context, name string, r *runningMember) 
 	klog.FromContext(ctx).Info("Member syncer stopped", "member", name)
 }
 
+// network is the member network syncer of member syncer o, started for p
+// on the kubelet port port.
+func (m *memberPlacer) network(o Options, p MemberPlacement, port int32, member kubernetes.Interface) *memberNetwork {
+	return &memberNetwork{
+		tr: o.Translator, member: p.Name, slot: int(port - firstMemberKubeletPort), nodePortAddress: p.NodePortAddress,
+		apiHost: o.Translator.APIServerHost, apiPort: o.Translator.APIServerPort,
+		podIP: m.parent.o.NodeIP, hostNamespace: m.parent.o.HostNamespace,
+		host: m.parent.provider.host, memberClient: member,
+		dnsDir: m.parent.o.DNSDir,
+	}
+}
+
 // deleteNode removes the tenant node of a member the tenant may no longer
-// use: the tenant's pod garbage collector then deletes the pods bound to it.
-func (m *memberPlacer) deleteNode(ctx context.Context, member string) error {
+// use, and the host Service that exposed the tenant to it: the tenant's pod
+// garbage collector then deletes the pods bound to the node.
+func (m *memberPlacer) deleteNode(ctx context.Context, member string, port int32) error {
+	if err := removeMemberNetwork(ctx, m.parent.provider.host, m.parent.o.HostNamespace, m.parent.o.VirtualCluster, member, m.parent.o.DNSDir,
+		int(port-firstMemberKubeletPort)); err != nil {
+		return err
+	}
 	name := MemberNodeName(member)
 	err := m.parent.tenant.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -244,9 +275,13 @@ func memberOptions(host Options, p MemberPlacement, port int32, token oauth2.Tok
 	if err != nil {
 		return o, fmt.Errorf("apiServerAddress %q: %w", p.APIServerAddress, err)
 	}
-	dns, err := dnsServerIP(p.DNSAddress)
-	if err != nil {
-		return o, err
+	// With a node-port address, member pods' nameserver is the member
+	// Service in front of the tenant's DNS (ensureMemberDNSService).
+	dns := ""
+	if p.NodePortAddress == "" {
+		if dns, err = dnsServerIP(p.DNSAddress); err != nil {
+			return o, err
+		}
 	}
 	o.Translator.HostNamespace = p.Namespace
 	o.Translator.NodeName = MemberNodeName(p.Name)

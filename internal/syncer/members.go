@@ -66,6 +66,11 @@ type MemberPlacement struct {
 	// the member reach the tenant's API server and DNS.
 	APIServerAddress string `json:"apiServerAddress"`
 	DNSAddress       string `json:"dnsAddress"`
+	// NodePortAddress, when set, is the IP where the member's nodes reach
+	// the host's node ports: the tenant's DNS and its exposed Services
+	// reach member pods through it (see memberNetwork), and DNSAddress is
+	// not used.
+	NodePortAddress string `json:"nodePortAddress,omitempty"`
 	// Nodes is how many of the member's Nodes were Ready and schedulable
 	// at nest-manager's last probe; with none, the member node is NotReady.
 	Nodes int32 `json:"nodes"`

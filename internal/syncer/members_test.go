@@ -3,6 +3,8 @@ package syncer
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -245,7 +247,11 @@ func TestMemberPlacerStartsRenewsAndStopsMemberSyncers(t *testing.T) {
 	current := secret
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	m := &memberPlacer{parent: &syncer{o: Options{Translator: tr, PodSecurityLevel: "baseline", Host: &rest.Config{}}, tenant: tenant},
+	exposure := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: MemberHostService("alpha", "gpu"), Namespace: tr.HostNamespace}}
+	host := fake.NewClientset(exposure)
+	dnsDir := t.TempDir()
+	m := &memberPlacer{parent: &syncer{o: Options{Translator: tr, PodSecurityLevel: "baseline", Host: &rest.Config{}, DNSDir: dnsDir}, tenant: tenant,
+		provider: &podProvider{host: host}},
 		running: map[string]*runningMember{}, secrets: func() (*corev1.Secret, error) { return current, nil }}
 	m.parent.members = newKindSyncer("members-test", 1, m.sync, nil)
 	if _, err := m.sync(ctx, membersKey); err != nil {
@@ -280,6 +286,12 @@ func TestMemberPlacerStartsRenewsAndStopsMemberSyncers(t *testing.T) {
 	}
 	if _, err := tenant.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{}); err == nil {
 		t.Fatal("the member node is still in the tenant after the grant went")
+	}
+	if _, err := host.CoreV1().Services(tr.HostNamespace).Get(ctx, exposure.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the host Service exposing the tenant to the member: %v; want it deleted with the grant", err)
+	}
+	if view, err := os.ReadFile(filepath.Join(dnsDir, MemberHostsFileName(0))); err != nil || strings.Contains(string(view), "svc") {
+		t.Fatalf("the member's DNS view %q (%v); want it emptied with the grant", view, err)
 	}
 	select {
 	case <-r.done:

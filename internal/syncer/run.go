@@ -161,6 +161,9 @@ type syncer struct {
 	// held retries the pods a member syncer holds back over the grant
 	// (member syncers only).
 	held *kindSyncer
+	// network keeps the path from member pods back to the tenant (member
+	// syncers with a node-port address only; see memberNetwork).
+	network *kindSyncer
 	// nodeStatus and nodeSpec are the last virtual node's, kept to
 	// update its status (member syncers: Ready, capacity).
 	// kubeletSrv serves the kubelet API, once serveKubeletAPI started it.
@@ -331,7 +334,11 @@ func (s *syncer) run(ctx context.Context) error {
 // leave Services and DNS to the host syncer.
 func (s *syncer) kindSyncers() []*kindSyncer {
 	if s.o.Member != "" {
-		return []*kindSyncer{s.configMaps, s.secrets, s.tokens, s.orphans, s.tenantDeletes, s.held}
+		out := []*kindSyncer{s.configMaps, s.secrets, s.tokens, s.orphans, s.tenantDeletes, s.held}
+		if s.network != nil {
+			out = append(out, s.network)
+		}
+		return out
 	}
 	return []*kindSyncer{s.configMaps, s.secrets, s.services, s.slices, s.serviceSync.dns, s.tokens, s.orphans, s.tenantDeletes, s.members}
 }

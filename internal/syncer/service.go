@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"path"
 	"slices"
 	"strings"
 
@@ -216,7 +217,37 @@ func (t Translator) APIServerRecord() DNSRecord {
 // forwarded anywhere else. CoreDNS serves on port, and /health on healthPort
 // and /ready on the next port, both on loopback only: other pods must not
 // reach them.
+//
+// Each member slot has a view of its own on FirstMemberDNSPort+slot, for
+// the tenant's pods in that member: the names in the slot's hosts file
+// (MemberHostsFileName, next to hostsPath), which memberNetwork writes with
+// the member's addresses, then the same cluster zone, so every other name
+// under the cluster domain is NXDOMAIN there.
 func Corefile(port int, hostsPath, zonePath, reversePath, clusterDomain string, healthPort int) string {
+	return mainView(port, hostsPath, zonePath, reversePath, clusterDomain, healthPort) + memberViews(path.Dir(hostsPath), zonePath, clusterDomain)
+}
+
+// memberViews are the Corefile's server blocks of the member views.
+func memberViews(dir, zonePath, clusterDomain string) string {
+	var b strings.Builder
+	for slot := range MaxMembers {
+		fmt.Fprintf(&b, `.:%d {
+    errors
+    hosts %s %s {
+        reload 1s
+        ttl 5
+        fallthrough
+    }
+    file %s %s {
+        reload 1s
+    }
+}
+`, FirstMemberDNSPort+slot, path.Join(dir, MemberHostsFileName(slot)), clusterDomain, zonePath, clusterDomain)
+	}
+	return b.String()
+}
+
+func mainView(port int, hostsPath, zonePath, reversePath, clusterDomain string, healthPort int) string {
 	return fmt.Sprintf(`.:%d {
     errors
     health 127.0.0.1:%d

@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -163,6 +164,53 @@ func TestMemberCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("a member pod resolves and reaches a tenant NodePort Service by its DNS name", func(t *testing.T) {
+		web := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", Labels: map[string]string{"app": "web"}},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: images.TestApp, ImagePullPolicy: corev1.PullNever}}},
+		}
+		svc := &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: map[string]string{"app": "web"},
+				Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+		}
+		if _, err := tenant.CoreV1().Pods("default").Create(ctx, web, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tenant.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		internal := svc.DeepCopy()
+		internal.Name, internal.Spec.Type = "internal", corev1.ServiceTypeClusterIP
+		if _, err := tenant.CoreV1().Services("default").Create(ctx, internal, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		client := memberPod("client", 0)
+		if _, err := tenant.CoreV1().Pods("default").Create(ctx, client, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitTenantPodRunning(t, ctx, tenant, "web")
+		waitTenantPodRunning(t, ctx, tenant, "client")
+		// A new Service answers once the member's kube-proxy and
+		// nest-syncer's node-port proxy have it, as in any cluster.
+		testutil.Eventually(t, 2*time.Minute, "web reached from the member pod by name", func() error {
+			out, err := tn.KubectlErr(ctx, "exec", "-n", "default", "client", "--", "/testapp", "get", "http://web.default.svc.cluster.local/echo?msg=from-the-member")
+			if err != nil {
+				return fmt.Errorf("%v: %s", err, out)
+			}
+			if !strings.Contains(out, "from-the-member") {
+				return fmt.Errorf("GET printed %q; want the echo of the tenant's web pod", out)
+			}
+			return nil
+		})
+		// Only what the tenant exposes on its nodes resolves there: a
+		// ClusterIP Service is a host address the member cannot route.
+		out, err := tn.KubectlErr(ctx, "exec", "-n", "default", "client", "--", "/testapp", "dns", "internal.default.svc.cluster.local")
+		if err == nil || !strings.Contains(err.Error(), "no such host") {
+			t.Errorf("a ClusterIP Service's name from the member pod resolved (%q) or failed otherwise (%v); want no such host", out, err)
+		}
+	})
+
 	t.Run("a pod over the grant stays Pending with QuotaExceeded and never reaches the member", func(t *testing.T) {
 		pod := memberPod("greedy", 2)
 		pod.Spec.NodeName = nodeName // past the scheduler, as a hostile tenant may
@@ -276,7 +324,8 @@ func startMemberEnv(t testing.TB, ctx context.Context, hostDir string) *memberEn
 	// certificate.
 	lb := tenantNodePortAddress(t, ctx, host, e.vc)
 	if out, err := framework.Run(ctx, t, "nest", "member", "add", gpuMember, "--kubeconfig", memberKubeconfig, "--host-kubeconfig", hostKubeconfig,
-		"--api-server-address", lb, "--dns-address", strings.Split(lb, ":")[0], "--selector", "team=ml"); err != nil {
+		"--api-server-address", lb, "--dns-address", strings.Split(lb, ":")[0], "--node-port-address", strings.Split(lb, ":")[0],
+		"--selector", "team=ml"); err != nil {
 		t.Fatalf("nest member add: %v\n%s", err, out)
 	}
 	if out, err := nest("member", "grant", e.tn.Name, gpuMember, "--gpu", "1"); err != nil {

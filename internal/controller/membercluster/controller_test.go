@@ -349,6 +349,7 @@ func TestAPIValidation(t *testing.T) {
 		{func(s *nestv1.MemberClusterSpec) { s.Network.DNSAddress = "" }, "spec.network.dnsAddress"},
 		{func(s *nestv1.MemberClusterSpec) { s.Network.DNSAddress = "dns.gpu.example" }, "network.dnsAddress must be an IP address or host:port"},
 		{func(s *nestv1.MemberClusterSpec) { s.Network.DNSAddress = "10.20.0.10:99999" }, "network.dnsAddress: the port must be 1 to 65535"},
+		{func(s *nestv1.MemberClusterSpec) { s.Network.NodePortAddress = "lb.host.example" }, "network.nodePortAddress must be an IP address"},
 		{func(s *nestv1.MemberClusterSpec) { s.Resources = res("cpu", "-1") }, "resources: every quantity must be zero or more"},
 		{func(s *nestv1.MemberClusterSpec) { s.Resources = res("nvidia.com/gpu", "8", "memory", "-1Gi") }, "resources: every quantity must be zero or more"},
 		{func(s *nestv1.MemberClusterSpec) {

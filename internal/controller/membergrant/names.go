@@ -194,8 +194,10 @@ var nodeResources = []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMem
 
 // SyncerRules are what nest-syncer may do in the tenant's member namespace,
 // and nothing else: it runs the tenant's pods there with their ConfigMaps,
-// Secrets and Services, serves logs, exec, attach and port-forward, writes
-// events, and reads endpoints and the grant's quota. Nothing cluster-scoped
+// Secrets and Services, keeps the EndpointSlices of the Services that lead
+// member pods back to their tenant (memberNetwork in nest-syncer), serves
+// logs, exec, attach and port-forward, writes events, and reads endpoints
+// and the grant's quota. Nothing cluster-scoped
 // is granted: the Role and its binding live in that namespace only.
 func SyncerRules() []rbacv1.PolicyRule {
 	all := []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}
@@ -209,7 +211,7 @@ func SyncerRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{""}, Resources: []string{"configmaps", "secrets", "services"}, Verbs: all},
 		{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch", "list", "watch", "get"}},
 		{APIGroups: []string{""}, Resources: []string{"endpoints"}, Verbs: read},
-		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: read},
+		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: all},
 		{APIGroups: []string{""}, Resources: []string{"resourcequotas"}, Verbs: read},
 	}
 }

@@ -247,7 +247,8 @@ func (r *Reconciler) setUpGrant(ctx context.Context, s *grantState, g nestv1.Mem
 		Server: m.config.Host, CAData: m.config.CAData, TLSServerName: m.config.ServerName,
 		Token: token, TokenExpiry: expiry.UTC(),
 		APIServerAddress: mc.Spec.Network.APIServerAddress, DNSAddress: mc.Spec.Network.DNSAddress,
-		Nodes: mc.Status.Nodes, Allocatable: alloc,
+		NodePortAddress: mc.Spec.Network.NodePortAddress,
+		Nodes:           mc.Status.Nodes, Allocatable: alloc,
 	}, renewAt, nil
 }
 

@@ -1,0 +1,435 @@
+package syncer
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	discoveryv1ac "k8s.io/client-go/applyconfigurations/discovery/v1"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/nestdev/nest/internal/atomicfile"
+)
+
+// The path from a member's pods back to their tenant, when the
+// MemberCluster names a nodePortAddress (where the member's nodes reach the
+// host's node ports). Member pods cannot route to the tenant's ClusterIPs,
+// which are host addresses, so each member syncer keeps:
+//
+//   - on the host, a NodePort Service (MemberHostService) fronting the
+//     control-plane pod: the tenant CoreDNS' view for this member, and each
+//     TCP node port of the tenant's NodePort and LoadBalancer Services,
+//     which nest-syncer already serves there (nodePortProxy);
+//   - in the member namespace, Services without selectors whose
+//     EndpointSlices point at those host node ports: nest-dns (the member
+//     pods' nameserver), kubernetes (the tenant API server, when
+//     apiServerAddress is an IP) and one per exposed tenant Service, named
+//     as its host copy would be (HostName), so service variables name it;
+//   - the view's hosts file (MemberHostsFileName): the tenant names of
+//     those Services with their ClusterIPs in the member. Every other name
+//     under the cluster domain is NXDOMAIN there: member pods reach only
+//     what the tenant exposes to nodes.
+
+// FirstMemberDNSPort is the port of the tenant CoreDNS' view for the member
+// in slot 0 (the member node on firstMemberKubeletPort); slot i answers on
+// FirstMemberDNSPort+i.
+const FirstMemberDNSPort = 1060
+
+// MaxMembers is how many member syncers (and CoreDNS views) one tenant has
+// at most: one per grant.
+const MaxMembers = maxMemberNodes
+
+// maxMemberExposedPorts bounds the tenant node ports exposed to one member:
+// each takes a host node port, which the tenant must not exhaust. Ports
+// past it, in namespace/name order, are left out and logged.
+const maxMemberExposedPorts = 16
+
+// Member-side names and labels.
+const (
+	memberDNSService = "nest-dns"
+	memberAPIService = "kubernetes"
+	// LabelMemberNetwork marks the Services and EndpointSlices memberNetwork
+	// keeps, on the host and in the member, with the member's name.
+	LabelMemberNetwork = "nest.dev/member-network"
+)
+
+// memberNetworkResync is how often the path is checked even when no
+// tenant Service changed: a host node port reallocated, a member object
+// deleted by hand.
+const memberNetworkResync = 30 * time.Second
+
+// MemberHostsFileName is the hosts file of the tenant CoreDNS' view for the
+// member in slot.
+func MemberHostsFileName(slot int) string { return "member-" + strconv.Itoa(slot) + ".hosts" }
+
+// MemberHostService names the host Service that exposes a tenant's DNS and
+// node ports to member: <vc>-member-<member>, cut with a hash suffix to a
+// Service name's 63 characters.
+func MemberHostService(vc, member string) string {
+	name := vc + "-member-" + member
+	if len(name) <= maxHostName {
+		return name
+	}
+	sum := sha256.Sum256([]byte(vc + "/" + member))
+	suffix := "-" + hex.EncodeToString(sum[:])[:hashLen]
+	return trimDashes(name[:maxHostName-len(suffix)]) + suffix
+}
+
+func trimDashes(s string) string {
+	for len(s) > 0 && (s[len(s)-1] == '-' || s[len(s)-1] == '.') {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// nodePortName is the host Service port that carries tenant node port n.
+func nodePortName(n int32) string { return "np-" + strconv.Itoa(int(n)) }
+
+// MemberExposedServices are the tenant Services member pods may reach: the
+// NodePort and LoadBalancer Services, with only their TCP ports that have a
+// node port (what nodePortProxy serves), in namespace/name order, at most
+// maxMemberExposedPorts ports in all. dropped counts the ports left out.
+func MemberExposedServices(services []*corev1.Service) (exposed []*corev1.Service, dropped int) {
+	sorted := slices.Clone(services)
+	slices.SortFunc(sorted, func(a, b *corev1.Service) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	left := maxMemberExposedPorts
+	for _, svc := range sorted {
+		if svc.Spec.Type != corev1.ServiceTypeNodePort && svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+			continue
+		}
+		var ports []corev1.ServicePort
+		for _, p := range svc.Spec.Ports {
+			if p.NodePort == 0 || (p.Protocol != "" && p.Protocol != corev1.ProtocolTCP) {
+				continue
+			}
+			if left == 0 {
+				dropped++
+				continue
+			}
+			left--
+			ports = append(ports, p)
+		}
+		if len(ports) > 0 {
+			c := svc.DeepCopy()
+			c.Spec.Ports = ports
+			exposed = append(exposed, c)
+		}
+	}
+	return exposed, dropped
+}
+
+// memberHostPorts are the ports of the member's host Service: the CoreDNS
+// view of slot over UDP and TCP, and each exposed node port, to the same
+// port of the control-plane pod.
+func memberHostPorts(slot int, exposed []*corev1.Service) []corev1.ServicePort {
+	dns := intstr.FromInt32(int32(FirstMemberDNSPort + slot))
+	ports := []corev1.ServicePort{
+		{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53, TargetPort: dns},
+		{Name: "dns-tcp", Protocol: corev1.ProtocolTCP, Port: 53, TargetPort: dns},
+	}
+	for _, svc := range exposed {
+		for _, p := range svc.Spec.Ports {
+			ports = append(ports, corev1.ServicePort{Name: nodePortName(p.NodePort), Protocol: corev1.ProtocolTCP, Port: p.NodePort, TargetPort: intstr.FromInt32(p.NodePort)})
+		}
+	}
+	return ports
+}
+
+// memberSideService is one Service memberNetwork keeps in the member, with
+// where its EndpointSlice points.
+type memberSideService struct {
+	name string
+	// tenant is the tenant DNS name that resolves to it in the view.
+	tenant string
+	ports  []corev1.ServicePort
+	// address and targets are its one endpoint: the IP, and per port name
+	// the port there.
+	address string
+	targets map[string]int32
+}
+
+// memberSideServices are the Services of the member namespace for the
+// exposed tenant Services, the tenant API server (when apiHost is an IP)
+// and DNS. hostNodePorts maps the member host Service's port names to the
+// node ports the host gave them; an exposed port without one yet is left
+// out until it has.
+func (t Translator) memberSideServices(nodePortAddress, apiHost string, apiPort int32, exposed []*corev1.Service, hostNodePorts map[string]int32) []memberSideService {
+	out := []memberSideService{{
+		name: memberDNSService, tenant: "",
+		ports: []corev1.ServicePort{
+			{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53},
+			{Name: "dns-tcp", Protocol: corev1.ProtocolTCP, Port: 53},
+		},
+		address: nodePortAddress, targets: map[string]int32{"dns": hostNodePorts["dns"], "dns-tcp": hostNodePorts["dns-tcp"]},
+	}}
+	if _, err := netip.ParseAddr(apiHost); err == nil {
+		out = append(out, memberSideService{
+			name: memberAPIService, tenant: t.APIServerRecord().Name,
+			ports:   []corev1.ServicePort{{Name: "https", Protocol: corev1.ProtocolTCP, Port: 443}},
+			address: apiHost, targets: map[string]int32{"https": apiPort},
+		})
+	}
+	for _, svc := range exposed {
+		s := memberSideService{name: HostName(t.VirtualCluster, svc.Namespace, svc.Name), tenant: fmt.Sprintf("%s.%s.svc.%s", svc.Name, svc.Namespace, t.ClusterDomain),
+			address: nodePortAddress, targets: map[string]int32{}}
+		for _, p := range svc.Spec.Ports {
+			np := hostNodePorts[nodePortName(p.NodePort)]
+			if np == 0 {
+				continue
+			}
+			s.ports = append(s.ports, corev1.ServicePort{Name: p.Name, Protocol: corev1.ProtocolTCP, Port: p.Port})
+			s.targets[p.Name] = np
+		}
+		if len(s.ports) > 0 {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// memberNetwork keeps the path from one member's pods back to their tenant
+// (see the comment at the top of this file). It runs in the member syncer.
+type memberNetwork struct {
+	tr              Translator
+	member          string
+	slot            int
+	nodePortAddress string
+	apiHost         string
+	apiPort         int32
+	// podIP is the control-plane pod's IP, where CoreDNS and the node-port
+	// proxy listen; hostNamespace the tenant's namespace on the host.
+	podIP, hostNamespace string
+	host, memberClient   kubernetes.Interface
+	tenantServices       corelisters.ServiceLister
+	dnsDir               string
+	last                 []byte
+}
+
+// memberNetworkKey is the one key of the member network syncer.
+const memberNetworkKey = "network"
+
+// fieldManager is nest-syncer's server-side apply identity.
+const fieldManager = "nest-syncer"
+
+// sync brings the host Service, the member Services and the view's hosts
+// file in line with the tenant's exposed Services.
+func (n *memberNetwork) sync(ctx context.Context, _ string) (time.Duration, error) {
+	services, err := n.tenantServices.List(labels.Everything())
+	if err != nil {
+		return 0, err
+	}
+	exposed, dropped := MemberExposedServices(services)
+	if dropped > 0 {
+		klog.FromContext(ctx).Info("Tenant node ports not exposed to the member: too many", "member", n.member, "dropped", dropped, "max", maxMemberExposedPorts)
+	}
+	hostNodePorts, err := n.applyHostService(ctx, exposed)
+	if err != nil {
+		return 0, err
+	}
+	want := n.tr.memberSideServices(n.nodePortAddress, n.apiHost, n.apiPort, exposed, hostNodePorts)
+	var records []DNSRecord
+	var errs []error
+	for _, s := range want {
+		ip, err := n.applyMemberService(ctx, s)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if s.tenant != "" && ip != "" && ip != corev1.ClusterIPNone {
+			records = append(records, DNSRecord{Name: s.tenant, IP: ip})
+		}
+	}
+	errs = append(errs, n.deleteStaleMemberServices(ctx, want), n.writeView(records))
+	return memberNetworkResync, errors.Join(errs...)
+}
+
+// memberNetworkLabels mark the objects memberNetwork keeps for member.
+func memberNetworkLabels(vc, member string) map[string]string {
+	return map[string]string{LabelTenantOf: vc, LabelManagedBy: ManagedByValue, LabelMemberNetwork: member}
+}
+
+func (n *memberNetwork) labels() map[string]string { return memberNetworkLabels(n.tr.VirtualCluster, n.member) }
+
+// applyHostService applies the member's host Service and its EndpointSlice
+// (the control-plane pod) and returns the node port of each port name.
+func (n *memberNetwork) applyHostService(ctx context.Context, exposed []*corev1.Service) (map[string]int32, error) {
+	name := MemberHostService(n.tr.VirtualCluster, n.member)
+	ports := memberHostPorts(n.slot, exposed)
+	svc, err := n.host.CoreV1().Services(n.hostNamespace).Apply(ctx,
+		corev1ac.Service(name, n.hostNamespace).WithLabels(n.labels()).
+			WithSpec(corev1ac.ServiceSpec().WithType(corev1.ServiceTypeNodePort).WithPorts(servicePortConfigs(ports)...)),
+		metav1.ApplyOptions{FieldManager: fieldManager, Force: true})
+	if err != nil {
+		return nil, fmt.Errorf("host Service %s for member %s: %w", name, n.member, err)
+	}
+	nodePorts := map[string]int32{}
+	for _, p := range svc.Spec.Ports {
+		nodePorts[p.Name] = p.NodePort
+	}
+	targets := map[string]int32{}
+	for _, p := range ports {
+		targets[p.Name] = p.TargetPort.IntVal
+	}
+	if err := applySlice(ctx, n.host, n.hostNamespace, svc, n.labels(), n.podIP, ports, targets); err != nil {
+		return nil, fmt.Errorf("host EndpointSlice of %s: %w", name, err)
+	}
+	return nodePorts, nil
+}
+
+// applyMemberService applies one member-side Service and its EndpointSlice
+// and returns its ClusterIP.
+func (n *memberNetwork) applyMemberService(ctx context.Context, s memberSideService) (string, error) {
+	ns := n.tr.HostNamespace
+	svc, err := n.memberClient.CoreV1().Services(ns).Apply(ctx,
+		corev1ac.Service(s.name, ns).WithLabels(n.labels()).
+			WithSpec(corev1ac.ServiceSpec().WithType(corev1.ServiceTypeClusterIP).WithPorts(servicePortConfigs(s.ports)...)),
+		metav1.ApplyOptions{FieldManager: fieldManager, Force: true})
+	if err != nil {
+		return "", fmt.Errorf("member Service %s: %w", s.name, err)
+	}
+	if err := applySlice(ctx, n.memberClient, ns, svc, n.labels(), s.address, s.ports, s.targets); err != nil {
+		return "", fmt.Errorf("member EndpointSlice of %s: %w", s.name, err)
+	}
+	return svc.Spec.ClusterIP, nil
+}
+
+// deleteStaleMemberServices deletes the member Services memberNetwork made
+// that are no longer wanted (a Service no longer exposed); their
+// EndpointSlices go with them (owner references).
+func (n *memberNetwork) deleteStaleMemberServices(ctx context.Context, want []memberSideService) error {
+	list, err := n.memberClient.CoreV1().Services(n.tr.HostNamespace).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.SelectorFromSet(labels.Set{LabelMemberNetwork: n.member}).String(),
+	})
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, svc := range list.Items {
+		if slices.ContainsFunc(want, func(s memberSideService) bool { return s.name == svc.Name }) {
+			continue
+		}
+		if err := n.memberClient.CoreV1().Services(svc.Namespace).Delete(ctx, svc.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// writeView writes the view's hosts file when its records changed.
+func (n *memberNetwork) writeView(records []DNSRecord) error {
+	data := HostsFile(records)
+	if bytes.Equal(data, n.last) {
+		return nil
+	}
+	if err := atomicfile.Write(filepath.Join(n.dnsDir, MemberHostsFileName(n.slot)), data, 0o644); err != nil {
+		return err
+	}
+	n.last = data
+	return nil
+}
+
+// servicePortConfigs are ports as apply configurations.
+func servicePortConfigs(ports []corev1.ServicePort) []*corev1ac.ServicePortApplyConfiguration {
+	out := make([]*corev1ac.ServicePortApplyConfiguration, 0, len(ports))
+	for _, p := range ports {
+		c := corev1ac.ServicePort().WithName(p.Name).WithProtocol(p.Protocol).WithPort(p.Port)
+		if p.TargetPort.IntVal != 0 {
+			c.WithTargetPort(p.TargetPort)
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// applySlice applies the one EndpointSlice of the selector-less Service
+// svc: address, with targets[name] for each of its ports, owned by svc.
+func applySlice(ctx context.Context, c kubernetes.Interface, namespace string, svc *corev1.Service, lbls map[string]string, address string, ports []corev1.ServicePort, targets map[string]int32) error {
+	typ := discoveryv1.AddressTypeIPv4
+	if a, err := netip.ParseAddr(address); err == nil && a.Is6() {
+		typ = discoveryv1.AddressTypeIPv6
+	}
+	sliceLabels := map[string]string{discoveryv1.LabelServiceName: svc.Name, discoveryv1.LabelManagedBy: EndpointSliceManager}
+	for k, v := range lbls {
+		sliceLabels[k] = v
+	}
+	epPorts := make([]*discoveryv1ac.EndpointPortApplyConfiguration, 0, len(ports))
+	for _, p := range ports {
+		epPorts = append(epPorts, discoveryv1ac.EndpointPort().WithName(p.Name).WithProtocol(p.Protocol).WithPort(targets[p.Name]))
+	}
+	_, err := c.DiscoveryV1().EndpointSlices(namespace).Apply(ctx,
+		discoveryv1ac.EndpointSlice(svc.Name, namespace).WithLabels(sliceLabels).
+			WithOwnerReferences(metav1ac.OwnerReference().WithAPIVersion("v1").WithKind("Service").WithName(svc.Name).WithUID(svc.UID)).
+			WithAddressType(typ).
+			WithEndpoints(discoveryv1ac.Endpoint().WithAddresses(address).WithConditions(discoveryv1ac.EndpointConditions().WithReady(true))).
+			WithPorts(epPorts...),
+		metav1.ApplyOptions{FieldManager: fieldManager, Force: true})
+	return err
+}
+
+// ensureMemberDNSService makes the member namespace's nest-dns Service,
+// before any pod is placed, and returns its ClusterIP: member pods' only
+// nameserver. Its EndpointSlice follows once memberNetwork has the host's
+// node ports.
+func ensureMemberDNSService(ctx context.Context, member kubernetes.Interface, namespace string, lbls map[string]string) (string, error) {
+	ports := []corev1.ServicePort{
+		{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53},
+		{Name: "dns-tcp", Protocol: corev1.ProtocolTCP, Port: 53},
+	}
+	svc, err := member.CoreV1().Services(namespace).Apply(ctx,
+		corev1ac.Service(memberDNSService, namespace).WithLabels(lbls).
+			WithSpec(corev1ac.ServiceSpec().WithType(corev1.ServiceTypeClusterIP).WithPorts(servicePortConfigs(ports)...)),
+		metav1.ApplyOptions{FieldManager: fieldManager, Force: true})
+	if err != nil {
+		return "", fmt.Errorf("member Service %s/%s: %w", namespace, memberDNSService, err)
+	}
+	if _, err := netip.ParseAddr(svc.Spec.ClusterIP); err != nil {
+		return "", fmt.Errorf("member Service %s/%s has no ClusterIP (%q)", namespace, memberDNSService, svc.Spec.ClusterIP)
+	}
+	return svc.Spec.ClusterIP, nil
+}
+
+// wireMemberNetwork gives member syncer s its network syncer, which every
+// tenant Service change wakes.
+func (s *syncer) wireMemberNetwork(n *memberNetwork) error {
+	n.tenantServices = s.serviceSync.tenantServices
+	s.network = newKindSyncer("membernetwork", 1, n.sync, func() []string { return []string{memberNetworkKey} })
+	_, err := s.tenantF.Core().V1().Services().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { s.network.add(memberNetworkKey) },
+		UpdateFunc: func(any, any) { s.network.add(memberNetworkKey) },
+		DeleteFunc: func(any) { s.network.add(memberNetworkKey) },
+	})
+	return err
+}
+
+// removeMemberNetwork deletes a revoked member's host Service and empties
+// its view: the member namespace, with its Services, is nest-manager's to
+// delete.
+func removeMemberNetwork(ctx context.Context, host kubernetes.Interface, hostNamespace, vc, member, dnsDir string, slot int) error {
+	err := host.CoreV1().Services(hostNamespace).Delete(ctx, MemberHostService(vc, member), metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete host Service %s: %w", MemberHostService(vc, member), err)
+	}
+	return atomicfile.Write(filepath.Join(dnsDir, MemberHostsFileName(slot)), HostsFile(nil), 0o644)
+}
