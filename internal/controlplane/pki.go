@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/components"
 	"github.com/nestdev/nest/internal/pki"
 )
@@ -60,6 +61,25 @@ type Endpoints struct {
 	// TenantServiceCIDR is spec.serviceCIDR; its first address is the tenant's
 	// "kubernetes" Service.
 	TenantServiceCIDR string
+	// MemberAddresses are hosts (IPs or DNS names) at which pods the tenant
+	// runs in member clusters reach its API server: the granted
+	// MemberClusters' network.apiServerAddress hosts and
+	// network.nodePortAddress (see MemberAddressesOf).
+	MemberAddresses []string
+}
+
+// MemberAddressesOf lists the hosts of mc at which member pods reach a
+// tenant API server, for its serving certificate: network.apiServerAddress
+// without its port, and network.nodePortAddress when set.
+func MemberAddressesOf(mc *nestv1.MemberCluster) []string {
+	var out []string
+	if host, _, err := net.SplitHostPort(mc.Spec.Network.APIServerAddress); err == nil && host != "" {
+		out = append(out, host)
+	}
+	if mc.Spec.Network.NodePortAddress != "" {
+		out = append(out, mc.Spec.Network.NodePortAddress)
+	}
+	return out
 }
 
 // APIServerSANs returns the DNS names and IPs of the tenant API server's
@@ -86,6 +106,15 @@ func apiServerServing(n Names, e Endpoints) (components.Leaf, error) {
 	for _, s := range slices.Concat([]string{e.ServiceIP, e.InClusterIP}, e.ExternalIPs, e.NodeIPs, e.LoadBalancerIPs) {
 		if ip := net.ParseIP(s); ip != nil {
 			ips = append(ips, ip)
+		}
+	}
+	for _, s := range e.MemberAddresses {
+		ip := net.ParseIP(s)
+		switch {
+		case ip != nil && !slices.ContainsFunc(ips, ip.Equal):
+			ips = append(ips, ip)
+		case ip == nil && s != "" && !slices.Contains(dns, s):
+			dns = append(dns, s)
 		}
 	}
 	return components.APIServerServing(cidr, e.TenantClusterDomain, dns, ips), nil

@@ -270,7 +270,9 @@ func memberNetworkLabels(vc, member string) map[string]string {
 	return map[string]string{LabelTenantOf: vc, LabelManagedBy: ManagedByValue, LabelMemberNetwork: member}
 }
 
-func (n *memberNetwork) labels() map[string]string { return memberNetworkLabels(n.tr.VirtualCluster, n.member) }
+func (n *memberNetwork) labels() map[string]string {
+	return memberNetworkLabels(n.tr.VirtualCluster, n.member)
+}
 
 // applyHostService applies the member's host Service and its EndpointSlice
 // (the control-plane pod) and returns the node port of each port name.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
-	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"hash/fnv"
 	"maps"
 	"slices"
@@ -14,11 +13,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/controlplane"
 )
 
@@ -162,6 +163,11 @@ func (r *Reconciler) ensure(ctx context.Context, s *reconcileState, obj client.O
 func (r *Reconciler) reconcilePKI(ctx context.Context, s *reconcileState) (bool, error) {
 	n := controlplane.NamesOf(s.vc)
 	endpoints := controlplane.EndpointsOf(s.vc, s.service, s.ips, s.nodeIPs, r.HostClusterDomain)
+	members, err := r.memberAddresses(ctx, s.vc)
+	if err != nil {
+		return false, err
+	}
+	endpoints.MemberAddresses = members
 	pkiData, err := r.reconcileSecret(ctx, s, n.PKISecret(), func(existing map[string][]byte) (map[string][]byte, bool, error) {
 		return controlplane.ReconcilePKI(existing, n, endpoints)
 	})
@@ -291,4 +297,24 @@ func hashData(data map[string][]byte) string {
 		h.Write([]byte{0})
 	}
 	return fmt.Sprintf("%016x", h.Sum64())
+}
+
+// memberAddresses lists, sorted, the hosts at which the virtual cluster's
+// pods in member clusters reach its API server: those of every
+// MemberCluster it has a grant on (controlplane.MemberAddressesOf). A grant
+// on a MemberCluster that does not exist adds nothing.
+func (r *Reconciler) memberAddresses(ctx context.Context, vc *nestv1.VirtualCluster) ([]string, error) {
+	var out []string
+	for _, g := range vc.Spec.Members {
+		mc := &nestv1.MemberCluster{}
+		if err := r.Get(ctx, client.ObjectKey{Name: g.Name}, mc); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return nil, fmt.Errorf("get MemberCluster %s of spec.members: %w", g.Name, err)
+		}
+		out = append(out, controlplane.MemberAddressesOf(mc)...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
 }

@@ -11,6 +11,7 @@ package virtualcluster
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -276,6 +277,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return b.
 		Watches(&nestv1.VirtualCluster{}, handler.EnqueueRequestsFromMapFunc(r.othersInNamespace), builder.WithPredicates(onlyDeletes)).
 		Watches(&nestv1.GlobalNode{}, handler.EnqueueRequestsFromMapFunc(holderOf)).
+		Watches(&nestv1.MemberCluster{}, handler.EnqueueRequestsFromMapFunc(r.granteesOf)).
 		WatchesRawSource(source.Channel(r.Health.Changes(), &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
 		Named("virtualcluster").
@@ -295,6 +297,22 @@ func holderOf(_ context.Context, obj client.Object) []reconcile.Request {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}}
+}
+
+// granteesOf maps a MemberCluster to the VirtualClusters with a grant on
+// it, whose API server certificates name its addresses.
+func (r *Reconciler) granteesOf(ctx context.Context, obj client.Object) []reconcile.Request {
+	var vcs nestv1.VirtualClusterList
+	if err := r.List(ctx, &vcs); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, vc := range vcs.Items {
+		if slices.ContainsFunc(vc.Spec.Members, func(g nestv1.MemberGrant) bool { return g.Name == obj.GetName() }) {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: vc.Namespace, Name: vc.Name}})
+		}
+	}
+	return out
 }
 
 // ownsOptions are the options of the watch on owned objects like obj:
