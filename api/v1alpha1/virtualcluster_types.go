@@ -472,6 +472,12 @@ type MemberGrantStatus struct {
 	// not name as the member has them.
 	// +optional
 	Allocatable corev1.ResourceList `json:"allocatable,omitempty"`
+	// InjectorReady is true when the member's network injector admits pods
+	// into Namespace: a server-side dry run of a pod there came back with
+	// the tenant's API server and DNS set. Always false when the
+	// MemberCluster has no network.nodePortAddress (no injector).
+	// +optional
+	InjectorReady bool `json:"injectorReady,omitempty"`
 }
 
 // VirtualCluster is one tenant's Kubernetes cluster: a dedicated control plane

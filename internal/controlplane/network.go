@@ -83,8 +83,9 @@ const (
 //     and the controller-manager's and scheduler's probe ports), and, for a
 //     NodePort or LoadBalancer Service, from anywhere but the host's pods on
 //     the API server port; with member grants, from the same places to the
-//     tenant CoreDNS' member views and node ports, which member pods reach
-//     through a host NodePort Service. Its egress is open: nest-syncer
+//     tenant CoreDNS' member views, the member injectors and the node
+//     ports, which members reach through a host NodePort Service. Its
+//     egress is open: nest-syncer
 //     talks to the host API server;
 //   - every other pod of the namespace takes no ingress.
 //
@@ -155,12 +156,12 @@ func NetworkPoliciesWith(vc *nestv1.VirtualCluster, o Options, dedicatedPodCIDRs
 		})
 	}
 	if len(vc.Spec.Members) > 0 {
-		// Member pods reach the tenant's DNS views and node ports through
-		// a host NodePort Service (syncer.MemberHostService): they arrive
-		// from outside the host, or from a host node after kube-proxy's SNAT.
-		memberPorts := slices.Concat(memberDNSPorts(), nodePorts)
+		// Member pods reach the tenant's DNS views and node ports, and the
+		// member's API server its injector, through a host NodePort
+		// Service (syncer.MemberHostService): they arrive from outside the
+		// host, or from a host node after kube-proxy's SNAT.
 		from := subtract(everywhere(o.HostNetwork), o.HostNetwork.PodCIDRs)
-		cpIngress = append(cpIngress, networkingv1.NetworkPolicyIngressRule{From: ipPeers(from), Ports: memberPorts})
+		cpIngress = append(cpIngress, networkingv1.NetworkPolicyIngressRule{From: ipPeers(from), Ports: slices.Concat(memberPorts(), nodePorts)})
 	}
 	cp := policy(n.ControlPlaneNetworkPolicy(), n.Labels(), networkingv1.NetworkPolicySpec{
 		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
@@ -173,14 +174,18 @@ func NetworkPoliciesWith(vc *nestv1.VirtualCluster, o Options, dedicatedPodCIDRs
 	return []*networkingv1.NetworkPolicy{tenant, cp, deny}, nil
 }
 
-// memberDNSPorts are the ports of the tenant CoreDNS' member views, over
-// UDP and TCP.
-func memberDNSPorts() []networkingv1.NetworkPolicyPort {
-	first := intstr.FromInt32(syncer.FirstMemberDNSPort)
-	last := ptr.To(int32(syncer.FirstMemberDNSPort + syncer.MaxMembers - 1))
+// memberPorts are the ports member traffic reaches on the control-plane
+// pod: the tenant CoreDNS' member views, over UDP and TCP, and the member
+// injectors nest-syncer serves.
+func memberPorts() []networkingv1.NetworkPolicyPort {
+	dns := intstr.FromInt32(syncer.FirstMemberDNSPort)
+	lastDNS := ptr.To(int32(syncer.FirstMemberDNSPort + syncer.MaxMembers - 1))
+	injector := intstr.FromInt32(syncer.FirstMemberInjectorPort)
+	lastInjector := ptr.To(int32(syncer.FirstMemberInjectorPort + syncer.MaxMembers - 1))
 	return []networkingv1.NetworkPolicyPort{
-		{Protocol: ptr.To(corev1.ProtocolUDP), Port: &first, EndPort: last},
-		{Protocol: ptr.To(corev1.ProtocolTCP), Port: &first, EndPort: last},
+		{Protocol: ptr.To(corev1.ProtocolUDP), Port: &dns, EndPort: lastDNS},
+		{Protocol: ptr.To(corev1.ProtocolTCP), Port: &dns, EndPort: lastDNS},
+		{Protocol: ptr.To(corev1.ProtocolTCP), Port: &injector, EndPort: lastInjector},
 	}
 }
 

@@ -260,7 +260,7 @@ func TestNetworkPoliciesWithMemberGrantsAdmitMemberTrafficToTheViewsAndNodePorts
 	if len(after) != len(before)+1 || !slices.Equal(after[:len(before)], before) {
 		t.Fatalf("control-plane rules with a grant:\n%s\nwant the rules without one plus one", strings.Join(after, "\n"))
 	}
-	want := "ingress from 0.0.0.0/0 except 10.244.0.0/16 on UDP/1060-1067,TCP/1060-1067,TCP/30000-32767"
+	want := "ingress from 0.0.0.0/0 except 10.244.0.0/16 on UDP/1060-1067,TCP/1060-1067,TCP/10280-10287,TCP/30000-32767"
 	if got := after[len(after)-1]; got != want {
 		t.Errorf("member rule\n got  %s\n want %s", got, want)
 	}

@@ -37,12 +37,13 @@ import (
 // which are host addresses, so each member syncer keeps:
 //
 //   - on the host, a NodePort Service (MemberHostService) fronting the
-//     control-plane pod: the tenant CoreDNS' view for this member, and each
+//     control-plane pod: the tenant CoreDNS' view for this member, the
+//     member's network injector (injector.go), and each
 //     TCP node port of the tenant's NodePort and LoadBalancer Services,
 //     which nest-syncer already serves there (nodePortProxy);
 //   - in the member namespace, Services without selectors whose
 //     EndpointSlices point at those host node ports: nest-dns (the member
-//     pods' nameserver), kubernetes (the tenant API server, when
+//     pods' nameserver), nest-injector (the webhook), kubernetes (the tenant API server, when
 //     apiServerAddress is an IP) and one per exposed tenant Service, named
 //     as its host copy would be (HostName), so service variables name it;
 //   - the view's hosts file (MemberHostsFileName): the tenant names of
@@ -148,6 +149,7 @@ func memberHostPorts(slot int, exposed []*corev1.Service) []corev1.ServicePort {
 	ports := []corev1.ServicePort{
 		{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53, TargetPort: dns},
 		{Name: "dns-tcp", Protocol: corev1.ProtocolTCP, Port: 53, TargetPort: dns},
+		{Name: "injector", Protocol: corev1.ProtocolTCP, Port: 443, TargetPort: intstr.FromInt32(int32(FirstMemberInjectorPort + slot))},
 	}
 	for _, svc := range exposed {
 		for _, p := range svc.Spec.Ports {
@@ -184,6 +186,13 @@ func (t Translator) memberSideServices(nodePortAddress, apiHost string, apiPort 
 		},
 		address: nodePortAddress, targets: map[string]int32{"dns": hostNodePorts["dns"], "dns-tcp": hostNodePorts["dns-tcp"]},
 	}}
+	if np := hostNodePorts["injector"]; np != 0 {
+		out = append(out, memberSideService{
+			name:    MemberInjectorService,
+			ports:   []corev1.ServicePort{{Name: "https", Protocol: corev1.ProtocolTCP, Port: 443}},
+			address: nodePortAddress, targets: map[string]int32{"https": np},
+		})
+	}
 	if _, err := netip.ParseAddr(apiHost); err == nil {
 		out = append(out, memberSideService{
 			name: memberAPIService, tenant: t.APIServerRecord().Name,

@@ -59,6 +59,7 @@ func TestMemberHostPortsLeadToTheViewAndTheNodePorts(t *testing.T) {
 	want := map[string]corev1.ServicePort{
 		"dns":      {Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53, TargetPort: intstr.FromInt32(FirstMemberDNSPort + 2)},
 		"dns-tcp":  {Name: "dns-tcp", Protocol: corev1.ProtocolTCP, Port: 53, TargetPort: intstr.FromInt32(FirstMemberDNSPort + 2)},
+		"injector": {Name: "injector", Protocol: corev1.ProtocolTCP, Port: 443, TargetPort: intstr.FromInt32(FirstMemberInjectorPort + 2)},
 		"np-30080": {Name: "np-30080", Protocol: corev1.ProtocolTCP, Port: 30080, TargetPort: intstr.FromInt32(30080)},
 		"np-31443": {Name: "np-31443", Protocol: corev1.ProtocolTCP, Port: 31443, TargetPort: intstr.FromInt32(31443)},
 	}
@@ -74,7 +75,7 @@ func TestMemberHostPortsLeadToTheViewAndTheNodePorts(t *testing.T) {
 
 func TestMemberSideServicesPointAtTheHostNodePorts(t *testing.T) {
 	exposed, _ := MemberExposedServices(exposedTestServices())
-	nodePorts := map[string]int32{"dns": 31000, "dns-tcp": 31001, "np-30080": 32080}
+	nodePorts := map[string]int32{"dns": 31000, "dns-tcp": 31001, "injector": 31443, "np-30080": 32080}
 	got := tr.memberSideServices("198.51.100.10", "198.51.100.10", 31234, exposed, nodePorts)
 	byName := map[string]memberSideService{}
 	for _, s := range got {
@@ -95,8 +96,11 @@ func TestMemberSideServicesPointAtTheHostNodePorts(t *testing.T) {
 	if _, ok := byName[HostName(tr.VirtualCluster, "default", "lb")]; ok {
 		t.Error("lb has no host node port yet but got a member Service")
 	}
-	if len(got) != 3 {
-		t.Errorf("%d member Services; want nest-dns, kubernetes and web", len(got))
+	if inj := byName[MemberInjectorService]; inj.targets["https"] != 31443 || inj.ports[0].Port != 443 || inj.tenant != "" {
+		t.Errorf("nest-injector %+v; want 443 to the host node port of the injector", inj)
+	}
+	if len(got) != 4 {
+		t.Errorf("%d member Services; want nest-dns, nest-injector, kubernetes and web", len(got))
 	}
 }
 
@@ -166,8 +170,8 @@ func TestMemberNetworkSyncAppliesTheHostServiceAndTheMemberDNS(t *testing.T) {
 	if err != nil {
 		t.Fatalf("host Service: %v", err)
 	}
-	if svc.Spec.Type != corev1.ServiceTypeNodePort || len(svc.Spec.Selector) != 0 || len(svc.Spec.Ports) != 3 || svc.Labels[LabelTenantOf] != "alpha" {
-		t.Fatalf("host Service %+v; want a NodePort without a selector, with dns, dns-tcp and np-30080, labelled as the tenant's", svc)
+	if svc.Spec.Type != corev1.ServiceTypeNodePort || len(svc.Spec.Selector) != 0 || len(svc.Spec.Ports) != 4 || svc.Labels[LabelTenantOf] != "alpha" {
+		t.Fatalf("host Service %+v; want a NodePort without a selector, with dns, dns-tcp, injector and np-30080, labelled as the tenant's", svc)
 	}
 	slice, err := host.DiscoveryV1().EndpointSlices(tr.HostNamespace).Get(ctx, svc.Name, metav1.GetOptions{})
 	if err != nil || len(slice.Endpoints) != 1 || slice.Endpoints[0].Addresses[0] != "10.244.0.7" {

@@ -367,6 +367,11 @@ func (s *syncer) runMember(ctx context.Context, member kubernetes.Interface) err
 	// its place can take the port.
 	defer s.closeKubeletAPI()
 	go s.watchMember(ctx, member)
+	if s.network != nil && s.o.NodeIP != "" {
+		if err := s.serveInjector(ctx, s.o.NodeIP, FirstMemberInjectorPort+s.kubeletPort()-firstMemberKubeletPort); err != nil {
+			return err
+		}
+	}
 	return s.runNode(ctx)
 }
 

@@ -71,6 +71,12 @@ type MemberPlacement struct {
 	// reach member pods through it (see memberNetwork), and DNSAddress is
 	// not used.
 	NodePortAddress string `json:"nodePortAddress,omitempty"`
+	// InjectorCert and InjectorKey (PEM) serve the member's network
+	// injector (see injector.go): a certificate for
+	// nest-injector.<Namespace>.svc followed by the CA that signed it, which
+	// the member's webhook configuration trusts. Set with NodePortAddress.
+	InjectorCert []byte `json:"injectorCert,omitempty"`
+	InjectorKey  []byte `json:"injectorKey,omitempty"`
 	// Nodes is how many of the member's Nodes were Ready and schedulable
 	// at nest-manager's last probe; with none, the member node is NotReady.
 	Nodes int32 `json:"nodes"`

@@ -14,6 +14,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -211,6 +212,46 @@ func TestMemberCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("the injector in the member points a pod made there at the tenant and refuses one without the tenant's labels", func(t *testing.T) {
+		testutil.Eventually(t, 3*time.Minute, "MemberCluster InjectorReady", func() error {
+			mc := &nestv1.MemberCluster{}
+			if err := host.Get(ctx, client.ObjectKey{Name: gpuMember}, mc); err != nil {
+				return err
+			}
+			c := meta.FindStatusCondition(mc.Status.Conditions, nestv1.ConditionInjectorReady)
+			if c == nil || c.Status != metav1.ConditionTrue {
+				return fmt.Errorf("InjectorReady %+v", c)
+			}
+			return nil
+		})
+		dns, err := memberCS.CoreV1().Services(grant.Namespace).Get(ctx, "nest-dns", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The member's own admin, not nest-syncer, creates these: a dry run,
+		// so nothing is left behind.
+		dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+		pod := restrictedPod("by-hand", map[string]string{syncer.LabelTenantOf: tn.Name, syncer.LabelTenantNamespace: "default"})
+		got, err := memberCS.CoreV1().Pods(grant.Namespace).Create(ctx, pod, dryRun)
+		if err != nil {
+			t.Fatalf("a pod with the tenant's labels: %v", err)
+		}
+		env := map[string]string{}
+		for _, v := range got.Spec.Containers[0].Env {
+			env[v.Name] = v.Value
+		}
+		apiHost := strings.Split(e.lb, ":")[0]
+		if env["KUBERNETES_SERVICE_HOST"] != apiHost || got.Spec.DNSPolicy != corev1.DNSNone ||
+			got.Spec.DNSConfig == nil || got.Spec.DNSConfig.Nameservers[0] != dns.Spec.ClusterIP {
+			t.Errorf("the injected pod has KUBERNETES_SERVICE_HOST %q, DNS %s %+v; want %s and nest-dns %s",
+				env["KUBERNETES_SERVICE_HOST"], got.Spec.DNSPolicy, got.Spec.DNSConfig, apiHost, dns.Spec.ClusterIP)
+		}
+		_, err = memberCS.CoreV1().Pods(grant.Namespace).Create(ctx, restrictedPod("stray", nil), dryRun)
+		if err == nil || !strings.Contains(err.Error(), "label "+syncer.LabelTenantOf) {
+			t.Errorf("a pod without the tenant's labels: %v; want it refused naming the label", err)
+		}
+	})
+
 	t.Run("a pod over the grant stays Pending with QuotaExceeded and never reaches the member", func(t *testing.T) {
 		pod := memberPod("greedy", 2)
 		pod.Spec.NodeName = nodeName // past the scheduler, as a hostile tenant may
@@ -285,6 +326,8 @@ type memberEnv struct {
 	grant     nestv1.MemberGrantStatus
 	member    kubernetes.Interface
 	memberDir string
+	// lb is host:port where member pods reach the tenant API server.
+	lb string
 }
 
 // startMemberEnv starts the member cluster beside the host cluster in
@@ -323,6 +366,7 @@ func startMemberEnv(t testing.TB, ctx context.Context, hostDir string) *memberEn
 	// two bridges; the host node's address is in the API server's
 	// certificate.
 	lb := tenantNodePortAddress(t, ctx, host, e.vc)
+	e.lb = lb
 	if out, err := framework.Run(ctx, t, "nest", "member", "add", gpuMember, "--kubeconfig", memberKubeconfig, "--host-kubeconfig", hostKubeconfig,
 		"--api-server-address", lb, "--dns-address", strings.Split(lb, ":")[0], "--node-port-address", strings.Split(lb, ":")[0],
 		"--selector", "team=ml"); err != nil {
@@ -499,6 +543,20 @@ func memberCredential(t testing.TB, ctx context.Context, host client.Client, vc 
 
 // memberPod is a tenant pod that tolerates the member node and asks for
 // gpus GPUs, running testapp's server.
+// restrictedPod is a pod within Pod Security "restricted", with labels.
+func restrictedPod(name string, labels map[string]string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec: corev1.PodSpec{
+			SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65534),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+			Containers: []corev1.Container{{Name: "app", Image: images.TestApp, ImagePullPolicy: corev1.PullNever,
+				SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false),
+					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}}},
+		},
+	}
+}
+
 func memberPod(name string, gpus int64) *corev1.Pod {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},

@@ -173,8 +173,8 @@ func TestReachableSumsReadySchedulableNodesCappedBySpec(t *testing.T) {
 		t.Errorf("observedGeneration %d (generation %d), lastProbeTime %v", mc.Status.ObservedGeneration, mc.Generation, mc.Status.LastProbeTime)
 	}
 	inj := meta.FindStatusCondition(mc.Status.Conditions, nestv1.ConditionInjectorReady)
-	if inj == nil || inj.Status != metav1.ConditionFalse || inj.Reason != ReasonNotInstalled {
-		t.Errorf("InjectorReady = %+v, want False NotInstalled", inj)
+	if inj == nil || inj.Status != metav1.ConditionFalse || inj.Reason != ReasonNoNodePortAddress {
+		t.Errorf("InjectorReady = %+v, want False NoNodePortAddress", inj)
 	}
 
 	// A spec change is probed at once: lifting the cpu cap.

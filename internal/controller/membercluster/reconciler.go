@@ -5,8 +5,8 @@
 // Ready, schedulable Nodes offer (capacity, allocatable capped by
 // spec.resources). It probes every 30 seconds and whenever the spec or the
 // Secret changes. It places nothing in members (the membergrant controller
-// and nest-syncer do), and InjectorReady is always False (NotInstalled):
-// the network injector is not built.
+// and nest-syncer do); InjectorReady sums up the grants' injectors, as the
+// VirtualClusters' status.members report them.
 package membercluster
 
 import (
@@ -73,6 +73,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=nest.dev,resources=memberclusters,verbs=get;list;watch
 // +kubebuilder:rbac:groups=nest.dev,resources=memberclusters/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=nest.dev,resources=virtualclusters,verbs=get;list;watch
 
 // Reconcile probes the member and writes what it found to the status.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, err error) {
@@ -180,7 +181,11 @@ func (r *Reconciler) listNodes(ctx context.Context, s *probeState) error {
 // patchStatus writes the probe's findings. It writes after every probe:
 // lastProbeTime records each, so the status says how fresh it is.
 func (r *Reconciler) patchStatus(ctx context.Context, s *probeState) error {
-	setStatus(s.mc, s.nodes, s.failure, metav1.Now())
+	var vcs nestv1.VirtualClusterList
+	if err := r.List(ctx, &vcs); err != nil {
+		return fmt.Errorf("list VirtualClusters for the grants on %s: %w", s.mc.Name, err)
+	}
+	setStatus(s.mc, s.nodes, s.failure, grantsOn(vcs.Items, s.mc.Name), metav1.Now())
 	if equality.Semantic.DeepEqual(s.before.Status, s.mc.Status) {
 		return nil
 	}

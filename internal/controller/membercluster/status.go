@@ -2,6 +2,8 @@ package membercluster
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -33,10 +35,40 @@ const (
 
 // Reasons of the InjectorReady condition.
 const (
-	// ReasonNotInstalled: no injector runs in the member. Nest does not
-	// build one yet.
-	ReasonNotInstalled = "NotInstalled"
+	// ReasonNoNodePortAddress: the member has no network.nodePortAddress,
+	// through which the member reaches the injector: none is installed.
+	ReasonNoNodePortAddress = "NoNodePortAddress"
+	// ReasonNoGrants: no VirtualCluster has a Ready grant on the member;
+	// the injector is installed per grant.
+	ReasonNoGrants = "NoGrants"
+	// ReasonInjectorNotReady: the injector of some grant does not answer.
+	ReasonInjectorNotReady = "NotReady"
+	// ReasonInjectorReady: every Ready grant's injector answers.
+	ReasonInjectorReady = "Ready"
 )
+
+// GrantOn is one VirtualCluster's grant on a member, as the grant's
+// status entry (the membergrant controller's) reports it.
+type GrantOn struct {
+	// VirtualCluster is namespace/name.
+	VirtualCluster string
+	Status         nestv1.MemberGrantStatus
+}
+
+// grantsOn lists the Ready grants on member from the VirtualClusters'
+// statuses, sorted.
+func grantsOn(vcs []nestv1.VirtualCluster, member string) []GrantOn {
+	var out []GrantOn
+	for _, vc := range vcs {
+		for _, st := range vc.Status.Members {
+			if st.Name == member && st.Ready {
+				out = append(out, GrantOn{VirtualCluster: vc.Namespace + "/" + vc.Name, Status: st})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b GrantOn) int { return strings.Compare(a.VirtualCluster, b.VirtualCluster) })
+	return out
+}
 
 // failure is why a probe did not reach the member: the Reachable
 // condition's reason and message.
@@ -101,19 +133,35 @@ func reachableCondition(mc *nestv1.MemberCluster, nodes []corev1.Node, usable in
 	return c
 }
 
-// injectorCondition is the InjectorReady condition: False until Nest has
-// an injector to install in members.
-func injectorCondition(mc *nestv1.MemberCluster) metav1.Condition {
-	return metav1.Condition{
-		Type: nestv1.ConditionInjectorReady, Status: metav1.ConditionFalse, Reason: ReasonNotInstalled, ObservedGeneration: mc.Generation,
-		Message: "Nest does not install the injector yet: nest-syncer sets the tenant's API server and DNS addresses on each pod it places here",
+// injectorCondition is the InjectorReady condition: True when every Ready
+// grant on the member has an injector that answers (its status entry's
+// injectorReady, from a dry-run pod in its namespace).
+func injectorCondition(mc *nestv1.MemberCluster, grants []GrantOn) metav1.Condition {
+	c := metav1.Condition{Type: nestv1.ConditionInjectorReady, Status: metav1.ConditionFalse, ObservedGeneration: mc.Generation}
+	var notReady []string
+	for _, g := range grants {
+		if !g.Status.InjectorReady {
+			notReady = append(notReady, fmt.Sprintf("%s (namespace %s)", g.VirtualCluster, g.Status.Namespace))
+		}
 	}
+	switch {
+	case mc.Spec.Network.NodePortAddress == "":
+		c.Reason, c.Message = ReasonNoNodePortAddress, "the injector is reached through the host's node ports: set spec.network.nodePortAddress to install it with each grant"
+	case len(grants) == 0:
+		c.Reason, c.Message = ReasonNoGrants, "the injector is installed with each grant, and no VirtualCluster has a Ready grant on this member"
+	case len(notReady) > 0:
+		c.Reason, c.Message = ReasonInjectorNotReady, "the injector does not answer for "+strings.Join(notReady, ", ")
+	default:
+		c.Status, c.Reason = metav1.ConditionTrue, ReasonInjectorReady
+		c.Message = fmt.Sprintf("the injector admits pods in the namespaces of %d grants", len(grants))
+	}
+	return c
 }
 
 // setStatus sets mc's status from a probe at now that listed nodes or
 // failed with f. A failed probe clears what the member offers: a member
 // Nest cannot reach offers nothing.
-func setStatus(mc *nestv1.MemberCluster, nodes []corev1.Node, f *failure, now metav1.Time) {
+func setStatus(mc *nestv1.MemberCluster, nodes []corev1.Node, f *failure, grants []GrantOn, now metav1.Time) {
 	var usable []corev1.Node
 	mc.Status.Capacity, mc.Status.Allocatable = nil, nil
 	if f == nil {
@@ -121,7 +169,7 @@ func setStatus(mc *nestv1.MemberCluster, nodes []corev1.Node, f *failure, now me
 		mc.Status.Capacity, mc.Status.Allocatable = offered(usable, mc.Spec.Resources)
 	}
 	mc.Status.Nodes = int32(len(usable))
-	for _, c := range []metav1.Condition{reachableCondition(mc, nodes, len(usable), f), injectorCondition(mc)} {
+	for _, c := range []metav1.Condition{reachableCondition(mc, nodes, len(usable), f), injectorCondition(mc, grants)} {
 		c.LastTransitionTime = now
 		meta.SetStatusCondition(&mc.Status.Conditions, c)
 	}

@@ -99,14 +99,14 @@ func TestSetStatus(t *testing.T) {
 				node("a", false, corev1.ConditionTrue, res("cpu", "4"), res("cpu", "4")),
 				node("b", true, corev1.ConditionTrue, res("cpu", "4"), res("cpu", "4")),
 			}
-			setStatus(mc, nodes, tt.f, now)
+			setStatus(mc, nodes, tt.f, nil, now)
 			c := meta.FindStatusCondition(mc.Status.Conditions, nestv1.ConditionReachable)
 			if c == nil || c.Status != tt.wantStatus || c.Reason != tt.wantReason || !strings.Contains(c.Message, tt.wantMessage) || c.ObservedGeneration != 3 {
 				t.Errorf("Reachable = %+v, want %s %s saying %q", c, tt.wantStatus, tt.wantReason, tt.wantMessage)
 			}
 			inj := meta.FindStatusCondition(mc.Status.Conditions, nestv1.ConditionInjectorReady)
-			if inj == nil || inj.Status != metav1.ConditionFalse || inj.Reason != ReasonNotInstalled {
-				t.Errorf("InjectorReady = %+v, want False NotInstalled", inj)
+			if inj == nil || inj.Status != metav1.ConditionFalse || inj.Reason != ReasonNoNodePortAddress {
+				t.Errorf("InjectorReady = %+v, want False NoNodePortAddress", inj)
 			}
 			if mc.Status.Nodes != tt.wantNodes || (mc.Status.Allocatable != nil) != tt.wantOffering || (mc.Status.Capacity != nil) != tt.wantOffering {
 				t.Errorf("nodes %d, capacity %v, allocatable %v; want %d nodes, offering %v", mc.Status.Nodes, mc.Status.Capacity, mc.Status.Allocatable, tt.wantNodes, tt.wantOffering)
@@ -123,12 +123,43 @@ func TestSetStatusKeepsTransitionTime(t *testing.T) {
 	first := metav1.NewTime(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	later := metav1.NewTime(first.Add(time.Minute))
 	mc := &nestv1.MemberCluster{}
-	setStatus(mc, nil, nil, first)
-	setStatus(mc, nil, nil, later)
+	setStatus(mc, nil, nil, nil, first)
+	setStatus(mc, nil, nil, nil, later)
 	if c := meta.FindStatusCondition(mc.Status.Conditions, nestv1.ConditionReachable); !c.LastTransitionTime.Equal(&first) {
 		t.Errorf("Reachable moved at %v, want %v", c.LastTransitionTime, first)
 	}
 	if !mc.Status.LastProbeTime.Equal(&later) {
 		t.Errorf("lastProbeTime %v, want %v", mc.Status.LastProbeTime, later)
+	}
+}
+
+func TestInjectorConditionSumsUpTheGrants(t *testing.T) {
+	mc := &nestv1.MemberCluster{Spec: nestv1.MemberClusterSpec{Network: nestv1.MemberNetwork{NodePortAddress: "10.0.0.11"}}}
+	vc := func(ns, name string, members ...nestv1.MemberGrantStatus) nestv1.VirtualCluster {
+		return nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Status: nestv1.VirtualClusterStatus{Members: members}}
+	}
+	ready := nestv1.MemberGrantStatus{Name: "gpu", Ready: true, Namespace: "nest-a-1", InjectorReady: true}
+	waiting := nestv1.MemberGrantStatus{Name: "gpu", Ready: true, Namespace: "nest-b-2"}
+	notSetUp := nestv1.MemberGrantStatus{Name: "gpu", Namespace: "nest-c-3"}
+	elsewhere := nestv1.MemberGrantStatus{Name: "other", Ready: true, Namespace: "nest-d-4"}
+	for _, tt := range []struct {
+		name   string
+		mc     *nestv1.MemberCluster
+		vcs    []nestv1.VirtualCluster
+		status metav1.ConditionStatus
+		reason string
+	}{
+		{"no node-port address", &nestv1.MemberCluster{}, []nestv1.VirtualCluster{vc("vc-a", "a", ready)}, metav1.ConditionFalse, ReasonNoNodePortAddress},
+		{"no Ready grant here", mc, []nestv1.VirtualCluster{vc("vc-c", "c", notSetUp), vc("vc-d", "d", elsewhere)}, metav1.ConditionFalse, ReasonNoGrants},
+		{"one not answering", mc, []nestv1.VirtualCluster{vc("vc-a", "a", ready), vc("vc-b", "b", waiting)}, metav1.ConditionFalse, ReasonInjectorNotReady},
+		{"all answering", mc, []nestv1.VirtualCluster{vc("vc-a", "a", ready), vc("vc-c", "c", notSetUp)}, metav1.ConditionTrue, ReasonInjectorReady},
+	} {
+		c := injectorCondition(tt.mc, grantsOn(tt.vcs, "gpu"))
+		if c.Status != tt.status || c.Reason != tt.reason {
+			t.Errorf("%s: %s %s (%s); want %s %s", tt.name, c.Status, c.Reason, c.Message, tt.status, tt.reason)
+		}
+		if tt.reason == ReasonInjectorNotReady && !strings.Contains(c.Message, "vc-b/b (namespace nest-b-2)") {
+			t.Errorf("%s: message %q does not name the grant", tt.name, c.Message)
+		}
 	}
 }

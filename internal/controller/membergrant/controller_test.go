@@ -2,6 +2,8 @@ package membergrant
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"slices"
@@ -9,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -19,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
@@ -687,4 +691,63 @@ func waitVCGone(t *testing.T, vc *nestv1.VirtualCluster) {
 		}
 		return fmt.Errorf("still there (%v)", err)
 	})
+}
+
+func TestInjectorIsRegisteredForAMemberWithANodePortAddress(t *testing.T) {
+	ctx := context.Background()
+	createHostNamespace(t, "vc-inject")
+	createMember(t, "pool-inj", mlSelector, res("cpu", "8"))
+	mc := &nestv1.MemberCluster{}
+	if err := host.Get(ctx, client.ObjectKey{Name: "pool-inj"}, mc); err != nil {
+		t.Fatal(err)
+	}
+	mc.Spec.Network.NodePortAddress = "10.0.0.11"
+	if err := host.Update(ctx, mc); err != nil {
+		t.Fatal(err)
+	}
+	vc := createVC(t, newVC("vc-inject", "ml", map[string]string{"team": "ml"}, nestv1.MemberGrant{Name: "pool-inj", Resources: res("cpu", "1")}))
+	// Nothing serves the injector here (no nest-syncer): the dry run fails
+	// and the status says so.
+	st := waitGrant(t, vc, "pool-inj", true, "", "injector does not answer")
+	if st.InjectorReady {
+		t.Fatal("injectorReady is true with nothing serving the injector")
+	}
+	vc = getVC(t, vc)
+	ns := NamespaceName(vc, "pool-inj")
+	p := waitPlacement(t, vc, "pool-inj", "")
+	cfg, err := memberCS.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, InjectorConfigName(ns), metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the injector's webhook configuration in the member: %v", err)
+	}
+	hook := cfg.Webhooks[0]
+	svc := hook.ClientConfig.Service
+	if svc == nil || svc.Namespace != ns || svc.Name != syncer.MemberInjectorService || ptr.Deref(svc.Path, "") != syncer.InjectorPath ||
+		hook.NamespaceSelector.MatchLabels[corev1.LabelMetadataName] != ns || *hook.FailurePolicy != admissionregistrationv1.Fail {
+		t.Errorf("webhook %+v; want the member Service %s/%s, this namespace alone, failing closed", hook, ns, syncer.MemberInjectorService)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(hook.ClientConfig.CABundle) {
+		t.Fatal("caBundle holds no certificate")
+	}
+	block, _ := pem.Decode(p.InjectorCert)
+	if block == nil || len(p.InjectorKey) == 0 {
+		t.Fatal("the placement has no injector certificate and key")
+	}
+	leaf, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, DNSName: syncer.MemberInjectorService + "." + ns + ".svc"}); err != nil {
+		t.Errorf("the injector's certificate does not verify against the webhook's caBundle for its Service: %v", err)
+	}
+
+	setGrants(t, vc)
+	eventually(t, "the webhook configuration removed with the grant", func() error {
+		_, err := memberCS.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, InjectorConfigName(ns), metav1.GetOptions{})
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("get: %v", err)
+		}
+		return nil
+	})
+	finalizeNamespace(t, ns)
 }

@@ -242,14 +242,54 @@ func (r *Reconciler) setUpGrant(ctx context.Context, s *grantState, g nestv1.Mem
 	if f != nil {
 		return grantStatus(g.Name, ns, alloc, f), nil, time.Time{}, nil
 	}
-	return grantStatus(g.Name, ns, alloc, nil), &syncer.MemberPlacement{
+	placement := &syncer.MemberPlacement{
 		Name: g.Name, Namespace: ns,
 		Server: m.config.Host, CAData: m.config.CAData, TLSServerName: m.config.ServerName,
 		Token: token, TokenExpiry: expiry.UTC(),
 		APIServerAddress: mc.Spec.Network.APIServerAddress, DNSAddress: mc.Spec.Network.DNSAddress,
 		NodePortAddress: mc.Spec.Network.NodePortAddress,
 		Nodes:           mc.Status.Nodes, Allocatable: alloc,
-	}, renewAt, nil
+	}
+	st := grantStatus(g.Name, ns, alloc, nil)
+	if f := r.setUpInjector(ctx, m, s.vc, placement, old, &st); f != nil {
+		return grantStatus(g.Name, ns, alloc, f), nil, time.Time{}, nil
+	}
+	if mc.Spec.Network.NodePortAddress != "" && !st.InjectorReady {
+		// The path to the injector appears once nest-syncer has the
+		// placement: look again soon.
+		renewAt = minTime(renewAt, r.now().Add(r.retryInterval()))
+	}
+	return st, placement, renewAt, nil
+}
+
+// setUpInjector registers the grant's network injector when the member has
+// a node-port address (its certificate goes into p), or removes it when it
+// has none, and records in st whether it works.
+func (r *Reconciler) setUpInjector(ctx context.Context, m *memberConn, vc *nestv1.VirtualCluster, p, old *syncer.MemberPlacement, st *nestv1.MemberGrantStatus) *grantFailure {
+	if p.NodePortAddress == "" {
+		return deleteInjector(ctx, m, vc, p.Namespace)
+	}
+	cert, key, err := injectorCert(old, p.Namespace, r.now())
+	if err != nil {
+		return &grantFailure{ReasonSetupFailed, "issue the injector's certificate: " + err.Error()}
+	}
+	if f := applyInjector(ctx, m, vc, p.Namespace, cert); f != nil {
+		return f
+	}
+	p.InjectorCert, p.InjectorKey = cert, key
+	ready, why := probeInjector(ctx, m, vc, p.Namespace)
+	st.InjectorReady = ready
+	if !ready {
+		st.Message += "; the network injector does not answer yet: " + why
+	}
+	return nil
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // removeGrants deletes the member namespaces of grants that left the spec,
@@ -311,6 +351,9 @@ func (r *Reconciler) removeGrant(ctx context.Context, vc *nestv1.VirtualCluster,
 	m, f, err := r.connect(ctx, mc)
 	if err != nil {
 		return nil, err
+	}
+	if f == nil {
+		f = deleteInjector(ctx, m, vc, ns)
 	}
 	if f == nil {
 		var gone bool
