@@ -17,7 +17,6 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/klog/v2"
 )
 
 // The network injector: a mutating admission webhook in each member
@@ -151,7 +150,9 @@ func (t Translator) review(req *admissionv1.AdmissionRequest) *admissionv1.Admis
 	return resp
 }
 
-// ServeHTTP answers AdmissionReviews (admission.k8s.io/v1) at InjectorPath.
+// serveInjection answers AdmissionReviews (admission.k8s.io/v1) at
+// InjectorPath: a response for every review it can read, an HTTP error
+// for anything else.
 func (t Translator) serveInjection(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		http.Error(w, "POST an AdmissionReview", http.StatusMethodNotAllowed)
@@ -209,15 +210,6 @@ func (s *syncer) serveInjector(ctx context.Context, ip string, port int32) error
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc(InjectorPath, s.o.Translator.serveInjection)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		<-ctx.Done()
-		_ = srv.Close()
-	}()
-	go func() {
-		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			klog.FromContext(ctx).Error(err, "Member injector stopped")
-		}
-	}()
+	serveUntilDone(ctx, &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, l, "Member injector")
 	return nil
 }

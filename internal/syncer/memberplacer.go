@@ -140,10 +140,12 @@ func (m *memberPlacer) placements() (map[string]MemberPlacement, error) {
 
 // restartNeeded reports whether a running member syncer must be started
 // again for the placement: where or how it reaches the member changed. A
-// new token, node count or size is handed to the running one.
+// new token, node count, size or injector certificate is handed to the
+// running one.
 func restartNeeded(was, is MemberPlacement) bool {
 	for _, p := range []*MemberPlacement{&was, &is} {
 		p.Token, p.TokenExpiry, p.Nodes, p.Allocatable = "", time.Time{}, 0, nil
+		p.InjectorCert, p.InjectorKey = nil, nil
 	}
 	return !reflect.DeepEqual(was, is)
 }

@@ -79,14 +79,17 @@ func TestOnlyAChangedMemberRestartsAMemberSyncer(t *testing.T) {
 	changed := was
 	changed.Token, changed.TokenExpiry, changed.Nodes = "t2", time.Now(), 0
 	changed.Allocatable = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("2")}
+	changed.InjectorCert, changed.InjectorKey = []byte("renewed cert"), []byte("renewed key")
 	if restartNeeded(was, changed) {
-		t.Error("a renewed token, a new node count or a new size restarts the member syncer")
+		t.Error("a renewed token or injector certificate, a new node count or a new size restarts the member syncer")
 	}
 	moved := was
 	moved.Namespace = "elsewhere"
 	elsewhere := was
 	elsewhere.Server = "https://127.0.0.1:2"
-	for name, p := range map[string]MemberPlacement{"namespace": moved, "server": elsewhere} {
+	exposed := was
+	exposed.NodePortAddress = "10.0.0.11"
+	for name, p := range map[string]MemberPlacement{"namespace": moved, "server": elsewhere, "node-port address": exposed} {
 		if !restartNeeded(was, p) {
 			t.Errorf("a new %s does not restart the member syncer", name)
 		}

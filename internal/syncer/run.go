@@ -558,16 +558,22 @@ func (s *syncer) serveKubeletAPI(ctx context.Context) error {
 	mux.Handle("/metrics", nodeMetricsHandler(pods))
 	srv := &http.Server{Handler: onlyCommonName(s.o.KubeletClientName, mux), ReadHeaderTimeout: 10 * time.Second}
 	s.kubeletSrv = srv
+	serveUntilDone(ctx, srv, l, "Kubelet API")
+	return nil
+}
+
+// serveUntilDone serves srv on l in the background and closes it when ctx
+// ends; a failure is logged as what's.
+func serveUntilDone(ctx context.Context, srv *http.Server, l net.Listener, what string) {
 	go func() {
 		<-ctx.Done()
 		_ = srv.Close()
 	}()
 	go func() {
 		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			klog.FromContext(ctx).Error(err, "Kubelet API stopped")
+			klog.FromContext(ctx).Error(err, what+" stopped")
 		}
 	}()
-	return nil
 }
 
 // closeKubeletAPI closes the kubelet API's listener and connections.
