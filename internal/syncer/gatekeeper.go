@@ -96,19 +96,30 @@ func isTerminalPod(p *corev1.Pod) bool {
 	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
 }
 
-// holdPod marks a pod the grant has no room for Pending with reason
-// QuotaExceeded, and records a warning event the first time.
+// ReasonInjectorUnavailable is the tenant pod's status reason while the
+// member's network injector does not answer (its path through the host is
+// still being made, or the host is unreachable from the member): the
+// member refuses every pod of the namespace then, and the pod waits.
+const ReasonInjectorUnavailable = "InjectorUnavailable"
+
+// holdPod marks a pod Pending, with reason ReasonInjectorUnavailable when
+// r says so and else ReasonQuotaExceeded (the grant has no room for it),
+// and records a warning event the first time.
 func (p *podProvider) holdPod(pod *corev1.Pod, r *Rejection, retry func(string)) {
+	reason, why := ReasonQuotaExceeded, "the member cluster grant has no room for the pod: "
+	if r.Reason == ReasonInjectorUnavailable {
+		reason, why = ReasonInjectorUnavailable, "the member cluster's network injector does not answer yet: "
+	}
 	key := pod.Namespace + "/" + pod.Name
 	if p.gate.hold(key) {
-		p.recorder.Event(pod, corev1.EventTypeWarning, ReasonQuotaExceeded, r.Message)
+		p.recorder.Event(pod, corev1.EventTypeWarning, reason, r.Message)
 	}
 	retry(key)
 	if notify := p.callback(); notify != nil {
 		view := pod.DeepCopy()
 		view.Status = corev1.PodStatus{
-			Phase: corev1.PodPending, Reason: ReasonQuotaExceeded,
-			Message:  "the member cluster grant has no room for the pod: " + r.Message,
+			Phase: corev1.PodPending, Reason: reason,
+			Message:  why + r.Message,
 			QOSClass: pod.Status.QOSClass, Conditions: pod.Status.Conditions,
 		}
 		notify(view)

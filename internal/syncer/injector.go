@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/net/netutil"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,8 +41,12 @@ const (
 	InjectorPath          = "/inject"
 )
 
-// maxAdmissionReview bounds the request body the injector reads.
-const maxAdmissionReview = 4 << 20
+// maxAdmissionReview bounds the request body the injector reads, and
+// maxInjectorConns the connections it serves at once.
+const (
+	maxAdmissionReview = 4 << 20
+	maxInjectorConns   = 64
+)
 
 // InjectedPod returns pod as the injector admits it into the member
 // namespace of the translator's tenant: every container and init container
@@ -200,16 +205,21 @@ func (c *injectorCert) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	return c.cert, nil
 }
 
-// serveInjector serves the member's injector on ip:port until ctx ends.
-func (s *syncer) serveInjector(ctx context.Context, ip string, port int32) error {
+// serveInjector serves the member's injector on ip:port until ctx ends or
+// the returned server is closed. Bodies are bounded, and so are the time
+// and connections each client takes: anything that reaches the host's
+// node ports reaches it.
+func (s *syncer) serveInjector(ctx context.Context, ip string, port int32) (*http.Server, error) {
 	certs := &injectorCert{placement: func() *MemberPlacement { return s.placement.Load() }}
 	l, err := tls.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(int(port))),
 		&tls.Config{GetCertificate: certs.get, MinVersion: tls.VersionTLS12})
 	if err != nil {
-		return fmt.Errorf("injector listener: %w", err)
+		return nil, fmt.Errorf("injector listener: %w", err)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc(InjectorPath, s.o.Translator.serveInjection)
-	serveUntilDone(ctx, &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, l, "Member injector")
-	return nil
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second,
+		IdleTimeout: time.Minute, MaxHeaderBytes: 64 << 10}
+	serveUntilDone(ctx, srv, netutil.LimitListener(l, maxInjectorConns), "Member injector")
+	return srv, nil
 }

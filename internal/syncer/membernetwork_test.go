@@ -133,10 +133,10 @@ func TestCorefileHasAViewPerMemberSlot(t *testing.T) {
 		rest := c[i:]
 		end := strings.Index(rest, "\n}\n")
 		view := rest[:end]
-		if !strings.Contains(view, "hosts /dns/"+MemberHostsFileName(slot)+" cluster.local") || !strings.Contains(view, "file /dns/zone cluster.local") {
-			t.Errorf("view of slot %d:\n%s\nwant its hosts file, then the cluster zone", slot, view)
+		if !strings.Contains(view, "hosts /dns/"+MemberHostsFileName(slot)+" cluster.local") || !strings.Contains(view, "file /dns/reverse cluster.local") {
+			t.Errorf("view of slot %d:\n%s\nwant its hosts file, then the SOA-only zone", slot, view)
 		}
-		if strings.Contains(view, "/dns/hosts ") || strings.Contains(view, "forward") {
+		if strings.Contains(view, "/dns/hosts ") || strings.Contains(view, "/dns/zone") || strings.Contains(view, "forward") {
 			t.Errorf("view of slot %d reads the tenant's own records or forwards:\n%s", slot, view)
 		}
 	}

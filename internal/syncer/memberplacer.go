@@ -106,6 +106,7 @@ func (m *memberPlacer) sync(ctx context.Context, _ string) (time.Duration, error
 			errs = append(errs, m.deleteNode(ctx, name, r.port))
 		}
 	}
+	errs = append(errs, m.sweep(ctx, want))
 	// One bad placement does not keep the others from starting.
 	for _, name := range slices.Sorted(maps.Keys(want)) {
 		if _, ok := m.running[name]; ok {
@@ -240,18 +241,59 @@ func (m *memberPlacer) network(o Options, p MemberPlacement, port int32, member 
 
 // deleteNode removes the tenant node of a member the tenant may no longer
 // use, and the host Service that exposed the tenant to it: the tenant's pod
-// garbage collector then deletes the pods bound to the node.
+// garbage collector then deletes the pods bound to the node. What fails
+// here is found again by sweep.
 func (m *memberPlacer) deleteNode(ctx context.Context, member string, port int32) error {
-	if err := removeMemberNetwork(ctx, m.parent.provider.host, m.parent.o.HostNamespace, m.parent.o.VirtualCluster, member, m.parent.o.DNSDir,
-		int(port-firstMemberKubeletPort)); err != nil {
-		return err
-	}
+	errs := []error{removeMemberNetwork(ctx, m.parent.provider.host, m.parent.o.HostNamespace, m.parent.o.VirtualCluster, member, m.parent.o.DNSDir,
+		int(port-firstMemberKubeletPort))}
 	name := MemberNodeName(member)
-	err := m.parent.tenant.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete member node %s: %w", name, err)
+	if err := m.parent.tenant.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		errs = append(errs, fmt.Errorf("delete member node %s: %w", name, err))
 	}
-	return nil
+	return errors.Join(errs...)
+}
+
+// sweep deletes what revoked members left: tenant member nodes and host
+// Services of members the placements no longer name (or name without a
+// node-port address), such as those of a member revoked while nest-syncer
+// was down, or whose deletion failed before.
+func (m *memberPlacer) sweep(ctx context.Context, want map[string]MemberPlacement) error {
+	var errs []error
+	nodes, err := m.parent.tenant.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: MemberTaintKey})
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, n := range nodesOf(nodes) {
+		if _, ok := want[n.Labels[MemberTaintKey]]; ok || n.Name != MemberNodeName(n.Labels[MemberTaintKey]) {
+			continue
+		}
+		if err := m.parent.tenant.CoreV1().Nodes().Delete(ctx, n.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
+	host := m.parent.provider.host.CoreV1().Services(m.parent.o.HostNamespace)
+	services, err := host.List(ctx, metav1.ListOptions{LabelSelector: LabelTenantOf + "=" + m.parent.o.VirtualCluster + "," + LabelMemberNetwork})
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if services != nil {
+		for _, svc := range services.Items {
+			if p, ok := want[svc.Labels[LabelMemberNetwork]]; ok && p.NodePortAddress != "" {
+				continue
+			}
+			if err := host.Delete(ctx, svc.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func nodesOf(l *corev1.NodeList) []corev1.Node {
+	if l == nil {
+		return nil
+	}
+	return l.Items
 }
 
 // freePort returns the lowest member kubelet port no running member holds.
@@ -370,8 +412,16 @@ func (s *syncer) runMember(ctx context.Context, member kubernetes.Interface) err
 	defer s.closeKubeletAPI()
 	go s.watchMember(ctx, member)
 	if s.network != nil && s.o.NodeIP != "" {
-		if err := s.serveInjector(ctx, s.o.NodeIP, FirstMemberInjectorPort+s.kubeletPort()-firstMemberKubeletPort); err != nil {
+		srv, err := s.serveInjector(ctx, s.o.NodeIP, FirstMemberInjectorPort+s.kubeletPort()-firstMemberKubeletPort)
+		if err != nil {
 			return err
+		}
+		// Closed before runMember returns, as the kubelet API is.
+		defer func() { _ = srv.Close() }()
+		// The way back to the tenant (DNS, the injector) before the node
+		// is Ready; the network syncer keeps it from then on.
+		if _, err := s.network.sync(ctx, memberNetworkKey); err != nil {
+			klog.FromContext(ctx).Info("The member's network is not complete yet; pods wait for the injector", "err", err.Error())
 		}
 	}
 	return s.runNode(ctx)

@@ -323,6 +323,27 @@ func TestGatekeeperHoldsAPodTheMemberQuotaRefuses(t *testing.T) {
 	}
 }
 
+func TestGatekeeperHoldsAPodWhileTheInjectorDoesNotAnswer(t *testing.T) {
+	pod := gpuPod("early", 1)
+	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+	tenant, member := fake.NewClientset(pod), fake.NewClientset()
+	member.PrependReactor("create", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewInternalError(errors.New(`failed calling webhook "inject.nest.dev": failed to call webhook: Post "https://nest-injector.nest-alpha-0123456789.svc:443/inject": service "nest-injector" not found`))
+	})
+	s := memberSyncer(t, tenant, member)
+	var notified []*corev1.Pod
+	s.provider.notify = func(p *corev1.Pod) { notified = append(notified, p) }
+	if err := s.provider.CreatePod(context.Background(), pod); err != nil {
+		t.Fatalf("CreatePod = %v; a pod the injector could not see is held, not failed (restartPolicy Never would fail it for good)", err)
+	}
+	if len(notified) != 1 || notified[0].Status.Reason != ReasonInjectorUnavailable || !s.provider.gate.isHeld("shop/early") {
+		t.Fatalf("tenant status %+v, held %v; want Pending InjectorUnavailable and held", notified, s.provider.gate.keys())
+	}
+	if s.provider.capacity.admitted[pod.UID] {
+		t.Error("a held pod still holds room in the grant")
+	}
+}
+
 func TestResizingAMemberNodeAdmitsAtTheNewSize(t *testing.T) {
 	over := gpuPod("over", 2)
 	tenant, member := fake.NewClientset(over), fake.NewClientset()

@@ -107,6 +107,14 @@ func (p *podProvider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 		p.holdPod(pod, &Rejection{Reason: ReasonQuotaExceeded, Message: err.Error()}, p.retryHeld)
 		return nil
 	}
+	if p.gate != nil && isWebhookUnavailable(err) {
+		// With the injector's failurePolicy Fail, a member that cannot
+		// reach it refuses the pod; a pod with restartPolicy Never would
+		// fail for good if this were an error.
+		p.capacity.forget(pod.UID)
+		p.holdPod(pod, &Rejection{Reason: ReasonInjectorUnavailable, Message: err.Error()}, p.retryHeld)
+		return nil
+	}
 	return err
 }
 
@@ -114,6 +122,12 @@ func (p *podProvider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 // create by a ResourceQuota.
 func isQuotaExceeded(err error) bool {
 	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota")
+}
+
+// isWebhookUnavailable reports whether the API server could not call an
+// admission webhook (kube-apiserver answers 500 "failed calling webhook").
+func isWebhookUnavailable(err error) bool {
+	return apierrors.IsInternalError(err) && strings.Contains(err.Error(), "failed calling webhook")
 }
 
 // createBackoff paces CreatePod's retries: about 1.5 s in all.

@@ -221,14 +221,16 @@ func (t Translator) APIServerRecord() DNSRecord {
 // Each member slot has a view of its own on FirstMemberDNSPort+slot, for
 // the tenant's pods in that member: the names in the slot's hosts file
 // (MemberHostsFileName, next to hostsPath), which memberNetwork writes with
-// the member's addresses, then the same cluster zone, so every other name
-// under the cluster domain is NXDOMAIN there.
+// the member's addresses, then the static SOA-only zone at reversePath
+// (ZoneFile) for the cluster domain, so every other name under it, SRV
+// records and ExternalName CNAMEs included, is NXDOMAIN there.
 func Corefile(port int, hostsPath, zonePath, reversePath, clusterDomain string, healthPort int) string {
-	return mainView(port, hostsPath, zonePath, reversePath, clusterDomain, healthPort) + memberViews(path.Dir(hostsPath), zonePath, clusterDomain)
+	return mainView(port, hostsPath, zonePath, reversePath, clusterDomain, healthPort) + memberViews(path.Dir(hostsPath), reversePath, clusterDomain)
 }
 
-// memberViews are the Corefile's server blocks of the member views.
-func memberViews(dir, zonePath, clusterDomain string) string {
+// memberViews are the Corefile's server blocks of the member views; soaPath
+// is a zone file with the SOA alone.
+func memberViews(dir, soaPath, clusterDomain string) string {
 	var b strings.Builder
 	for slot := range MaxMembers {
 		fmt.Fprintf(&b, `.:%d {
@@ -238,11 +240,9 @@ func memberViews(dir, zonePath, clusterDomain string) string {
         ttl 5
         fallthrough
     }
-    file %s %s {
-        reload 1s
-    }
+    file %s %s
 }
-`, FirstMemberDNSPort+slot, path.Join(dir, MemberHostsFileName(slot)), clusterDomain, zonePath, clusterDomain)
+`, FirstMemberDNSPort+slot, path.Join(dir, MemberHostsFileName(slot)), clusterDomain, soaPath, clusterDomain)
 	}
 	return b.String()
 }

@@ -81,11 +81,13 @@ func applyInjector(ctx context.Context, m *memberConn, vc *nestv1.VirtualCluster
 
 // deleteInjector removes the grant's webhook configuration: before its
 // namespace goes, or when the member no longer has a node-port address.
-// A configuration without Nest's labels for vc is left alone.
+// A configuration without Nest's labels for vc is left alone, and so is
+// one the member's kubeconfig may not read: a member registered without a
+// node-port address need not grant that, and never had one.
 func deleteInjector(ctx context.Context, m *memberConn, vc *nestv1.VirtualCluster, ns string) *grantFailure {
 	name := InjectorConfigName(ns)
 	cfg, err := m.cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
+	if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
 		return nil
 	}
 	if err != nil {

@@ -277,7 +277,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return b.
 		Watches(&nestv1.VirtualCluster{}, handler.EnqueueRequestsFromMapFunc(r.othersInNamespace), builder.WithPredicates(onlyDeletes)).
 		Watches(&nestv1.GlobalNode{}, handler.EnqueueRequestsFromMapFunc(holderOf)).
-		Watches(&nestv1.MemberCluster{}, handler.EnqueueRequestsFromMapFunc(r.granteesOf)).
+		Watches(&nestv1.MemberCluster{}, handler.EnqueueRequestsFromMapFunc(r.granteesOf), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WatchesRawSource(source.Channel(r.Health.Changes(), &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
 		Named("virtualcluster").
