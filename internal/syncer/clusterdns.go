@@ -43,10 +43,15 @@ const (
 // server, because DNSServer also answers for kubernetes.default.svc (see
 // APIServerRecord), as the host's in-cluster Service does.
 func clusterDNSPorts() []corev1.ServicePort {
+	return append(dnsPorts(intstr.FromInt32(DefaultDNSPort)), corev1.ServicePort{Name: "https", Port: 443, Protocol: corev1.ProtocolTCP})
+}
+
+// dnsPorts are a DNS Service's ports: "dns" over UDP and "dns-tcp" over
+// TCP, both 53, to target (none when it is the zero value).
+func dnsPorts(target intstr.IntOrString) []corev1.ServicePort {
 	return []corev1.ServicePort{
-		{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromInt32(DefaultDNSPort)},
-		{Name: "dns-tcp", Port: 53, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(DefaultDNSPort)},
-		{Name: "https", Port: 443, Protocol: corev1.ProtocolTCP},
+		{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP, TargetPort: target},
+		{Name: "dns-tcp", Port: 53, Protocol: corev1.ProtocolTCP, TargetPort: target},
 	}
 }
 

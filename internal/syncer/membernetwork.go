@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -93,14 +94,7 @@ func MemberHostService(vc, member string) string {
 	}
 	sum := sha256.Sum256([]byte(vc + "/" + member))
 	suffix := "-" + hex.EncodeToString(sum[:])[:hashLen]
-	return trimDashes(name[:maxHostName-len(suffix)]) + suffix
-}
-
-func trimDashes(s string) string {
-	for len(s) > 0 && (s[len(s)-1] == '-' || s[len(s)-1] == '.') {
-		s = s[:len(s)-1]
-	}
-	return s
+	return strings.TrimRight(name[:maxHostName-len(suffix)], "-.") + suffix
 }
 
 // nodePortName is the host Service port that carries tenant node port n.
@@ -145,12 +139,8 @@ func MemberExposedServices(services []*corev1.Service) (exposed []*corev1.Servic
 // view of slot over UDP and TCP, and each exposed node port, to the same
 // port of the control-plane pod.
 func memberHostPorts(slot int, exposed []*corev1.Service) []corev1.ServicePort {
-	dns := intstr.FromInt32(int32(FirstMemberDNSPort + slot))
-	ports := []corev1.ServicePort{
-		{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53, TargetPort: dns},
-		{Name: "dns-tcp", Protocol: corev1.ProtocolTCP, Port: 53, TargetPort: dns},
-		{Name: "injector", Protocol: corev1.ProtocolTCP, Port: 443, TargetPort: intstr.FromInt32(int32(FirstMemberInjectorPort + slot))},
-	}
+	ports := append(dnsPorts(intstr.FromInt32(int32(FirstMemberDNSPort+slot))),
+		corev1.ServicePort{Name: "injector", Protocol: corev1.ProtocolTCP, Port: 443, TargetPort: intstr.FromInt32(int32(FirstMemberInjectorPort + slot))})
 	for _, svc := range exposed {
 		for _, p := range svc.Spec.Ports {
 			ports = append(ports, corev1.ServicePort{Name: nodePortName(p.NodePort), Protocol: corev1.ProtocolTCP, Port: p.NodePort, TargetPort: intstr.FromInt32(p.NodePort)})
@@ -179,11 +169,7 @@ type memberSideService struct {
 // out until it has.
 func (t Translator) memberSideServices(nodePortAddress, apiHost string, apiPort int32, exposed []*corev1.Service, hostNodePorts map[string]int32) []memberSideService {
 	out := []memberSideService{{
-		name: memberDNSService, tenant: "",
-		ports: []corev1.ServicePort{
-			{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53},
-			{Name: "dns-tcp", Protocol: corev1.ProtocolTCP, Port: 53},
-		},
+		name: memberDNSService, tenant: "", ports: dnsPorts(intstr.IntOrString{}),
 		address: nodePortAddress, targets: map[string]int32{"dns": hostNodePorts["dns"], "dns-tcp": hostNodePorts["dns-tcp"]},
 	}}
 	if np := hostNodePorts["injector"]; np != 0 {
@@ -404,13 +390,9 @@ func applySlice(ctx context.Context, c kubernetes.Interface, namespace string, s
 // nameserver. Its EndpointSlice follows once memberNetwork has the host's
 // node ports.
 func ensureMemberDNSService(ctx context.Context, member kubernetes.Interface, namespace string, lbls map[string]string) (string, error) {
-	ports := []corev1.ServicePort{
-		{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53},
-		{Name: "dns-tcp", Protocol: corev1.ProtocolTCP, Port: 53},
-	}
 	svc, err := member.CoreV1().Services(namespace).Apply(ctx,
 		corev1ac.Service(memberDNSService, namespace).WithLabels(lbls).
-			WithSpec(corev1ac.ServiceSpec().WithType(corev1.ServiceTypeClusterIP).WithPorts(servicePortConfigs(ports)...)),
+			WithSpec(corev1ac.ServiceSpec().WithType(corev1.ServiceTypeClusterIP).WithPorts(servicePortConfigs(dnsPorts(intstr.IntOrString{}))...)),
 		metav1.ApplyOptions{FieldManager: fieldManager, Force: true})
 	if err != nil {
 		return "", fmt.Errorf("member Service %s/%s: %w", namespace, memberDNSService, err)

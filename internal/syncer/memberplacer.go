@@ -262,8 +262,9 @@ func (m *memberPlacer) sweep(ctx context.Context, want map[string]MemberPlacemen
 	nodes, err := m.parent.tenant.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: MemberTaintKey})
 	if err != nil {
 		errs = append(errs, err)
+		nodes = &corev1.NodeList{}
 	}
-	for _, n := range nodesOf(nodes) {
+	for _, n := range nodes.Items {
 		if _, ok := want[n.Labels[MemberTaintKey]]; ok || n.Name != MemberNodeName(n.Labels[MemberTaintKey]) {
 			continue
 		}
@@ -275,25 +276,17 @@ func (m *memberPlacer) sweep(ctx context.Context, want map[string]MemberPlacemen
 	services, err := host.List(ctx, metav1.ListOptions{LabelSelector: LabelTenantOf + "=" + m.parent.o.VirtualCluster + "," + LabelMemberNetwork})
 	if err != nil {
 		errs = append(errs, err)
+		services = &corev1.ServiceList{}
 	}
-	if services != nil {
-		for _, svc := range services.Items {
-			if p, ok := want[svc.Labels[LabelMemberNetwork]]; ok && p.NodePortAddress != "" {
-				continue
-			}
-			if err := host.Delete(ctx, svc.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-				errs = append(errs, err)
-			}
+	for _, svc := range services.Items {
+		if p, ok := want[svc.Labels[LabelMemberNetwork]]; ok && p.NodePortAddress != "" {
+			continue
+		}
+		if err := host.Delete(ctx, svc.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func nodesOf(l *corev1.NodeList) []corev1.Node {
-	if l == nil {
-		return nil
-	}
-	return l.Items
 }
 
 // freePort returns the lowest member kubelet port no running member holds.

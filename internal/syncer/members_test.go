@@ -303,44 +303,37 @@ func TestMemberPlacerStartsRenewsAndStopsMemberSyncers(t *testing.T) {
 	}
 }
 
-func TestGatekeeperHoldsAPodTheMemberQuotaRefuses(t *testing.T) {
-	pod := gpuPod("defaulted", 1)
-	tenant, member := fake.NewClientset(pod), fake.NewClientset()
-	member.PrependReactor("create", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
-		return true, nil, apierrors.NewForbidden(corev1.Resource("pods"), "x", errors.New("exceeded quota: nest-grant, requested: requests.cpu=100m, used: requests.cpu=2, limited: requests.cpu=2"))
-	})
-	s := memberSyncer(t, tenant, member)
-	var notified []*corev1.Pod
-	s.provider.notify = func(p *corev1.Pod) { notified = append(notified, p) }
-	if err := s.provider.CreatePod(context.Background(), pod); err != nil {
-		t.Fatalf("CreatePod = %v; a pod the member quota refuses is held, not failed", err)
-	}
-	if len(notified) != 1 || notified[0].Status.Reason != ReasonQuotaExceeded || !s.provider.gate.isHeld("shop/defaulted") {
-		t.Fatalf("tenant status %+v, held %v; want Pending QuotaExceeded and held", notified, s.provider.gate.keys())
-	}
-	if s.provider.capacity.admitted[pod.UID] {
-		t.Error("a pod the member refused still holds room in the grant")
-	}
-}
-
-func TestGatekeeperHoldsAPodWhileTheInjectorDoesNotAnswer(t *testing.T) {
-	pod := gpuPod("early", 1)
-	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
-	tenant, member := fake.NewClientset(pod), fake.NewClientset()
-	member.PrependReactor("create", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
-		return true, nil, apierrors.NewInternalError(errors.New(`failed calling webhook "inject.nest.dev": failed to call webhook: Post "https://nest-injector.nest-alpha-0123456789.svc:443/inject": service "nest-injector" not found`))
-	})
-	s := memberSyncer(t, tenant, member)
-	var notified []*corev1.Pod
-	s.provider.notify = func(p *corev1.Pod) { notified = append(notified, p) }
-	if err := s.provider.CreatePod(context.Background(), pod); err != nil {
-		t.Fatalf("CreatePod = %v; a pod the injector could not see is held, not failed (restartPolicy Never would fail it for good)", err)
-	}
-	if len(notified) != 1 || notified[0].Status.Reason != ReasonInjectorUnavailable || !s.provider.gate.isHeld("shop/early") {
-		t.Fatalf("tenant status %+v, held %v; want Pending InjectorUnavailable and held", notified, s.provider.gate.keys())
-	}
-	if s.provider.capacity.admitted[pod.UID] {
-		t.Error("a held pod still holds room in the grant")
+// A create the member refuses for a reason that passes (its quota is full,
+// the injector does not answer yet) holds the pod, as one over the grant:
+// a pod with restartPolicy Never would otherwise fail for good.
+func TestGatekeeperHoldsAPodTheMemberRefusesForNow(t *testing.T) {
+	for _, tt := range []struct {
+		name, reason string
+		refusal      error
+	}{
+		{"the member quota", ReasonQuotaExceeded, apierrors.NewForbidden(corev1.Resource("pods"), "x",
+			errors.New("exceeded quota: nest-grant, requested: requests.cpu=100m, used: requests.cpu=2, limited: requests.cpu=2"))},
+		{"the injector", ReasonInjectorUnavailable, apierrors.NewInternalError(errors.New(
+			`failed calling webhook "inject.nest.dev": failed to call webhook: Post "https://nest-injector.nest-alpha-0123456789.svc:443/inject": service "nest-injector" not found`))},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			pod := gpuPod("refused", 1)
+			pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+			tenant, member := fake.NewClientset(pod), fake.NewClientset()
+			member.PrependReactor("create", "pods", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, tt.refusal })
+			s := memberSyncer(t, tenant, member)
+			var notified []*corev1.Pod
+			s.provider.notify = func(p *corev1.Pod) { notified = append(notified, p) }
+			if err := s.provider.CreatePod(context.Background(), pod); err != nil {
+				t.Fatalf("CreatePod = %v; a pod the member refuses for now is held, not failed", err)
+			}
+			if len(notified) != 1 || notified[0].Status.Reason != tt.reason || !s.provider.gate.isHeld("shop/refused") {
+				t.Fatalf("tenant status %+v, held %v; want Pending %s and held", notified, s.provider.gate.keys(), tt.reason)
+			}
+			if s.provider.capacity.admitted[pod.UID] {
+				t.Error("a pod the member refused still holds room in the grant")
+			}
+		})
 	}
 }
 
