@@ -110,11 +110,12 @@ bench-member: build
 bench-density: build
 	NEST_BIN_DIR=$(BIN) go test -run '^$$' -bench Density -benchtime 1x -timeout 60m -v ./test/e2e/
 
-## conformance-build: the upstream conformance suite (e2e.test, built from k8s/conformance at the pinned Kubernetes version), the ginkgo CLI and the binaries of the upstream test images (agnhost, nonewprivs, sample-apiserver), into _output/bin
+## conformance-build: the upstream conformance suite (e2e.test, built from k8s/conformance at the pinned Kubernetes version), the ginkgo CLI and the binaries of the upstream test images (agnhost, nonewprivs, sample-apiserver, upstream busybox), into _output/bin
 # Not part of build: a large compile that only conformance runs need (docs/conformance.md).
 conformance-build:
 	cd k8s && go test -c -ldflags '$(K8S_LDFLAGS)' -o $(BIN)/e2e.test ./conformance
 	cd k8s && go build -ldflags '-s -w' -o $(BIN)/ github.com/onsi/ginkgo/v2/ginkgo k8s.io/kubernetes/test/images/agnhost k8s.io/kubernetes/test/images/nonewprivs k8s.io/sample-apiserver
+	hack/build-busybox.sh $(BIN)/busybox
 
 ## conformance: every [Conformance] spec against a tenant of a fresh local host cluster (root, about an hour); FOCUS, SKIP (ginkgo regexps) and PROCS narrow it; report in _output/conformance
 conformance: build conformance-build

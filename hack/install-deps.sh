@@ -2,17 +2,20 @@
 # Installs what Nest's build and local host cluster need on a Debian machine:
 # containerd, runc, the CNI plugins, iptables, nftables, iproute2, busybox-static,
 # Debian's Chromium, which the dashboard's browser test drives, and curl, dig and
-# nc, which the conformance suite's agnhost image carries (internal/images).
+# nc, which the conformance suite's agnhost image carries (internal/images),
+# and gcc, make, libc6-dev and bzip2, which build upstream busybox for its
+# busybox images (hack/build-busybox.sh).
 # Go itself must already be installed (go.mod says which version).
 set -euo pipefail
 
-packages=(containerd runc containernetworking-plugins iptables nftables iproute2 busybox-static util-linux procps kmod chromium curl bind9-dnsutils netcat-openbsd)
+packages=(containerd runc containernetworking-plugins iptables nftables iproute2 busybox-static util-linux procps kmod chromium curl bind9-dnsutils netcat-openbsd gcc make libc6-dev bzip2)
 # Each package with a file that proves it is installed.
 declare -A probe=(
   [containerd]=/usr/bin/containerd [runc]=/usr/sbin/runc [containernetworking-plugins]=/usr/lib/cni/bridge
   [iptables]=/usr/sbin/iptables [nftables]=/usr/sbin/nft [iproute2]=/usr/sbin/ip [busybox-static]=/bin/busybox
   [util-linux]=/usr/bin/nsenter [procps]=/usr/sbin/sysctl [kmod]=/usr/sbin/modprobe [chromium]=/usr/bin/chromium
   [curl]=/usr/bin/curl [bind9-dnsutils]=/usr/bin/dig [netcat-openbsd]=/usr/bin/nc.openbsd
+  [gcc]=/usr/bin/gcc [make]=/usr/bin/make [libc6-dev]=/usr/include/stdio.h [bzip2]=/usr/bin/bzip2
 )
 
 missing=()

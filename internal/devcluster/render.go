@@ -45,6 +45,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   enable_selinux = false
   max_container_log_line_size = 16384
 
+  # Per-registry hosts.toml files (a Mirror's); none by default.
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "{{.Dir}}/{{.CertsDir}}"
+
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
@@ -66,7 +70,7 @@ func ContainerdConfig(n Node, cniBinDir string) ([]byte, error) {
 	var buf bytes.Buffer
 	err := containerdTemplate.Execute(&buf, map[string]string{
 		"Name": n.Name, "Dir": n.Dir, "Socket": n.ContainerdSocket(),
-		"PauseImage": PauseImage, "CNIBinDir": cniBinDir,
+		"PauseImage": PauseImage, "CNIBinDir": cniBinDir, "CertsDir": containerdCertsDir,
 	})
 	return buf.Bytes(), err
 }

@@ -11,13 +11,14 @@ import (
 	"strings"
 )
 
-// Upstream registries of the e2e test images, as test/utils/image/manifest.go
-// of k8s.io/kubernetes names them. The conformance suite refers to its images
+// The upstream registry of the e2e test images and its repositories, as
+// test/utils/image/manifest.go of k8s.io/kubernetes names them. The conformance suite refers to its images
 // by these names; the nodes hold local builds under the same names, so no
 // pull ever happens.
 const (
-	e2eRegistry = "registry.k8s.io/e2e-test-images/"
-	gcRegistry  = "registry.k8s.io/"
+	UpstreamRegistry = "registry.k8s.io"
+	e2eRegistry      = UpstreamRegistry + "/e2e-test-images/"
+	gcRegistry       = UpstreamRegistry + "/"
 )
 
 // ConformanceOptions says where the inputs of the conformance test images are.
@@ -29,13 +30,14 @@ type ConformanceOptions struct {
 	// image's porter certificate and the kitten and nautilus pages come from
 	// its test/images.
 	UpstreamDir string
-	// BusyboxPath is a static busybox; BusyboxApplets the applets it provides.
+	// BusyboxPath is a static upstream busybox (hack/build-busybox.sh says
+	// why not Debian's); BusyboxApplets the applets it provides.
 	BusyboxPath    string
 	BusyboxApplets []string
 	// Tools are the files of the Debian tools the agnhost image carries
-	// (AgnhostTools) with their shared libraries, Bash those of bash alone
-	// and GlibcDNS those of GlibcDNSTools: see DebianTools.
-	Tools, Bash, GlibcDNS []File
+	// (AgnhostTools) with their shared libraries, and GlibcDNS those of
+	// GlibcDNSTools: see DebianTools.
+	Tools, GlibcDNS []File
 }
 
 // DebianToolPaths are the Debian binaries conformance specs run inside
@@ -92,18 +94,18 @@ func DebianTools(ctx context.Context, names ...string) ([]File, error) {
 }
 
 // ConformanceInputs gathers the ConformanceOptions of this machine: the
-// applets of the busybox at busyboxPath and the Debian tools with their
-// libraries.
-func ConformanceInputs(ctx context.Context, binDir, upstreamDir, busyboxPath string) (ConformanceOptions, error) {
-	o := ConformanceOptions{BinDir: binDir, UpstreamDir: upstreamDir, BusyboxPath: busyboxPath}
+// applets of the upstream busybox in binDir (`make conformance-build` builds
+// it) and the Debian tools with their libraries.
+func ConformanceInputs(ctx context.Context, binDir, upstreamDir string) (ConformanceOptions, error) {
+	o := ConformanceOptions{BinDir: binDir, UpstreamDir: upstreamDir, BusyboxPath: filepath.Join(binDir, "busybox")}
 	var err error
-	if o.BusyboxApplets, err = BusyboxApplets(ctx, busyboxPath); err != nil {
+	if o.BusyboxApplets, err = BusyboxApplets(ctx, o.BusyboxPath); err != nil {
 		return o, err
 	}
 	for _, t := range []struct {
 		files *[]File
 		names []string
-	}{{&o.Tools, AgnhostTools}, {&o.Bash, []string{"bash"}}, {&o.GlibcDNS, GlibcDNSTools}} {
+	}{{&o.Tools, AgnhostTools}, {&o.GlibcDNS, GlibcDNSTools}} {
 		if *t.files, err = DebianTools(ctx, t.names...); err != nil {
 			return o, err
 		}
@@ -167,17 +169,29 @@ const (
 	agnhostGroup  = "root:x:0:\nuser-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n"
 )
 
+// agnhostOSRelease is the /etc/os-release of upstream agnhost's base image
+// (alpine:3.21, test/images/agnhost/BASEIMAGE), which images built on
+// agnhost inherit: the ImageVolume spec reads it from a kitten image volume.
+// The stand-in carries upstream's file; it is not alpine, and says so.
+const agnhostOSRelease = `NAME="Alpine Linux"
+ID=alpine
+VERSION_ID=3.21
+PRETTY_NAME="Alpine Linux v3.21 (the upstream base; this is Nest's local stand-in, internal/images)"
+HOME_URL="https://alpinelinux.org/"
+`
+
 // ConformanceSpecs returns the upstream test images the conformance suite
 // runs, built from local files. What each holds follows upstream's
 // Dockerfiles under test/images, with Debian's busybox and tools where those
 // use alpine's:
 //   - agnhost: the agnhost binary as entrypoint (default argument pause),
-//     agnhost-2, the porter certificate, /uploads, busybox and the tools;
+//     agnhost-2, the porter certificate, /uploads, its base's os-release,
+//     busybox and the tools;
 //   - kitten and nautilus: agnhost serving their page with test-webserver;
 //   - nginx (both tags): a stand-in, agnhost's test-webserver on port 80,
 //     because the specs use it only as a web server and a name to change;
-//   - busybox (both tags), nonroot (user 1234), nonewprivs (setuid nnp),
-//     with bash as /bin/sh (see below);
+//   - busybox (both tags), nonroot (user 1234), nonewprivs (setuid nnp):
+//     upstream busybox, whose ash is /bin/sh;
 //   - glibc-dns-testing: busybox with Debian's dig and getent;
 //   - pause and etcd: Nest's pause and the kube binary's etcd;
 //   - sample-apiserver: k8s.io/sample-apiserver at the pinned version.
@@ -186,14 +200,10 @@ func ConformanceSpecs(o ConformanceOptions) []Spec {
 	upstream := func(p string) string { return filepath.Join(o.UpstreamDir, "test", "images", p) }
 	box := []File{tmpDir(), {Path: "/bin/busybox", Source: o.BusyboxPath, Mode: 0o755}}
 	for _, a := range o.BusyboxApplets {
-		if a != "busybox" && a != "sh" {
+		if a != "busybox" {
 			box = append(box, File{Path: "/bin/" + a, Link: "busybox"})
 		}
 	}
-	// Debian's busybox 1.35 ash drops environment variables whose names are
-	// not shell names ("data-1", "1-x"), which specs on env prefixes expect
-	// `sh -c env` to print; bash keeps them, like upstream's busybox 1.37.
-	box = append(append(box, File{Path: "/bin/sh", Link: "/usr/bin/bash"}), o.Bash...)
 	// glibc's getent without this file asks DNS before /etc/hosts and stops
 	// at its NXDOMAIN; alpine's (upstream agnhost) and Debian's
 	// (glibc-dns-testing) images read /etc/hosts first.
@@ -206,6 +216,7 @@ func ConformanceSpecs(o ConformanceOptions) []Spec {
 		{Path: "/uploads", Dir: true, Mode: 0o755},
 		{Path: "/etc/passwd", Data: []byte(agnhostPasswd), Mode: 0o644},
 		{Path: "/etc/group", Data: []byte(agnhostGroup), Mode: 0o644},
+		{Path: "/etc/os-release", Data: []byte(agnhostOSRelease), Mode: 0o644},
 		nsswitch,
 	}, box...), o.Tools...)
 	page := func(name string) []File {

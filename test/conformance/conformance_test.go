@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
 	"github.com/nestdev/nest/internal/devcluster"
 	"github.com/nestdev/nest/internal/images"
 	"github.com/nestdev/nest/test/e2e/framework"
@@ -110,7 +112,10 @@ func TestConformance(t *testing.T) {
 	e2e := filepath.Join(framework.BinDir(), "e2e.test")
 	checkImageNames(t, ctx, e2e)
 	stateDir := framework.StartHostCluster(t, ctx, "--with-nest")
-	importImages(t, ctx, stateDir)
+	if err := os.MkdirAll(r.reportDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	importImages(t, ctx, stateDir, r.reportDir)
 	_, _, nest := framework.NestOn(t, ctx, stateDir)
 	tenant := &framework.Tenant{Name: "conformance", Dir: t.TempDir()}
 	// Containers keep the limits they state (none for most specs): the
@@ -127,9 +132,6 @@ func TestConformance(t *testing.T) {
 	}
 	tenant.Load(t, nest)
 	tenant.WaitDefaultServiceAccount(t, ctx)
-	if err := os.MkdirAll(r.reportDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	start := time.Now()
 	runErr := runSuite(ctx, r, e2e, tenant.Kubeconfig)
 	s, err := summarize(filepath.Join(r.reportDir, "junit.xml"), time.Since(start), r.procs)
@@ -167,28 +169,62 @@ func checkImageNames(t *testing.T, ctx context.Context, e2e string) {
 	}
 }
 
-// importImages builds the upstream test images from local files and imports
-// them into every node of the local host cluster.
-func importImages(t *testing.T, ctx context.Context, stateDir string) {
+// importImages builds the upstream test images from local files, imports
+// them into every node of the local host cluster and serves them from a
+// mirror of their registry, for specs that pull with policy Always.
+func importImages(t *testing.T, ctx context.Context, stateDir, reportDir string) {
 	upstream, err := upstreamSource(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	o, err := images.ConformanceInputs(ctx, framework.BinDir(), upstream, "/bin/busybox")
+	o, err := images.ConformanceInputs(ctx, framework.BinDir(), upstream)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var tarballs []string
+	byName := map[string]string{}
 	for _, s := range images.ConformanceSpecs(o) {
 		p, err := images.Build(s, filepath.Join(framework.BinDir(), "..", "images"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		tarballs = append(tarballs, p)
+		byName[s.Name] = p
 	}
 	if err := devcluster.ImportImages(ctx, stateDir, tarballs); err != nil {
 		t.Fatal(err)
 	}
+	serveImages(t, ctx, stateDir, reportDir, byName)
+}
+
+// serveImages pushes image tarballs, by image name, to a devcluster.Mirror
+// of registry.k8s.io that lives as long as the test and logs its requests
+// to mirror.log in reportDir.
+func serveImages(t *testing.T, ctx context.Context, stateDir, reportDir string, tarballs map[string]string) {
+	logFile, err := os.Create(filepath.Join(reportDir, "mirror.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { logFile.Close() })
+	m, err := devcluster.StartMirror(stateDir, images.UpstreamRegistry, t.TempDir(), logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := m.Close(); err != nil {
+			t.Errorf("stop the registry mirror: %v", err)
+		}
+	})
+	for ref, p := range tarballs {
+		img, err := tarball.ImageFromPath(p, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Push(ctx, ref, img); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("registry mirror of %s at %s serves %d images", m.Registry, m.Addr, len(tarballs))
 }
 
 // upstreamSource is the directory of the k8s.io/kubernetes module the k8s/
