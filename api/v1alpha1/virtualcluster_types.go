@@ -290,6 +290,30 @@ type VirtualNodeSpec struct {
 	// +optional
 	// +kubebuilder:default=Default
 	ContainerLimits ContainerLimits `json:"containerLimits,omitempty"`
+
+	// NodeDisk gives each virtual node a disk of its own on the host, where
+	// the tenant's hostPath volumes live: the virtual node's filesystem,
+	// never the host's. Unset: hostPath volumes are refused.
+	// +optional
+	NodeDisk *NodeDiskSpec `json:"nodeDisk,omitempty"`
+}
+
+// NodeDiskSpec is the disk of each virtual node: a host
+// PersistentVolumeClaim (ReadWriteOnce) per virtual node, made when a pod on
+// that node first mounts a hostPath volume. A tenant hostPath volume is a
+// directory or file at its path on the disk, shared by the pods of the
+// virtual node, as a node's directories are, and kept while the
+// VirtualCluster lives. The host pods that mount it run on the host node
+// the volume is attached to.
+type NodeDiskSpec struct {
+	// Size of each virtual node's disk, such as 1Gi: the claim's request,
+	// counted by the host's storage quota.
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isGreaterThan(quantity('0'))",message="nodeDisk.size must be above zero, such as 1Gi"
+	Size resource.Quantity `json:"size"`
+	// StorageClassName of the claims. Unset: the host's default
+	// StorageClass.
+	// +optional
+	StorageClassName *string `json:"storageClassName,omitempty"`
 }
 
 // HostMetadataSpec lists the tenant label and annotation keys that reach host

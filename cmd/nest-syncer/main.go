@@ -17,12 +17,18 @@ import (
 )
 
 func main() {
-	if ran, err := syncer.EtcHostsMain(os.Args[1:]); ran {
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "nest-syncer etc-hosts:", err)
-			os.Exit(1)
+	// The helper init containers of host pods (internal/syncer).
+	for _, helper := range []struct {
+		name string
+		main func([]string) (bool, error)
+	}{{"etc-hosts", syncer.EtcHostsMain}, {"node-disk", syncer.NodeDiskMain}} {
+		if ran, err := helper.main(os.Args[1:]); ran {
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "nest-syncer %s: %v\n", helper.name, err)
+				os.Exit(1)
+			}
+			return
 		}
-		return
 	}
 	klog.InitFlags(nil)
 	var o syncer.Options

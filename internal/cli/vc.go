@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -92,6 +93,7 @@ type shareFlags struct {
 	podSecurity      string
 	containerLimits  string
 	virtualNodes     int
+	nodeDisk         string
 	nodes
 }
 
@@ -159,6 +161,13 @@ func (f *shareFlags) spec() (nestv1.VirtualClusterSpec, error) {
 	default:
 		return spec, fmt.Errorf("--container-limits %q: use default (containers without limits get the host's default limits) or none (they run without)", f.containerLimits)
 	}
+	if f.nodeDisk != "" {
+		size, err := resource.ParseQuantity(f.nodeDisk)
+		if err != nil || size.Sign() <= 0 {
+			return spec, fmt.Errorf("--node-disk %q: want the size of each virtual node's disk, such as 1Gi", f.nodeDisk)
+		}
+		spec.VirtualNode.NodeDisk = &nestv1.NodeDiskSpec{Size: size}
+	}
 	p, err := f.policy()
 	if err != nil {
 		return spec, err
@@ -187,6 +196,7 @@ func newCreateCommand(host *hostFlags) *cobra.Command {
 	cmd.Flags().StringVar(&share.podSecurity, "pod-security", "baseline", "Pod Security Standard level of tenant pods: baseline or restricted")
 	cmd.Flags().IntVar(&share.virtualNodes, "virtual-nodes", 0, "how many virtual nodes split the share (default 1)")
 	cmd.Flags().StringVar(&share.containerLimits, "container-limits", "default", "default: tenant containers without cpu or memory limits get the host's default limits; none: they run without, as upstream conformance expects")
+	cmd.Flags().StringVar(&share.nodeDisk, "node-disk", "", "size of each virtual node's disk, where tenant hostPath volumes live, such as 1Gi (default none: hostPath volumes are refused)")
 	share.nodes.bind(cmd)
 	return cmd
 }

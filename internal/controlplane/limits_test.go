@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -244,5 +245,33 @@ func TestContainerLimitsNone(t *testing.T) {
 	}
 	if _, ok := TenantQuotaFor(vc(nil)).Spec.Hard["limits.memory"]; !ok {
 		t.Error("by default the tenant quota does not hold limits.memory")
+	}
+}
+
+// spec.virtualNode.nodeDisk reaches nest-syncer; without it nest-syncer
+// refuses hostPath volumes.
+func TestNodeDiskReachesTheSyncer(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		disk *nestv1.NodeDiskSpec
+		want []string
+	}{
+		{"none", nil, nil},
+		{"default class", &nestv1.NodeDiskSpec{Size: resource.MustParse("1Gi")}, []string{"--node-disk-size=1Gi"}},
+		{"a class", &nestv1.NodeDiskSpec{Size: resource.MustParse("5Gi"), StorageClassName: ptr.To("fast")}, []string{"--node-disk-size=5Gi", "--node-disk-storage-class=fast"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			v := vc(func(v *nestv1.VirtualCluster) { v.Spec.VirtualNode.NodeDisk = tt.disk })
+			args := StatefulSetFor(v, Options{}, ServiceIPs{}).Spec.Template.Spec.Containers[2].Args
+			var got []string
+			for _, a := range args {
+				if strings.HasPrefix(a, "--node-disk") {
+					got = append(got, a)
+				}
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("nest-syncer's disk flags %v, want %v", got, tt.want)
+			}
+		})
 	}
 }

@@ -156,6 +156,9 @@ func syncerOptions(vc *nestv1.VirtualCluster, opts Options, ips ServiceIPs) sync
 		HostMetadata:    hostMetadata(vc, opts),
 		DataBudgetBytes: BudgetOf(vc).DataBytes,
 	}
+	if d := vc.Spec.VirtualNode.NodeDisk; d != nil {
+		o.NodeDisk = &syncer.NodeDisk{Size: d.Size, StorageClassName: ptr.Deref(d.StorageClassName, "")}
+	}
 	if d := vc.Spec.VirtualNode.TokenMaxAge; d != nil {
 		o.TokenMaxAge = d.Duration
 	} else {

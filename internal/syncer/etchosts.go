@@ -53,8 +53,7 @@ const (
 func EtcHosts(podIPs []string, hostname, domain string, aliases []corev1.HostAlias) []byte {
 	var b bytes.Buffer
 	b.WriteString("# Kubernetes-managed hosts file.\n")
-	b.WriteString("127.0.0.1\tlocalhost\n")
-	b.WriteString("::1\tlocalhost ip6-localhost ip6-loopback\n")
+	writeLocalhost(&b)
 	b.WriteString("fe00::0\tip6-localnet\n")
 	b.WriteString("fe00::0\tip6-mcastprefix\n")
 	b.WriteString("fe00::1\tip6-allnodes\n")
@@ -66,23 +65,54 @@ func EtcHosts(podIPs []string, hostname, domain string, aliases []corev1.HostAli
 			fmt.Fprintf(&b, "%s\t%s\n", ip, hostname)
 		}
 	}
-	if len(aliases) > 0 {
-		b.WriteString("\n# Entries added by HostAliases.\n")
-		for _, a := range aliases {
-			fmt.Fprintf(&b, "%s\t%s\n", a.IP, strings.Join(a.Hostnames, "\t"))
-		}
-	}
+	writeHostAliases(&b, aliases)
 	return b.Bytes()
+}
+
+// NodeEtcHosts is the /etc/hosts the kubelet writes for a pod on the node's
+// network (nodeHostsFileContent in pkg/kubelet): its own header, the node's
+// /etc/hosts, then the host aliases. A virtual node has no file of its own,
+// so its /etc/hosts is the localhost lines and the node name at the pod's
+// IPs, which stand for the node's address in the network namespace the
+// pod has on the host (see scheduleOnHost).
+func NodeEtcHosts(podIPs []string, nodeName string, aliases []corev1.HostAlias) []byte {
+	var b bytes.Buffer
+	b.WriteString("# Kubernetes-managed hosts file (host network).\n")
+	writeLocalhost(&b)
+	for _, ip := range podIPs {
+		fmt.Fprintf(&b, "%s\t%s\n", ip, nodeName)
+	}
+	writeHostAliases(&b, aliases)
+	return b.Bytes()
+}
+
+func writeLocalhost(b *bytes.Buffer) {
+	b.WriteString("127.0.0.1\tlocalhost\n")
+	b.WriteString("::1\tlocalhost ip6-localhost ip6-loopback\n")
+}
+
+// writeHostAliases writes spec.hostAliases as the kubelet does
+// (hostsEntriesFromHostAliases).
+func writeHostAliases(b *bytes.Buffer, aliases []corev1.HostAlias) {
+	if len(aliases) == 0 {
+		return
+	}
+	b.WriteString("\n# Entries added by HostAliases.\n")
+	for _, a := range aliases {
+		fmt.Fprintf(b, "%s\t%s\n", a.IP, strings.Join(a.Hostnames, "\t"))
+	}
 }
 
 // RunEtcHostsHelper is `nest-syncer etc-hosts`, the helper init container:
 // it writes EtcHosts to --out from the flags --hostname and --domain and
-// the environment variables POD_IPS and NEST_HOST_ALIASES.
+// the environment variables POD_IPS and NEST_HOST_ALIASES; NodeEtcHosts,
+// with --hostname as the node name, when --host-network is set.
 func RunEtcHostsHelper(args []string, getenv func(string) string) error {
 	fs := flag.NewFlagSet(etcHostsCommand, flag.ContinueOnError)
 	out := fs.String("out", path.Join(etcHostsDir, etcHostsFile), "file to write")
-	hostname := fs.String("hostname", "", "the pod's hostname (required)")
+	hostname := fs.String("hostname", "", "the pod's hostname, or the node's name with --host-network (required)")
 	domain := fs.String("domain", "", "the pod's domain: <subdomain>.<namespace>.svc.<cluster domain>")
+	hostNetwork := fs.Bool("host-network", false, "write the file of a pod on the node's network")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -99,15 +129,19 @@ func RunEtcHostsHelper(args []string, getenv func(string) string) error {
 			return fmt.Errorf("%s: %w", envHostAliases, err)
 		}
 	}
-	return atomicfile.Write(*out, EtcHosts(ips, *hostname, *domain, aliases), 0o644)
+	content := EtcHosts(ips, *hostname, *domain, aliases)
+	if *hostNetwork {
+		content = NodeEtcHosts(ips, *hostname, aliases)
+	}
+	return atomicfile.Write(*out, content, 0o644)
 }
 
-// tenantEtcHosts gives a host pod whose tenant pod has a subdomain the
-// tenant's /etc/hosts (see above). Nothing is done without a helper image,
-// for a hostNetwork pod (it has no subdomain on the host) or for a pod
-// without a subdomain, whose host kubelet's file is already the tenant's.
-func (t Translator) tenantEtcHosts(spec *corev1.PodSpec, namespace string) error {
-	if t.HelperImage == "" || spec.Subdomain == "" || spec.Hostname == "" {
+// tenantEtcHosts gives a host pod whose tenant pod has a subdomain, or is on
+// the node's network, the tenant's /etc/hosts (see above). Nothing is done
+// without a helper image, or for a pod on the pod network without a
+// subdomain, whose host kubelet's file is already the tenant's.
+func (t Translator) tenantEtcHosts(spec *corev1.PodSpec, namespace string, hostNetwork bool) error {
+	if t.HelperImage == "" || spec.Hostname == "" || (!hostNetwork && spec.Subdomain == "") {
 		return nil
 	}
 	for i, v := range spec.Volumes {
@@ -127,7 +161,7 @@ func (t Translator) tenantEtcHosts(spec *corev1.PodSpec, namespace string) error
 			mountEtcHosts(c)
 		}
 	}
-	helper, err := t.etcHostsHelper(spec, namespace)
+	helper, err := t.etcHostsHelper(spec, namespace, hostNetwork)
 	if err != nil {
 		return err
 	}
@@ -152,7 +186,7 @@ func mountEtcHosts(c *corev1.Container) {
 
 // etcHostsHelper is the helper init container: restricted by Pod Security's
 // strictest level, with a small fixed request and limit.
-func (t Translator) etcHostsHelper(spec *corev1.PodSpec, namespace string) (corev1.Container, error) {
+func (t Translator) etcHostsHelper(spec *corev1.PodSpec, namespace string, hostNetwork bool) (corev1.Container, error) {
 	env := []corev1.EnvVar{{Name: envPodIPs, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIPs"}}}}
 	if len(spec.HostAliases) > 0 {
 		aliases, err := json.Marshal(spec.HostAliases)
@@ -162,13 +196,15 @@ func (t Translator) etcHostsHelper(spec *corev1.PodSpec, namespace string) (core
 		env = append(env, corev1.EnvVar{Name: envHostAliases, Value: string(aliases)})
 	}
 	resources := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("64Mi")}
+	command := []string{SyncerBinary, etcHostsCommand, "--out=" + path.Join(etcHostsDir, etcHostsFile), "--hostname=" + spec.Hostname}
+	if hostNetwork {
+		command = append(command, "--host-network")
+	} else {
+		command = append(command, "--domain="+spec.Subdomain+"."+namespace+".svc."+t.ClusterDomain)
+	}
 	return corev1.Container{
 		Name: etcHostsName, Image: t.HelperImage, ImagePullPolicy: t.HelperImagePullPolicy,
-		Command: []string{SyncerBinary, etcHostsCommand,
-			"--out=" + path.Join(etcHostsDir, etcHostsFile),
-			"--hostname=" + spec.Hostname,
-			"--domain=" + spec.Subdomain + "." + namespace + ".svc." + t.ClusterDomain,
-		},
+		Command:                  command,
 		Env:                      env,
 		VolumeMounts:             []corev1.VolumeMount{{Name: etcHostsName, MountPath: etcHostsDir}},
 		Resources:                corev1.ResourceRequirements{Requests: resources, Limits: resources},
@@ -182,12 +218,12 @@ func (t Translator) etcHostsHelper(spec *corev1.PodSpec, namespace string) (core
 	}, nil
 }
 
-// withoutHelpers drops the helper's status from a host pod's init container
-// statuses: the tenant pod has no such container.
+// withoutHelpers drops the helpers' statuses from a host pod's init
+// container statuses: the tenant pod has no such containers.
 func withoutHelpers(statuses []corev1.ContainerStatus) []corev1.ContainerStatus {
 	out := statuses[:0:0]
 	for _, s := range statuses {
-		if s.Name != etcHostsName {
+		if s.Name != etcHostsName && s.Name != nodeDiskName {
 			out = append(out, s)
 		}
 	}

@@ -86,12 +86,10 @@ func TestTranslatePodWritesTheTenantsEtcHostsForASubdomain(t *testing.T) {
 func TestTranslatePodLeavesEtcHostsToTheHostKubeletWithoutASubdomain(t *testing.T) {
 	plain := subdomainPod()
 	plain.Spec.Subdomain = ""
-	hostNetwork := subdomainPod()
-	hostNetwork.Spec.HostNetwork = true
 	for name, c := range map[string]struct {
 		tr  Translator
 		pod *corev1.Pod
-	}{"no subdomain": {withHelper, plain}, "hostNetwork": {withHelper, hostNetwork}, "no helper image": {tr, subdomainPod()}} {
+	}{"no subdomain": {withHelper, plain}, "no helper image": {tr, subdomainPod()}} {
 		pt, err := c.tr.TranslatePod(c.pod, defaultMetadata, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -99,6 +97,48 @@ func TestTranslatePodLeavesEtcHostsToTheHostKubeletWithoutASubdomain(t *testing.
 		if hasVolume(pt.Pod.Spec.Volumes, etcHostsName) || len(pt.Pod.Spec.InitContainers) != 0 {
 			t.Errorf("%s: host pod has the helper: %v", name, pt.Pod.Spec.InitContainers)
 		}
+	}
+}
+
+// A pod on the node's network reads the node's /etc/hosts, not a pod's:
+// the helper writes the virtual node's under the kubelet's host-network
+// header, naming the node.
+func TestTranslatePodWritesTheNodesEtcHostsForAHostNetworkPod(t *testing.T) {
+	p := subdomainPod()
+	p.Spec.HostNetwork = true
+	pt, err := withHelper.TranslatePod(p, defaultMetadata, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := pt.Pod.Spec
+	if len(spec.InitContainers) == 0 || spec.InitContainers[0].Name != etcHostsName {
+		t.Fatalf("init containers %v, want the helper first", spec.InitContainers)
+	}
+	cmd := spec.InitContainers[0].Command
+	if !slices.Contains(cmd, "--host-network") || !slices.Contains(cmd, "--hostname="+withHelper.NodeName) {
+		t.Errorf("helper command %v, want --host-network and the node's name", cmd)
+	}
+	if slices.ContainsFunc(cmd, func(a string) bool { return strings.HasPrefix(a, "--domain") }) {
+		t.Errorf("helper command %v names a pod domain", cmd)
+	}
+}
+
+func TestEtcHostsHelperWritesTheNodesFileForTheHostNetwork(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "hosts")
+	env := map[string]string{envPodIPs: "10.244.1.7", envHostAliases: `[{"ip":"10.1.2.3","hostnames":["foo.local"]}]`}
+	if err := RunEtcHostsHelper([]string{"--out=" + out, "--hostname=nest-node-0", "--host-network"}, func(k string) string { return env[k] }); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "# Kubernetes-managed hosts file (host network).\n" +
+		"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" +
+		"10.244.1.7\tnest-node-0\n" +
+		"\n# Entries added by HostAliases.\n10.1.2.3\tfoo.local\n"
+	if string(got) != want {
+		t.Errorf("hosts file:\n%s\nwant:\n%s", got, want)
 	}
 }
 

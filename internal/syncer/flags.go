@@ -42,6 +42,8 @@ const (
 	flagNodeIP           = "node-ip"
 	flagHelperImage      = "helper-image"
 	flagHelperPull       = "helper-image-pull-policy"
+	flagNodeDiskSize     = "node-disk-size"
+	flagNodeDiskClass    = "node-disk-storage-class"
 )
 
 // Defaults of the flags that the controller leaves alone.
@@ -115,6 +117,24 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		}
 		return fmt.Errorf("%q: use Always, IfNotPresent or Never", s)
 	})
+	fs.Func(flagNodeDiskSize, "size of each virtual node's disk, a host claim where tenant hostPath volumes live, such as 1Gi (default: none, hostPath volumes are refused)", func(s string) error {
+		q, err := resource.ParseQuantity(s)
+		if err != nil || q.Sign() <= 0 {
+			return fmt.Errorf("%q: want a size above zero, such as 1Gi", s)
+		}
+		if o.NodeDisk == nil {
+			o.NodeDisk = &NodeDisk{}
+		}
+		o.NodeDisk.Size = q
+		return nil
+	})
+	fs.Func(flagNodeDiskClass, "StorageClass of the virtual nodes' disks (default: the host's default StorageClass)", func(s string) error {
+		if o.NodeDisk == nil {
+			o.NodeDisk = &NodeDisk{}
+		}
+		o.NodeDisk.StorageClassName = s
+		return nil
+	})
 	fs.Int64Var(&o.DataBudgetBytes, flagDataBudget, 0, "most bytes of data all host copies of tenant ConfigMaps and Secrets may hold together; 0 is no bound")
 	o.KubeletAddr, o.HealthAddr = DefaultKubeletAddr, DefaultHealthAddr
 	o.KubeletClientName = KubeletClientName
@@ -168,6 +188,12 @@ func (o Options) Args() []string {
 	if o.HelperImagePullPolicy != "" {
 		args = append(args, "--"+flagHelperPull+"="+string(o.HelperImagePullPolicy))
 	}
+	if d := o.NodeDisk; d != nil {
+		args = append(args, "--"+flagNodeDiskSize+"="+d.Size.String())
+		if d.StorageClassName != "" {
+			args = append(args, "--"+flagNodeDiskClass+"="+d.StorageClassName)
+		}
+	}
 	return args
 }
 
@@ -198,6 +224,12 @@ func (o Options) Validate() error {
 	}
 	if o.DataBudgetBytes < 0 {
 		return fmt.Errorf("--%s=%d: want a number of bytes, or 0 for no bound", flagDataBudget, o.DataBudgetBytes)
+	}
+	if o.NodeDisk != nil && o.NodeDisk.Size.Sign() <= 0 {
+		return fmt.Errorf("--%s is required with --%s", flagNodeDiskSize, flagNodeDiskClass)
+	}
+	if o.NodeDisk != nil && o.HelperImage == "" {
+		return fmt.Errorf("--%s is required with --%s: the disk's helper runs from it", flagHelperImage, flagNodeDiskSize)
 	}
 	return nil
 }

@@ -56,6 +56,9 @@ type Translator struct {
 	// (tenantEtcHosts), with HelperImagePullPolicy. Empty: no helpers.
 	HelperImage           string
 	HelperImagePullPolicy corev1.PullPolicy
+	// NodeDisk is each virtual node's disk, where tenant hostPath volumes
+	// live (see translateHostPaths); nil: hostPath volumes are refused.
+	NodeDisk *NodeDisk
 }
 
 // TokenProjection is one service-account token a host pod needs: requested
@@ -89,6 +92,9 @@ type PodTranslation struct {
 	Identity map[string]string
 	// UsesTokenSecret is true when the host pod mounts its token Secret.
 	UsesTokenSecret bool
+	// NodeDiskClaim is the claim of the virtual node's disk the host pod
+	// mounts (NodeDiskClaimFor makes it), "" when it mounts none.
+	NodeDiskClaim string
 	// identityUsed holds the Identity keys the pod's volumes project.
 	identityUsed map[string]bool
 	// fieldAnnotations are host pod annotations holding the tenant labels and
@@ -118,12 +124,13 @@ func allowedVolume(v corev1.VolumeSource) (string, bool) {
 	switch {
 	case v.EmptyDir != nil, v.ConfigMap != nil, v.Secret != nil, v.Projected != nil, v.DownwardAPI != nil, v.Image != nil:
 		return "", true
+	case v.HostPath != nil:
+		// A path on the virtual node's disk, or refused: translateHostPaths.
+		return "", true
 	case v.PersistentVolumeClaim != nil:
 		return "persistentVolumeClaim", false
 	case v.Ephemeral != nil:
 		return "ephemeral", false
-	case v.HostPath != nil:
-		return "hostPath", false
 	}
 	return "this volume type", false
 }
@@ -167,6 +174,11 @@ func (t Translator) TranslatePod(tenant *corev1.Pod, metadata MetadataAllowList,
 	if spec.Resources != nil {
 		t.dropTenantOnlyResources(spec.Resources)
 	}
+	claim, err := t.translateHostPaths(spec, cmp.Or(tenant.Spec.NodeName, t.NodeName), ephemeral)
+	if err != nil {
+		return nil, err
+	}
+	out.NodeDiskClaim = claim
 	for i, c := range ephemeral {
 		dropNetRaw(&c)
 		// The API refuses resources on ephemeral containers; translation
@@ -175,7 +187,7 @@ func (t Translator) TranslatePod(tenant *corev1.Pod, metadata MetadataAllowList,
 		out.EphemeralContainers = append(out.EphemeralContainers, corev1.EphemeralContainer{
 			EphemeralContainerCommon: corev1.EphemeralContainerCommon(c), TargetContainerName: tenant.Spec.EphemeralContainers[i].TargetContainerName})
 	}
-	if err := t.tenantEtcHosts(spec, tenant.Namespace); err != nil {
+	if err := t.tenantEtcHosts(spec, tenant.Namespace, tenant.Spec.HostNetwork); err != nil {
 		return nil, err
 	}
 	for i, s := range spec.ImagePullSecrets {

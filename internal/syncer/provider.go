@@ -139,6 +139,9 @@ func (p *podProvider) start(ctx context.Context, pod *corev1.Pod, pt *PodTransla
 	if err := p.objects.ensureFor(ctx, pod.Namespace, pt); err != nil {
 		return err
 	}
+	if err := p.ensureNodeDisk(ctx, pt.NodeDiskClaim); err != nil {
+		return err
+	}
 	// Tokens are requested before the pod exists, so a tenant that refuses
 	// them leaves nothing on the host.
 	var tokenSecret *corev1.Secret
@@ -158,6 +161,25 @@ func (p *podProvider) start(ctx context.Context, pod *corev1.Pod, pt *PodTransla
 		// the pod.
 		return p.writeTokenSecret(ctx, tokenSecret, host)
 	}
+	return nil
+}
+
+// ensureNodeDisk creates the claim of a virtual node's disk unless it
+// exists; claim "" is none. The claim is never updated: its size is fixed
+// when it is made.
+func (p *podProvider) ensureNodeDisk(ctx context.Context, claim string) error {
+	if claim == "" {
+		return nil
+	}
+	claims := p.host.CoreV1().PersistentVolumeClaims(p.tr.HostNamespace)
+	_, err := claims.Create(ctx, p.tr.NodeDiskClaimFor(claim), metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("create the virtual node's disk %s: %w", claim, err)
+	}
+	klog.FromContext(ctx).Info("Created the virtual node's disk", "claim", klog.KRef(p.tr.HostNamespace, claim))
 	return nil
 }
 

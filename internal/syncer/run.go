@@ -220,6 +220,7 @@ func newSyncerFor(ctx context.Context, o Options, tenant, host kubernetes.Interf
 	if err != nil {
 		return nil, err
 	}
+	security.HostPathOnDisk = o.NodeDisk != nil
 	o.Translator.Share = o.Capacity
 	s := &syncer{o: o, tenant: tenant, started: time.Now()}
 	s.tenantF = informers.NewSharedInformerFactory(tenant, 0)

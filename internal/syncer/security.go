@@ -13,6 +13,12 @@ import (
 // the level comes from the VirtualCluster on the host, and namespace labels in
 // the tenant cluster do not apply here.
 type PodSecurity struct {
+	// HostPathOnDisk says that hostPath volumes are paths on the virtual
+	// node's disk (translateHostPaths): at the baseline level they are then
+	// not violations. The restricted level still refuses them, as the
+	// disk's helper runs as root.
+	HostPathOnDisk bool
+
 	level     psapi.LevelVersion
 	evaluator policy.Evaluator
 }
@@ -33,17 +39,26 @@ func NewPodSecurity(level string) (*PodSecurity, error) {
 
 // Check returns nil when the pod meets the level, else an error that names
 // each violation, as the PodSecurity admission plugin words them. A tenant
-// pod's hostNetwork and host ports are not violations: its host pod never
-// gets the host's network or a host port (see TranslatePod), so the check
+// pod's hostNetwork and host ports are not violations, nor, with
+// HostPathOnDisk, its hostPath volumes: its host pod never gets the host's
+// network, a host port or a host path (see TranslatePod), so the check
 // reads the spec as the host pod has it.
 func (s *PodSecurity) Check(p *corev1.Pod) error {
 	spec := &p.Spec
-	if spec.HostNetwork || len(HostPorts(spec)) > 0 {
+	onDisk := s.HostPathOnDisk && s.level.Level == psapi.LevelBaseline && hasHostPath(spec)
+	if spec.HostNetwork || len(HostPorts(spec)) > 0 || onDisk {
 		spec = spec.DeepCopy()
 		spec.HostNetwork = false
 		for _, list := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
 			for i := range list {
 				clearHostPorts(&list[i])
+			}
+		}
+		if onDisk {
+			for i := range spec.Volumes {
+				if spec.Volumes[i].HostPath != nil {
+					spec.Volumes[i].VolumeSource = corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: nodeDiskName}}
+				}
 			}
 		}
 	}
@@ -52,4 +67,13 @@ func (s *PodSecurity) Check(p *corev1.Pod) error {
 		return nil
 	}
 	return fmt.Errorf("violates PodSecurity %q: %s", s.level.String(), result.ForbiddenDetail())
+}
+
+func hasHostPath(spec *corev1.PodSpec) bool {
+	for _, v := range spec.Volumes {
+		if v.HostPath != nil {
+			return true
+		}
+	}
+	return false
 }

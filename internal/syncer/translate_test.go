@@ -419,6 +419,7 @@ func TestFlagsRoundTrip(t *testing.T) {
 	withLimits.DefaultLimits = corev1.ResourceList{"cpu": resource.MustParse("500m"), "memory": resource.MustParse("512Mi")}
 	withLimits.HostServiceCIDRs = []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("fd00:96::/108")}
 	withLimits.HelperImage, withLimits.HelperImagePullPolicy = "nest.local/nest-syncer:dev", corev1.PullNever
+	withLimits.NodeDisk = &NodeDisk{Size: resource.MustParse("2Gi"), StorageClassName: "fast"}
 	want := Options{Translator: withLimits, Capacity: corev1.ResourceList{"cpu": resource.MustParse("4"), "nvidia.com/gpu": resource.MustParse("1")},
 		PodSecurityLevel: "restricted", TokenMaxAge: 15 * time.Second, TenantKubeconfig: "/k", DNSDir: "/d",
 		HostMetadata:    MetadataAllowList{Labels: []string{"app", "example.com/*"}, Annotations: []string{"example.com/owner"}},
@@ -438,7 +439,18 @@ func TestFlagsRoundTrip(t *testing.T) {
 	if got.HelperImage != withLimits.HelperImage || got.HelperImagePullPolicy != corev1.PullNever {
 		t.Errorf("helper image %q %q", got.HelperImage, got.HelperImagePullPolicy)
 	}
-	got.HelperImage, got.HelperImagePullPolicy = "", ""
+	if d := got.NodeDisk; d == nil || d.Size.Cmp(resource.MustParse("2Gi")) != 0 || d.StorageClassName != "fast" {
+		t.Errorf("node disk %+v, want 2Gi of class fast", d)
+	}
+	if err := got.Validate(); err != nil {
+		t.Error(err)
+	}
+	noHelper := got
+	noHelper.HelperImage = ""
+	if err := noHelper.Validate(); err == nil || !strings.Contains(err.Error(), "--helper-image") {
+		t.Errorf("a disk without a helper image: Validate = %v, want --helper-image named", err)
+	}
+	got.HelperImage, got.HelperImagePullPolicy, got.NodeDisk = "", "", nil
 	if gotLimits != "cpu=500m,memory=512Mi" || !reflect.DeepEqual(got.Translator, tr) || FormatResourceList(got.Capacity) != "cpu=4,nvidia.com/gpu=1" || got.TokenMaxAge != want.TokenMaxAge || got.PodSecurityLevel != "restricted" {
 		t.Errorf("round trip: %+v", got)
 	}

@@ -125,9 +125,10 @@ func TestConformance(t *testing.T) {
 	// node's 1.5 must fit a host node (2 CPUs, some taken), or a pod the
 	// tenant's scheduler places by it waits on the host for ever, as the
 	// filler pods of SchedulerPredicates' resource-limits spec (70% of a
-	// node each) did with 8.
+	// node each) did with 8. A disk on each virtual node, for the specs
+	// that keep state in hostPath volumes.
 	if out, err := nest("create", "conformance", "--cpu", "3", "--memory", "16Gi", "--pods", "250", "--virtual-nodes", "2",
-		"--container-limits", "none", "--wait"); err != nil {
+		"--container-limits", "none", "--node-disk", "1Gi", "--wait"); err != nil {
 		t.Fatalf("create the tenant: %v\n%s", err, out)
 	}
 	tenant.Load(t, nest)

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +24,7 @@ import (
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/controlplane"
+	"github.com/nestdev/nest/internal/images"
 	"github.com/nestdev/nest/internal/syncer"
 	"github.com/nestdev/nest/internal/testutil"
 	"github.com/nestdev/nest/test/e2e/framework"
@@ -244,7 +246,6 @@ func TestVirtualNode(t *testing.T) {
 			"privileged":   `"containers":[{"name":"c","image":"` + testImage + `","securityContext":{"privileged":true}}]`,
 			"host-pid":     `"hostPID":true,"containers":[{"name":"c","image":"` + testImage + `"}]`,
 			"host-ipc":     `"hostIPC":true,"containers":[{"name":"c","image":"` + testImage + `"}]`,
-			"host-path":    `"volumes":[{"name":"root","hostPath":{"path":"/"}}],"containers":[{"name":"c","image":"` + testImage + `","volumeMounts":[{"name":"root","mountPath":"/host"}]}]`,
 			"capabilities": `"containers":[{"name":"c","image":"` + testImage + `","securityContext":{"capabilities":{"add":["SYS_ADMIN"]}}}]`,
 		}
 		for name, spec := range forbidden {
@@ -258,9 +259,53 @@ func TestVirtualNode(t *testing.T) {
 				t.Errorf("refused pod reached the host as %s", p.Name)
 			}
 		}
-		// beta is restricted: a pod that may run as root is refused there.
+		// beta is restricted: a pod that may run as root is refused there,
+		// and so is a hostPath volume, even on the virtual node's disk.
 		beta.Kubectl(t, ctx, "run", "root-ok-elsewhere", "--image="+testImage, "--restart=Never")
+		beta.Kubectl(t, ctx, "run", "bad-host-path", "--image="+testImage, "--restart=Never", "--overrides",
+			`{"spec":{"volumes":[{"name":"root","hostPath":{"path":"/"}}],"containers":[{"name":"c","image":"`+testImage+`","volumeMounts":[{"name":"root","mountPath":"/host"}]}]}}`)
 		waitRefused(t, ctx, beta, "root-ok-elsewhere")
+		waitRefused(t, ctx, beta, "bad-host-path")
+	})
+
+	t.Run("hostPath volumes are the virtual node's disk: shared by its pods and kept after them, never the host's", func(t *testing.T) {
+		// alpha's virtual node has a disk (spec.virtualNode.nodeDisk).
+		volumes := `"volumes":[{"name":"state","hostPath":{"path":"/var/lib/e2e","type":"DirectoryOrCreate"}},` +
+			`{"name":"hosts","hostPath":{"path":"/etc/hosts","type":"FileOrCreate"}}]`
+		busyboxImage := images.Busybox
+		run := func(name, script string) {
+			alpha.Kubectl(t, ctx, "run", name, "--image="+busyboxImage, "--restart=Never", "--overrides",
+				`{"spec":{`+volumes+`,"containers":[{"name":"c","image":"`+busyboxImage+`","command":["sh","-c",`+strconv.Quote(script)+`],`+
+					`"volumeMounts":[{"name":"state","mountPath":"/data"},{"name":"hosts","mountPath":"/node-hosts"}]}]}}`)
+			waitPodSucceeded(t, ctx, alpha, name)
+		}
+		run("disk-writer", "echo written-by-disk-writer > /data/marker")
+		run("disk-reader", "cat /data/marker /node-hosts")
+		logs := alpha.Kubectl(t, ctx, "logs", "disk-reader")
+		if !strings.Contains(logs, "written-by-disk-writer\n") || !strings.Contains(logs, "127.0.1.1\t"+controlplane.VirtualNodeName+"\n") {
+			t.Errorf("disk-reader printed %q: want the writer's marker and the virtual node's /etc/hosts", logs)
+		}
+		claim := syncer.NodeDiskClaim("alpha", controlplane.VirtualNodeName)
+		pvc := &corev1.PersistentVolumeClaim{}
+		if err := host.Get(ctx, client.ObjectKey{Namespace: "vc-alpha", Name: claim}, pvc); err != nil {
+			t.Fatalf("the virtual node's disk: %v", err)
+		}
+		if pvc.Labels[syncer.LabelTenantOf] != "alpha" || pvc.Status.Phase != corev1.ClaimBound {
+			t.Errorf("claim %s labels %v phase %s", claim, pvc.Labels, pvc.Status.Phase)
+		}
+		for _, name := range []string{"disk-writer", "disk-reader"} {
+			hp := hostPodOf(t, hostPods(alpha), name)
+			for _, v := range hp.Spec.Volumes {
+				if v.HostPath != nil {
+					t.Errorf("host pod of %s has hostPath volume %s", name, v.Name)
+				}
+			}
+			if !slices.ContainsFunc(hp.Spec.Volumes, func(v corev1.Volume) bool {
+				return v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == claim
+			}) {
+				t.Errorf("host pod of %s does not mount the disk %s", name, claim)
+			}
+		}
 	})
 
 	t.Run("pods beyond the virtual node's capacity stay Pending and never reach the host", func(t *testing.T) {
@@ -444,7 +489,8 @@ func createAlpha(t *testing.T, ctx context.Context, host client.Client) {
 			PromoteResources: nestv1.PromoteResources{Resources: corev1.ResourceList{
 				"cpu": resource.MustParse("2"), "memory": resource.MustParse("4Gi"), "pods": resource.MustParse("20"), "nvidia.com/gpu": resource.MustParse("2"),
 			}},
-			VirtualNode: nestv1.VirtualNodeSpec{TokenMaxAge: &metav1.Duration{Duration: 15 * time.Second}},
+			VirtualNode: nestv1.VirtualNodeSpec{TokenMaxAge: &metav1.Duration{Duration: 15 * time.Second},
+				NodeDisk: &nestv1.NodeDiskSpec{Size: resource.MustParse("64Mi")}},
 		},
 	}
 	if err := host.Create(ctx, vc); err != nil {
@@ -590,6 +636,23 @@ func waitTenantPods(t *testing.T, ctx context.Context, tn *framework.Tenant, sel
 		}
 		if ready != n || len(list.Items) != n {
 			return fmt.Errorf("%d of %d ready", ready, len(list.Items))
+		}
+		return nil
+	})
+}
+
+// waitPodSucceeded waits for tenant pod name in default to succeed, and
+// fails at once when it fails.
+func waitPodSucceeded(t *testing.T, ctx context.Context, tn *framework.Tenant, name string) {
+	t.Helper()
+	testutil.Eventually(t, 3*time.Minute, name+" succeeded", func() error {
+		switch p := tenantPod(t, ctx, tn, name); p.Status.Phase {
+		case corev1.PodSucceeded:
+			return nil
+		case corev1.PodFailed:
+			t.Fatalf("%s failed: %s %s", name, p.Status.Reason, p.Status.Message)
+		default:
+			return fmt.Errorf("phase %s", p.Status.Phase)
 		}
 		return nil
 	})

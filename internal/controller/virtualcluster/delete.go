@@ -96,7 +96,8 @@ func hostObjectsDeletedIn(step controlplane.DeletionStep, n controlplane.Names) 
 	return out
 }
 
-// deleteTenantWorkloads deletes every host object nest-syncer made for vc and
+// deleteTenantWorkloads deletes every host object nest-syncer made for vc
+// (pods, Services, ConfigMaps, Secrets and the virtual nodes' disks) and
 // returns how many were still there.
 func (r *Reconciler) deleteTenantWorkloads(ctx context.Context, vc *nestv1.VirtualCluster) (int, error) {
 	selector := client.MatchingLabels{syncer.LabelTenantOf: vc.Name}
@@ -107,6 +108,8 @@ func (r *Reconciler) deleteTenantWorkloads(ctx context.Context, vc *nestv1.Virtu
 	}{
 		{&corev1.Pod{}, &corev1.PodList{}}, {&corev1.Service{}, &corev1.ServiceList{}},
 		{&corev1.ConfigMap{}, &corev1.ConfigMapList{}}, {&corev1.Secret{}, &corev1.SecretList{}},
+		// The virtual nodes' disks; the host keeps each until no pod mounts it.
+		{&corev1.PersistentVolumeClaim{}, &corev1.PersistentVolumeClaimList{}},
 	} {
 		if err := r.APIReader.List(ctx, kind.list, client.InNamespace(vc.Namespace), selector); err != nil {
 			return 0, err
