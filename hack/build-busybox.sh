@@ -29,7 +29,9 @@ echo "$sha256  $work/src.tar.bz2" | sha256sum -c --quiet -
 tar -xjf "$work/src.tar.bz2" -C "$work"
 cd "$work/busybox-${version}"
 make -s defconfig >/dev/null
-sed -i 's/^# CONFIG_STATIC is not set$/CONFIG_STATIC=y/' .config
+# Static; without tc, whose CBQ code does not build against the kernel
+# headers of Linux 6.8 and later (Debian 12 has 6.1).
+sed -i -e 's/^# CONFIG_STATIC is not set$/CONFIG_STATIC=y/' -e 's/^CONFIG_TC=y$/# CONFIG_TC is not set/' .config
 grep -qx 'CONFIG_STATIC=y' .config
 # Only the busybox binary: its build warns about glibc's static NSS, which
 # the images do not need (they carry /etc/passwd and /etc/group).

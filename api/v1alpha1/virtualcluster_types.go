@@ -300,14 +300,17 @@ type VirtualNodeSpec struct {
 
 // NodeDiskSpec is the disk of each virtual node: a host
 // PersistentVolumeClaim (ReadWriteOnce) per virtual node, made when a pod on
-// that node first mounts a hostPath volume. A tenant hostPath volume is a
+// that node first mounts a hostPath volume. The restricted Pod Security
+// level refuses hostPath volumes whatever this says. A tenant hostPath volume is a
 // directory or file at its path on the disk, shared by the pods of the
 // virtual node, as a node's directories are, and kept while the
 // VirtualCluster lives. The host pods that mount it run on the host node
 // the volume is attached to.
 type NodeDiskSpec struct {
-	// Size of each virtual node's disk, such as 1Gi: the claim's request,
-	// counted by the host's storage quota.
+	// Size of each virtual node's disk, such as 1Gi: the claim's request.
+	// The host namespace's object quota holds the claims to one per
+	// virtual node and to their sizes; the StorageClass must enforce the
+	// size for it to bound what a tenant writes.
 	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isGreaterThan(quantity('0'))",message="nodeDisk.size must be above zero, such as 1Gi"
 	Size resource.Quantity `json:"size"`
 	// StorageClassName of the claims. Unset: the host's default

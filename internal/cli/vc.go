@@ -166,6 +166,9 @@ func (f *shareFlags) spec() (nestv1.VirtualClusterSpec, error) {
 		if err != nil || size.Sign() <= 0 {
 			return spec, fmt.Errorf("--node-disk %q: want the size of each virtual node's disk, such as 1Gi", f.nodeDisk)
 		}
+		if spec.VirtualNode.PodSecurityLevel == nestv1.PodSecurityRestricted {
+			return spec, fmt.Errorf("--node-disk %q: the restricted Pod Security level refuses hostPath volumes, so the disk would go unused: drop --node-disk or use --pod-security baseline", f.nodeDisk)
+		}
 		spec.VirtualNode.NodeDisk = &nestv1.NodeDiskSpec{Size: size}
 	}
 	p, err := f.policy()

@@ -79,6 +79,21 @@ func TestShareFlags(t *testing.T) {
 	}
 }
 
+func TestNodeDiskFlag(t *testing.T) {
+	spec, err := (&shareFlags{podSecurity: "baseline", nodeDisk: "2Gi"}).spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := spec.VirtualNode.NodeDisk; d == nil || d.Size.String() != "2Gi" || d.StorageClassName != nil {
+		t.Errorf("nodeDisk = %+v, want 2Gi of the default class", d)
+	}
+	for _, bad := range []shareFlags{{podSecurity: "baseline", nodeDisk: "big"}, {podSecurity: "baseline", nodeDisk: "0"}, {podSecurity: "restricted", nodeDisk: "1Gi"}} {
+		if _, err := bad.spec(); err == nil || !strings.Contains(err.Error(), "--node-disk") {
+			t.Errorf("%+v: error %v, want one naming --node-disk", bad, err)
+		}
+	}
+}
+
 func TestNodeFlags(t *testing.T) {
 	spec, err := (&shareFlags{nodes: nodes{count: 2, selector: "gpu=true"}}).spec()
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 )
@@ -188,18 +189,34 @@ func BudgetOf(vc *nestv1.VirtualCluster) Budget {
 //	count/configmaps = budget.configMaps + len(Names.ConfigMaps) + len(Names.MemberConfigMaps) + 1
 //	count/secrets    = budget.secrets + len(Names.Secrets) + len(Names.MemberSecrets) + share pods
 //	services         = budget.services + len(Names.Services) + one per member grant (syncer.MemberHostService)
+//
+// With spec.virtualNode.nodeDisk, the claims are bounded too: the etcd
+// claim and one disk per virtual node, of their sizes.
+//
+//	persistentvolumeclaims = 1 + virtual nodes
+//	requests.storage       = datastore size + virtual nodes × nodeDisk.size
 func ObjectQuotaFor(vc *nestv1.VirtualCluster) *corev1.ResourceQuota {
 	n := NamesOf(vc)
 	b := BudgetOf(vc)
 	pods := Share(vc)[corev1.ResourcePods]
 	count := func(v int64) resource.Quantity { return *resource.NewQuantity(v, resource.DecimalSI) }
+	hard := corev1.ResourceList{
+		"count/configmaps":      count(b.ConfigMaps + int64(len(n.ConfigMaps())+len(n.MemberConfigMaps())) + 1),
+		"count/secrets":         count(b.Secrets + int64(len(n.Secrets())+len(n.MemberSecrets())) + pods.Value()),
+		corev1.ResourceServices: count(b.Services + int64(len(n.Services())+len(vc.Spec.Members))),
+	}
+	if d := vc.Spec.VirtualNode.NodeDisk; d != nil {
+		nodes := int64(ptr.Deref(vc.Spec.VirtualNode.Count, 1))
+		storage := storageSize(vc)
+		for range nodes {
+			storage.Add(d.Size)
+		}
+		hard[corev1.ResourcePersistentVolumeClaims] = count(1 + nodes)
+		hard[corev1.ResourceRequestsStorage] = storage
+	}
 	return &corev1.ResourceQuota{
 		ObjectMeta: metav1.ObjectMeta{Name: n.ObjectQuota(), Namespace: n.Namespace, Labels: n.Labels()},
-		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{
-			"count/configmaps":      count(b.ConfigMaps + int64(len(n.ConfigMaps())+len(n.MemberConfigMaps())) + 1),
-			"count/secrets":         count(b.Secrets + int64(len(n.Secrets())+len(n.MemberSecrets())) + pods.Value()),
-			corev1.ResourceServices: count(b.Services + int64(len(n.Services())+len(vc.Spec.Members))),
-		}},
+		Spec:       corev1.ResourceQuotaSpec{Hard: hard},
 	}
 }
 

@@ -275,3 +275,24 @@ func TestNodeDiskReachesTheSyncer(t *testing.T) {
 		})
 	}
 }
+
+// The disks are the host's to bound: the object quota holds the claims to
+// the etcd claim and one disk per virtual node, and their storage to their
+// sizes.
+func TestObjectQuotaBoundsTheVirtualNodesDisks(t *testing.T) {
+	v := vc(func(v *nestv1.VirtualCluster) {
+		v.Spec.VirtualNode.Count = ptr.To[int32](2)
+		v.Spec.VirtualNode.NodeDisk = &nestv1.NodeDiskSpec{Size: resource.MustParse("512Mi")}
+		v.Spec.Datastore.StorageSize = ptr.To(resource.MustParse("2Gi"))
+	})
+	hard := ObjectQuotaFor(v).Spec.Hard
+	if got := hard[corev1.ResourcePersistentVolumeClaims]; got.Value() != 3 {
+		t.Errorf("persistentvolumeclaims = %s, want 3", got.String())
+	}
+	if got := hard[corev1.ResourceRequestsStorage]; got.Cmp(resource.MustParse("3Gi")) != 0 {
+		t.Errorf("requests.storage = %s, want 3Gi", got.String())
+	}
+	if _, ok := ObjectQuotaFor(vc(nil)).Spec.Hard[corev1.ResourceRequestsStorage]; ok {
+		t.Error("a virtual cluster without disks has a storage quota")
+	}
+}

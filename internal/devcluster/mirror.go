@@ -76,17 +76,35 @@ func StartMirror(stateDir, registryName, blobDir string, log io.Writer) (*Mirror
 // serveMirror serves a registry for registryName on ln, with blobs under
 // blobDir, logging requests to logTo.
 func serveMirror(ln net.Listener, registryName, blobDir string, logTo io.Writer) *Mirror {
+	reg := registry.New(registry.WithBlobHandler(registry.NewDiskBlobHandler(blobDir)),
+		registry.Logger(log.New(logTo, "", log.LstdFlags)))
 	m := &Mirror{
 		Registry: registryName,
 		Addr:     ln.Addr().String(),
-		srv: &http.Server{
-			Handler: registry.New(registry.WithBlobHandler(registry.NewDiskBlobHandler(blobDir)),
-				registry.Logger(log.New(logTo, "", log.LstdFlags))),
-			ReadHeaderTimeout: 10 * time.Second,
-		},
+		srv:      &http.Server{Handler: pullOnlyFromAfar(reg, ln.Addr()), ReadHeaderTimeout: 10 * time.Second},
 	}
 	go func() { _ = m.srv.Serve(ln) }()
 	return m
+}
+
+// pullOnlyFromAfar lets only this machine (loopback, or the address the
+// mirror listens on, from which Push dials) write to the registry: the
+// nodes, and the pods on them, may only read.
+func pullOnlyFromAfar(h http.Handler, listen net.Addr) http.Handler {
+	self := ""
+	if a, ok := listen.(*net.TCPAddr); ok {
+		self = a.IP.String()
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			host, _, _ := net.SplitHostPort(r.RemoteAddr)
+			if ip := net.ParseIP(host); ip == nil || (!ip.IsLoopback() && host != self) {
+				http.Error(w, "the mirror takes pushes from this machine only", http.StatusForbidden)
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // MirrorHostsTOML is the containerd hosts.toml that sends every request for

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -55,6 +56,31 @@ func TestMirrorServesWhatIsPushedUnderTheRegistrysName(t *testing.T) {
 	}
 	if err := m.Push(ctx, "docker.io/library/busybox:1", img); err == nil || !strings.Contains(err.Error(), "not in registry registry.k8s.io") {
 		t.Errorf("push of another registry's image: err = %v, want one naming the registry", err)
+	}
+}
+
+func TestMirrorTakesPushesFromThisMachineOnly(t *testing.T) {
+	reached := 0
+	h := pullOnlyFromAfar(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { reached++ }), &net.TCPAddr{IP: net.ParseIP("198.51.100.1"), Port: 5000})
+	for _, c := range []struct {
+		method, from string
+		allowed      bool
+	}{
+		{http.MethodGet, "198.51.100.7:4000", true},
+		{http.MethodHead, "10.244.1.5:4000", true},
+		{http.MethodPut, "10.244.1.5:4000", false},
+		{http.MethodPost, "198.51.100.7:4000", false},
+		{http.MethodPut, "198.51.100.1:4000", true},
+		{http.MethodPatch, "127.0.0.1:4000", true},
+	} {
+		before := reached
+		req := httptest.NewRequest(c.method, "http://198.51.100.1:5000/v2/", nil)
+		req.RemoteAddr = c.from
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if got := reached > before; got != c.allowed {
+			t.Errorf("%s from %s: reached the registry %v, want %v (status %d)", c.method, c.from, got, c.allowed, rec.Code)
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -136,32 +137,24 @@ func RunEtcHostsHelper(args []string, getenv func(string) string) error {
 	return atomicfile.Write(*out, content, 0o644)
 }
 
-// tenantEtcHosts gives a host pod whose tenant pod has a subdomain, or is on
-// the node's network, the tenant's /etc/hosts (see above). Nothing is done
-// without a helper image, or for a pod on the pod network without a
-// subdomain, whose host kubelet's file is already the tenant's.
-func (t Translator) tenantEtcHosts(spec *corev1.PodSpec, namespace string, hostNetwork bool) error {
-	if t.HelperImage == "" || spec.Hostname == "" || (!hostNetwork && spec.Subdomain == "") {
+// tenantEtcHosts gives a host pod whose tenant pod has a subdomain the
+// tenant's /etc/hosts (see above), and one on the node's network (node is
+// the virtual node's name, "" for a pod on the pod network) the node's.
+// Nothing is done without a helper image, or for a pod on the pod network
+// without a subdomain, whose host kubelet's file is already the tenant's.
+// The helper's names are reserved (checkReservedNames).
+func (t Translator) tenantEtcHosts(spec *corev1.PodSpec, namespace, node string) error {
+	if t.HelperImage == "" || (node == "" && (spec.Subdomain == "" || spec.Hostname == "")) {
 		return nil
 	}
-	for i, v := range spec.Volumes {
-		if v.Name == etcHostsName {
-			return fmt.Errorf("spec.volumes[%d].name: %s is reserved for Nest: rename the volume", i, etcHostsName)
-		}
-	}
-	for _, list := range []struct {
-		field      string
-		containers []corev1.Container
-	}{{"spec.initContainers", spec.InitContainers}, {"spec.containers", spec.Containers}} {
-		for i := range list.containers {
-			c := &list.containers[i]
-			if c.Name == etcHostsName {
-				return fmt.Errorf("%s[%d].name: %s is reserved for Nest: rename the container", list.field, i, etcHostsName)
+	for _, list := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+		for i := range list {
+			if !isHelper(list[i].Name) {
+				mountEtcHosts(&list[i])
 			}
-			mountEtcHosts(c)
 		}
 	}
-	helper, err := t.etcHostsHelper(spec, namespace, hostNetwork)
+	helper, err := t.etcHostsHelper(spec, namespace, node)
 	if err != nil {
 		return err
 	}
@@ -184,9 +177,10 @@ func mountEtcHosts(c *corev1.Container) {
 	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: etcHostsName, MountPath: etcHostsPath, SubPath: etcHostsFile})
 }
 
-// etcHostsHelper is the helper init container: restricted by Pod Security's
-// strictest level, with a small fixed request and limit.
-func (t Translator) etcHostsHelper(spec *corev1.PodSpec, namespace string, hostNetwork bool) (corev1.Container, error) {
+// etcHostsHelper is the /etc/hosts helper init container, restricted by
+// Pod Security's strictest level. node is the virtual node's name for a
+// pod on the node's network, "" for one on the pod network.
+func (t Translator) etcHostsHelper(spec *corev1.PodSpec, namespace, node string) (corev1.Container, error) {
 	env := []corev1.EnvVar{{Name: envPodIPs, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIPs"}}}}
 	if len(spec.HostAliases) > 0 {
 		aliases, err := json.Marshal(spec.HostAliases)
@@ -195,27 +189,87 @@ func (t Translator) etcHostsHelper(spec *corev1.PodSpec, namespace string, hostN
 		}
 		env = append(env, corev1.EnvVar{Name: envHostAliases, Value: string(aliases)})
 	}
-	resources := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("64Mi")}
-	command := []string{SyncerBinary, etcHostsCommand, "--out=" + path.Join(etcHostsDir, etcHostsFile), "--hostname=" + spec.Hostname}
-	if hostNetwork {
-		command = append(command, "--host-network")
+	command := []string{SyncerBinary, etcHostsCommand, "--out=" + path.Join(etcHostsDir, etcHostsFile)}
+	if node != "" {
+		command = append(command, "--hostname="+node, "--host-network")
 	} else {
-		command = append(command, "--domain="+spec.Subdomain+"."+namespace+".svc."+t.ClusterDomain)
+		command = append(command, "--hostname="+spec.Hostname, "--domain="+spec.Subdomain+"."+namespace+".svc."+t.ClusterDomain)
+	}
+	c := t.helperContainer(etcHostsName, command, corev1.VolumeMount{Name: etcHostsName, MountPath: etcHostsDir}, false)
+	c.Env = env
+	return c, nil
+}
+
+// helperContainer is a helper init container of nest-syncer's image that
+// runs command with one volume mounted, a small fixed request and limit,
+// and no capabilities: as user 65534, which Pod Security's restricted
+// level allows, or, asRoot, as root, which baseline allows.
+func (t Translator) helperContainer(name string, command []string, mount corev1.VolumeMount, asRoot bool) corev1.Container {
+	resources := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("64Mi")}
+	user := int64(65534)
+	if asRoot {
+		user = 0
 	}
 	return corev1.Container{
-		Name: etcHostsName, Image: t.HelperImage, ImagePullPolicy: t.HelperImagePullPolicy,
+		Name: name, Image: t.HelperImage, ImagePullPolicy: t.HelperImagePullPolicy,
 		Command:                  command,
-		Env:                      env,
-		VolumeMounts:             []corev1.VolumeMount{{Name: etcHostsName, MountPath: etcHostsDir}},
+		VolumeMounts:             []corev1.VolumeMount{mount},
 		Resources:                corev1.ResourceRequirements{Requests: resources, Limits: resources},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		SecurityContext: &corev1.SecurityContext{
-			RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65534), RunAsGroup: ptr.To[int64](65534),
+			RunAsNonRoot: ptr.To(!asRoot), RunAsUser: ptr.To(user), RunAsGroup: ptr.To(user),
 			AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
 			Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		},
-	}, nil
+	}
+}
+
+// helperNames are the names of the helper init containers and their
+// volumes: tenant pods may use none of them.
+var helperNames = []string{etcHostsName, nodeDiskName}
+
+func isHelper(name string) bool { return slices.Contains(helperNames, name) }
+
+// checkReservedNames refuses a tenant pod that names a volume or a
+// container (of any kind) as one of the helpers.
+func checkReservedNames(s *corev1.PodSpec) error {
+	for i, v := range s.Volumes {
+		if isHelper(v.Name) {
+			return fmt.Errorf("spec.volumes[%d].name: %s is reserved for Nest: rename the volume", i, v.Name)
+		}
+	}
+	for _, list := range []struct {
+		field string
+		names []string
+	}{
+		{"spec.initContainers", containerNames(s.InitContainers)},
+		{"spec.containers", containerNames(s.Containers)},
+		{"spec.ephemeralContainers", ephemeralNames(s.EphemeralContainers)},
+	} {
+		for i, n := range list.names {
+			if isHelper(n) {
+				return fmt.Errorf("%s[%d].name: %s is reserved for Nest: rename the container", list.field, i, n)
+			}
+		}
+	}
+	return nil
+}
+
+func containerNames(cs []corev1.Container) []string {
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = c.Name
+	}
+	return out
+}
+
+func ephemeralNames(cs []corev1.EphemeralContainer) []string {
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = c.Name
+	}
+	return out
 }
 
 // withoutHelpers drops the helpers' statuses from a host pod's init
@@ -223,7 +277,7 @@ func (t Translator) etcHostsHelper(spec *corev1.PodSpec, namespace string, hostN
 func withoutHelpers(statuses []corev1.ContainerStatus) []corev1.ContainerStatus {
 	out := statuses[:0:0]
 	for _, s := range statuses {
-		if s.Name != etcHostsName && s.Name != nodeDiskName {
+		if !isHelper(s.Name) {
 			out = append(out, s)
 		}
 	}

@@ -123,6 +123,35 @@ func TestTranslatePodWritesTheNodesEtcHostsForAHostNetworkPod(t *testing.T) {
 	}
 }
 
+// The node's name goes to the helper whatever it is, and the disk's
+// helper is not given the /etc/hosts helper's file.
+func TestTranslatePodNamesTheNodeEvenWhenItIsNoHostname(t *testing.T) {
+	p := hostPathPod()
+	p.Spec.HostNetwork = true
+	p.Spec.NodeName = "node.example"
+	pt, err := withDisk.TranslatePod(p, defaultMetadata, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, c := range pt.Pod.Spec.InitContainers {
+		names = append(names, c.Name)
+		switch c.Name {
+		case etcHostsName:
+			if !slices.Contains(c.Command, "--hostname=node.example") {
+				t.Errorf("etc-hosts helper command %v, want the node's name", c.Command)
+			}
+		case nodeDiskName:
+			if len(c.VolumeMounts) != 1 {
+				t.Errorf("disk helper mounts %v, want the disk alone", c.VolumeMounts)
+			}
+		}
+	}
+	if !slices.Contains(names, etcHostsName) || !slices.Contains(names, nodeDiskName) {
+		t.Errorf("init containers %v, want both helpers", names)
+	}
+}
+
 func TestEtcHostsHelperWritesTheNodesFileForTheHostNetwork(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "hosts")
 	env := map[string]string{envPodIPs: "10.244.1.7", envHostAliases: `[{"ip":"10.1.2.3","hostnames":["foo.local"]}]`}

@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 )
 
@@ -40,6 +41,10 @@ const (
 	// nodeDiskCommand is the helper's subcommand of nest-syncer.
 	nodeDiskCommand = "node-disk"
 )
+
+// LabelNodeDisk, on a host pod, names the claim of the virtual node's disk
+// it mounts; the pods that mount one claim keep to one host node by it.
+const LabelNodeDisk = "nest.dev/node-disk"
 
 // NodeDisk is the disk each virtual node has (spec.virtualNode.nodeDisk).
 type NodeDisk struct {
@@ -76,9 +81,10 @@ func nodeDiskPath(p string) (string, error) {
 
 // translateHostPaths turns the pod's hostPath volumes into the claim of
 // its virtual node's disk, with a subPath at the volume's path on each
-// mount of containers (those and the ephemeral ones), and adds the helper.
-// It returns the claim, "" when the pod has no hostPath volume.
-func (t Translator) translateHostPaths(spec *corev1.PodSpec, nodeName string, containers ...[]corev1.Container) (string, error) {
+// mount of its containers, and adds the helper. An ephemeral container may
+// mount such a volume only when it is the disk's root. It returns the
+// claim, "" when the pod has no hostPath volume.
+func (t Translator) translateHostPaths(spec *corev1.PodSpec, nodeName string, ephemeral []corev1.Container) (string, error) {
 	claim := NodeDiskClaim(t.VirtualCluster, nodeName)
 	onDisk := map[string]string{}
 	var paths []string
@@ -90,9 +96,6 @@ func (t Translator) translateHostPaths(spec *corev1.PodSpec, nodeName string, co
 		}
 		if t.NodeDisk == nil {
 			return "", fmt.Errorf("spec.volumes[%d] (%s): hostPath volumes need a disk on the virtual node, which this virtual cluster has not (spec.virtualNode.nodeDisk on the host): use emptyDir", i, v.Name)
-		}
-		if v.Name == nodeDiskName {
-			return "", fmt.Errorf("spec.volumes[%d].name: %s is reserved for Nest: rename the volume", i, nodeDiskName)
 		}
 		typ := ptr.Deref(v.HostPath.Type, corev1.HostPathUnset)
 		if !nodeDiskTypes[typ] {
@@ -110,16 +113,36 @@ func (t Translator) translateHostPaths(spec *corev1.PodSpec, nodeName string, co
 	if len(onDisk) == 0 {
 		return "", nil
 	}
-	for _, list := range append(containers, spec.InitContainers, spec.Containers) {
+	for _, list := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
 		for i := range list {
-			if list[i].Name == nodeDiskName {
-				return "", fmt.Errorf("container name %s is reserved for Nest: rename the container", nodeDiskName)
-			}
 			mountOnDisk(list[i].VolumeMounts, onDisk)
 		}
 	}
+	// The API refuses subPaths on ephemeral containers: one may mount the
+	// disk only where it is the volume, the disk's root.
+	for i, c := range ephemeral {
+		for _, m := range c.VolumeMounts {
+			if rel, ok := onDisk[m.Name]; ok && (rel != "" || m.SubPath != "" || m.SubPathExpr != "") {
+				return "", fmt.Errorf("spec.ephemeralContainers[%d] (%s): volume %s is a path on the virtual node's disk, which an ephemeral container cannot mount (the API refuses subPaths there): debug from a container of the pod instead", i, c.Name, m.Name)
+			}
+		}
+	}
 	spec.InitContainers = append([]corev1.Container{t.nodeDiskHelper(nodeName, diskVolume, paths)}, spec.InitContainers...)
+	spec.Affinity = sharingDisk(claim)
 	return claim, nil
+}
+
+// sharingDisk keeps a host pod on the host node of the other pods that mount
+// claim: a ReadWriteOnce volume of a network disk is attached to one node
+// at a time. (A local volume pins them there anyway; the first pod goes
+// where the scheduler finds room, as the term matches its own labels.)
+func sharingDisk(claim string) *corev1.Affinity {
+	return &corev1.Affinity{PodAffinity: &corev1.PodAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{LabelNodeDisk: claim}},
+			TopologyKey:   corev1.LabelHostname,
+		}},
+	}}
 }
 
 // mountOnDisk points each mount of a volume in onDisk at the volume's path
@@ -142,20 +165,8 @@ func mountOnDisk(mounts []corev1.VolumeMount, onDisk map[string]string) {
 // owner of the disk's directories, with no capabilities, which Pod
 // Security's baseline level allows.
 func (t Translator) nodeDiskHelper(nodeName, volume string, paths []string) corev1.Container {
-	resources := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("64Mi")}
-	return corev1.Container{
-		Name: nodeDiskName, Image: t.HelperImage, ImagePullPolicy: t.HelperImagePullPolicy,
-		Command:                  append([]string{SyncerBinary, nodeDiskCommand, "--root=" + nodeDiskDir, "--node-name=" + nodeName}, paths...),
-		VolumeMounts:             []corev1.VolumeMount{{Name: volume, MountPath: nodeDiskDir}},
-		Resources:                corev1.ResourceRequirements{Requests: resources, Limits: resources},
-		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-		SecurityContext: &corev1.SecurityContext{
-			RunAsUser: ptr.To[int64](0), RunAsGroup: ptr.To[int64](0), RunAsNonRoot: ptr.To(false),
-			AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
-			Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-		},
-	}
+	command := append([]string{SyncerBinary, nodeDiskCommand, "--root=" + nodeDiskDir, "--node-name=" + nodeName}, paths...)
+	return t.helperContainer(nodeDiskName, command, corev1.VolumeMount{Name: volume, MountPath: nodeDiskDir}, true)
 }
 
 // NodeDiskClaimFor is the claim of a virtual node's disk as nest-syncer
@@ -209,22 +220,29 @@ func RunNodeDiskHelper(args []string) error {
 		return err
 	}
 	defer root.Close()
-	if err := root.MkdirAll("etc", 0o755); err != nil {
-		return err
-	}
-	if err := writeIfMissing(root, "etc/hosts", VirtualNodeEtcHosts(*nodeName)); err != nil {
-		return err
+	// Best effort: what pods made of etc/ on the disk is theirs, and must
+	// not keep other pods from their own paths.
+	if err := seedEtcHosts(root, *nodeName); err != nil {
+		fmt.Fprintf(os.Stderr, "nest-syncer node-disk: the node's /etc/hosts not written: %v\n", err)
 	}
 	for _, p := range paths {
-		name, typ, ok := strings.Cut(p, "=")
-		if !ok {
+		i := strings.LastIndex(p, "=")
+		if i < 0 {
 			return fmt.Errorf("--path=%s: want PATH=TYPE", p)
 		}
+		name, typ := p[:i], p[i+1:]
 		if err := prepareOnDisk(root, strings.TrimPrefix(path.Clean(name), "/"), corev1.HostPathType(typ)); err != nil {
 			return fmt.Errorf("hostPath %s (type %q): %w", name, typ, err)
 		}
 	}
 	return nil
+}
+
+func seedEtcHosts(root *os.Root, nodeName string) error {
+	if err := root.MkdirAll("etc", 0o755); err != nil {
+		return err
+	}
+	return writeIfMissing(root, "etc/hosts", VirtualNodeEtcHosts(nodeName))
 }
 
 // prepareOnDisk makes or checks rel under root as the kubelet does for a
@@ -239,9 +257,16 @@ func prepareOnDisk(root *os.Root, rel string, typ corev1.HostPathType) error {
 		return err
 	}
 	switch typ {
-	case corev1.HostPathUnset, corev1.HostPathDirectoryOrCreate:
+	case corev1.HostPathUnset:
 		if !exists {
 			return root.MkdirAll(rel, 0o755)
+		}
+	case corev1.HostPathDirectoryOrCreate:
+		if !exists {
+			return root.MkdirAll(rel, 0o755)
+		}
+		if !info.IsDir() {
+			return fmt.Errorf("is not a directory on the virtual node")
 		}
 	case corev1.HostPathDirectory:
 		if !exists || !info.IsDir() {

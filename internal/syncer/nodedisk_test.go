@@ -44,22 +44,39 @@ func TestTranslatePodPutsHostPathsOnTheVirtualNodesDisk(t *testing.T) {
 		t.Errorf("NodeDiskClaim = %q, want %q", pt.NodeDiskClaim, claim)
 	}
 	spec := pt.Pod.Spec
+	onDisk := 0
 	for _, v := range spec.Volumes {
 		if v.HostPath != nil {
 			t.Errorf("host pod volume %s is a hostPath", v.Name)
 		}
-		if (v.Name == "etc-hosts" || v.Name == "state") && (v.PersistentVolumeClaim == nil || v.PersistentVolumeClaim.ClaimName != claim) {
-			t.Errorf("volume %s = %+v, want claim %s", v.Name, v.VolumeSource, claim)
+		if v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == claim {
+			onDisk++
 		}
+	}
+	if onDisk != 2 {
+		t.Errorf("%d volumes are the disk %s, want 2 (etc-hosts, state)", onDisk, claim)
 	}
 	want := map[string]corev1.VolumeMount{
 		"/etc/hosts-original": {Name: "etc-hosts", MountPath: "/etc/hosts-original", SubPath: "etc/hosts"},
 		"/data":               {Name: "state", MountPath: "/data", SubPath: "tmp/job-e2e/x1/index-0"},
 	}
 	for _, m := range spec.Containers[0].VolumeMounts {
-		if w, ok := want[m.MountPath]; ok && m != w {
-			t.Errorf("mount %s = %+v, want %+v", m.MountPath, m, w)
+		if w, ok := want[m.MountPath]; ok {
+			if m != w {
+				t.Errorf("mount %s = %+v, want %+v", m.MountPath, m, w)
+			}
+			delete(want, m.MountPath)
 		}
+	}
+	if len(want) > 0 {
+		t.Errorf("mounts %v missing from the app container", want)
+	}
+	if pt.Pod.Labels[LabelNodeDisk] != claim {
+		t.Errorf("host pod labels %v, want %s=%s", pt.Pod.Labels, LabelNodeDisk, claim)
+	}
+	if a := spec.Affinity; a == nil || a.PodAffinity == nil || len(a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution) != 1 ||
+		a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution[0].LabelSelector.MatchLabels[LabelNodeDisk] != claim {
+		t.Errorf("host pod affinity %+v, want the pods of disk %s together", spec.Affinity, claim)
 	}
 	helper := spec.InitContainers[0]
 	if helper.Name != nodeDiskName {
@@ -105,6 +122,12 @@ func TestTranslatePodRefusesHostPathsItCannotPutOnTheDisk(t *testing.T) {
 		"relative path": {withDisk, withType(corev1.HostPathDirectory, "tmp"), "must be absolute"},
 		"dot-dot":       {withDisk, withType(corev1.HostPathDirectory, "/tmp/../.."), `must not hold ".."`},
 		"reserved name": {withDisk, reserved, "reserved for Nest"},
+		"an ephemeral container below the disk's root": {withDisk, func() *corev1.Pod {
+			p := hostPathPod()
+			p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{
+				Name: "debug", Image: "img", VolumeMounts: []corev1.VolumeMount{{Name: "state", MountPath: "/data"}}}}}
+			return p
+		}(), "spec.ephemeralContainers[0] (debug): volume state is a path on the virtual node's disk"},
 	} {
 		_, err := c.tr.TranslatePod(c.pod, defaultMetadata, nil)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -174,14 +197,34 @@ func TestNodeDiskHelperMakesWhatTheTypesAskForAndKeepsWhatIsThere(t *testing.T) 
 	if got, _ := os.ReadFile(filepath.Join(root, "etc/hosts")); string(got) != "edited\n" {
 		t.Errorf("etc/hosts = %q after a second run, want what was written", got)
 	}
+	if err := run("--path=/a=b=DirectoryOrCreate"); err != nil {
+		t.Errorf("a path with '=': %v", err)
+	} else if info, err := os.Stat(filepath.Join(root, "a=b")); err != nil || !info.IsDir() {
+		t.Errorf("a=b: %v, want a directory", err)
+	}
 	for _, c := range []struct{ path, want string }{
 		{"--path=/missing=Directory", "not a directory"},
 		{"--path=/missing=File", "not a file"},
 		{"--path=/tmp/job-e2e/x1=FileOrCreate", "is a directory"},
+		{"--path=/etc/hosts=DirectoryOrCreate", "not a directory"},
 	} {
 		if err := run(c.path); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want %q", c.path, err, c.want)
 		}
+	}
+}
+
+// What pods made of etc/ on the disk keeps no pod from its own paths.
+func TestNodeDiskHelperSeedsTheNodesFilesAtBestEffort(t *testing.T) {
+	root := t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, "etc"), []byte("a file where etc/ was\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := RunNodeDiskHelper([]string{"--root=" + root, "--node-name=n", "--path=/var/state=DirectoryOrCreate"}); err != nil {
+		t.Fatalf("helper with etc/ taken: %v", err)
+	}
+	if info, err := os.Stat(filepath.Join(root, "var/state")); err != nil || !info.IsDir() {
+		t.Errorf("var/state: %v, want a directory", err)
 	}
 }
 

@@ -187,7 +187,11 @@ func (t Translator) TranslatePod(tenant *corev1.Pod, metadata MetadataAllowList,
 		out.EphemeralContainers = append(out.EphemeralContainers, corev1.EphemeralContainer{
 			EphemeralContainerCommon: corev1.EphemeralContainerCommon(c), TargetContainerName: tenant.Spec.EphemeralContainers[i].TargetContainerName})
 	}
-	if err := t.tenantEtcHosts(spec, tenant.Namespace, tenant.Spec.HostNetwork); err != nil {
+	hostNetworkNode := ""
+	if tenant.Spec.HostNetwork {
+		hostNetworkNode = cmp.Or(tenant.Spec.NodeName, t.NodeName)
+	}
+	if err := t.tenantEtcHosts(spec, tenant.Namespace, hostNetworkNode); err != nil {
 		return nil, err
 	}
 	for i, s := range spec.ImagePullSecrets {
@@ -195,6 +199,9 @@ func (t Translator) TranslatePod(tenant *corev1.Pod, metadata MetadataAllowList,
 	}
 	labels := copyAllowed(tenant.Labels, metadata.Labels)
 	maps.Copy(labels, hostLabels(t.VirtualCluster, tenant.Namespace))
+	if out.NodeDiskClaim != "" {
+		labels[LabelNodeDisk] = out.NodeDiskClaim
+	}
 	annotations := copyAllowed(tenant.Annotations, metadata.Annotations)
 	maps.Copy(annotations, out.fieldAnnotations)
 	maps.Copy(annotations, hostAnnotations(tenant.Namespace, tenant.Name, string(tenant.UID)))
@@ -223,6 +230,9 @@ func checkReservedKeys(p *corev1.Pod) error {
 }
 
 func checkUnsupportedSpec(s *corev1.PodSpec) error {
+	if err := checkReservedNames(s); err != nil {
+		return err
+	}
 	for i, v := range s.Volumes {
 		if kind, ok := allowedVolume(v.VolumeSource); !ok {
 			return fmt.Errorf("spec.volumes[%d] (%s): %s volumes are not supported on the virtual node: use emptyDir, configMap, secret, projected or downwardAPI", i, v.Name, kind)

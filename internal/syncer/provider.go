@@ -166,13 +166,18 @@ func (p *podProvider) start(ctx context.Context, pod *corev1.Pod, pt *PodTransla
 
 // ensureNodeDisk creates the claim of a virtual node's disk unless it
 // exists; claim "" is none. The claim is never updated: its size is fixed
-// when it is made.
+// when it is made. It looks first: a full storage quota refuses a create
+// before the name is found taken.
 func (p *podProvider) ensureNodeDisk(ctx context.Context, claim string) error {
 	if claim == "" {
 		return nil
 	}
 	claims := p.host.CoreV1().PersistentVolumeClaims(p.tr.HostNamespace)
-	_, err := claims.Create(ctx, p.tr.NodeDiskClaimFor(claim), metav1.CreateOptions{})
+	_, err := claims.Get(ctx, claim, metav1.GetOptions{})
+	if err == nil || !apierrors.IsNotFound(err) {
+		return err
+	}
+	_, err = claims.Create(ctx, p.tr.NodeDiskClaimFor(claim), metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		return nil
 	}
