@@ -153,15 +153,8 @@ func TestTranslatePodNamesTheNodeEvenWhenItIsNoHostname(t *testing.T) {
 }
 
 func TestEtcHostsHelperWritesTheNodesFileForTheHostNetwork(t *testing.T) {
-	out := filepath.Join(t.TempDir(), "hosts")
 	env := map[string]string{envPodIPs: "10.244.1.7", envHostAliases: `[{"ip":"10.1.2.3","hostnames":["foo.local"]}]`}
-	if err := RunEtcHostsHelper([]string{"--out=" + out, "--hostname=nest-node-0", "--host-network"}, func(k string) string { return env[k] }); err != nil {
-		t.Fatal(err)
-	}
-	got, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := runEtcHostsHelper(t, env, "--hostname=nest-node-0", "--host-network")
 	want := "# Kubernetes-managed hosts file (host network).\n" +
 		"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" +
 		"10.244.1.7\tnest-node-0\n" +
@@ -171,12 +164,35 @@ func TestEtcHostsHelperWritesTheNodesFileForTheHostNetwork(t *testing.T) {
 	}
 }
 
+// runEtcHostsHelper runs the helper with args and env and returns the file
+// it wrote.
+func runEtcHostsHelper(t *testing.T, env map[string]string, args ...string) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "hosts")
+	if err := RunEtcHostsHelper(append([]string{"--out=" + out}, args...), func(k string) string { return env[k] }); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(got)
+}
+
+// Every helper's name is refused on any volume and container, whether
+// the pod would get that helper or not: the tenant pod's status hides
+// containers of those names.
 func TestTranslatePodRefusesTheHelpersNames(t *testing.T) {
 	volume := subdomainPod()
 	volume.Spec.Volumes = append(volume.Spec.Volumes, corev1.Volume{Name: etcHostsName, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 	container := subdomainPod()
 	container.Spec.InitContainers = []corev1.Container{{Name: etcHostsName, Image: "img"}}
-	for name, p := range map[string]*corev1.Pod{"spec.volumes[": volume, "spec.initContainers[0].name": container} {
+	diskInit := tenantPod()
+	diskInit.Spec.InitContainers = []corev1.Container{{Name: nodeDiskName, Image: "img"}}
+	ephemeral := tenantPod()
+	ephemeral.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: nodeDiskName, Image: "img"}}}
+	for name, p := range map[string]*corev1.Pod{"spec.volumes[": volume, "spec.initContainers[0].name": container,
+		"spec.initContainers[0].name: " + nodeDiskName: diskInit, "spec.ephemeralContainers[0].name": ephemeral} {
 		if _, err := withHelper.TranslatePod(p, defaultMetadata, nil); err == nil || !strings.Contains(err.Error(), name) || !strings.Contains(err.Error(), "reserved") {
 			t.Errorf("%s: TranslatePod = %v, want the field named as reserved", name, err)
 		}
@@ -184,16 +200,8 @@ func TestTranslatePodRefusesTheHelpersNames(t *testing.T) {
 }
 
 func TestEtcHostsHelperWritesTheKubeletsFile(t *testing.T) {
-	out := filepath.Join(t.TempDir(), "hosts")
 	env := map[string]string{envPodIPs: "10.244.1.7,fd00::7", envHostAliases: `[{"ip":"10.1.2.3","hostnames":["foo.local","bar.local"]}]`}
-	err := RunEtcHostsHelper([]string{"--out=" + out, "--hostname=web-1", "--domain=db.shop.svc.cluster.local"}, func(k string) string { return env[k] })
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := runEtcHostsHelper(t, env, "--hostname=web-1", "--domain=db.shop.svc.cluster.local")
 	want := "# Kubernetes-managed hosts file.\n" +
 		"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n" +
 		"10.244.1.7\tweb-1.db.shop.svc.cluster.local\tweb-1\n" +
@@ -202,6 +210,7 @@ func TestEtcHostsHelperWritesTheKubeletsFile(t *testing.T) {
 	if string(got) != want {
 		t.Errorf("hosts file:\n%s\nwant:\n%s", got, want)
 	}
+	out := filepath.Join(t.TempDir(), "hosts")
 	if err := RunEtcHostsHelper([]string{"--out=" + out, "--hostname=web-1"}, func(string) string { return "" }); err == nil || !strings.Contains(err.Error(), envPodIPs) {
 		t.Errorf("without pod IPs: %v", err)
 	}
