@@ -1,6 +1,7 @@
 package syncer
 
 import (
+	"bytes"
 	"cmp"
 	"errors"
 	"flag"
@@ -190,10 +191,10 @@ func (t Translator) NodeDiskClaimFor(name string) *corev1.PersistentVolumeClaim 
 // localhost lines and the node's name on 127.0.1.1, as Debian writes a
 // machine's.
 func VirtualNodeEtcHosts(nodeName string) []byte {
-	var b strings.Builder
-	b.WriteString("127.0.0.1\tlocalhost\n127.0.1.1\t" + nodeName + "\n")
-	b.WriteString("::1\tlocalhost ip6-localhost ip6-loopback\n")
-	return []byte(b.String())
+	var b bytes.Buffer
+	writeLocalhost(&b)
+	b.WriteString("127.0.1.1\t" + nodeName + "\n")
+	return b.Bytes()
 }
 
 // RunNodeDiskHelper is `nest-syncer node-disk`, the disk helper: under
@@ -248,7 +249,7 @@ func seedEtcHosts(root *os.Root, nodeName string) error {
 // prepareOnDisk makes or checks rel under root as the kubelet does for a
 // hostPath volume of type typ on a node.
 func prepareOnDisk(root *os.Root, rel string, typ corev1.HostPathType) error {
-	if rel == "" || rel == "." {
+	if rel == "" {
 		rel = "."
 	}
 	info, err := root.Stat(rel)
