@@ -27,12 +27,16 @@ deps:
 build: build-k8s build-nest
 
 # The Kubernetes components live in their own module (k8s/) so the main module
-# does not inherit k8s.io/kubernetes' replace lines; CoreDNS and the
-# NetworkPolicy enforcer (kube-network-policies) in one more each.
+# does not inherit k8s.io/kubernetes' replace lines; CoreDNS, the
+# NetworkPolicy enforcer (kube-network-policies) and containerd in one more
+# each. containerd's version is the one k8s/containerd/go.mod pins.
+CONTAINERD := github.com/containerd/containerd/v2
 build-k8s:
 	cd k8s && go build -ldflags '$(K8S_LDFLAGS)' -o $(BIN)/kube ./cmd/kube
 	cd k8s/coredns && go build -ldflags '-s -w' -o $(BIN)/coredns .
 	cd k8s/netpol && go build -ldflags '-s -w' -o $(BIN)/kube-network-policies sigs.k8s.io/kube-network-policies/cmd/kube-network-policies/standard
+	cd k8s/containerd && v=$$(go list -m -f '{{.Version}}' $(CONTAINERD)) && \
+		go build -ldflags "-s -w -X $(CONTAINERD)/version.Version=$$v" -o $(BIN)/ $(addprefix $(CONTAINERD)/cmd/,containerd containerd-shim-runc-v2 ctr)
 
 build-nest:
 	go build -ldflags '-s -w' -o $(BIN)/ ./cmd/nest ./cmd/nest-manager ./cmd/nest-syncer ./cmd/nest-probe ./cmd/pause ./cmd/testapp

@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # Installs what Nest's build and local host cluster need on a Debian machine:
-# containerd, runc, the CNI plugins, iptables, nftables, iproute2, busybox-static,
+# runc, the CNI plugins, iptables, nftables, iproute2, busybox-static,
 # Debian's Chromium, which the dashboard's browser test drives, and curl, dig and
 # nc, which the conformance suite's agnhost image carries (internal/images),
 # and gcc, make, libc6-dev and bzip2, which build upstream busybox for its
 # busybox images (hack/build-busybox.sh).
+# containerd is not among them: `make build` builds containerd 2 from its Go
+# module (k8s/containerd), as Debian 12's 1.6 lacks image volumes.
 # Go itself must already be installed (go.mod says which version).
 set -euo pipefail
 
-packages=(containerd runc containernetworking-plugins iptables nftables iproute2 busybox-static util-linux procps kmod chromium curl bind9-dnsutils netcat-openbsd gcc make libc6-dev bzip2)
+packages=(runc containernetworking-plugins iptables nftables iproute2 busybox-static util-linux procps kmod chromium curl bind9-dnsutils netcat-openbsd gcc make libc6-dev bzip2)
 # Each package with a file that proves it is installed.
 declare -A probe=(
-  [containerd]=/usr/bin/containerd [runc]=/usr/sbin/runc [containernetworking-plugins]=/usr/lib/cni/bridge
+  [runc]=/usr/sbin/runc [containernetworking-plugins]=/usr/lib/cni/bridge
   [iptables]=/usr/sbin/iptables [nftables]=/usr/sbin/nft [iproute2]=/usr/sbin/ip [busybox-static]=/bin/busybox
   [util-linux]=/usr/bin/nsenter [procps]=/usr/sbin/sysctl [kmod]=/usr/sbin/modprobe [chromium]=/usr/bin/chromium
   [curl]=/usr/bin/curl [bind9-dnsutils]=/usr/bin/dig [netcat-openbsd]=/usr/bin/nc.openbsd
@@ -37,8 +39,3 @@ echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-# Debian's containerd package would start a machine-wide containerd where systemd
-# runs; the local host cluster runs one containerd per node and needs none.
-if command -v systemctl >/dev/null && systemctl is-system-running >/dev/null 2>&1; then
-  systemctl disable --now containerd >/dev/null 2>&1 || true
-fi

@@ -52,13 +52,13 @@ func apiServerReady(ctx context.Context, l Layout) bool {
 	return err == nil && string(body) == "ok"
 }
 
-func containerdReady(ctx context.Context, n Node) bool {
+func containerdReady(ctx context.Context, binDir string, n Node) bool {
 	if _, err := os.Stat(n.ContainerdSocket()); err != nil {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	return exec.CommandContext(ctx, "ctr", "--address", n.ContainerdSocket(), "version").Run() == nil
+	return exec.CommandContext(ctx, ctrPath(binDir), "--address", n.ContainerdSocket(), "version").Run() == nil
 }
 
 func nodesReady(ctx context.Context, c client.Client, nodes []Node) bool {

@@ -32,12 +32,12 @@ func InstallNest(ctx context.Context, stateDir, binDir string, out io.Writer) er
 // ImportImages imports image tarballs into the containerd of every node of
 // the running local host cluster in stateDir.
 func ImportImages(ctx context.Context, stateDir string, tarballs []string) error {
-	_, nodes, err := running(stateDir)
+	rec, nodes, err := running(stateDir)
 	if err != nil {
 		return err
 	}
 	for _, n := range nodes {
-		if err := images.Import(ctx, n.ContainerdSocket(), tarballs); err != nil {
+		if err := images.Import(ctx, ctrPath(rec.BinDir), n.ContainerdSocket(), tarballs); err != nil {
 			return err
 		}
 	}
@@ -65,7 +65,7 @@ func installNest(ctx context.Context, l Layout, nodes []Node, o Options) error {
 		return err
 	}
 	for _, n := range nodes {
-		if err := images.Import(ctx, n.ContainerdSocket(), tarballs); err != nil {
+		if err := images.Import(ctx, ctrPath(o.BinDir), n.ContainerdSocket(), tarballs); err != nil {
 			return err
 		}
 	}

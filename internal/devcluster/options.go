@@ -18,7 +18,8 @@ type Options struct {
 	// Nodes is the number of nodes, 1 to MaxNodes. The first is the control plane.
 	Nodes int
 	// BinDir holds the binaries built by `make build`: kube, coredns,
-	// kube-network-policies, pause, testapp, nest-probe and the nest commands.
+	// kube-network-policies, containerd with its runc shim and ctr, pause,
+	// testapp, nest-probe and the nest commands.
 	BinDir string
 	// CNIBinDir holds the CNI plugins (Debian's containernetworking-plugins).
 	CNIBinDir string
@@ -77,7 +78,7 @@ func (o Options) preflight() error {
 		return errors.New("nest dev needs root: it creates network namespaces, cgroups and mounts; run it with sudo")
 	}
 	var missing []error
-	for _, prog := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "ip", "nsenter", "iptables", "nft", "sysctl"} {
+	for _, prog := range []string{"runc", "ip", "nsenter", "iptables", "nft", "sysctl"} {
 		if _, err := exec.LookPath(prog); err != nil {
 			missing = append(missing, fmt.Errorf("program %s is not on PATH: run `make deps` (hack/install-deps.sh) as root", prog))
 		}
@@ -86,12 +87,36 @@ func (o Options) preflight() error {
 		filepath.Join(o.BinDir, "kube"), filepath.Join(o.BinDir, "coredns"), filepath.Join(o.BinDir, "pause"),
 		filepath.Join(o.BinDir, "testapp"), filepath.Join(o.BinDir, "nest-manager"), filepath.Join(o.BinDir, "nest-probe"),
 		filepath.Join(o.BinDir, "kube-network-policies"), filepath.Join(o.CNIBinDir, "bridge"), filepath.Join(o.CNIBinDir, "host-local"), o.BusyboxPath,
+		containerdPath(o.BinDir), filepath.Join(o.BinDir, containerdShim), ctrPath(o.BinDir),
 	} {
 		if _, err := os.Stat(f); err != nil {
 			missing = append(missing, fmt.Errorf("%s is missing: run `make build` (binaries) or `make deps` (CNI plugins, busybox-static), or pass --bin-dir", f))
 		}
 	}
+	if drop, _ := filepath.Glob(containerdMachineDropIns); len(drop) > 0 {
+		missing = append(missing, fmt.Errorf("containerd merges %v into every node's config (its default imports, which a config cannot turn off): move them out of %s while the local host cluster runs", drop, filepath.Dir(containerdMachineDropIns)))
+	}
 	return errors.Join(missing...)
+}
+
+// containerdShim is the runc shim's file name; containerd looks it up on its PATH.
+const containerdShim = "containerd-shim-runc-v2"
+
+// containerdMachineDropIns is the drop-in pattern containerd 2 always imports
+// (its defaults.DefaultConfigIncludePattern).
+const containerdMachineDropIns = "/etc/containerd/conf.d/*.toml"
+
+// containerdPath is the containerd `make build` builds from k8s/containerd:
+// Debian 12's 1.6 lacks what Kubernetes 1.36 uses (image volumes).
+func containerdPath(binDir string) string { return filepath.Join(binDir, "containerd") }
+
+// ctrPath is the ctr of the same containerd build, which imports images.
+func ctrPath(binDir string) string { return filepath.Join(binDir, "ctr") }
+
+// containerdEnv puts binDir first on containerd's PATH, so that it starts
+// the shim of its own build, not another one on the machine.
+func containerdEnv(binDir string) []string {
+	return []string{"PATH=" + binDir + string(filepath.ListSeparator) + os.Getenv("PATH")}
 }
 
 // record is what cluster.json keeps about a started cluster. Up writes it

@@ -1,8 +1,13 @@
 package devcluster
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -83,34 +88,72 @@ func TestStateDir(t *testing.T) {
 	}
 }
 
+// TestContainerdConfig has the containerd that `make build` builds read the
+// rendered config (`containerd config dump`): what counts is what containerd
+// makes of it, in its own schema, with no migration.
 func TestContainerdConfig(t *testing.T) {
 	nodes, _ := Topology("/state", 2)
 	data, err := ContainerdConfig(nodes[1], "/usr/lib/cni")
 	if err != nil {
 		t.Fatal(err)
 	}
+	path := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := containerdPath(unitBinDir())
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("%v: run `make build-k8s`, which builds containerd from k8s/containerd", err)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(bin, "--config", path, "config", "dump")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("containerd config dump: %v: %s", err, stderr.String())
+	}
+	if strings.Contains(stderr.String(), "migrated") {
+		t.Errorf("the config is not in the schema of the pinned containerd: %s", stderr.String())
+	}
 	var cfg map[string]any
-	if _, err := toml.Decode(string(data), &cfg); err != nil {
-		t.Fatalf("not valid TOML: %v\n%s", err, data)
+	if _, err := toml.Decode(stdout.String(), &cfg); err != nil {
+		t.Fatalf("dump is not TOML: %v", err)
 	}
-	if cfg["root"] != "/state/nodes/nest-worker/containerd/root" {
-		t.Errorf("root = %v", cfg["root"])
+	plugins := cfg["plugins"].(map[string]any)
+	section := func(name string) map[string]any {
+		m, ok := plugins[name].(map[string]any)
+		if !ok {
+			t.Fatalf("plugin %s missing from the dump", name)
+		}
+		return m
 	}
-	cri := cfg["plugins"].(map[string]any)["io.containerd.grpc.v1.cri"].(map[string]any)
-	if cri["restrict_oom_score_adj"] != true {
-		t.Error("restrict_oom_score_adj must be true on machines without CAP_SYS_RESOURCE")
+	images, runtime := section("io.containerd.cri.v1.images"), section("io.containerd.cri.v1.runtime")
+	cni := runtime["cni"].(map[string]any)
+	checks := map[string][2]any{
+		"root":                   {cfg["root"], "/state/nodes/nest-worker/containerd/root"},
+		"grpc address":           {section("io.containerd.server.v1.grpc")["address"], nodes[1].ContainerdSocket()},
+		"ttrpc address":          {section("io.containerd.server.v1.ttrpc")["address"], nodes[1].ContainerdSocket() + ".ttrpc"},
+		"NRI disabled":           {section("io.containerd.nri.v1.nri")["disable"], true},
+		"sandbox image":          {images["pinned_images"].(map[string]any)["sandbox"], PauseImage},
+		"registry config_path":   {images["registry"].(map[string]any)["config_path"], "/state/nodes/nest-worker/" + containerdCertsDir},
+		"restrict_oom_score_adj": {runtime["restrict_oom_score_adj"], true},
+		"CNI conf_dir":           {cni["conf_dir"], "/state/nodes/nest-worker/cni/net.d"},
+		"CNI bin_dirs":           {fmt.Sprint(cni["bin_dirs"]), "[/usr/lib/cni]"},
+		"stream server":          {section("io.containerd.grpc.v1.cri")["stream_server_address"], "127.0.0.1"},
 	}
-	if cri["sandbox_image"] != PauseImage {
-		t.Errorf("sandbox_image = %v", cri["sandbox_image"])
+	for what, c := range checks {
+		if c[0] != c[1] {
+			t.Errorf("%s = %v, want %v", what, c[0], c[1])
+		}
 	}
-	cni := cri["cni"].(map[string]any)
-	if cni["conf_dir"] != "/state/nodes/nest-worker/cni/net.d" || cni["bin_dir"] != "/usr/lib/cni" {
-		t.Errorf("cni = %v", cni)
+}
+
+// unitBinDir is where `make build` puts the binaries, seen from this
+// package's directory (go test runs there): $NEST_BIN_DIR, else _output/bin.
+func unitBinDir() string {
+	if d := os.Getenv("NEST_BIN_DIR"); d != "" {
+		return d
 	}
-	grpc := cfg["grpc"].(map[string]any)
-	if grpc["address"] != nodes[1].ContainerdSocket() {
-		t.Errorf("socket = %v", grpc["address"])
-	}
+	return filepath.Join("..", "..", "_output", "bin")
 }
 
 func TestCNIConfig(t *testing.T) {

@@ -321,15 +321,16 @@ func (u *upRun) startAPIServer(ctx context.Context) error {
 
 func (u *upRun) startContainerd(ctx context.Context, n Node, tarballs []string) error {
 	name := n.Name + ".containerd"
-	if _, err := startProcess(u.l, processSpec{name: name, node: n, path: "containerd", args: ContainerdArgs(n).Render()}); err != nil {
+	spec := processSpec{name: name, node: n, path: containerdPath(u.o.BinDir), args: ContainerdArgs(n).Render(), env: containerdEnv(u.o.BinDir)}
+	if _, err := startProcess(u.l, spec); err != nil {
 		return err
 	}
 	if err := waitFor(ctx, 30*time.Second, "containerd on "+n.Name, u.l, []string{name}, func(ctx context.Context) bool {
-		return containerdReady(ctx, n)
+		return containerdReady(ctx, u.o.BinDir, n)
 	}); err != nil {
 		return err
 	}
-	return images.Import(ctx, n.ContainerdSocket(), tarballs)
+	return images.Import(ctx, ctrPath(u.o.BinDir), n.ContainerdSocket(), tarballs)
 }
 
 func (u *upRun) startNodes(ctx context.Context) error {

@@ -295,10 +295,11 @@ func writeEntry(tw *tar.Writer, f File) error {
 }
 
 // Import loads the image tarballs into the containerd listening on socket, in
-// the k8s.io namespace the CRI uses, unpacked for the overlayfs snapshotter.
-func Import(ctx context.Context, socket string, tarballs []string) error {
+// the k8s.io namespace the CRI uses, unpacked for the overlayfs snapshotter,
+// with the ctr program at ctr (the one of that containerd's build).
+func Import(ctx context.Context, ctr, socket string, tarballs []string) error {
 	for _, t := range tarballs {
-		out, err := exec.CommandContext(ctx, "ctr", "--address", socket, "--namespace", "k8s.io",
+		out, err := exec.CommandContext(ctx, ctr, "--address", socket, "--namespace", "k8s.io",
 			"images", "import", "--snapshotter", "overlayfs", t).CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("import %s into %s: %w: %s", filepath.Base(t), socket, err, bytes.TrimSpace(out))
