@@ -22,6 +22,7 @@ func (s *syncer) addHandlers(ctx context.Context) {
 		},
 		UpdateFunc: func(old, obj any) {
 			p.hostPodChanged(obj.(*corev1.Pod))
+			p.reportHelperFailures(old.(*corev1.Pod), obj.(*corev1.Pod))
 			if was, is := old.(*corev1.Pod), obj.(*corev1.Pod); was.Status.PodIP != is.Status.PodIP || holdsItsIP(was) != holdsItsIP(is) {
 				s.addSelectorlessServices()
 			}
@@ -173,7 +174,9 @@ func unwrap(obj any) any {
 
 // forwardEvent repeats a host event about a host pod (image pulled, container
 // started, probe failed) on the tenant pod. Events older than this syncer
-// are not repeated, so a restart does not replay history.
+// are not repeated, so a restart does not replay history, and events about
+// a helper init container are not either (reportHelperFailures tells the
+// tenant what matters of those).
 func (s *syncer) forwardEvent(ev *corev1.Event) {
 	if ev.InvolvedObject.Kind != "Pod" || eventTime(ev).Before(s.started) {
 		return
@@ -184,7 +187,7 @@ func (s *syncer) forwardEvent(ev *corev1.Event) {
 	}
 	tenant, ok := s.provider.tenantPodOf(host)
 	switch {
-	case !ok:
+	case !ok, aboutHelper(ev):
 	case fromHostKubelet(ev):
 		s.recorder.Event(tenant, ev.Type, ev.Reason, ev.Message)
 	case ev.Reason == "FailedScheduling":

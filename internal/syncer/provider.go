@@ -561,6 +561,24 @@ func (p *podProvider) hostPodChanged(host *corev1.Pod) {
 	notify(view)
 }
 
+// reportHelperFailures tells the tenant pod, with a FailedMount event, why a
+// helper init container of its host pod failed since the host pod's last
+// update: a hostPath volume's path that is not of the type it asks for, as
+// the kubelet reports a volume it cannot set up.
+func (p *podProvider) reportHelperFailures(was, is *corev1.Pod) {
+	failures := newHelperFailures(was, is)
+	if len(failures) == 0 {
+		return
+	}
+	tenant, ok := p.tenantPodOf(is)
+	if !ok {
+		return
+	}
+	for _, msg := range failures {
+		p.recorder.Event(tenant, corev1.EventTypeWarning, ReasonFailedMount, msg)
+	}
+}
+
 // hostPodDeleted finishes a tenant deletion the syncer started. A host pod
 // deleted by anyone else (an eviction, an administrator) fails the tenant
 // pod and deletes it, so its controller replaces it, as after a node loss.

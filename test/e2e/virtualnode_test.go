@@ -308,6 +308,29 @@ func TestVirtualNode(t *testing.T) {
 		}
 	})
 
+	t.Run("a hostPath path of the wrong type on the disk is a FailedMount event of the tenant pod, and the helper stays unseen", func(t *testing.T) {
+		alpha.Kubectl(t, ctx, "run", "disk-wrong-type", "--image="+testImage, "--overrides",
+			`{"spec":{"volumes":[{"name":"conf","hostPath":{"path":"/missing/app.conf","type":"File"}}],`+
+				`"containers":[{"name":"c","image":"`+testImage+`","volumeMounts":[{"name":"conf","mountPath":"/conf"}]}]}}`)
+		want := `MountVolume.SetUp failed on the virtual node: hostPath /missing/app.conf (type "File"): is not a file on the virtual node`
+		testutil.Eventually(t, 2*time.Minute, "a FailedMount event on disk-wrong-type", func() error {
+			out, err := alpha.KubectlErr(ctx, "get", "events", "--field-selector", "involvedObject.name=disk-wrong-type,reason=FailedMount", "-o", "jsonpath={.items[*].message}")
+			if err != nil || !strings.Contains(out, want) {
+				return fmt.Errorf("FailedMount events %q: %v", out, err)
+			}
+			return nil
+		})
+		out := alpha.Kubectl(t, ctx, "get", "events", "--field-selector", "involvedObject.name=disk-wrong-type", "-o", "jsonpath={.items[*].message}")
+		if strings.Contains(out, "nest-node-disk") {
+			t.Errorf("an event of the tenant pod names the helper: %q", out)
+		}
+		pod := tenantPod(t, ctx, alpha, "disk-wrong-type")
+		if pod.Status.Phase != corev1.PodPending || len(pod.Status.InitContainerStatuses) != 0 {
+			t.Errorf("phase %s, init containers %v: want Pending with none of the helper's", pod.Status.Phase, pod.Status.InitContainerStatuses)
+		}
+		alpha.Kubectl(t, ctx, "delete", "pod", "disk-wrong-type", "--wait=false")
+	})
+
 	t.Run("pods beyond the virtual node's capacity stay Pending and never reach the host", func(t *testing.T) {
 		alpha.Kubectl(t, ctx, "run", "greedy", "--image="+testImage, "--overrides", `{"spec":{"containers":[{"name":"greedy","image":"`+testImage+`","resources":{"requests":{"cpu":"3"}}}]}}`)
 		testutil.Eventually(t, time.Minute, "greedy unschedulable", func() error {
