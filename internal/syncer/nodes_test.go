@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes/fake"
@@ -47,8 +48,8 @@ func TestPodsOnNodesKeepsOnlyTheVirtualNodesPods(t *testing.T) {
 	})
 }
 
-// Lowering the count deletes the virtual nodes beyond it, and nothing else
-// under their names.
+// Lowering the count deletes the virtual nodes beyond it and their disks,
+// and nothing else under their names.
 func TestRemoveExtraNodes(t *testing.T) {
 	virtual := func(name string) *corev1.Node {
 		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"type": "virtual-kubelet"}}}
@@ -56,7 +57,15 @@ func TestRemoveExtraNodes(t *testing.T) {
 	names := NodeNames(tr.NodeName, 3)
 	notOurs := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: names[2]}}
 	client := fake.NewClientset(virtual(names[0]), virtual(names[1]), notOurs)
-	s := &syncer{o: Options{Translator: tr}, tenant: client, nodes: NodeNames(tr.NodeName, 1)}
+	withDisk := tr
+	withDisk.NodeDisk = &NodeDisk{Size: resource.MustParse("1Gi")}
+	disk := func(node string) *corev1.PersistentVolumeClaim {
+		return withDisk.NodeDiskClaimFor(NodeDiskClaim(tr.VirtualCluster, node))
+	}
+	foreignDisk := disk(names[2])
+	foreignDisk.Labels = map[string]string{"app": "host-thing"}
+	host := fake.NewClientset(disk(names[0]), disk(names[1]), foreignDisk)
+	s := &syncer{o: Options{Translator: tr}, tenant: client, nodes: NodeNames(tr.NodeName, 1), provider: &podProvider{tr: tr, host: host}}
 	ctx := context.Background()
 	if err := s.removeExtraNodes(ctx); err != nil {
 		t.Fatal(err)
@@ -65,6 +74,10 @@ func TestRemoveExtraNodes(t *testing.T) {
 		_, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if got := err == nil; got != want {
 			t.Errorf("node %s exists: %v, want %v (%v)", name, got, want, err)
+		}
+		_, err = host.CoreV1().PersistentVolumeClaims(tr.HostNamespace).Get(ctx, NodeDiskClaim(tr.VirtualCluster, name), metav1.GetOptions{})
+		if got := err == nil; got != want {
+			t.Errorf("disk of node %s exists: %v, want %v (%v)", name, got, want, err)
 		}
 	}
 }

@@ -188,6 +188,32 @@ func (p *podProvider) ensureNodeDisk(ctx context.Context, claim string) error {
 	return nil
 }
 
+// deleteNodeDisk deletes the disk of a virtual node the count no longer
+// has, as a node's disk goes with the node, so the host's storage and the
+// object quota's claim count agree with the count again. Only this virtual
+// cluster's claim is deleted; the host's PVC protection keeps it until the
+// last host pod that mounts it is gone.
+func (p *podProvider) deleteNodeDisk(ctx context.Context, node string) error {
+	name := NodeDiskClaim(p.tr.VirtualCluster, node)
+	claims := p.host.CoreV1().PersistentVolumeClaims(p.tr.HostNamespace)
+	c, err := claims.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read the disk %s of removed virtual node %s: %w", name, node, err)
+	}
+	if c.Labels[LabelTenantOf] != p.tr.VirtualCluster {
+		return nil
+	}
+	err = claims.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &c.UID}})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete the disk %s of removed virtual node %s: %w", name, node, err)
+	}
+	klog.FromContext(ctx).Info("Deleted the disk of a virtual node beyond the count", "node", node, "claim", klog.KRef(p.tr.HostNamespace, name))
+	return nil
+}
+
 // refused marks err as the tenant's to fix: the pod controller reports it on
 // the tenant pod.
 func refused(err error) error {

@@ -5,12 +5,13 @@ package syncer
 // pods and their log, exec, attach, port-forward, ephemeral-container and
 // resize subresources; the ConfigMaps, Secrets and Services it copies and
 // the EndpointSlices of Services without a selector;
-// events to read and forward; the claims of virtual nodes' disks.
+// events to read and forward; the claims of virtual nodes' disks, made on
+// first use and deleted with their virtual node.
 //
 // +kubebuilder:rbac:groups="",resources=pods;configmaps;secrets;services,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods/log,verbs=get
 // +kubebuilder:rbac:groups="",resources=pods/ephemeralcontainers;pods/resize,verbs=update;patch
 // +kubebuilder:rbac:groups="",resources=pods/exec;pods/attach;pods/portforward,verbs=create;get
 // +kubebuilder:rbac:groups="",resources=events,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;create
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;create;delete
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update;patch;delete

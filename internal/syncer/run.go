@@ -436,9 +436,13 @@ func (s *syncer) runNode(ctx context.Context) error {
 
 // removeExtraNodes deletes the virtual nodes a larger count left: their
 // leases stop, and the tenant's pod garbage collector deletes the pods bound
-// to them, whose host pods the orphan syncer then deletes.
+// to them, whose host pods the orphan syncer then deletes. Their disks go
+// with them (deleteNodeDisk).
 func (s *syncer) removeExtraNodes(ctx context.Context) error {
 	for _, name := range NodeNames(s.o.NodeName, MaxVirtualNodes)[len(s.nodes):] {
+		if err := s.provider.deleteNodeDisk(ctx, name); err != nil {
+			return err
+		}
 		n, err := s.tenant.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			continue
