@@ -93,18 +93,11 @@ func (o Options) preflight() error {
 			missing = append(missing, fmt.Errorf("%s is missing: run `make build` (binaries) or `make deps` (CNI plugins, busybox-static), or pass --bin-dir", f))
 		}
 	}
-	if drop, _ := filepath.Glob(containerdMachineDropIns); len(drop) > 0 {
-		missing = append(missing, fmt.Errorf("containerd merges %v into every node's config (its default imports, which a config cannot turn off): move them out of %s while the local host cluster runs", drop, filepath.Dir(containerdMachineDropIns)))
-	}
 	return errors.Join(missing...)
 }
 
 // containerdShim is the runc shim's file name; containerd looks it up on its PATH.
 const containerdShim = "containerd-shim-runc-v2"
-
-// containerdMachineDropIns is the drop-in pattern containerd 2 always imports
-// (its defaults.DefaultConfigIncludePattern).
-const containerdMachineDropIns = "/etc/containerd/conf.d/*.toml"
 
 // containerdPath is the containerd `make build` builds from k8s/containerd:
 // Debian 12's 1.6 lacks what Kubernetes 1.36 uses (image volumes).

@@ -111,8 +111,10 @@ func TestContainerdConfig(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("containerd config dump: %v: %s", err, stderr.String())
 	}
-	if strings.Contains(stderr.String(), "migrated") {
-		t.Errorf("the config is not in the schema of the pinned containerd: %s", stderr.String())
+	// containerd warns, and still starts, on a config it migrates or a key
+	// it does not know (a misspelt one): the dump must be silent.
+	if stderr.Len() > 0 {
+		t.Errorf("containerd warns about the config: %s", stderr.String())
 	}
 	var cfg map[string]any
 	if _, err := toml.Decode(stdout.String(), &cfg); err != nil {
@@ -139,6 +141,8 @@ func TestContainerdConfig(t *testing.T) {
 		"CNI conf_dir":           {cni["conf_dir"], "/state/nodes/nest-worker/cni/net.d"},
 		"CNI bin_dirs":           {fmt.Sprint(cni["bin_dirs"]), "[/usr/lib/cni]"},
 		"stream server":          {section("io.containerd.grpc.v1.cri")["stream_server_address"], "127.0.0.1"},
+		"unprivileged ports":     {runtime["enable_unprivileged_ports"], false},
+		"unprivileged ICMP":      {runtime["enable_unprivileged_icmp"], false},
 	}
 	for what, c := range checks {
 		if c[0] != c[1] {

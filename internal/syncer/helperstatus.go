@@ -2,6 +2,8 @@ package syncer
 
 import (
 	"fmt"
+	"regexp"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,42 +19,58 @@ const ReasonFailedMount = "FailedMount"
 const helperMessageBudget = 1024
 
 // newHelperFailures returns the messages of the helper init containers of a
-// host pod that failed between its statuses was and is. A failure counts
-// once, by the container run that ended, however many updates show it;
-// each message is the helper's own, without the helper's name.
+// host pod that failed between its statuses was and is: a run that exited
+// with an error, or a helper that cannot start (its image not pulled, its
+// container not created). A failed run counts once, however many updates
+// show it, and so does a reason it cannot start until the reason changes.
+// Each message is the helper's own, or the kubelet's reason, without the
+// helper's name. A pod being deleted has none: the kubelet marks what it
+// stops as failed.
 func newHelperFailures(was, is *corev1.Pod) []string {
+	if is.DeletionTimestamp != nil {
+		return nil
+	}
 	seen := map[string]bool{}
 	for _, s := range was.Status.InitContainerStatuses {
-		if t := helperFailure(s); t != nil {
-			seen[failureKey(s.Name, t)] = true
+		if key, _ := helperFailure(s); key != "" {
+			seen[key] = true
 		}
 	}
 	var out []string
 	for _, s := range is.Status.InitContainerStatuses {
-		if t := helperFailure(s); t != nil && !seen[failureKey(s.Name, t)] {
-			out = append(out, helperFailureMessage(t))
+		if key, msg := helperFailure(s); key != "" && !seen[key] {
+			out = append(out, "MountVolume.SetUp failed on the virtual node: "+msg)
 		}
 	}
 	return out
 }
 
-// helperFailure is the last failed run of a helper's status: the current
-// state, or the one before a restart.
-func helperFailure(s corev1.ContainerStatus) *corev1.ContainerStateTerminated {
+// helperFailure returns a key that names a helper's failure and its
+// message: a failed run (the current state, or the one before a restart),
+// else a reason the kubelet gives for not starting it. key is "" when the
+// status shows no failure, or is not a helper's.
+func helperFailure(s corev1.ContainerStatus) (key, message string) {
 	if !isHelper(s.Name) {
-		return nil
+		return "", ""
 	}
 	for _, t := range []*corev1.ContainerStateTerminated{s.State.Terminated, s.LastTerminationState.Terminated} {
-		if t != nil && t.ExitCode != 0 {
-			return t
+		// A run the kubelet could not find has no container ID and no
+		// message of the helper's: it is not the helper's failure.
+		if t != nil && t.ExitCode != 0 && t.ContainerID != "" {
+			return s.Name + "/" + t.ContainerID + "/" + t.FinishedAt.UTC().String(), helperFailureMessage(t)
 		}
 	}
-	return nil
+	if w := s.State.Waiting; w != nil && !startingNormally[w.Reason] {
+		// The kubelet alternates the two while it retries a pull.
+		reason := strings.Replace(w.Reason, "ImagePullBackOff", "ErrImagePull", 1)
+		return s.Name + "/waiting/" + reason, "it cannot start its helper: " + reason
+	}
+	return "", ""
 }
 
-func failureKey(name string, t *corev1.ContainerStateTerminated) string {
-	return name + "/" + t.ContainerID + "/" + t.FinishedAt.UTC().String()
-}
+// startingNormally are the waiting reasons of a container on its way to
+// run, or waiting out a back-off after a failed run (reported already).
+var startingNormally = map[string]bool{"": true, "PodInitializing": true, "ContainerCreating": true, "CrashLoopBackOff": true}
 
 // helperFailureMessage is the last line a helper wrote (its termination
 // message falls back to its log), without the "nest-syncer <helper>: "
@@ -73,7 +91,34 @@ func helperFailureMessage(t *corev1.ContainerStateTerminated) string {
 	if len(msg) > helperMessageBudget {
 		msg = strings.ToValidUTF8(msg[:helperMessageBudget], "") + "..."
 	}
-	return "MountVolume.SetUp failed on the virtual node: " + msg
+	return msg
+}
+
+// incompleteStatus matches the kubelet's lists of init containers in an
+// Initialized condition: "containers with incomplete status: [a b]".
+var incompleteStatus = regexp.MustCompile(`containers with [a-z]+ status: \[([^\]]*)\]`)
+
+// initializedWithoutHelpers takes the helpers out of the kubelet's
+// Initialized condition of a host pod. When only helpers were incomplete,
+// the tenant pod, which has no init containers of its own left to run, is
+// initialized, as the kubelet reports a pod without init containers.
+func initializedWithoutHelpers(c corev1.PodCondition) corev1.PodCondition {
+	matches := incompleteStatus.FindAllStringSubmatch(c.Message, -1)
+	if c.Type != corev1.PodInitialized || c.Status != corev1.ConditionFalse || len(matches) == 0 {
+		return c
+	}
+	var clauses []string
+	for _, m := range matches {
+		if names := slices.DeleteFunc(strings.Fields(m[1]), isHelper); len(names) > 0 {
+			clauses = append(clauses, strings.Replace(m[0], "["+m[1]+"]", "["+strings.Join(names, " ")+"]", 1))
+		}
+	}
+	if len(clauses) == 0 {
+		c.Status, c.Reason, c.Message = corev1.ConditionTrue, "", ""
+		return c
+	}
+	c.Message = strings.Join(clauses, ", ")
+	return c
 }
 
 // aboutHelper reports whether a host kubelet event is about one of the

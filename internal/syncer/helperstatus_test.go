@@ -1,6 +1,7 @@
 package syncer
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -35,6 +36,8 @@ func TestNewHelperFailuresCountsEachFailedRunOnce(t *testing.T) {
 		{"the next run failing", withInitStatuses(backingOff), withInitStatuses(second), 1},
 		{"a tenant init container failing", withInitStatuses(), withInitStatuses(corev1.ContainerStatus{Name: "migrate", State: first.State}), 0},
 		{"a helper that succeeded", withInitStatuses(), withInitStatuses(corev1.ContainerStatus{Name: etcHostsName, State: corev1.ContainerState{Terminated: failedRun("containerd://c", "", 0)}}), 0},
+		{"a run the kubelet could not find", withInitStatuses(), withInitStatuses(corev1.ContainerStatus{Name: nodeDiskName, State: corev1.ContainerState{Terminated: unknownRun}}), 0},
+		{"a pod being deleted", withInitStatuses(backingOff), deleting(withInitStatuses(second)), 0},
 	} {
 		got := newHelperFailures(c.was, c.is)
 		if len(got) != c.want {
@@ -49,15 +52,70 @@ func TestNewHelperFailuresCountsEachFailedRunOnce(t *testing.T) {
 	}
 }
 
+// What the kubelet writes over the status of a container it could not find
+// when the pod ends.
+var unknownRun = &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "ContainerStatusUnknown", Message: "The container could not be located when the pod was terminated"}
+
+func deleting(p *corev1.Pod) *corev1.Pod {
+	p.DeletionTimestamp = &metav1.Time{Time: time.Unix(1700000100, 0)}
+	return p
+}
+
+// A helper that cannot start is reported once per reason, the pull's two
+// alternating reasons as one.
+func TestNewHelperFailuresReportsAHelperThatCannotStart(t *testing.T) {
+	waiting := func(reason string) *corev1.Pod {
+		return withInitStatuses(corev1.ContainerStatus{Name: etcHostsName, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: "pull registry.host.example/nest:v1: not found"}}})
+	}
+	for _, c := range []struct {
+		was, is string
+		want    []string
+	}{
+		{"PodInitializing", "ErrImagePull", []string{"MountVolume.SetUp failed on the virtual node: it cannot start its helper: ErrImagePull"}},
+		{"ErrImagePull", "ImagePullBackOff", nil},
+		{"ImagePullBackOff", "ErrImagePull", nil},
+		{"ErrImagePull", "CreateContainerError", []string{"MountVolume.SetUp failed on the virtual node: it cannot start its helper: CreateContainerError"}},
+		{"", "ContainerCreating", nil},
+		{"PodInitializing", "CrashLoopBackOff", nil},
+	} {
+		if got := newHelperFailures(waiting(c.was), waiting(c.is)); !slices.Equal(got, c.want) {
+			t.Errorf("%s to %s: %q, want %q", c.was, c.is, got, c.want)
+		}
+	}
+}
+
+// The kubelet's Initialized condition of a host pod names the helpers; the
+// tenant's does not, and a pod whose only incomplete init containers are
+// helpers is initialized, as a pod without init containers is.
+func TestInitializedWithoutHelpers(t *testing.T) {
+	notInit := func(msg string) corev1.PodCondition {
+		return corev1.PodCondition{Type: corev1.PodInitialized, Status: corev1.ConditionFalse, Reason: "ContainersNotInitialized", Message: msg}
+	}
+	for _, c := range []struct {
+		in   corev1.PodCondition
+		want corev1.PodCondition
+	}{
+		{notInit("containers with incomplete status: [" + nodeDiskName + "]"), corev1.PodCondition{Type: corev1.PodInitialized, Status: corev1.ConditionTrue}},
+		{notInit("containers with incomplete status: [" + etcHostsName + " " + nodeDiskName + " migrate]"), notInit("containers with incomplete status: [migrate]")},
+		{notInit("containers with unknown status: [" + nodeDiskName + " seed], containers with incomplete status: [" + nodeDiskName + "]"), notInit("containers with unknown status: [seed]")},
+		{notInit("something else"), notInit("something else")},
+		{corev1.PodCondition{Type: corev1.ContainersReady, Status: corev1.ConditionFalse, Message: "containers with unready status: [c]"}, corev1.PodCondition{Type: corev1.ContainersReady, Status: corev1.ConditionFalse, Message: "containers with unready status: [c]"}},
+	} {
+		if got := initializedWithoutHelpers(c.in); got != c.want {
+			t.Errorf("%q: got %+v, want %+v", c.in.Message, got, c.want)
+		}
+	}
+}
+
 func TestHelperFailureMessageIsBounded(t *testing.T) {
-	if got := helperFailureMessage(failedRun("x", "", 137)); !strings.HasSuffix(got, ": exit code 137") {
+	if got := helperFailureMessage(failedRun("x", "", 137)); got != "exit code 137" {
 		t.Errorf("no message: %q", got)
 	}
 	long := helperFailureMessage(failedRun("x", "hostPath /x"+strings.Repeat("é", 2000), 1))
-	if body := strings.TrimPrefix(long, "MountVolume.SetUp failed on the virtual node: "); len(body) > helperMessageBudget+len("...") || !strings.HasSuffix(body, "...") {
-		t.Errorf("a long message is %d bytes, want at most %d and cut with ...", len(body), helperMessageBudget+3)
+	if len(long) > helperMessageBudget+len("...") || !strings.HasSuffix(long, "...") {
+		t.Errorf("a long message is %d bytes, want at most %d and cut with ...", len(long), helperMessageBudget+3)
 	}
-	if !strings.Contains(long, "hostPath /xé") || strings.ContainsRune(long, '\uFFFD') {
+	if !strings.HasPrefix(long, "hostPath /xé") || strings.ContainsRune(long, '\uFFFD') {
 		t.Errorf("the cut broke a character or lost the start: %.60q", long)
 	}
 }

@@ -21,6 +21,7 @@ func TenantStatus(tenant, host *corev1.Pod) corev1.PodStatus {
 	tenantResources(s.InitContainerStatuses, tenant.Spec.InitContainers)
 	tenantResources(s.ContainerStatuses, tenant.Spec.Containers)
 	for i := range s.Conditions {
+		s.Conditions[i] = initializedWithoutHelpers(s.Conditions[i])
 		s.Conditions[i].ObservedGeneration = tenantGeneration(s.Conditions[i].ObservedGeneration, tenant, host)
 	}
 	s.Conditions = withTenantConditions(s.Conditions, tenant)

@@ -312,6 +312,7 @@ func TestVirtualNode(t *testing.T) {
 		alpha.Kubectl(t, ctx, "run", "disk-wrong-type", "--image="+testImage, "--overrides",
 			`{"spec":{"volumes":[{"name":"conf","hostPath":{"path":"/missing/app.conf","type":"File"}}],`+
 				`"containers":[{"name":"c","image":"`+testImage+`","volumeMounts":[{"name":"conf","mountPath":"/conf"}]}]}}`)
+		t.Cleanup(func() { _, _ = alpha.KubectlErr(ctx, "delete", "pod", "disk-wrong-type", "--wait=false") })
 		want := `MountVolume.SetUp failed on the virtual node: hostPath /missing/app.conf (type "File"): is not a file on the virtual node`
 		testutil.Eventually(t, 2*time.Minute, "a FailedMount event on disk-wrong-type", func() error {
 			out, err := alpha.KubectlErr(ctx, "get", "events", "--field-selector", "involvedObject.name=disk-wrong-type,reason=FailedMount", "-o", "jsonpath={.items[*].message}")
@@ -328,7 +329,11 @@ func TestVirtualNode(t *testing.T) {
 		if pod.Status.Phase != corev1.PodPending || len(pod.Status.InitContainerStatuses) != 0 {
 			t.Errorf("phase %s, init containers %v: want Pending with none of the helper's", pod.Status.Phase, pod.Status.InitContainerStatuses)
 		}
-		alpha.Kubectl(t, ctx, "delete", "pod", "disk-wrong-type", "--wait=false")
+		for _, c := range pod.Status.Conditions {
+			if strings.Contains(c.Message, "nest-node-disk") {
+				t.Errorf("condition %s names the helper: %q", c.Type, c.Message)
+			}
+		}
 	})
 
 	t.Run("pods beyond the virtual node's capacity stay Pending and never reach the host", func(t *testing.T) {
