@@ -312,7 +312,13 @@ func TestVirtualNode(t *testing.T) {
 		alpha.Kubectl(t, ctx, "run", "disk-wrong-type", "--image="+testImage, "--overrides",
 			`{"spec":{"volumes":[{"name":"conf","hostPath":{"path":"/missing/app.conf","type":"File"}}],`+
 				`"containers":[{"name":"c","image":"`+testImage+`","volumeMounts":[{"name":"conf","mountPath":"/conf"}]}]}}`)
-		t.Cleanup(func() { _, _ = alpha.KubectlErr(ctx, "delete", "pod", "disk-wrong-type", "--wait=false") })
+		// Waits until the pod, and so its host pod, is gone: later subtests
+		// count the host pods.
+		t.Cleanup(func() {
+			if out, err := alpha.KubectlErr(ctx, "delete", "pod", "disk-wrong-type", "--timeout=2m"); err != nil {
+				t.Errorf("delete disk-wrong-type: %v: %s", err, out)
+			}
+		})
 		want := `MountVolume.SetUp failed on the virtual node: hostPath /missing/app.conf (type "File"): is not a file on the virtual node`
 		testutil.Eventually(t, 2*time.Minute, "a FailedMount event on disk-wrong-type", func() error {
 			out, err := alpha.KubectlErr(ctx, "get", "events", "--field-selector", "involvedObject.name=disk-wrong-type,reason=FailedMount", "-o", "jsonpath={.items[*].message}")
@@ -393,9 +399,12 @@ func TestVirtualNode(t *testing.T) {
 	})
 
 	t.Run("a control-plane restart adopts running host pods without recreating them", func(t *testing.T) {
+		// Running ones: a host pod already being deleted may go meanwhile.
 		before := map[string]string{}
 		for _, p := range hostPods(alpha) {
-			before[p.Name] = string(p.UID)
+			if p.DeletionTimestamp == nil {
+				before[p.Name] = string(p.UID)
+			}
 		}
 		cp := &corev1.Pod{}
 		if err := host.Get(ctx, client.ObjectKey{Namespace: "vc-alpha", Name: "alpha-0"}, cp); err != nil {
