@@ -17,18 +17,13 @@ import (
 )
 
 func main() {
-	// The helper init containers of host pods (internal/syncer).
-	for _, helper := range []struct {
-		name string
-		main func([]string) (bool, error)
-	}{{"etc-hosts", syncer.EtcHostsMain}, {"node-disk", syncer.NodeDiskMain}} {
-		if ran, err := helper.main(os.Args[1:]); ran {
-			if err != nil {
-				fmt.Fprintf(os.Stderr, "nest-syncer %s: %v\n", helper.name, err)
-				os.Exit(1)
-			}
-			return
+	// The helper init containers of host pods (internal/syncer), which
+	// print their own error.
+	if ran, err := syncer.HelperMain(os.Args[1:], os.Stderr); ran {
+		if err != nil {
+			os.Exit(1)
 		}
+		return
 	}
 	klog.InitFlags(nil)
 	var o syncer.Options

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"os"
 	"path"
 	"slices"
 	"strings"
@@ -204,6 +203,13 @@ func (t Translator) etcHostsHelper(spec *corev1.PodSpec, namespace, node string)
 // runs command with one volume mounted, a small fixed request and limit,
 // and no capabilities: as user 65534, which Pod Security's restricted
 // level allows, or, asRoot, as root, which baseline allows.
+//
+// A helper that fails is run again, whatever the pod's restart policy: it
+// stands for the kubelet's setting up of a volume, which the kubelet
+// retries until it works, leaving the pod Pending. Under the pod's policy,
+// a pod with restartPolicy Never would end Failed at the helper's first
+// failure. The container-level policy needs the ContainerRestartRules
+// feature (beta and on since Kubernetes 1.35).
 func (t Translator) helperContainer(name string, command []string, mount corev1.VolumeMount, asRoot bool) corev1.Container {
 	resources := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("64Mi")}
 	user := int64(65534)
@@ -212,6 +218,7 @@ func (t Translator) helperContainer(name string, command []string, mount corev1.
 	}
 	return corev1.Container{
 		Name: name, Image: t.HelperImage, ImagePullPolicy: t.HelperImagePullPolicy,
+		RestartPolicy:            ptr.To(corev1.ContainerRestartPolicyOnFailure),
 		Command:                  command,
 		VolumeMounts:             []corev1.VolumeMount{mount},
 		Resources:                corev1.ResourceRequirements{Requests: resources, Limits: resources},
@@ -285,13 +292,4 @@ func withoutHelpers(statuses []corev1.ContainerStatus) []corev1.ContainerStatus 
 		return nil
 	}
 	return out
-}
-
-// EtcHostsMain runs the helper when nest-syncer's arguments ask for it
-// (`nest-syncer etc-hosts ...`) and reports whether they did.
-func EtcHostsMain(args []string) (ran bool, err error) {
-	if len(args) == 0 || args[0] != etcHostsCommand {
-		return false, nil
-	}
-	return true, RunEtcHostsHelper(args[1:], os.Getenv)
 }

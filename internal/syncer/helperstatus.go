@@ -2,6 +2,8 @@ package syncer
 
 import (
 	"fmt"
+	"io"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -72,15 +74,42 @@ func helperFailure(s corev1.ContainerStatus) (key, message string) {
 // run, or waiting out a back-off after a failed run (reported already).
 var startingNormally = map[string]bool{"": true, "PodInitializing": true, "ContainerCreating": true, "CrashLoopBackOff": true}
 
+// helperLinePrefix starts the line a failed helper writes last:
+// helperLinePrefix, its subcommand, ": " and the error.
+const helperLinePrefix = "nest-syncer "
+
+// HelperMain runs a helper when nest-syncer's arguments name one
+// (`nest-syncer etc-hosts ...`, `nest-syncer node-disk ...`) and reports
+// whether they did. A helper's error is also its last line on stderr,
+// which the kubelet keeps as the termination message and
+// helperFailureMessage reads back for the tenant's FailedMount event.
+func HelperMain(args []string, stderr io.Writer) (ran bool, err error) {
+	if len(args) == 0 {
+		return false, nil
+	}
+	run, ok := map[string]func([]string) error{
+		etcHostsCommand: func(a []string) error { return RunEtcHostsHelper(a, os.Getenv) },
+		nodeDiskCommand: RunNodeDiskHelper,
+	}[args[0]]
+	if !ok {
+		return false, nil
+	}
+	if err := run(args[1:]); err != nil {
+		fmt.Fprintf(stderr, "%s%s: %v\n", helperLinePrefix, args[0], err)
+		return true, err
+	}
+	return true, nil
+}
+
 // helperFailureMessage is the last line a helper wrote (its termination
-// message falls back to its log), without the "nest-syncer <helper>: "
-// prefix its command prints, capped at helperMessageBudget.
+// message falls back to its log), without the prefix HelperMain writes,
+// capped at helperMessageBudget.
 func helperFailureMessage(t *corev1.ContainerStateTerminated) string {
 	msg := strings.TrimSpace(t.Message)
 	if i := strings.LastIndexByte(msg, '\n'); i >= 0 {
 		msg = msg[i+1:]
 	}
-	if rest, ok := strings.CutPrefix(msg, "nest-syncer "); ok {
+	if rest, ok := strings.CutPrefix(msg, helperLinePrefix); ok {
 		if _, after, found := strings.Cut(rest, ": "); found {
 			msg = after
 		}

@@ -162,3 +162,54 @@ func TestReportHelperFailuresRecordsOnTheTenantPod(t *testing.T) {
 		t.Errorf("events %q, want [%q]", got, want)
 	}
 }
+
+// The line a failed helper prints is the one its FailedMount event reads
+// back: the two ends of the termination message agree.
+func TestHelperMainPrintsTheLineTheFailedMountEventReads(t *testing.T) {
+	var stderr strings.Builder
+	ran, err := HelperMain([]string{nodeDiskCommand, "--root=" + t.TempDir(), "--node-name=n", "--path=/missing/app.conf=File"}, &stderr)
+	if !ran || err == nil {
+		t.Fatalf("ran %v, err %v: want a failed run", ran, err)
+	}
+	got := helperFailureMessage(failedRun("containerd://a", stderr.String(), 1))
+	if got != err.Error() || !strings.Contains(got, "/missing/app.conf") {
+		t.Errorf("event message %q from stderr %q, want the error %q", got, stderr.String(), err)
+	}
+	for _, args := range [][]string{nil, {"--kubeconfig=x"}, {"etc-hostss"}} {
+		if ran, err := HelperMain(args, &stderr); ran || err != nil {
+			t.Errorf("HelperMain(%q) = %v, %v: want nest-syncer itself to run", args, ran, err)
+		}
+	}
+}
+
+// The kubelet retries a volume it cannot set up; a helper stands for that
+// step, so it runs again after a failure even in a pod that never
+// restarts its containers.
+func TestTranslatePodRunsFailedHelpersAgainWhateverThePodsRestartPolicy(t *testing.T) {
+	p := hostPathPod()
+	p.Spec.Hostname, p.Spec.Subdomain = "web-1", "db"
+	p.Spec.RestartPolicy = corev1.RestartPolicyNever
+	pt, err := withDisk.TranslatePod(p, defaultMetadata, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := pt.Pod.Spec
+	if spec.RestartPolicy != corev1.RestartPolicyNever {
+		t.Errorf("host pod restartPolicy %s, want the tenant's Never", spec.RestartPolicy)
+	}
+	helpers := 0
+	for _, c := range spec.InitContainers {
+		switch {
+		case isHelper(c.Name):
+			helpers++
+			if c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyOnFailure {
+				t.Errorf("helper %s restartPolicy %v, want OnFailure", c.Name, c.RestartPolicy)
+			}
+		case c.RestartPolicy != nil:
+			t.Errorf("tenant init container %s got restartPolicy %s", c.Name, *c.RestartPolicy)
+		}
+	}
+	if helpers != 2 {
+		t.Errorf("%d helpers in %v, want the disk's and /etc/hosts'", helpers, containerNames(spec.InitContainers))
+	}
+}

@@ -305,12 +305,3 @@ func writeIfMissing(root *os.Root, name string, data []byte) error {
 	_, err = f.Write(data)
 	return errors.Join(err, f.Close())
 }
-
-// NodeDiskMain runs the helper when nest-syncer's arguments ask for it
-// (`nest-syncer node-disk ...`) and reports whether they did.
-func NodeDiskMain(args []string) (ran bool, err error) {
-	if len(args) == 0 || args[0] != nodeDiskCommand {
-		return false, nil
-	}
-	return true, RunNodeDiskHelper(args[1:])
-}

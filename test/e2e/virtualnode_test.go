@@ -308,8 +308,10 @@ func TestVirtualNode(t *testing.T) {
 		}
 	})
 
-	t.Run("a hostPath path of the wrong type on the disk is a FailedMount event of the tenant pod, and the helper stays unseen", func(t *testing.T) {
-		alpha.Kubectl(t, ctx, "run", "disk-wrong-type", "--image="+testImage, "--overrides",
+	t.Run("a hostPath path of the wrong type on the disk is a FailedMount event of a tenant pod that stays Pending, and the helper stays unseen", func(t *testing.T) {
+		// restartPolicy Never: the pod waits for its volume all the same,
+		// as it does while the kubelet retries a mount.
+		alpha.Kubectl(t, ctx, "run", "disk-wrong-type", "--restart=Never", "--image="+testImage, "--overrides",
 			`{"spec":{"volumes":[{"name":"conf","hostPath":{"path":"/missing/app.conf","type":"File"}}],`+
 				`"containers":[{"name":"c","image":"`+testImage+`","volumeMounts":[{"name":"conf","mountPath":"/conf"}]}]}}`)
 		// Waits until the pod, and so its host pod, is gone: later subtests
@@ -326,6 +328,18 @@ func TestVirtualNode(t *testing.T) {
 				return fmt.Errorf("FailedMount events %q: %v", out, err)
 			}
 			return nil
+		})
+		testutil.Eventually(t, 2*time.Minute, "the helper of disk-wrong-type run again", func() error {
+			p, ok := framework.HostPodOf(hostPods(alpha), "default", "disk-wrong-type")
+			if !ok {
+				return fmt.Errorf("no host pod")
+			}
+			for _, s := range p.Status.InitContainerStatuses {
+				if s.Name == "nest-node-disk" && s.RestartCount > 0 {
+					return nil
+				}
+			}
+			return fmt.Errorf("host pod %s, init containers %v", p.Status.Phase, p.Status.InitContainerStatuses)
 		})
 		out := alpha.Kubectl(t, ctx, "get", "events", "--field-selector", "involvedObject.name=disk-wrong-type", "-o", "jsonpath={.items[*].message}")
 		if strings.Contains(out, "nest-node-disk") {
