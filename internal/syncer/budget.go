@@ -2,6 +2,7 @@ package syncer
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,8 +19,10 @@ const (
 
 // dataBudget bounds the bytes of all host copies of one virtual cluster's
 // ConfigMaps and Secrets (Options.DataBudgetBytes), so a tenant cannot fill
-// the host's etcd through the syncer. The per-pod token Secrets Nest makes
-// are not counted: their size is Nest's, not the tenant's.
+// the host's etcd through the syncer. Of the per-pod token Secrets Nest
+// makes, the tenant pod's identity counts (its labels and annotations, for
+// downward API files: identitySize); the tokens do not, their size is
+// Nest's.
 //
 // Many workers copy objects at once and the host informer cache lags behind
 // their writes, so the budget also remembers the size of every copy it
@@ -96,7 +99,9 @@ func (b *dataBudget) sizes() map[string]int64 {
 	}
 	secrets, _ := b.secrets.List(ours)
 	for _, s := range secrets {
-		if s.Labels[LabelTokenSecret] != "true" {
+		if s.Labels[LabelTokenSecret] == "true" {
+			out[secretKind+"/"+s.Name] = identitySize(s.Data)
+		} else {
 			out[secretKind+"/"+s.Name] = secretSize(s)
 		}
 	}
@@ -127,6 +132,18 @@ func configMapSize(cm *corev1.ConfigMap) int64 {
 // secretSize counts keys and values of Data and StringData.
 func secretSize(s *corev1.Secret) int64 {
 	return dataSize(s.Data) + dataSize(s.StringData)
+}
+
+// identitySize counts the keys and values of a token Secret's data that are
+// the tenant pod's identity, not its tokens (TokenProjection keys).
+func identitySize[V string | []byte](data map[string]V) int64 {
+	var n int64
+	for k, v := range data {
+		if !strings.HasPrefix(k, tokenKeyPrefix) {
+			n += int64(len(k) + len(v))
+		}
+	}
+	return n
 }
 
 // dataSize counts the bytes of a ConfigMap's or Secret's keys and values.

@@ -23,8 +23,12 @@ func bytesOf(n int) map[string]string {
 func TestDataBudget(t *testing.T) {
 	existing := hostConfigMap(hostMeta("alpha", "existing"), bytesOf(600))
 	grown := hostConfigMap(hostMeta("alpha", "settings"), bytesOf(300))
-	token := &corev1.Secret{ObjectMeta: hostMeta("alpha", "token"), Data: map[string][]byte{"token": make([]byte, 900)}}
+	token := &corev1.Secret{ObjectMeta: hostMeta("alpha", "token"), Data: map[string][]byte{tokenKeyPrefix + "0-0": make([]byte, 900)}}
 	token.Labels[LabelTokenSecret] = "true"
+	// 400 bytes of the tenant pod's annotations, for a downward API file.
+	identity := &corev1.Secret{ObjectMeta: hostMeta("alpha", "identity"), Data: map[string][]byte{
+		tokenKeyPrefix + "0-0": make([]byte, 900), identityAnnotations: make([]byte, 400-len(identityAnnotations))}}
+	identity.Labels[LabelTokenSecret] = "true"
 	otherCluster := hostConfigMap(hostMeta("beta", "big"), bytesOf(900))
 	tests := []struct {
 		name    string
@@ -40,7 +44,8 @@ func TestDataBudget(t *testing.T) {
 		{name: "growing a copy counts only the growth", budget: 1000, host: []runtime.Object{existing, grown}, size: 400},
 		{name: "growing a copy past the budget", budget: 1000, host: []runtime.Object{existing, grown}, size: 401, wantErr: "already hold 600 of"},
 		{name: "shrinking a copy over the budget", budget: 500, host: []runtime.Object{existing, grown}, size: 200},
-		{name: "token Secrets and other clusters' copies do not count", budget: 500, host: []runtime.Object{token, otherCluster}, size: 500},
+		{name: "tokens and other clusters' copies do not count", budget: 500, host: []runtime.Object{token, otherCluster}, size: 500},
+		{name: "a token Secret's tenant identity counts", budget: 500, host: []runtime.Object{identity}, size: 101, wantErr: "already hold 400 of"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -95,14 +95,19 @@ type PodTranslation struct {
 	// NodeDiskClaim is the claim of the virtual node's disk the host pod
 	// mounts (NodeDiskClaimFor makes it), "" when it mounts none.
 	NodeDiskClaim string
-	// identityUsed holds the Identity keys the pod's volumes project.
-	identityUsed map[string]bool
+	// identityUsed holds the Identity keys the pod's volumes project, each
+	// with the downward API field path it stands for.
+	identityUsed map[string]string
 	// fieldAnnotations are host pod annotations holding the tenant labels and
 	// annotations variables refer to (see metadataFieldAnnotation).
 	fieldAnnotations map[string]string
 
 	virtualCluster, namespace string
 }
+
+// tokenKeyPrefix starts the token Secret's keys that hold tokens; the others
+// hold the tenant pod's identity.
+const tokenKeyPrefix = "token-"
 
 // Keys of the token Secret that stand for downward API fields.
 const (
@@ -155,7 +160,7 @@ func (t Translator) TranslatePod(tenant *corev1.Pod, metadata MetadataAllowList,
 	out := &PodTranslation{
 		virtualCluster: t.VirtualCluster, namespace: tenant.Namespace,
 		Optional:     map[string]bool{},
-		identityUsed: map[string]bool{}, fieldAnnotations: map[string]string{},
+		identityUsed: map[string]string{}, fieldAnnotations: map[string]string{},
 	}
 	spec := tenant.Spec.DeepCopy()
 	t.scheduleOnHost(spec, tenant.Namespace, tenant.Name)
@@ -195,7 +200,8 @@ func (t Translator) TranslatePod(tenant *corev1.Pod, metadata MetadataAllowList,
 		return nil, err
 	}
 	for i, s := range spec.ImagePullSecrets {
-		spec.ImagePullSecrets[i].Name = out.secret(s.Name, nil)
+		// Optional: a kubelet pulls without a pull Secret it cannot find.
+		spec.ImagePullSecrets[i].Name = out.secret(s.Name, ptr.To(true))
 	}
 	labels := copyAllowed(tenant.Labels, metadata.Labels)
 	maps.Copy(labels, hostLabels(t.VirtualCluster, tenant.Namespace))
@@ -366,15 +372,12 @@ func (t Translator) translateProjection(p *corev1.ProjectedVolumeSource, hostPod
 		case src.Secret != nil:
 			src.Secret.Name = out.secret(src.Secret.Name, src.Secret.Optional)
 		case src.ServiceAccountToken != nil:
-			key := fmt.Sprintf("token-%d-%d", volume, j)
+			key := fmt.Sprintf("%s%d-%d", tokenKeyPrefix, volume, j)
 			out.Tokens = append(out.Tokens, TokenProjection{Key: key, Audience: src.ServiceAccountToken.Audience, ExpirationSeconds: ptr.Deref(src.ServiceAccountToken.ExpirationSeconds, defaultTokenSeconds)})
 			src = tokenSecretProjection(hostPod, []corev1.KeyToPath{{Key: key, Path: src.ServiceAccountToken.Path}})
 			out.UsesTokenSecret = true
 		case src.DownwardAPI != nil:
-			identity, rest := splitIdentityItems(src.DownwardAPI.Items)
-			for _, it := range identity {
-				out.identityUsed[it.Key] = true
-			}
+			identity, rest := splitIdentityItems(src.DownwardAPI.Items, out.identityUsed)
 			if len(identity) > 0 {
 				out.UsesTokenSecret = true
 				sources = append(sources, tokenSecretProjection(hostPod, identity))
@@ -411,16 +414,25 @@ var identityFields = map[string]string{
 }
 
 // identityData is the token Secret's data for the downward API fields the
-// pod's volumes use: name, namespace and UID always; labels and
-// annotations, in the kubelet's file format, only when a volume shows them,
-// and kept in step with the tenant pod by UpdatePod.
-func identityData(tenant *corev1.Pod, used map[string]bool) map[string]string {
+// pod's volumes use (used: key to field path): name, namespace and UID
+// always; the labels and annotations, in the kubelet's file format, and
+// single ones (metadata.labels['k']), only when a volume shows them, and
+// kept in step with the tenant pod by UpdatePod.
+func identityData(tenant *corev1.Pod, used map[string]string) map[string]string {
 	out := map[string]string{identityName: tenant.Name, identityNamespace: tenant.Namespace, identityUID: string(tenant.UID)}
-	if used[identityLabels] {
-		out[identityLabels] = formatMap(tenant.Labels)
-	}
-	if used[identityAnnotations] {
-		out[identityAnnotations] = formatMap(tenant.Annotations)
+	for key, path := range used {
+		switch path {
+		case "metadata.labels":
+			out[key] = formatMap(tenant.Labels)
+		case "metadata.annotations":
+			out[key] = formatMap(tenant.Annotations)
+		default:
+			if k, ok := subscript(path, "metadata.labels"); ok {
+				out[key] = tenant.Labels[k]
+			} else if k, ok := subscript(path, "metadata.annotations"); ok {
+				out[key] = tenant.Annotations[k]
+			}
+		}
 	}
 	return out
 }
@@ -437,19 +449,41 @@ func formatMap(m map[string]string) string {
 	return strings.Join(lines, "\n")
 }
 
-func splitIdentityItems(items []corev1.DownwardAPIVolumeFile) ([]corev1.KeyToPath, []corev1.DownwardAPIVolumeFile) {
+// splitIdentityItems splits a downward API projection into the items the
+// token Secret holds (identityKey), recorded in used, and the rest, which
+// the host kubelet resolves the same for the host pod as for the tenant's.
+func splitIdentityItems(items []corev1.DownwardAPIVolumeFile, used map[string]string) ([]corev1.KeyToPath, []corev1.DownwardAPIVolumeFile) {
 	var identity []corev1.KeyToPath
 	var rest []corev1.DownwardAPIVolumeFile
 	for _, it := range items {
 		if it.FieldRef != nil {
-			if key, ok := identityFields[it.FieldRef.FieldPath]; ok {
+			if key, ok := identityKey(it.FieldRef.FieldPath); ok {
 				identity = append(identity, corev1.KeyToPath{Key: key, Path: it.Path, Mode: it.Mode})
+				used[key] = it.FieldRef.FieldPath
 				continue
 			}
 		}
 		rest = append(rest, it)
 	}
 	return identity, rest
+}
+
+// identityKey returns the token Secret key holding the tenant's value of a
+// downward API field whose host value would differ: identityFields, or,
+// for one label or annotation (metadata.annotations['k']), a key of its
+// own, so the host kubelet never resolves it against the host pod's
+// metadata.
+func identityKey(path string) (string, bool) {
+	if key, ok := identityFields[path]; ok {
+		return key, true
+	}
+	for _, prefix := range []string{"metadata.labels", "metadata.annotations"} {
+		if _, ok := subscript(path, prefix); ok {
+			sum := sha256.Sum256([]byte(path))
+			return "pod-field-" + hex.EncodeToString(sum[:6]), true
+		}
+	}
+	return "", false
 }
 
 // translateContainer points references at host copies, resolves the

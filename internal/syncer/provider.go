@@ -145,23 +145,27 @@ func (p *podProvider) start(ctx context.Context, pod *corev1.Pod, pt *PodTransla
 	// Tokens are requested before the pod exists, so a tenant that refuses
 	// them leaves nothing on the host.
 	var tokenSecret *corev1.Secret
+	undo := func() {}
 	if pt.UsesTokenSecret {
 		var err error
 		if tokenSecret, err = p.tokens.secretFor(ctx, p.tr, pod, pt); err != nil {
 			return err
 		}
+		if undo, err = p.objects.budget.reserve(secretKind, tokenSecret, identitySize(tokenSecret.Data)); err != nil {
+			return fmt.Errorf("the pod's labels and annotations for its downward API files: %w", err)
+		}
 	}
 	host, err := p.createOrAdopt(ctx, pod, pt.Pod)
-	if err != nil {
-		return err
-	}
-	if tokenSecret != nil {
+	if err == nil && tokenSecret != nil {
 		// Written right after the pod, owned by it: the host kubelet mounts it
 		// once it gets to the pod, and the garbage collector removes it with
 		// the pod.
-		return p.writeTokenSecret(ctx, tokenSecret, host)
+		err = p.writeTokenSecret(ctx, tokenSecret, host)
 	}
-	return nil
+	if err != nil {
+		undo()
+	}
+	return err
 }
 
 // ensureNodeDisk creates the claim of a virtual node's disk unless it
@@ -278,16 +282,69 @@ func (p *podProvider) writeTokenSecret(ctx context.Context, s *corev1.Secret, ow
 	return nil
 }
 
+// ReasonEphemeralContainerRefused is the tenant pod's Warning event for an
+// ephemeral container (kubectl debug) the virtual node cannot run.
+const ReasonEphemeralContainerRefused = "EphemeralContainerRefused"
+
+// ReasonUpdateRefused is the tenant pod's Warning event for an update the
+// virtual node cannot carry to the host pod.
+const ReasonUpdateRefused = "UpdateRefused"
+
 // UpdatePod carries the fields a pod update may change (labels, annotations,
 // images, active deadline, new ephemeral containers, resized resources) to
 // the host pod.
+//
+// virtual-kubelet marks a pod Failed (restartPolicy Never) or Pending for
+// any error UpdatePod returns, while its host pod runs on. So an update the
+// virtual node refuses is a Warning event on the tenant pod, never an
+// error, and a passing error (a conflict with a stale cache) is retried
+// first with the host pod read afresh, as CreatePod does.
 func (p *podProvider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
+	pt := p.translateUpdate(pod)
+	if pt == nil {
+		return nil
+	}
+	read := p.hostPods.Get
+	err := retry.OnError(createBackoff, func(err error) bool { return !errdefs.IsInvalidInput(err) && ctx.Err() == nil },
+		func() error {
+			err := p.updateHostPod(ctx, pod, pt, read)
+			read = func(name string) (*corev1.Pod, error) {
+				return p.host.CoreV1().Pods(p.tr.HostNamespace).Get(ctx, name, metav1.GetOptions{})
+			}
+			return err
+		})
+	if errdefs.IsInvalidInput(err) {
+		p.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonUpdateRefused, "update refused by the virtual node: %v", err)
+		return nil
+	}
+	return err
+}
+
+// translateUpdate translates an updated tenant pod. The pod was admitted
+// before its update, so what the virtual node refuses now can only be an
+// ephemeral container it cannot run (kubectl debug): that one is refused,
+// with an event, and the update goes on without the pod's new ephemeral
+// containers. It returns nil, after an event, when even that is refused.
+func (p *podProvider) translateUpdate(pod *corev1.Pod) *PodTranslation {
 	// Service variables are fixed when the host pod is made: nil.
 	pt, err := p.tr.TranslatePod(pod, p.metadata, nil)
-	if err != nil {
-		return errdefs.AsInvalidInput(err)
+	if err == nil {
+		return pt
 	}
-	host, err := p.hostPods.Get(pt.Pod.Name)
+	without := pod.DeepCopy()
+	without.Spec.EphemeralContainers = nil
+	if pt, errWithout := p.tr.TranslatePod(without, p.metadata, nil); errWithout == nil {
+		p.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonEphemeralContainerRefused, "refused by the virtual node: %v", err)
+		return pt
+	}
+	p.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonUpdateRefused, "update refused by the virtual node: %v", err)
+	return nil
+}
+
+// updateHostPod makes one attempt at carrying pt to the host pod, which
+// read returns.
+func (p *podProvider) updateHostPod(ctx context.Context, pod *corev1.Pod, pt *PodTranslation, read func(string) (*corev1.Pod, error)) error {
+	host, err := read(pt.Pod.Name)
 	if err != nil {
 		return err
 	}
@@ -300,7 +357,7 @@ func (p *podProvider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 		case errdefs.IsInvalidInput(err):
 			// Refused: the tenant hears why, and the pod's other changes
 			// still reach the host.
-			p.recorder.Eventf(pod, corev1.EventTypeWarning, "EphemeralContainerRefused", "refused by the virtual node: %v", err)
+			p.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonEphemeralContainerRefused, "refused by the virtual node: %v", err)
 		case err != nil:
 			return err
 		default:
@@ -363,15 +420,20 @@ func (p *podProvider) refreshIdentity(ctx context.Context, pt *PodTranslation) e
 		upd.Data = map[string][]byte{}
 	}
 	changed := false
-	for _, k := range []string{identityLabels, identityAnnotations} {
-		if v, ok := pt.Identity[k]; ok && string(upd.Data[k]) != v {
+	for k, v := range pt.Identity {
+		if string(upd.Data[k]) != v {
 			upd.Data[k], changed = []byte(v), true
 		}
 	}
 	if !changed {
 		return nil
 	}
+	undo, err := p.objects.budget.reserve(secretKind, upd, identitySize(upd.Data))
+	if err != nil {
+		return errdefs.AsInvalidInput(fmt.Errorf("the pod's labels and annotations for its downward API files: %w", err))
+	}
 	if _, err := p.host.CoreV1().Secrets(p.tr.HostNamespace).Update(ctx, upd, metav1.UpdateOptions{}); err != nil {
+		undo()
 		return fmt.Errorf("update the labels and annotations in token Secret %s: %w", upd.Name, err)
 	}
 	return nil

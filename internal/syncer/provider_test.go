@@ -2,8 +2,10 @@ package syncer
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
 	corev1 "k8s.io/api/core/v1"
@@ -315,6 +317,73 @@ func TestUpdatePodAddsEphemeralContainers(t *testing.T) {
 	}
 }
 
+// An ephemeral container translation refuses (a Localhost seccomp profile)
+// is an event, not an error: virtual-kubelet would mark a restartPolicy
+// Never pod Failed while its host pod runs on. The pod's other changes
+// still reach the host.
+func TestUpdatePodWithAnEphemeralContainerTranslationRefusesIsNoError(t *testing.T) {
+	pod := simplePod("web", "100m")
+	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+	p, client := newProvider(t, nil, []runtime.Object{hostPodOf(t, pod)})
+	debug := pod.DeepCopy()
+	debug.Labels = map[string]string{"tier": "front"}
+	debug.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{
+		Name: "debugger", Image: "busybox", SecurityContext: &corev1.SecurityContext{
+			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr.To("host.json")}}}}}
+	if _, err := tr.TranslatePod(debug, defaultMetadata, nil); err == nil {
+		t.Fatal("translation takes a Localhost profile: the test shows nothing")
+	}
+	if err := p.UpdatePod(context.Background(), debug); err != nil {
+		t.Fatalf("UpdatePod: %v, want the refusal as an event", err)
+	}
+	got, err := client.CoreV1().Pods(tr.HostNamespace).Get(context.Background(), HostName("alpha", "shop", "web"), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Spec.EphemeralContainers) != 0 || got.Labels["tier"] != "front" {
+		t.Errorf("host pod ephemeral containers %v, labels %v: want none, and the label", got.Spec.EphemeralContainers, got.Labels)
+	}
+	if events := drainEvents(p.recorder); !strings.Contains(events, ReasonEphemeralContainerRefused) || !strings.Contains(events, "seccompProfile") {
+		t.Errorf("events %q, want the refusal naming the field", events)
+	}
+}
+
+// A conflict (the informer's host pod is stale) is retried with the host
+// pod read afresh, not returned: virtual-kubelet fails a restartPolicy
+// Never pod on UpdatePod's error.
+func TestUpdatePodRetriesAConflictWithAFreshHostPod(t *testing.T) {
+	pod := simplePod("web", "100m")
+	p, client := newProvider(t, nil, []runtime.Object{hostPodOf(t, pod)})
+	updates := 0
+	client.PrependReactor("update", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if updates++; updates == 1 {
+			return true, nil, apierrors.NewConflict(corev1.Resource("pods"), HostName("alpha", "shop", "web"), nil)
+		}
+		return false, nil, nil
+	})
+	labelled := pod.DeepCopy()
+	labelled.Labels = map[string]string{"tier": "front"}
+	if err := p.UpdatePod(context.Background(), labelled); err != nil {
+		t.Fatalf("UpdatePod: %v, want the conflict retried", err)
+	}
+	got, err := client.CoreV1().Pods(tr.HostNamespace).Get(context.Background(), HostName("alpha", "shop", "web"), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if updates != 2 || got.Labels["tier"] != "front" {
+		t.Errorf("%d updates, host labels %v: want a second update carrying the label", updates, got.Labels)
+	}
+	gets := 0
+	for _, a := range client.Actions() {
+		if a.Matches("get", "pods") {
+			gets++
+		}
+	}
+	if gets < 2 { // the retry's read, and the test's own
+		t.Errorf("%d GETs of the host pod: the retry used the stale cache", gets)
+	}
+}
+
 // An in-place resize of the tenant pod resizes the host pod's containers,
 // keeping what the host added.
 func TestUpdatePodResizesTheHostPod(t *testing.T) {
@@ -382,6 +451,54 @@ func TestDownwardAPILabelsFollowTheTenantPod(t *testing.T) {
 	}
 }
 
+// A downward API file of one annotation or label shows the tenant's value,
+// from the token Secret: the host kubelet never resolves it against the
+// host pod, whose annotations are the host's. It follows a change too.
+func TestDownwardAPIOneAnnotationComesFromTheTenantPod(t *testing.T) {
+	pod := simplePod("web", "100m")
+	pod.Annotations = map[string]string{"team": "shop"}
+	items := []corev1.DownwardAPIVolumeFile{
+		{Path: "team", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['team']"}},
+		{Path: "hash", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['" + AnnotationSpecHash + "']"}},
+		{Path: "tier", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels['tier']"}},
+	}
+	pod.Spec.Volumes = []corev1.Volume{{Name: "info", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: items}}}}
+	pt, err := tr.TranslatePod(pod, MetadataAllowList{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{}
+	for _, src := range pt.Pod.Spec.Volumes[0].Projected.Sources {
+		if src.DownwardAPI != nil {
+			t.Errorf("the host kubelet resolves %v against the host pod", src.DownwardAPI.Items)
+		}
+		if src.Secret != nil && src.Secret.Name == tokenSecretName(pt.Pod.Name) {
+			for _, it := range src.Secret.Items {
+				files[it.Path] = pt.Identity[it.Key]
+			}
+		}
+	}
+	if want := map[string]string{"team": "shop", "hash": "", "tier": ""}; !maps.Equal(files, want) {
+		t.Fatalf("files %q, want the tenant's values %q", files, want)
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: tokenSecretName(pt.Pod.Name), Namespace: tr.HostNamespace}}
+	p, client := newProvider(t, nil, []runtime.Object{pt.Pod, secret})
+	p.objects.hostSecrets = corelisters.NewSecretLister(indexerOf(t, secret)).Secrets(tr.HostNamespace)
+	moved := pod.DeepCopy()
+	moved.Annotations["team"] = "billing"
+	if err := p.UpdatePod(context.Background(), moved); err != nil {
+		t.Fatal(err)
+	}
+	got, err := client.CoreV1().Secrets(tr.HostNamespace).Get(context.Background(), secret.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := identityKey("metadata.annotations['team']")
+	if string(got.Data[key]) != "billing" {
+		t.Errorf("team file after the change %q, want billing", got.Data[key])
+	}
+}
+
 // drainEvents returns the events a fake recorder holds, one per line.
 func drainEvents(r record.EventRecorder) string {
 	var out []string
@@ -411,5 +528,58 @@ func TestCreatePodRetriesAPassingFailure(t *testing.T) {
 	}
 	if _, err := host.CoreV1().Pods(tr.HostNamespace).Get(context.Background(), HostName("alpha", "shop", "web"), metav1.GetOptions{}); err != nil || failures != 0 {
 		t.Errorf("host pod after %d failures left: %v", failures, err)
+	}
+}
+
+// The tenant pod's annotations a downward API file shows are copied to the
+// host in its token Secret, and count against the object budget: a pod
+// whose annotations do not fit never reaches the host, and an update that
+// would take them past it is an event that leaves the host copy as it was.
+func TestTheTenantIdentityIsInTheObjectBudget(t *testing.T) {
+	pod := simplePod("web", "100m")
+	pod.Annotations = map[string]string{"note": strings.Repeat("x", 2000)}
+	pod.Spec.Volumes = []corev1.Volume{{Name: "info", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
+		Items: []corev1.DownwardAPIVolumeFile{{Path: "annotations", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations"}}}}}}}
+	p, client := newProvider(t, nil, nil, pod)
+	p.tokens = &tokenIssuer{now: time.Now}
+	objects, _ := newObjectSyncer(t, 1000, nil, nil, nil)
+	objects.host = client
+	p.objects = objects
+	err := p.CreatePod(context.Background(), pod)
+	if err == nil || !strings.Contains(err.Error(), "object budget exceeded") {
+		t.Fatalf("CreatePod: %v, want the object budget exceeded", err)
+	}
+	if pods, _ := client.CoreV1().Pods(tr.HostNamespace).List(context.Background(), metav1.ListOptions{}); len(pods.Items) != 0 {
+		t.Errorf("host pods %d, want none", len(pods.Items))
+	}
+
+	pod.Annotations["note"] = "small"
+	if err := p.CreatePod(context.Background(), pod); err != nil {
+		t.Fatalf("CreatePod within the budget: %v", err)
+	}
+	host, err := client.CoreV1().Pods(tr.HostNamespace).Get(context.Background(), HostName("alpha", "shop", "web"), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, err := client.CoreV1().Secrets(tr.HostNamespace).Get(context.Background(), tokenSecretName(host.Name), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.hostPods = corelisters.NewPodLister(indexerOf(t, host)).Pods(tr.HostNamespace)
+	p.objects.hostSecrets = corelisters.NewSecretLister(indexerOf(t, secret)).Secrets(tr.HostNamespace)
+	grown := pod.DeepCopy()
+	grown.Annotations["note"] = strings.Repeat("y", 2000)
+	if err := p.UpdatePod(context.Background(), grown); err != nil {
+		t.Fatalf("UpdatePod: %v, want the refusal as an event", err)
+	}
+	got, err := client.CoreV1().Secrets(tr.HostNamespace).Get(context.Background(), secret.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(got.Data[identityAnnotations]), "yyy") {
+		t.Error("the grown annotations reached the host past the budget")
+	}
+	if events := drainEvents(p.recorder); !strings.Contains(events, ReasonUpdateRefused) || !strings.Contains(events, "object budget") {
+		t.Errorf("events %q, want the update refused for the budget", events)
 	}
 }

@@ -107,16 +107,31 @@ func offsetIn(cidr netip.Prefix, addr netip.Addr) uint64 {
 // in what the syncer controls. The ClusterIP is the host's and never compared.
 func ServiceNeedsUpdate(have, want *corev1.Service) bool {
 	if !maps.Equal(have.Spec.Selector, want.Spec.Selector) || have.Spec.SessionAffinity != want.Spec.SessionAffinity ||
+		clientIPTimeout(have) != clientIPTimeout(want) ||
 		have.Spec.PublishNotReadyAddresses != want.Spec.PublishNotReadyAddresses || len(have.Spec.Ports) != len(want.Spec.Ports) {
 		return true
 	}
 	for i, p := range want.Spec.Ports {
 		h := have.Spec.Ports[i]
-		if h.Name != p.Name || h.Port != p.Port || h.TargetPort != p.TargetPort || h.Protocol != p.Protocol {
+		if h.Name != p.Name || h.Port != p.Port || h.TargetPort != p.TargetPort || h.Protocol != p.Protocol ||
+			ptr.Deref(h.AppProtocol, "") != ptr.Deref(p.AppProtocol, "") {
 			return true
 		}
 	}
 	return false
+}
+
+// clientIPTimeout is how long a ClientIP session affinity lasts, in seconds,
+// with the API server's default for an unset one (3 hours); 0 without
+// ClientIP affinity.
+func clientIPTimeout(s *corev1.Service) int32 {
+	if s.Spec.SessionAffinity != corev1.ServiceAffinityClientIP {
+		return 0
+	}
+	if c := s.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {
+		return *c.ClientIP.TimeoutSeconds
+	}
+	return corev1.DefaultClientIPServiceAffinitySeconds
 }
 
 // DNSRecord maps one tenant name to the host address that serves it.

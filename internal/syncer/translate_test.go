@@ -124,6 +124,10 @@ func TestTranslatePod(t *testing.T) {
 	if s.ImagePullSecrets[0].Name != HostName("alpha", "shop", "registry") {
 		t.Errorf("image pull secret %v", s.ImagePullSecrets)
 	}
+	// A kubelet only warns about a missing pull Secret and tries the pull.
+	if !pt.IsOptional("secret", "registry") {
+		t.Error("a missing image pull Secret would keep the pod from starting")
+	}
 	c := s.Containers[0]
 	env := map[string]corev1.EnvVar{}
 	for _, e := range c.Env {
@@ -330,6 +334,35 @@ func TestHostService(t *testing.T) {
 	}
 	if ServiceNeedsUpdate(h, h) {
 		t.Error("an unchanged Service needs an update")
+	}
+}
+
+// Every field the syncer copies to a host Service is one a change to
+// brings about an update, and the API server's defaults bring none.
+func TestServiceNeedsUpdateSeesEveryCopiedField(t *testing.T) {
+	base := &corev1.Service{Spec: corev1.ServiceSpec{SessionAffinity: corev1.ServiceAffinityClientIP,
+		Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, AppProtocol: ptr.To("http")}}}}
+	defaulted := base.DeepCopy()
+	defaulted.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr.To(corev1.DefaultClientIPServiceAffinitySeconds)}}
+	if ServiceNeedsUpdate(defaulted, base) {
+		t.Error("the API server's default affinity timeout needs an update, for ever")
+	}
+	for name, change := range map[string]func(*corev1.Service){
+		"affinity timeout": func(s *corev1.Service) {
+			s.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr.To[int32](60)}}
+		},
+		"appProtocol":       func(s *corev1.Service) { s.Spec.Ports[0].AppProtocol = ptr.To("h2c") },
+		"no appProtocol":    func(s *corev1.Service) { s.Spec.Ports[0].AppProtocol = nil },
+		"port":              func(s *corev1.Service) { s.Spec.Ports[0].Port = 81 },
+		"affinity":          func(s *corev1.Service) { s.Spec.SessionAffinity = corev1.ServiceAffinityNone },
+		"unready addresses": func(s *corev1.Service) { s.Spec.PublishNotReadyAddresses = true },
+		"selector":          func(s *corev1.Service) { s.Spec.Selector = map[string]string{"app": "web"} },
+	} {
+		want := defaulted.DeepCopy()
+		change(want)
+		if !ServiceNeedsUpdate(defaulted, want) {
+			t.Errorf("a change of %s needs no update", name)
+		}
 	}
 }
 

@@ -189,8 +189,8 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *probeState) error {
 	if equality.Semantic.DeepEqual(s.before.Status, s.mc.Status) {
 		return nil
 	}
-	if err := r.Status().Patch(ctx, s.mc, client.MergeFrom(s.before)); err != nil {
-		return fmt.Errorf("patch status of MemberCluster %s: %w", s.mc.Name, client.IgnoreNotFound(err))
+	if err := client.IgnoreNotFound(r.Status().Patch(ctx, s.mc, client.MergeFrom(s.before))); err != nil {
+		return fmt.Errorf("patch status of MemberCluster %s: %w", s.mc.Name, err)
 	}
 	was, is := reachable(s.before), reachable(s.mc)
 	if was == nil || was.Status != is.Status || was.Reason != is.Reason {

@@ -421,8 +421,8 @@ func (r *Reconciler) patchFinalizer(ctx context.Context, vc *nestv1.VirtualClust
 	if !changed {
 		return nil
 	}
-	if err := r.Patch(ctx, vc, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("patch finalizer %s of %s: %w", Finalizer, klog.KObj(vc), client.IgnoreNotFound(err))
+	if err := client.IgnoreNotFound(r.Patch(ctx, vc, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))); err != nil {
+		return fmt.Errorf("patch finalizer %s of %s: %w", Finalizer, klog.KObj(vc), err)
 	}
 	return nil
 }

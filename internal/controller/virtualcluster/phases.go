@@ -211,9 +211,7 @@ func (r *Reconciler) reconcileSecret(ctx context.Context, s *reconcileState, nam
 // pod template, replicas and labels. Volume claim templates cannot change.
 func (r *Reconciler) reconcileStatefulSet(ctx context.Context, s *reconcileState) (bool, error) {
 	desired := controlplane.StatefulSetFor(s.vc, r.ControlPlane, s.ips)
-	// A changed certificate must reach the pod: the API server rereads its
-	// serving certificate, but the pod restarts for the others.
-	desired.Spec.Template.Annotations = map[string]string{"nest.dev/pki-hash": hashData(s.pki)}
+	desired.Spec.Template.Annotations = map[string]string{"nest.dev/pki-hash": pkiRestartHash(s.pki)}
 	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: desired.Name, Namespace: desired.Namespace}}
 	if _, err := controllerutil.CreateOrPatch(ctx, r.Client, sts, func() error {
 		if sts.CreationTimestamp.IsZero() {
@@ -287,10 +285,19 @@ func (r *Reconciler) reconcileVirtualNode(ctx context.Context, s *reconcileState
 	return true, nil
 }
 
-// hashData is a short, stable digest of a Secret's data for a pod annotation.
-func hashData(data map[string][]byte) string {
+// pkiRestartHash is a short, stable digest of the PKI Secret's data for the
+// control-plane pod's template, which restarts the pod when a certificate
+// it reads only at start changes. It leaves out the API server's serving
+// certificate and key: the API server rereads them from the mounted Secret,
+// and they change whenever a host node comes or goes (a NodePort or
+// LoadBalancer control plane names the host nodes' IPs), which must not
+// restart every tenant's control plane.
+func pkiRestartHash(data map[string][]byte) string {
 	h := fnv.New64a()
 	for _, k := range slices.Sorted(maps.Keys(data)) {
+		if k == controlplane.APIServerCert || k == controlplane.APIServerKey {
+			continue
+		}
 		h.Write([]byte(k))
 		h.Write([]byte{0})
 		h.Write(data[k])
