@@ -86,8 +86,10 @@ type VirtualClusterSpec struct {
 	// +optional
 	ControlPlane ControlPlaneSpec `json:"controlPlane,omitempty"`
 
-	// Datastore configures the tenant's etcd storage. Immutable.
+	// Datastore configures the tenant's etcd storage. Immutable, and set
+	// (defaulted) from creation on, so it cannot be added later.
 	// +optional
+	// +kubebuilder:default={}
 	Datastore DatastoreSpec `json:"datastore,omitempty"`
 
 	// ClusterDomain is the tenant's Service DNS suffix. Immutable.
@@ -206,6 +208,7 @@ type DatastoreSpec struct {
 	// StorageSize of the etcd volume.
 	// +optional
 	// +kubebuilder:default="1Gi"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isGreaterThan(quantity('0'))",message="datastore.storageSize must be above zero, such as 1Gi"
 	StorageSize *resource.Quantity `json:"storageSize,omitempty"`
 
 	// StorageClassName of the etcd volume; the host's default class when unset.
@@ -407,6 +410,9 @@ type PromoteResources struct {
 	// pods, and extended resources such as nvidia.com/gpu. Unset names default
 	// to cpu 2, memory 4Gi and pods 110.
 	// +optional
+	// +kubebuilder:validation:Type=object
+	// +kubebuilder:validation:MaxProperties=32
+	// +kubebuilder:validation:XValidation:rule="self.all(k, type(self[k]) == int ? self[k] >= 0 : !self[k].startsWith('-'))",message="promoteResources.resources: every quantity must be zero or more, such as cpu: 4"
 	Resources corev1.ResourceList `json:"resources,omitempty"`
 }
 
@@ -520,11 +526,15 @@ type MemberGrantStatus struct {
 // +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoint`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 40",message="metadata.name must be at most 40 characters: host object names are derived from it"
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS label, lower-case letters, digits and '-', starting and ending with a letter or digit, such as team-a: host Services are named after it"
 type VirtualCluster struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
+	// Spec is defaulted when left out, as Go clients always send one, so
+	// its defaults and immutable fields hold for every VirtualCluster.
 	// +optional
+	// +kubebuilder:default={}
 	Spec VirtualClusterSpec `json:"spec,omitempty"`
 	// +optional
 	Status VirtualClusterStatus `json:"status,omitempty"`

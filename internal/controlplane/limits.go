@@ -263,13 +263,19 @@ func resources(cpu, memory, cpuLimit, memoryLimit string) corev1.ResourceRequire
 }
 
 // apiServerResources are spec.controlPlane.resources with defaults: requests
-// 100m cpu and 256Mi memory when it states no requests; a cpu and memory
-// limit, when it states none, of 2 cpu and 1Gi, or the request if that is
-// larger.
+// 100m cpu and 256Mi memory when it states no requests, or the limit it
+// states if that is smaller (a default request above the limit would be
+// refused); a cpu and memory limit, when it states none, of 2 cpu and 1Gi,
+// or the request if that is larger.
 func apiServerResources(vc *nestv1.VirtualCluster) corev1.ResourceRequirements {
 	r := *vc.Spec.ControlPlane.Resources.DeepCopy()
 	if len(r.Requests) == 0 {
 		r.Requests = apiServerRequests.DeepCopy()
+		for name, limit := range r.Limits {
+			if req, ok := r.Requests[name]; ok && req.Cmp(limit) > 0 {
+				r.Requests[name] = limit.DeepCopy()
+			}
+		}
 	}
 	if r.Limits == nil {
 		r.Limits = corev1.ResourceList{}

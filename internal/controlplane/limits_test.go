@@ -113,6 +113,7 @@ func TestControlPlaneResources(t *testing.T) {
 		{"defaults", corev1.ResourceRequirements{}, "2", "1Gi", 128, 64, "100m", "256Mi"},
 		{"request above the default limit", corev1.ResourceRequirements{Requests: list("cpu", "3", "memory", "2Gi")}, "3", "2Gi", 299, 149, "3", "2Gi"},
 		{"explicit limit", corev1.ResourceRequirements{Limits: list("memory", "4Gi")}, "2", "4Gi", 400, 200, "100m", "256Mi"},
+		{"limit below the default request", corev1.ResourceRequirements{Limits: list("memory", "200Mi", "cpu", "50m")}, "50m", "200Mi", 20, 10, "50m", "200Mi"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

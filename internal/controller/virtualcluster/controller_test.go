@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
@@ -343,6 +344,13 @@ func TestInvalidSpecsAreRejected(t *testing.T) {
 			vc.Spec.PromotePolicies = []nestv1.PromotePolicy{{NodeCount: -1}}
 		}, "spec.promotePolicies[0].nodeCount"},
 		{"name too long", func(vc *nestv1.VirtualCluster) { vc.Name = strings.Repeat("a", 41) }, "metadata.name"},
+		{"name not a DNS label", func(vc *nestv1.VirtualCluster) { vc.Name = "web.prod" }, "metadata.name must be a DNS label"},
+		{"negative share", func(vc *nestv1.VirtualCluster) {
+			vc.Spec.PromoteResources.Resources = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("-1")}
+		}, "spec.promoteResources.resources"},
+		{"empty etcd volume", func(vc *nestv1.VirtualCluster) {
+			vc.Spec.Datastore.StorageSize = ptr.To(resource.MustParse("0"))
+		}, "datastore.storageSize must be above zero"},
 		{"egress CIDR not a CIDR", func(vc *nestv1.VirtualCluster) { vc.Spec.Network.EgressCIDRs = []string{"203.0.113.7"} }, "spec.network.egressCIDRs[0]"},
 		{"negative data budget", func(vc *nestv1.VirtualCluster) {
 			vc.Spec.VirtualNode.ObjectBudget.DataBytes = ptr.To(resource.MustParse("-1Mi"))
@@ -364,6 +372,33 @@ func TestInvalidSpecsAreRejected(t *testing.T) {
 				t.Fatalf("error %v does not name %s", err, tt.want)
 			}
 		})
+	}
+}
+
+// A VirtualCluster written without a datastore (YAML, kubectl) gets the
+// default one, so one added later is a change the immutability rule refuses,
+// not a setting the controller would silently ignore.
+func TestDatastoreCannotBeAddedLater(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := context.Background()
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": nestv1.GroupVersion.String(), "kind": "VirtualCluster",
+		"metadata": map[string]any{"name": "no-datastore", "namespace": ns},
+	}}
+	if err := k8sClient.Create(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	vc := getVC(t, ns, "no-datastore")
+	if vc.Spec.Datastore.StorageSize == nil || vc.Spec.Datastore.StorageSize.String() != "1Gi" {
+		t.Fatalf("datastore %+v, want the default 1Gi", vc.Spec.Datastore)
+	}
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		vc := getVC(t, ns, "no-datastore")
+		vc.Spec.Datastore.StorageClassName = ptr.To("fast")
+		return k8sClient.Update(ctx, vc)
+	})
+	if err == nil || !strings.Contains(err.Error(), "datastore is immutable") {
+		t.Fatalf("update error %v, want datastore is immutable", err)
 	}
 }
 

@@ -194,7 +194,7 @@ func (r *Reconciler) patchStatus(ctx context.Context, before *nestv1.VirtualClus
 	vc := s.vc
 	if phaseErr != nil {
 		vc.Status = *before.Status.DeepCopy()
-		setFailure(&vc.Status.Conditions, s.failed, phaseErr, vc.Generation)
+		setFailure(&vc.Status.Conditions, s.failed, phaseErr, before.Generation)
 	} else {
 		r.setObserved(vc, before, s)
 	}
@@ -207,19 +207,24 @@ func (r *Reconciler) patchStatus(ctx context.Context, before *nestv1.VirtualClus
 	if equality.Semantic.DeepEqual(vc.Status, before.Status) {
 		return nil
 	}
-	if err := r.Status().Patch(ctx, vc, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
+	// A merge patch replaces the whole list of conditions, node assignment's
+	// NodesAssigned among them: the optimistic lock keeps a stale copy of
+	// it from being written back (a conflict is retried with a fresh read).
+	if err := r.Status().Patch(ctx, vc, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("patch status of %s: %w", klog.KObj(vc), err)
 	}
 	return nil
 }
 
-// setObserved writes the status a complete observation gives.
+// setObserved writes the status a complete observation gives. The
+// generation observed is before's, the spec the phases worked from: a
+// phase's patch (spec.kubeconfig) may have brought in a newer one.
 func (r *Reconciler) setObserved(vc, before *nestv1.VirtualCluster, s *reconcileState) {
 	vc.Status.Phase = phaseFor(s.obs, before.Status.Phase)
-	for _, c := range conditionsFor(s.obs, vc.Generation, vc.Name, vc.Namespace) {
+	for _, c := range conditionsFor(s.obs, before.Generation, vc.Name, vc.Namespace) {
 		meta.SetStatusCondition(&vc.Status.Conditions, c)
 	}
-	vc.Status.ObservedGeneration = vc.Generation
+	vc.Status.ObservedGeneration = before.Generation
 	vc.Status.Endpoint = s.obs.endpoint
 	if s.obs.kubeconfig {
 		vc.Status.KubeconfigSecretRef = &corev1.LocalObjectReference{Name: controlplane.NamesOf(vc).KubeconfigSecret()}
