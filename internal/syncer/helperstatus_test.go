@@ -20,11 +20,11 @@ func withInitStatuses(statuses ...corev1.ContainerStatus) *corev1.Pod {
 }
 
 func TestNewHelperFailuresCountsEachFailedRunOnce(t *testing.T) {
-	const helperLog = "nest-syncer node-disk: the node's /etc/hosts not written: etc is a file\nnest-syncer node-disk: hostPath /srv/app.conf (type \"File\"): is not a file on the virtual node\n"
+	const helperLog = "nest-syncer node-disk: the node's /etc/hosts not written: etc is a file\nnest-syncer node-disk: hostPath type check failed: /srv/app.conf is not a file\n"
 	first := corev1.ContainerStatus{Name: nodeDiskName, State: corev1.ContainerState{Terminated: failedRun("containerd://a", helperLog, 1)}}
 	backingOff := corev1.ContainerStatus{Name: nodeDiskName, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}, LastTerminationState: first.State}
 	second := corev1.ContainerStatus{Name: nodeDiskName, State: corev1.ContainerState{Terminated: failedRun("containerd://b", helperLog, 1)}, LastTerminationState: first.State}
-	want := `MountVolume.SetUp failed on the virtual node: hostPath /srv/app.conf (type "File"): is not a file on the virtual node`
+	want := `MountVolume.SetUp failed on the virtual node: hostPath type check failed: /srv/app.conf is not a file`
 	for _, c := range []struct {
 		name    string
 		was, is *corev1.Pod

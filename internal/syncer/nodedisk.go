@@ -232,7 +232,14 @@ func RunNodeDiskHelper(args []string) error {
 			return fmt.Errorf("--path=%s: want PATH=TYPE", p)
 		}
 		name, typ := p[:i], p[i+1:]
-		if err := prepareOnDisk(root, strings.TrimPrefix(path.Clean(name), "/"), corev1.HostPathType(typ)); err != nil {
+		err := prepareOnDisk(root, strings.TrimPrefix(path.Clean(name), "/"), corev1.HostPathType(typ))
+		var wrong wrongType
+		switch {
+		case errors.As(err, &wrong):
+			// The kubelet's words (pkg/volume/hostpath), which users and
+			// tools look for in FailedMount events.
+			return fmt.Errorf("hostPath type check failed: %s is not a %s", name, string(wrong))
+		case err != nil:
 			return fmt.Errorf("hostPath %s (type %q): %w", name, typ, err)
 		}
 	}
@@ -246,8 +253,15 @@ func seedEtcHosts(root *os.Root, nodeName string) error {
 	return writeIfMissing(root, "etc/hosts", VirtualNodeEtcHosts(nodeName))
 }
 
+// wrongType is the kind of file a hostPath type asks for and a path is not:
+// "directory" or "file".
+type wrongType string
+
+func (w wrongType) Error() string { return "is not a " + string(w) }
+
 // prepareOnDisk makes or checks rel under root as the kubelet does for a
-// hostPath volume of type typ on a node.
+// hostPath volume of type typ on a node. A path of another kind is a
+// wrongType.
 func prepareOnDisk(root *os.Root, rel string, typ corev1.HostPathType) error {
 	if rel == "" {
 		rel = "."
@@ -267,11 +281,11 @@ func prepareOnDisk(root *os.Root, rel string, typ corev1.HostPathType) error {
 			return root.MkdirAll(rel, 0o755)
 		}
 		if !info.IsDir() {
-			return fmt.Errorf("is not a directory on the virtual node")
+			return wrongType("directory")
 		}
 	case corev1.HostPathDirectory:
 		if !exists || !info.IsDir() {
-			return fmt.Errorf("is not a directory on the virtual node")
+			return wrongType("directory")
 		}
 	case corev1.HostPathFileOrCreate:
 		if !exists {
@@ -281,11 +295,11 @@ func prepareOnDisk(root *os.Root, rel string, typ corev1.HostPathType) error {
 			return writeIfMissing(root, rel, nil)
 		}
 		if info.IsDir() {
-			return fmt.Errorf("is a directory on the virtual node, not a file")
+			return wrongType("file")
 		}
 	case corev1.HostPathFile:
 		if !exists || !info.Mode().IsRegular() {
-			return fmt.Errorf("is not a file on the virtual node")
+			return wrongType("file")
 		}
 	default:
 		return fmt.Errorf("type not supported on the virtual node's disk")

@@ -203,10 +203,10 @@ func TestNodeDiskHelperMakesWhatTheTypesAskForAndKeepsWhatIsThere(t *testing.T) 
 		t.Errorf("a=b: %v, want a directory", err)
 	}
 	for _, c := range []struct{ path, want string }{
-		{"--path=/missing=Directory", "not a directory"},
-		{"--path=/missing=File", "not a file"},
-		{"--path=/tmp/job-e2e/x1=FileOrCreate", "is a directory"},
-		{"--path=/etc/hosts=DirectoryOrCreate", "not a directory"},
+		{"--path=/missing=Directory", "hostPath type check failed: /missing is not a directory"},
+		{"--path=/missing=File", "hostPath type check failed: /missing is not a file"},
+		{"--path=/tmp/job-e2e/x1=FileOrCreate", "hostPath type check failed: /tmp/job-e2e/x1 is not a file"},
+		{"--path=/etc/hosts=DirectoryOrCreate", "hostPath type check failed: /etc/hosts is not a directory"},
 	} {
 		if err := run(c.path); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want %q", c.path, err, c.want)

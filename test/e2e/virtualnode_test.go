@@ -321,7 +321,7 @@ func TestVirtualNode(t *testing.T) {
 				t.Errorf("delete disk-wrong-type: %v: %s", err, out)
 			}
 		})
-		want := `MountVolume.SetUp failed on the virtual node: hostPath /missing/app.conf (type "File"): is not a file on the virtual node`
+		want := `MountVolume.SetUp failed on the virtual node: hostPath type check failed: /missing/app.conf is not a file`
 		testutil.Eventually(t, 2*time.Minute, "a FailedMount event on disk-wrong-type", func() error {
 			out, err := alpha.KubectlErr(ctx, "get", "events", "--field-selector", "involvedObject.name=disk-wrong-type,reason=FailedMount", "-o", "jsonpath={.items[*].message}")
 			if err != nil || !strings.Contains(out, want) {
