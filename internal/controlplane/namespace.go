@@ -1,11 +1,13 @@
 package controlplane
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
 
 	psapi "k8s.io/pod-security-admission/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 )
@@ -38,6 +40,18 @@ func NamespaceHolder(vcs []nestv1.VirtualCluster) string {
 		return strings.Compare(a.Name, b.Name)
 	})
 	return holder.Name
+}
+
+// NamespaceHolderOf reads every VirtualCluster in namespace from c and
+// returns the one that holds it (NamespaceHolder). Every controller asks
+// this one question, so a VirtualCluster refused the namespace gets
+// nothing from any of them.
+func NamespaceHolderOf(ctx context.Context, c client.Reader, namespace string) (string, error) {
+	var list nestv1.VirtualClusterList
+	if err := c.List(ctx, &list, client.InNamespace(namespace)); err != nil {
+		return "", fmt.Errorf("list VirtualClusters in namespace %s: %w", namespace, err)
+	}
+	return NamespaceHolder(list.Items), nil
 }
 
 // NamespaceInUseMessage says that VirtualCluster name cannot use namespace,

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
@@ -758,4 +759,35 @@ func TestInjectorIsRegisteredForAMemberWithANodePortAddress(t *testing.T) {
 		return nil
 	})
 	finalizeNamespace(t, ns)
+}
+
+// A VirtualCluster refused the host namespace (another holds it) gets no
+// grants: nothing of it lands in members or beside the holder's objects.
+func TestVirtualClusterRefusedTheNamespaceGetsNoGrants(t *testing.T) {
+	ctx := context.Background()
+	createHostNamespace(t, "vc-shared-ns")
+	createMember(t, "refused-pool", mlSelector, res("cpu", "8"))
+	// "a-holder" is first by creation time, or by name within one second.
+	holder := createVC(t, newVC("vc-shared-ns", "a-holder", nil))
+	refused := createVC(t, newVC("vc-shared-ns", "b-refused", map[string]string{"team": "ml"},
+		nestv1.MemberGrant{Name: "refused-pool", Resources: res("cpu", "1")}))
+	r := &Reconciler{Client: host, APIReader: host, ManagerNamespace: managerNamespace,
+		ResyncInterval: 2 * time.Second, RetryInterval: time.Second, RequestTimeout: 5 * time.Second, Clock: testClock}
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(refused)}); err != nil {
+		t.Fatal(err)
+	}
+	cur := getVC(t, refused)
+	if slices.Contains(cur.Finalizers, Finalizer) || len(cur.Status.Members) > 0 {
+		t.Errorf("finalizers %v, status.members %+v: want nothing set up", cur.Finalizers, cur.Status.Members)
+	}
+	if err := member.Get(ctx, client.ObjectKey{Name: NamespaceName(cur, "refused-pool")}, &corev1.Namespace{}); !apierrors.IsNotFound(err) {
+		t.Errorf("member namespace of the refused VirtualCluster: %v, want none", err)
+	}
+	if p := placements(t, cur); p != nil {
+		t.Errorf("members Secret of the refused VirtualCluster: %v", p)
+	}
+	// Once the holder is gone, the namespace is b-refused's, and so is its
+	// grant: nothing but the resync wakes it.
+	deleteVC(t, holder)
+	waitGrant(t, refused, "refused-pool", true, "")
 }

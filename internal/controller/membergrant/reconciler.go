@@ -36,6 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/controlplane"
 	"github.com/nestdev/nest/internal/kube"
 	"github.com/nestdev/nest/internal/syncer"
 )
@@ -101,8 +102,26 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	deleting := !vc.DeletionTimestamp.IsZero()
+	refused := false
+	if !deleting {
+		holder, err := controlplane.NamespaceHolderOf(ctx, r.Client, vc.Namespace)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if refused = holder != vc.Name; refused {
+			// Refused the host namespace (NamespaceInUse): it gets no grants,
+			// and those it had are removed, so nothing of it lands in the
+			// holder's namespace or in members.
+			vc = vc.DeepCopy()
+			vc.Spec.Members = nil
+		}
+	}
 	if !controllerutil.ContainsFinalizer(vc, Finalizer) {
 		// Nothing was set up without the finalizer: it is added first.
+		if refused {
+			// No event wakes it when the holder goes: look again.
+			return ctrl.Result{RequeueAfter: r.resyncInterval()}, nil
+		}
 		if deleting || len(vc.Spec.Members) == 0 {
 			return ctrl.Result{}, nil
 		}

@@ -89,7 +89,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if !vc.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.reconcileDelete(ctx, vc, nodes)
 	}
-	nsHolder, err := r.namespaceHolder(ctx, vc)
+	nsHolder, err := controlplane.NamespaceHolderOf(ctx, r.Client, vc.Namespace)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -233,17 +233,6 @@ func (r *Reconciler) globalNodes(ctx context.Context) ([]nestv1.GlobalNode, erro
 		return nil, fmt.Errorf("list GlobalNodes: %w", err)
 	}
 	return list.Items, nil
-}
-
-// namespaceHolder is the name of the VirtualCluster that holds vc's host
-// namespace, as the VirtualCluster controller decides it: a refused one gets
-// no nodes either.
-func (r *Reconciler) namespaceHolder(ctx context.Context, vc *nestv1.VirtualCluster) (string, error) {
-	var list nestv1.VirtualClusterList
-	if err := r.List(ctx, &list, client.InNamespace(vc.Namespace)); err != nil {
-		return "", fmt.Errorf("list VirtualClusters in namespace %s: %w", vc.Namespace, err)
-	}
-	return controlplane.NamespaceHolder(list.Items), nil
 }
 
 // nodesByName indexes nodes by name.

@@ -22,16 +22,6 @@ import (
 	"github.com/nestdev/nest/internal/controlplane"
 )
 
-// namespaceHolder returns the name of the VirtualCluster that holds vc's
-// host namespace.
-func (r *Reconciler) namespaceHolder(ctx context.Context, vc *nestv1.VirtualCluster) (string, error) {
-	var list nestv1.VirtualClusterList
-	if err := r.List(ctx, &list, client.InNamespace(vc.Namespace)); err != nil {
-		return "", fmt.Errorf("list VirtualClusters in namespace %s: %w", vc.Namespace, err)
-	}
-	return controlplane.NamespaceHolder(list.Items), nil
-}
-
 // refuseNamespace reports that another VirtualCluster holds vc's namespace
 // and stops: nothing is created, and only a change to vc, or the holder's
 // deletion, reconciles it again.

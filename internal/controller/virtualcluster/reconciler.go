@@ -103,7 +103,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if !vc.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, vc)
 	}
-	holder, err := r.namespaceHolder(ctx, vc)
+	holder, err := controlplane.NamespaceHolderOf(ctx, r.Client, vc.Namespace)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
