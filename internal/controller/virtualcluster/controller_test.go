@@ -429,3 +429,20 @@ func TestImmutableFieldsCannotChange(t *testing.T) {
 		})
 	}
 }
+
+// The reconcile that writes spec.kubeconfig writes the status too: its
+// optimistic lock starts from the VirtualCluster as that spec patch left
+// it, not as the reconcile first read it.
+func TestWritingTheKubeconfigLeavesTheStatusPatchUnrefused(t *testing.T) {
+	n := newCluster(t, "kc")
+	eventually(t, "spec.kubeconfig and status.kubeconfigSecretRef written", func() error {
+		vc := getVC(t, n.Namespace, "kc")
+		if vc.Spec.Kubeconfig == "" || vc.Status.KubeconfigSecretRef == nil {
+			return fmt.Errorf("spec.kubeconfig %d bytes, status.kubeconfigSecretRef %v", len(vc.Spec.Kubeconfig), vc.Status.KubeconfigSecretRef)
+		}
+		return nil
+	})
+	if c := statusConflictsIn(n.Namespace); c != 0 {
+		t.Errorf("%d status patches were refused with a conflict, want none", c)
+	}
+}

@@ -80,7 +80,8 @@ const DefaultProbeTimeout = 5 * time.Second
 
 // HealthProber is the controller that probes tenant API servers and their
 // virtual nodes, each tenant on its own schedule: every startingRequeue until
-// Ready, then every healthyRequeue.
+// Ready (every stuckRequeue once that takes long: notReadyRequeue), then
+// every healthyRequeue.
 type HealthProber struct {
 	client.Client
 	Tenants TenantChecker
@@ -116,7 +117,7 @@ func (p *HealthProber) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Re
 	if th.Available && th.NodesReady {
 		return ctrl.Result{RequeueAfter: healthyRequeue}, nil
 	}
-	return ctrl.Result{RequeueAfter: startingRequeue}, nil
+	return ctrl.Result{RequeueAfter: notReadyRequeue(vc, time.Now())}, nil
 }
 
 // probe asks the tenant API server for /readyz, then for its virtual node.

@@ -26,9 +26,9 @@ import (
 // and stops: nothing is created, and only a change to vc, or the holder's
 // deletion, reconciles it again.
 func (r *Reconciler) refuseNamespace(ctx context.Context, vc *nestv1.VirtualCluster, holder string) (ctrl.Result, error) {
-	before := vc.DeepCopy()
-	s := &reconcileState{vc: vc, obs: observed{namespaceHolder: holder}}
-	if err := r.patchStatus(ctx, before, s, nil); err != nil {
+	s := newReconcileState(vc)
+	s.obs.namespaceHolder = holder
+	if err := r.patchStatus(ctx, s, nil); err != nil {
 		return ctrl.Result{}, err
 	}
 	ctrl.LoggerFrom(ctx).Info("Namespace held by another VirtualCluster", "virtualCluster", klog.KObj(vc), "holder", holder)

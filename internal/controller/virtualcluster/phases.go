@@ -252,6 +252,7 @@ func (r *Reconciler) reconcileKubeconfig(ctx context.Context, s *reconcileState)
 		if err := r.Patch(ctx, s.vc, patch); err != nil {
 			return false, fmt.Errorf("write spec.kubeconfig of %s: %w", klog.KObj(s.vc), err)
 		}
+		s.patchedSpec()
 	}
 	s.internal = data[controlplane.KubeconfigInternalKey]
 	s.obs.kubeconfig = true

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -42,11 +43,34 @@ import (
 const Finalizer = "nest.dev/virtualcluster"
 
 // Requeue intervals: short while a control plane starts, long once it runs so a
-// failed control plane is noticed.
+// failed control plane is noticed. One that stays unready past slowAfter (a
+// LoadBalancer that never gets an address, a crash-looping pod) is looked
+// at every stuckRequeue: the watches on its host objects and the health
+// prober's changes still wake it at once.
 const (
 	startingRequeue = 2 * time.Second
 	healthyRequeue  = 30 * time.Second
+	stuckRequeue    = 15 * time.Second
+	slowAfter       = 2 * time.Minute
 )
+
+// notReadyRequeue is when to look again at a VirtualCluster that is not
+// Ready yet, at now: startingRequeue for slowAfter since it last changed
+// readiness (or was created), then stuckRequeue.
+func notReadyRequeue(vc *nestv1.VirtualCluster, now time.Time) time.Duration {
+	since := vc.CreationTimestamp.Time
+	if c := meta.FindStatusCondition(vc.Status.Conditions, nestv1.ConditionReady); c != nil {
+		if c.Status == metav1.ConditionTrue {
+			// Ready until now: a failure just seen may pass as quickly.
+			return startingRequeue
+		}
+		since = c.LastTransitionTime.Time
+	}
+	if now.Sub(since) > slowAfter {
+		return stuckRequeue
+	}
+	return startingRequeue
+}
 
 // TenantChecker checks a tenant API server and its virtual node, given the
 // tenant's in-cluster admin kubeconfig. Tests replace it; the default talks to
@@ -113,10 +137,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if err := r.addFinalizer(ctx, vc); err != nil {
 		return ctrl.Result{}, err
 	}
-	before := vc.DeepCopy()
-	s := &reconcileState{vc: vc}
+	s := newReconcileState(vc)
 	defer func() {
-		if perr := r.patchStatus(ctx, before, s, err); perr != nil && err == nil {
+		if perr := r.patchStatus(ctx, s, err); perr != nil && err == nil {
 			err = perr
 		}
 	}()
@@ -138,7 +161,12 @@ func (r *Reconciler) addFinalizer(ctx context.Context, vc *nestv1.VirtualCluster
 
 // reconcileState carries one reconcile's objects and observations between phases.
 type reconcileState struct {
-	vc       *nestv1.VirtualCluster
+	vc *nestv1.VirtualCluster
+	// before is vc as read, the base of the status patch; a phase that
+	// patches vc (reconcileKubeconfig) moves its resourceVersion on
+	// (patchedSpec), so the patch's optimistic lock holds against other
+	// writers only. Its generation stays the one the phases worked from.
+	before   *nestv1.VirtualCluster
 	obs      observed
 	service  *corev1.Service
 	nodeIPs  []string
@@ -147,6 +175,16 @@ type reconcileState struct {
 	internal []byte // the in-cluster admin kubeconfig
 	// failed names the condition of the phase that returned an error.
 	failed string
+}
+
+func newReconcileState(vc *nestv1.VirtualCluster) *reconcileState {
+	return &reconcileState{vc: vc, before: vc.DeepCopy()}
+}
+
+// patchedSpec records that a phase patched s.vc: the spec patch leaves the
+// status alone, so before stays its base at the new resourceVersion.
+func (s *reconcileState) patchedSpec() {
+	s.before.ResourceVersion = s.vc.ResourceVersion
 }
 
 // phase is one step of a reconcile. done=false means "not yet": the later
@@ -179,7 +217,7 @@ func (r *Reconciler) runPhases(ctx context.Context, s *reconcileState) (ctrl.Res
 			return ctrl.Result{}, err
 		}
 		if !done {
-			return ctrl.Result{RequeueAfter: startingRequeue}, nil
+			return ctrl.Result{RequeueAfter: notReadyRequeue(s.vc, time.Now())}, nil
 		}
 	}
 	return ctrl.Result{RequeueAfter: healthyRequeue}, nil
@@ -190,19 +228,13 @@ func (r *Reconciler) runPhases(ctx context.Context, s *reconcileState) (ctrl.Res
 // (phaseErr), what this reconcile could not observe is not evidence: the
 // phase and conditions stay as they were, and the error is added to the
 // message of the condition the failed phase belongs to.
-func (r *Reconciler) patchStatus(ctx context.Context, before *nestv1.VirtualCluster, s *reconcileState, phaseErr error) error {
-	vc := s.vc
+func (r *Reconciler) patchStatus(ctx context.Context, s *reconcileState, phaseErr error) error {
+	vc, before := s.vc, s.before
 	if phaseErr != nil {
 		vc.Status = *before.Status.DeepCopy()
 		setFailure(&vc.Status.Conditions, s.failed, phaseErr, before.Generation)
 	} else {
 		r.setObserved(vc, before, s)
-	}
-	if vc.Status.Phase != before.Status.Phase {
-		log := ctrl.LoggerFrom(ctx)
-		log.Info("Phase changed", "virtualCluster", klog.KObj(vc), "from", before.Status.Phase, "to", vc.Status.Phase)
-		r.Recorder.Eventf(vc, nil, corev1.EventTypeNormal, string(vc.Status.Phase), "Reconcile",
-			"phase %s: %s", vc.Status.Phase, meta.FindStatusCondition(vc.Status.Conditions, nestv1.ConditionReady).Message)
 	}
 	if equality.Semantic.DeepEqual(vc.Status, before.Status) {
 		return nil
@@ -210,8 +242,18 @@ func (r *Reconciler) patchStatus(ctx context.Context, before *nestv1.VirtualClus
 	// A merge patch replaces the whole list of conditions, node assignment's
 	// NodesAssigned among them: the optimistic lock keeps a stale copy of
 	// it from being written back (a conflict is retried with a fresh read).
-	if err := r.Status().Patch(ctx, vc, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {
+	if err := r.Status().Patch(ctx, vc, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
 		return fmt.Errorf("patch status of %s: %w", klog.KObj(vc), err)
+	}
+	// Told once the status holds it: a conflict retried would tell it twice.
+	if vc.Status.Phase != before.Status.Phase {
+		log := ctrl.LoggerFrom(ctx)
+		log.Info("Phase changed", "virtualCluster", klog.KObj(vc), "from", before.Status.Phase, "to", vc.Status.Phase)
+		r.Recorder.Eventf(vc, nil, corev1.EventTypeNormal, string(vc.Status.Phase), "Reconcile",
+			"phase %s: %s", vc.Status.Phase, meta.FindStatusCondition(vc.Status.Conditions, nestv1.ConditionReady).Message)
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -108,8 +109,27 @@ func createdIn(namespace string) []string {
 	return slices.Sorted(maps.Keys(created.objects[namespace]))
 }
 
-// intercept injects the faults into the reconciler's reads and records its creates.
+// statusConflicts counts the reconciler's status patches refused with a
+// conflict, by namespace.
+var statusConflicts sync.Map // namespace -> *atomic.Int64
+
+// statusConflictsIn returns how many status patches in namespace conflicted.
+func statusConflictsIn(namespace string) int64 {
+	n, _ := statusConflicts.LoadOrStore(namespace, &atomic.Int64{})
+	return n.(*atomic.Int64).Load()
+}
+
+// intercept injects the faults into the reconciler's reads and records its
+// creates and its status patches' conflicts.
 var intercept = interceptor.Funcs{
+	SubResourcePatch: func(ctx context.Context, c client.Client, subResource string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+		err := c.SubResource(subResource).Patch(ctx, obj, patch, opts...)
+		if apierrors.IsConflict(err) {
+			n, _ := statusConflicts.LoadOrStore(obj.GetNamespace(), &atomic.Int64{})
+			n.(*atomic.Int64).Add(1)
+		}
+		return err
+	},
 	Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 		if _, ok := obj.(*corev1.Secret); ok && strings.HasSuffix(key.Name, "-pki") && key.Namespace == faults.namespace.Load() {
 			faults.hits.Add(1)

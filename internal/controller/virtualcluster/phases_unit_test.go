@@ -1,0 +1,67 @@
+package virtualcluster
+
+import (
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/controlplane"
+)
+
+// A serving certificate reissued for a new host node leaves the control-plane
+// pod running; any other certificate restarts it.
+func TestPKIRestartHashLeavesOutTheServingCertificate(t *testing.T) {
+	pki := func(serving, ca string) map[string][]byte {
+		return map[string][]byte{
+			controlplane.APIServerCert: []byte(serving), controlplane.APIServerKey: []byte(serving + "-key"),
+			controlplane.CACert: []byte(ca), controlplane.SyncerServingCert: []byte("syncer"),
+		}
+	}
+	before := pkiRestartHash(pki("names node a", "ca-1"))
+	if got := pkiRestartHash(pki("names nodes a and b", "ca-1")); got != before {
+		t.Errorf("a reissued serving certificate changes the hash: %s, was %s", got, before)
+	}
+	if got := pkiRestartHash(pki("names node a", "ca-2")); got == before {
+		t.Errorf("a new CA leaves the hash at %s", got)
+	}
+	withSyncer := pki("names node a", "ca-1")
+	withSyncer[controlplane.SyncerServingCert] = []byte("syncer renewed")
+	if got := pkiRestartHash(withSyncer); got == before {
+		t.Errorf("a renewed syncer certificate leaves the hash at %s", got)
+	}
+}
+
+// A control plane still starting is looked at every 2 s; one that has not
+// been Ready for minutes, every 15 s.
+func TestNotReadyRequeueSlowsDownForAStuckControlPlane(t *testing.T) {
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	vc := func(created, readyChanged time.Time) *nestv1.VirtualCluster {
+		v := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(created)}}
+		if !readyChanged.IsZero() {
+			v.Status.Conditions = []metav1.Condition{{Type: nestv1.ConditionReady, Status: metav1.ConditionFalse, LastTransitionTime: metav1.NewTime(readyChanged)}}
+		}
+		return v
+	}
+	// Ready for an hour, failing now: the prober's next look comes soon.
+	wasReady := vc(now.Add(-2*time.Hour), now.Add(-time.Hour))
+	wasReady.Status.Conditions[0].Status = metav1.ConditionTrue
+	if got := notReadyRequeue(wasReady, now); got != startingRequeue {
+		t.Errorf("Ready for an hour: %v, want %v", got, startingRequeue)
+	}
+	for _, c := range []struct {
+		name                  string
+		created, readyChanged time.Time
+		want                  time.Duration
+	}{
+		{"just created", now.Add(-10 * time.Second), time.Time{}, startingRequeue},
+		{"created long ago, no status yet", now.Add(-time.Hour), time.Time{}, stuckRequeue},
+		{"starting", now.Add(-time.Hour), now.Add(-time.Minute), startingRequeue},
+		{"stuck", now.Add(-time.Hour), now.Add(-3 * time.Minute), stuckRequeue},
+	} {
+		if got := notReadyRequeue(vc(c.created, c.readyChanged), now); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
