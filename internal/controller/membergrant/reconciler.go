@@ -147,6 +147,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 			return ctrl.Result{}, err
 		}
 	}
+	if refused {
+		// Its grants are gone, and no event wakes it when the holder goes:
+		// look again, as for one that never had any.
+		return ctrl.Result{RequeueAfter: r.resyncInterval()}, nil
+	}
 	return ctrl.Result{RequeueAfter: s.requeue}, nil
 }
 
