@@ -435,17 +435,9 @@ func TestDownwardAPILabelsFollowTheTenantPod(t *testing.T) {
 	host := pt.Pod
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: tokenSecretName(host.Name), Namespace: tr.HostNamespace},
 		Data: map[string][]byte{identityLabels: []byte(pt.Identity[identityLabels])}}
-	p, client := newProvider(t, nil, []runtime.Object{host, secret})
-	p.objects.hostSecrets = corelisters.NewSecretLister(indexerOf(t, secret)).Secrets(tr.HostNamespace)
 	relabelled := pod.DeepCopy()
 	relabelled.Labels["tier"] = "back"
-	if err := p.UpdatePod(context.Background(), relabelled); err != nil {
-		t.Fatal(err)
-	}
-	got, err := client.CoreV1().Secrets(tr.HostNamespace).Get(context.Background(), secret.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := tokenSecretAfterUpdate(t, host, secret, relabelled)
 	if want := "app=\"web\"\ntier=\"back\""; string(got.Data[identityLabels]) != want {
 		t.Errorf("labels file after the change %q, want %q", got.Data[identityLabels], want)
 	}
@@ -482,21 +474,29 @@ func TestDownwardAPIOneAnnotationComesFromTheTenantPod(t *testing.T) {
 		t.Fatalf("files %q, want the tenant's values %q", files, want)
 	}
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: tokenSecretName(pt.Pod.Name), Namespace: tr.HostNamespace}}
-	p, client := newProvider(t, nil, []runtime.Object{pt.Pod, secret})
-	p.objects.hostSecrets = corelisters.NewSecretLister(indexerOf(t, secret)).Secrets(tr.HostNamespace)
 	moved := pod.DeepCopy()
 	moved.Annotations["team"] = "billing"
-	if err := p.UpdatePod(context.Background(), moved); err != nil {
+	got := tokenSecretAfterUpdate(t, pt.Pod, secret, moved)
+	key, _ := identityKey("metadata.annotations['team']")
+	if string(got.Data[key]) != "billing" {
+		t.Errorf("team file after the change %q, want billing", got.Data[key])
+	}
+}
+
+// tokenSecretAfterUpdate runs UpdatePod with updated over a host holding
+// host and its token Secret secret, and returns the Secret as written.
+func tokenSecretAfterUpdate(t *testing.T, host *corev1.Pod, secret *corev1.Secret, updated *corev1.Pod) *corev1.Secret {
+	t.Helper()
+	p, client := newProvider(t, nil, []runtime.Object{host, secret})
+	p.objects.hostSecrets = corelisters.NewSecretLister(indexerOf(t, secret)).Secrets(tr.HostNamespace)
+	if err := p.UpdatePod(context.Background(), updated); err != nil {
 		t.Fatal(err)
 	}
 	got, err := client.CoreV1().Secrets(tr.HostNamespace).Get(context.Background(), secret.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, _ := identityKey("metadata.annotations['team']")
-	if string(got.Data[key]) != "billing" {
-		t.Errorf("team file after the change %q, want billing", got.Data[key])
-	}
+	return got
 }
 
 // drainEvents returns the events a fake recorder holds, one per line.
