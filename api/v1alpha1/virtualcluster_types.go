@@ -252,6 +252,27 @@ const (
 	ContainerLimitsNone ContainerLimits = "None"
 )
 
+// PrivilegedContainers says what the virtual node does with a tenant
+// container that asks for securityContext.privileged.
+// +kubebuilder:validation:Enum=Refuse;Confine
+type PrivilegedContainers string
+
+// PrivilegedContainers policies a VirtualCluster may ask for.
+const (
+	// PrivilegedContainersRefuse refuses the pod, naming the field, as the
+	// host's Pod Security level would. The default.
+	PrivilegedContainersRefuse PrivilegedContainers = "Refuse"
+	// PrivilegedContainersConfine runs the container with the privileges
+	// the virtual node has to give, which are none of the host's: no host
+	// devices, no capabilities beyond the Pod Security level, the runtime's
+	// default seccomp profile. The tenant pod gets a Warning event
+	// (PrivilegedConfined) that says so. For workloads that ask for
+	// privileged without needing it, such as the upstream conformance
+	// suite's Job pods (privileged for SELinux hosts only); a container that
+	// needs host privileges fails at the call that needs them.
+	PrivilegedContainersConfine PrivilegedContainers = "Confine"
+)
+
 // VirtualNodeSpec configures the virtual node and nest-syncer.
 type VirtualNodeSpec struct {
 	// PodSecurityLevel every pod on the virtual node must meet, checked by
@@ -293,6 +314,12 @@ type VirtualNodeSpec struct {
 	// +optional
 	// +kubebuilder:default=Default
 	ContainerLimits ContainerLimits `json:"containerLimits,omitempty"`
+
+	// PrivilegedContainers is Refuse (a pod with a privileged container is
+	// refused) or Confine (the container runs without host privileges).
+	// +optional
+	// +kubebuilder:default=Refuse
+	PrivilegedContainers PrivilegedContainers `json:"privilegedContainers,omitempty"`
 
 	// NodeDisk gives each virtual node a disk of its own on the host, where
 	// the tenant's hostPath volumes live: the virtual node's filesystem,

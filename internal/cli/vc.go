@@ -92,6 +92,7 @@ type shareFlags struct {
 	pods             int
 	podSecurity      string
 	containerLimits  string
+	privileged       string
 	virtualNodes     int
 	nodeDisk         string
 	nodes
@@ -161,6 +162,14 @@ func (f *shareFlags) spec() (nestv1.VirtualClusterSpec, error) {
 	default:
 		return spec, fmt.Errorf("--container-limits %q: use default (containers without limits get the host's default limits) or none (they run without)", f.containerLimits)
 	}
+	switch strings.ToLower(f.privileged) {
+	case "refuse", "":
+		spec.VirtualNode.PrivilegedContainers = nestv1.PrivilegedContainersRefuse
+	case "confine":
+		spec.VirtualNode.PrivilegedContainers = nestv1.PrivilegedContainersConfine
+	default:
+		return spec, fmt.Errorf("--privileged-containers %q: use refuse (pods with privileged containers are refused) or confine (they run without host privileges)", f.privileged)
+	}
 	if f.nodeDisk != "" {
 		size, err := resource.ParseQuantity(f.nodeDisk)
 		if err != nil || size.Sign() <= 0 {
@@ -199,6 +208,7 @@ func newCreateCommand(host *hostFlags) *cobra.Command {
 	cmd.Flags().StringVar(&share.podSecurity, "pod-security", "baseline", "Pod Security Standard level of tenant pods: baseline or restricted")
 	cmd.Flags().IntVar(&share.virtualNodes, "virtual-nodes", 0, "how many virtual nodes split the share (default 1)")
 	cmd.Flags().StringVar(&share.containerLimits, "container-limits", "default", "default: tenant containers without cpu or memory limits get the host's default limits; none: they run without, as upstream conformance expects")
+	cmd.Flags().StringVar(&share.privileged, "privileged-containers", "refuse", "refuse: pods with privileged containers are refused; confine: such containers run without host privileges (no host devices, no capabilities beyond the Pod Security level), for workloads that ask for privileged without needing it")
 	cmd.Flags().StringVar(&share.nodeDisk, "node-disk", "", "size of each virtual node's disk, where tenant hostPath volumes live, such as 1Gi (default none: hostPath volumes are refused)")
 	share.nodes.bind(cmd)
 	return cmd

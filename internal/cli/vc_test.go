@@ -60,13 +60,14 @@ func TestRemoveDeletesOnlyNamespacesNestMade(t *testing.T) {
 }
 
 func TestShareFlags(t *testing.T) {
-	spec, err := (&shareFlags{cpu: "4", memory: "8Gi", pods: 20, podSecurity: "restricted", containerLimits: "none", virtualNodes: 2}).spec()
+	spec, err := (&shareFlags{cpu: "4", memory: "8Gi", pods: 20, podSecurity: "restricted", containerLimits: "none", privileged: "confine", virtualNodes: 2}).spec()
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := spec.PromoteResources.Resources
 	if r.Cpu().String() != "4" || r.Memory().String() != "8Gi" || r.Pods().Value() != 20 || spec.VirtualNode.PodSecurityLevel != "restricted" ||
-		spec.VirtualNode.ContainerLimits != nestv1.ContainerLimitsNone || ptr.Deref(spec.VirtualNode.Count, 0) != 2 {
+		spec.VirtualNode.ContainerLimits != nestv1.ContainerLimitsNone || spec.VirtualNode.PrivilegedContainers != nestv1.PrivilegedContainersConfine ||
+		ptr.Deref(spec.VirtualNode.Count, 0) != 2 {
 		t.Errorf("spec = %+v", spec)
 	}
 	for _, bad := range []shareFlags{{cpu: "four"}, {memory: "-1Gi"}, {pods: -3}, {containerLimits: "unlimited"}, {containerLimits: "default", virtualNodes: 17}} {
@@ -76,6 +77,12 @@ func TestShareFlags(t *testing.T) {
 	}
 	if _, err := (&shareFlags{containerLimits: "unlimited"}).spec(); err == nil || !strings.Contains(err.Error(), "--container-limits") {
 		t.Errorf("error %v does not name --container-limits", err)
+	}
+	if _, err := (&shareFlags{privileged: "allow"}).spec(); err == nil || !strings.Contains(err.Error(), "--privileged-containers") {
+		t.Errorf("error %v does not name --privileged-containers", err)
+	}
+	if spec, err := (&shareFlags{}).spec(); err != nil || spec.VirtualNode.PrivilegedContainers != nestv1.PrivilegedContainersRefuse {
+		t.Errorf("default privileged containers %q (%v), want Refuse", spec.VirtualNode.PrivilegedContainers, err)
 	}
 }
 

@@ -277,6 +277,18 @@ func TestNodeDiskReachesTheSyncer(t *testing.T) {
 	}
 }
 
+// spec.virtualNode.privilegedContainers reaches nest-syncer only when it
+// confines: Refuse, or the field unset, is nest-syncer's default.
+func TestPrivilegedContainersReachTheSyncer(t *testing.T) {
+	for policy, want := range map[nestv1.PrivilegedContainers]bool{"": false, nestv1.PrivilegedContainersRefuse: false, nestv1.PrivilegedContainersConfine: true} {
+		v := vc(func(v *nestv1.VirtualCluster) { v.Spec.VirtualNode.PrivilegedContainers = policy })
+		args := StatefulSetFor(v, Options{}, ServiceIPs{}).Spec.Template.Spec.Containers[2].Args
+		if got := slices.Contains(args, "--privileged-containers=Confine"); got != want {
+			t.Errorf("%q: nest-syncer confines privileged containers = %v, want %v (args %v)", policy, got, want, args)
+		}
+	}
+}
+
 // The disks are the host's to bound: the object quota holds the claims to
 // the etcd claim and one disk per virtual node, and their storage to their
 // sizes.

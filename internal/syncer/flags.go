@@ -44,6 +44,14 @@ const (
 	flagHelperPull       = "helper-image-pull-policy"
 	flagNodeDiskSize     = "node-disk-size"
 	flagNodeDiskClass    = "node-disk-storage-class"
+	flagPrivileged       = "privileged-containers"
+)
+
+// Values of --privileged-containers, the VirtualCluster's
+// spec.virtualNode.privilegedContainers policies.
+const (
+	privilegedRefuse  = "Refuse"
+	privilegedConfine = "Confine"
 )
 
 // Defaults of the flags that the controller leaves alone.
@@ -135,6 +143,14 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		o.NodeDisk.StorageClassName = s
 		return nil
 	})
+	fs.Func(flagPrivileged, "what the virtual node does with a container that asks for privileged: "+privilegedRefuse+" the pod, or "+privilegedConfine+" it (run it without host privileges) (default "+privilegedRefuse+")", func(s string) error {
+		switch s {
+		case privilegedRefuse, privilegedConfine:
+			o.ConfinePrivileged = s == privilegedConfine
+			return nil
+		}
+		return fmt.Errorf("%q: use %s or %s", s, privilegedRefuse, privilegedConfine)
+	})
 	fs.Int64Var(&o.DataBudgetBytes, flagDataBudget, 0, "most bytes of data all host copies of tenant ConfigMaps and Secrets may hold together; 0 is no bound")
 	o.KubeletAddr, o.HealthAddr = DefaultKubeletAddr, DefaultHealthAddr
 	o.KubeletClientName = KubeletClientName
@@ -168,6 +184,9 @@ func (o Options) Args() []string {
 	}
 	if o.NodeIP != "" {
 		args = append(args, "--"+flagNodeIP+"="+o.NodeIP)
+	}
+	if o.ConfinePrivileged {
+		args = append(args, "--"+flagPrivileged+"="+privilegedConfine)
 	}
 	if len(o.HostServiceCIDRs) > 0 {
 		cidrs := make([]string, len(o.HostServiceCIDRs))

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 )
 
 // Runtime hardening of host pods. Pod Security (security.go) refuses what
@@ -111,4 +112,38 @@ func hasCapability(list []corev1.Capability, want corev1.Capability) bool {
 	return slices.ContainsFunc(list, func(c corev1.Capability) bool {
 		return strings.EqualFold(strings.TrimPrefix(strings.ToUpper(string(c)), "CAP_"), string(want))
 	})
+}
+
+// confinePrivileged clears securityContext.privileged on every container of
+// spec, ephemeral ones included, and of more: the virtual node has no host
+// privileges to give, so such a container runs as any other of its Pod
+// Security level, with the runtime's default devices, capabilities and
+// seccomp profile.
+func confinePrivileged(spec *corev1.PodSpec, more []corev1.Container) {
+	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers, more} {
+		for i := range cs {
+			if sc := cs[i].SecurityContext; sc != nil {
+				sc.Privileged = nil
+			}
+		}
+	}
+	for i := range spec.EphemeralContainers {
+		if sc := spec.EphemeralContainers[i].SecurityContext; sc != nil {
+			sc.Privileged = nil
+		}
+	}
+}
+
+// privilegedContainers names the containers of p, of every kind, that ask
+// for privileged.
+func privilegedContainers(p *corev1.Pod) []string {
+	var names []string
+	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers, ephemeralAsContainers(p.Spec.EphemeralContainers)} {
+		for _, c := range cs {
+			if c.SecurityContext != nil && ptr.Deref(c.SecurityContext.Privileged, false) {
+				names = append(names, c.Name)
+			}
+		}
+	}
+	return names
 }

@@ -59,6 +59,9 @@ type Translator struct {
 	// NodeDisk is each virtual node's disk, where tenant hostPath volumes
 	// live (see translateHostPaths); nil: hostPath volumes are refused.
 	NodeDisk *NodeDisk
+	// ConfinePrivileged runs a container that asks for privileged without
+	// it (confinePrivileged); false: Pod Security refuses the pod.
+	ConfinePrivileged bool
 }
 
 // TokenProjection is one service-account token a host pod needs: requested
@@ -171,6 +174,9 @@ func (t Translator) TranslatePod(tenant *corev1.Pod, metadata MetadataAllowList,
 	out.Identity = identityData(tenant, out.identityUsed)
 	serviceEnv := t.serviceEnv(tenant, services)
 	ephemeral := ephemeralAsContainers(tenant.Spec.EphemeralContainers)
+	if t.ConfinePrivileged {
+		confinePrivileged(spec, ephemeral)
+	}
 	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers, ephemeral} {
 		for i := range cs {
 			t.translateContainer(&cs[i], tenant, serviceEnv, out)

@@ -115,7 +115,27 @@ func (p *podProvider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 		p.holdPod(pod, &Rejection{Reason: ReasonInjectorUnavailable, Message: err.Error()}, p.retryHeld)
 		return nil
 	}
+	if err == nil {
+		p.warnConfined(pod)
+	}
 	return err
+}
+
+// ReasonPrivilegedConfined is the reason of the Warning event a tenant pod
+// gets when its privileged containers run without host privileges
+// (Translator.ConfinePrivileged).
+const ReasonPrivilegedConfined = "PrivilegedConfined"
+
+// warnConfined tells the tenant, once the host pod exists, which of pod's
+// containers asked for privileged and run without it.
+func (p *podProvider) warnConfined(pod *corev1.Pod) {
+	if !p.tr.ConfinePrivileged {
+		return
+	}
+	if names := privilegedContainers(pod); len(names) > 0 {
+		p.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonPrivilegedConfined,
+			"containers %s asked for privileged: the virtual node runs them without host privileges (no host devices, no capabilities beyond its Pod Security level)", strings.Join(names, ", "))
+	}
 }
 
 // isQuotaExceeded reports whether err is an API server's refusal of a
@@ -400,6 +420,8 @@ func (p *podProvider) addEphemeralContainers(ctx context.Context, pod *corev1.Po
 	if err != nil {
 		return nil, fmt.Errorf("add ephemeral containers to host pod %s: %w", upd.Name, err)
 	}
+	// kubectl debug --profile=sysadmin asks for privileged.
+	p.warnConfined(pod)
 	return updated, nil
 }
 

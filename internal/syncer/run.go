@@ -221,6 +221,7 @@ func newSyncerFor(ctx context.Context, o Options, tenant, host kubernetes.Interf
 		return nil, err
 	}
 	security.HostPathOnDisk = o.NodeDisk != nil
+	security.ConfinePrivileged = o.ConfinePrivileged
 	o.Translator.Share = o.Capacity
 	s := &syncer{o: o, tenant: tenant, started: time.Now()}
 	s.tenantF = informers.NewSharedInformerFactory(tenant, 0)

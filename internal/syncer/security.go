@@ -18,6 +18,10 @@ type PodSecurity struct {
 	// not violations. The restricted level still refuses them, as the
 	// disk's helper runs as root.
 	HostPathOnDisk bool
+	// ConfinePrivileged says that privileged containers run without host
+	// privileges (Translator.ConfinePrivileged): privileged is then not a
+	// violation at either level.
+	ConfinePrivileged bool
 
 	level     psapi.LevelVersion
 	evaluator policy.Evaluator
@@ -40,14 +44,19 @@ func NewPodSecurity(level string) (*PodSecurity, error) {
 // Check returns nil when the pod meets the level, else an error that names
 // each violation, as the PodSecurity admission plugin words them. A tenant
 // pod's hostNetwork and host ports are not violations, nor, with
-// HostPathOnDisk, its hostPath volumes: its host pod never gets the host's
-// network, a host port or a host path (see TranslatePod), so the check
+// HostPathOnDisk, its hostPath volumes, nor, with ConfinePrivileged, its
+// privileged containers: its host pod never gets the host's network, a host
+// port, a host path or host privileges (see TranslatePod), so the check
 // reads the spec as the host pod has it.
 func (s *PodSecurity) Check(p *corev1.Pod) error {
 	spec := &p.Spec
 	onDisk := s.HostPathOnDisk && s.level.Level == psapi.LevelBaseline && hasHostPath(spec)
-	if spec.HostNetwork || len(HostPorts(spec)) > 0 || onDisk {
+	confine := s.ConfinePrivileged && len(privilegedContainers(p)) > 0
+	if spec.HostNetwork || len(HostPorts(spec)) > 0 || onDisk || confine {
 		spec = spec.DeepCopy()
+		if confine {
+			confinePrivileged(spec, nil)
+		}
 		spec.HostNetwork = false
 		for _, list := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
 			for i := range list {

@@ -453,6 +453,7 @@ func TestFlagsRoundTrip(t *testing.T) {
 	withLimits.HostServiceCIDRs = []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("fd00:96::/108")}
 	withLimits.HelperImage, withLimits.HelperImagePullPolicy = "nest.local/nest-syncer:dev", corev1.PullNever
 	withLimits.NodeDisk = &NodeDisk{Size: resource.MustParse("2Gi"), StorageClassName: "fast"}
+	withLimits.ConfinePrivileged = true
 	want := Options{Translator: withLimits, Capacity: corev1.ResourceList{"cpu": resource.MustParse("4"), "nvidia.com/gpu": resource.MustParse("1")},
 		PodSecurityLevel: "restricted", TokenMaxAge: 15 * time.Second, TenantKubeconfig: "/k", DNSDir: "/d",
 		HostMetadata:    MetadataAllowList{Labels: []string{"app", "example.com/*"}, Annotations: []string{"example.com/owner"}},
@@ -483,7 +484,10 @@ func TestFlagsRoundTrip(t *testing.T) {
 	if err := noHelper.Validate(); err == nil || !strings.Contains(err.Error(), "--helper-image") {
 		t.Errorf("a disk without a helper image: Validate = %v, want --helper-image named", err)
 	}
-	got.HelperImage, got.HelperImagePullPolicy, got.NodeDisk = "", "", nil
+	if !got.ConfinePrivileged {
+		t.Error("--privileged-containers=Confine did not come back")
+	}
+	got.HelperImage, got.HelperImagePullPolicy, got.NodeDisk, got.ConfinePrivileged = "", "", nil, false
 	if gotLimits != "cpu=500m,memory=512Mi" || !reflect.DeepEqual(got.Translator, tr) || FormatResourceList(got.Capacity) != "cpu=4,nvidia.com/gpu=1" || got.TokenMaxAge != want.TokenMaxAge || got.PodSecurityLevel != "restricted" {
 		t.Errorf("round trip: %+v", got)
 	}
@@ -519,6 +523,7 @@ func TestAllowListFlags(t *testing.T) {
 			wantLabels: []string{"a", "b/*"}, wantAnnotations: []string{"c"}, wantBudget: 1024},
 		{name: "a * inside an entry", args: []string{"--host-labels=a*b"}, wantErr: "may only end an entry"},
 		{name: "a budget that is not a number", args: []string{"--data-budget-bytes=1Gi"}, wantErr: "data-budget-bytes"},
+		{name: "a privileged policy the API lacks", args: []string{"--privileged-containers=Allow"}, wantErr: "use Refuse or Confine"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var got Options

@@ -126,9 +126,10 @@ func TestConformance(t *testing.T) {
 	// tenant's scheduler places by it waits on the host for ever, as the
 	// filler pods of SchedulerPredicates' resource-limits spec (70% of a
 	// node each) did with 8. A disk on each virtual node, for the specs
-	// that keep state in hostPath volumes.
+	// that keep state in hostPath volumes; their Job pods also ask for
+	// privileged (for SELinux hosts), which the virtual node confines.
 	if out, err := nest("create", "conformance", "--cpu", "3", "--memory", "16Gi", "--pods", "250", "--virtual-nodes", "2",
-		"--container-limits", "none", "--node-disk", "1Gi", "--wait"); err != nil {
+		"--container-limits", "none", "--node-disk", "1Gi", "--privileged-containers", "confine", "--wait"); err != nil {
 		t.Fatalf("create the tenant: %v\n%s", err, out)
 	}
 	tenant.Load(t, nest)
