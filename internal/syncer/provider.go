@@ -325,7 +325,8 @@ func (p *podProvider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 		return nil
 	}
 	read := p.hostPods.Get
-	err := retry.OnError(createBackoff, func(err error) bool { return !errdefs.IsInvalidInput(err) && ctx.Err() == nil },
+	// A terminal error (the host pod is not this pod's copy) stays as it is.
+	err := retry.OnError(createBackoff, func(err error) bool { return !errdefs.IsInvalidInput(err) && !isTerminal(err) && ctx.Err() == nil },
 		func() error {
 			err := p.updateHostPod(ctx, pod, pt, read)
 			read = func(name string) (*corev1.Pod, error) {
