@@ -385,7 +385,11 @@ func (p *podProvider) updateHostPod(ctx context.Context, pod *corev1.Pod, pt *Po
 			host = updated
 		}
 	}
-	if err := p.refreshIdentity(ctx, pt); err != nil {
+	if err := p.refreshIdentity(ctx, pt); errdefs.IsInvalidInput(err) {
+		// Past the object budget: the downward API files keep their
+		// values, and the pod's other changes still reach the host.
+		p.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonUpdateRefused, "update refused by the virtual node: %v", err)
+	} else if err != nil {
 		return err
 	}
 	if resized := resizedContainers(host, pt.Pod); resized != nil {

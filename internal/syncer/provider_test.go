@@ -534,7 +534,8 @@ func TestCreatePodRetriesAPassingFailure(t *testing.T) {
 // The tenant pod's annotations a downward API file shows are copied to the
 // host in its token Secret, and count against the object budget: a pod
 // whose annotations do not fit never reaches the host, and an update that
-// would take them past it is an event that leaves the host copy as it was.
+// would take them past it is an event that leaves the files as they were,
+// while the update's other changes (a new image) reach the host pod.
 func TestTheTenantIdentityIsInTheObjectBudget(t *testing.T) {
 	pod := simplePod("web", "100m")
 	pod.Annotations = map[string]string{"note": strings.Repeat("x", 2000)}
@@ -569,8 +570,16 @@ func TestTheTenantIdentityIsInTheObjectBudget(t *testing.T) {
 	p.objects.hostSecrets = corelisters.NewSecretLister(indexerOf(t, secret)).Secrets(tr.HostNamespace)
 	grown := pod.DeepCopy()
 	grown.Annotations["note"] = strings.Repeat("y", 2000)
+	grown.Spec.Containers[0].Image = "img:v2"
 	if err := p.UpdatePod(context.Background(), grown); err != nil {
 		t.Fatalf("UpdatePod: %v, want the refusal as an event", err)
+	}
+	updated, err := client.CoreV1().Pods(tr.HostNamespace).Get(context.Background(), host.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if updated.Spec.Containers[0].Image != "img:v2" {
+		t.Errorf("host pod image %q after the update, want img:v2", updated.Spec.Containers[0].Image)
 	}
 	got, err := client.CoreV1().Secrets(tr.HostNamespace).Get(context.Background(), secret.Name, metav1.GetOptions{})
 	if err != nil {
