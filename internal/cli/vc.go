@@ -154,21 +154,15 @@ func (f *shareFlags) spec() (nestv1.VirtualClusterSpec, error) {
 		}
 		spec.VirtualNode.Count = ptr.To(int32(f.virtualNodes))
 	}
-	switch strings.ToLower(f.containerLimits) {
-	case "default", "":
-		spec.VirtualNode.ContainerLimits = nestv1.ContainerLimitsDefault
-	case "none":
-		spec.VirtualNode.ContainerLimits = nestv1.ContainerLimitsNone
-	default:
-		return spec, fmt.Errorf("--container-limits %q: use default (containers without limits get the host's default limits) or none (they run without)", f.containerLimits)
+	if spec.VirtualNode.ContainerLimits, err = oneOf("--container-limits", f.containerLimits,
+		choice[nestv1.ContainerLimits]{nestv1.ContainerLimitsDefault, "containers without limits get the host's default limits"},
+		choice[nestv1.ContainerLimits]{nestv1.ContainerLimitsNone, "they run without"}); err != nil {
+		return spec, err
 	}
-	switch strings.ToLower(f.privileged) {
-	case "refuse", "":
-		spec.VirtualNode.PrivilegedContainers = nestv1.PrivilegedContainersRefuse
-	case "confine":
-		spec.VirtualNode.PrivilegedContainers = nestv1.PrivilegedContainersConfine
-	default:
-		return spec, fmt.Errorf("--privileged-containers %q: use refuse (pods with privileged containers are refused) or confine (they run without host privileges)", f.privileged)
+	if spec.VirtualNode.PrivilegedContainers, err = oneOf("--privileged-containers", f.privileged,
+		choice[nestv1.PrivilegedContainers]{nestv1.PrivilegedContainersRefuse, "pods with privileged containers are refused"},
+		choice[nestv1.PrivilegedContainers]{nestv1.PrivilegedContainersConfine, "they run without host privileges"}); err != nil {
+		return spec, err
 	}
 	if f.nodeDisk != "" {
 		size, err := resource.ParseQuantity(f.nodeDisk)
@@ -188,6 +182,30 @@ func (f *shareFlags) spec() (nestv1.VirtualClusterSpec, error) {
 		spec.PromotePolicies = []nestv1.PromotePolicy{p}
 	}
 	return spec, nil
+}
+
+// choice is one value of an API enum a flag takes, in lower case, and what
+// it means.
+type choice[T ~string] struct {
+	value   T
+	meaning string
+}
+
+// oneOf returns the choice value names, in any case; an empty value is the
+// first choice, the API's default. Any other value is an error naming flag
+// and every choice with its meaning.
+func oneOf[T ~string](flag, value string, choices ...choice[T]) (T, error) {
+	if value == "" {
+		return choices[0].value, nil
+	}
+	options := make([]string, len(choices))
+	for i, c := range choices {
+		if strings.EqualFold(value, string(c.value)) {
+			return c.value, nil
+		}
+		options[i] = fmt.Sprintf("%s (%s)", strings.ToLower(string(c.value)), c.meaning)
+	}
+	return "", fmt.Errorf("%s %q: use %s", flag, value, strings.Join(options, " or "))
 }
 
 func newCreateCommand(host *hostFlags) *cobra.Command {
