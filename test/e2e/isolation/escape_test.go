@@ -40,6 +40,7 @@ func (e *env) escapes() []testCase {
 	httpProbe := &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Host: e.nodeIPs[0], Port: intstr.FromInt32(10250), Path: "/pods"}}}
 	return []testCase{
 		refuse("privileged", "privileged", security(func(s *corev1.SecurityContext) { s.Privileged = ptr.To(true) })),
+		{"privileged-container-confined-has-no-host-privileges", e.confinedPrivileged},
 		{"host-network-runs-on-the-pod-network", e.hostNetworkOnPodNetwork},
 		refuse("host-pid-and-ipc", "host namespaces", func(p *corev1.Pod) { p.Spec.HostPID, p.Spec.HostIPC = true, true }),
 		{"host-port-is-not-opened-on-the-host", e.hostPortNotOnHost},
@@ -84,6 +85,46 @@ func (e *env) escapes() []testCase {
 		{"runtime-default-seccomp-and-no-net-raw", e.hardenedRuntime},
 		{"host-namespace-enforces-pod-security-even-past-the-syncer", e.hostPodSecurity},
 	}
+}
+
+// confinedPrivileged: in beta, which confines privileged containers, a
+// privileged container runs, but as its host pod has it: not privileged,
+// without CAP_SYS_ADMIN or the host's devices, and still without NET_RAW;
+// the tenant is told so.
+func (e *env) confinedPrivileged(t *testing.T) {
+	e.runServer(t, e.beta, "escape-confined", func(p *corev1.Pod) {
+		p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
+	})
+	hp := e.hostPod(t, e.beta, "default", "escape-confined")
+	if sc := hp.Spec.Containers[0].SecurityContext; sc == nil || sc.Privileged != nil {
+		t.Errorf("host container securityContext %+v, want privileged cleared", sc)
+	}
+	status := e.mustExec(t, e.beta, "escape-confined", "cat", "/proc/self/status")
+	const netRawBit, sysAdminBit = 13, 21
+	capEff, capBnd := statusField(t, status, "CapEff"), statusField(t, status, "CapBnd")
+	if capBnd == 0 {
+		t.Fatalf("CapBnd is empty: the checks below would pass for any container")
+	}
+	if capEff&(1<<sysAdminBit) != 0 || capBnd&(1<<sysAdminBit) != 0 {
+		t.Errorf("CapEff %x CapBnd %x hold CAP_SYS_ADMIN", capEff, capBnd)
+	}
+	if capBnd&(1<<netRawBit) != 0 {
+		t.Errorf("CapBnd %x holds CAP_NET_RAW", capBnd)
+	}
+	// A privileged container gets every host device; /dev/null is the
+	// control that the probe reads /dev at all.
+	if _, err := exec(e.ctx, e.beta, "escape-confined", "statfs", "/dev/null"); err != nil {
+		t.Fatalf("statfs /dev/null: %v: the device check cannot tell anything", err)
+	}
+	if out, err := exec(e.ctx, e.beta, "escape-confined", "statfs", "/dev/mem"); err == nil {
+		t.Errorf("the container sees the host's /dev/mem (%s)", out)
+	}
+	testutil.Eventually(t, time.Minute, "PrivilegedConfined event", func() error {
+		if ev := e.tenantEvents(t, e.beta, "default", "escape-confined"); !strings.Contains(ev, "PrivilegedConfined") {
+			return errorf("events %q", ev)
+		}
+		return nil
+	})
 }
 
 // hostPathClaim: a tenant's PersistentVolume on a host path, bound to a

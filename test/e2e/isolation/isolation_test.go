@@ -96,7 +96,9 @@ func setup(t *testing.T, ctx context.Context) *env {
 	dir := t.TempDir()
 	e := &env{ctx: ctx, host: host, hostKubeconfig: hostKubeconfig, alpha: &framework.Tenant{Name: "alpha", Dir: dir}, beta: &framework.Tenant{Name: "beta", Dir: dir}}
 	createAlpha(t, ctx, host)
-	if out, err := nest("create", "beta", "--cpu", "1", "--memory", "2Gi", "--pods", "10"); err != nil {
+	// Beta confines privileged containers, where alpha refuses them: the
+	// escape cases check both.
+	if out, err := nest("create", "beta", "--cpu", "1", "--memory", "2Gi", "--pods", "10", "--privileged-containers", "confine"); err != nil {
 		t.Fatalf("create beta: %v\n%s", err, out)
 	}
 	for _, tn := range []*framework.Tenant{e.alpha, e.beta} {
