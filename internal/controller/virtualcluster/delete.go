@@ -3,6 +3,7 @@ package virtualcluster
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -41,7 +42,10 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, vc *nestv1.VirtualClus
 	}
 	if remaining > 0 {
 		ctrl.LoggerFrom(ctx).Info("Waiting for host objects to go", "virtualCluster", klog.KObj(vc), "remaining", remaining)
-		return ctrl.Result{RequeueAfter: startingRequeue}, nil
+		// A claim held by a pod, or a finalizer of another controller, can
+		// keep an object for long: the owned objects' watches still wake
+		// this at once when one goes.
+		return ctrl.Result{RequeueAfter: waitedRequeue(vc.DeletionTimestamp.Time, time.Now())}, nil
 	}
 	controllerutil.RemoveFinalizer(vc, Finalizer)
 	if err := r.Update(ctx, vc); err != nil && !apierrors.IsNotFound(err) {

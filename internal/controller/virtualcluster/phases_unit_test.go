@@ -65,3 +65,15 @@ func TestNotReadyRequeueSlowsDownForAStuckControlPlane(t *testing.T) {
 		}
 	}
 }
+
+// Deletion waits as a start does: every 2 s at first, every 15 s once it
+// has waited for minutes.
+func TestWaitedRequeue(t *testing.T) {
+	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	if got := waitedRequeue(now.Add(-30*time.Second), now); got != startingRequeue {
+		t.Errorf("waited 30 s: %v, want %v", got, startingRequeue)
+	}
+	if got := waitedRequeue(now.Add(-10*time.Minute), now); got != stuckRequeue {
+		t.Errorf("waited 10 min: %v, want %v", got, stuckRequeue)
+	}
+}

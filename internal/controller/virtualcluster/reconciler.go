@@ -66,6 +66,12 @@ func notReadyRequeue(vc *nestv1.VirtualCluster, now time.Time) time.Duration {
 		}
 		since = c.LastTransitionTime.Time
 	}
+	return waitedRequeue(since, now)
+}
+
+// waitedRequeue is when to look again at something that has waited since
+// since, at now: startingRequeue until slowAfter, then stuckRequeue.
+func waitedRequeue(since, now time.Time) time.Duration {
 	if now.Sub(since) > slowAfter {
 		return stuckRequeue
 	}
