@@ -560,8 +560,10 @@ type VirtualCluster struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	// Spec is defaulted when left out, as Go clients always send one, so
-	// its defaults and immutable fields hold for every VirtualCluster.
+	// Spec is the virtual cluster the platform team asks for: its control
+	// plane, datastore, share of host capacity and virtual nodes. It is
+	// defaulted when left out, as Go clients always send one, so its
+	// defaults and immutable fields hold for every VirtualCluster.
 	// +optional
 	// +kubebuilder:default={}
 	Spec VirtualClusterSpec `json:"spec,omitempty"`
