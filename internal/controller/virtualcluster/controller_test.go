@@ -432,7 +432,9 @@ func TestImmutableFieldsCannotChange(t *testing.T) {
 
 // The reconcile that writes spec.kubeconfig writes the status too: its
 // optimistic lock starts from the VirtualCluster as that spec patch left
-// it, not as the reconcile first read it.
+// it, not as the reconcile first read it. (A conflict from a cache that
+// lags is expected and retried; one on a version the reconciler itself
+// patched away is the defect.)
 func TestWritingTheKubeconfigLeavesTheStatusPatchUnrefused(t *testing.T) {
 	n := newCluster(t, "kc")
 	eventually(t, "spec.kubeconfig and status.kubeconfigSecretRef written", func() error {
@@ -442,7 +444,7 @@ func TestWritingTheKubeconfigLeavesTheStatusPatchUnrefused(t *testing.T) {
 		}
 		return nil
 	})
-	if c := statusConflictsIn(n.Namespace); c != 0 {
-		t.Errorf("%d status patches were refused with a conflict, want none", c)
+	if c := staleLocksIn(n.Namespace); c != 0 {
+		t.Errorf("%d status patches locked on a version the reconciler had patched away, want none", c)
 	}
 }

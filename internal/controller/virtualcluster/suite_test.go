@@ -3,6 +3,7 @@ package virtualcluster
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"maps"
 	"net/netip"
@@ -22,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/controlplane"
 	"github.com/nestdev/nest/internal/testutil"
 	"github.com/nestdev/nest/internal/testutil/envsuite"
@@ -109,24 +111,50 @@ func createdIn(namespace string) []string {
 	return slices.Sorted(maps.Keys(created.objects[namespace]))
 }
 
-// statusConflicts counts the reconciler's status patches refused with a
-// conflict, by namespace.
-var statusConflicts sync.Map // namespace -> *atomic.Int64
+// specPatchedFrom holds the resourceVersions the reconciler's own patches
+// of a VirtualCluster (finalizer, spec.kubeconfig) moved on from.
+var specPatchedFrom sync.Map // resourceVersion -> namespace
 
-// statusConflictsIn returns how many status patches in namespace conflicted.
-func statusConflictsIn(namespace string) int64 {
-	n, _ := statusConflicts.LoadOrStore(namespace, &atomic.Int64{})
+// staleLocks counts, by namespace, the status patches refused with a
+// conflict because their optimistic lock held a resourceVersion the same
+// reconciler had already moved on from with a patch of its own: a stale
+// base of its own making, unlike a cache that lags.
+var staleLocks sync.Map // namespace -> *atomic.Int64
+
+// staleLocksIn returns how many status patches in namespace locked on a
+// resourceVersion the reconciler had patched away.
+func staleLocksIn(namespace string) int64 {
+	n, _ := staleLocks.LoadOrStore(namespace, &atomic.Int64{})
 	return n.(*atomic.Int64).Load()
 }
 
 // intercept injects the faults into the reconciler's reads and records its
-// creates and its status patches' conflicts.
+// creates, its own patches of VirtualClusters and its stale status locks.
 var intercept = interceptor.Funcs{
+	Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+		from := obj.GetResourceVersion()
+		err := c.Patch(ctx, obj, patch, opts...)
+		if _, ok := obj.(*nestv1.VirtualCluster); ok && err == nil && obj.GetResourceVersion() != from {
+			specPatchedFrom.Store(from, obj.GetNamespace())
+		}
+		return err
+	},
 	SubResourcePatch: func(ctx context.Context, c client.Client, subResource string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+		data, dataErr := patch.Data(obj)
 		err := c.SubResource(subResource).Patch(ctx, obj, patch, opts...)
-		if apierrors.IsConflict(err) {
-			n, _ := statusConflicts.LoadOrStore(obj.GetNamespace(), &atomic.Int64{})
-			n.(*atomic.Int64).Add(1)
+		if !apierrors.IsConflict(err) || dataErr != nil {
+			return err
+		}
+		var lock struct {
+			Metadata struct {
+				ResourceVersion string `json:"resourceVersion"`
+			} `json:"metadata"`
+		}
+		if json.Unmarshal(data, &lock) == nil {
+			if _, own := specPatchedFrom.Load(lock.Metadata.ResourceVersion); own {
+				n, _ := staleLocks.LoadOrStore(obj.GetNamespace(), &atomic.Int64{})
+				n.(*atomic.Int64).Add(1)
+			}
 		}
 		return err
 	},
