@@ -10,13 +10,13 @@ package config
 import "embed"
 
 // Manifests holds 00-namespace.yaml (nest-system), crd/, rbac/, syncer/
-// (nest-syncer's ClusterRole), scheduling/ (the tenant PriorityClass) and
-// manager/.
+// (nest-syncer's ClusterRole), scheduling/ (the tenant PriorityClass),
+// manager/ and nodenetwork/ (the node network agent's DaemonSet).
 //
-//go:embed 00-namespace.yaml crd/*.yaml rbac/*.yaml syncer/*.yaml scheduling/*.yaml manager/*.yaml
+//go:embed 00-namespace.yaml crd/*.yaml rbac/*.yaml syncer/*.yaml scheduling/*.yaml manager/*.yaml nodenetwork/*.yaml
 var Manifests embed.FS
 
 // Order lists the folders of Manifests in apply order: the namespace and CRDs
 // before what lives in them. It is also the order `kubectl apply -R -f
 // config/` walks them in (lexical), which is why the namespace file sorts first.
-var Order = []string{"00-namespace.yaml", "crd", "rbac", "syncer", "scheduling", "manager"}
+var Order = []string{"00-namespace.yaml", "crd", "rbac", "syncer", "scheduling", "manager", "nodenetwork"}

@@ -61,6 +61,9 @@ type chartTemplate struct {
 	// verbatim copies the objects as they are, with no chart labels: for
 	// objects that belong to Nest as a whole rather than to a release.
 	verbatim bool
+	// when, if set, is the values.yaml switch (a Helm condition such as
+	// ".Values.nodeNetwork.enabled") the whole template is rendered under.
+	when string
 }
 
 // templates lists every generated template. Each config/ file outside crd/
@@ -75,6 +78,9 @@ var templates = []chartTemplate{
 	// The tenant PriorityClass is cluster-scoped and its name is fixed
 	// (nest-syncer sets it on every tenant pod), so it is not the release's.
 	{out: "templates/priorityclass.yaml", from: []string{"scheduling/priorityclass.yaml"}, verbatim: true},
+	// The node network agent lives in a namespace of its own, which admits
+	// privileged pods, whatever the release namespace.
+	{out: "templates/node-network.yaml", from: []string{"nodenetwork/node-network.yaml"}, verbatim: true, when: ".Values.nodeNetwork.enabled"},
 }
 
 // notInChart lists the config/ files the chart leaves out on purpose, with why.
@@ -272,7 +278,11 @@ func (g *generator) template(configDir string, tmpl chartTemplate) ([]byte, erro
 	if strings.Contains(text, "{{") || strings.Contains(text, "}}") {
 		return nil, fmt.Errorf("%s: its sources (%s) contain %q or %q, which Helm would evaluate", tmpl.out, strings.Join(prefixed(tmpl.from), ", "), "{{", "}}")
 	}
-	return g.expand(text)
+	expanded, err := g.expand(text)
+	if err != nil || tmpl.when == "" {
+		return expanded, err
+	}
+	return []byte("{{- if " + tmpl.when + " }}\n" + string(expanded) + "{{- end }}\n"), nil
 }
 
 func prefixed(srcs []string) []string {

@@ -54,6 +54,11 @@ func TestTemplatesUseReleaseNamespaceLabelsAndValues(t *testing.T) {
 	if strings.Contains(manager, "nest-system") || strings.Contains(manager, "Set them for your cluster") {
 		t.Errorf("templates/manager.yaml keeps config/'s namespace or its hand-editing comment:\n%s", manager)
 	}
+	agent := string(files["templates/node-network.yaml"])
+	if !strings.HasPrefix(agent, "{{- if .Values.nodeNetwork.enabled }}\n") || !strings.HasSuffix(agent, "{{- end }}\n") ||
+		!strings.Contains(agent, "kind: DaemonSet") || !strings.Contains(agent, "namespace: nest-node-network") {
+		t.Errorf("templates/node-network.yaml is not config/'s node network agent under nodeNetwork.enabled:\n%s", agent)
+	}
 	crd, err := os.ReadFile(filepath.Join(repoRoot, "config/crd/nest.dev_virtualclusters.yaml"))
 	if err != nil {
 		t.Fatal(err)

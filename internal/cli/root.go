@@ -14,7 +14,7 @@ func NewRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newDevCommand(), newAgentCommand())
+	root.AddCommand(newDevCommand(), newAgentCommand(), newNodeNetworkAgentCommand())
 	addVirtualClusterCommands(root)
 	return root
 }

@@ -18,13 +18,15 @@ func TestManifestsInApplyOrder(t *testing.T) {
 	for _, want := range []string{
 		"Namespace/nest-system", "CustomResourceDefinition/virtualclusters.nest.dev", "CustomResourceDefinition/globalnodes.nest.dev", "ClusterRole/nest-manager",
 		"ClusterRoleBinding/nest-manager", "ServiceAccount/nest-manager", "Deployment/nest-manager",
+		"Namespace/nest-node-network", "DaemonSet/nest-node-network",
 	} {
 		if _, ok := index[want]; !ok {
 			t.Errorf("manifests lack %s", want)
 		}
 	}
 	if index["Namespace/nest-system"] > index["ServiceAccount/nest-manager"] || index["CustomResourceDefinition/virtualclusters.nest.dev"] > index["Deployment/nest-manager"] ||
-		index["CustomResourceDefinition/globalnodes.nest.dev"] > index["Deployment/nest-manager"] {
+		index["CustomResourceDefinition/globalnodes.nest.dev"] > index["Deployment/nest-manager"] ||
+		index["Namespace/nest-node-network"] > index["DaemonSet/nest-node-network"] {
 		t.Errorf("apply order is wrong: %v", index)
 	}
 }

@@ -36,7 +36,7 @@ func TestDocumentedKubectlApplyInstallsOnAFreshAPIServer(t *testing.T) {
 		t.Fatalf("kubectl apply -R -f config/: %v\n%s", err, out)
 	}
 	for _, want := range []string{"namespace/nest-system", "customresourcedefinition.apiextensions.k8s.io/virtualclusters.nest.dev",
-		"customresourcedefinition.apiextensions.k8s.io/globalnodes.nest.dev", "deployment.apps/nest-manager"} {
+		"customresourcedefinition.apiextensions.k8s.io/globalnodes.nest.dev", "deployment.apps/nest-manager", "daemonset.apps/nest-node-network"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("kubectl did not apply %s:\n%s", want, out)
 		}

@@ -24,6 +24,7 @@ by `make generate`; these follow its args.
 - --image-pull-policy={{ .Values.controlPlane.imagePullPolicy }}
 - --host-cluster-domain={{ .Values.hostClusterDomain }}
 - --manager-namespace={{ .Release.Namespace }}
+- --node-network-agent={{ .Values.nodeNetwork.enabled }}
 {{- with .Values.hostNetwork }}
 {{- if .podCIDRs }}
 - --host-pod-cidrs={{ join "," .podCIDRs }}

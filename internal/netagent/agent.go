@@ -1,0 +1,244 @@
+// Package netagent is the node network agent (`nest node-network-agent`,
+// the nest-node-network DaemonSet): on each host node it gives the
+// hostNetwork pods of tenants the virtual node's network, as nest-syncer
+// describes it in their host pods' nodenet.Annotation (see
+// internal/syncer/nodenetwork.go for why).
+//
+// It watches the host pods on its own node that carry the annotation and
+// nest-syncer's label, finds each one's network namespace by the pod's IP
+// under the CNI's netns directory, and sets it up with nodenet.Apply. It
+// never touches a namespace it cannot tie to exactly one such pod: not the
+// host node's (a pod with hostNetwork on the host is refused), not one
+// whose IP two namespaces hold, and nothing from a pod without the label,
+// which only nest-syncer's host pods carry and tenants cannot set.
+package netagent
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/nestdev/nest/internal/nodenet"
+	"github.com/nestdev/nest/internal/syncer"
+)
+
+// DefaultNetnsDir is where containerd and CRI-O bind-mount pod network
+// namespaces (the CNI's /var/run/netns).
+const DefaultNetnsDir = "/var/run/netns"
+
+// resyncPeriod is how often every pod is looked at again: a sandbox made
+// again (same pod, new network namespace) is set up by then at the latest,
+// and usually at once, by the pod's new IP.
+const resyncPeriod = 5 * time.Minute
+
+// Agent sets up the network namespaces of the tenant hostNetwork pods on
+// one host node.
+type Agent struct {
+	// Client reads pods of the host cluster (get, list, watch).
+	Client kubernetes.Interface
+	// NodeName is the host node the agent runs on; it looks at no other
+	// node's pods.
+	NodeName string
+	// NetnsDir holds the pod network namespaces (DefaultNetnsDir).
+	NetnsDir string
+	// FindNetns returns the one network namespace under dir holding ip
+	// (FindNetns in this package).
+	FindNetns func(dir string, ip netip.Addr) (string, error)
+	// Apply sets up one network namespace (nodenet.Apply).
+	Apply func(netnsPath string, c nodenet.Config) error
+
+	pods  corelisters.PodLister
+	queue workqueue.TypedRateLimitingInterface[string]
+	mu    sync.Mutex
+	// applied is, per pod key, what was last set up: the namespace and the
+	// annotation, so an unchanged pod is not set up again.
+	applied map[string]string
+}
+
+// Run watches the node's pods and sets them up until ctx ends.
+func (a *Agent) Run(ctx context.Context) error {
+	if a.NodeName == "" {
+		return fmt.Errorf("the node name is empty: pass --node-name=$(NODE_NAME) from the downward API")
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(a.Client, resyncPeriod, informers.WithTweakListOptions(a.listOptions))
+	informer := factory.Core().V1().Pods()
+	a.pods = informer.Lister()
+	a.applied = map[string]string{}
+	a.queue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodenetwork"})
+	defer a.queue.ShutDown()
+	_, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    a.enqueue,
+		UpdateFunc: func(_, obj any) { a.enqueue(obj) },
+		DeleteFunc: a.enqueue,
+	})
+	if err != nil {
+		return err
+	}
+	factory.Start(ctx.Done())
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("informer for %v did not sync", typ)
+		}
+	}
+	klog.FromContext(ctx).Info("Node network agent started", "node", a.NodeName, "netnsDir", a.NetnsDir)
+	go wait.UntilWithContext(ctx, a.work, time.Second)
+	<-ctx.Done()
+	return nil
+}
+
+// listOptions selects nest-syncer's host pods on the agent's node.
+func (a *Agent) listOptions(o *metav1.ListOptions) {
+	o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", a.NodeName).String()
+	req, _ := labels.NewRequirement(syncer.LabelTenantOf, selection.Exists, nil)
+	o.LabelSelector = labels.NewSelector().Add(*req).String()
+}
+
+func (a *Agent) enqueue(obj any) {
+	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+		a.queue.Add(key)
+	}
+}
+
+func (a *Agent) work(ctx context.Context) {
+	for a.processNext(ctx) {
+	}
+}
+
+func (a *Agent) processNext(ctx context.Context) bool {
+	key, quit := a.queue.Get()
+	if quit {
+		return false
+	}
+	defer a.queue.Done(key)
+	if err := a.sync(ctx, key); err != nil {
+		klog.FromContext(ctx).Info("Setting up a pod's network failed; retrying", "pod", key, "err", err.Error())
+		a.queue.AddRateLimited(key)
+		return true
+	}
+	a.queue.Forget(key)
+	return true
+}
+
+// sync sets up the network namespace of the pod key, if it wants one and
+// it differs from what was set up last.
+func (a *Agent) sync(ctx context.Context, key string) error {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil
+	}
+	pod, err := a.pods.Pods(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		// Its network namespace goes with its sandbox.
+		a.forget(key)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if pod.Spec.NodeName != a.NodeName {
+		// The field selector keeps these away; a pod of another node is
+		// never set up here, whatever the API server sends.
+		return nil
+	}
+	ip, c, err := Wanted(pod)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Pod's node network refused", "pod", key)
+		return nil
+	}
+	if !ip.IsValid() {
+		return nil
+	}
+	path, err := a.FindNetns(a.NetnsDir, ip)
+	if err != nil {
+		return err
+	}
+	done := path + "\n" + pod.Annotations[nodenet.Annotation]
+	if a.last(key) == done {
+		return nil
+	}
+	if err := a.Apply(path, c); err != nil {
+		return err
+	}
+	a.remember(key, done)
+	klog.FromContext(ctx).Info("Pod's node network set up", "pod", key, "netns", path, "mappings", len(c.Mappings))
+	return nil
+}
+
+func (a *Agent) last(key string) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.applied[key]
+}
+
+func (a *Agent) remember(key, done string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.applied[key] = done
+}
+
+func (a *Agent) forget(key string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.applied, key)
+}
+
+// Wanted is the pod's IP and the network its namespace should get, for a
+// pod that wants one; an invalid IP for one that does not (yet): no
+// annotation, not running, no IPv4 address. A pod on the host node's own
+// network, or with an annotation that does not parse, is an error: the
+// agent never sets it up.
+func Wanted(pod *corev1.Pod) (netip.Addr, nodenet.Config, error) {
+	raw, ok := pod.Annotations[nodenet.Annotation]
+	if !ok || pod.Labels[syncer.LabelTenantOf] == "" {
+		return netip.Addr{}, nodenet.Config{}, nil
+	}
+	if pod.Spec.HostNetwork {
+		return netip.Addr{}, nodenet.Config{}, fmt.Errorf("spec.hostNetwork is true: the agent sets up pod network namespaces only, never the host node's")
+	}
+	c, err := nodenet.Parse(raw)
+	if err != nil {
+		return netip.Addr{}, nodenet.Config{}, fmt.Errorf("annotation %s: %w", nodenet.Annotation, err)
+	}
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed || pod.DeletionTimestamp != nil {
+		return netip.Addr{}, nodenet.Config{}, nil
+	}
+	ip, err := netip.ParseAddr(pod.Status.PodIP)
+	if err != nil || !ip.Is4() {
+		return netip.Addr{}, nodenet.Config{}, nil
+	}
+	return ip, ForPod(c, ip.String()), nil
+}
+
+// ForPod is c as the pod with IP podIP gets it: its own host ports reach
+// it at the node's address only, since its 127.0.0.1 is its own loopback,
+// where it may listen itself, as a process on a node does.
+func ForPod(c nodenet.Config, podIP string) nodenet.Config {
+	out := nodenet.Config{NodeIP: c.NodeIP}
+	for _, m := range c.Mappings {
+		if m.PodIP == podIP {
+			if m.HostIP == "127.0.0.1" {
+				continue
+			}
+			m.HostIP = c.NodeIP
+		}
+		out.Mappings = append(out.Mappings, m)
+	}
+	return out
+}
