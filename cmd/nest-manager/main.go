@@ -100,6 +100,7 @@ func main() {
 	cp.HostMetadata = syncer.MetadataAllowList{Labels: slices.Clone(syncer.DefaultHostLabels), Annotations: slices.Clone(syncer.DefaultHostAnnotations)}
 	allowListFlag("host-label-allowlist", "comma-separated tenant pod label keys copied to host pods for VirtualClusters that set no spec.virtualNode.hostMetadata.labels: whole keys or prefixes ending in *; empty copies none", &cp.HostMetadata.Labels)
 	allowListFlag("host-annotation-allowlist", "comma-separated tenant pod annotation keys copied to host pods for VirtualClusters that set no spec.virtualNode.hostMetadata.annotations, as for --host-label-allowlist", &cp.HostMetadata.Annotations)
+	flag.BoolVar(&cp.NodeNetwork, "node-network-agent", true, "the node network agent (the nest-node-network DaemonSet) runs on the host nodes: hostNetwork tenant pods get the virtual node's address and host ports; false leaves them on the pod network only")
 	flag.StringVar(&agentCASecret, "agent-ca-secret", nodepromotion.DefaultAgentCASecret, "Secret in --manager-namespace holding the nest-agent CA (tls.crt, tls.key), from which the manager issues its own agent client certificate; empty turns node promotion off")
 	flag.StringVar(&hostAPIServer, "host-api-server", "", "the host API server's URL as host nodes reach it, such as https://192.0.2.10:6443; a released node joins the host there; node promotion is off without it")
 	opts := zap.Options{}

@@ -309,3 +309,14 @@ func TestObjectQuotaBoundsTheVirtualNodesDisks(t *testing.T) {
 		t.Error("a virtual cluster without disks has a storage quota")
 	}
 }
+
+// The manager's --node-network-agent reaches nest-syncer, which then gives
+// hostNetwork pods the node network.
+func TestNodeNetworkReachesTheSyncer(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		args := StatefulSetFor(vc(func(*nestv1.VirtualCluster) {}), Options{NodeNetwork: on}, ServiceIPs{}).Spec.Template.Spec.Containers[2].Args
+		if got := slices.Contains(args, "--node-network"); got != on {
+			t.Errorf("node network agent %v: nest-syncer's --node-network = %v (args %v)", on, got, args)
+		}
+	}
+}

@@ -36,6 +36,10 @@ type Options struct {
 	// copied to host pods when a VirtualCluster names none
 	// (spec.virtualNode.hostMetadata unset).
 	HostMetadata syncer.MetadataAllowList
+	// NodeNetwork says the node network agent runs on the host nodes:
+	// hostNetwork tenant pods then get the virtual node's address and host
+	// ports (syncer.Translator.NodeNetwork).
+	NodeNetwork bool
 }
 
 // controlPlaneNodeLabel marks host nodes meant for control planes; tenant

@@ -143,6 +143,7 @@ func syncerOptions(vc *nestv1.VirtualCluster, opts Options, ips ServiceIPs) sync
 			// nest-syncer's own image, pulled as the control plane's are.
 			HelperImage: opts.SyncerImage, HelperImagePullPolicy: opts.ImagePullPolicy,
 			ConfinePrivileged: vc.Spec.VirtualNode.PrivilegedContainers == nestv1.PrivilegedContainersConfine,
+			NodeNetwork:       opts.NodeNetwork,
 		},
 		// The kubelet substitutes the pod IP: the virtual node's address.
 		NodeIP:           "$(POD_IP)",

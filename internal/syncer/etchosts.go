@@ -194,13 +194,13 @@ func (t Translator) etcHostsHelper(spec *corev1.PodSpec, namespace, node string)
 	} else {
 		command = append(command, "--hostname="+spec.Hostname, "--domain="+spec.Subdomain+"."+namespace+".svc."+t.ClusterDomain)
 	}
-	c := t.helperContainer(etcHostsName, command, corev1.VolumeMount{Name: etcHostsName, MountPath: etcHostsDir}, false)
+	c := t.helperContainer(etcHostsName, command, false, corev1.VolumeMount{Name: etcHostsName, MountPath: etcHostsDir})
 	c.Env = env
 	return c, nil
 }
 
 // helperContainer is a helper init container of nest-syncer's image that
-// runs command with one volume mounted, a small fixed request and limit,
+// runs command with mounts, a small fixed request and limit,
 // and no capabilities: as user 65534, which Pod Security's restricted
 // level allows, or, asRoot, as root, which baseline allows.
 //
@@ -210,7 +210,7 @@ func (t Translator) etcHostsHelper(spec *corev1.PodSpec, namespace, node string)
 // a pod with restartPolicy Never would end Failed at the helper's first
 // failure. The container-level policy needs the ContainerRestartRules
 // feature (beta and on since Kubernetes 1.35).
-func (t Translator) helperContainer(name string, command []string, mount corev1.VolumeMount, asRoot bool) corev1.Container {
+func (t Translator) helperContainer(name string, command []string, asRoot bool, mounts ...corev1.VolumeMount) corev1.Container {
 	resources := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("64Mi")}
 	user := int64(65534)
 	if asRoot {
@@ -220,7 +220,7 @@ func (t Translator) helperContainer(name string, command []string, mount corev1.
 		Name: name, Image: t.HelperImage, ImagePullPolicy: t.HelperImagePullPolicy,
 		RestartPolicy:            ptr.To(corev1.ContainerRestartPolicyOnFailure),
 		Command:                  command,
-		VolumeMounts:             []corev1.VolumeMount{mount},
+		VolumeMounts:             mounts,
 		Resources:                corev1.ResourceRequirements{Requests: resources, Limits: resources},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		SecurityContext: &corev1.SecurityContext{
@@ -234,7 +234,7 @@ func (t Translator) helperContainer(name string, command []string, mount corev1.
 
 // helperNames are the names of the helper init containers and their
 // volumes: tenant pods may use none of them.
-var helperNames = []string{etcHostsName, nodeDiskName}
+var helperNames = []string{etcHostsName, nodeDiskName, nodeNetworkName}
 
 func isHelper(name string) bool { return slices.Contains(helperNames, name) }
 

@@ -45,6 +45,7 @@ const (
 	flagNodeDiskSize     = "node-disk-size"
 	flagNodeDiskClass    = "node-disk-storage-class"
 	flagPrivileged       = "privileged-containers"
+	flagNodeNetwork      = "node-network"
 )
 
 // Values of --privileged-containers, the VirtualCluster's
@@ -151,6 +152,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		}
 		return fmt.Errorf("%q: use %s or %s", s, privilegedRefuse, privilegedConfine)
 	})
+	fs.BoolVar(&o.NodeNetwork, flagNodeNetwork, false, "give hostNetwork pods the virtual node's address and host ports through the node network agent on host nodes (needs --"+flagHelperImage+" and --"+flagNodeIP+")")
 	fs.Int64Var(&o.DataBudgetBytes, flagDataBudget, 0, "most bytes of data all host copies of tenant ConfigMaps and Secrets may hold together; 0 is no bound")
 	o.KubeletAddr, o.HealthAddr = DefaultKubeletAddr, DefaultHealthAddr
 	o.KubeletClientName = KubeletClientName
@@ -187,6 +189,9 @@ func (o Options) Args() []string {
 	}
 	if o.ConfinePrivileged {
 		args = append(args, "--"+flagPrivileged+"="+privilegedConfine)
+	}
+	if o.NodeNetwork {
+		args = append(args, "--"+flagNodeNetwork)
 	}
 	if len(o.HostServiceCIDRs) > 0 {
 		cidrs := make([]string, len(o.HostServiceCIDRs))
@@ -249,6 +254,9 @@ func (o Options) Validate() error {
 	}
 	if o.NodeDisk != nil && o.HelperImage == "" {
 		return fmt.Errorf("--%s is required with --%s: the disk's helper runs from it", flagHelperImage, flagNodeDiskSize)
+	}
+	if o.NodeNetwork && (o.HelperImage == "" || o.NodeIP == "") {
+		return fmt.Errorf("--%s needs --%s (the helper that waits for the agent runs from it) and --%s (the address it forwards)", flagNodeNetwork, flagHelperImage, flagNodeIP)
 	}
 	return nil
 }

@@ -37,9 +37,11 @@ func (s *syncer) addHandlers(ctx context.Context) {
 	// virtual-kubelet drops the tombstones of pods deleted while the watch
 	// was down; the orphan syncer catches their host pods.
 	_, _ = s.pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { s.nodeNetworkChanged(obj.(*corev1.Pod)) },
 		// A readiness gate's condition is the tenant's: no host change
 		// follows it, so the pod's status is worked out again here.
 		UpdateFunc: func(old, obj any) {
+			s.nodeNetworkChanged(obj.(*corev1.Pod))
 			if pod := obj.(*corev1.Pod); readinessGatesChanged(old.(*corev1.Pod), pod) {
 				if host, err := p.hostPods.Get(HostName(s.o.VirtualCluster, pod.Namespace, pod.Name)); err == nil {
 					p.hostPodChanged(host)
@@ -49,6 +51,7 @@ func (s *syncer) addHandlers(ctx context.Context) {
 		DeleteFunc: func(obj any) {
 			if pod, ok := unwrap(obj).(*corev1.Pod); ok {
 				s.orphans.add(HostName(s.o.VirtualCluster, pod.Namespace, pod.Name))
+				s.nodeNetworkChanged(pod)
 			}
 		},
 	})

@@ -1,6 +1,7 @@
 package syncer
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -90,6 +91,9 @@ func HelperMain(args []string, stderr io.Writer) (ran bool, err error) {
 	run, ok := map[string]func([]string) error{
 		etcHostsCommand: func(a []string) error { return RunEtcHostsHelper(a, os.Getenv) },
 		nodeDiskCommand: RunNodeDiskHelper,
+		nodeNetworkCommand: func(a []string) error {
+			return RunNodeNetworkHelper(context.Background(), a)
+		},
 	}[args[0]]
 	if !ok {
 		return false, nil

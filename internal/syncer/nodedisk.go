@@ -167,7 +167,7 @@ func mountOnDisk(mounts []corev1.VolumeMount, onDisk map[string]string) {
 // Security's baseline level allows.
 func (t Translator) nodeDiskHelper(nodeName, volume string, paths []string) corev1.Container {
 	command := append([]string{SyncerBinary, nodeDiskCommand, "--root=" + nodeDiskDir, "--node-name=" + nodeName}, paths...)
-	return t.helperContainer(nodeDiskName, command, corev1.VolumeMount{Name: volume, MountPath: nodeDiskDir}, true)
+	return t.helperContainer(nodeDiskName, command, true, corev1.VolumeMount{Name: volume, MountPath: nodeDiskDir})
 }
 
 // NodeDiskClaimFor is the claim of a virtual node's disk as nest-syncer

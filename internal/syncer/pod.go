@@ -62,6 +62,10 @@ type Translator struct {
 	// ConfinePrivileged runs a container that asks for privileged without
 	// it (confinePrivileged); false: Pod Security refuses the pod.
 	ConfinePrivileged bool
+	// NodeNetwork gives a hostNetwork pod the virtual node's address and
+	// host ports through the node network agent (nodenetwork.go); it needs
+	// HelperImage. Off: such a pod has its pod network only.
+	NodeNetwork bool
 }
 
 // TokenProjection is one service-account token a host pod needs: requested
@@ -205,6 +209,7 @@ func (t Translator) TranslatePod(tenant *corev1.Pod, metadata MetadataAllowList,
 	if err := t.tenantEtcHosts(spec, tenant.Namespace, hostNetworkNode); err != nil {
 		return nil, err
 	}
+	t.waitForNodeNetwork(spec, hostNetworkNode)
 	for i, s := range spec.ImagePullSecrets {
 		// Optional: a kubelet pulls without a pull Secret it cannot find.
 		spec.ImagePullSecrets[i].Name = out.secret(s.Name, ptr.To(true))

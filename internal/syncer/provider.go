@@ -58,6 +58,9 @@ type podProvider struct {
 	// tenantDeleteKey, so the informer handler that sees the host pod go
 	// makes no API call and a failed delete is retried.
 	tenantDeletes *kindSyncer
+	// nodeNetwork is the node network annotation of a virtual node's
+	// hostNetwork pods (nodenetwork.go); nil without Options.NodeNetwork.
+	nodeNetwork func(node string) (string, error)
 }
 
 // CreatePod checks the tenant pod against the Pod Security level,
@@ -77,6 +80,9 @@ func (p *podProvider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	pt, err := p.tr.TranslatePod(pod, p.metadata, p.services(pod.Namespace))
 	if err != nil {
 		return refused(err)
+	}
+	if err := p.withNodeNetwork(pod, pt.Pod); err != nil {
+		return err
 	}
 	if err := p.capacity.admit(pod); err != nil {
 		var r *Rejection
@@ -398,7 +404,7 @@ func (p *podProvider) updateHostPod(ctx context.Context, pod *corev1.Pod, pt *Po
 		}
 	}
 	upd := host.DeepCopy()
-	upd.Labels, upd.Annotations = pt.Pod.Labels, pt.Pod.Annotations
+	upd.Labels, upd.Annotations = pt.Pod.Labels, keepNodeNetwork(pt.Pod.Annotations, host)
 	upd.Spec.ActiveDeadlineSeconds = pt.Pod.Spec.ActiveDeadlineSeconds
 	copyImages(upd.Spec.InitContainers, pt.Pod.Spec.InitContainers)
 	copyImages(upd.Spec.Containers, pt.Pod.Spec.Containers)

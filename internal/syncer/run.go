@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -141,7 +142,10 @@ type syncer struct {
 	// clusterDNS keeps the tenant's kube-system/kube-dns Service; nil
 	// without Options.NodeIP, the control-plane pod's IP it points at.
 	clusterDNS *kindSyncer
-	tenantF    informers.SharedInformerFactory
+	// nodeNetworks keeps the node network of hostNetwork pods, keyed by
+	// virtual node (nodenetwork.go); nil unless Options.NodeNetwork.
+	nodeNetworks *kindSyncer
+	tenantF      informers.SharedInformerFactory
 	// nodes are the virtual nodes' names; pods are the tenant pods bound
 	// to them.
 	nodes  []string
@@ -222,6 +226,8 @@ func newSyncerFor(ctx context.Context, o Options, tenant, host kubernetes.Interf
 	}
 	security.HostPathOnDisk = o.NodeDisk != nil
 	security.ConfinePrivileged = o.ConfinePrivileged
+	// The agent forwards to the node's address; member clusters run none.
+	o.NodeNetwork = o.NodeNetwork && o.NodeIP != "" && o.Member == ""
 	o.Translator.Share = o.Capacity
 	s := &syncer{o: o, tenant: tenant, started: time.Now()}
 	s.tenantF = informers.NewSharedInformerFactory(tenant, 0)
@@ -304,6 +310,10 @@ func newSyncerFor(ctx context.Context, o Options, tenant, host kubernetes.Interf
 			services: s.serviceSync.tenantServices, slices: s.serviceSync.tenantSlices}
 		s.clusterDNS = newKindSyncer("clusterdns", 1, dns.sync, func() []string { return []string{clusterDNSKey} })
 	}
+	if o.NodeNetwork {
+		s.nodeNetworks = newKindSyncer("nodenetwork", 1, s.syncNodeNetwork, func() []string { return slices.Clone(s.nodes) })
+		s.provider.nodeNetwork = s.nodeNetwork
+	}
 	s.configMaps = newKindSyncer(s.kindName("configmaps"), configMapWorkers, objects.syncConfigMap, copyKeys(tenantConfigMaps.List, hostConfigMaps.List))
 	s.secrets = newKindSyncer(s.kindName("secrets"), secretWorkers, objects.syncSecret, copyKeys(tenantSecrets.List, hostSecrets.List))
 	refresher := &tokenRefresher{issuer: tokens, host: host, secrets: hostSecrets}
@@ -342,7 +352,11 @@ func (s *syncer) kindSyncers() []*kindSyncer {
 		}
 		return out
 	}
-	return []*kindSyncer{s.configMaps, s.secrets, s.services, s.slices, s.serviceSync.dns, s.tokens, s.orphans, s.tenantDeletes, s.members}
+	out := []*kindSyncer{s.configMaps, s.secrets, s.services, s.slices, s.serviceSync.dns, s.tokens, s.orphans, s.tenantDeletes, s.members}
+	if s.nodeNetworks != nil {
+		out = append(out, s.nodeNetworks)
+	}
+	return out
 }
 
 // startSyncers writes the first hosts file, starts the informers and, once

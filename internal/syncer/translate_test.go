@@ -453,8 +453,8 @@ func TestFlagsRoundTrip(t *testing.T) {
 	withLimits.HostServiceCIDRs = []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("fd00:96::/108")}
 	withLimits.HelperImage, withLimits.HelperImagePullPolicy = "nest.local/nest-syncer:dev", corev1.PullNever
 	withLimits.NodeDisk = &NodeDisk{Size: resource.MustParse("2Gi"), StorageClassName: "fast"}
-	withLimits.ConfinePrivileged = true
-	want := Options{Translator: withLimits, Capacity: corev1.ResourceList{"cpu": resource.MustParse("4"), "nvidia.com/gpu": resource.MustParse("1")},
+	withLimits.ConfinePrivileged, withLimits.NodeNetwork = true, true
+	want := Options{Translator: withLimits, NodeIP: "10.244.0.3", Capacity: corev1.ResourceList{"cpu": resource.MustParse("4"), "nvidia.com/gpu": resource.MustParse("1")},
 		PodSecurityLevel: "restricted", TokenMaxAge: 15 * time.Second, TenantKubeconfig: "/k", DNSDir: "/d",
 		HostMetadata:    MetadataAllowList{Labels: []string{"app", "example.com/*"}, Annotations: []string{"example.com/owner"}},
 		DataBudgetBytes: 64 << 20}
@@ -480,6 +480,7 @@ func TestFlagsRoundTrip(t *testing.T) {
 		t.Error(err)
 	}
 	noHelper := got
+	noHelper.NodeNetwork = false
 	noHelper.HelperImage = ""
 	if err := noHelper.Validate(); err == nil || !strings.Contains(err.Error(), "--helper-image") {
 		t.Errorf("a disk without a helper image: Validate = %v, want --helper-image named", err)
@@ -487,7 +488,15 @@ func TestFlagsRoundTrip(t *testing.T) {
 	if !got.ConfinePrivileged {
 		t.Error("--privileged-containers=Confine did not come back")
 	}
-	got.HelperImage, got.HelperImagePullPolicy, got.NodeDisk, got.ConfinePrivileged = "", "", nil, false
+	if !got.NodeNetwork {
+		t.Error("--node-network did not come back")
+	}
+	noAddress := got
+	noAddress.NodeIP = ""
+	if err := noAddress.Validate(); err == nil || !strings.Contains(err.Error(), "--node-ip") {
+		t.Errorf("the node network without a node IP: Validate = %v, want --node-ip named", err)
+	}
+	got.HelperImage, got.HelperImagePullPolicy, got.NodeDisk, got.ConfinePrivileged, got.NodeNetwork = "", "", nil, false, false
 	if gotLimits != "cpu=500m,memory=512Mi" || !reflect.DeepEqual(got.Translator, tr) || FormatResourceList(got.Capacity) != "cpu=4,nvidia.com/gpu=1" || got.TokenMaxAge != want.TokenMaxAge || got.PodSecurityLevel != "restricted" {
 		t.Errorf("round trip: %+v", got)
 	}

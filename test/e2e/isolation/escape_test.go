@@ -1,7 +1,10 @@
 package isolation
 
 import (
+	"fmt"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +17,10 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/google/nftables"
+
+	"github.com/nestdev/nest/internal/controlplane"
+	"github.com/nestdev/nest/internal/nodenet"
 	"github.com/nestdev/nest/internal/testutil"
 )
 
@@ -44,6 +51,7 @@ func (e *env) escapes() []testCase {
 		{"host-network-runs-on-the-pod-network", e.hostNetworkOnPodNetwork},
 		refuse("host-pid-and-ipc", "host namespaces", func(p *corev1.Pod) { p.Spec.HostPID, p.Spec.HostIPC = true, true }),
 		{"host-port-is-not-opened-on-the-host", e.hostPortNotOnHost},
+		{"host-network-pod-reaches-host-ports-inside-its-own-namespace", e.hostNetworkReachesHostPorts},
 		refuse("host-path", "hostPath", volume("root", corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}})),
 		{"persistent-volume-on-a-host-path", e.hostPathClaim},
 		refuse("csi-inline", "csi", volume("csi", corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: "hostpath.csi.k8s.io"}})),
@@ -223,6 +231,72 @@ func (e *env) hostPortNotOnHost(t *testing.T) {
 			t.Errorf("host pod %s has host port %+v", hp.Name, p)
 		}
 	}
+}
+
+// hostNetworkReachesHostPorts: a hostNetwork pod reaches another pod's
+// host port at 127.0.0.1 and at the virtual node's address, as on a node,
+// and has that address bound to its own loopback; the node network agent
+// set that up in the pod's namespace only: the address is on no interface
+// of this machine's, which the host nodes share, and the agent's nftables
+// table is not in its namespace.
+func (e *env) hostNetworkReachesHostPorts(t *testing.T) {
+	const hostPort = 18080
+	e.runServer(t, e.alpha, "hostport-server", func(p *corev1.Pod) {
+		p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 8080, HostPort: hostPort}}
+	})
+	e.runServer(t, e.alpha, "hostport-client", func(p *corev1.Pod) { p.Spec.HostNetwork = true })
+	node, err := e.alpha.Clientset(t).CoreV1().Nodes().Get(e.ctx, controlplane.VirtualNodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeIP := internalIP(node)
+	if nodeIP == "" {
+		t.Fatalf("virtual node %s has no InternalIP", node.Name)
+	}
+	for _, addr := range []string{"127.0.0.1", nodeIP} {
+		url := fmt.Sprintf("http://%s/hostname", net.JoinHostPort(addr, strconv.Itoa(hostPort)))
+		if got := e.mustExec(t, e.alpha, "hostport-client", "get", url); got != "hostport-server" {
+			t.Errorf("hostNetwork pod got %q from %s, want the host port's pod, hostport-server", got, url)
+		}
+	}
+	if trie := e.mustExec(t, e.alpha, "hostport-client", "cat", "/proc/net/fib_trie"); !strings.Contains(trie, nodeIP) {
+		t.Errorf("the virtual node's address %s is not local in the hostNetwork pod:\n%s", nodeIP, trie)
+	}
+	local, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range local {
+		if strings.HasPrefix(a.String(), nodeIP+"/") {
+			t.Errorf("the virtual node's address %s is on an interface of the host's own network namespace", nodeIP)
+		}
+	}
+	if len(local) == 0 {
+		t.Fatal("the host's network namespace lists no address: the check above saw nothing")
+	}
+	conn, err := nftables.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables, err := conn.ListTablesOfFamily(nftables.TableFamilyIPv4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tb := range tables {
+		if tb.Name == nodenet.TableName {
+			t.Errorf("the host's network namespace has the agent's table ip %s", tb.Name)
+		}
+	}
+}
+
+// internalIP is the node's InternalIP, "" without one.
+func internalIP(n *corev1.Node) string {
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			return a.Address
+		}
+	}
+	return ""
 }
 
 func (e *env) runtimeClass(t *testing.T) {
