@@ -195,15 +195,11 @@ func Inspect(netnsPath string) (State, error) {
 // ownNodeIP puts nodeIP/32 on lo and sets up the policy routing rules; see
 // Apply. Every step checks first, so a second call changes nothing.
 func ownNodeIP(ns netns.NsHandle, nodeIP netip.Addr) error {
-	h, err := netlink.NewHandleAt(ns)
+	h, lo, err := loopbackOf(ns)
 	if err != nil {
-		return fmt.Errorf("netlink handle: %w", err)
+		return err
 	}
 	defer h.Close()
-	lo, err := h.LinkByName("lo")
-	if err != nil {
-		return fmt.Errorf("find lo: %w", err)
-	}
 	rules, err := h.RuleList(netlink.FAMILY_V4)
 	if err != nil {
 		return fmt.Errorf("list ip rules: %w", err)
@@ -258,15 +254,11 @@ func ownNodeIP(ns netns.NsHandle, nodeIP netip.Addr) error {
 }
 
 func inspectNodeIP(ns netns.NsHandle, s *State) error {
-	h, err := netlink.NewHandleAt(ns)
+	h, lo, err := loopbackOf(ns)
 	if err != nil {
-		return fmt.Errorf("netlink handle: %w", err)
+		return err
 	}
 	defer h.Close()
-	lo, err := h.LinkByName("lo")
-	if err != nil {
-		return fmt.Errorf("find lo: %w", err)
-	}
 	addrs, err := h.AddrList(lo, netlink.FAMILY_V4)
 	if err != nil {
 		return fmt.Errorf("list addresses of lo: %w", err)
@@ -289,6 +281,20 @@ func inspectNodeIP(ns netns.NsHandle, s *State) error {
 	s.LocalRuleMoved = slices.ContainsFunc(rules, func(r netlink.Rule) bool { return isLocalRule(r, LocalRulePref) }) &&
 		!slices.ContainsFunc(rules, func(r netlink.Rule) bool { return isLocalRule(r, 0) })
 	return nil
+}
+
+// loopbackOf is a netlink handle in ns, which the caller closes, and ns's lo.
+func loopbackOf(ns netns.NsHandle) (*netlink.Handle, netlink.Link, error) {
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return nil, nil, fmt.Errorf("netlink handle: %w", err)
+	}
+	lo, err := h.LinkByName("lo")
+	if err != nil {
+		h.Close()
+		return nil, nil, fmt.Errorf("find lo: %w", err)
+	}
+	return h, lo, nil
 }
 
 func hostNet(a netip.Addr) *net.IPNet {

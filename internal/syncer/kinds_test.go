@@ -27,7 +27,8 @@ import (
 
 // runKindSyncers starts a syncer's informers and kind syncers (no virtual
 // node) over fake tenant and host API servers holding the given objects.
-func runKindSyncers(t *testing.T, tenant, host *fake.Clientset) *syncer {
+// Each of with changes the options first.
+func runKindSyncers(t *testing.T, tenant, host *fake.Clientset, with ...func(*Options)) *syncer {
 	t.Helper()
 	// Cleanups run last first: the syncers stop before their DNS directory
 	// is removed, so no write races the removal.
@@ -35,6 +36,9 @@ func runKindSyncers(t *testing.T, tenant, host *fake.Clientset) *syncer {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	o := Options{Translator: tr, PodSecurityLevel: "baseline", DNSDir: dnsDir, TokenMaxAge: time.Hour}
+	for _, w := range with {
+		w(&o)
+	}
 	s, err := newSyncerFor(ctx, o, tenant, host)
 	if err != nil {
 		t.Fatal(err)

@@ -123,25 +123,6 @@ func TestTenantPodUpdateKeepsTheNodeNetwork(t *testing.T) {
 	}
 }
 
-// runNodeNetworkSyncer starts the kind syncers with a virtual node address
-// and the node network on, as the controller configures them.
-func runNodeNetworkSyncer(t *testing.T, tenant, host *fake.Clientset) *syncer {
-	t.Helper()
-	dnsDir := t.TempDir()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	o := Options{Translator: tr, PodSecurityLevel: "baseline", DNSDir: dnsDir, TokenMaxAge: time.Hour, NodeIP: "10.0.0.9"}
-	o.HelperImage, o.NodeNetwork = "nest.local/nest-syncer:dev", true
-	s, err := newSyncerFor(ctx, o, tenant, host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.startSyncers(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
 func TestNodeNetworkFollowsHostPortPods(t *testing.T) {
 	web := heldPortPod("web", "10.1.0.5", corev1.PodRunning, corev1.ContainerPort{ContainerPort: 80, HostPort: 8080})
 	agent := heldPortPod("agent", "10.1.0.20", corev1.PodRunning)
@@ -151,7 +132,11 @@ func TestNodeNetworkFollowsHostPortPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	tenant, host := fake.NewClientset(web, agent), fake.NewClientset(pt.Pod)
-	runNodeNetworkSyncer(t, tenant, host)
+	// With a virtual node address and the node network on, as the
+	// controller configures nest-syncer.
+	runKindSyncers(t, tenant, host, func(o *Options) {
+		o.NodeIP, o.HelperImage, o.NodeNetwork = "10.0.0.9", "nest.local/nest-syncer:dev", true
+	})
 
 	mappings := func() []nodenet.Mapping {
 		got, err := host.CoreV1().Pods(tr.HostNamespace).Get(context.Background(), pt.Pod.Name, metav1.GetOptions{})
