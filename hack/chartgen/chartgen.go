@@ -58,12 +58,25 @@ const (
 type chartTemplate struct {
 	out  string
 	from []string
-	// verbatim copies the objects as they are, with no chart labels: for
-	// objects that belong to Nest as a whole rather than to a release.
+	// verbatim copies the objects as they are (but for images), with no
+	// chart labels: for objects that belong to Nest as a whole rather than
+	// to a release.
 	verbatim bool
 	// when, if set, is the values.yaml switch (a Helm condition such as
 	// ".Values.nodeNetwork.enabled") the whole template is rendered under.
 	when string
+	// images are containers whose image the chart takes from values.yaml,
+	// verbatim or not: the one field of such objects a chart user must be
+	// able to choose (a registry mirror, a release's tag).
+	images []imageBinding
+}
+
+// imageBinding binds the image and imagePullPolicy of one container of a
+// workload to values.yaml's <values>.repository, <values>.tag and
+// <values>.pullPolicy, which must default to config/'s.
+type imageBinding struct {
+	kind, name, container string
+	values                string
 }
 
 // templates lists every generated template. Each config/ file outside crd/
@@ -80,7 +93,8 @@ var templates = []chartTemplate{
 	{out: "templates/priorityclass.yaml", from: []string{"scheduling/priorityclass.yaml"}, verbatim: true},
 	// The node network agent lives in a namespace of its own, which admits
 	// privileged pods, whatever the release namespace.
-	{out: "templates/node-network.yaml", from: []string{"nodenetwork/node-network.yaml"}, verbatim: true, when: ".Values.nodeNetwork.enabled"},
+	{out: "templates/node-network.yaml", from: []string{"nodenetwork/node-network.yaml"}, verbatim: true, when: ".Values.nodeNetwork.enabled",
+		images: []imageBinding{{kind: "DaemonSet", name: "nest-node-network", container: "agent", values: "nodeNetwork.image"}}},
 }
 
 // notInChart lists the config/ files the chart leaves out on purpose, with why.
@@ -244,6 +258,7 @@ func (g *generator) template(configDir string, tmpl chartTemplate) ([]byte, erro
 	enc := yaml.NewEncoder(&out)
 	enc.SetIndent(2)
 	enc.CompactSeqIndent()
+	bound := map[imageBinding]bool{}
 	for _, src := range tmpl.from {
 		name := ConfigDir + "/" + src
 		docs, err := readDocs(filepath.Join(configDir, filepath.FromSlash(src)), name)
@@ -258,6 +273,9 @@ func (g *generator) template(configDir string, tmpl chartTemplate) ([]byte, erro
 			}
 			obj := doc.Content[0]
 			where := fmt.Sprintf("%s: %s %s", name, scalar(obj, "kind"), scalar(lookup(obj, "metadata"), "name"))
+			if err := g.images(where, tmpl.images, obj, bound); err != nil {
+				return nil, err
+			}
 			if err := noHardcodedNamespace(where, obj, ""); err != nil {
 				return nil, err
 			}
@@ -273,6 +291,12 @@ func (g *generator) template(configDir string, tmpl chartTemplate) ([]byte, erro
 	}
 	if err := enc.Close(); err != nil {
 		return nil, err
+	}
+	for _, b := range tmpl.images {
+		if !bound[b] {
+			return nil, fmt.Errorf("%s: hack/chartgen binds the image of container %s of %s %s to %s/%s's %s, but %s has no such container",
+				tmpl.out, b.container, b.kind, b.name, ChartDir, valuesFile, b.values, strings.Join(prefixed(tmpl.from), ", "))
+		}
 	}
 	text := out.String()
 	if strings.Contains(text, "{{") || strings.Contains(text, "}}") {
@@ -424,15 +448,7 @@ func (g *generator) manager(where string, deploy *yaml.Node) error {
 	if err := g.bind(where, deploy, "spec.replicas", "replicas", inline, "{{ .Values.replicas }}"); err != nil {
 		return err
 	}
-	containers := lookup(deploy, "spec", "template", "spec", "containers")
-	var c *yaml.Node
-	if containers != nil {
-		for _, item := range containers.Content {
-			if scalar(item, "name") == "manager" {
-				c = item
-			}
-		}
-	}
+	c := container(deploy, "manager")
 	if c == nil {
 		return fmt.Errorf("%s: no container named manager", where)
 	}
@@ -440,19 +456,62 @@ func (g *generator) manager(where string, deploy *yaml.Node) error {
 	// Comments in the container explain editing config/ by hand; the chart
 	// documents its knobs in values.yaml instead.
 	clearComments(c)
-	image := lookup(c, "image")
-	repo, tag := stringValue(g.values, "image", "repository"), stringValue(g.values, "image", "tag")
-	if image == nil || image.Value != repo+":"+tag {
-		return fmt.Errorf("%s: image is %v but %s/%s sets image.repository:image.tag %q: make them agree", where, nodeValue(image), ChartDir, valuesFile, repo+":"+tag)
-	}
-	*image = *g.placeholder(inline, `"{{ .Values.image.repository }}:{{ .Values.image.tag }}"`)
-	if err := g.bind(where, c, "imagePullPolicy", "image.pullPolicy", inline, "{{ .Values.image.pullPolicy }}"); err != nil {
+	if err := g.image(where, c, "image"); err != nil {
 		return err
 	}
 	if err := g.bind(where, c, "resources", "resources", block, "toYaml .Values.resources"); err != nil {
 		return err
 	}
 	return g.managerArgs(where, c)
+}
+
+// images binds the containers of obj that bindings name, and records them in
+// bound.
+func (g *generator) images(where string, bindings []imageBinding, obj *yaml.Node, bound map[imageBinding]bool) error {
+	for _, b := range bindings {
+		if scalar(obj, "kind") != b.kind || scalar(lookup(obj, "metadata"), "name") != b.name {
+			continue
+		}
+		c := container(obj, b.container)
+		if c == nil {
+			return fmt.Errorf("%s: no container named %s", where, b.container)
+		}
+		if err := g.image(where+": container "+b.container, c, b.values); err != nil {
+			return err
+		}
+		bound[b] = true
+	}
+	return nil
+}
+
+// container is the container called name in a workload's pod template, or
+// nil.
+func container(workload *yaml.Node, name string) *yaml.Node {
+	containers := lookup(workload, "spec", "template", "spec", "containers")
+	if containers == nil {
+		return nil
+	}
+	for _, c := range containers.Content {
+		if scalar(c, "name") == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// image binds container c's image to values.yaml's <values>.repository and
+// <values>.tag and its imagePullPolicy to <values>.pullPolicy, after
+// checking that those default to config/'s.
+func (g *generator) image(where string, c *yaml.Node, values string) error {
+	image := lookup(c, "image")
+	repo := stringValue(g.values, strings.Split(values+".repository", ".")...)
+	tag := stringValue(g.values, strings.Split(values+".tag", ".")...)
+	if image == nil || image.Value != repo+":"+tag {
+		return fmt.Errorf("%s: image is %v but %s/%s sets %s.repository:%s.tag %q: make them agree",
+			where, nodeValue(image), ChartDir, valuesFile, values, values, repo+":"+tag)
+	}
+	*image = *g.placeholder(inline, fmt.Sprintf(`"{{ .Values.%s.repository }}:{{ .Values.%s.tag }}"`, values, values))
+	return g.bind(where, c, "imagePullPolicy", values+".pullPolicy", inline, fmt.Sprintf("{{ .Values.%s.pullPolicy }}", values))
 }
 
 // managerArgs binds --leader-elect to values.yaml's leaderElect and appends

@@ -59,6 +59,17 @@ func TestTemplatesUseReleaseNamespaceLabelsAndValues(t *testing.T) {
 		!strings.Contains(agent, "kind: DaemonSet") || !strings.Contains(agent, "namespace: nest-node-network") {
 		t.Errorf("templates/node-network.yaml is not config/'s node network agent under nodeNetwork.enabled:\n%s", agent)
 	}
+	for _, want := range []string{
+		"        image: \"{{ .Values.nodeNetwork.image.repository }}:{{ .Values.nodeNetwork.image.tag }}\"\n",
+		"        imagePullPolicy: {{ .Values.nodeNetwork.image.pullPolicy }}\n",
+	} {
+		if !strings.Contains(agent, want) {
+			t.Errorf("templates/node-network.yaml lacks %q:\n%s", want, agent)
+		}
+	}
+	if strings.Contains(agent, "nest.local/nest:dev") {
+		t.Errorf("templates/node-network.yaml keeps config/'s agent image:\n%s", agent)
+	}
 	crd, err := os.ReadFile(filepath.Join(repoRoot, "config/crd/nest.dev_virtualclusters.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -134,6 +145,14 @@ func TestGenerateRefusesWhatTheChartCannotCarry(t *testing.T) {
 			[]string{"config/manager/manager.yaml", "imagePullPolicy", "image.pullPolicy"}},
 		{"resources", "config/manager/manager.yaml", replace("memory: 256Mi", "memory: 512Mi"),
 			[]string{"config/manager/manager.yaml", "resources", "charts/nest/values.yaml sets resources"}},
+		{"agent image", "charts/nest/values.yaml", replace("node-network-agent`).\n  image:\n    repository: nest.local/nest\n    tag: dev", "node-network-agent`).\n  image:\n    repository: nest.local/nest\n    tag: v9"),
+			[]string{"config/nodenetwork/node-network.yaml", "DaemonSet nest-node-network: container agent: image", "charts/nest/values.yaml", "nodeNetwork.image.repository:nodeNetwork.image.tag"}},
+		{"agent pull policy", "config/nodenetwork/node-network.yaml", replace("imagePullPolicy: IfNotPresent", "imagePullPolicy: Always"),
+			[]string{"config/nodenetwork/node-network.yaml", "container agent: imagePullPolicy", "charts/nest/values.yaml sets nodeNetwork.image.pullPolicy"}},
+		{"agent renamed", "config/nodenetwork/node-network.yaml", replace("- name: agent", "- name: helper"),
+			[]string{"config/nodenetwork/node-network.yaml", "DaemonSet nest-node-network", "no container named agent"}},
+		{"agent DaemonSet renamed", "config/nodenetwork/node-network.yaml", replace("kind: DaemonSet\nmetadata:\n  name: nest-node-network", "kind: DaemonSet\nmetadata:\n  name: nest-agent"),
+			[]string{"templates/node-network.yaml", "container agent of DaemonSet nest-node-network", "nodeNetwork.image", "config/nodenetwork/node-network.yaml has no such container"}},
 		{"leader election", "charts/nest/values.yaml", replace("leaderElect: true", "leaderElect: false"),
 			[]string{"config/manager/manager.yaml", "--leader-elect=true", "leaderElect: false"}},
 		{"file not in the chart", "config/extra/configmap.yaml", func(string) string { return "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n" },

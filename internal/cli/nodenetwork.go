@@ -46,7 +46,7 @@ credentials.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			ctx = klog.NewContext(ctx, klog.Background())
-			a := &netagent.Agent{Client: client, NodeName: nodeName, NetnsDir: netnsDir, FindNetns: netagent.FindNetns, Apply: nodenet.Apply}
+			a := &netagent.Agent{Client: client, NodeName: nodeName, NetnsDir: netnsDir, FindNetns: netagent.FindPodNetns, Apply: nodenet.Apply}
 			return a.Run(ctx)
 		},
 	}

@@ -5,12 +5,16 @@
 // internal/syncer/nodenetwork.go for why).
 //
 // It watches the host pods on its own node that carry the annotation and
-// nest-syncer's label, finds each one's network namespace by the pod's IP
-// under the CNI's netns directory, and sets it up with nodenet.Apply. It
-// never touches a namespace it cannot tie to exactly one such pod: not the
-// host node's (a pod with hostNetwork on the host is refused), not one
-// whose IP two namespaces hold, and nothing from a pod without the label,
-// which only nest-syncer's host pods carry and tenants cannot set.
+// nest-syncer's label, finds each one's network namespace under the CNI's
+// netns directory, and sets it up with nodenet.Apply. It never touches a
+// namespace it cannot tie to exactly one such pod (FindPodNetns): the
+// namespace must hold the pod's IP on an interface other than lo and prove
+// it is the pod's, through the pod's helper answering on
+// nodenet.ProofSocket(pod UID) there or the agent's own mark from an
+// earlier proof, because a pod's IP alone may for a moment be another
+// pod's. A pod with hostNetwork on the host is refused (that would be the
+// host node's namespace), and pods without nest-syncer's label and tenant
+// UID annotation, which only its host pods carry, are ignored.
 package netagent
 
 import (
@@ -26,6 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -57,9 +62,9 @@ type Agent struct {
 	NodeName string
 	// NetnsDir holds the pod network namespaces (DefaultNetnsDir).
 	NetnsDir string
-	// FindNetns returns the one network namespace under dir holding ip
-	// (FindNetns in this package).
-	FindNetns func(dir string, ip netip.Addr) (string, error)
+	// FindNetns returns the network namespace under dir of the pod with
+	// IP ip and UID uid (FindPodNetns in this package).
+	FindNetns func(dir string, ip netip.Addr, uid types.UID) (string, error)
 	// Apply sets up one network namespace (nodenet.Apply).
 	Apply func(netnsPath string, c nodenet.Config) error
 
@@ -165,11 +170,11 @@ func (a *Agent) sync(ctx context.Context, key string) error {
 	if !ip.IsValid() {
 		return nil
 	}
-	path, err := a.FindNetns(a.NetnsDir, ip)
+	path, err := a.FindNetns(a.NetnsDir, ip, pod.UID)
 	if err != nil {
 		return err
 	}
-	done := path + "\n" + pod.Annotations[nodenet.Annotation]
+	done := string(pod.UID) + "\n" + path + "\n" + pod.Annotations[nodenet.Annotation]
 	if a.last(key) == done {
 		return nil
 	}
@@ -206,7 +211,7 @@ func (a *Agent) forget(key string) {
 // agent never sets it up.
 func Wanted(pod *corev1.Pod) (netip.Addr, nodenet.Config, error) {
 	raw, ok := pod.Annotations[nodenet.Annotation]
-	if !ok || pod.Labels[syncer.LabelTenantOf] == "" {
+	if !ok || pod.Labels[syncer.LabelTenantOf] == "" || pod.Annotations[syncer.AnnotationTenantUID] == "" {
 		return netip.Addr{}, nodenet.Config{}, nil
 	}
 	if pod.Spec.HostNetwork {
@@ -233,10 +238,12 @@ func ForPod(c nodenet.Config, podIP string) nodenet.Config {
 	out := nodenet.Config{NodeIP: c.NodeIP}
 	for _, m := range c.Mappings {
 		if m.PodIP == podIP {
-			if m.HostIP == "127.0.0.1" {
+			switch m.HostIP {
+			case "127.0.0.1":
 				continue
+			case nodenet.AllAddresses:
+				m.HostIP = c.NodeIP
 			}
-			m.HostIP = c.NodeIP
 		}
 		out.Mappings = append(out.Mappings, m)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -24,7 +25,7 @@ const network = `{"nodeIP":"10.0.0.9","mappings":[{"protocol":"TCP","hostIP":"0.
 func tenantHostPod(name, ip, annotation string) *corev1.Pod {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "vc-alpha", UID: types.UID("uid-" + name),
-			Labels: map[string]string{syncer.LabelTenantOf: "alpha"}, Annotations: map[string]string{}},
+			Labels: map[string]string{syncer.LabelTenantOf: "alpha"}, Annotations: map[string]string{syncer.AnnotationTenantUID: "tenant-uid-" + name}},
 		Spec:   corev1.PodSpec{NodeName: "worker-1"},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip},
 	}
@@ -44,6 +45,7 @@ func TestWantedSetsUpOnlyTenantPodNetworkNamespaces(t *testing.T) {
 		{"a tenant hostNetwork pod", func(*corev1.Pod) {}, "10.1.0.20", ""},
 		{"no annotation", func(p *corev1.Pod) { delete(p.Annotations, nodenet.Annotation) }, "", ""},
 		{"not nest-syncer's pod", func(p *corev1.Pod) { delete(p.Labels, syncer.LabelTenantOf) }, "", ""},
+		{"no tenant pod UID", func(p *corev1.Pod) { delete(p.Annotations, syncer.AnnotationTenantUID) }, "", ""},
 		{"no IP yet", func(p *corev1.Pod) { p.Status.PodIP = "" }, "", ""},
 		{"finished", func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }, "", ""},
 		{"on the host node's network", func(p *corev1.Pod) { p.Spec.HostNetwork = true }, "", "spec.hostNetwork"},
@@ -78,14 +80,16 @@ func TestForPodKeepsAPodsOwnLoopback(t *testing.T) {
 	c := nodenet.Config{NodeIP: "10.0.0.9", Mappings: []nodenet.Mapping{
 		{Protocol: "TCP", HostIP: "0.0.0.0", HostPort: 9100, PodIP: "10.1.0.20", PodPort: 9100},
 		{Protocol: "TCP", HostIP: "127.0.0.1", HostPort: 9101, PodIP: "10.1.0.20", PodPort: 9101},
+		{Protocol: "UDP", HostIP: "10.0.0.9", HostPort: 9102, PodIP: "10.1.0.20", PodPort: 9102},
 		{Protocol: "TCP", HostIP: "0.0.0.0", HostPort: 8080, PodIP: "10.1.0.5", PodPort: 80},
 	}}
 	got := ForPod(c, "10.1.0.20")
 	want := []nodenet.Mapping{
 		{Protocol: "TCP", HostIP: "10.0.0.9", HostPort: 9100, PodIP: "10.1.0.20", PodPort: 9100},
+		{Protocol: "UDP", HostIP: "10.0.0.9", HostPort: 9102, PodIP: "10.1.0.20", PodPort: 9102},
 		{Protocol: "TCP", HostIP: "0.0.0.0", HostPort: 8080, PodIP: "10.1.0.5", PodPort: 80},
 	}
-	if len(got.Mappings) != len(want) || got.Mappings[0] != want[0] || got.Mappings[1] != want[1] {
+	if !slices.Equal(got.Mappings, want) {
 		t.Errorf("ForPod = %+v, want %+v", got.Mappings, want)
 	}
 }
@@ -98,7 +102,7 @@ type recorder struct {
 	applied []string
 }
 
-func (r *recorder) find(_ string, ip netip.Addr) (string, error) {
+func (r *recorder) find(_ string, ip netip.Addr, _ types.UID) (string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if p, ok := r.netns[ip]; ok {

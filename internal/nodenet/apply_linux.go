@@ -38,7 +38,10 @@ const (
 	ReadySysctl = "/proc/sys/net/ipv4/ip_nonlocal_bind"
 	// RouteLocalnetSysctl ("1") stops the kernel dropping, as martian, a
 	// packet from or to 127.0.0.1 that DNAT sends out of eth0 (and its
-	// reply).
+	// reply). It would equally accept packets for 127.0.0.0/8 arriving on
+	// eth0, so that a neighbour on the pod network could reach what the pod
+	// binds to 127.0.0.1 only (CVE-2020-8558); the prerouting chain of
+	// TableName drops those, as kube-proxy does.
 	RouteLocalnetSysctl = "/proc/sys/net/ipv4/conf/all/route_localnet"
 	// ARPIgnoreSysctl ("1"): answer ARP only for addresses of the interface
 	// the request came in on, so the pod never claims NodeIP (on lo) on
@@ -77,6 +80,9 @@ type State struct {
 	// DNATRules is the number of rules in its output chain: one per mapping
 	// and node address (HostIP 0.0.0.0 counts twice).
 	DNATRules int
+	// LoopbackDropRules is the number of rules in its prerouting chain,
+	// which drops 127.0.0.0/8 arriving from outside the namespace: 2.
+	LoopbackDropRules int
 	// NonlocalBind and RouteLocalnet report whether ReadySysctl and
 	// RouteLocalnetSysctl read "1".
 	NonlocalBind, RouteLocalnet bool
@@ -100,8 +106,10 @@ type State struct {
 // /var/run/netns/cni-...) forward c's host ports and own c.NodeIP:
 //
 //  1. it replaces the table ip TableName in one nftables transaction: DNAT
-//     of each host port in output, and masquerade in postrouting of what
-//     was DNAT'ed or comes from NodeIP and leaves the namespace;
+//     of each host port in output, masquerade in postrouting of what was
+//     DNAT'ed or comes from NodeIP and leaves the namespace, and, in
+//     prerouting, a drop of packets from or to 127.0.0.0/8 that did not
+//     come in on lo (see RouteLocalnetSysctl);
 //  2. it writes ARPIgnoreSysctl, ARPAnnounceSysctl and RouteLocalnetSysctl;
 //  3. it adds the rules LocalRulePref and NodeRulePref, then deletes the
 //     default "0: lookup local" rule (in that order, so there is always a
@@ -136,7 +144,7 @@ func Apply(netnsPath string, c Config) error {
 	if err := replaceTable(ns, nodeIP, c.Mappings); err != nil {
 		return fmt.Errorf("nodenet: apply %s: replace nftables table ip %s: %w", netnsPath, TableName, err)
 	}
-	err = inNetNS(ns, func() error {
+	err = InNetNS(ns, func() error {
 		if err := writeSysctl(ARPIgnoreSysctl, arpIgnore); err != nil {
 			return err
 		}
@@ -151,7 +159,7 @@ func Apply(netnsPath string, c Config) error {
 	if err := ownNodeIP(ns, nodeIP); err != nil {
 		return fmt.Errorf("nodenet: apply %s: node address %s: %w", netnsPath, nodeIP, err)
 	}
-	if err := inNetNS(ns, func() error { return writeSysctl(ReadySysctl, "1") }); err != nil {
+	if err := InNetNS(ns, func() error { return writeSysctl(ReadySysctl, "1") }); err != nil {
 		return fmt.Errorf("nodenet: apply %s: sysctls: %w", netnsPath, err)
 	}
 	return nil
@@ -166,10 +174,10 @@ func Inspect(netnsPath string) (State, error) {
 	}
 	defer ns.Close()
 	var s State
-	if s.Table, s.DNATRules, err = inspectTable(ns); err != nil {
+	if err := inspectTable(ns, &s); err != nil {
 		return State{}, fmt.Errorf("nodenet: inspect %s: nftables: %w", netnsPath, err)
 	}
-	err = inNetNS(ns, func() error {
+	err = InNetNS(ns, func() error {
 		var err error
 		if s.RouteLocalnet, err = sysctlIs(RouteLocalnetSysctl, "1"); err != nil {
 			return err
@@ -285,9 +293,9 @@ func inspectNodeIP(ns netns.NsHandle, s *State) error {
 
 // loopbackOf is a netlink handle in ns, which the caller closes, and ns's lo.
 func loopbackOf(ns netns.NsHandle) (*netlink.Handle, netlink.Link, error) {
-	h, err := netlink.NewHandleAt(ns)
+	h, err := handleIn(ns)
 	if err != nil {
-		return nil, nil, fmt.Errorf("netlink handle: %w", err)
+		return nil, nil, err
 	}
 	lo, err := h.LinkByName("lo")
 	if err != nil {
@@ -295,6 +303,22 @@ func loopbackOf(ns netns.NsHandle) (*netlink.Handle, netlink.Link, error) {
 		return nil, nil, fmt.Errorf("find lo: %w", err)
 	}
 	return h, lo, nil
+}
+
+// handleIn is a netlink handle in ns, which the caller closes. Its sockets
+// are made on a thread inside ns and keep that namespace wherever they are
+// used. Not netlink.NewHandleAt: when it cannot switch its thread back, it
+// unlocks the thread anyway, leaving it in ns for other goroutines.
+func handleIn(ns netns.NsHandle) (*netlink.Handle, error) {
+	var h *netlink.Handle
+	err := InNetNS(ns, func() (err error) {
+		h, err = netlink.NewHandle()
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("netlink handle: %w", err)
+	}
+	return h, nil
 }
 
 func hostNet(a netip.Addr) *net.IPNet {
@@ -387,7 +411,37 @@ func replaceTable(ns netns.NsHandle, nodeIP netip.Addr, mappings []Mapping) erro
 	})
 	conn.AddRule(&nftables.Rule{Table: table, Chain: postrouting, Exprs: masqueradeExprs()})
 	conn.AddRule(&nftables.Rule{Table: table, Chain: postrouting, Exprs: masqueradeNodeIPExprs(nodeIP)})
+	// Raw priority, before conntrack and NAT: the rules see the addresses
+	// on the wire. Replies to what output DNAT'ed and postrouting
+	// masqueraded come back to eth0's address, so they are not dropped.
+	prerouting := conn.AddChain(&nftables.Chain{
+		Name: "prerouting", Table: table, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRaw,
+	})
+	conn.AddRule(&nftables.Rule{Table: table, Chain: prerouting, Exprs: dropLoopbackExprs(daddrOffset)})
+	conn.AddRule(&nftables.Rule{Table: table, Chain: prerouting, Exprs: dropLoopbackExprs(saddrOffset)})
 	return conn.Flush()
+}
+
+// Offsets in the IPv4 header of the addresses dropLoopbackExprs matches.
+const (
+	saddrOffset = 12
+	daddrOffset = 16
+)
+
+// dropLoopbackExprs is `iifname != "lo" ip daddr 127.0.0.0/8 drop` (offset
+// daddrOffset) or the same for ip saddr (saddrOffset): RouteLocalnetSysctl
+// would otherwise let a neighbour on the pod network reach the pod's
+// 127.0.0.1, or pass for it.
+func dropLoopbackExprs(offset uint32) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: ifname("lo")},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: 4},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: []byte{255, 0, 0, 0}, Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{127, 0, 0, 0}},
+		&expr.Verdict{Kind: expr.VerdictDrop},
+	}
 }
 
 var protoNumbers = map[string]byte{TCP: unix.IPPROTO_TCP, UDP: unix.IPPROTO_UDP, SCTP: unix.IPPROTO_SCTP}
@@ -457,34 +511,44 @@ func ifname(n string) []byte {
 	return b
 }
 
-func inspectTable(ns netns.NsHandle) (present bool, dnatRules int, err error) {
+// inspectTable sets s.Table, s.DNATRules and s.LoopbackDropRules.
+func inspectTable(ns netns.NsHandle, s *State) error {
 	conn, err := nftables.New(nftables.WithNetNSFd(int(ns)))
 	if err != nil {
-		return false, 0, err
+		return err
 	}
 	tables, err := conn.ListTablesOfFamily(nftables.TableFamilyIPv4)
 	if err != nil {
-		return false, 0, err
+		return err
 	}
-	for _, t := range tables {
-		if t.Name != TableName {
-			continue
-		}
-		rules, err := conn.GetRules(t, &nftables.Chain{Name: "output", Table: t})
-		if err != nil {
-			return true, 0, err
-		}
-		return true, len(rules), nil
+	i := slices.IndexFunc(tables, func(t *nftables.Table) bool { return t.Name == TableName })
+	if i < 0 {
+		return nil
 	}
-	return false, 0, nil
+	s.Table = true
+	t := tables[i]
+	if s.DNATRules, err = countRules(conn, t, "output"); err != nil {
+		return err
+	}
+	s.LoopbackDropRules, err = countRules(conn, t, "prerouting")
+	return err
 }
 
-// inNetNS runs fn on an OS thread switched into ns. /proc/sys/net and new
-// sockets belong to the calling thread's namespace, so the thread is locked.
-// It runs in a goroutine of its own so that, if switching back fails, that
+func countRules(conn *nftables.Conn, t *nftables.Table, chain string) (int, error) {
+	rules, err := conn.GetRules(t, &nftables.Chain{Name: chain, Table: t})
+	return len(rules), err
+}
+
+// InNetNS runs fn on an OS thread switched into the network namespace ns
+// and returns fn's error. /proc/sys/net and new sockets belong to the
+// calling thread's namespace, so the thread is locked; a socket (such as a
+// netlink handle's) made in fn stays in ns after InNetNS returns. fn runs
+// in a goroutine of its own so that, if switching back fails, that
 // goroutine ends still locked and the runtime kills its thread instead of
-// handing a thread in the wrong namespace to other goroutines.
-func inNetNS(ns netns.NsHandle, fn func() error) error {
+// handing a thread in the wrong namespace to other goroutines; the error
+// then says so. fn must not start goroutines that need to be in ns, nor
+// unlock the thread. The caller needs CAP_SYS_ADMIN.
+func InNetNS(ns netns.NsHandle, fn func() error) error {
 	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()

@@ -4,6 +4,7 @@ package nodenet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -132,6 +134,187 @@ func TestApplyForwardsHostPorts(t *testing.T) {
 	}
 }
 
+// route_localnet, which Apply sets, would let a neighbour on the pod network
+// reach what the pod binds to 127.0.0.1 only (CVE-2020-8558), or send it
+// packets that claim to come from there; the prerouting chain drops both.
+// The peer is made to send such packets out of its eth0, and the same
+// sends are shown to arrive once the chain is deleted, so that it is the
+// chain, not a kernel martian check, that stops them.
+func TestApplyDropsLoopbackFromOutside(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test needs root (network namespaces, nftables, setns); run it as root, it is not optional")
+	}
+	podNS, podPath := newNetNS(t, "lo-pod")
+	peerNS, _ := newNetNS(t, "lo-peer")
+	linkNamespaces(t, podNS, peerNS)
+	serveTCP(t, podNS, "127.0.0.1:7778", "loopback-only")
+	spoofed := listenUDP(t, podNS, podIP+":7779")
+	sendLoopbackOut(t, peerNS, podIP)
+	acceptLocalSources(t, podNS)
+	c := Config{NodeIP: nodeIP}
+	if err := Apply(podPath, c); err != nil {
+		t.Fatal(err)
+	}
+	assertState(t, podPath, nodeIP, 0)
+	assertRawPrerouting(t, podNS)
+	const toLoopback, fromLoopback = "tcp 127.0.0.1:7778", "udp " + podIP + ":7779 from 127.0.0.1"
+	expectDropped(t, peerNS, toLoopback, fromLoopback, spoofed)
+
+	deleteChain(t, podNS, "prerouting")
+	expectAnswer(t, peerNS, toLoopback, "loopback-only")
+	send(t, peerNS, fromLoopback)
+	if got, ok := receivedFrom(spoofed, 5*time.Second); !ok || got != "127.0.0.1" {
+		t.Errorf("%s without the prerouting chain: received %t from %q, want it from 127.0.0.1", fromLoopback, ok, got)
+	}
+
+	if err := Apply(podPath, c); err != nil { // puts the chain back
+		t.Fatal(err)
+	}
+	expectDropped(t, peerNS, toLoopback, fromLoopback, spoofed)
+}
+
+// expectDropped checks that a connection to toLoopback fails and that a
+// datagram sent as fromLoopback is not received.
+func expectDropped(t *testing.T, peer netns.NsHandle, toLoopback, fromLoopback string, received net.PacketConn) {
+	t.Helper()
+	if got, err := ask(peer, toLoopback, time.Second); err == nil {
+		t.Errorf("%s, by the peer: answered %q, want no connection", toLoopback, got)
+	}
+	send(t, peer, fromLoopback)
+	if from, ok := receivedFrom(received, time.Second); ok {
+		t.Errorf("%s, by the peer: received from %s, want it dropped", fromLoopback, from)
+	}
+}
+
+// sendLoopbackOut makes ns send 127.0.0.1 out of eth0 to gateway, as a
+// hostile neighbour would: a rule before the local table's picks a main
+// table route for it, and route_localnet lets 127.0.0.1 be a source on
+// eth0 and the answers from it in.
+func sendLoopbackOut(t *testing.T, ns netns.NsHandle, gateway string) {
+	t.Helper()
+	h := handleAt(t, ns)
+	eth0, err := h.LinkByName("eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	loopback := &net.IPNet{IP: net.IPv4(127, 0, 0, 1), Mask: net.CIDRMask(32, 32)}
+	if err := h.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Dst: loopback, Gw: net.ParseIP(gateway)}); err != nil {
+		t.Fatalf("route 127.0.0.1 via %s: %v", gateway, err)
+	}
+	toMain := netlink.NewRule()
+	toMain.Priority, toMain.Table, toMain.Dst = 10, unix.RT_TABLE_MAIN, loopback
+	for _, add := range []*netlink.Rule{localRule(LocalRulePref), toMain} {
+		if err := h.RuleAdd(add); err != nil {
+			t.Fatalf("add rule %v: %v", add, err)
+		}
+	}
+	if err := h.RuleDel(localRule(0)); err != nil {
+		t.Fatalf("delete rule 0 lookup local: %v", err)
+	}
+	inNS(t, ns, func() error { return writeSysctl(RouteLocalnetSysctl, "1") })
+}
+
+// acceptLocalSources makes ns take in, on eth0, packets whose source is one
+// of its own addresses such as 127.0.0.1. By default the kernel drops them
+// as martians (Apply's ip rules make it check every source), so the saddr
+// rule of the prerouting chain is a second line; these sysctls, which a
+// pod may have, show that it holds on its own. rp_filter is turned off
+// too, should the namespace have inherited it from the host.
+func acceptLocalSources(t *testing.T, ns netns.NsHandle) {
+	t.Helper()
+	inNS(t, ns, func() error {
+		return errors.Join(
+			writeSysctl("/proc/sys/net/ipv4/conf/all/accept_local", "1"),
+			writeSysctl("/proc/sys/net/ipv4/conf/all/rp_filter", "0"),
+			writeSysctl("/proc/sys/net/ipv4/conf/eth0/rp_filter", "0"),
+		)
+	})
+}
+
+// assertRawPrerouting checks that the prerouting chain is a filter chain at
+// raw priority: before conntrack and NAT, it sees the addresses on the wire.
+func assertRawPrerouting(t *testing.T, ns netns.NsHandle) {
+	t.Helper()
+	conn, err := nftables.New(nftables.WithNetNSFd(int(ns)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chains, err := conn.ListChainsOfTableFamily(nftables.TableFamilyIPv4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range chains {
+		if c.Table.Name != TableName || c.Name != "prerouting" {
+			continue
+		}
+		if c.Type != nftables.ChainTypeFilter || c.Hooknum == nil || *c.Hooknum != *nftables.ChainHookPrerouting ||
+			c.Priority == nil || *c.Priority != *nftables.ChainPriorityRaw {
+			t.Errorf("chain prerouting: type %s, hook %v, priority %v; want filter, prerouting (%d), raw (%d)",
+				c.Type, deref(c.Hooknum), deref(c.Priority), *nftables.ChainHookPrerouting, *nftables.ChainPriorityRaw)
+		}
+		return
+	}
+	t.Errorf("no chain prerouting in table ip %s", TableName)
+}
+
+func deref[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+func deleteChain(t *testing.T, ns netns.NsHandle, name string) {
+	t.Helper()
+	conn, err := nftables.New(nftables.WithNetNSFd(int(ns)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.DelChain(&nftables.Chain{Name: name, Table: &nftables.Table{Name: TableName, Family: nftables.TableFamilyIPv4}})
+	if err := conn.Flush(); err != nil {
+		t.Fatalf("delete chain %s: %v", name, err)
+	}
+}
+
+func listenUDP(t *testing.T, ns netns.NsHandle, addr string) net.PacketConn {
+	t.Helper()
+	var pc net.PacketConn
+	inNS(t, ns, func() (err error) { pc, err = net.ListenPacket("udp4", addr); return err })
+	t.Cleanup(func() { pc.Close() })
+	return pc
+}
+
+// receivedFrom reads one datagram from pc and returns its source address,
+// or false if none comes within timeout.
+func receivedFrom(pc net.PacketConn, timeout time.Duration) (string, bool) {
+	pc.SetReadDeadline(time.Now().Add(timeout))
+	_, from, err := pc.ReadFrom(make([]byte, 64))
+	if err != nil {
+		return "", false
+	}
+	return from.(*net.UDPAddr).IP.String(), true
+}
+
+// send sends one datagram from inside ns to target, "udp a:p from <ip>",
+// without waiting for an answer.
+func send(t *testing.T, ns netns.NsHandle, target string) {
+	t.Helper()
+	addr, from, _ := strings.Cut(strings.TrimPrefix(target, "udp "), " from ")
+	inNS(t, ns, func() error {
+		to, err := net.ResolveUDPAddr("udp4", addr)
+		if err != nil {
+			return err
+		}
+		conn, err := net.DialUDP("udp4", &net.UDPAddr{IP: net.ParseIP(from)}, to)
+		if err != nil {
+			return fmt.Errorf("%s: %w", target, err)
+		}
+		defer conn.Close()
+		_, err = conn.Write([]byte("x\n"))
+		return err
+	})
+}
+
 func TestApplyErrorNamesPath(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "missing")
 	err := Apply(path, Config{NodeIP: nodeIP})
@@ -143,7 +326,7 @@ func TestApplyErrorNamesPath(t *testing.T) {
 type sysctls struct{ nonlocalBind, routeLocalnet, arpIgnore, arpAnnounce string }
 
 // readSysctls reads the sysctls Apply writes in the calling thread's
-// namespace (the test's own, unless called through inNetNS).
+// namespace (the test's own, unless called through InNetNS).
 func readSysctls(t *testing.T) sysctls {
 	t.Helper()
 	s, err := readSysctlFiles()
@@ -185,7 +368,7 @@ func assertState(t *testing.T, path, node string, rules int) {
 		t.Fatal(err)
 	}
 	want := State{
-		Table: true, DNATRules: rules, NonlocalBind: true, RouteLocalnet: true,
+		Table: true, DNATRules: rules, LoopbackDropRules: 2, NonlocalBind: true, RouteLocalnet: true,
 		ARPIgnore: true, ARPAnnounce: true,
 		NodeIP: node, NodeAddress: true, NodeRule: true, LocalRuleMoved: true,
 	}
@@ -252,7 +435,7 @@ func newNetNS(t *testing.T, role string) (netns.NsHandle, string) {
 	}
 	defer cur.Close()
 	var ns netns.NsHandle
-	err = inNetNS(cur, func() error { // NewNamed moves the thread; inNetNS moves it back
+	err = InNetNS(cur, func() error { // NewNamed moves the thread; InNetNS moves it back
 		var err error
 		ns, err = netns.NewNamed(name)
 		return err
@@ -279,7 +462,7 @@ func newNetNS(t *testing.T, role string) (netns.NsHandle, string) {
 
 func handleAt(t *testing.T, ns netns.NsHandle) *netlink.Handle {
 	t.Helper()
-	h, err := netlink.NewHandleAt(ns)
+	h, err := handleIn(ns)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,7 +505,7 @@ func linkNamespaces(t *testing.T, pod, peer netns.NsHandle) {
 // the thread that creates them.
 func inNS(t *testing.T, ns netns.NsHandle, fn func() error) {
 	t.Helper()
-	if err := inNetNS(ns, fn); err != nil {
+	if err := InNetNS(ns, fn); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -378,7 +561,7 @@ func ask(ns netns.NsHandle, target string, timeout time.Duration) (string, error
 		}
 	}
 	var answer string
-	err := inNetNS(ns, func() error {
+	err := InNetNS(ns, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		conn, err := dialer.DialContext(ctx, network+"4", addr)

@@ -5,12 +5,14 @@ package nodenet
 import (
 	"errors"
 	"fmt"
+
+	"github.com/vishvananda/netns"
 )
 
 // State is what Inspect found in a network namespace; see the linux build.
 type State struct {
 	Table                                 bool
-	DNATRules                             int
+	DNATRules, LoopbackDropRules          int
 	NonlocalBind, RouteLocalnet           bool
 	ARPIgnore, ARPAnnounce                bool
 	NodeIP                                string
@@ -31,4 +33,9 @@ func Apply(netnsPath string, c Config) error {
 // Inspect fails: network namespaces and nftables exist only on linux.
 func Inspect(netnsPath string) (State, error) {
 	return State{}, fmt.Errorf("nodenet: inspect %s: %w", netnsPath, errNotLinux)
+}
+
+// InNetNS fails: network namespaces exist only on linux.
+func InNetNS(ns netns.NsHandle, fn func() error) error {
+	return fmt.Errorf("nodenet: enter network namespace %v: %w", ns, errNotLinux)
 }

@@ -19,9 +19,13 @@ func (s *syncer) addHandlers(ctx context.Context) {
 		AddFunc: func(obj any) {
 			p.hostPodChanged(obj.(*corev1.Pod))
 			s.orphans.add(obj.(*corev1.Pod).Name)
+			s.hostPodNetworkChanged(obj.(*corev1.Pod))
 		},
 		UpdateFunc: func(old, obj any) {
 			p.hostPodChanged(obj.(*corev1.Pod))
+			if old.(*corev1.Pod).Status.PodIP != obj.(*corev1.Pod).Status.PodIP {
+				s.hostPodNetworkChanged(obj.(*corev1.Pod))
+			}
 			p.reportHelperFailures(old.(*corev1.Pod), obj.(*corev1.Pod))
 			if was, is := old.(*corev1.Pod), obj.(*corev1.Pod); was.Status.PodIP != is.Status.PodIP || holdsItsIP(was) != holdsItsIP(is) {
 				s.addSelectorlessServices()

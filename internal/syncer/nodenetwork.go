@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"maps"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -54,12 +55,17 @@ const (
 
 // NodeNetworkOf is the network the virtual node with address nodeIP gives
 // its hostNetwork pods: a mapping for each host port a pod in pods (the
-// pods bound to that node) holds. Finished pods and pods without an IP yet
-// hold none (holdsHostPorts). Admission keeps host ports apart, but a port
-// that two pods hold for a moment (a replacement admitted while the cache
-// still had its predecessor) goes to the older pod rather than failing
-// the whole node.
-func NodeNetworkOf(nodeIP string, pods []*corev1.Pod) nodenet.Config {
+// pods bound to that node) holds, to the pod's IP as ipOf gives it (the
+// host pod's, which the host kubelet writes; "" for none yet). Finished
+// pods and pods without an IPv4 address hold none.
+//
+// A mapping nodenet refuses (a hostIP that is no IPv4 address: the API
+// server does not check it) is left out, and so is a port another pod
+// holds already (a replacement admitted while the cache still had its
+// predecessor: the older pod keeps it), and every mapping past
+// nodenet.MaxMappings: one pod never keeps the node's other pods from
+// their network.
+func NodeNetworkOf(nodeIP string, pods []*corev1.Pod, ipOf func(*corev1.Pod) string) nodenet.Config {
 	sorted := slices.Clone(pods)
 	slices.SortStableFunc(sorted, func(a, b *corev1.Pod) int {
 		return cmp.Or(a.CreationTimestamp.Compare(b.CreationTimestamp.Time), cmp.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name))
@@ -67,12 +73,13 @@ func NodeNetworkOf(nodeIP string, pods []*corev1.Pod) nodenet.Config {
 	c := nodenet.Config{NodeIP: nodeIP}
 	var taken []HostPort
 	for _, p := range sorted {
-		if !holdsHostPorts(p) {
+		ip := ipOf(p)
+		if !holdsHostPorts(p, ip) {
 			continue
 		}
-		for _, m := range hostPortMappings(p) {
+		for _, m := range hostPortMappings(p, ip) {
 			h := HostPort{Protocol: corev1.Protocol(m.Protocol), IP: m.HostIP, Port: m.HostPort}
-			if slices.ContainsFunc(taken, h.conflicts) {
+			if len(c.Mappings) == nodenet.MaxMappings || slices.ContainsFunc(taken, h.conflicts) || !accepted(c, m) {
 				continue
 			}
 			taken = append(taken, h)
@@ -82,19 +89,24 @@ func NodeNetworkOf(nodeIP string, pods []*corev1.Pod) nodenet.Config {
 	return c
 }
 
-// holdsHostPorts reports whether p's host ports can be forwarded to: it is
-// not finished and has an IPv4 address (the agent speaks IPv4 only).
-func holdsHostPorts(p *corev1.Pod) bool {
+// accepted reports whether nodenet takes c with m added.
+func accepted(c nodenet.Config, m nodenet.Mapping) bool {
+	c.Mappings = append(slices.Clip(c.Mappings), m)
+	return c.Validate() == nil
+}
+
+// holdsHostPorts reports whether p's host ports can be forwarded to its IP
+// ip: it is not finished and ip is IPv4 (the agent speaks IPv4 only).
+func holdsHostPorts(p *corev1.Pod, ip string) bool {
 	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 		return false
 	}
-	return p.Status.PodIP != "" && !strings.Contains(p.Status.PodIP, ":")
+	return ip != "" && !strings.Contains(ip, ":")
 }
 
 // hostPortMappings forwards each host port of p's containers to its
-// container port on p's IP, with the kubelet's defaults (TCP, every
-// address).
-func hostPortMappings(p *corev1.Pod) []nodenet.Mapping {
+// container port on ip, with the kubelet's defaults (TCP, every address).
+func hostPortMappings(p *corev1.Pod, ip string) []nodenet.Mapping {
 	var out []nodenet.Mapping
 	for _, list := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
 		for _, c := range list {
@@ -103,8 +115,8 @@ func hostPortMappings(p *corev1.Pod) []nodenet.Mapping {
 					continue
 				}
 				out = append(out, nodenet.Mapping{
-					Protocol: string(cmp.Or(port.Protocol, corev1.ProtocolTCP)), HostIP: cmp.Or(port.HostIP, "0.0.0.0"),
-					HostPort: port.HostPort, PodIP: p.Status.PodIP, PodPort: port.ContainerPort,
+					Protocol: string(cmp.Or(port.Protocol, corev1.ProtocolTCP)), HostIP: cmp.Or(port.HostIP, nodenet.AllAddresses),
+					HostPort: port.HostPort, PodIP: ip, PodPort: port.ContainerPort,
 				})
 			}
 		}
@@ -119,22 +131,38 @@ func (t Translator) waitForNodeNetwork(spec *corev1.PodSpec, node string) {
 	if !t.NodeNetwork || t.HelperImage == "" || node == "" {
 		return
 	}
-	c := t.helperContainer(nodeNetworkName, []string{SyncerBinary, nodeNetworkCommand, "--timeout=" + nodeNetworkWait.String()}, false)
+	c := t.helperContainer(nodeNetworkName, []string{SyncerBinary, nodeNetworkCommand,
+		"--timeout=" + nodeNetworkWait.String(), "--pod-uid=$(" + envPodUID + ")"}, false)
+	c.Env = []corev1.EnvVar{{Name: envPodUID, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.uid"}}}}
 	spec.InitContainers = append([]corev1.Container{c}, spec.InitContainers...)
 }
 
+// envPodUID carries the host pod's UID to the node network helper.
+const envPodUID = "NEST_POD_UID"
+
 // RunNodeNetworkHelper is `nest-syncer wait-node-network`, the helper init
-// container of hostNetwork pods: it returns once nodenet.ReadySysctl reads
-// 1 in the pod's network namespace, which the agent sets last, and fails
-// after --timeout.
+// container of hostNetwork pods: it proves to the agent that this network
+// namespace is pod --pod-uid's by listening on nodenet.ProofSocket there,
+// returns once nodenet.ReadySysctl reads 1, which the agent sets last, and
+// fails after --timeout.
 func RunNodeNetworkHelper(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet(nodeNetworkCommand, flag.ContinueOnError)
 	timeout := fs.Duration("timeout", nodeNetworkWait, "give up after this long")
 	ready := fs.String("ready-file", nodenet.ReadySysctl, "the file the agent sets to 1 when it is done")
+	uid := fs.String("pod-uid", "", "this host pod's UID, which names the socket the agent checks (required)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, *timeout, true, func(context.Context) (bool, error) {
+	if *uid == "" {
+		return fmt.Errorf("--pod-uid is required: the host pod's metadata.uid")
+	}
+	proof, err := net.Listen("unix", nodenet.ProofSocket(*uid))
+	if err != nil {
+		return fmt.Errorf("listen on the node network agent's proof socket: %w", err)
+	}
+	defer proof.Close()
+	go acceptAll(proof)
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, *timeout, true, func(context.Context) (bool, error) {
 		b, err := os.ReadFile(*ready)
 		if err != nil {
 			return false, fmt.Errorf("read %s: %w", *ready, err)
@@ -145,6 +173,18 @@ func RunNodeNetworkHelper(ctx context.Context, args []string) error {
 		return fmt.Errorf("the node network agent did not set up this pod's network within %s: is the nest-node-network DaemonSet running on this host node?", *timeout)
 	}
 	return err
+}
+
+// acceptAll accepts and closes connections on l until it is closed: the
+// agent only needs its dial to succeed.
+func acceptAll(l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		c.Close()
+	}
 }
 
 // nodeNetworkKey is the node network syncer's key of a tenant pod's
@@ -170,7 +210,17 @@ func (s *syncer) nodeNetwork(node string) (string, error) {
 			on = append(on, p)
 		}
 	}
-	return NodeNetworkOf(s.o.NodeIP, on).Encode()
+	return NodeNetworkOf(s.o.NodeIP, on, s.provider.hostPodIP).Encode()
+}
+
+// hostPodIP is the IP the host kubelet gave the tenant pod's host pod; ""
+// without one. The tenant pod's own status is the tenant's to write.
+func (p *podProvider) hostPodIP(tenant *corev1.Pod) string {
+	host, err := p.hostPods.Get(HostName(p.tr.VirtualCluster, tenant.Namespace, tenant.Name))
+	if err != nil || !p.isHostPodOf(host, tenant) {
+		return ""
+	}
+	return host.Status.PodIP
 }
 
 // syncNodeNetwork writes virtual node node's network to the annotation of
@@ -210,6 +260,18 @@ func (s *syncer) syncNodeNetwork(ctx context.Context, node string) (time.Duratio
 func (s *syncer) nodeNetworkChanged(p *corev1.Pod) {
 	if key := nodeNetworkKey(p); key != "" && s.nodeNetworks != nil {
 		s.nodeNetworks.add(key)
+	}
+}
+
+// hostPodNetworkChanged puts the virtual node of host's tenant pod on the
+// node network syncer's queue: a host pod that appeared (made after its
+// node's network last changed) or got its IP.
+func (s *syncer) hostPodNetworkChanged(host *corev1.Pod) {
+	if s.nodeNetworks == nil {
+		return
+	}
+	if tenant, ok := s.provider.tenantPodOf(host); ok {
+		s.nodeNetworkChanged(tenant)
 	}
 }
 

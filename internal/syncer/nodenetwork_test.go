@@ -2,6 +2,7 @@ package syncer
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/nestdev/nest/internal/nodenet"
@@ -36,7 +38,10 @@ func TestNodeNetworkOfForwardsEveryHeldHostPort(t *testing.T) {
 		heldPortPod("web-replacement", "10.1.0.9", corev1.PodRunning, corev1.ContainerPort{ContainerPort: 80, HostPort: 8080, HostIP: "10.0.0.9"}),
 	}
 	pods[len(pods)-1].CreationTimestamp = metav1.NewTime(time.Now())
-	got := NodeNetworkOf("10.0.0.9", pods)
+	// The API server leaves hostIP unchecked: a bad one is left out, and
+	// the node's other ports stay.
+	pods = append(pods, heldPortPod("odd", "10.1.0.10", corev1.PodRunning, corev1.ContainerPort{ContainerPort: 80, HostPort: 7070, HostIP: "not-an-ip"}))
+	got := NodeNetworkOf("10.0.0.9", pods, func(p *corev1.Pod) string { return p.Status.PodIP })
 	// Oldest pod first, then by name; the replacement's port is its
 	// predecessor's until that one is gone.
 	want := []nodenet.Mapping{
@@ -83,6 +88,9 @@ func TestHostNetworkPodWaitsForTheNodeNetworkAgent(t *testing.T) {
 			if sc := h.SecurityContext; sc == nil || sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0 || !*sc.RunAsNonRoot {
 				t.Errorf("helper security context %+v: want non-root with every capability dropped", sc)
 			}
+			if len(h.Env) != 1 || h.Env[0].ValueFrom == nil || h.Env[0].ValueFrom.FieldRef.FieldPath != "metadata.uid" || !slices.Contains(h.Command, "--pod-uid=$("+envPodUID+")") {
+				t.Errorf("helper env %+v and command %v: want the host pod's UID passed as --pod-uid", h.Env, h.Command)
+			}
 			if !slices.Contains(h.Command, nodeNetworkCommand) {
 				t.Errorf("helper command %v does not run %s", h.Command, nodeNetworkCommand)
 			}
@@ -95,18 +103,34 @@ func TestNodeNetworkHelperWaitsForTheAgentsMark(t *testing.T) {
 	if err := os.WriteFile(ready, []byte("0\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	err := RunNodeNetworkHelper(context.Background(), []string{"--timeout=300ms", "--ready-file=" + ready})
+	uid := "uid-" + strings.ReplaceAll(t.Name(), "/", "-")
+	proved := make(chan error, 1)
+	go func() {
+		// The agent's check: the helper answers on the pod's proof socket
+		// while it waits.
+		proved <- wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+			c, err := net.Dial("unix", nodenet.ProofSocket(uid))
+			if err != nil {
+				return false, nil
+			}
+			return true, c.Close()
+		})
+	}()
+	err := RunNodeNetworkHelper(context.Background(), []string{"--timeout=300ms", "--ready-file=" + ready, "--pod-uid=" + uid})
+	if perr := <-proved; perr != nil {
+		t.Errorf("the helper did not answer on its proof socket while it waited: %v", perr)
+	}
 	if err == nil || !strings.Contains(err.Error(), "nest-node-network DaemonSet") {
 		t.Errorf("helper before the agent = %v, want a timeout naming the DaemonSet", err)
 	}
 	if err := os.WriteFile(ready, []byte("1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := RunNodeNetworkHelper(context.Background(), []string{"--timeout=5s", "--ready-file=" + ready}); err != nil {
+	if err := RunNodeNetworkHelper(context.Background(), []string{"--timeout=5s", "--ready-file=" + ready, "--pod-uid=" + uid}); err != nil {
 		t.Errorf("helper after the agent = %v, want nil", err)
 	}
 	missing := filepath.Join(t.TempDir(), "absent")
-	if err := RunNodeNetworkHelper(context.Background(), []string{"--timeout=5s", "--ready-file=" + missing}); err == nil || !strings.Contains(err.Error(), missing) {
+	if err := RunNodeNetworkHelper(context.Background(), []string{"--timeout=5s", "--ready-file=" + missing, "--pod-uid=" + uid}); err == nil || !strings.Contains(err.Error(), missing) {
 		t.Errorf("helper without the file = %v, want an error naming it", err)
 	}
 }
@@ -131,7 +155,15 @@ func TestNodeNetworkFollowsHostPortPods(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tenant, host := fake.NewClientset(web, agent), fake.NewClientset(pt.Pod)
+	webHost, err := tr.TranslatePod(web, defaultMetadata, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The forward goes to the IP the host kubelet gave web's host pod, not
+	// to the one web's tenant status shows, which the tenant may write.
+	webHost.Pod.Status.PodIP = "10.1.0.5"
+	web.Status.PodIP = "10.9.9.9"
+	tenant, host := fake.NewClientset(web, agent), fake.NewClientset(pt.Pod, webHost.Pod)
 	// With a virtual node address and the node network on, as the
 	// controller configures nest-syncer.
 	runKindSyncers(t, tenant, host, func(o *Options) {

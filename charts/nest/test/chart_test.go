@@ -183,7 +183,7 @@ func TestChartRendersWhatConfigInstalls(t *testing.T) {
 // from values.yaml; config/ leaves them to the manager's defaults.
 var chartOnlyFlags = []string{
 	"--kube-image", "--coredns-image", "--syncer-image", "--image-pull-policy",
-	"--host-cluster-domain", "--manager-namespace",
+	"--host-cluster-domain", "--manager-namespace", "--node-network-agent",
 }
 
 // compareArgs checks that the chart's manager args are config/'s, then only
@@ -253,6 +253,24 @@ func TestChartPassesHostNetworkAndMetadata(t *testing.T) {
 	} {
 		if v, ok := has(set, flag); !ok || v != want {
 			t.Errorf("%s%q (present %v), want %q", flag, v, ok, want)
+		}
+	}
+}
+
+// nodeNetwork.enabled: false leaves the privileged agent out and tells the
+// manager so, which then gives hostNetwork pods no helper that waits for it.
+func TestChartNodeNetworkAgentCanBeLeftOut(t *testing.T) {
+	for _, enabled := range []bool{true, false} {
+		objs := render(t, map[string]any{"nodeNetwork": map[string]any{"enabled": enabled}})
+		if got := find(objs, "DaemonSet", "nest-node-network") != nil; got != enabled {
+			t.Errorf("nodeNetwork.enabled %v: DaemonSet rendered = %v", enabled, got)
+		}
+		if got := find(objs, "Namespace", "nest-node-network") != nil; got != enabled {
+			t.Errorf("nodeNetwork.enabled %v: its namespace rendered = %v", enabled, got)
+		}
+		args := managerArgs(t, map[string]any{"nodeNetwork": map[string]any{"enabled": enabled}})
+		if want := fmt.Sprintf("--node-network-agent=%v", enabled); !slices.Contains(args, want) {
+			t.Errorf("nodeNetwork.enabled %v: manager args %v lack %s", enabled, args, want)
 		}
 	}
 }

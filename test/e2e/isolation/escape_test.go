@@ -3,6 +3,9 @@ package isolation
 import (
 	"fmt"
 	"net"
+	"net/netip"
+	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,9 +20,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/google/nftables"
-
 	"github.com/nestdev/nest/internal/controlplane"
+	"github.com/nestdev/nest/internal/netagent"
 	"github.com/nestdev/nest/internal/nodenet"
 	"github.com/nestdev/nest/internal/testutil"
 )
@@ -235,10 +237,8 @@ func (e *env) hostPortNotOnHost(t *testing.T) {
 
 // hostNetworkReachesHostPorts: a hostNetwork pod reaches another pod's
 // host port at 127.0.0.1 and at the virtual node's address, as on a node,
-// and has that address bound to its own loopback; the node network agent
-// set that up in the pod's namespace only: the address is on no interface
-// of this machine's, which the host nodes share, and the agent's nftables
-// table is not in its namespace.
+// and has that address local; the node network agent set that up in the
+// pod's namespace only (noNodeNetworkOnHostNodes).
 func (e *env) hostNetworkReachesHostPorts(t *testing.T) {
 	const hostPort = 18080
 	e.runServer(t, e.alpha, "hostport-server", func(p *corev1.Pod) {
@@ -259,32 +259,37 @@ func (e *env) hostNetworkReachesHostPorts(t *testing.T) {
 			t.Errorf("hostNetwork pod got %q from %s, want the host port's pod, hostport-server", got, url)
 		}
 	}
-	if trie := e.mustExec(t, e.alpha, "hostport-client", "cat", "/proc/net/fib_trie"); !strings.Contains(trie, nodeIP) {
+	local := regexp.MustCompile(`\|-- ` + regexp.QuoteMeta(nodeIP) + `\n\s+/32 host LOCAL`)
+	if trie := e.mustExec(t, e.alpha, "hostport-client", "cat", "/proc/net/fib_trie"); !local.MatchString(trie) {
 		t.Errorf("the virtual node's address %s is not local in the hostNetwork pod:\n%s", nodeIP, trie)
 	}
-	local, err := net.InterfaceAddrs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range local {
-		if strings.HasPrefix(a.String(), nodeIP+"/") {
-			t.Errorf("the virtual node's address %s is on an interface of the host's own network namespace", nodeIP)
+	e.noNodeNetworkOnHostNodes(t, nodeIP)
+}
+
+// noNodeNetworkOnHostNodes: the agent changed no host node's network: the
+// network namespace of each host node (found by its InternalIP) and the
+// machine's own have neither the virtual node's address on lo nor the
+// agent's nftables table.
+func (e *env) noNodeNetworkOnHostNodes(t *testing.T, nodeIP string) {
+	var nodeNetns []string
+	for _, ip := range e.nodeIPs {
+		found, err := netagent.Candidates("/run/netns", netip.MustParseAddr(ip))
+		if err != nil || len(found) != 1 {
+			t.Fatalf("the network namespace of host node %s: %v, %v (want one)", ip, found, err)
 		}
+		nodeNetns = append(nodeNetns, found[0])
 	}
-	if len(local) == 0 {
-		t.Fatal("the host's network namespace lists no address: the check above saw nothing")
-	}
-	conn, err := nftables.New()
+	self, err := os.Readlink("/proc/self/ns/net")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tables, err := conn.ListTablesOfFamily(nftables.TableFamilyIPv4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tb := range tables {
-		if tb.Name == nodenet.TableName {
-			t.Errorf("the host's network namespace has the agent's table ip %s", tb.Name)
+	for _, path := range append(nodeNetns, "/proc/self/ns/net") {
+		s, err := nodenet.Inspect(path)
+		if err != nil {
+			t.Fatalf("inspect %s: %v", path, err)
+		}
+		if s.Table || s.NodeIP != "" || strings.Contains(s.NodeIP, nodeIP) {
+			t.Errorf("host network namespace %s (this process's is %s) has the agent's work: table %v, addresses on lo %q", path, self, s.Table, s.NodeIP)
 		}
 	}
 }
