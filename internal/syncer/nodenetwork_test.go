@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
@@ -135,15 +136,27 @@ func TestNodeNetworkHelperWaitsForTheAgentsMark(t *testing.T) {
 	}
 }
 
+// A tenant pod update rewrites the host pod's annotations from the
+// translation, which knows nothing of the node network: the annotation the
+// node network syncer wrote stays.
 func TestTenantPodUpdateKeepsTheNodeNetwork(t *testing.T) {
-	host := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{nodenet.Annotation: `{"nodeIP":"10.0.0.9"}`, "old": "x"}}}
-	translated := map[string]string{"new": "y"}
-	got := keepNodeNetwork(translated, host)
-	if got[nodenet.Annotation] != `{"nodeIP":"10.0.0.9"}` || got["new"] != "y" || got["old"] != "" {
-		t.Errorf("keepNodeNetwork = %v: want the translated annotations and the node network", got)
+	pod := simplePod("web", "100m")
+	pod.Spec.HostNetwork = true
+	host := hostPodOf(t, pod)
+	const network = `{"nodeIP":"10.0.0.9","mappings":[]}`
+	host.Annotations[nodenet.Annotation] = network
+	p, client := newProvider(t, nil, []runtime.Object{host})
+	upd := pod.DeepCopy()
+	upd.Labels = map[string]string{"tier": "front"}
+	if err := p.UpdatePod(context.Background(), upd); err != nil {
+		t.Fatal(err)
 	}
-	if _, ok := translated[nodenet.Annotation]; ok {
-		t.Error("keepNodeNetwork changed the translation's map")
+	got, err := client.CoreV1().Pods(tr.HostNamespace).Get(context.Background(), host.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Labels["tier"] != "front" || got.Annotations[nodenet.Annotation] != network {
+		t.Errorf("after the update: labels %v, node network %q; want the new label and %q", got.Labels, got.Annotations[nodenet.Annotation], network)
 	}
 }
 
