@@ -31,14 +31,13 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/nestdev/nest/internal/kindsync"
 	"github.com/nestdev/nest/internal/nodenet"
 	"github.com/nestdev/nest/internal/syncer"
 )
@@ -46,11 +45,6 @@ import (
 // DefaultNetnsDir is where containerd and CRI-O bind-mount pod network
 // namespaces (the CNI's /var/run/netns).
 const DefaultNetnsDir = "/var/run/netns"
-
-// resyncPeriod is how often every pod is looked at again: a sandbox made
-// again (same pod, new network namespace) is set up by then at the latest,
-// and usually at once, by the pod's new IP.
-const resyncPeriod = 5 * time.Minute
 
 // Agent sets up the network namespaces of the tenant hostNetwork pods on
 // one host node.
@@ -69,7 +63,7 @@ type Agent struct {
 	Apply func(netnsPath string, c nodenet.Config) error
 
 	pods  corelisters.PodLister
-	queue workqueue.TypedRateLimitingInterface[string]
+	syncs *kindsync.Syncer
 	mu    sync.Mutex
 	// applied is, per pod key, what was last set up: the namespace and the
 	// annotation, so an unchanged pod is not set up again.
@@ -81,13 +75,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.NodeName == "" {
 		return fmt.Errorf("the node name is empty: pass --node-name=$(NODE_NAME) from the downward API")
 	}
-	factory := informers.NewSharedInformerFactoryWithOptions(a.Client, resyncPeriod, informers.WithTweakListOptions(a.listOptions))
+	factory := informers.NewSharedInformerFactoryWithOptions(a.Client, 0, informers.WithTweakListOptions(a.listOptions))
 	informer := factory.Core().V1().Pods()
 	a.pods = informer.Lister()
 	a.applied = map[string]string{}
-	a.queue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-		workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodenetwork"})
-	defer a.queue.ShutDown()
+	// The resync looks at every pod again: a sandbox made again (same pod,
+	// new network namespace) is set up by then at the latest, and usually
+	// at once, by the pod's new IP.
+	a.syncs = kindsync.New("nodenetwork-agent", 1, a.sync, a.keys)
 	_, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    a.enqueue,
 		UpdateFunc: func(_, obj any) { a.enqueue(obj) },
@@ -103,9 +98,21 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 	klog.FromContext(ctx).Info("Node network agent started", "node", a.NodeName, "netnsDir", a.NetnsDir)
-	go wait.UntilWithContext(ctx, a.work, time.Second)
-	<-ctx.Done()
+	a.syncs.Run(ctx)
 	return nil
+}
+
+// keys lists every pod the informer holds, for the resync.
+func (a *Agent) keys() []string {
+	pods, err := a.pods.List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	out := make([]string, 0, len(pods))
+	for _, p := range pods {
+		out = append(out, p.Namespace+"/"+p.Name)
+	}
+	return out
 }
 
 // listOptions selects nest-syncer's host pods on the agent's node.
@@ -117,73 +124,61 @@ func (a *Agent) listOptions(o *metav1.ListOptions) {
 
 func (a *Agent) enqueue(obj any) {
 	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
-		a.queue.Add(key)
+		a.syncs.Add(key)
 	}
-}
-
-func (a *Agent) work(ctx context.Context) {
-	for a.processNext(ctx) {
-	}
-}
-
-func (a *Agent) processNext(ctx context.Context) bool {
-	key, quit := a.queue.Get()
-	if quit {
-		return false
-	}
-	defer a.queue.Done(key)
-	if err := a.sync(ctx, key); err != nil {
-		klog.FromContext(ctx).Info("Setting up a pod's network failed; retrying", "pod", key, "err", err.Error())
-		a.queue.AddRateLimited(key)
-		return true
-	}
-	a.queue.Forget(key)
-	return true
 }
 
 // sync sets up the network namespace of the pod key, if it wants one and
 // it differs from what was set up last.
-func (a *Agent) sync(ctx context.Context, key string) error {
+func (a *Agent) sync(ctx context.Context, key string) (time.Duration, error) {
 	ns, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
-		return nil
+		return 0, nil
 	}
 	pod, err := a.pods.Pods(ns).Get(name)
 	if apierrors.IsNotFound(err) {
 		// Its network namespace goes with its sandbox.
 		a.forget(key)
-		return nil
+		return 0, nil
 	}
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if pod.Spec.NodeName != a.NodeName {
 		// The field selector keeps these away; a pod of another node is
 		// never set up here, whatever the API server sends.
-		return nil
+		return 0, nil
 	}
 	ip, c, err := Wanted(pod)
 	if err != nil {
-		klog.FromContext(ctx).Error(err, "Pod's node network refused", "pod", key)
-		return nil
+		// Retrying cannot help; the pod's next change is looked at again.
+		return 0, kindsync.Terminal(fmt.Errorf("pod %s: node network refused: %w", key, err))
 	}
 	if !ip.IsValid() {
-		return nil
+		return 0, nil
 	}
 	path, err := a.FindNetns(a.NetnsDir, ip, pod.UID)
 	if err != nil {
-		return err
+		return 0, retrying(ctx, key, err)
 	}
 	done := string(pod.UID) + "\n" + path + "\n" + pod.Annotations[nodenet.Annotation]
 	if a.last(key) == done {
-		return nil
+		return 0, nil
 	}
 	if err := a.Apply(path, c); err != nil {
-		return err
+		return 0, retrying(ctx, key, err)
 	}
 	a.remember(key, done)
 	klog.FromContext(ctx).Info("Pod's node network set up", "pod", key, "netns", path, "mappings", len(c.Mappings))
-	return nil
+	return 0, nil
+}
+
+// retrying logs err where an operator looks first (the pod's helper waits
+// for the agent and names it when it gives up) and returns it for a retry
+// with backoff.
+func retrying(ctx context.Context, key string, err error) error {
+	klog.FromContext(ctx).Info("Setting up a pod's network failed; retrying", "pod", key, "err", err.Error())
+	return err
 }
 
 func (a *Agent) last(key string) string {

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/nestdev/nest/internal/atomicfile"
+	"github.com/nestdev/nest/internal/kindsync"
 )
 
 // HostsFileName and ZoneFileName are the files the syncer writes for the
@@ -42,7 +43,7 @@ type serviceSyncer struct {
 	hostServices   corelisters.ServiceNamespaceLister
 	// dns rewrites the hosts file; every Service change asks it to, and
 	// nodePorts (nil without node ports) to re-read the tenant's node ports.
-	dns, nodePorts *kindSyncer
+	dns, nodePorts *kindsync.Syncer
 	last           []byte
 	// lastZone and zoneSerial are the zone file's last records and serial.
 	lastZone   []string
@@ -50,7 +51,7 @@ type serviceSyncer struct {
 }
 
 func newServiceSyncer(s *serviceSyncer) *serviceSyncer {
-	s.dns = newKindSyncer("dns", 1, s.syncDNS, func() []string { return []string{hostsKey} })
+	s.dns = kindsync.New("dns", 1, s.syncDNS, func() []string { return []string{hostsKey} })
 	return s
 }
 
@@ -79,11 +80,11 @@ func (s *serviceSyncer) copies() hostCopy[*corev1.Service] {
 func (s *serviceSyncer) syncService(ctx context.Context, key string) (time.Duration, error) {
 	namespace, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
-		return 0, terminal(err)
+		return 0, kindsync.Terminal(err)
 	}
-	defer s.dns.add(hostsKey)
+	defer s.dns.Add(hostsKey)
 	if s.nodePorts != nil {
-		defer s.nodePorts.add(nodePortsKey)
+		defer s.nodePorts.Add(nodePortsKey)
 	}
 	hostName := HostName(s.tr.VirtualCluster, namespace, name)
 	svc, err := s.tenantServices.Services(namespace).Get(name)

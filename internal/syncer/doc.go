@@ -19,8 +19,8 @@
 // Every translation is a pure function of its inputs and is unit-tested; the
 // provider (provider.go) wires them to the two API servers.
 //
-// Each kind besides pods has its own syncer (queue.go, handlers.go): tenant
-// and host informer events put the tenant object's key on the kind's
+// Each kind besides pods has its own syncer (internal/kindsync, handlers.go):
+// tenant and host informer events put the tenant object's key on the kind's
 // rate-limited client-go work queue, a failed sync is retried with per-key
 // backoff until it succeeds or the object is gone, and a periodic resync puts
 // every key back. Pods go through virtual-kubelet's own queues. Queue depth,

@@ -21,6 +21,8 @@ import (
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/nestdev/nest/internal/kindsync"
 )
 
 // Tenant Services without a selector have the endpoints the tenant writes
@@ -133,7 +135,7 @@ type endpointSliceSyncer struct {
 func (e *endpointSliceSyncer) sync(ctx context.Context, key string) (time.Duration, error) {
 	namespace, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
-		return 0, terminal(err)
+		return 0, kindsync.Terminal(err)
 	}
 	have, err := e.hostSlices.List(labels.SelectorFromSet(labels.Set{LabelTenantNamespace: namespace, LabelTenantService: name}))
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/nestdev/nest/internal/kindsync"
 )
 
 // The gatekeeper stands between a tenant and its grant in a member cluster.
@@ -75,11 +77,11 @@ func (s *syncer) wireGatekeeper() {
 	g := &gatekeeper{held: map[string]bool{}}
 	s.provider.gate = g
 	s.provider.capacity.nodes = nil
-	s.held = newKindSyncer("member-"+s.o.Member+"-held", 1, s.syncHeld, g.keys)
-	s.provider.retryHeld = func(key string) { s.held.queue.AddAfter(key, heldRetry) }
+	s.held = kindsync.New("member-"+s.o.Member+"-held", 1, s.syncHeld, g.keys)
+	s.provider.retryHeld = func(key string) { s.held.Queue.AddAfter(key, heldRetry) }
 	retryAll := func() {
 		for _, k := range g.keys() {
-			s.held.add(k)
+			s.held.Add(k)
 		}
 	}
 	_, _ = s.pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{

@@ -9,6 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/nestdev/nest/internal/kindsync"
 )
 
 // addHandlers connects informer events to the syncers: each kind's events,
@@ -18,7 +20,7 @@ func (s *syncer) addHandlers(ctx context.Context) {
 	_, _ = s.hostF.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			p.hostPodChanged(obj.(*corev1.Pod))
-			s.orphans.add(obj.(*corev1.Pod).Name)
+			s.orphans.Add(obj.(*corev1.Pod).Name)
 			s.hostPodNetworkChanged(obj.(*corev1.Pod))
 		},
 		UpdateFunc: func(old, obj any) {
@@ -54,7 +56,7 @@ func (s *syncer) addHandlers(ctx context.Context) {
 		},
 		DeleteFunc: func(obj any) {
 			if pod, ok := unwrap(obj).(*corev1.Pod); ok {
-				s.orphans.add(HostName(s.o.VirtualCluster, pod.Namespace, pod.Name))
+				s.orphans.Add(HostName(s.o.VirtualCluster, pod.Namespace, pod.Name))
 				s.nodeNetworkChanged(pod)
 			}
 		},
@@ -64,14 +66,14 @@ func (s *syncer) addHandlers(ctx context.Context) {
 	_, _ = s.tenantF.Core().V1().Secrets().Informer().AddEventHandler(onEvery(addKey(s.secrets)))
 	_, _ = s.hostF.Core().V1().Secrets().Informer().AddEventHandler(onEvery(func(obj metav1.Object) {
 		if obj.GetLabels()[LabelTokenSecret] == "true" {
-			s.tokens.add(obj.GetName())
+			s.tokens.Add(obj.GetName())
 			return
 		}
 		addTenantKey(s.secrets)(obj)
 	}))
 	if s.o.Member == "" {
 		s.addServiceHandlers()
-		_, _ = s.membersF.Core().V1().Secrets().Informer().AddEventHandler(onEvery(func(metav1.Object) { s.members.add(membersKey) }))
+		_, _ = s.membersF.Core().V1().Secrets().Informer().AddEventHandler(onEvery(func(metav1.Object) { s.members.Add(membersKey) }))
 	}
 	_, _ = s.events.Core().V1().Events().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { s.forwardEvent(obj.(*corev1.Event)) },
@@ -97,15 +99,15 @@ func (s *syncer) addServiceHandlers() {
 	}))
 	dns := s.serviceSync.dns
 	_, _ = s.tenantF.Discovery().V1().EndpointSlices().Informer().AddEventHandler(onEvery(func(obj metav1.Object) {
-		dns.add(hostsKey)
+		dns.Add(hostsKey)
 		if svc := obj.GetLabels()[discoveryv1.LabelServiceName]; svc != "" {
-			s.slices.add(obj.GetNamespace() + "/" + svc)
+			s.slices.Add(obj.GetNamespace() + "/" + svc)
 		}
 		s.clusterDNSChanged(obj)
 	}))
 	_, _ = s.hostF.Discovery().V1().EndpointSlices().Informer().AddEventHandler(onEvery(func(obj metav1.Object) {
 		if ns, svc := obj.GetLabels()[LabelTenantNamespace], obj.GetLabels()[LabelTenantService]; ns != "" && svc != "" {
-			s.slices.add(ns + "/" + svc)
+			s.slices.Add(ns + "/" + svc)
 		}
 	}))
 	// New dedicated pod CIDRs change which endpoints every Service's host
@@ -113,7 +115,7 @@ func (s *syncer) addServiceHandlers() {
 	_, _ = s.dedicatedF.Core().V1().ConfigMaps().Informer().AddEventHandler(onEvery(func(metav1.Object) {
 		services, _ := s.serviceSync.tenantServices.List(labels.Everything())
 		for _, svc := range services {
-			s.slices.add(svc.Namespace + "/" + svc.Name)
+			s.slices.Add(svc.Namespace + "/" + svc.Name)
 		}
 	}))
 }
@@ -127,7 +129,7 @@ func (s *syncer) clusterDNSChanged(obj metav1.Object) {
 	}
 	switch obj.GetNamespace() + "/" + obj.GetName() {
 	case clusterDNSKey, ClusterDNSNamespace + "/" + clusterDNSSlice, metav1.NamespaceDefault + "/kubernetes":
-		s.clusterDNS.add(clusterDNSKey)
+		s.clusterDNS.Add(clusterDNSKey)
 	}
 }
 
@@ -141,7 +143,7 @@ func (s *syncer) addSelectorlessServices() {
 	services, _ := s.serviceSync.tenantServices.List(labels.Everything())
 	for _, svc := range services {
 		if len(svc.Spec.Selector) == 0 {
-			s.slices.add(svc.Namespace + "/" + svc.Name)
+			s.slices.Add(svc.Namespace + "/" + svc.Name)
 		}
 	}
 }
@@ -158,16 +160,16 @@ func onEvery(f func(metav1.Object)) cache.ResourceEventHandlerFuncs {
 }
 
 // addKey queues a tenant object's "namespace/name".
-func addKey(k *kindSyncer) func(metav1.Object) {
-	return func(obj metav1.Object) { k.add(obj.GetNamespace() + "/" + obj.GetName()) }
+func addKey(k *kindsync.Syncer) func(metav1.Object) {
+	return func(obj metav1.Object) { k.Add(obj.GetNamespace() + "/" + obj.GetName()) }
 }
 
 // addTenantKey queues the "namespace/name" of the tenant object a host copy
 // stands for, so a copy changed or deleted from outside is put right.
-func addTenantKey(k *kindSyncer) func(metav1.Object) {
+func addTenantKey(k *kindsync.Syncer) func(metav1.Object) {
 	return func(obj metav1.Object) {
 		if ns, name, ok := TenantKey(obj.GetAnnotations()); ok {
-			k.add(ns + "/" + name)
+			k.Add(ns + "/" + name)
 		}
 	}
 }

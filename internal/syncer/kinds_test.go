@@ -2,7 +2,6 @@ package syncer
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net/http/httptest"
 	"os"
@@ -20,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/nestdev/nest/internal/kindsync"
 )
 
 // The kind syncers run here as in nest-syncer, over real informers and work
@@ -75,11 +76,11 @@ func eventually(t *testing.T, what string, cond func() (bool, error)) {
 
 // drain waits until the queues are empty and no key is being synced, then
 // stops them, so a check that nothing was written sees every sync's effect.
-func drain(t *testing.T, queues ...*kindSyncer) {
+func drain(t *testing.T, queues ...*kindsync.Syncer) {
 	t.Helper()
 	for _, k := range queues {
-		eventually(t, k.kind+" queue empty", func() (bool, error) { return k.queue.Len() == 0, nil })
-		k.queue.ShutDownWithDrain()
+		eventually(t, k.Kind+" queue empty", func() (bool, error) { return k.Queue.Len() == 0, nil })
+		k.Queue.ShutDownWithDrain()
 	}
 }
 
@@ -313,7 +314,7 @@ func TestSyncFailuresShowInMetrics(t *testing.T) {
 		_, err := hostConfigMapData(host, "settings")
 		return err == nil, nil
 	})
-	srv := httptest.NewServer(metricsHandler())
+	srv := httptest.NewServer(kindsync.MetricsHandler())
 	defer srv.Close()
 	resp, err := srv.Client().Get(srv.URL)
 	if err != nil {
@@ -331,25 +332,5 @@ func TestSyncFailuresShowInMetrics(t *testing.T) {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
-	}
-}
-
-func TestTerminalErrorsAreNotRetried(t *testing.T) {
-	var calls atomic.Int32
-	k := newKindSyncer("terminal-test", 1, func(context.Context, string) (time.Duration, error) {
-		calls.Add(1)
-		return 0, terminal(errors.New("name taken"))
-	}, func() []string { return nil })
-	k.add("shop/x")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if !k.processNext(ctx) {
-		t.Fatal("queue shut down")
-	}
-	if k.queue.Len() != 0 || k.queue.NumRequeues("shop/x") != 0 {
-		t.Errorf("terminal error requeued: len %d, requeues %d", k.queue.Len(), k.queue.NumRequeues("shop/x"))
-	}
-	if calls.Load() != 1 {
-		t.Errorf("%d syncs, want 1", calls.Load())
 	}
 }

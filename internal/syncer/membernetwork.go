@@ -30,6 +30,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nestdev/nest/internal/atomicfile"
+	"github.com/nestdev/nest/internal/kindsync"
 )
 
 // The path from a member's pods back to their tenant, when the
@@ -407,11 +408,11 @@ func ensureMemberDNSService(ctx context.Context, member kubernetes.Interface, na
 // tenant Service change wakes.
 func (s *syncer) wireMemberNetwork(n *memberNetwork) error {
 	n.tenantServices = s.serviceSync.tenantServices
-	s.network = newKindSyncer("membernetwork", 1, n.sync, func() []string { return []string{memberNetworkKey} })
+	s.network = kindsync.New("membernetwork", 1, n.sync, func() []string { return []string{memberNetworkKey} })
 	_, err := s.tenantF.Core().V1().Services().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { s.network.add(memberNetworkKey) },
-		UpdateFunc: func(any, any) { s.network.add(memberNetworkKey) },
-		DeleteFunc: func(any) { s.network.add(memberNetworkKey) },
+		AddFunc:    func(any) { s.network.Add(memberNetworkKey) },
+		UpdateFunc: func(any, any) { s.network.Add(memberNetworkKey) },
+		DeleteFunc: func(any) { s.network.Add(memberNetworkKey) },
 	})
 	return err
 }

@@ -25,6 +25,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/transport"
 	"k8s.io/klog/v2"
+
+	"github.com/nestdev/nest/internal/kindsync"
 )
 
 // membersKey is the one key of the members syncer: the placements are
@@ -74,7 +76,7 @@ func (s *syncer) wireMembers(host kubernetes.Interface) {
 	lister := s.membersF.Core().V1().Secrets().Lister().Secrets(s.o.HostNamespace)
 	s.placer = &memberPlacer{parent: s, running: map[string]*runningMember{},
 		secrets: func() (*corev1.Secret, error) { return lister.Get(name) }}
-	s.members = newKindSyncer("members", 1, s.placer.sync, func() []string { return []string{membersKey} })
+	s.members = kindsync.New("members", 1, s.placer.sync, func() []string { return []string{membersKey} })
 }
 
 // sync brings the running member syncers in line with MembersSecret. A
@@ -83,7 +85,7 @@ func (s *syncer) wireMembers(host kubernetes.Interface) {
 func (m *memberPlacer) sync(ctx context.Context, _ string) (time.Duration, error) {
 	want, err := m.placements()
 	if err != nil {
-		return 0, terminal(err)
+		return 0, kindsync.Terminal(err)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -161,11 +163,11 @@ func (m *memberPlacer) start(ctx context.Context, p MemberPlacement) error {
 	token.set(p.Token)
 	o, err := memberOptions(m.parent.o, p, port, token)
 	if err != nil {
-		return terminal(err)
+		return kindsync.Terminal(err)
 	}
 	member, err := kubernetes.NewForConfig(o.Host)
 	if err != nil {
-		return terminal(fmt.Errorf("client for member %s: %w", p.Name, err))
+		return kindsync.Terminal(fmt.Errorf("client for member %s: %w", p.Name, err))
 	}
 	if p.NodePortAddress != "" {
 		dctx, dcancel := context.WithTimeout(ctx, memberProbeInterval)
@@ -208,7 +210,7 @@ func (m *memberPlacer) start(ctx context.Context, p MemberPlacement) error {
 			delete(m.running, p.Name)
 		}
 		m.mu.Unlock()
-		m.parent.members.queue.AddAfter(membersKey, memberRestartDelay)
+		m.parent.members.Queue.AddAfter(membersKey, memberRestartDelay)
 	}()
 	log.Info("Member syncer started", "node", MemberNodeName(p.Name), "kubeletPort", port)
 	return nil
@@ -413,7 +415,7 @@ func (s *syncer) runMember(ctx context.Context, member kubernetes.Interface) err
 		defer func() { _ = srv.Close() }()
 		// The way back to the tenant (DNS, the injector) before the node
 		// is Ready; the network syncer keeps it from then on.
-		if _, err := s.network.sync(ctx, memberNetworkKey); err != nil {
+		if _, err := s.network.SyncNow(ctx, memberNetworkKey); err != nil {
 			klog.FromContext(ctx).Info("The member's network is not complete yet; pods wait for the injector", "err", err.Error())
 		}
 	}
@@ -423,9 +425,9 @@ func (s *syncer) runMember(ctx context.Context, member kubernetes.Interface) err
 // shutDownIdleQueues ends the queues a member syncer makes but never runs
 // (Services, DNS, node ports), with their goroutines.
 func (s *syncer) shutDownIdleQueues() {
-	for _, k := range []*kindSyncer{s.services, s.slices, s.serviceSync.dns, s.serviceSync.nodePorts, s.clusterDNS} {
+	for _, k := range []*kindsync.Syncer{s.services, s.slices, s.serviceSync.dns, s.serviceSync.nodePorts, s.clusterDNS} {
 		if k != nil {
-			k.queue.ShutDown()
+			k.Queue.ShutDown()
 		}
 	}
 }

@@ -18,6 +18,8 @@ import (
 	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/nestdev/nest/internal/kindsync"
 )
 
 func gpuPlacement() MemberPlacement {
@@ -256,7 +258,7 @@ func TestMemberPlacerStartsRenewsAndStopsMemberSyncers(t *testing.T) {
 	m := &memberPlacer{parent: &syncer{o: Options{Translator: tr, PodSecurityLevel: "baseline", Host: &rest.Config{}, DNSDir: dnsDir}, tenant: tenant,
 		provider: &podProvider{host: host}},
 		running: map[string]*runningMember{}, secrets: func() (*corev1.Secret, error) { return current, nil }}
-	m.parent.members = newKindSyncer("members-test", 1, m.sync, nil)
+	m.parent.members = kindsync.New("members-test", 1, m.sync, nil)
 	if _, err := m.sync(ctx, membersKey); err != nil {
 		t.Fatal(err)
 	}

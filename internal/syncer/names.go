@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nestdev/nest/internal/kindsync"
 )
 
 // Labels and annotations on host objects the syncer makes. Tenants may not
@@ -81,7 +83,7 @@ func isCopyOf(host metav1.Object, vc, namespace, name string) bool {
 // of the tenant object tenantKey ("namespace/name") but is not that copy. It
 // is terminal: retrying cannot change whose object it is.
 func notOurCopy(kind string, host metav1.Object, tenantKey string) error {
-	return terminal(fmt.Errorf("host %s %s/%s already exists and is not the copy of %s: refusing to overwrite or delete it; rename the tenant object, or ask the host administrator to remove the host %s",
+	return kindsync.Terminal(fmt.Errorf("host %s %s/%s already exists and is not the copy of %s: refusing to overwrite or delete it; rename the tenant object, or ask the host administrator to remove the host %s",
 		kind, host.GetNamespace(), host.GetName(), tenantKey, kind))
 }
 

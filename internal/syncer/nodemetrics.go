@@ -7,6 +7,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/component-base/metrics"
+
+	"github.com/nestdev/nest/internal/kindsync"
 )
 
 // nodeMetricsHandler serves the virtual node's kubelet /metrics: the pod and
@@ -25,7 +27,7 @@ func nodeMetricsHandler(pods corelisters.PodLister) http.Handler {
 		Help: "Running containers of the tenant pods on the virtual node.",
 	})
 	reg := metrics.NewKubeRegistry()
-	reg.MustRegister(runningPods, runningContainers, syncDuration, syncErrors)
+	reg.MustRegister(append([]metrics.Registerable{runningPods, runningContainers}, kindsync.SyncMetrics()...)...)
 	serve := metrics.HandlerFor(reg, metrics.HandlerOpts{})
 	// Counted at each scrape from the informer's cache, as the kubelet
 	// counts from its pod manager: nothing to keep in step between scrapes.

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
+	"github.com/nestdev/nest/internal/kindsync"
 	"github.com/nestdev/nest/internal/nodenet"
 )
 
@@ -228,7 +229,7 @@ func (p *podProvider) hostPodIP(tenant *corev1.Pod) string {
 func (s *syncer) syncNodeNetwork(ctx context.Context, node string) (time.Duration, error) {
 	want, err := s.nodeNetwork(node)
 	if err != nil {
-		return 0, terminal(fmt.Errorf("virtual node %s: %w", node, err))
+		return 0, kindsync.Terminal(fmt.Errorf("virtual node %s: %w", node, err))
 	}
 	all, err := s.pods.Lister().List(labels.Everything())
 	if err != nil {
@@ -259,7 +260,7 @@ func (s *syncer) syncNodeNetwork(ctx context.Context, node string) (time.Duratio
 // syncer's queue when p concerns it.
 func (s *syncer) nodeNetworkChanged(p *corev1.Pod) {
 	if key := nodeNetworkKey(p); key != "" && s.nodeNetworks != nil {
-		s.nodeNetworks.add(key)
+		s.nodeNetworks.Add(key)
 	}
 }
 

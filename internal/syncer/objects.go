@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+
+	"github.com/nestdev/nest/internal/kindsync"
 )
 
 // HostConfigMap returns the host copy of a tenant ConfigMap.
@@ -299,7 +301,7 @@ func syncCopy[T interface {
 }](ctx context.Context, o *objectSyncer, key, kind string, tenant tenantGetter[T], copies hostCopy[T], translate func(T) T) error {
 	namespace, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
-		return terminal(err)
+		return kindsync.Terminal(err)
 	}
 	hostName := HostName(o.tr.VirtualCluster, namespace, name)
 	_, cacheErr := copies.cached(hostName)

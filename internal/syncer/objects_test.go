@@ -15,6 +15,8 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/nestdev/nest/internal/kindsync"
 )
 
 // newObjectSyncer is an objectSyncer over a fake host API server holding
@@ -206,7 +208,7 @@ func TestServiceCopyIsNotWrittenOverAForeignService(t *testing.T) {
 	recorder := record.NewFakeRecorder(10)
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop"}, Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"}}}
 	s := newTestServiceSyncer(t, host, recorder, svc)
-	if _, err := s.syncService(context.Background(), "shop/web"); !isTerminal(err) {
+	if _, err := s.syncService(context.Background(), "shop/web"); !kindsync.IsTerminal(err) {
 		t.Errorf("sync = %v, want a terminal error: retrying cannot free the name", err)
 	}
 	s.tenantServices = corelisters.NewServiceLister(indexerOf(t))

@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
+
+	"github.com/nestdev/nest/internal/kindsync"
 )
 
 // Orphan host pods. virtual-kubelet's pod controller deletes a host pod when
@@ -75,7 +77,7 @@ func (p *podProvider) ensureTokenSecret(ctx context.Context, tenant, host *corev
 	}
 	pt, err := p.tr.TranslatePod(tenant, p.metadata, nil)
 	if err != nil {
-		return terminal(err)
+		return kindsync.Terminal(err)
 	}
 	secret, err := p.tokens.secretFor(ctx, p.tr, tenant, pt)
 	if err != nil {

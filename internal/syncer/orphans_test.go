@@ -66,7 +66,7 @@ func TestOrphanSyncerKeepsTheHostPodsOfLivePods(t *testing.T) {
 	tenant := fake.NewClientset(podWithUID("live", "uid-2"))
 	host := fake.NewClientset(hostPodFor("live", "uid-2"))
 	s := runKindSyncers(t, tenant, host)
-	s.orphans.add(HostName(tr.VirtualCluster, "default", "live"))
+	s.orphans.Add(HostName(tr.VirtualCluster, "default", "live"))
 	drain(t, s.orphans)
 	if !hostPodExists(t, host, "live") {
 		t.Error("the host pod of a live tenant pod was deleted")

@@ -22,6 +22,8 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
+
+	"github.com/nestdev/nest/internal/kindsync"
 )
 
 // podProvider is the virtual-kubelet pod lifecycle handler: it runs tenant
@@ -57,7 +59,7 @@ type podProvider struct {
 	// tenantDeletes deletes tenant pods whose host pod is gone, keyed
 	// tenantDeleteKey, so the informer handler that sees the host pod go
 	// makes no API call and a failed delete is retried.
-	tenantDeletes *kindSyncer
+	tenantDeletes *kindsync.Syncer
 	// nodeNetwork is the node network annotation of a virtual node's
 	// hostNetwork pods (nodenetwork.go); nil without Options.NodeNetwork.
 	nodeNetwork func(node string) (string, error)
@@ -332,7 +334,9 @@ func (p *podProvider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 	}
 	read := p.hostPods.Get
 	// A terminal error (the host pod is not this pod's copy) stays as it is.
-	err := retry.OnError(createBackoff, func(err error) bool { return !errdefs.IsInvalidInput(err) && !isTerminal(err) && ctx.Err() == nil },
+	err := retry.OnError(createBackoff, func(err error) bool {
+		return !errdefs.IsInvalidInput(err) && !kindsync.IsTerminal(err) && ctx.Err() == nil
+	},
 		func() error {
 			err := p.updateHostPod(ctx, pod, pt, read)
 			read = func(name string) (*corev1.Pod, error) {
@@ -714,12 +718,12 @@ func (p *podProvider) hostPodDeleted(host *corev1.Pod) {
 		// final status, then finish the deletion at once instead of waiting
 		// out the rest of the grace period.
 		p.notifyTerminated(tenant, "Deleted")
-		p.tenantDeletes.add(tenantDeleteKey(tenant))
+		p.tenantDeletes.Add(tenantDeleteKey(tenant))
 		return
 	}
 	p.recorder.Eventf(tenant, corev1.EventTypeWarning, "HostPodDeleted", "The pod running this pod on the host was deleted; deleting the pod so its controller replaces it")
 	p.notifyTerminated(tenant, "HostPodDeleted")
-	p.tenantDeletes.add(tenantDeleteKey(tenant))
+	p.tenantDeletes.Add(tenantDeleteKey(tenant))
 }
 
 // tenantDeleteKey is the tenant deletes queue's key of pod:
@@ -734,7 +738,7 @@ func tenantDeleteKey(pod *corev1.Pod) string {
 func (p *podProvider) syncTenantDelete(ctx context.Context, key string) (time.Duration, error) {
 	parts := strings.SplitN(key, "/", 3)
 	if len(parts) != 3 {
-		return 0, terminal(fmt.Errorf("tenant pod delete key %q is not namespace/name/uid", key))
+		return 0, kindsync.Terminal(fmt.Errorf("tenant pod delete key %q is not namespace/name/uid", key))
 	}
 	uid := types.UID(parts[2])
 	err := p.tenant.CoreV1().Pods(parts[0]).Delete(ctx, parts[1], metav1.DeleteOptions{

@@ -36,6 +36,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/nestdev/nest/internal/kindsync"
 	"github.com/nestdev/nest/internal/version"
 )
 
@@ -138,13 +139,13 @@ type syncer struct {
 	// One syncer per kind besides pods, which virtual-kubelet's pod
 	// controller runs (orphans deletes the host pods it misses); the DNS
 	// syncer is serviceSync.dns.
-	configMaps, secrets, services, slices, tokens, orphans, tenantDeletes *kindSyncer
+	configMaps, secrets, services, slices, tokens, orphans, tenantDeletes *kindsync.Syncer
 	// clusterDNS keeps the tenant's kube-system/kube-dns Service; nil
 	// without Options.NodeIP, the control-plane pod's IP it points at.
-	clusterDNS *kindSyncer
+	clusterDNS *kindsync.Syncer
 	// nodeNetworks keeps the node network of hostNetwork pods, keyed by
 	// virtual node (nodenetwork.go); nil unless Options.NodeNetwork.
-	nodeNetworks *kindSyncer
+	nodeNetworks *kindsync.Syncer
 	tenantF      informers.SharedInformerFactory
 	// nodes are the virtual nodes' names; pods are the tenant pods bound
 	// to them.
@@ -160,14 +161,14 @@ type syncer struct {
 	// placements (MembersSecret); members starts and stops a member
 	// syncer per placement (host syncer only).
 	membersF informers.SharedInformerFactory
-	members  *kindSyncer
+	members  *kindsync.Syncer
 	placer   *memberPlacer
 	// held retries the pods a member syncer holds back over the grant
 	// (member syncers only).
-	held *kindSyncer
+	held *kindsync.Syncer
 	// network keeps the path from member pods back to the tenant (member
 	// syncers with a node-port address only; see memberNetwork).
-	network *kindSyncer
+	network *kindsync.Syncer
 	// nodeStatus and nodeSpec are the last virtual node's, kept to
 	// update its status (member syncers: Ready, capacity).
 	// kubeletSrv serves the kubelet API, once serveKubeletAPI started it.
@@ -286,9 +287,9 @@ func newSyncerFor(ctx context.Context, o Options, tenant, host kubernetes.Interf
 	if o.NodeIP != "" {
 		s.nodePorts = &nodePortProxy{ip: o.NodeIP, tr: o.Translator, tenantServices: s.serviceSync.tenantServices,
 			hostServices: s.serviceSync.hostServices, listeners: map[int32]*nodePortListener{}}
-		s.serviceSync.nodePorts = newKindSyncer("nodeports", 1, s.nodePorts.sync, func() []string { return []string{nodePortsKey} })
+		s.serviceSync.nodePorts = kindsync.New("nodeports", 1, s.nodePorts.sync, func() []string { return []string{nodePortsKey} })
 	}
-	s.services = newKindSyncer("services", serviceWorkers, s.serviceSync.syncService,
+	s.services = kindsync.New("services", serviceWorkers, s.serviceSync.syncService,
 		copyKeys(s.serviceSync.tenantServices.List, s.serviceSync.hostServices.List))
 	s.endpointSlices = &endpointSliceSyncer{
 		tr: o.Translator, host: host, recorder: s.recorder,
@@ -304,23 +305,23 @@ func newSyncerFor(ctx context.Context, o Options, tenant, host kubernetes.Interf
 			return ParsePodCIDRs(cm.Data[DedicatedPodCIDRsKey])
 		},
 	}
-	s.slices = newKindSyncer("endpointslices", serviceWorkers, s.endpointSlices.sync, s.endpointSlices.keys)
+	s.slices = kindsync.New("endpointslices", serviceWorkers, s.endpointSlices.sync, s.endpointSlices.keys)
 	if o.NodeIP != "" {
 		dns := &clusterDNSSyncer{tr: o.Translator, podIP: o.NodeIP, tenant: tenant,
 			services: s.serviceSync.tenantServices, slices: s.serviceSync.tenantSlices}
-		s.clusterDNS = newKindSyncer("clusterdns", 1, dns.sync, func() []string { return []string{clusterDNSKey} })
+		s.clusterDNS = kindsync.New("clusterdns", 1, dns.sync, func() []string { return []string{clusterDNSKey} })
 	}
 	if o.NodeNetwork {
-		s.nodeNetworks = newKindSyncer("nodenetwork", 1, s.syncNodeNetwork, func() []string { return slices.Clone(s.nodes) })
+		s.nodeNetworks = kindsync.New("nodenetwork", 1, s.syncNodeNetwork, func() []string { return slices.Clone(s.nodes) })
 		s.provider.nodeNetwork = s.nodeNetwork
 	}
-	s.configMaps = newKindSyncer(s.kindName("configmaps"), configMapWorkers, objects.syncConfigMap, copyKeys(tenantConfigMaps.List, hostConfigMaps.List))
-	s.secrets = newKindSyncer(s.kindName("secrets"), secretWorkers, objects.syncSecret, copyKeys(tenantSecrets.List, hostSecrets.List))
+	s.configMaps = kindsync.New(s.kindName("configmaps"), configMapWorkers, objects.syncConfigMap, copyKeys(tenantConfigMaps.List, hostConfigMaps.List))
+	s.secrets = kindsync.New(s.kindName("secrets"), secretWorkers, objects.syncSecret, copyKeys(tenantSecrets.List, hostSecrets.List))
 	refresher := &tokenRefresher{issuer: tokens, host: host, secrets: hostSecrets}
-	s.tokens = newKindSyncer(s.kindName("tokens"), tokenWorkers, refresher.sync, refresher.keys)
-	s.orphans = newKindSyncer(s.kindName("orphanpods"), orphanWorkers, s.provider.syncOrphan, s.provider.hostPodNames)
+	s.tokens = kindsync.New(s.kindName("tokens"), tokenWorkers, refresher.sync, refresher.keys)
+	s.orphans = kindsync.New(s.kindName("orphanpods"), orphanWorkers, s.provider.syncOrphan, s.provider.hostPodNames)
 	// A delete is one-shot: there is nothing to resync.
-	s.tenantDeletes = newKindSyncer(s.kindName("tenantpoddeletes"), orphanWorkers, s.provider.syncTenantDelete, func() []string { return nil })
+	s.tenantDeletes = kindsync.New(s.kindName("tenantpoddeletes"), orphanWorkers, s.provider.syncTenantDelete, func() []string { return nil })
 	s.provider.tenantDeletes = s.tenantDeletes
 	if o.Member == "" {
 		s.wireMembers(host)
@@ -344,15 +345,15 @@ func (s *syncer) run(ctx context.Context) error {
 
 // kindSyncers are the kind syncers this syncer runs: a member syncer's
 // leave Services and DNS to the host syncer.
-func (s *syncer) kindSyncers() []*kindSyncer {
+func (s *syncer) kindSyncers() []*kindsync.Syncer {
 	if s.o.Member != "" {
-		out := []*kindSyncer{s.configMaps, s.secrets, s.tokens, s.orphans, s.tenantDeletes, s.held}
+		out := []*kindsync.Syncer{s.configMaps, s.secrets, s.tokens, s.orphans, s.tenantDeletes, s.held}
 		if s.network != nil {
 			out = append(out, s.network)
 		}
 		return out
 	}
-	out := []*kindSyncer{s.configMaps, s.secrets, s.services, s.slices, s.serviceSync.dns, s.tokens, s.orphans, s.tenantDeletes, s.members}
+	out := []*kindsync.Syncer{s.configMaps, s.secrets, s.services, s.slices, s.serviceSync.dns, s.tokens, s.orphans, s.tenantDeletes, s.members}
 	if s.nodeNetworks != nil {
 		out = append(out, s.nodeNetworks)
 	}
@@ -384,13 +385,13 @@ func (s *syncer) startSyncers(ctx context.Context) error {
 		}
 	}
 	for _, k := range s.kindSyncers() {
-		go k.run(ctx)
+		go k.Run(ctx)
 	}
 	if s.clusterDNS != nil && s.o.Member == "" {
-		go s.clusterDNS.run(ctx)
+		go s.clusterDNS.Run(ctx)
 	}
 	if s.nodePorts != nil && s.o.Member == "" {
-		go s.serviceSync.nodePorts.run(ctx)
+		go s.serviceSync.nodePorts.Run(ctx)
 		go func() {
 			<-ctx.Done()
 			s.nodePorts.close()
@@ -413,9 +414,9 @@ func (s *syncer) runNode(ctx context.Context) error {
 		ConfigMapInformer:                    s.tenantF.Core().V1().ConfigMaps(),
 		SecretInformer:                       s.tenantF.Core().V1().Secrets(),
 		ServiceInformer:                      s.tenantF.Core().V1().Services(),
-		SyncPodsFromKubernetesRateLimiter:    queueLimiter[any](),
-		DeletePodsFromKubernetesRateLimiter:  queueLimiter[any](),
-		SyncPodStatusFromProviderRateLimiter: queueLimiter[any](),
+		SyncPodsFromKubernetesRateLimiter:    kindsync.Limiter[any](),
+		DeletePodsFromKubernetesRateLimiter:  kindsync.Limiter[any](),
+		SyncPodStatusFromProviderRateLimiter: kindsync.Limiter[any](),
 		SkipDownwardAPIResolution:            true,
 	})
 	if err != nil {
@@ -674,7 +675,7 @@ func (s *syncer) serveHealth(ctx context.Context) {
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	// Metrics stay on loopback with the probes: reach them with kubectl
 	// port-forward or a scraper in the pod.
-	mux.Handle("/metrics", metricsHandler())
+	mux.Handle("/metrics", kindsync.MetricsHandler())
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !s.ready.Load() {
 			http.Error(w, "virtual node not registered yet", http.StatusServiceUnavailable)
