@@ -12,6 +12,8 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/nestdev/nest/internal/testutil"
 )
 
 // recorder is the log of every call the fakes take, in order: "start
@@ -218,12 +220,12 @@ func newTestEnv(t *testing.T) *testEnv {
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("the fixture's configuration: %v", err)
 	}
-	writeFile(t, cfg.Kubelet.Config, ownKubeletConfig)
-	writeFile(t, cfg.KubeProxy.Config, ownKubeProxyConfig)
-	writeFile(t, cfg.CNIConfigFile, ownCNIConfig)
+	testutil.WriteFile(t, cfg.Kubelet.Config, ownKubeletConfig)
+	testutil.WriteFile(t, cfg.KubeProxy.Config, ownKubeProxyConfig)
+	testutil.WriteFile(t, cfg.CNIConfigFile, ownCNIConfig)
 	writeKubeconfig(t, cfg.Kubelet.Kubeconfig, homeServer)
-	writeFile(t, filepath.Join(cfg.Kubelet.CertDir, kubeletClientCert), "client certificate and key")
-	writeFile(t, filepath.Join(cfg.Kubelet.RootDir, "pods", "uid", "volumes", "data"), "pod data")
+	testutil.WriteFile(t, filepath.Join(cfg.Kubelet.CertDir, kubeletClientCert), "client certificate and key")
+	testutil.WriteFile(t, filepath.Join(cfg.Kubelet.RootDir, "pods", "uid", "volumes", "data"), "pod data")
 
 	rec := &recorder{}
 	env := &testEnv{root: root, cfg: cfg, rec: rec, services: newFakeServices(rec), runtime: &fakeRuntime{rec: rec}}
@@ -258,25 +260,6 @@ func newResetEnv(t *testing.T) *testEnv {
 	return env
 }
 
-func writeFile(t *testing.T, path, content string) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func readFile(t *testing.T, path string) string {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(data)
-}
-
 // kubeconfigBytes is a kubeconfig for server whose user has an embedded
 // client certificate, as a kubelet's after TLS bootstrapping (the agent
 // looks only at its presence).
@@ -296,7 +279,7 @@ func kubeconfigBytes(t *testing.T, server string) []byte {
 
 func writeKubeconfig(t *testing.T, path, server string) {
 	t.Helper()
-	writeFile(t, path, string(kubeconfigBytes(t, server)))
+	testutil.WriteFile(t, path, string(kubeconfigBytes(t, server)))
 }
 
 func assertAbsent(t *testing.T, path string) {

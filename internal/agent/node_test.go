@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nestdev/nest/internal/atomicfile"
+	"github.com/nestdev/nest/internal/testutil"
 )
 
 // --- SaveOwnConfig
@@ -32,7 +33,7 @@ func TestSaveOwnConfigCopiesTheThreeFiles(t *testing.T) {
 		savedKubeProxyConfig: ownKubeProxyConfig,
 		savedCNIConfig:       ownCNIConfig,
 	} {
-		if got := readFile(t, filepath.Join(env.cfg.SavedDir, saved)); got != want {
+		if got := testutil.ReadFile(t, filepath.Join(env.cfg.SavedDir, saved)); got != want {
 			t.Errorf("%s =\n%s\nwant\n%s", saved, got, want)
 		}
 	}
@@ -45,7 +46,7 @@ func TestSaveOwnConfigCopiesTheThreeFiles(t *testing.T) {
 func TestSaveOwnConfigKeepsTheFirstCopies(t *testing.T) {
 	env := newSavedEnv(t)
 	for _, live := range []string{env.cfg.Kubelet.Config, env.cfg.KubeProxy.Config, env.cfg.CNIConfigFile} {
-		writeFile(t, live, "changed by a join elsewhere")
+		testutil.WriteFile(t, live, "changed by a join elsewhere")
 	}
 	if err := env.node.SaveOwnConfig(); err != nil {
 		t.Fatal(err)
@@ -55,7 +56,7 @@ func TestSaveOwnConfigKeepsTheFirstCopies(t *testing.T) {
 		savedKubeProxyConfig: ownKubeProxyConfig,
 		savedCNIConfig:       ownCNIConfig,
 	} {
-		if got := readFile(t, filepath.Join(env.cfg.SavedDir, saved)); got != want {
+		if got := testutil.ReadFile(t, filepath.Join(env.cfg.SavedDir, saved)); got != want {
 			t.Errorf("%s was replaced by %q", saved, got)
 		}
 	}
@@ -148,7 +149,7 @@ func TestStatusEmptyServerAndPodCIDRWithoutFiles(t *testing.T) {
 
 func TestStatusFailsOnUnreadableCNIConfig(t *testing.T) {
 	env := newSavedEnv(t)
-	writeFile(t, env.cfg.CNIConfigFile, "{not json")
+	testutil.WriteFile(t, env.cfg.CNIConfigFile, "{not json")
 	if _, err := env.node.Status(context.Background()); err == nil || !strings.Contains(err.Error(), env.cfg.CNIConfigFile) {
 		t.Errorf("Status() = %v, want an error naming the CNI configuration", err)
 	}
@@ -229,7 +230,7 @@ func TestResetAfterStopAndJoinRemovesStateAndPutsBackOwnConfig(t *testing.T) {
 	// What the kubelet writes once it has joined.
 	writeKubeconfig(t, env.cfg.Kubelet.Kubeconfig, targetServer)
 	for _, live := range []string{env.cfg.Kubelet.Config, env.cfg.KubeProxy.Config, env.cfg.CNIConfigFile} {
-		if readFile(t, live) == "" {
+		if testutil.ReadFile(t, live) == "" {
 			t.Fatalf("%s is empty after Join", live)
 		}
 	}
@@ -264,7 +265,7 @@ func TestResetAfterStopAndJoinRemovesStateAndPutsBackOwnConfig(t *testing.T) {
 		env.cfg.KubeProxy.Config: ownKubeProxyConfig,
 		env.cfg.CNIConfigFile:    ownCNIConfig,
 	} {
-		if got := readFile(t, live); got != want {
+		if got := testutil.ReadFile(t, live); got != want {
 			t.Errorf("%s =\n%s\nwant the node's own, byte for byte:\n%s", live, got, want)
 		}
 	}
@@ -286,7 +287,7 @@ func TestResetTwiceSucceeds(t *testing.T) {
 			t.Fatalf("Reset #%d: %v", i+1, err)
 		}
 	}
-	if got := readFile(t, env.cfg.Kubelet.Config); got != ownKubeletConfig {
+	if got := testutil.ReadFile(t, env.cfg.Kubelet.Config); got != ownKubeletConfig {
 		t.Errorf("kubelet config = %q after two resets", got)
 	}
 }
@@ -430,7 +431,7 @@ func TestJoinWritesBootstrapKubeconfig(t *testing.T) {
 func TestJoinWritesKubeletClientCA(t *testing.T) {
 	req := validJoinRequest(t)
 	env := joined(t, req)
-	if got := readFile(t, env.cfg.Kubelet.ClientCAFile); got != string(req.KubeletClientCAPEM) {
+	if got := testutil.ReadFile(t, env.cfg.Kubelet.ClientCAFile); got != string(req.KubeletClientCAPEM) {
 		t.Errorf("kubelet client CA file = %q, want the request's", got)
 	}
 }
@@ -438,7 +439,7 @@ func TestJoinWritesKubeletClientCA(t *testing.T) {
 func readKubeletConfig(t *testing.T, path string) kubeletv1beta1.KubeletConfiguration {
 	t.Helper()
 	var cfg kubeletv1beta1.KubeletConfiguration
-	if err := yaml.UnmarshalStrict([]byte(readFile(t, path)), &cfg); err != nil {
+	if err := yaml.UnmarshalStrict([]byte(testutil.ReadFile(t, path)), &cfg); err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
 	return cfg
@@ -504,7 +505,7 @@ func TestJoinWithoutOptionalFieldsKeepsOwnSettings(t *testing.T) {
 	if got := readKubeProxyConfig(t, env.cfg.KubeProxy.Config); got.ClusterCIDR != "10.244.0.0/16" {
 		t.Errorf("kube-proxy clusterCIDR = %q, want the node's own", got.ClusterCIDR)
 	}
-	if got := readFile(t, env.cfg.CNIConfigFile); got != ownCNIConfig {
+	if got := testutil.ReadFile(t, env.cfg.CNIConfigFile); got != ownCNIConfig {
 		t.Errorf("CNI configuration changed without a podCIDR:\n%s", got)
 	}
 }
@@ -542,7 +543,7 @@ func TestJoinWritesKubeProxyKubeconfig(t *testing.T) {
 func readKubeProxyConfig(t *testing.T, path string) kubeproxyv1alpha1.KubeProxyConfiguration {
 	t.Helper()
 	var cfg kubeproxyv1alpha1.KubeProxyConfiguration
-	if err := yaml.UnmarshalStrict([]byte(readFile(t, path)), &cfg); err != nil {
+	if err := yaml.UnmarshalStrict([]byte(testutil.ReadFile(t, path)), &cfg); err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
 	return cfg
@@ -573,7 +574,7 @@ func TestJoinWritesCNIConfigForPodCIDR(t *testing.T) {
 		Name    string           `json:"name"`
 		Plugins []map[string]any `json:"plugins"`
 	}
-	if err := json.Unmarshal([]byte(readFile(t, env.cfg.CNIConfigFile)), &list); err != nil {
+	if err := json.Unmarshal([]byte(testutil.ReadFile(t, env.cfg.CNIConfigFile)), &list); err != nil {
 		t.Fatal(err)
 	}
 	if list.Name != "nest" || len(list.Plugins) != 2 {
@@ -603,7 +604,7 @@ func TestJoinWithoutPodCIDRKeepsCNIConfig(t *testing.T) {
 	req := validJoinRequest(t)
 	req.PodCIDR = ""
 	env := joined(t, req)
-	if got := readFile(t, env.cfg.CNIConfigFile); got != ownCNIConfig {
+	if got := testutil.ReadFile(t, env.cfg.CNIConfigFile); got != ownCNIConfig {
 		t.Errorf("CNI configuration changed without a podCIDR:\n%s", got)
 	}
 }
@@ -628,7 +629,7 @@ func TestJoinTwiceWritesTheSameFiles(t *testing.T) {
 
 func TestJoinPodCIDRWithoutIPAMRangesIsBadRequest(t *testing.T) {
 	env := newTestEnv(t)
-	writeFile(t, env.cfg.CNIConfigFile, `{"cniVersion":"1.0.0","name":"nest","plugins":[{"type":"bridge","ipam":{"type":"dhcp"}},{"type":"portmap"}]}`)
+	testutil.WriteFile(t, env.cfg.CNIConfigFile, `{"cniVersion":"1.0.0","name":"nest","plugins":[{"type":"bridge","ipam":{"type":"dhcp"}},{"type":"portmap"}]}`)
 	if err := env.node.SaveOwnConfig(); err != nil {
 		t.Fatal(err)
 	}
@@ -754,7 +755,7 @@ func TestCheckKubeletClientCARefusesTheNodesOwn(t *testing.T) {
 
 func TestCheckKubeletClientCAReadsARelativePathFromTheConfigsDirectory(t *testing.T) {
 	env := newTestEnv(t)
-	writeFile(t, env.cfg.Kubelet.Config, strings.Replace(ownKubeletConfig, "clientCAFile: /etc/kubernetes/pki/ca.crt", "clientCAFile: pki/ca.crt", 1))
+	testutil.WriteFile(t, env.cfg.Kubelet.Config, strings.Replace(ownKubeletConfig, "clientCAFile: /etc/kubernetes/pki/ca.crt", "clientCAFile: pki/ca.crt", 1))
 	env.node.cfg.Kubelet.ClientCAFile = filepath.Join(filepath.Dir(env.cfg.Kubelet.Config), "pki", "ca.crt")
 	if err := env.node.SaveOwnConfig(); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/nestdev/nest/internal/pki"
+	"github.com/nestdev/nest/internal/testutil"
 )
 
 func TestWriteServingCertWritesWhatTheAgentLoads(t *testing.T) {
@@ -34,7 +35,7 @@ func TestWriteServingCertWritesWhatTheAgentLoads(t *testing.T) {
 	}
 	assertMode(t, filepath.Join(dir, ServingKeyFile), 0o600)
 	assertMode(t, filepath.Join(dir, ServingCertFile), 0o644)
-	if got := readFile(t, filepath.Join(dir, CACertFile)); got != string(ca.CertPEM) {
+	if got := testutil.ReadFile(t, filepath.Join(dir, CACertFile)); got != string(ca.CertPEM) {
 		t.Errorf("%s is not the CA's certificate", CACertFile)
 	}
 

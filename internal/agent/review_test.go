@@ -15,6 +15,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/nestdev/nest/internal/atomicfile"
+	"github.com/nestdev/nest/internal/testutil"
 )
 
 // The fixes of the first review of the agent, each shown by what it refuses.
@@ -60,7 +61,7 @@ func TestConfigValidateRefusesKeptFilesInsideWipedDirectories(t *testing.T) {
 
 func TestJoinWithACNIPluginThatIsNotAnObjectDoesNotPanic(t *testing.T) {
 	env := newTestEnv(t)
-	writeFile(t, env.cfg.CNIConfigFile, `{"cniVersion":"1.0.0","name":"n","plugins":[null,{"type":"bridge","ipam":{"type":"host-local","ranges":[[{"subnet":"10.244.1.0/24"}]]}}]}`)
+	testutil.WriteFile(t, env.cfg.CNIConfigFile, `{"cniVersion":"1.0.0","name":"n","plugins":[null,{"type":"bridge","ipam":{"type":"host-local","ranges":[[{"subnet":"10.244.1.0/24"}]]}}]}`)
 	if err := env.node.SaveOwnConfig(); err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +75,7 @@ func TestJoinWithACNIPluginThatIsNotAnObjectDoesNotPanic(t *testing.T) {
 	if err := env.node.Join(context.Background(), req); err != nil {
 		t.Fatalf("Join() = %v", err)
 	}
-	if got := readFile(t, env.cfg.CNIConfigFile); !strings.Contains(got, "10.120.3.0/24") {
+	if got := testutil.ReadFile(t, env.cfg.CNIConfigFile); !strings.Contains(got, "10.120.3.0/24") {
 		t.Errorf("CNI config %s lacks the pod CIDR", got)
 	}
 }

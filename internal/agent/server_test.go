@@ -21,6 +21,7 @@ import (
 
 	"github.com/nestdev/nest/internal/atomicfile"
 	"github.com/nestdev/nest/internal/pki"
+	"github.com/nestdev/nest/internal/testutil"
 )
 
 // agentServer is the agent of node-a at 127.0.0.1, serving a testEnv's
@@ -453,7 +454,7 @@ func TestAPIStopResetJoinStart(t *testing.T) {
 func TestServerTLSConfigNamesTheBadFile(t *testing.T) {
 	dir := t.TempDir()
 	_, _, good := writeAgentTLS(t, dir)
-	writeFile(t, filepath.Join(dir, "empty.crt"), "no certificate here")
+	testutil.WriteFile(t, filepath.Join(dir, "empty.crt"), "no certificate here")
 
 	cfg, err := ServerTLSConfig(good)
 	if err != nil {
@@ -548,8 +549,8 @@ func writeAgentTLS(t *testing.T, dir string) (*pki.CA, pki.KeyPair, TLSFiles) {
 		KeyFile:      filepath.Join(dir, "nest-agent.key"),
 		ClientCAFile: filepath.Join(dir, "nest-agent-ca.crt"),
 	}
-	writeFile(t, files.CertFile, string(serving.CertPEM))
-	writeFile(t, files.KeyFile, string(serving.KeyPEM))
-	writeFile(t, files.ClientCAFile, string(ca.CertPEM))
+	testutil.WriteFile(t, files.CertFile, string(serving.CertPEM))
+	testutil.WriteFile(t, files.KeyFile, string(serving.KeyPEM))
+	testutil.WriteFile(t, files.ClientCAFile, string(ca.CertPEM))
 	return ca, serving, files
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nestdev/nest/internal/testutil"
 )
 
 // /proc/self/mounts of our machines (v1 with a cgroup2 "unified" mount) and
@@ -58,8 +60,8 @@ func TestCgroupLayoutOfAUnifiedHost(t *testing.T) {
 
 func TestCPUUsageOnBothVersions(t *testing.T) {
 	v1, v2 := t.TempDir(), t.TempDir()
-	writeFile(t, filepath.Join(v1, "cpuacct.usage"), "2500000000\n")
-	writeFile(t, filepath.Join(v2, "cpu.stat"), "usage_usec 1500000\nuser_usec 1000000\nsystem_usec 500000\n")
+	testutil.WriteFile(t, filepath.Join(v1, "cpuacct.usage"), "2500000000\n")
+	testutil.WriteFile(t, filepath.Join(v2, "cpu.stat"), "usage_usec 1500000\nuser_usec 1000000\nsystem_usec 500000\n")
 	if got, err := ParseCgroupLayout(hybridMounts).CPUUsage(v1); err != nil || got != 2500*time.Millisecond {
 		t.Errorf("v1 usage %v (%v), want 2.5s", got, err)
 	}
@@ -81,37 +83,18 @@ func TestNoMemoryHierarchyIsAnError(t *testing.T) {
 	}
 }
 
-func writeFile(t *testing.T, path, data string) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func readFile(t *testing.T, path string) string {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(data)
-}
-
 // On a v1 host every hierarchy gets the kubelet's root, the cpuset one with
 // its parent's CPUs, and the cgroup2 mount the tracking leaf.
 func TestEnsureCgroupsOnV1(t *testing.T) {
 	dir := t.TempDir()
 	memory, cpuset, unified := filepath.Join(dir, "memory"), filepath.Join(dir, "cpuset"), filepath.Join(dir, "unified")
-	writeFile(t, filepath.Join(memory, "memory.stat"), "")
-	writeFile(t, filepath.Join(cpuset, "cpuset.cpus"), "0-1\n")
-	writeFile(t, filepath.Join(cpuset, "cpuset.mems"), "0\n")
+	testutil.WriteFile(t, filepath.Join(memory, "memory.stat"), "")
+	testutil.WriteFile(t, filepath.Join(cpuset, "cpuset.cpus"), "0-1\n")
+	testutil.WriteFile(t, filepath.Join(cpuset, "cpuset.mems"), "0\n")
 	// The kernel makes these files empty in a new cpuset cgroup.
 	for _, level := range []string{"nest-dev", "nest-dev/node"} {
-		writeFile(t, filepath.Join(cpuset, level, "cpuset.cpus"), "")
-		writeFile(t, filepath.Join(cpuset, level, "cpuset.mems"), "")
+		testutil.WriteFile(t, filepath.Join(cpuset, level, "cpuset.cpus"), "")
+		testutil.WriteFile(t, filepath.Join(cpuset, level, "cpuset.mems"), "")
 	}
 	l := CgroupLayout{V1: []string{memory, cpuset}, Unified: unified, MemoryV1: memory}
 	if err := ensureCgroupsIn(l, "/nest-dev/node"); err != nil {
@@ -122,7 +105,7 @@ func TestEnsureCgroupsOnV1(t *testing.T) {
 			t.Errorf("%s not created (%v)", d, err)
 		}
 	}
-	if got := readFile(t, filepath.Join(cpuset, "nest-dev/node/cpuset.cpus")); got != "0-1\n" {
+	if got := testutil.ReadFile(t, filepath.Join(cpuset, "nest-dev/node/cpuset.cpus")); got != "0-1\n" {
 		t.Errorf("cpuset.cpus %q, want the parent's", got)
 	}
 	if _, err := os.Stat(filepath.Join(unified, "cgroup.subtree_control")); err == nil {
@@ -136,13 +119,13 @@ func TestEnsureCgroupsOnV2EnablesControllers(t *testing.T) {
 	root := t.TempDir()
 	// The kernel lists in a cgroup's cgroup.controllers what its parent enables.
 	for _, level := range []string{"", "nest-dev", "nest-dev/node"} {
-		writeFile(t, filepath.Join(root, level, "cgroup.controllers"), "cpuset cpu io memory pids\n")
+		testutil.WriteFile(t, filepath.Join(root, level, "cgroup.controllers"), "cpuset cpu io memory pids\n")
 	}
 	if err := ensureCgroupsIn(CgroupLayout{Unified: root}, "/nest-dev/node"); err != nil {
 		t.Fatal(err)
 	}
 	for _, level := range []string{"", "nest-dev", "nest-dev/node"} {
-		if got := readFile(t, filepath.Join(root, level, "cgroup.subtree_control")); got != "+cpuset +cpu +io +memory +pids" {
+		if got := testutil.ReadFile(t, filepath.Join(root, level, "cgroup.subtree_control")); got != "+cpuset +cpu +io +memory +pids" {
 			t.Errorf("%s/cgroup.subtree_control = %q", level, got)
 		}
 	}
@@ -153,7 +136,7 @@ func TestEnsureCgroupsOnV2EnablesControllers(t *testing.T) {
 
 func TestEnsureCgroupsOnV2WithoutControllersFails(t *testing.T) {
 	root := t.TempDir()
-	writeFile(t, filepath.Join(root, "cgroup.controllers"), "\n")
+	testutil.WriteFile(t, filepath.Join(root, "cgroup.controllers"), "\n")
 	err := ensureCgroupsIn(CgroupLayout{Unified: root}, "/nest-dev/node")
 	if err == nil || !strings.Contains(err.Error(), "no controllers") {
 		t.Errorf("err = %v, want a cgroup without controllers named", err)
@@ -162,10 +145,10 @@ func TestEnsureCgroupsOnV2WithoutControllersFails(t *testing.T) {
 
 func TestWorkingSetOnBothHierarchies(t *testing.T) {
 	v1, v2 := t.TempDir(), t.TempDir()
-	writeFile(t, filepath.Join(v1, "memory.usage_in_bytes"), "1000\n")
-	writeFile(t, filepath.Join(v1, "memory.stat"), "cache 300\ninactive_file 50\ntotal_inactive_file 200\n")
-	writeFile(t, filepath.Join(v2, "memory.current"), "2000\n")
-	writeFile(t, filepath.Join(v2, "memory.stat"), "anon 1000\ninactive_file 500\n")
+	testutil.WriteFile(t, filepath.Join(v1, "memory.usage_in_bytes"), "1000\n")
+	testutil.WriteFile(t, filepath.Join(v1, "memory.stat"), "cache 300\ninactive_file 50\ntotal_inactive_file 200\n")
+	testutil.WriteFile(t, filepath.Join(v2, "memory.current"), "2000\n")
+	testutil.WriteFile(t, filepath.Join(v2, "memory.stat"), "anon 1000\ninactive_file 500\n")
 	if got, err := ParseCgroupLayout(hybridMounts).WorkingSetBytes(v1); err != nil || got != 800 {
 		t.Errorf("v1 working set %d (%v), want 800", got, err)
 	}

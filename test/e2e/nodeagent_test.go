@@ -24,6 +24,7 @@ import (
 	"github.com/nestdev/nest/internal/controller/nodepromotion"
 	"github.com/nestdev/nest/internal/devcluster"
 	"github.com/nestdev/nest/internal/pki"
+	"github.com/nestdev/nest/internal/testutil"
 	"github.com/nestdev/nest/test/e2e/framework"
 )
 
@@ -110,7 +111,7 @@ func TestNodeAgent(t *testing.T) {
 			t.Errorf("the host auto-approves bootstrap requests (get: %v): a token could ask for any node's name", err)
 		}
 		tok := createBootstrapToken(t, ctx, cs, worker.Name, "e2e: "+worker.Name+" joins again")
-		caPEM := readFile(t, filepath.Join(l.PKIDir(), components.CACert))
+		caPEM := []byte(testutil.ReadFile(t, filepath.Join(l.PKIDir(), components.CACert)))
 		joined := time.Now()
 		if err := manager.Join(ctx, agent.JoinRequest{Server: devcluster.APIServerURL(cp), CACertPEM: caPEM, BootstrapToken: tok.Token}); err != nil {
 			t.Fatalf("join: %v", err)
@@ -151,8 +152,8 @@ func TestNodeAgent(t *testing.T) {
 func loadAgentCA(t *testing.T, l devcluster.Layout) *pki.CA {
 	t.Helper()
 	ca, err := pki.LoadCA(pki.KeyPair{
-		CertPEM: readFile(t, filepath.Join(l.PKIDir(), devcluster.AgentCACert)),
-		KeyPEM:  readFile(t, filepath.Join(l.PKIDir(), devcluster.AgentCAKey)),
+		CertPEM: []byte(testutil.ReadFile(t, filepath.Join(l.PKIDir(), devcluster.AgentCACert))),
+		KeyPEM:  []byte(testutil.ReadFile(t, filepath.Join(l.PKIDir(), devcluster.AgentCAKey))),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -183,15 +184,6 @@ func agentClientSigned(t *testing.T, ca, signer *pki.CA, expectNode string, n de
 		t.Fatal(err)
 	}
 	return c
-}
-
-func readFile(t *testing.T, path string) []byte {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return data
 }
 
 func createBootstrapToken(t *testing.T, ctx context.Context, cs kubernetes.Interface, node, description string) addons.BootstrapToken {
