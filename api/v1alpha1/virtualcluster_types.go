@@ -177,12 +177,16 @@ type MemberGrant struct {
 
 // ControlPlaneSpec configures the tenant control-plane pod.
 type ControlPlaneSpec struct {
-	// Replicas of the control plane. The embedded etcd has one member, so 1 is
-	// the only value accepted today.
+	// Replicas of the control plane: 1 or 3 pods, each with an etcd member,
+	// an API server, CoreDNS, and kube-controller-manager, kube-scheduler
+	// and nest-syncer, which elect a leader when there are 3. Raising 1 to 3
+	// keeps every object: the new etcd members join one at a time, as
+	// learners first. Lowering it is refused (removing etcd members from a
+	// live tenant is not supported); make a new VirtualCluster instead.
 	// +optional
 	// +kubebuilder:default=1
-	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=1
+	// +kubebuilder:validation:Enum=1;3
+	// +kubebuilder:validation:XValidation:rule="self >= oldSelf",message="spec.controlPlane.replicas cannot be lowered: etcd members are not removed from a live tenant; keep the count or make a new VirtualCluster"
 	Replicas *int32 `json:"replicas,omitempty"`
 
 	// Resources of the kube-apiserver container. The other containers get
@@ -474,6 +478,11 @@ type VirtualClusterStatus struct {
 	// +optional
 	Endpoint string `json:"endpoint,omitempty"`
 
+	// ReadyReplicas is how many control-plane pods are ready: each serves
+	// the tenant API.
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+
 	// KubeconfigSecretRef names the Secret holding the tenant's admin
 	// kubeconfig under the keys "kubeconfig" (Endpoint) and
 	// "kubeconfig-internal" (the in-cluster Service address).
@@ -549,6 +558,7 @@ type MemberGrantStatus struct {
 // +kubebuilder:resource:shortName=vc,categories=nest
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Replicas",type=string,JSONPath=`.status.readyReplicas`,description="ready control-plane replicas"
 // +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.spec.kubernetesVersion`
 // +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoint`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

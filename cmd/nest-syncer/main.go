@@ -13,6 +13,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/nestdev/nest/internal/etcdmember"
 	"github.com/nestdev/nest/internal/syncer"
 )
 
@@ -21,6 +22,14 @@ func main() {
 	// print their own error.
 	if ran, err := syncer.HelperMain(os.Args[1:], os.Stderr); ran {
 		if err != nil {
+			os.Exit(1)
+		}
+		return
+	}
+	// The etcd member helper of every control-plane pod.
+	if len(os.Args) > 1 && os.Args[1] == etcdmember.Command {
+		if err := etcdmember.Main(os.Args[2:], os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "nest-syncer etcd-member:", err)
 			os.Exit(1)
 		}
 		return

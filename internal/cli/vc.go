@@ -95,6 +95,7 @@ type shareFlags struct {
 	privileged       string
 	virtualNodes     int
 	nodeDisk         string
+	replicas         int
 	nodes
 }
 
@@ -153,6 +154,12 @@ func (f *shareFlags) spec() (nestv1.VirtualClusterSpec, error) {
 			return spec, fmt.Errorf("--virtual-nodes %d: want 1 to %d", f.virtualNodes, syncer.MaxVirtualNodes)
 		}
 		spec.VirtualNode.Count = ptr.To(int32(f.virtualNodes))
+	}
+	if f.replicas != 0 {
+		if f.replicas != 1 && f.replicas != 3 {
+			return spec, fmt.Errorf("--replicas %d: want 1 (one control-plane pod) or 3 (highly available: 3 etcd members, an API server in each)", f.replicas)
+		}
+		spec.ControlPlane.Replicas = ptr.To(int32(f.replicas))
 	}
 	if spec.VirtualNode.ContainerLimits, err = oneOf("--container-limits", f.containerLimits,
 		choice[nestv1.ContainerLimits]{nestv1.ContainerLimitsDefault, "containers without limits get the host's default limits"},
@@ -225,6 +232,7 @@ func newCreateCommand(host *hostFlags) *cobra.Command {
 	cmd.Flags().IntVar(&share.pods, "pods", 0, "pods the virtual node holds (default 110)")
 	cmd.Flags().StringVar(&share.podSecurity, "pod-security", "baseline", "Pod Security Standard level of tenant pods: baseline or restricted")
 	cmd.Flags().IntVar(&share.virtualNodes, "virtual-nodes", 0, "how many virtual nodes split the share (default 1)")
+	cmd.Flags().IntVar(&share.replicas, "replicas", 0, "control-plane replicas: 1, or 3 for a highly available control plane spread over host nodes (default 1)")
 	cmd.Flags().StringVar(&share.containerLimits, "container-limits", "default", "default: tenant containers without cpu or memory limits get the host's default limits; none: they run without, as upstream conformance expects")
 	cmd.Flags().StringVar(&share.privileged, "privileged-containers", "refuse", "refuse: pods with privileged containers are refused; confine: such containers run without host privileges (no host devices, no capabilities beyond the Pod Security level), for workloads that ask for privileged without needing it")
 	cmd.Flags().StringVar(&share.nodeDisk, "node-disk", "", "size of each virtual node's disk, where tenant hostPath volumes live, such as 1Gi (default none: hostPath volumes are refused)")
@@ -384,14 +392,15 @@ func newListCommand(host *hostFlags) *cobra.Command {
 
 func printList(w io.Writer, items []nestv1.VirtualCluster) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAMESPACE\tNAME\tPHASE\tREADY\tVERSION\tENDPOINT\tAGE")
+	fmt.Fprintln(tw, "NAMESPACE\tNAME\tPHASE\tREADY\tREPLICAS\tVERSION\tENDPOINT\tAGE")
 	for _, vc := range items {
 		ready := "Unknown"
 		if c := meta.FindStatusCondition(vc.Status.Conditions, nestv1.ConditionReady); c != nil {
 			ready = string(c.Status)
 		}
 		age := time.Since(vc.CreationTimestamp.Time).Round(time.Second)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", vc.Namespace, vc.Name, vc.Status.Phase, ready, vc.Spec.KubernetesVersion, vc.Status.Endpoint, age)
+		replicas := fmt.Sprintf("%d/%d", vc.Status.ReadyReplicas, controlplane.Replicas(&vc))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", vc.Namespace, vc.Name, vc.Status.Phase, ready, replicas, vc.Spec.KubernetesVersion, vc.Status.Endpoint, age)
 	}
 	tw.Flush()
 }

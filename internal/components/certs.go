@@ -120,7 +120,7 @@ func EtcdServer() Leaf {
 // EtcdPeer is etcd's certificate toward its peers: members both serve and
 // dial each other with it.
 func EtcdPeer() Leaf {
-	return Leaf{EtcdCACert, EtcdPeerCert, EtcdPeerKey, LoopbackServing("etcd-peer", pki.ClientAuth)}
+	return Leaf{EtcdCACert, EtcdPeerCert, EtcdPeerKey, LoopbackServing(EtcdPeerCommonName, pki.ClientAuth)}
 }
 
 // LoopbackServing is the serving certificate of a server only loopback

@@ -1,6 +1,9 @@
 package components
 
-import "slices"
+import (
+	"slices"
+	"strconv"
+)
 
 // ClientComponent is a control-plane component that works through the API
 // server: kube-controller-manager or kube-scheduler.
@@ -11,6 +14,10 @@ type ClientComponent struct {
 	Kubeconfig string
 	// BindAddress is where that endpoint listens.
 	BindAddress string
+	// LeaderElect makes replicas elect a leader through a Lease in
+	// kube-system, so only one acts; a single replica needs none and
+	// starts without waiting for a previous one's lease to lapse.
+	LeaderElect bool
 }
 
 // flags are the flags both client components take.
@@ -18,8 +25,7 @@ func (c ClientComponent) flags() Flags {
 	return Flags{
 		{"kubeconfig", c.Kubeconfig}, {"authentication-kubeconfig", c.Kubeconfig}, {"authorization-kubeconfig", c.Kubeconfig},
 		{"bind-address", c.BindAddress},
-		// One replica: nothing to elect.
-		{"leader-elect", "false"},
+		{"leader-elect", strconv.FormatBool(c.LeaderElect)},
 		{"profiling", "false"},
 	}
 }

@@ -2,6 +2,7 @@ package components
 
 import (
 	"fmt"
+	"net"
 	"strconv"
 )
 
@@ -14,11 +15,15 @@ const (
 	EtcdMetricsPort = 2381
 )
 
-// Etcd is a control plane's one etcd member. It listens only on the loopback
-// of the network namespace it shares with its API server.
+// Etcd is a control plane's etcd member. Alone it listens only on the
+// loopback of the network namespace it shares with its API server; with
+// Member it is one member of a cluster whose peers reach it over the pod
+// network.
 type Etcd struct {
 	// Name names the member in --name and --initial-cluster.
 	Name string
+	// Member makes the member one of a cluster; nil is a cluster of one.
+	Member *EtcdMember
 	// DataDir is --data-dir.
 	DataDir string
 	// TLS makes the member serve clients and peers over TLS and accept only
@@ -32,21 +37,49 @@ type Etcd struct {
 	SnapshotCount int
 }
 
+// EtcdMember places an Etcd in a cluster of members on the pod network,
+// as kubeadm's stacked etcd is: it serves clients on loopback and on
+// ListenIP, its peers on ListenIP, and is named Host in both URLs it
+// advertises. It takes its initial cluster and state from the environment
+// (ETCD_INITIAL_CLUSTER, ETCD_INITIAL_CLUSTER_STATE) rather than flags:
+// they depend on the members the cluster has when it joins, which the
+// etcd-member helper learns at run time and writes to a file
+// (InitialClusterFile) that the kube binary loads before starting etcd.
+type EtcdMember struct {
+	// Host is the member's DNS name: peers dial it, and its serving and
+	// peer certificates name it (DNSNames).
+	Host string
+	// ListenIP is the address it listens on besides loopback, such as
+	// "$(POD_IP)".
+	ListenIP string
+	// DNSNames are the names its serving and peer certificates hold, such
+	// as a wildcard over the members' names.
+	DNSNames []string
+}
+
+// InitialClusterFileEnv names the environment variable that tells the kube
+// binary's etcd where the file with ETCD_INITIAL_CLUSTER and
+// ETCD_INITIAL_CLUSTER_STATE lines is (k8s/cmd/kube reads it; a test keeps
+// the two names equal).
+const InitialClusterFileEnv = "NEST_ETCD_INITIAL_CLUSTER_FILE"
+
+// EtcdPeerCommonName is the common name of the members' peer certificate;
+// a member accepts peers presenting only that name.
+const EtcdPeerCommonName = "etcd-peer"
+
 // ClientURL is where the API server reaches the member.
 func (e Etcd) ClientURL() string { return e.loopbackURL(EtcdClientPort) }
 
 func (e Etcd) peerURL() string { return e.loopbackURL(EtcdPeerPort) }
 
-func (e Etcd) loopbackURL(port int) string {
-	scheme := "http"
-	if e.TLS {
-		scheme = "https"
-	}
-	return fmt.Sprintf("%s://127.0.0.1:%d", scheme, port)
-}
+func (e Etcd) loopbackURL(port int) string { return e.url("127.0.0.1", port) }
 
-// Flags is the member's command line: a cluster of one, on loopback.
+// Flags is the member's command line: a cluster of one on loopback, or
+// with Member one member of a cluster.
 func (e Etcd) Flags() Flags {
+	if e.Member != nil {
+		return e.memberFlags()
+	}
 	f := Flags{
 		{"name", e.Name},
 		{"data-dir", e.DataDir},
@@ -64,6 +97,46 @@ func (e Etcd) Flags() Flags {
 		f = append(f, Flag{"snapshot-count", strconv.Itoa(e.SnapshotCount)})
 	}
 	return append(f, Flag{"log-level", "warn"})
+}
+
+// memberFlags is the command line of one member of a cluster; the initial
+// cluster comes from the environment (EtcdMember). Peers present
+// certificates that name no address they dial from, so etcd does not check
+// their SANs against the address; it accepts the peer certificate's common
+// name only, signed by the etcd CA.
+func (e Etcd) memberFlags() Flags {
+	m := e.Member
+	f := Flags{
+		{"name", e.Name},
+		{"data-dir", e.DataDir},
+		{"listen-client-urls", e.ClientURL() + "," + e.url(m.ListenIP, EtcdClientPort)},
+		{"advertise-client-urls", e.MemberClientURL()},
+		{"listen-peer-urls", e.url(m.ListenIP, EtcdPeerPort)},
+		{"initial-advertise-peer-urls", e.MemberPeerURL()},
+		{"listen-metrics-urls", fmt.Sprintf("http://127.0.0.1:%d", EtcdMetricsPort)},
+	}
+	f = append(f, e.servingTLSFlags()...)
+	f = append(f, Flag{"peer-skip-client-san-verification", "true"}, Flag{"peer-cert-allowed-cn", EtcdPeerCommonName})
+	if e.SnapshotCount > 0 {
+		f = append(f, Flag{"snapshot-count", strconv.Itoa(e.SnapshotCount)})
+	}
+	return append(f, Flag{"log-level", "warn"})
+}
+
+// MemberPeerURL is where the member's peers reach it: its Host (Member
+// only).
+func (e Etcd) MemberPeerURL() string { return e.url(e.Member.Host, EtcdPeerPort) }
+
+// MemberClientURL is where other members' helpers reach it as clients: its
+// Host (Member only).
+func (e Etcd) MemberClientURL() string { return e.url(e.Member.Host, EtcdClientPort) }
+
+func (e Etcd) url(host string, port int) string {
+	scheme := "http"
+	if e.TLS {
+		scheme = "https"
+	}
+	return fmt.Sprintf("%s://%s", scheme, net.JoinHostPort(host, strconv.Itoa(port)))
 }
 
 func (e Etcd) servingTLSFlags() Flags {
@@ -98,5 +171,10 @@ func (e Etcd) Leaves() []Leaf {
 	if !e.TLS {
 		return nil
 	}
-	return []Leaf{APIServerEtcdClient(), EtcdServer(), EtcdPeer()}
+	server, peer := EtcdServer(), EtcdPeer()
+	if e.Member != nil {
+		server.Spec.DNSNames = append(server.Spec.DNSNames, e.Member.DNSNames...)
+		peer.Spec.DNSNames = append(peer.Spec.DNSNames, e.Member.DNSNames...)
+	}
+	return []Leaf{APIServerEtcdClient(), server, peer}
 }

@@ -36,7 +36,9 @@ func TestHostAndTenantDifferOnlyByTheirOwnFlags(t *testing.T) {
 		component            string
 		hostOnly, tenantOnly []string
 	}{
-		{"etcd", nil, append(etcdTLS, "snapshot-count")},
+		// A tenant member takes its initial cluster from the environment
+		// (EtcdMember) and admits peers by the peer certificate's name.
+		{"etcd", []string{"initial-cluster"}, append(etcdTLS, "snapshot-count", "peer-skip-client-san-verification", "peer-cert-allowed-cn")},
 		{"kube-apiserver", []string{"kubelet-certificate-authority"}, []string{"etcd-cafile", "etcd-certfile", "etcd-keyfile", "max-requests-inflight", "max-mutating-requests-inflight", "enable-aggregator-routing"}},
 		{"kube-controller-manager", []string{"allocate-node-cidrs", "cluster-name"}, nil},
 		{"kube-scheduler", nil, []string{"kube-api-qps", "kube-api-burst"}},

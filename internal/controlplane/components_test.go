@@ -27,7 +27,8 @@ func TestControlPlaneArgsAreTheSharedOnesPlusTenantOnlyFlags(t *testing.T) {
 		v.Spec.ClusterDomain = "tenant.local"
 	})
 	pkiDir := components.PKIDir("/etc/kubernetes/pki")
-	etcd := components.Etcd{Name: "alpha", DataDir: "/var/lib/etcd/data", TLS: true, PKI: pkiDir, SnapshotCount: 10000}
+	etcd := components.Etcd{Name: "$(POD_NAME)", DataDir: "/var/lib/etcd/data", TLS: true, PKI: pkiDir, SnapshotCount: 10000,
+		Member: &components.EtcdMember{Host: "$(POD_NAME).alpha-peers.tenant-a.svc", ListenIP: "$(POD_IP)", DNSNames: []string{"*.alpha-peers.tenant-a.svc"}}}
 	client := func(kubeconfig string) components.ClientComponent {
 		return components.ClientComponent{Kubeconfig: "/etc/kubernetes/kubeconfig/" + kubeconfig, BindAddress: "0.0.0.0"}
 	}
@@ -71,7 +72,7 @@ func TestLeavesAreTheSharedOnes(t *testing.T) {
 		components.APIServerKubeletClient(KubeletClientCACert),
 		components.FrontProxyClient(),
 		{CA: CACert, Cert: SyncerServingCert, Key: SyncerServingKey, Spec: components.LoopbackServing("nest-syncer", 0)},
-		components.APIServerEtcdClient(), components.EtcdServer(), components.EtcdPeer(),
+		components.APIServerEtcdClient(), memberNamed(components.EtcdServer()), memberNamed(components.EtcdPeer()),
 	}
 	if len(got) != len(want) {
 		t.Fatalf("%d leaves, want %d: %+v", len(got), len(want), got)
@@ -142,4 +143,11 @@ func TestReconcilePKIKeepsAServingCertificateWhoseNamesAreReordered(t *testing.T
 	if _, changed, err := ReconcilePKI(data, names, endpoints()); err != nil || changed {
 		t.Errorf("changed=%v err=%v: a reordered serving certificate was reissued", changed, err)
 	}
+}
+
+// memberNamed is an etcd member's certificate l that also names every
+// member of the tenant's cluster, as its peers and their helpers dial them.
+func memberNamed(l components.Leaf) components.Leaf {
+	l.Spec.DNSNames = append(l.Spec.DNSNames, "*.alpha-peers.tenant-a.svc")
+	return l
 }

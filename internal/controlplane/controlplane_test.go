@@ -2,6 +2,9 @@ package controlplane
 
 import (
 	"bytes"
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/utils/ptr"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -140,8 +143,16 @@ func TestStatefulSetFor(t *testing.T) {
 		Options{KubeImage: "img", SyncerImage: "img", CoreDNSImage: "img", ImagePullPolicy: corev1.PullNever},
 		ServiceIPs{APIServer: "10.96.0.5", DNS: "10.96.0.6"})
 	pod := sts.Spec.Template.Spec
-	if len(pod.InitContainers) != 2 || len(pod.Containers) != 4 {
-		t.Fatalf("init containers %d, containers %d; want etcd and kube-apiserver as sidecars, then four", len(pod.InitContainers), len(pod.Containers))
+	if len(pod.InitContainers) != 3 || len(pod.Containers) != 4 {
+		t.Fatalf("init containers %d, containers %d; want the etcd-member helper, etcd and kube-apiserver as sidecars, then four", len(pod.InitContainers), len(pod.Containers))
+	}
+	if *sts.Spec.Replicas != 1 || sts.Spec.ServiceName != "alpha-peers" || sts.Spec.PodManagementPolicy != appsv1.OrderedReadyPodManagement {
+		t.Errorf("replicas %d, service %s, policy %s; want 1 governed by alpha-peers, OrderedReady", *sts.Spec.Replicas, sts.Spec.ServiceName, sts.Spec.PodManagementPolicy)
+	}
+	for _, c := range pod.Containers {
+		if slices.Contains(c.Args, "--leader-elect=true") || slices.Contains(c.Args, "--leader-elect") {
+			t.Errorf("%s elects a leader with one replica: a restart would wait for its old lease", c.Name)
+		}
 	}
 	syncer := pod.Containers[2]
 	if syncer.Name != "nest-syncer" || syncer.StartupProbe != nil || syncer.ReadinessProbe != nil {
@@ -166,7 +177,7 @@ func TestStatefulSetFor(t *testing.T) {
 			t.Errorf("%s is not a sidecar with a startup probe", c.Name)
 		}
 	}
-	api := pod.InitContainers[1]
+	api := pod.InitContainers[2]
 	args := strings.Join(api.Args, " ")
 	for _, want := range []string{"--service-cluster-ip-range=10.100.0.0/16", "--etcd-servers=https://127.0.0.1:2379", "--service-account-issuer=https://kubernetes.default.svc.tenant.local", "--authorization-mode=Node,RBAC"} {
 		if !strings.Contains(args, want) {
@@ -192,6 +203,47 @@ func TestStatefulSetFor(t *testing.T) {
 	}
 	if sts.Spec.Selector.MatchLabels[LabelVirtualCluster] != "alpha" {
 		t.Errorf("selector %v", sts.Spec.Selector)
+	}
+}
+
+// Three replicas: the same pod in each, whose controllers elect a leader,
+// whose etcd-member helper knows every member, spread over host nodes.
+func TestStatefulSetForThreeReplicas(t *testing.T) {
+	sts := StatefulSetFor(vc(func(v *nestv1.VirtualCluster) { v.Spec.ControlPlane.Replicas = ptr.To[int32](3) }), Options{}, ServiceIPs{})
+	if *sts.Spec.Replicas != 3 {
+		t.Errorf("replicas %d, want 3", *sts.Spec.Replicas)
+	}
+	pod := sts.Spec.Template.Spec
+	args := map[string]string{}
+	for _, c := range append(pod.InitContainers, pod.Containers...) {
+		args[c.Name] = strings.Join(c.Args, " ")
+	}
+	for name, want := range map[string]string{
+		"kube-controller-manager": "--leader-elect=true",
+		"kube-scheduler":          "--leader-elect=true",
+		"nest-syncer":             "--leader-elect --identity=$(POD_NAME)",
+		"etcd-member": "--member-client-urls=https://alpha-0.alpha-peers.tenant-a.svc:2379,https://alpha-1.alpha-peers.tenant-a.svc:2379,https://alpha-2.alpha-peers.tenant-a.svc:2379" +
+			" --bootstrap-member=alpha-0",
+		"etcd": "--initial-advertise-peer-urls=https://$(POD_NAME).alpha-peers.tenant-a.svc:2380",
+	} {
+		if !strings.Contains(args[name], want) {
+			t.Errorf("%s lacks %s in %s", name, want, args[name])
+		}
+	}
+	if strings.Contains(args["etcd"], "--initial-cluster=") {
+		t.Error("etcd has --initial-cluster on its command line: it must come from the helper's file, or etcd refuses the variable")
+	}
+	spread := pod.TopologySpreadConstraints
+	if len(spread) != 1 || spread[0].TopologyKey != corev1.LabelHostname || spread[0].WhenUnsatisfiable != corev1.DoNotSchedule || spread[0].MaxSkew != 1 {
+		t.Errorf("topology spread %+v: want at most one more replica on a host node than on another", spread)
+	}
+	pdb := PodDisruptionBudgetFor(vc(nil))
+	if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 || pdb.Spec.Selector.MatchLabels[LabelVirtualCluster] != "alpha" {
+		t.Errorf("PodDisruptionBudget %+v: want one replica at a time, of this control plane", pdb.Spec)
+	}
+	peers := PeerServiceFor(vc(nil))
+	if peers.Spec.ClusterIP != corev1.ClusterIPNone || !peers.Spec.PublishNotReadyAddresses {
+		t.Errorf("peer Service %+v: want headless, publishing pods not ready yet (a joining member is not)", peers.Spec)
 	}
 }
 

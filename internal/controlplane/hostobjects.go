@@ -6,6 +6,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -86,14 +87,20 @@ var HostObjects = []HostObject{
 		MadeBy: MadeByNest, Deletion: DeleteControlPlane, Watched: true, CachedByLabel: true,
 	},
 	{
+		New:    func() client.Object { return &policyv1.PodDisruptionBudget{} },
+		Names:  func(n Names) []string { return []string{n.PodDisruptionBudget()} },
+		Build:  eachOf(PodDisruptionBudgetFor),
+		MadeBy: MadeByNest, Deletion: DeleteControlPlane, Watched: true, CachedByLabel: true,
+	},
+	{
 		New:    func() client.Object { return &corev1.PersistentVolumeClaim{} },
-		Names:  func(n Names) []string { return []string{n.EtcdClaim()} },
+		Names:  Names.EtcdClaims,
 		MadeBy: MadeByStatefulSet, Deletion: DeleteRest, CachedByLabel: true,
 	},
 	{
 		New:    func() client.Object { return &corev1.Service{} },
 		Names:  Names.Services,
-		Build:  eachOf(ServiceFor, DNSServiceFor),
+		Build:  eachOf(ServiceFor, DNSServiceFor, PeerServiceFor),
 		MadeBy: MadeByNest, Deletion: DeleteRest, Watched: true, CachedByLabel: true,
 	},
 	{

@@ -134,7 +134,8 @@ func TestReconcilePKIAddsKubeletClientCA(t *testing.T) {
 func TestProbes(t *testing.T) {
 	pod := StatefulSetFor(vc(nil), Options{KubeImage: "kube", SyncerImage: "syncer", CoreDNSImage: "coredns"}, ServiceIPs{}).Spec.Template.Spec
 	exec := map[string][]string{
-		"etcd":        {"http://127.0.0.1:2381/health?serializable=true", "http://127.0.0.1:2381/health?serializable=false"},
+		"etcd":        {"http://127.0.0.1:2381/health?serializable=true", "http://127.0.0.1:2381/health?serializable=true"},
+		"etcd-member": {"http://127.0.0.1:2382/started", "http://127.0.0.1:2382/started"},
 		"nest-syncer": {"http://127.0.0.1:10248/healthz"},
 		"coredns":     {"http://127.0.0.1:8080/health"},
 	}
@@ -166,9 +167,9 @@ func TestProbes(t *testing.T) {
 			}
 		}
 	}
-	etcd := strings.Join(pod.InitContainers[0].Args, " ")
-	if !strings.Contains(etcd, "--listen-metrics-urls=http://127.0.0.1:2381") || len(pod.InitContainers[0].Ports) != 0 {
-		t.Errorf("etcd metrics are not on loopback only: %s ports %v", etcd, pod.InitContainers[0].Ports)
+	etcd := strings.Join(pod.InitContainers[1].Args, " ")
+	if pod.InitContainers[1].Name != "etcd" || !strings.Contains(etcd, "--listen-metrics-urls=http://127.0.0.1:2381") || len(pod.InitContainers[1].Ports) != 0 {
+		t.Errorf("etcd metrics are not on loopback only: %s ports %v", etcd, pod.InitContainers[1].Ports)
 	}
 }
 

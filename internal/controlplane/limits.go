@@ -223,6 +223,7 @@ func ObjectQuotaFor(vc *nestv1.VirtualCluster) *corev1.ResourceQuota {
 // Control-plane container names.
 const (
 	etcdName              = "etcd"
+	etcdMemberName        = "etcd-member"
 	apiServerName         = "kube-apiserver"
 	controllerManagerName = "kube-controller-manager"
 	schedulerName         = "kube-scheduler"
@@ -240,7 +241,9 @@ const (
 // LimitRange would otherwise give each container the tenant default; they are
 // high enough not to throttle ordinary work.
 var componentResources = map[string]corev1.ResourceRequirements{
-	etcdName:              resources("50m", "64Mi", "1", "512Mi"),
+	etcdName: resources("50m", "64Mi", "1", "512Mi"),
+	// The etcd-member helper idles at about 15 MiB between its checks.
+	etcdMemberName:        resources("10m", "16Mi", "200m", "64Mi"),
 	controllerManagerName: resources("50m", "64Mi", "1", "512Mi"),
 	schedulerName:         resources("25m", "32Mi", "1", "256Mi"),
 	syncerName:            resources("50m", "64Mi", "2", "512Mi"),

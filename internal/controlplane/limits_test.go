@@ -119,7 +119,7 @@ func TestControlPlaneResources(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			v := vc(func(v *nestv1.VirtualCluster) { v.Spec.ControlPlane.Resources = tt.resources })
 			pod := StatefulSetFor(v, Options{}, ServiceIPs{}).Spec.Template.Spec
-			api := pod.InitContainers[1]
+			api := pod.InitContainers[2]
 			if err := sameList(api.Resources.Limits, list("cpu", tt.cpu, "memory", tt.memory)); err != nil {
 				t.Errorf("kube-apiserver limits: %v", err)
 			}
@@ -137,7 +137,7 @@ func TestControlPlaneResources(t *testing.T) {
 	// Every container has a memory limit its Go runtime knows about, and
 	// the control plane's GOGC.
 	pod := StatefulSetFor(vc(nil), Options{}, ServiceIPs{}).Spec.Template.Spec
-	want := map[string]string{"etcd": "512Mi", "kube-apiserver": "1Gi", "kube-controller-manager": "512Mi", "kube-scheduler": "256Mi", "nest-syncer": "512Mi", "coredns": "128Mi"}
+	want := map[string]string{"etcd": "512Mi", "etcd-member": "64Mi", "kube-apiserver": "1Gi", "kube-controller-manager": "512Mi", "kube-scheduler": "256Mi", "nest-syncer": "512Mi", "coredns": "128Mi"}
 	for _, c := range append(pod.InitContainers, pod.Containers...) {
 		limit := c.Resources.Limits[corev1.ResourceMemory]
 		if limit.String() != want[c.Name] {
@@ -187,13 +187,13 @@ func TestObjectQuotaFor(t *testing.T) {
 		dataBytes                    int64
 	}{
 		// 500 + the DNS, dedicated-nodes and member usage ConfigMaps + kube-root-ca.crt;
-		// 500 + 4 Nest Secrets (the members Secret too) + 110 token Secrets; 200 + the API server and
-		// DNS Services.
-		{"defaults", nil, "504", "614", "202", 64 << 20},
+		// 500 + 4 Nest Secrets (the members Secret too) + 110 token Secrets; 200 + the API server,
+		// DNS and peer Services.
+		{"defaults", nil, "504", "614", "203", 64 << 20},
 		{"budget and pod count", func(v *nestv1.VirtualCluster) {
 			v.Spec.VirtualNode.ObjectBudget = nestv1.ObjectBudgetSpec{ConfigMaps: ptr.To[int32](10), Secrets: ptr.To[int32](0), Services: ptr.To[int32](5), DataBytes: ptr.To(resource.MustParse("1Mi"))}
 			v.Spec.PromoteResources.Resources = list("pods", "20")
-		}, "14", "24", "7", 1 << 20},
+		}, "14", "24", "8", 1 << 20},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

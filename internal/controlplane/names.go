@@ -47,8 +47,27 @@ func (n Names) Service() string { return n.VirtualCluster }
 // StatefulSet runs the control-plane pod.
 func (n Names) StatefulSet() string { return n.VirtualCluster }
 
-// ControlPlanePod is the StatefulSet's one pod (replica 0).
-func (n Names) ControlPlanePod() string { return n.StatefulSet() + "-0" }
+// ControlPlanePod is the StatefulSet's first pod (replica 0), which
+// bootstraps the tenant's etcd.
+func (n Names) ControlPlanePod() string { return n.ControlPlanePodOf(0) }
+
+// ControlPlanePodOf is the StatefulSet's pod of ordinal i.
+func (n Names) ControlPlanePodOf(i int) string { return fmt.Sprintf("%s-%d", n.StatefulSet(), i) }
+
+// PeerService is the headless Service that governs the StatefulSet: it
+// gives each control-plane pod the DNS name its etcd peers reach it at
+// (MemberHost), ready or not.
+func (n Names) PeerService() string { return n.VirtualCluster + "-peers" }
+
+// MemberHost is the DNS name of the control-plane pod of ordinal i, through
+// PeerService: its etcd member's host.
+func (n Names) MemberHost(i int) string {
+	return fmt.Sprintf("%s.%s.%s.svc", n.ControlPlanePodOf(i), n.PeerService(), n.Namespace)
+}
+
+// PodDisruptionBudget keeps a quorum of the control-plane pods through
+// voluntary disruptions such as drains.
+func (n Names) PodDisruptionBudget() string { return n.VirtualCluster }
 
 // PKISecret holds every CA, certificate and key of the tenant.
 func (n Names) PKISecret() string { return n.VirtualCluster + "-pki" }
@@ -63,8 +82,20 @@ func (n Names) KubeconfigSecret() string { return n.VirtualCluster + "-kubeconfi
 const EtcdVolumeClaimTemplate = "etcd-data"
 
 // EtcdClaim is the PersistentVolumeClaim the StatefulSet makes for replica 0.
-func (n Names) EtcdClaim() string {
-	return fmt.Sprintf("%s-%s-0", EtcdVolumeClaimTemplate, n.StatefulSet())
+func (n Names) EtcdClaim() string { return n.EtcdClaimOf(0) }
+
+// EtcdClaimOf is the PersistentVolumeClaim of the replica of ordinal i.
+func (n Names) EtcdClaimOf(i int) string {
+	return fmt.Sprintf("%s-%s-%d", EtcdVolumeClaimTemplate, n.StatefulSet(), i)
+}
+
+// EtcdClaims are the claims of every replica there may be (MaxReplicas).
+func (n Names) EtcdClaims() []string {
+	out := make([]string, MaxReplicas)
+	for i := range out {
+		out[i] = n.EtcdClaimOf(i)
+	}
+	return out
 }
 
 // InternalServer is the API server URL inside the host cluster, through the
@@ -148,7 +179,7 @@ func (n Names) DedicatedNodesConfigMap() string {
 func (n Names) ConfigMaps() []string { return []string{n.DNSConfigMap(), n.DedicatedNodesConfigMap()} }
 
 // Services are the Services Nest itself keeps in the namespace.
-func (n Names) Services() []string { return []string{n.Service(), n.DNSService()} }
+func (n Names) Services() []string { return []string{n.Service(), n.DNSService(), n.PeerService()} }
 
 // TenantPodLabels select the host pods nest-syncer runs for the virtual cluster.
 func (n Names) TenantPodLabels() map[string]string {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/components"
 	"github.com/nestdev/nest/internal/syncer"
 )
 
@@ -135,6 +136,9 @@ func NetworkPoliciesWith(vc *nestv1.VirtualCluster, o Options, dedicatedPodCIDRs
 
 	cpIngress := []networkingv1.NetworkPolicyIngressRule{
 		{From: tenantPods, Ports: slices.Concat(apiPort, dnsPorts, nodePorts)},
+		// The etcd members of the other replicas: peers, and their
+		// etcd-member helpers as clients (with the etcd CA's certificates).
+		{From: controlPlane, Ports: ports(corev1.ProtocolTCP, components.EtcdClientPort, components.EtcdPeerPort)},
 		{From: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{
 			MatchLabels: map[string]string{corev1.LabelMetadataName: o.ManagerNamespace},
 		}}}, Ports: apiPort},

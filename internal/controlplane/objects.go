@@ -7,6 +7,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -14,6 +15,7 @@ import (
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/components"
+	"github.com/nestdev/nest/internal/etcdmember"
 	"github.com/nestdev/nest/internal/images"
 	"github.com/nestdev/nest/internal/syncer"
 )
@@ -71,23 +73,50 @@ func ServiceFor(vc *nestv1.VirtualCluster) *corev1.Service {
 	}
 }
 
+// MaxReplicas is the most control-plane replicas a VirtualCluster has
+// (spec.controlPlane.replicas is 1 or 3).
+const MaxReplicas = 3
+
+// Replicas is spec.controlPlane.replicas, 1 when unset.
+func Replicas(vc *nestv1.VirtualCluster) int32 {
+	return ptr.Deref(vc.Spec.ControlPlane.Replicas, 1)
+}
+
+// leaderElect says whether the control plane's controllers elect a leader:
+// with more than one replica. A single replica does not, so a restart never
+// waits for its previous lease to lapse.
+func leaderElect(vc *nestv1.VirtualCluster) bool { return Replicas(vc) > 1 }
+
 // StatefulSetFor returns the StatefulSet that runs the tenant control plane:
-// one pod with etcd (data on a PersistentVolumeClaim), kube-apiserver,
-// nest-syncer, kube-controller-manager, kube-scheduler and CoreDNS. ips are
-// the host ClusterIPs of the API server's and CoreDNS' Services.
+// Replicas pods, each with an etcd member (data on a PersistentVolumeClaim)
+// and its etcd-member helper, kube-apiserver, nest-syncer,
+// kube-controller-manager, kube-scheduler and CoreDNS. ips are the host
+// ClusterIPs of the API server's and CoreDNS' Services.
+//
+// Pods start in order, each once the one before is Ready (the StatefulSet's
+// OrderedReady policy): the first starts the etcd cluster, and each later
+// one joins it as a learner, so members are added one at a time. The pods
+// spread over host nodes, never two on one node while a node with none can
+// take one.
 func StatefulSetFor(vc *nestv1.VirtualCluster, o Options, ips ServiceIPs) *appsv1.StatefulSet {
 	n := NamesOf(vc)
 	pod := corev1.PodSpec{
-		// etcd and kube-apiserver are sidecars: the kubelet starts them in
-		// order and starts the rest only once the API server's startup probe
-		// (/readyz) passes, so nothing crash-loops on an API server that is
-		// not up yet.
-		InitContainers: []corev1.Container{sidecar(etcdContainer(n, o)), sidecar(apiServerContainer(vc, o))},
-		Containers:     []corev1.Container{controllerManagerContainer(o), schedulerContainer(o), syncerContainer(vc, o, ips), coreDNSContainer(o)},
+		// The etcd-member helper, etcd and kube-apiserver are sidecars: the
+		// kubelet starts them in order, each once the one before passed its
+		// startup probe (the helper's: the initial cluster is written), and
+		// starts the rest only once the API server's startup probe (/readyz)
+		// passes, so nothing crash-loops on an API server that is not up yet.
+		InitContainers: []corev1.Container{sidecar(etcdMemberContainer(vc, o)), sidecar(etcdContainer(n, o)), sidecar(apiServerContainer(vc, o))},
+		Containers:     []corev1.Container{controllerManagerContainer(vc, o), schedulerContainer(vc, o), syncerContainer(vc, o, ips), coreDNSContainer(o)},
 		Volumes: append([]corev1.Volume{
 			secretVolume("pki", n.PKISecret()),
 			secretVolume("kubeconfig", n.ComponentKubeconfigSecret()),
+			{Name: etcdMemberVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse("1Mi"))}}},
 		}, virtualNodeVolumes(n)...),
+		TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
+			MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.DoNotSchedule,
+			LabelSelector: &metav1.LabelSelector{MatchLabels: n.Labels()},
+		}},
 		ServiceAccountName: n.SyncerServiceAccount(),
 		Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
 			PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{
@@ -121,8 +150,9 @@ func StatefulSetFor(vc *nestv1.VirtualCluster, o Options, ips ServiceIPs) *appsv
 	return &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{Name: n.StatefulSet(), Namespace: n.Namespace, Labels: n.Labels()},
 		Spec: appsv1.StatefulSetSpec{
-			Replicas:             ptr.To[int32](1),
-			ServiceName:          n.Service(),
+			Replicas:             ptr.To(Replicas(vc)),
+			ServiceName:          n.PeerService(),
+			PodManagementPolicy:  appsv1.OrderedReadyPodManagement,
 			Selector:             &metav1.LabelSelector{MatchLabels: n.Labels()},
 			Template:             corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: n.Labels()}, Spec: pod},
 			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{claim},
@@ -132,6 +162,41 @@ func StatefulSetFor(vc *nestv1.VirtualCluster, o Options, ips ServiceIPs) *appsv
 				WhenDeleted: appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
 				WhenScaled:  appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
 			},
+		},
+	}
+}
+
+// PeerServiceFor returns the headless Service that governs the
+// StatefulSet: each control-plane pod's DNS name (Names.MemberHost), which
+// its etcd peers dial, resolves while the pod is not ready too, as a
+// joining member is not.
+func PeerServiceFor(vc *nestv1.VirtualCluster) *corev1.Service {
+	n := NamesOf(vc)
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: n.PeerService(), Namespace: n.Namespace, Labels: n.Labels()},
+		Spec: corev1.ServiceSpec{
+			Type:                     corev1.ServiceTypeClusterIP,
+			ClusterIP:                corev1.ClusterIPNone,
+			Selector:                 n.Labels(),
+			PublishNotReadyAddresses: true,
+			Ports: []corev1.ServicePort{
+				{Name: "etcd-client", Port: components.EtcdClientPort, TargetPort: intstr.FromInt32(components.EtcdClientPort), Protocol: corev1.ProtocolTCP},
+				{Name: "etcd-peer", Port: components.EtcdPeerPort, TargetPort: intstr.FromInt32(components.EtcdPeerPort), Protocol: corev1.ProtocolTCP},
+			},
+		},
+	}
+}
+
+// PodDisruptionBudgetFor returns the PodDisruptionBudget of the control
+// plane: one pod at a time may be evicted, which keeps a quorum of 3 etcd
+// members (2) through a drain and lets a single replica's node drain.
+func PodDisruptionBudgetFor(vc *nestv1.VirtualCluster) *policyv1.PodDisruptionBudget {
+	n := NamesOf(vc)
+	return &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: n.PodDisruptionBudget(), Namespace: n.Namespace, Labels: n.Labels()},
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MaxUnavailable: ptr.To(intstr.FromInt32(1)),
+			Selector:       &metav1.LabelSelector{MatchLabels: n.Labels()},
 		},
 	}
 }
@@ -179,12 +244,19 @@ func container(name string, o Options, r corev1.ResourceRequirements, args []str
 	}
 }
 
-// tenantEtcd is the tenant's etcd member. Unlike the host's it requires TLS
-// client certificates: every container of the control-plane pod shares its
-// loopback, and only the API server holds an etcd client certificate.
+// tenantEtcd is a control-plane pod's etcd member, named for its pod and
+// reached by its peers at the pod's DNS name. Unlike the host's it requires
+// TLS client certificates: every container of the control-plane pod shares
+// its loopback, and only the API server and the etcd-member helper hold an
+// etcd client certificate.
 func tenantEtcd(n Names) components.Etcd {
 	return components.Etcd{
-		Name: n.VirtualCluster, DataDir: etcdDataDir + "/data", TLS: true, PKI: tenantPKI,
+		Name: "$(POD_NAME)", DataDir: etcdDataDir + "/data", TLS: true, PKI: tenantPKI,
+		Member: &components.EtcdMember{
+			Host:     "$(POD_NAME)." + n.PeerService() + "." + n.Namespace + ".svc",
+			ListenIP: "$(POD_IP)",
+			DNSNames: []string{"*." + n.PeerService() + "." + n.Namespace + ".svc"},
+		},
 		// Tenant only: etcd runs under a memory limit here, and the raft log
 		// it keeps in memory grows with the commits between snapshots. 10000
 		// is also etcd 3.6's default; stating it keeps it should that move.
@@ -192,11 +264,52 @@ func tenantEtcd(n Names) components.Etcd {
 	}
 }
 
+// etcdMemberVolume holds the initial cluster file the etcd-member helper
+// writes for etcd, afresh in every pod.
+const etcdMemberVolume = "etcd-member"
+
+// initialClusterFile is that file's path in both containers.
+const initialClusterFile = "/run/etcd-member/initial-cluster.env"
+
+// etcdMemberFlags is the etcd-member helper's command line: the same for
+// every replica, which finds its own part from its pod's name.
+func etcdMemberFlags(vc *nestv1.VirtualCluster) etcdmember.Flags {
+	n := NamesOf(vc)
+	e := tenantEtcd(n)
+	var members []string
+	for i := range int(Replicas(vc)) {
+		member := e
+		member.Member = &components.EtcdMember{Host: n.MemberHost(i)}
+		members = append(members, member.MemberClientURL())
+	}
+	return etcdmember.Flags{
+		Name: e.Name, PeerURL: e.MemberPeerURL(), LocalClientURL: e.ClientURL(),
+		MemberClientURLs: members, BootstrapMember: n.ControlPlanePod(),
+		DataDir: e.DataDir, InitialClusterFile: initialClusterFile,
+		CAFile: pkiFile(EtcdCACert), CertFile: pkiFile(EtcdClientCert), KeyFile: pkiFile(EtcdClientKey),
+	}
+}
+
+func etcdMemberContainer(vc *nestv1.VirtualCluster, o Options) corev1.Container {
+	c := container(etcdMemberName, o, componentResources[etcdMemberName], append([]string{etcdmember.Command}, etcdMemberFlags(vc).Args()...))
+	c.Image, c.Command = o.SyncerImage, []string{syncer.SyncerBinary}
+	c.Env = append(c.Env, podIPEnv(), podNameEnv())
+	c.VolumeMounts = append(mounts(true), corev1.VolumeMount{Name: etcdMemberVolume, MountPath: path.Dir(initialClusterFile)})
+	c.StartupProbe = loopbackProbe(etcdmember.ReadyPort, etcdmember.StartedPath, 1, 600)
+	c.LivenessProbe = loopbackProbe(etcdmember.ReadyPort, etcdmember.StartedPath, 10, 6)
+	return c
+}
+
 func etcdContainer(n Names, o Options) corev1.Container {
 	c := container(etcdName, o, componentResources[etcdName], tenantEtcd(n).Flags().Args())
-	c.VolumeMounts = mounts(true)
+	c.Env = append(c.Env, podIPEnv(), podNameEnv(),
+		corev1.EnvVar{Name: components.InitialClusterFileEnv, Value: initialClusterFile})
+	c.VolumeMounts = append(mounts(true), corev1.VolumeMount{Name: etcdMemberVolume, MountPath: path.Dir(initialClusterFile), ReadOnly: true})
 	c.LivenessProbe = loopbackProbe(components.EtcdMetricsPort, "/health?serializable=true", 10, 8)
-	c.StartupProbe = loopbackProbe(components.EtcdMetricsPort, "/health?serializable=false", 1, 60)
+	// Serializable: a joining member is a learner until the etcd-member
+	// helper promotes it, and needs only to follow a leader to start; the
+	// API server's startup probe then waits for its linearizable reads.
+	c.StartupProbe = loopbackProbe(components.EtcdMetricsPort, "/health?serializable=true", 1, 60)
 	return c
 }
 
@@ -238,23 +351,29 @@ func podIPEnv() corev1.EnvVar {
 	return corev1.EnvVar{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}}
 }
 
-// clientComponent is the controller-manager or scheduler with the kubeconfig
-// kubeconfigFile. Unlike the host's, its HTTPS endpoint listens on the pod IP,
-// where the kubelet probes it.
-func clientComponent(kubeconfigFile string) components.ClientComponent {
-	return components.ClientComponent{Kubeconfig: path.Join(KubeconfigDir, kubeconfigFile), BindAddress: "0.0.0.0"}
+// podNameEnv is POD_NAME, the pod's name, for $(POD_NAME) in arguments.
+func podNameEnv() corev1.EnvVar {
+	return corev1.EnvVar{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}
 }
 
-func controllerManagerContainer(o Options) corev1.Container {
-	args := components.ControllerManagerFlags(clientComponent(ControllerManagerKubeconfig), tenantPKI)
+// clientComponent is the controller-manager or scheduler with the kubeconfig
+// kubeconfigFile. Unlike the host's, its HTTPS endpoint listens on the pod IP,
+// where the kubelet probes it, and its replicas elect a leader when there
+// are several.
+func clientComponent(vc *nestv1.VirtualCluster, kubeconfigFile string) components.ClientComponent {
+	return components.ClientComponent{Kubeconfig: path.Join(KubeconfigDir, kubeconfigFile), BindAddress: "0.0.0.0", LeaderElect: leaderElect(vc)}
+}
+
+func controllerManagerContainer(vc *nestv1.VirtualCluster, o Options) corev1.Container {
+	args := components.ControllerManagerFlags(clientComponent(vc, ControllerManagerKubeconfig), tenantPKI)
 	c := container(controllerManagerName, o, componentResources[controllerManagerName], args.Args())
 	c.VolumeMounts = mounts(false)
 	c.LivenessProbe = httpProbe("/healthz", controllerManagerPort, corev1.URISchemeHTTPS, 10, 8)
 	return c
 }
 
-func schedulerContainer(o Options) corev1.Container {
-	args := append(components.SchedulerFlags(clientComponent(SchedulerKubeconfig)),
+func schedulerContainer(vc *nestv1.VirtualCluster, o Options) corev1.Container {
+	args := append(components.SchedulerFlags(clientComponent(vc, SchedulerKubeconfig)),
 		// Tenant only: the default client limit (50 requests/s) would cap
 		// how fast a burst of tenant pods is bound to the virtual node.
 		components.Flag{Name: "kube-api-qps", Value: "200"}, components.Flag{Name: "kube-api-burst", Value: "400"},

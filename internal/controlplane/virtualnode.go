@@ -147,6 +147,7 @@ func syncerOptions(vc *nestv1.VirtualCluster, opts Options, ips ServiceIPs) sync
 		},
 		// The kubelet substitutes the pod IP: the virtual node's address.
 		NodeIP:           "$(POD_IP)",
+		LeaderElect:      leaderElect(vc),
 		TenantKubeconfig: path.Join(KubeconfigDir, SyncerKubeconfig),
 		Capacity:         Share(vc),
 		VirtualNodes:     int(ptr.Deref(vc.Spec.VirtualNode.Count, 1)),
@@ -157,6 +158,9 @@ func syncerOptions(vc *nestv1.VirtualCluster, opts Options, ips ServiceIPs) sync
 		DNSDir:          dnsDir,
 		HostMetadata:    hostMetadata(vc, opts),
 		DataBudgetBytes: BudgetOf(vc).DataBytes,
+	}
+	if o.LeaderElect {
+		o.Identity = "$(POD_NAME)"
 	}
 	if d := vc.Spec.VirtualNode.NodeDisk; d != nil {
 		o.NodeDisk = &syncer.NodeDisk{Size: d.Size, StorageClassName: ptr.Deref(d.StorageClassName, "")}
@@ -187,7 +191,7 @@ func hostMetadata(vc *nestv1.VirtualCluster, o Options) syncer.MetadataAllowList
 func syncerContainer(vc *nestv1.VirtualCluster, o Options, ips ServiceIPs) corev1.Container {
 	c := container(syncerName, o, componentResources[syncerName], syncerOptions(vc, o, ips).Args())
 	c.Image, c.Command = o.SyncerImage, []string{syncer.SyncerBinary}
-	c.Env = append(c.Env, podIPEnv())
+	c.Env = append(c.Env, podIPEnv(), podNameEnv())
 	c.VolumeMounts = append(mounts(false),
 		corev1.VolumeMount{Name: "dns", MountPath: dnsDir},
 		corev1.VolumeMount{Name: "host-token", MountPath: hostTokenDir, ReadOnly: true},

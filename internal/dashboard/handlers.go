@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"k8s.io/utils/ptr"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -244,17 +246,19 @@ type createView struct {
 	// Levels and ServiceTypes are the choices of the two selects.
 	Levels       []string
 	ServiceTypes []string
+	Replicas     []string
 }
 
 // createForm is the create form's fields.
 type createForm struct {
-	Name, Namespace, CPU, Memory, GPU, Pods, PodSecurity, ServiceType, ExternalIPs string
+	Name, Namespace, CPU, Memory, GPU, Pods, Replicas, PodSecurity, ServiceType, ExternalIPs string
 }
 
 func newCreateView(f createForm, errs map[string]string) createView {
 	return createView{Form: f, Errors: errs,
 		Levels:       []string{string(nestv1.PodSecurityBaseline), string(nestv1.PodSecurityRestricted)},
-		ServiceTypes: []string{"NodePort", "LoadBalancer", "ClusterIP"}}
+		ServiceTypes: []string{"NodePort", "LoadBalancer", "ClusterIP"},
+		Replicas:     []string{"1", "3"}}
 }
 
 func (s *Server) createForm(w http.ResponseWriter, r *http.Request) {
@@ -262,14 +266,14 @@ func (s *Server) createForm(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	f := createForm{PodSecurity: string(nestv1.PodSecurityBaseline), ServiceType: "NodePort", Namespace: r.URL.Query().Get("namespace")}
+	f := createForm{Replicas: "1", PodSecurity: string(nestv1.PodSecurityBaseline), ServiceType: "NodePort", Namespace: r.URL.Query().Get("namespace")}
 	s.render(w, r, http.StatusOK, "create", "Create a virtual cluster", newCreateView(f, nil), nil)
 }
 
 func formOf(r *http.Request) createForm {
 	v := func(k string) string { return strings.TrimSpace(r.PostFormValue(k)) }
 	return createForm{Name: v(vcops.FieldName), Namespace: v(vcops.FieldNamespace), CPU: v(vcops.FieldCPU), Memory: v(vcops.FieldMemory),
-		GPU: v(vcops.FieldGPU), Pods: v(vcops.FieldPods), PodSecurity: v(vcops.FieldPodSecurity), ServiceType: v(vcops.FieldServiceType),
+		GPU: v(vcops.FieldGPU), Pods: v(vcops.FieldPods), Replicas: v(vcops.FieldReplicas), PodSecurity: v(vcops.FieldPodSecurity), ServiceType: v(vcops.FieldServiceType),
 		ExternalIPs: v(vcops.FieldExternalIPs)}
 }
 
@@ -290,6 +294,13 @@ func virtualClusterOf(f createForm) (*nestv1.VirtualCluster, error) {
 	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: f.Name, Namespace: ns}}
 	if len(res) > 0 {
 		vc.Spec.PromoteResources.Resources = res
+	}
+	if f.Replicas != "" {
+		n, err := strconv.ParseInt(f.Replicas, 10, 32)
+		if err != nil || (n != 1 && n != 3) {
+			return nil, &vcops.FieldError{Field: vcops.FieldReplicas, Value: f.Replicas, Reason: "want 1, or 3 for a highly available control plane"}
+		}
+		vc.Spec.ControlPlane.Replicas = ptr.To(int32(n))
 	}
 	vc.Spec.VirtualNode.PodSecurityLevel = nestv1.PodSecurityLevel(f.PodSecurity)
 	vc.Spec.ControlPlane.Service.Type = nestv1.ServiceType(f.ServiceType)

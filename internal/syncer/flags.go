@@ -46,6 +46,8 @@ const (
 	flagNodeDiskClass    = "node-disk-storage-class"
 	flagPrivileged       = "privileged-containers"
 	flagNodeNetwork      = "node-network"
+	flagLeaderElect      = "leader-elect"
+	flagIdentity         = "identity"
 )
 
 // Values of --privileged-containers, the VirtualCluster's
@@ -153,6 +155,8 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		return fmt.Errorf("%q: use %s or %s", s, privilegedRefuse, privilegedConfine)
 	})
 	fs.BoolVar(&o.NodeNetwork, flagNodeNetwork, false, "give hostNetwork pods the virtual node's address and host ports through the node network agent on host nodes (needs --"+flagHelperImage+" and --"+flagNodeIP+")")
+	fs.BoolVar(&o.LeaderElect, flagLeaderElect, false, "elect, through the host Lease <virtual-cluster>-syncer, the one syncer of the control plane's replicas that runs the virtual node; the others keep their CoreDNS' records current")
+	fs.StringVar(&o.Identity, flagIdentity, "", "this syncer's name in the election (default: the host name)")
 	fs.Int64Var(&o.DataBudgetBytes, flagDataBudget, 0, "most bytes of data all host copies of tenant ConfigMaps and Secrets may hold together; 0 is no bound")
 	o.KubeletAddr, o.HealthAddr = DefaultKubeletAddr, DefaultHealthAddr
 	o.KubeletClientName = KubeletClientName
@@ -192,6 +196,12 @@ func (o Options) Args() []string {
 	}
 	if o.NodeNetwork {
 		args = append(args, "--"+flagNodeNetwork)
+	}
+	if o.LeaderElect {
+		args = append(args, "--"+flagLeaderElect)
+	}
+	if o.Identity != "" {
+		args = append(args, "--"+flagIdentity+"="+o.Identity)
 	}
 	if len(o.HostServiceCIDRs) > 0 {
 		cidrs := make([]string, len(o.HostServiceCIDRs))

@@ -32,7 +32,6 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
@@ -89,6 +88,14 @@ type Options struct {
 	// KubeletPort is the port of the kubelet API on NodeIP; 0 is 10250.
 	// Each member node has its own.
 	KubeletPort int32
+	// LeaderElect makes the syncers of a control plane's replicas elect,
+	// through a host Lease (LeaseName), the one that runs the virtual node
+	// and writes to both clusters; the others keep their CoreDNS' records
+	// current and wait.
+	LeaderElect bool
+	// Identity is this syncer's name in the election: its pod's name; ""
+	// is the host name.
+	Identity string
 }
 
 // MetadataAllowList names the tenant label and annotation keys that reach
@@ -116,9 +123,19 @@ func (s *syncer) kindName(kind string) string {
 // kubeletPort is the port of this syncer's kubelet API.
 func (s *syncer) kubeletPort() int32 { return cmp.Or(s.o.KubeletPort, kubeletPort) }
 
-// Run runs the syncer until ctx ends.
+// Run runs the syncer until ctx ends; with o.LeaderElect, only while this
+// replica holds the syncer lease (runElected).
 func Run(ctx context.Context, o Options) error {
 	vklog.L = newVKLogger()
+	if o.LeaderElect {
+		if o.Host == nil {
+			var err error
+			if o.Host, err = rest.InClusterConfig(); err != nil {
+				return fmt.Errorf("host credentials: %w", err)
+			}
+		}
+		return runElected(ctx, o)
+	}
 	s, err := newSyncer(ctx, o)
 	if err != nil {
 		return err
@@ -196,22 +213,13 @@ const (
 )
 
 func newSyncer(ctx context.Context, o Options) (*syncer, error) {
-	tenantCfg, err := clientcmd.BuildConfigFromFlags("", o.TenantKubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("tenant kubeconfig %s: %w", o.TenantKubeconfig, err)
-	}
-	tenantCfg.QPS, tenantCfg.Burst = 200, 400
 	if o.Host == nil {
+		var err error
 		if o.Host, err = rest.InClusterConfig(); err != nil {
 			return nil, fmt.Errorf("host credentials: %w", err)
 		}
 	}
-	o.Host.QPS, o.Host.Burst = 200, 400
-	tenant, err := kubernetes.NewForConfig(tenantCfg)
-	if err != nil {
-		return nil, err
-	}
-	host, err := kubernetes.NewForConfig(o.Host)
+	tenant, host, err := clients(o)
 	if err != nil {
 		return nil, err
 	}
@@ -333,7 +341,9 @@ func newSyncerFor(ctx context.Context, o Options, tenant, host kubernetes.Interf
 }
 
 func (s *syncer) run(ctx context.Context) error {
-	go s.serveHealth(ctx)
+	if !s.o.LeaderElect {
+		go serveHealth(ctx, s.o.HealthAddr, s.ready.Load)
+	}
 	if err := s.startSyncers(ctx); err != nil {
 		return err
 	}
@@ -666,29 +676,4 @@ func onlyCommonName(cn string, next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-func (s *syncer) serveHealth(ctx context.Context) {
-	mux := http.NewServeMux()
-	// Liveness must not depend on the tenant or host API servers: a slow
-	// start is not a wedged process, and a restart would not help.
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
-	// Metrics stay on loopback with the probes: reach them with kubectl
-	// port-forward or a scraper in the pod.
-	mux.Handle("/metrics", kindsync.MetricsHandler())
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !s.ready.Load() {
-			http.Error(w, "virtual node not registered yet", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ok"))
-	})
-	srv := &http.Server{Addr: s.o.HealthAddr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		<-ctx.Done()
-		_ = srv.Close()
-	}()
-	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		klog.FromContext(ctx).Error(err, "Health endpoint stopped")
-	}
 }

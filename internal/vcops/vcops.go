@@ -56,6 +56,8 @@ const (
 	FieldPodSecurity = "podSecurity"
 	FieldServiceType = "serviceType"
 	FieldExternalIPs = "externalIPs"
+	// FieldReplicas is the control plane's replica count.
+	FieldReplicas = "replicas"
 	// FieldNodes and FieldNodeSelector are the dedicated nodes a promote
 	// policy asks for.
 	FieldNodes        = "nodes"

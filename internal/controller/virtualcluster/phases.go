@@ -11,11 +11,13 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -207,19 +209,34 @@ func (r *Reconciler) reconcileSecret(ctx context.Context, s *reconcileState, nam
 	return secret.Data, nil
 }
 
-// reconcileStatefulSet creates the control-plane StatefulSet or updates its
-// pod template, replicas and labels. Volume claim templates cannot change.
+// reconcileStatefulSet creates the control-plane StatefulSet, with the
+// headless Service that governs it and its PodDisruptionBudget, or updates
+// its pod template, replicas and labels. Volume claim templates cannot
+// change; a StatefulSet governed by another Service (made before the
+// headless one) is deleted, leaving its pods, and made again.
 func (r *Reconciler) reconcileStatefulSet(ctx context.Context, s *reconcileState) (bool, error) {
+	if err := r.reconcilePeerService(ctx, s); err != nil {
+		return false, err
+	}
+	pdb, wantPDB := &policyv1.PodDisruptionBudget{}, controlplane.PodDisruptionBudgetFor(s.vc)
+	pdb.ObjectMeta = metav1.ObjectMeta{Name: wantPDB.Name, Namespace: wantPDB.Namespace}
+	if err := r.ensure(ctx, s, pdb, func() { pdb.Labels, pdb.Spec = wantPDB.Labels, wantPDB.Spec }); err != nil {
+		return false, err
+	}
 	desired := controlplane.StatefulSetFor(s.vc, r.ControlPlane, s.ips)
 	desired.Spec.Template.Annotations = map[string]string{"nest.dev/pki-hash": pkiRestartHash(s.pki)}
 	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: desired.Name, Namespace: desired.Namespace}}
+	if replaced, err := r.replaceStatefulSetOfOtherService(ctx, sts, desired.Spec.ServiceName); replaced || err != nil {
+		return false, err
+	}
 	if _, err := controllerutil.CreateOrPatch(ctx, r.Client, sts, func() error {
 		if sts.CreationTimestamp.IsZero() {
 			sts.Spec = desired.Spec
 		}
 		sts.Labels = desired.Labels
-		sts.Spec.Replicas = desired.Spec.Replicas
-		if !equality.Semantic.DeepDerivative(desired.Spec.Template, sts.Spec.Template) {
+		templateChanges := !equality.Semantic.DeepDerivative(desired.Spec.Template, sts.Spec.Template)
+		sts.Spec.Replicas = nextReplicas(sts, *desired.Spec.Replicas, templateChanges)
+		if templateChanges {
 			sts.Spec.Template = desired.Spec.Template
 		}
 		return controllerutil.SetControllerReference(s.vc, sts, r.Scheme)
@@ -228,11 +245,67 @@ func (r *Reconciler) reconcileStatefulSet(ctx context.Context, s *reconcileState
 	}
 	s.obs.hostObjects = true
 	s.obs.endpoint = controlplane.ExternalServer(s.vc, s.service, s.nodeIPs)
+	s.obs.readyReplicas = sts.Status.ReadyReplicas
 	s.obs.podReady = sts.Status.ReadyReplicas >= 1
 	if !s.obs.podReady {
 		s.obs.availableMessage = fmt.Sprintf("StatefulSet %s has no ready replica yet", klog.KObj(sts))
 	}
 	return s.obs.endpoint != "", nil
+}
+
+// nextReplicas is the replica count to write on sts, on the way to want.
+// More replicas wait until every current one runs the desired template:
+// a new replica's etcd member joins through its peers' members, which a
+// replica of an older template (its member on loopback only) cannot
+// answer. So 1 -> 3 first rolls the one replica (templateChanges), then
+// adds the others.
+func nextReplicas(sts *appsv1.StatefulSet, want int32, templateChanges bool) *int32 {
+	current := ptr.Deref(sts.Spec.Replicas, 1)
+	if sts.CreationTimestamp.IsZero() || want <= current {
+		return ptr.To(want)
+	}
+	st := sts.Status
+	rolledOut := !templateChanges && st.ObservedGeneration >= sts.Generation &&
+		st.UpdateRevision == st.CurrentRevision && st.UpdatedReplicas == current && st.ReadyReplicas == current
+	if !rolledOut {
+		return ptr.To(current)
+	}
+	return ptr.To(want)
+}
+
+// reconcilePeerService creates or updates the headless Service that governs
+// the StatefulSet; its clusterIP None is set once, at creation.
+func (r *Reconciler) reconcilePeerService(ctx context.Context, s *reconcileState) error {
+	want := controlplane.PeerServiceFor(s.vc)
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: want.Name, Namespace: want.Namespace}}
+	return r.ensure(ctx, s, svc, func() {
+		if svc.CreationTimestamp.IsZero() {
+			svc.Spec.ClusterIP = want.Spec.ClusterIP
+		}
+		svc.Labels, svc.Spec.Type, svc.Spec.Selector = want.Labels, want.Spec.Type, want.Spec.Selector
+		svc.Spec.PublishNotReadyAddresses, svc.Spec.Ports = want.Spec.PublishNotReadyAddresses, want.Spec.Ports
+	})
+}
+
+// replaceStatefulSetOfOtherService deletes sts, leaving its pods and
+// claims, when a Service other than serviceName governs it (serviceName is
+// immutable): the next reconcile makes it again, and it adopts the pods
+// and rolls them to the new template. It reports whether it deleted, or
+// whether sts is still being deleted.
+func (r *Reconciler) replaceStatefulSetOfOtherService(ctx context.Context, sts *appsv1.StatefulSet, serviceName string) (bool, error) {
+	if err := r.Get(ctx, client.ObjectKeyFromObject(sts), sts); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	if !sts.DeletionTimestamp.IsZero() {
+		return true, nil
+	}
+	if sts.Spec.ServiceName == serviceName {
+		return false, nil
+	}
+	klog.FromContext(ctx).Info("Replacing the control-plane StatefulSet, whose governing Service cannot change; its pods stay", "statefulSet", klog.KObj(sts), "from", sts.Spec.ServiceName, "to", serviceName)
+	uid := sts.UID
+	err := r.Delete(ctx, sts, client.PropagationPolicy(metav1.DeletePropagationOrphan), client.Preconditions{UID: &uid})
+	return true, client.IgnoreNotFound(err)
 }
 
 // reconcileKubeconfig writes the tenant admin kubeconfig Secret and, base64

@@ -114,6 +114,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=nest.dev,resources=globalnodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=serviceaccounts;resourcequotas;limitranges,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;patch
@@ -274,6 +275,9 @@ func (r *Reconciler) setObserved(vc, before *nestv1.VirtualCluster, s *reconcile
 	}
 	vc.Status.ObservedGeneration = before.Generation
 	vc.Status.Endpoint = s.obs.endpoint
+	if s.obs.hostObjects {
+		vc.Status.ReadyReplicas = s.obs.readyReplicas
+	}
 	if s.obs.kubeconfig {
 		vc.Status.KubeconfigSecretRef = &corev1.LocalObjectReference{Name: controlplane.NamesOf(vc).KubeconfigSecret()}
 	}

@@ -26,6 +26,8 @@ type observed struct {
 	kubeconfig bool
 	// podReady is true when the control-plane StatefulSet has a ready replica.
 	podReady bool
+	// readyReplicas is how many control-plane pods are ready.
+	readyReplicas int32
 	// available is true when the tenant API server answers /readyz.
 	available bool
 	// availableMessage says why it is not available.

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"go.etcd.io/etcd/server/v3/etcdmain"
@@ -81,8 +82,43 @@ func runKubectl(args []string) int {
 }
 
 func runEtcd(_ []string) int {
+	if err := loadInitialCluster(os.Getenv(initialClusterFileEnv)); err != nil {
+		fmt.Fprintln(os.Stderr, "etcd:", err)
+		return 1
+	}
 	etcdmain.Main(os.Args)
 	return 0
+}
+
+// initialClusterFileEnv names a file of KEY=VALUE lines that a member of a
+// Nest tenant's etcd cluster starts with (internal/components' constant of
+// the same name): the initial cluster and state depend on the members there
+// are when it joins, which its etcd-member helper learns at run time.
+const initialClusterFileEnv = "NEST_ETCD_INITIAL_CLUSTER_FILE"
+
+// initialClusterKeys are the only variables the file may set.
+var initialClusterKeys = map[string]bool{"ETCD_INITIAL_CLUSTER": true, "ETCD_INITIAL_CLUSTER_STATE": true}
+
+// loadInitialCluster sets the variables of the file at path ("" for none)
+// in the environment, where etcd reads them.
+func loadInitialCluster(path string) error {
+	if path == "" {
+		return nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read the initial cluster (%s=%s): %w", initialClusterFileEnv, path, err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		key, value, ok := strings.Cut(line, "=")
+		if !ok || !initialClusterKeys[key] {
+			return fmt.Errorf("%s: line %q is not ETCD_INITIAL_CLUSTER=... or ETCD_INITIAL_CLUSTER_STATE=...", path, line)
+		}
+		if err := os.Setenv(key, value); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func usage() {

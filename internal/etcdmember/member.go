@@ -1,0 +1,343 @@
+// Package etcdmember keeps one member of a tenant's etcd cluster in its
+// cluster. It runs as the etcd-member helper, a sidecar started before etcd
+// in every control-plane pod (`nest-syncer etcd-member`), and does what
+// kubeadm's `join` does for a stacked etcd, at every start of the pod:
+//
+//   - Join decides how the member's etcd starts and writes it to a file of
+//     ETCD_INITIAL_CLUSTER and ETCD_INITIAL_CLUSTER_STATE lines: with data,
+//     as it was; without data, as a learner added to the cluster its peers
+//     run (replacing a started member of its own peer URL, whose data is
+//     lost); or, for the first member only and only when no peer exists,
+//     as a new cluster of one.
+//   - Maintain then promotes the learner once it has caught up with the
+//     leader (etcd refuses to promote a learner that has not), and keeps the
+//     member's advertised peer URL the one it should be (a member made
+//     before the tenant had peers advertised loopback).
+//
+// Every step reads the cluster's state afresh, so the helper can be killed
+// between any two and started again.
+package etcdmember
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
+
+	"github.com/nestdev/nest/internal/atomicfile"
+)
+
+// Config is one member and where its peers are.
+type Config struct {
+	// Name is the member's name (--name): the pod's name.
+	Name string
+	// PeerURL is the URL its peers reach it at (--initial-advertise-peer-urls).
+	PeerURL string
+	// LocalClientURL is where the helper reaches its own member: loopback.
+	LocalClientURL string
+	// PeerClientURLs are the client URLs of the other members the cluster
+	// may have, asked for the membership.
+	PeerClientURLs []string
+	// DataDir is the member's --data-dir; a member with data restarts as it was.
+	DataDir string
+	// InitialClusterFile receives the ETCD_INITIAL_CLUSTER and
+	// ETCD_INITIAL_CLUSTER_STATE lines.
+	InitialClusterFile string
+	// Bootstrap lets this member start a new cluster of one when it has no
+	// data and no peer answers. Only the first member has it, and only while
+	// no peer's name resolves (PeerHosts): a peer that exists but does not
+	// answer must not be split from.
+	Bootstrap bool
+	// PeerHosts are the DNS names of the other members; a name that resolves
+	// is a peer pod that exists.
+	PeerHosts []string
+	// TLS is the client identity the helper talks to etcd with: CA, certificate, key files.
+	CAFile, CertFile, KeyFile string
+	// Resolve looks a host name up; nil is net.DefaultResolver's.
+	Resolve func(ctx context.Context, host string) ([]string, error)
+}
+
+// dialTimeout bounds one connection attempt to a member.
+const dialTimeout = 3 * time.Second
+
+// retryPeriod is how often Join and Maintain try again.
+const retryPeriod = 2 * time.Second
+
+// HasData reports whether dir holds a member's data (etcd's member/
+// directory).
+func HasData(dir string) (bool, error) {
+	_, err := os.Stat(filepath.Join(dir, "member"))
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// Join writes c.InitialClusterFile, adding the member to its peers'
+// cluster as a learner when it has no data, and retries every 2 s until it
+// can or ctx ends.
+func Join(ctx context.Context, c Config) error {
+	log := klog.FromContext(ctx)
+	var lines string
+	err := wait.PollUntilContextCancel(ctx, retryPeriod, true, func(ctx context.Context) (bool, error) {
+		l, err := joinOnce(ctx, c)
+		if err != nil {
+			log.Info("Cannot join the etcd cluster yet", "member", c.Name, "err", err)
+			return false, nil
+		}
+		lines = l
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("join the etcd cluster as %s: %w", c.Name, err)
+	}
+	return atomicfile.Write(c.InitialClusterFile, []byte(lines), 0o644)
+}
+
+// joinOnce decides the initial cluster, adding the member to the cluster
+// when it must.
+func joinOnce(ctx context.Context, c Config) (string, error) {
+	hasData, err := HasData(c.DataDir)
+	if err != nil {
+		return "", err
+	}
+	if hasData {
+		// etcd ignores the initial cluster when it has data.
+		return initialCluster("existing", []string{c.Name + "=" + c.PeerURL}), nil
+	}
+	members, err := c.peerMembers(ctx)
+	if err != nil {
+		if c.Bootstrap && !c.anyPeerExists(ctx) {
+			return initialCluster("new", []string{c.Name + "=" + c.PeerURL}), nil
+		}
+		return "", err
+	}
+	members, err = c.addSelf(ctx, members)
+	if err != nil {
+		return "", err
+	}
+	return initialCluster("existing", clusterOf(members, c.PeerURL, c.Name)), nil
+}
+
+// peerMembers lists the cluster's members through the peers' client URLs.
+func (c Config) peerMembers(ctx context.Context) ([]*etcdserverpb.Member, error) {
+	if len(c.PeerClientURLs) == 0 {
+		return nil, errors.New("no peers")
+	}
+	cli, err := c.client(c.PeerClientURLs)
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(ctx, 2*dialTimeout)
+	defer cancel()
+	resp, err := cli.MemberList(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list the members at %s: %w", strings.Join(c.PeerClientURLs, ","), err)
+	}
+	return resp.Members, nil
+}
+
+// addSelf adds the member as a learner unless the cluster holds it, not
+// yet started, from an earlier try; a started member of its peer URL lost
+// its data, so it is removed first. It returns the members after.
+func (c Config) addSelf(ctx context.Context, members []*etcdserverpb.Member) ([]*etcdserverpb.Member, error) {
+	cli, err := c.client(c.PeerClientURLs)
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(ctx, 2*dialTimeout)
+	defer cancel()
+	if m := memberOf(members, c.PeerURL); m != nil {
+		if m.Name == "" {
+			return members, nil
+		}
+		if _, err := cli.MemberRemove(ctx, m.ID); err != nil {
+			return nil, fmt.Errorf("remove member %s (%x), which lost its data: %w", m.Name, m.ID, err)
+		}
+		klog.FromContext(ctx).Info("Removed the member that lost its data, to add it again", "member", m.Name, "id", fmt.Sprintf("%x", m.ID))
+	}
+	resp, err := cli.MemberAddAsLearner(ctx, []string{c.PeerURL})
+	if err != nil {
+		return nil, fmt.Errorf("add %s as a learner: %w", c.PeerURL, err)
+	}
+	klog.FromContext(ctx).Info("Added the member as a learner", "member", c.Name, "id", fmt.Sprintf("%x", resp.Member.ID))
+	return resp.Members, nil
+}
+
+// anyPeerExists reports whether another member's name resolves: its pod
+// exists, whether or not it answers.
+func (c Config) anyPeerExists(ctx context.Context) bool {
+	resolve := c.Resolve
+	if resolve == nil {
+		resolve = net.DefaultResolver.LookupHost
+	}
+	for _, h := range c.PeerHosts {
+		if addrs, err := resolve(ctx, h); err == nil && len(addrs) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// memberOf is the member with peerURL, or nil.
+func memberOf(members []*etcdserverpb.Member, peerURL string) *etcdserverpb.Member {
+	for _, m := range members {
+		if slices.Contains(m.PeerURLs, peerURL) {
+			return m
+		}
+	}
+	return nil
+}
+
+// clusterOf is the initial cluster as `etcdctl member add` prints it: every
+// member's name=peerURL, the joining one (peerURL) under name, others not
+// started yet under no name.
+func clusterOf(members []*etcdserverpb.Member, peerURL, name string) []string {
+	var out []string
+	for _, m := range members {
+		n := m.Name
+		if slices.Contains(m.PeerURLs, peerURL) {
+			n = name
+		}
+		for _, u := range m.PeerURLs {
+			out = append(out, n+"="+u)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// initialCluster renders the initial cluster file.
+func initialCluster(state string, cluster []string) string {
+	return "ETCD_INITIAL_CLUSTER=" + strings.Join(cluster, ",") + "\nETCD_INITIAL_CLUSTER_STATE=" + state + "\n"
+}
+
+// Maintain promotes the member once it is a learner that caught up and
+// sets its advertised peer URL to c.PeerURL, checking every 2 s until both
+// hold and then every 30 s, until ctx ends.
+func Maintain(ctx context.Context, c Config) {
+	log := klog.FromContext(ctx)
+	period := retryPeriod
+	for {
+		done, err := maintainOnce(ctx, c)
+		switch {
+		case err != nil:
+			log.Info("etcd member not settled yet", "member", c.Name, "err", err)
+		case done && period == retryPeriod:
+			log.Info("etcd member is a voting member at its peer URL", "member", c.Name, "peerURL", c.PeerURL)
+			period = 30 * time.Second
+		}
+		if !done {
+			period = retryPeriod
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(period):
+		}
+	}
+}
+
+// maintainOnce does one step of Maintain and reports whether the member is
+// settled.
+func maintainOnce(ctx context.Context, c Config) (bool, error) {
+	local, err := c.client([]string{c.LocalClientURL})
+	if err != nil {
+		return false, err
+	}
+	defer local.Close()
+	ctx, cancel := context.WithTimeout(ctx, 2*dialTimeout)
+	defer cancel()
+	status, err := local.Status(ctx, c.LocalClientURL)
+	if err != nil {
+		return false, fmt.Errorf("status of the local member: %w", err)
+	}
+	id := status.Header.MemberId
+	// A learner refuses membership calls: ask its peers.
+	endpoints := append([]string{c.LocalClientURL}, c.PeerClientURLs...)
+	if status.IsLearner {
+		endpoints = c.PeerClientURLs
+	}
+	all, err := c.client(endpoints)
+	if err != nil {
+		return false, err
+	}
+	defer all.Close()
+	if status.IsLearner {
+		if _, err := all.MemberPromote(ctx, id); err != nil {
+			return false, fmt.Errorf("promote learner %x: %w", id, err)
+		}
+		klog.FromContext(ctx).Info("Promoted the learner to a voting member", "member", c.Name, "id", fmt.Sprintf("%x", id))
+	}
+	list, err := all.MemberList(ctx)
+	if err != nil {
+		return false, fmt.Errorf("list members: %w", err)
+	}
+	for _, m := range list.Members {
+		if m.ID == id && !slices.Equal(m.PeerURLs, []string{c.PeerURL}) {
+			if _, err := all.MemberUpdate(ctx, id, []string{c.PeerURL}); err != nil {
+				return false, fmt.Errorf("set the peer URL of %x to %s: %w", id, c.PeerURL, err)
+			}
+			klog.FromContext(ctx).Info("Set the member's peer URL", "member", c.Name, "from", m.PeerURLs, "to", c.PeerURL)
+		}
+	}
+	return true, nil
+}
+
+// Members lists the cluster's members as the local member sees them.
+func Members(ctx context.Context, c Config) ([]*etcdserverpb.Member, error) {
+	cli, err := c.client([]string{c.LocalClientURL})
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(ctx, 2*dialTimeout)
+	defer cancel()
+	resp, err := cli.MemberList(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Members, nil
+}
+
+// client is an etcd client of endpoints with the helper's TLS identity.
+func (c Config) client(endpoints []string) (*clientv3.Client, error) {
+	var tlsConfig *tls.Config
+	if c.CertFile != "" {
+		info := transport.TLSInfo{CertFile: c.CertFile, KeyFile: c.KeyFile, TrustedCAFile: c.CAFile}
+		var err error
+		if tlsConfig, err = info.ClientConfig(); err != nil {
+			return nil, fmt.Errorf("etcd client TLS: %w", err)
+		}
+	}
+	return clientv3.New(clientv3.Config{
+		Endpoints: endpoints, DialTimeout: dialTimeout, TLS: tlsConfig,
+		// The helper logs what matters itself; the client's own logs are noise.
+		Logger: zap.NewNop(),
+	})
+}
+
+// HostOf is the host of a URL such as https://name:2379.
+func HostOf(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return ""
+	}
+	return u.Hostname()
+}

@@ -1,0 +1,214 @@
+package syncer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"reflect"
+	"sync/atomic"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
+
+	"github.com/nestdev/nest/internal/kindsync"
+)
+
+// LeaseName is the host Lease in the tenant's host namespace through which
+// the syncers of a VirtualCluster's control-plane replicas elect the one
+// that runs the virtual node. It lives on the host, out of the tenant's
+// reach: a tenant cannot hold it to stop its own syncer.
+func LeaseName(virtualCluster string) string { return virtualCluster + "-syncer" }
+
+// Leader election timings: client-go's and kube-controller-manager's
+// defaults. A leader that stops cleanly releases the lease at once; one that
+// dies is replaced once the lease lapses.
+const (
+	leaseDuration = 15 * time.Second
+	renewDeadline = 10 * time.Second
+	retryPeriod   = 2 * time.Second
+)
+
+// errLostLease ends a syncer that lost its lease while still running: it
+// exits, and its container starts again as a follower, so two syncers
+// never write to the host at once.
+var errLostLease = errors.New("lost the syncer lease")
+
+// runElected runs the syncer while this replica holds the host Lease, and
+// until then keeps the replica's CoreDNS answering: a follower writes the
+// tenant's DNS records from the tenant's and the host's Services, as the
+// leader does, and writes nothing to either cluster.
+func runElected(ctx context.Context, o Options) error {
+	tenant, host, err := clients(o)
+	if err != nil {
+		return err
+	}
+	identity := o.Identity
+	if identity == "" {
+		if identity, err = os.Hostname(); err != nil {
+			return fmt.Errorf("leader election identity: %w", err)
+		}
+	}
+	var current atomic.Pointer[syncer]
+	go serveHealth(ctx, o.HealthAddr, func() bool {
+		s := current.Load()
+		return s != nil && s.ready.Load()
+	})
+	followerCtx, stopFollower := context.WithCancel(ctx)
+	followerDone := make(chan struct{})
+	go func() {
+		defer close(followerDone)
+		if err := runDNSFollower(followerCtx, o, tenant, host); err != nil && followerCtx.Err() == nil {
+			klog.FromContext(ctx).Error(err, "DNS records of the follower stopped")
+		}
+	}()
+	outer := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	log := klog.FromContext(ctx)
+	runErr := errLostLease
+	leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
+		Lock: &resourcelock.LeaseLock{
+			LeaseMeta:  metav1.ObjectMeta{Namespace: o.HostNamespace, Name: LeaseName(o.VirtualCluster)},
+			Client:     host.CoordinationV1(),
+			LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
+		},
+		LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod,
+		ReleaseOnCancel: true,
+		Name:            "nest-syncer",
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(ctx context.Context) {
+				defer cancel()
+				log.Info("Leading: running the virtual node", "identity", identity)
+				stopFollower()
+				<-followerDone
+				s, err := newSyncerFor(ctx, o, tenant, host)
+				if err != nil {
+					runErr = err
+					return
+				}
+				current.Store(s)
+				if err := s.run(ctx); err != nil {
+					runErr = err
+				}
+			},
+			OnStoppedLeading: func() { log.Info("No longer leading", "identity", identity) },
+			OnNewLeader: func(leader string) {
+				if leader != identity {
+					log.Info("Following", "leader", leader)
+				}
+			},
+		},
+	})
+	stopFollower()
+	if outer.Err() != nil {
+		// Stopped from outside (SIGTERM): the lease is released.
+		return nil
+	}
+	return runErr
+}
+
+// clients are the tenant and host clients of o.
+func clients(o Options) (tenant, host kubernetes.Interface, err error) {
+	tenantCfg, err := clientcmd.BuildConfigFromFlags("", o.TenantKubeconfig)
+	if err != nil {
+		return nil, nil, fmt.Errorf("tenant kubeconfig %s: %w", o.TenantKubeconfig, err)
+	}
+	tenantCfg.QPS, tenantCfg.Burst = 200, 400
+	hostCfg := o.Host
+	if hostCfg == nil {
+		if hostCfg, err = rest.InClusterConfig(); err != nil {
+			return nil, nil, fmt.Errorf("host credentials: %w", err)
+		}
+	}
+	hostCfg = rest.CopyConfig(hostCfg)
+	hostCfg.QPS, hostCfg.Burst = 200, 400
+	if tenant, err = kubernetes.NewForConfig(tenantCfg); err != nil {
+		return nil, nil, err
+	}
+	if host, err = kubernetes.NewForConfig(hostCfg); err != nil {
+		return nil, nil, err
+	}
+	return tenant, host, nil
+}
+
+// runDNSFollower keeps the tenant CoreDNS' files of this replica current
+// until ctx ends: the records the leader's serviceSyncer writes, read from
+// the same informers, and nothing written to either cluster.
+func runDNSFollower(ctx context.Context, o Options, tenant, host kubernetes.Interface) error {
+	tenantF := informers.NewSharedInformerFactory(tenant, 0)
+	ours := labels.SelectorFromSet(labels.Set{LabelTenantOf: o.VirtualCluster}).String()
+	hostF := informers.NewSharedInformerFactoryWithOptions(host, 0, informers.WithNamespace(o.HostNamespace),
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = ours }))
+	s := newServiceSyncer(&serviceSyncer{
+		tr: o.Translator, dnsDir: o.DNSDir,
+		tenantServices: tenantF.Core().V1().Services().Lister(),
+		tenantSlices:   tenantF.Discovery().V1().EndpointSlices().Lister(),
+		hostServices:   hostF.Core().V1().Services().Lister().Services(o.HostNamespace),
+	})
+	changed := onEvery(func(metav1.Object) { s.dns.Add(hostsKey) })
+	for _, inf := range []cache.SharedIndexInformer{
+		tenantF.Core().V1().Services().Informer(), tenantF.Discovery().V1().EndpointSlices().Informer(), hostF.Core().V1().Services().Informer(),
+	} {
+		if _, err := inf.AddEventHandler(changed); err != nil {
+			return err
+		}
+	}
+	if err := s.start(); err != nil {
+		return err
+	}
+	tenantF.Start(ctx.Done())
+	hostF.Start(ctx.Done())
+	defer tenantF.Shutdown()
+	defer hostF.Shutdown()
+	for _, f := range []interface {
+		WaitForCacheSync(<-chan struct{}) map[reflect.Type]bool
+	}{tenantF, hostF} {
+		for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
+			if !ok {
+				return fmt.Errorf("informer for %v did not sync", typ)
+			}
+		}
+	}
+	s.dns.Add(hostsKey)
+	s.dns.Run(ctx)
+	return nil
+}
+
+// serveHealth serves /healthz (ok while the process serves: the liveness
+// probe), /readyz (ok once ready says so) and /metrics on addr until ctx
+// ends.
+func serveHealth(ctx context.Context, addr string, ready func() bool) {
+	mux := http.NewServeMux()
+	// Liveness must not depend on the tenant or host API servers: a slow
+	// start is not a wedged process, and a restart would not help.
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	// Metrics stay on loopback with the probes: reach them with kubectl
+	// port-forward or a scraper in the pod.
+	mux.Handle("/metrics", kindsync.MetricsHandler())
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready() {
+			http.Error(w, "virtual node not registered yet", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		klog.FromContext(ctx).Error(err, "Health endpoint stopped")
+	}
+}
