@@ -234,14 +234,23 @@ func (r *Reconciler) reconcileStatefulSet(ctx context.Context, s *reconcileState
 			sts.Spec = desired.Spec
 		}
 		sts.Labels = desired.Labels
-		templateChanges := !equality.Semantic.DeepDerivative(desired.Spec.Template, sts.Spec.Template)
-		sts.Spec.Replicas = nextReplicas(sts, *desired.Spec.Replicas, templateChanges)
-		if templateChanges {
+		if !growing(sts, *desired.Spec.Replicas) {
+			sts.Spec.Replicas = desired.Spec.Replicas
+		}
+		if !equality.Semantic.DeepDerivative(desired.Spec.Template, sts.Spec.Template) {
 			sts.Spec.Template = desired.Spec.Template
 		}
 		return controllerutil.SetControllerReference(s.vc, sts, r.Scheme)
 	}); err != nil {
 		return false, fmt.Errorf("reconcile StatefulSet %s: %w", klog.KObj(sts), err)
+	}
+	if growing(sts, *desired.Spec.Replicas) && rolledOut(sts) {
+		patch := client.MergeFrom(sts.DeepCopy())
+		sts.Spec.Replicas = desired.Spec.Replicas
+		if err := r.Patch(ctx, sts, patch); err != nil {
+			return false, fmt.Errorf("grow StatefulSet %s to %d replicas: %w", klog.KObj(sts), *desired.Spec.Replicas, err)
+		}
+		klog.FromContext(ctx).Info("Growing the control plane", "statefulSet", klog.KObj(sts), "replicas", *desired.Spec.Replicas)
 	}
 	s.obs.hostObjects = true
 	s.obs.endpoint = controlplane.ExternalServer(s.vc, s.service, s.nodeIPs)
@@ -253,24 +262,22 @@ func (r *Reconciler) reconcileStatefulSet(ctx context.Context, s *reconcileState
 	return s.obs.endpoint != "", nil
 }
 
-// nextReplicas is the replica count to write on sts, on the way to want.
-// More replicas wait until every current one runs the desired template:
-// a new replica's etcd member joins through its peers' members, which a
-// replica of an older template (its member on loopback only) cannot
-// answer. So 1 -> 3 first rolls the one replica (templateChanges), then
-// adds the others.
-func nextReplicas(sts *appsv1.StatefulSet, want int32, templateChanges bool) *int32 {
-	current := ptr.Deref(sts.Spec.Replicas, 1)
-	if sts.CreationTimestamp.IsZero() || want <= current {
-		return ptr.To(want)
-	}
-	st := sts.Status
-	rolledOut := !templateChanges && st.ObservedGeneration >= sts.Generation &&
-		st.UpdateRevision == st.CurrentRevision && st.UpdatedReplicas == current && st.ReadyReplicas == current
-	if !rolledOut {
-		return ptr.To(current)
-	}
-	return ptr.To(want)
+// growing reports whether sts exists with fewer replicas than want. More
+// replicas wait until every current one runs the current template: a new
+// replica's etcd member joins through its peers' members, which a replica
+// of an older template (its member on loopback only) cannot answer. So
+// 1 -> 3 first rolls the one replica to the new template, then adds the
+// others (rolledOut).
+func growing(sts *appsv1.StatefulSet, want int32) bool {
+	return !sts.CreationTimestamp.IsZero() && ptr.Deref(sts.Spec.Replicas, 1) < want
+}
+
+// rolledOut reports whether every replica of sts runs its latest template
+// and is ready, as its controller last saw it.
+func rolledOut(sts *appsv1.StatefulSet) bool {
+	current, st := ptr.Deref(sts.Spec.Replicas, 1), sts.Status
+	return st.ObservedGeneration >= sts.Generation && st.UpdateRevision == st.CurrentRevision &&
+		st.UpdatedReplicas == current && st.ReadyReplicas == current
 }
 
 // reconcilePeerService creates or updates the headless Service that governs

@@ -1,0 +1,149 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// APIProber writes a ConfigMap through a tenant's API and reads it back,
+// once every period, the way a client that keeps working would, and counts
+// what failed. Its calls do not retry: a refused connection, a timeout or an
+// error answer is a failed call.
+type APIProber struct {
+	cs        kubernetes.Interface
+	namespace string
+	period    time.Duration
+
+	mu sync.Mutex
+	// calls and failed count calls; written names the ConfigMaps whose
+	// create succeeded, which must all survive.
+	calls, failed int
+	written       []string
+	lastErr       error
+	lastFailed    bool
+	// lastOK and longestGap measure the longest time without a successful call.
+	lastOK, started time.Time
+	longestGap      time.Duration
+	stop            context.CancelFunc
+	done            chan struct{}
+}
+
+// StartAPIProber starts probing the tenant at cfg every period, in namespace
+// (which must exist), until Stop.
+func StartAPIProber(ctx context.Context, cfg *rest.Config, namespace string, period time.Duration) (*APIProber, error) {
+	cfg = rest.CopyConfig(cfg)
+	// One call's wait is bounded by the period's order, not client-go's
+	// default of none: a call that hangs is a failed call.
+	cfg.Timeout = 5 * time.Second
+	cfg.QPS, cfg.Burst = 100, 100
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctx, stop := context.WithCancel(ctx)
+	p := &APIProber{cs: cs, namespace: namespace, period: period, stop: stop, done: make(chan struct{}), started: time.Now(), lastOK: time.Now()}
+	go p.run(ctx)
+	return p, nil
+}
+
+func (p *APIProber) run(ctx context.Context) {
+	defer close(p.done)
+	t := time.NewTicker(p.period)
+	defer t.Stop()
+	for i := 0; ; i++ {
+		p.probe(ctx, fmt.Sprintf("probe-%05d", i))
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// probe creates the ConfigMap name and reads it back: two calls.
+func (p *APIProber) probe(ctx context.Context, name string) {
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"at": time.Now().Format(time.RFC3339Nano)}}
+	_, err := p.cs.CoreV1().ConfigMaps(p.namespace).Create(ctx, cm, metav1.CreateOptions{})
+	if ctx.Err() != nil {
+		return
+	}
+	p.record(err, name)
+	if err != nil {
+		return
+	}
+	_, err = p.cs.CoreV1().ConfigMaps(p.namespace).Get(ctx, name, metav1.GetOptions{})
+	if ctx.Err() != nil {
+		return
+	}
+	p.record(err, "")
+}
+
+func (p *APIProber) record(err error, written string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.calls++
+	now := time.Now()
+	p.lastFailed = err != nil
+	if err != nil {
+		p.failed++
+		p.lastErr = err
+		return
+	}
+	if gap := now.Sub(p.lastOK); gap > p.longestGap {
+		p.longestGap = gap
+	}
+	p.lastOK = now
+	if written != "" {
+		p.written = append(p.written, written)
+	}
+}
+
+// ProbeResult is what an APIProber saw.
+type ProbeResult struct {
+	Calls, Failed int
+	// LongestGap is the longest time between two successful calls.
+	LongestGap time.Duration
+	// Written are the ConfigMaps it created.
+	Written []string
+	// LastErr is the last failed call's error.
+	LastErr error
+}
+
+// FailedPercent is the share of failed calls, in percent.
+func (r ProbeResult) FailedPercent() float64 {
+	if r.Calls == 0 {
+		return 100
+	}
+	return 100 * float64(r.Failed) / float64(r.Calls)
+}
+
+// String is the result as the notes report it.
+func (r ProbeResult) String() string {
+	return fmt.Sprintf("%d calls, %d failed (%.2f%%), longest gap %s, last error %v", r.Calls, r.Failed, r.FailedPercent(), r.LongestGap.Round(time.Millisecond), r.LastErr)
+}
+
+// Stop ends the probing and returns what it saw.
+func (p *APIProber) Stop() ProbeResult {
+	p.stop()
+	<-p.done
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if gap := time.Since(p.lastOK); gap > p.longestGap && p.lastFailed {
+		p.longestGap = gap
+	}
+	return ProbeResult{Calls: p.calls, Failed: p.failed, LongestGap: p.longestGap, Written: append([]string(nil), p.written...), LastErr: p.lastErr}
+}
+
+// Calls is how many calls the prober made so far.
+func (p *APIProber) Calls() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.calls
+}

@@ -1,0 +1,377 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/controlplane"
+	"github.com/nestdev/nest/internal/etcdmember"
+	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/testutil"
+	"github.com/nestdev/nest/test/e2e/framework"
+)
+
+// TestHighlyAvailableControlPlane runs 3-replica tenants on a local host
+// cluster: made with 3 replicas, and grown from 1 to 3 with objects in it.
+func TestHighlyAvailableControlPlane(t *testing.T) {
+	framework.RequireRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	defer cancel()
+	host, hostKubeconfig, nest := framework.StartNest(t, ctx)
+	dir := t.TempDir()
+
+	t.Run("a tenant made with 3 replicas runs 3 started etcd members and survives losing a replica", func(t *testing.T) {
+		tn := &framework.Tenant{Name: "ha", Dir: dir}
+		start := time.Now()
+		if out, err := nest("create", tn.Name, "--replicas", "3", "--wait", "--timeout", "5m"); err != nil {
+			t.Fatalf("create: %v\n%s", err, out)
+		}
+		t.Logf("create -> Ready (first replica): %s", time.Since(start).Round(100*time.Millisecond))
+		waitReadyReplicas(t, ctx, host, tn.Name, 3)
+		t.Logf("create -> 3 ready replicas: %s", time.Since(start).Round(100*time.Millisecond))
+		tn.Load(t, nest)
+		checkEtcdMembers(t, ctx, host, hostKubeconfig, tn, 3)
+		checkReplicasOnEveryNode(t, ctx, host, tn)
+
+		t.Run("deleting the syncer's leader loses no object and fails at most 1% of calls", func(t *testing.T) {
+			deleteLeaderUnderLoad(t, ctx, host, tn)
+		})
+		t.Run("the PodDisruptionBudget lets one replica go, and refuses a second while it is away", func(t *testing.T) {
+			checkDisruptionBudget(t, ctx, host, tn)
+		})
+		deleteTenant(t, nest, tn)
+	})
+
+	t.Run("a live tenant grown from 1 to 3 replicas keeps every object, and cannot shrink", func(t *testing.T) {
+		tn := &framework.Tenant{Name: "grow", Dir: dir}
+		if out, err := nest("create", tn.Name, "--wait", "--timeout", "4m"); err != nil {
+			t.Fatalf("create: %v\n%s", err, out)
+		}
+		tn.Load(t, nest)
+		tn.WaitDefaultServiceAccount(t, ctx)
+		cs := tn.Clientset(t)
+		const objects = 50
+		for i := range objects {
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("kept-%02d", i)}, Data: map[string]string{"i": fmt.Sprint(i)}}
+			if _, err := cs.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		setReplicas(t, ctx, host, tn, 3)
+		start := time.Now()
+		waitReadyReplicas(t, ctx, host, tn.Name, 3)
+		t.Logf("1 -> 3 replicas: %s", time.Since(start).Round(100*time.Millisecond))
+		checkEtcdMembers(t, ctx, host, hostKubeconfig, tn, 3)
+		testutil.Eventually(t, time.Minute, "every object made before the growth", func() error {
+			for i := range objects {
+				cm, err := cs.CoreV1().ConfigMaps("default").Get(ctx, fmt.Sprintf("kept-%02d", i), metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				if cm.Data["i"] != fmt.Sprint(i) {
+					return fmt.Errorf("%s holds %q, want %d", cm.Name, cm.Data["i"], i)
+				}
+			}
+			return nil
+		})
+		vc := getVirtualCluster(t, ctx, host, tn)
+		vc.Spec.ControlPlane.Replicas = ptr.To[int32](1)
+		err := host.Update(ctx, vc)
+		if err == nil || !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.controlPlane.replicas cannot be lowered") {
+			t.Errorf("lowering replicas 3 -> 1: %v, want a refusal naming spec.controlPlane.replicas", err)
+		}
+		deleteTenant(t, nest, tn)
+	})
+}
+
+// waitReadyReplicas waits until the VirtualCluster reports want ready
+// control-plane replicas, as nest list shows them.
+func waitReadyReplicas(t *testing.T, ctx context.Context, host client.Client, name string, want int32) {
+	t.Helper()
+	testutil.Eventually(t, 8*time.Minute, fmt.Sprintf("%d ready control-plane replicas of %s", want, name), func() error {
+		vc := &nestv1.VirtualCluster{}
+		if err := host.Get(ctx, client.ObjectKey{Namespace: "vc-" + name, Name: name}, vc); err != nil {
+			return err
+		}
+		if vc.Status.ReadyReplicas != want {
+			return fmt.Errorf("status.readyReplicas %d", vc.Status.ReadyReplicas)
+		}
+		return nil
+	})
+}
+
+func getVirtualCluster(t *testing.T, ctx context.Context, host client.Client, tn *framework.Tenant) *nestv1.VirtualCluster {
+	t.Helper()
+	vc := &nestv1.VirtualCluster{}
+	if err := host.Get(ctx, client.ObjectKey{Namespace: tn.Namespace, Name: tn.Name}, vc); err != nil {
+		t.Fatal(err)
+	}
+	return vc
+}
+
+func setReplicas(t *testing.T, ctx context.Context, host client.Client, tn *framework.Tenant, n int32) {
+	t.Helper()
+	vc := getVirtualCluster(t, ctx, host, tn)
+	patch := client.MergeFrom(vc.DeepCopy())
+	vc.Spec.ControlPlane.Replicas = &n
+	if err := host.Patch(ctx, vc, patch); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func deleteTenant(t *testing.T, nest framework.Nest, tn *framework.Tenant) {
+	t.Helper()
+	if out, err := nest("delete", tn.Name, "--wait"); err != nil {
+		t.Fatalf("delete %s: %v\n%s", tn.Name, err, out)
+	}
+}
+
+// checkEtcdMembers asks each replica's etcd-member helper for the members
+// its etcd sees: want started voting members, the same in every replica.
+func checkEtcdMembers(t *testing.T, ctx context.Context, host client.Client, hostKubeconfig string, tn *framework.Tenant, want int) {
+	t.Helper()
+	n := controlplane.Names{VirtualCluster: tn.Name, Namespace: tn.Namespace}
+	testutil.Eventually(t, 2*time.Minute, fmt.Sprintf("%d started voting etcd members in every replica", want), func() error {
+		var first []string
+		for i := range want {
+			members, err := etcdMembers(ctx, host, hostKubeconfig, n, i)
+			if err != nil {
+				return err
+			}
+			var names []string
+			for _, m := range members {
+				if !m.Started || m.IsLearner {
+					return fmt.Errorf("replica %d sees member %+v not started or a learner", i, m)
+				}
+				names = append(names, m.Name)
+			}
+			slices.Sort(names)
+			if len(names) != want {
+				return fmt.Errorf("replica %d sees members %v, want %d", i, names, want)
+			}
+			if first != nil && !slices.Equal(first, names) {
+				return fmt.Errorf("replica %d sees %v, replica 0 %v", i, names, first)
+			}
+			first = names
+		}
+		return nil
+	})
+}
+
+// etcdMembers runs the etcd-member helper's members command in replica i,
+// with the flags the helper runs with.
+func etcdMembers(ctx context.Context, host client.Client, hostKubeconfig string, n controlplane.Names, i int) ([]etcdmember.Member, error) {
+	pod := &corev1.Pod{}
+	if err := host.Get(ctx, client.ObjectKey{Namespace: n.Namespace, Name: n.ControlPlanePodOf(i)}, pod); err != nil {
+		return nil, err
+	}
+	var args []string
+	for _, c := range pod.Spec.InitContainers {
+		if c.Name == "etcd-member" {
+			args = c.Args
+		}
+	}
+	if len(args) == 0 || args[0] != etcdmember.Command {
+		return nil, fmt.Errorf("pod %s has no etcd-member helper: %v", pod.Name, args)
+	}
+	exec := append([]string{"-n", n.Namespace, "exec", pod.Name, "-c", "etcd-member", "--", syncer.SyncerBinary, etcdmember.Command, etcdmember.MembersCommand}, args[1:]...)
+	out, err := framework.Kubectl(ctx, hostKubeconfig, exec...)
+	if err != nil {
+		return nil, fmt.Errorf("%v: %s", err, out)
+	}
+	var members []etcdmember.Member
+	if err := json.Unmarshal([]byte(out), &members); err != nil {
+		return nil, fmt.Errorf("members of replica %d: %v in %q", i, err, out)
+	}
+	return members, nil
+}
+
+// checkReplicasOnEveryNode checks that the replicas spread over the host's
+// two nodes: with fewer nodes than replicas, each node takes one before
+// any takes a second.
+func checkReplicasOnEveryNode(t *testing.T, ctx context.Context, host client.Client, tn *framework.Tenant) {
+	t.Helper()
+	pods := controlPlanePods(t, ctx, host, tn)
+	perNode := map[string]int{}
+	for _, p := range pods {
+		perNode[p.Spec.NodeName]++
+	}
+	var nodes corev1.NodeList
+	if err := host.List(ctx, &nodes); err != nil {
+		t.Fatal(err)
+	}
+	for _, node := range nodes.Items {
+		if perNode[node.Name] == 0 {
+			t.Errorf("no replica on host node %s: %v", node.Name, perNode)
+		}
+	}
+}
+
+func controlPlanePods(t *testing.T, ctx context.Context, host client.Client, tn *framework.Tenant) []corev1.Pod {
+	t.Helper()
+	n := controlplane.Names{VirtualCluster: tn.Name, Namespace: tn.Namespace}
+	var pods corev1.PodList
+	if err := host.List(ctx, &pods, client.InNamespace(tn.Namespace), client.MatchingLabels(n.Labels())); err != nil {
+		t.Fatal(err)
+	}
+	return pods.Items
+}
+
+// deleteLeaderUnderLoad deletes the replica whose syncer leads while a
+// client writes and reads through the tenant API every 100 ms, and checks
+// that no written object is lost, at most 1% of calls failed, and the new
+// leader runs tenant pods.
+func deleteLeaderUnderLoad(t *testing.T, ctx context.Context, host client.Client, tn *framework.Tenant) {
+	cs := tn.Clientset(t)
+	tn.WaitDefaultServiceAccount(t, ctx)
+	prober, err := framework.StartAPIProber(ctx, tn.Config, "default", 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := syncerLeader(t, ctx, host, tn)
+	// Calls before the fault, so a figure with none in it shows.
+	waitProbeCalls(t, prober, 20)
+	old := &corev1.Pod{}
+	if err := host.Get(ctx, client.ObjectKey{Namespace: tn.Namespace, Name: leader}, old); err != nil {
+		t.Fatal(err)
+	}
+	if err := host.Delete(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 5*time.Minute, "the deleted replica back and all 3 ready", func() error {
+		p := &corev1.Pod{}
+		if err := host.Get(ctx, client.ObjectKey{Namespace: tn.Namespace, Name: leader}, p); err != nil {
+			return err
+		}
+		if p.UID == old.UID {
+			return fmt.Errorf("pod %s not replaced yet", leader)
+		}
+		vc := getVirtualCluster(t, ctx, host, tn)
+		if vc.Status.ReadyReplicas != 3 {
+			return fmt.Errorf("%d ready replicas", vc.Status.ReadyReplicas)
+		}
+		return nil
+	})
+	// The calls after it came back count too.
+	waitProbeCalls(t, prober, prober.Calls()+50)
+	res := prober.Stop()
+	t.Logf("replica deletion (syncer leader %s): %s", leader, res)
+	if res.FailedPercent() > 1 {
+		t.Errorf("%.2f%% of calls failed while a replica was deleted, want at most 1%%: %s", res.FailedPercent(), res)
+	}
+	for _, name := range res.Written {
+		if _, err := cs.CoreV1().ConfigMaps("default").Get(ctx, name, metav1.GetOptions{}); err != nil {
+			t.Errorf("ConfigMap %s, written before or during the deletion: %v", name, err)
+		}
+	}
+	if now := syncerLeader(t, ctx, host, tn); now == "" {
+		t.Error("no syncer leads after the deletion")
+	}
+	checkTenantPodRuns(t, ctx, cs, "after-failover")
+}
+
+// waitProbeCalls waits until the prober made at least n calls.
+func waitProbeCalls(t *testing.T, p *framework.APIProber, n int) {
+	t.Helper()
+	testutil.Eventually(t, 2*time.Minute, fmt.Sprintf("%d probe calls", n), func() error {
+		if got := p.Calls(); got < n {
+			return fmt.Errorf("%d calls", got)
+		}
+		return nil
+	})
+}
+
+// syncerLeader is the pod that holds the syncers' host Lease.
+func syncerLeader(t *testing.T, ctx context.Context, host client.Client, tn *framework.Tenant) string {
+	t.Helper()
+	var holder string
+	testutil.Eventually(t, time.Minute, "a syncer leader", func() error {
+		lease, err := leaseHolder(ctx, host, tn.Namespace, syncer.LeaseName(tn.Name))
+		if err != nil {
+			return err
+		}
+		if lease == "" {
+			return fmt.Errorf("lease %s has no holder", syncer.LeaseName(tn.Name))
+		}
+		holder = lease
+		return nil
+	})
+	return holder
+}
+
+// checkTenantPodRuns runs a pod on the virtual node and waits for it to run:
+// the syncer that leads is at work.
+func checkTenantPodRuns(t *testing.T, ctx context.Context, cs kubernetes.Interface, name string) {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "c", Image: "nest.local/busybox:1.35", ImagePullPolicy: corev1.PullNever, Command: []string{"sleep", "3600"},
+		}}},
+	}
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 2*time.Minute, "tenant pod "+name+" Running", func() error {
+		p, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p.Status.Phase != corev1.PodRunning {
+			return fmt.Errorf("phase %s", p.Status.Phase)
+		}
+		return nil
+	})
+}
+
+// checkDisruptionBudget evicts one replica, then at once another: the
+// first goes, the second is refused while the first is away (a quorum of
+// 2 of 3 etcd members holds), and all 3 come back.
+func checkDisruptionBudget(t *testing.T, ctx context.Context, host client.Client, tn *framework.Tenant) {
+	n := controlplane.Names{VirtualCluster: tn.Name, Namespace: tn.Namespace}
+	testutil.Eventually(t, 2*time.Minute, "the PodDisruptionBudget allows one disruption", func() error {
+		pdb := &policyv1.PodDisruptionBudget{}
+		if err := host.Get(ctx, client.ObjectKey{Namespace: n.Namespace, Name: n.PodDisruptionBudget()}, pdb); err != nil {
+			return err
+		}
+		if pdb.Status.DisruptionsAllowed != 1 || pdb.Status.CurrentHealthy != 3 {
+			return fmt.Errorf("disruptions allowed %d, healthy %d", pdb.Status.DisruptionsAllowed, pdb.Status.CurrentHealthy)
+		}
+		return nil
+	})
+	evict := func(name string) error {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: n.Namespace, Name: name}}
+		return host.SubResource("eviction").Create(ctx, pod, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: n.Namespace, Name: name}})
+	}
+	if err := evict(n.ControlPlanePodOf(1)); err != nil {
+		t.Fatalf("evict the first replica: %v", err)
+	}
+	if err := evict(n.ControlPlanePodOf(2)); !apierrors.IsTooManyRequests(err) {
+		t.Errorf("evict a second replica while the first is away: %v, want 429 (the budget keeps a quorum)", err)
+	}
+	waitReadyReplicas(t, ctx, host, tn.Name, 3)
+}
+
+// leaseHolder is the holder of the host Lease namespace/name.
+func leaseHolder(ctx context.Context, host client.Client, namespace, name string) (string, error) {
+	lease := &coordinationv1.Lease{}
+	if err := host.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, lease); err != nil {
+		return "", err
+	}
+	return ptr.Deref(lease.Spec.HolderIdentity, ""), nil
+}
