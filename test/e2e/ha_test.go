@@ -26,9 +26,9 @@ import (
 	"github.com/nestdev/nest/test/e2e/framework"
 )
 
-// TestHighlyAvailableControlPlane runs 3-replica tenants on a local host
+// TestHAControlPlane runs 3-replica tenants on a local host
 // cluster: made with 3 replicas, and grown from 1 to 3 with objects in it.
-func TestHighlyAvailableControlPlane(t *testing.T) {
+func TestHAControlPlane(t *testing.T) {
 	framework.RequireRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()

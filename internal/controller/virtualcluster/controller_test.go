@@ -167,7 +167,7 @@ func TestCreateMakesHostObjectsAndKubeconfig(t *testing.T) {
 	for _, c := range append(sts.Spec.Template.Spec.InitContainers, sts.Spec.Template.Spec.Containers...) {
 		names = append(names, c.Name)
 	}
-	if strings.Join(names, ",") != "etcd,kube-apiserver,kube-controller-manager,kube-scheduler,nest-syncer,coredns" {
+	if strings.Join(names, ",") != "etcd-member,etcd,kube-apiserver,kube-controller-manager,kube-scheduler,nest-syncer,coredns" {
 		t.Errorf("containers = %v", names)
 	}
 	// The virtual node's host objects: CoreDNS' Service, the syncer's
@@ -373,6 +373,31 @@ func TestInvalidSpecsAreRejected(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Replicas go up, never down: etcd members are not removed from a live
+// tenant, and the refusal names the field.
+func TestReplicasCannotBeLowered(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := context.Background()
+	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "shrink", Namespace: ns}}
+	vc.Spec.ControlPlane.Replicas = ptr.To[int32](3)
+	if err := k8sClient.Create(ctx, vc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8sClient.Delete(ctx, vc) })
+	eventually(t, "lowering refused", func() error {
+		got := getVC(t, ns, "shrink")
+		got.Spec.ControlPlane.Replicas = ptr.To[int32](1)
+		err := k8sClient.Update(ctx, got)
+		if apierrors.IsConflict(err) {
+			return err
+		}
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.controlPlane.replicas cannot be lowered") {
+			t.Fatalf("lowering 3 -> 1: %v, want a refusal naming spec.controlPlane.replicas", err)
+		}
+		return nil
+	})
 }
 
 // A VirtualCluster written without a datastore (YAML, kubectl) gets the

@@ -4,7 +4,9 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/controlplane"
@@ -75,5 +77,41 @@ func TestWaitedRequeue(t *testing.T) {
 	}
 	if got := waitedRequeue(now.Add(-10*time.Minute), now); got != stuckRequeue {
 		t.Errorf("waited 10 min: %v, want %v", got, stuckRequeue)
+	}
+}
+
+// A control plane grows only once every replica runs the StatefulSet's
+// latest template and is ready: a replica of the old template could not
+// answer a new member joining.
+func TestGrowthWaitsForTheRollout(t *testing.T) {
+	sts := func(replicas, ready, updated int32, generation, observed int64, current, update string) *appsv1.StatefulSet {
+		s := &appsv1.StatefulSet{
+			ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.Now(), Generation: generation},
+			Spec:       appsv1.StatefulSetSpec{Replicas: ptr.To(replicas)},
+			Status: appsv1.StatefulSetStatus{ReadyReplicas: ready, UpdatedReplicas: updated, ObservedGeneration: observed,
+				CurrentRevision: current, UpdateRevision: update},
+		}
+		return s
+	}
+	for _, tt := range []struct {
+		name            string
+		sts             *appsv1.StatefulSet
+		growing, rolled bool
+	}{
+		{"rolled out", sts(1, 1, 1, 2, 2, "b", "b"), true, true},
+		{"template not seen yet", sts(1, 1, 1, 3, 2, "b", "b"), true, false},
+		{"rolling", sts(1, 1, 0, 2, 2, "a", "b"), true, false},
+		{"new replica not ready", sts(1, 0, 1, 2, 2, "b", "b"), true, false},
+		{"already 3", sts(3, 3, 3, 2, 2, "b", "b"), false, true},
+	} {
+		if got := growing(tt.sts, 3); got != tt.growing {
+			t.Errorf("%s: growing %v, want %v", tt.name, got, tt.growing)
+		}
+		if got := rolledOut(tt.sts); got != tt.rolled {
+			t.Errorf("%s: rolled out %v, want %v", tt.name, got, tt.rolled)
+		}
+	}
+	if growing(&appsv1.StatefulSet{}, 3) {
+		t.Error("a StatefulSet not made yet is made with every replica, not grown")
 	}
 }
