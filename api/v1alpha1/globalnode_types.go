@@ -14,11 +14,14 @@ const (
 	// NodeStateFree: the node belongs to the host cluster and no
 	// VirtualCluster holds it; node promotion may pick it.
 	NodeStateFree NodeState = "free"
-	// NodeStateReserved: a VirtualCluster holds the node and it is on its
-	// way into the tenant cluster (or back); nothing else may pick it.
+	// NodeStateReserved: a VirtualCluster holds the node (node assignment
+	// claimed it) and it is not yet a node of the tenant cluster: still in
+	// the host, on its way in, or coming back from a move released before
+	// it reached the tenant. Nothing else may pick it.
 	NodeStateReserved NodeState = "reserved"
-	// NodeStateOccupied: the node is a node of the holding VirtualCluster's
-	// tenant cluster.
+	// NodeStateOccupied: the node has become a node of the holder's tenant
+	// cluster (phase Tenant). It stays occupied until node promotion brings
+	// it home and frees it.
 	NodeStateOccupied NodeState = "occupied"
 )
 
@@ -119,7 +122,9 @@ type GlobalNodeStatus struct {
 	// +optional
 	PodCIDR string `json:"podCIDR,omitempty"`
 
-	// Conditions: HostNodePresent.
+	// Conditions: HostNodePresent (the inventory controller) and Moving
+	// (node promotion: True while a step of a move is under way or done,
+	// False with the reason when a step failed).
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -15,11 +15,16 @@ const (
 	// kubeconfig Secret, built a client from it and listed the member's
 	// Nodes. The reason says which step failed otherwise.
 	ConditionReachable = "Reachable"
-	// ConditionInjectorReady is True when the member runs the Nest network
-	// injector, which points tenant pods there at their tenant's API server
-	// and DNS. The injector is not built yet (nest-syncer sets those
-	// addresses on each pod it places), so it is False (reason
-	// NotInstalled) on every MemberCluster.
+	// ConditionInjectorReady is True when every Ready grant on the member
+	// has a network injector that answers: a mutating webhook in the
+	// grant's namespace, registered by nest-manager and served by
+	// nest-syncer, that holds the tenant's pods there to its API server
+	// and DNS (a server-side dry-run pod came back with them set; see
+	// status.members[].injectorReady of the VirtualCluster). It is False
+	// with reason NoNodePortAddress when spec.network.nodePortAddress is
+	// unset (no injector is installed), NoGrants when no VirtualCluster
+	// has a Ready grant on the member, and NotReady naming the grants
+	// whose injector does not answer.
 	ConditionInjectorReady = "InjectorReady"
 )
 

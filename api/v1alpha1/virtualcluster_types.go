@@ -108,8 +108,10 @@ type VirtualClusterSpec struct {
 
 	// PromotePolicies select host nodes to promote into the tenant cluster as
 	// dedicated nodes: nodeCount GlobalNodes whose labels match labelSelector
-	// (an empty selector matches every node). Today the nodes are assigned
-	// (reserved for the VirtualCluster, status.assignedNodes) but not moved.
+	// (an empty selector matches every node). Node assignment claims them for
+	// the VirtualCluster (status.assignedNodes), and node promotion drains
+	// each one in the host and joins it to the tenant cluster; released, it
+	// brings them back to the host.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=16
@@ -508,8 +510,10 @@ type VirtualClusterStatus struct {
 	MemberUsage []MemberUsageStatus `json:"memberUsage,omitempty"`
 
 	// AssignedNodes are the names of the GlobalNodes the VirtualCluster
-	// holds, sorted. Today they are reserved for it and still serve the host;
-	// node promotion will move them into the tenant cluster.
+	// holds (nest.dev/held-by), sorted. Node promotion moves each one into
+	// the tenant cluster; the GlobalNode's status.phase says where it is. A
+	// released node leaves this list at once, while node promotion brings
+	// it home.
 	// +optional
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=17000

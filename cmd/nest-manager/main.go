@@ -6,6 +6,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"net/netip"
@@ -102,7 +103,7 @@ func main() {
 	allowListFlag("host-annotation-allowlist", "comma-separated tenant pod annotation keys copied to host pods for VirtualClusters that set no spec.virtualNode.hostMetadata.annotations, as for --host-label-allowlist", &cp.HostMetadata.Annotations)
 	flag.BoolVar(&cp.NodeNetwork, "node-network-agent", true, "the node network agent (the nest-node-network DaemonSet) runs on the host nodes: hostNetwork tenant pods get the virtual node's address and host ports; false leaves them on the pod network only")
 	flag.StringVar(&agentCASecret, "agent-ca-secret", nodepromotion.DefaultAgentCASecret, "Secret in --manager-namespace holding the nest-agent CA (tls.crt, tls.key), from which the manager issues its own agent client certificate; empty turns node promotion off")
-	flag.StringVar(&hostAPIServer, "host-api-server", "", "the host API server's URL as host nodes reach it, such as https://192.0.2.10:6443; a released node joins the host there; node promotion is off without it")
+	flag.StringVar(&hostAPIServer, "host-api-server", "", "the host API server's URL as host nodes reach it, such as https://192.0.2.10:6443; a released node joins the host there (default: discovered at start from kube-public/cluster-info, else the default/kubernetes EndpointSlice; node promotion is off when neither has one)")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -177,16 +178,11 @@ func main() {
 		log.Error(err, "Unable to set up controller", "controller", "memberusage")
 		os.Exit(1)
 	}
-	switch {
-	case agentCASecret == "":
+	if agentCASecret == "" {
 		log.Info("Node promotion is off: --agent-ca-secret is empty")
-	case hostAPIServer == "":
-		log.Info("Node promotion is off: set --host-api-server, where a released node joins the host again")
-	default:
-		if err := setupNodePromotion(mgr, client.ObjectKey{Namespace: cp.ManagerNamespace, Name: agentCASecret}, hostAPIServer); err != nil {
-			log.Error(err, "Unable to set up controller", "controller", "nodepromotion")
-			os.Exit(1)
-		}
+	} else if err := setupNodePromotion(mgr, client.ObjectKey{Namespace: cp.ManagerNamespace, Name: agentCASecret}, hostAPIServer); err != nil {
+		log.Error(err, "Unable to set up controller", "controller", "nodepromotion")
+		os.Exit(1)
 	}
 	must(mgr.AddHealthzCheck("healthz", healthz.Ping))
 	must(mgr.AddReadyzCheck("readyz", healthz.Ping))
@@ -212,6 +208,18 @@ func setupNodePromotion(mgr ctrl.Manager, caSecret client.ObjectKey, hostAPIServ
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
+	}
+	log := ctrl.Log.WithName("setup")
+	if hostAPIServer == "" {
+		// Once, at start: a released node counts as home only while it
+		// joins the same URL.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if hostAPIServer, err = nodepromotion.DiscoverHostServer(ctx, cs); err != nil {
+			log.Info("Node promotion is off: no host API server address for released nodes to join", "reason", err.Error())
+			return nil
+		}
+		log.Info("Released nodes join the host at the discovered API server", "server", hostAPIServer)
 	}
 	return (&nodepromotion.Reconciler{
 		Client:     mgr.GetClient(),

@@ -107,7 +107,7 @@ type nodes struct {
 
 // bind registers --nodes and --node-selector on cmd.
 func (n *nodes) bind(cmd *cobra.Command) {
-	cmd.Flags().IntVar(&n.count, "nodes", 0, "dedicated host nodes to promote into the virtual cluster (node promotion: today they are reserved, see docs/dedicated-nodes.md)")
+	cmd.Flags().IntVar(&n.count, "nodes", 0, "dedicated host nodes to move into the virtual cluster: each is drained in the host and joins the tenant cluster as a node of its own (see docs/dedicated-nodes.md)")
 	cmd.Flags().StringVar(&n.selector, "node-selector", "", "only host nodes with these labels, such as gpu=true,zone=a")
 }
 

@@ -138,7 +138,12 @@ func (c Config) peerMembers(ctx context.Context) ([]*etcdserverpb.Member, error)
 	if len(c.PeerClientURLs) == 0 {
 		return nil, errors.New("no peers")
 	}
-	cli, err := c.client(c.PeerClientURLs)
+	return c.memberList(ctx, c.PeerClientURLs)
+}
+
+// memberList lists the cluster's members through endpoints.
+func (c Config) memberList(ctx context.Context, endpoints []string) ([]*etcdserverpb.Member, error) {
+	cli, err := c.client(endpoints)
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +152,7 @@ func (c Config) peerMembers(ctx context.Context) ([]*etcdserverpb.Member, error)
 	defer cancel()
 	resp, err := cli.MemberList(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("list the members at %s: %w", strings.Join(c.PeerClientURLs, ","), err)
+		return nil, fmt.Errorf("list the members at %s: %w", strings.Join(endpoints, ","), err)
 	}
 	return resp.Members, nil
 }
@@ -302,18 +307,7 @@ func maintainOnce(ctx context.Context, c Config) (bool, error) {
 
 // Members lists the cluster's members as the local member sees them.
 func Members(ctx context.Context, c Config) ([]*etcdserverpb.Member, error) {
-	cli, err := c.client([]string{c.LocalClientURL})
-	if err != nil {
-		return nil, err
-	}
-	defer cli.Close()
-	ctx, cancel := context.WithTimeout(ctx, 2*dialTimeout)
-	defer cancel()
-	resp, err := cli.MemberList(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return resp.Members, nil
+	return c.memberList(ctx, []string{c.LocalClientURL})
 }
 
 // client is an etcd client of endpoints with the helper's TLS identity.

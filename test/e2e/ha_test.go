@@ -32,7 +32,8 @@ func TestHAControlPlane(t *testing.T) {
 	framework.RequireRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
-	host, hostKubeconfig, nest := framework.StartNest(t, ctx)
+	stateDir := framework.StartHostCluster(t, ctx, "--with-nest")
+	host, hostKubeconfig, nest := framework.NestOn(t, ctx, stateDir)
 	dir := t.TempDir()
 
 	t.Run("a tenant made with 3 replicas runs 3 started etcd members and survives losing a replica", func(t *testing.T) {
@@ -54,6 +55,13 @@ func TestHAControlPlane(t *testing.T) {
 		t.Run("the PodDisruptionBudget lets one replica go, and refuses a second while it is away", func(t *testing.T) {
 			checkDisruptionBudget(t, ctx, host, tn)
 		})
+		t.Run("restarting the kubelet and containerd of the node with most replicas fails at most 1% of calls", func(t *testing.T) {
+			res := restartNodeUnderLoad(t, ctx, stateDir, host, tn, busiestNode(t, ctx, host, tn))
+			waitReadyReplicas(t, ctx, host, tn.Name, 3)
+			if res.FailedPercent() > 1 {
+				t.Errorf("%.2f%% of calls failed while a node's kubelet restarted, want at most 1%%: %s", res.FailedPercent(), res)
+			}
+		})
 		deleteTenant(t, nest, tn)
 	})
 
@@ -64,6 +72,9 @@ func TestHAControlPlane(t *testing.T) {
 		}
 		tn.Load(t, nest)
 		tn.WaitDefaultServiceAccount(t, ctx)
+		// The figure 3 replicas are measured against: one replica, the same fault.
+		restartNodeUnderLoad(t, ctx, stateDir, host, tn, busiestNode(t, ctx, host, tn))
+		waitReadyReplicas(t, ctx, host, tn.Name, 1)
 		cs := tn.Clientset(t)
 		const objects = 50
 		for i := range objects {
@@ -374,4 +385,44 @@ func leaseHolder(ctx context.Context, host client.Client, namespace, name string
 		return "", err
 	}
 	return ptr.Deref(lease.Spec.HolderIdentity, ""), nil
+}
+
+// busiestNode is the host node that runs the most of tn's control-plane pods.
+func busiestNode(t *testing.T, ctx context.Context, host client.Client, tn *framework.Tenant) string {
+	t.Helper()
+	perNode := map[string]int{}
+	best := ""
+	for _, p := range controlPlanePods(t, ctx, host, tn) {
+		perNode[p.Spec.NodeName]++
+		if best == "" || perNode[p.Spec.NodeName] > perNode[best] {
+			best = p.Spec.NodeName
+		}
+	}
+	if best == "" {
+		t.Fatalf("no control-plane pod of %s is scheduled", tn.Name)
+	}
+	return best
+}
+
+// restartNodeUnderLoad kills the kubelet and containerd of host node and
+// starts them again (the fault suite's restartNode) while a client calls
+// the tenant API every 100 ms, and returns what the client saw, from before
+// the fault until the tenant's replicas are all ready again.
+func restartNodeUnderLoad(t *testing.T, ctx context.Context, stateDir string, host client.Client, tn *framework.Tenant, node string) framework.ProbeResult {
+	t.Helper()
+	prober, err := framework.StartAPIProber(ctx, tn.Config, "default", 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitProbeCalls(t, prober, 20)
+	framework.KillRecorded(t, stateDir, node+".kubelet", node+".containerd")
+	framework.StartAgain(t, ctx, stateDir)
+	want := controlplane.Replicas(getVirtualCluster(t, ctx, host, tn))
+	waitReadyReplicas(t, ctx, host, tn.Name, want)
+	// The restarted kubelet probes its pods again after it reports the
+	// node Ready: keep calling through that.
+	waitProbeCalls(t, prober, prober.Calls()+150)
+	res := prober.Stop()
+	t.Logf("kubelet and containerd of %s restarted, %d replica(s): %s", node, want, res)
+	return res
 }

@@ -285,8 +285,8 @@ func condition(p plan, assigned int, generation int64) metav1.Condition {
 		c.Status = metav1.ConditionTrue
 	case p.met:
 		c.Status, c.Reason = metav1.ConditionTrue, ReasonAssigned
-		c.Message = fmt.Sprintf("holds the %s its promotePolicies and nodeInfos ask for (status.assignedNodes): "+
-			"reserved for it, they still serve the host, as node promotion is not built yet", count(assigned, "GlobalNode"))
+		c.Message = fmt.Sprintf("holds the %s its promotePolicies and nodeInfos ask for (status.assignedNodes); "+
+			"node promotion moves them into the tenant cluster (see each GlobalNode's phase)", count(assigned, "GlobalNode"))
 	}
 	if len(c.Message) > maxConditionMessage {
 		c.Message = c.Message[:maxConditionMessage]

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -201,40 +200,14 @@ func restartNode(t *testing.T, e *env, tn *framework.Tenant, _ *workload) {
 	e.up(t)
 }
 
-// killRecorded SIGKILLs the local host cluster's processes of these names,
-// by their recorded PIDs, and waits until they are gone.
 func (e *env) killRecorded(t *testing.T, names ...string) {
 	t.Helper()
-	procs, err := devcluster.RecordedProcesses(e.layout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	byName := map[string]devcluster.Process{}
-	for _, p := range procs {
-		byName[p.Name] = p
-	}
-	for _, name := range names {
-		p, ok := byName[name]
-		if !ok || !p.Alive() {
-			t.Fatalf("no running %s recorded in %s", name, e.stateDir)
-		}
-		if err := syscall.Kill(p.PID, syscall.SIGKILL); err != nil {
-			t.Fatalf("kill %s (pid %d): %v", name, p.PID, err)
-		}
-		testutil.Eventually(t, 30*time.Second, name+" gone", func() error {
-			if p.Alive() {
-				return fmt.Errorf("pid %d still runs", p.PID)
-			}
-			return nil
-		})
-	}
+	framework.KillRecorded(t, e.stateDir, names...)
 }
 
 func (e *env) up(t *testing.T) {
 	t.Helper()
-	if out, err := framework.Run(e.ctx, t, "nest", "dev", "up", "--nodes", "2", "--state-dir", e.stateDir, "--with-nest"); err != nil {
-		t.Fatalf("nest dev up: %v\n%s", err, out)
-	}
+	framework.StartAgain(t, e.ctx, e.stateDir)
 }
 
 // deleteControlPlanePod deletes the control-plane pod and waits until its

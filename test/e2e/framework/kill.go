@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -78,4 +79,43 @@ func ContainerStatus(pod *corev1.Pod, name string) (corev1.ContainerStatus, bool
 		}
 	}
 	return corev1.ContainerStatus{}, false
+}
+
+// KillRecorded SIGKILLs the local host cluster's processes of these names
+// (such as "kube-apiserver" or "nest-worker.kubelet"), by the PIDs `nest
+// dev up` recorded in stateDir, and waits until they are gone.
+func KillRecorded(t testing.TB, stateDir string, names ...string) {
+	t.Helper()
+	procs, err := devcluster.RecordedProcesses(devcluster.Layout{Root: stateDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]devcluster.Process{}
+	for _, p := range procs {
+		byName[p.Name] = p
+	}
+	for _, name := range names {
+		p, ok := byName[name]
+		if !ok || !p.Alive() {
+			t.Fatalf("no running %s recorded in %s", name, stateDir)
+		}
+		if err := syscall.Kill(p.PID, syscall.SIGKILL); err != nil {
+			t.Fatalf("kill %s (pid %d): %v", name, p.PID, err)
+		}
+		testutil.Eventually(t, 30*time.Second, name+" gone", func() error {
+			if p.Alive() {
+				return fmt.Errorf("pid %d still runs", p.PID)
+			}
+			return nil
+		})
+	}
+}
+
+// StartAgain runs `nest dev up --with-nest` on the 2-node local host
+// cluster in stateDir, which starts what is no longer running.
+func StartAgain(t testing.TB, ctx context.Context, stateDir string) {
+	t.Helper()
+	if out, err := Run(ctx, t, "nest", "dev", "up", "--nodes", "2", "--state-dir", stateDir, "--with-nest"); err != nil {
+		t.Fatalf("nest dev up: %v\n%s", err, out)
+	}
 }
