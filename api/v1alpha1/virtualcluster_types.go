@@ -65,6 +65,7 @@ type ServiceType string
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.clusterDomain) || (has(self.clusterDomain) && self.clusterDomain == oldSelf.clusterDomain)",message="clusterDomain is immutable: create a new VirtualCluster to change it"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.serviceCIDR) || (has(self.serviceCIDR) && self.serviceCIDR == oldSelf.serviceCIDR)",message="serviceCIDR is immutable: create a new VirtualCluster to change it"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.datastore) || (has(self.datastore) && self.datastore == oldSelf.datastore)",message="datastore is immutable: the tenant's etcd data lives on it"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.controlPlane) || !has(oldSelf.controlPlane.replicas) || (has(self.controlPlane) && has(self.controlPlane.replicas) && self.controlPlane.replicas >= oldSelf.controlPlane.replicas)",message="spec.controlPlane.replicas cannot be lowered or removed: etcd members are not removed from a live tenant; keep the count or make a new VirtualCluster"
 type VirtualClusterSpec struct {
 	// KubernetesVersion of the tenant control plane. Only v1.36.3 is built today.
 	// +optional

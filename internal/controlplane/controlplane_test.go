@@ -146,8 +146,8 @@ func TestStatefulSetFor(t *testing.T) {
 	if len(pod.InitContainers) != 3 || len(pod.Containers) != 4 {
 		t.Fatalf("init containers %d, containers %d; want the etcd-member helper, etcd and kube-apiserver as sidecars, then four", len(pod.InitContainers), len(pod.Containers))
 	}
-	if *sts.Spec.Replicas != 1 || sts.Spec.ServiceName != "alpha-peers" || sts.Spec.PodManagementPolicy != appsv1.OrderedReadyPodManagement {
-		t.Errorf("replicas %d, service %s, policy %s; want 1 governed by alpha-peers, OrderedReady", *sts.Spec.Replicas, sts.Spec.ServiceName, sts.Spec.PodManagementPolicy)
+	if *sts.Spec.Replicas != 1 || sts.Spec.ServiceName != "alpha-peers" || sts.Spec.PodManagementPolicy != appsv1.ParallelPodManagement {
+		t.Errorf("replicas %d, service %s, policy %s; want 1 governed by alpha-peers, Parallel", *sts.Spec.Replicas, sts.Spec.ServiceName, sts.Spec.PodManagementPolicy)
 	}
 	for _, c := range pod.Containers {
 		if slices.Contains(c.Args, "--leader-elect=true") || slices.Contains(c.Args, "--leader-elect") {
@@ -223,7 +223,7 @@ func TestStatefulSetForThreeReplicas(t *testing.T) {
 		"kube-scheduler":          "--leader-elect=true",
 		"nest-syncer":             "--leader-elect --identity=$(POD_NAME)",
 		"etcd-member": "--member-client-urls=https://alpha-0.alpha-peers.tenant-a.svc:2379,https://alpha-1.alpha-peers.tenant-a.svc:2379,https://alpha-2.alpha-peers.tenant-a.svc:2379" +
-			" --bootstrap-member=alpha-0",
+			" --bootstrap-file=/etc/nest/etcd-bootstrap/member",
 		"etcd": "--initial-advertise-peer-urls=https://$(POD_NAME).alpha-peers.tenant-a.svc:2380",
 	} {
 		if !strings.Contains(args[name], want) {
@@ -234,7 +234,8 @@ func TestStatefulSetForThreeReplicas(t *testing.T) {
 		t.Error("etcd has --initial-cluster on its command line: it must come from the helper's file, or etcd refuses the variable")
 	}
 	spread := pod.TopologySpreadConstraints
-	if len(spread) != 1 || spread[0].TopologyKey != corev1.LabelHostname || spread[0].WhenUnsatisfiable != corev1.DoNotSchedule || spread[0].MaxSkew != 1 {
+	if len(spread) != 1 || spread[0].TopologyKey != corev1.LabelHostname || spread[0].WhenUnsatisfiable != corev1.DoNotSchedule || spread[0].MaxSkew != 1 ||
+		ptr.Deref(spread[0].NodeTaintsPolicy, "") != corev1.NodeInclusionPolicyHonor {
 		t.Errorf("topology spread %+v: want at most one more replica on a host node than on another", spread)
 	}
 	pdb := PodDisruptionBudgetFor(vc(nil))

@@ -231,6 +231,10 @@ const (
 	coreDNSName           = "coredns"
 )
 
+// EtcdMemberContainer is the etcd-member helper's container: pods without
+// it are an older Nest's.
+const EtcdMemberContainer = etcdMemberName
+
 // componentResources are the requests and limits of the control-plane
 // containers but kube-apiserver's (apiServerResources). Memory limits leave
 // room well above each component's idle RSS, measured with an empty tenant on

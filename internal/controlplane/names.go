@@ -175,8 +175,14 @@ func (n Names) DedicatedNodesConfigMap() string {
 	return syncer.DedicatedNodesConfigMap(n.VirtualCluster)
 }
 
+// EtcdBootstrapConfigMap names the member that may start a new etcd
+// cluster (EtcdBootstrapConfigMapFor).
+func (n Names) EtcdBootstrapConfigMap() string { return n.VirtualCluster + "-etcd-bootstrap" }
+
 // ConfigMaps are the ConfigMaps Nest itself keeps in the namespace.
-func (n Names) ConfigMaps() []string { return []string{n.DNSConfigMap(), n.DedicatedNodesConfigMap()} }
+func (n Names) ConfigMaps() []string {
+	return []string{n.DNSConfigMap(), n.DedicatedNodesConfigMap(), n.EtcdBootstrapConfigMap()}
+}
 
 // Services are the Services Nest itself keeps in the namespace.
 func (n Names) Services() []string { return []string{n.Service(), n.DNSService(), n.PeerService()} }

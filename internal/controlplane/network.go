@@ -136,9 +136,11 @@ func NetworkPoliciesWith(vc *nestv1.VirtualCluster, o Options, dedicatedPodCIDRs
 
 	cpIngress := []networkingv1.NetworkPolicyIngressRule{
 		{From: tenantPods, Ports: slices.Concat(apiPort, dnsPorts, nodePorts)},
-		// The etcd members of the other replicas: peers, and their
-		// etcd-member helpers as clients (with the etcd CA's certificates).
-		{From: controlPlane, Ports: ports(corev1.ProtocolTCP, components.EtcdClientPort, components.EtcdPeerPort)},
+		// The other replicas: their etcd members as peers and their
+		// etcd-member helpers as clients (with the etcd CA's certificates),
+		// and their API servers to the kubelet APIs the leading syncer
+		// serves on its pod IP (the virtual node's and the member nodes').
+		{From: controlPlane, Ports: append(ports(corev1.ProtocolTCP, components.EtcdClientPort, components.EtcdPeerPort), kubeletPorts()...)},
 		{From: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{
 			MatchLabels: map[string]string{corev1.LabelMetadataName: o.ManagerNamespace},
 		}}}, Ports: apiPort},
@@ -176,6 +178,15 @@ func NetworkPoliciesWith(vc *nestv1.VirtualCluster, o Options, dedicatedPodCIDRs
 		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
 	})
 	return []*networkingv1.NetworkPolicy{tenant, cp, deny}, nil
+}
+
+// kubeletPorts are the ports of the kubelet APIs nest-syncer serves: the
+// virtual node's, then one per member node.
+func kubeletPorts() []networkingv1.NetworkPolicyPort {
+	virtualNode, first, last := syncer.KubeletPorts()
+	return append(ports(corev1.ProtocolTCP, virtualNode), networkingv1.NetworkPolicyPort{
+		Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(first)), EndPort: ptr.To(last),
+	})
 }
 
 // memberPorts are the ports member traffic reaches on the control-plane

@@ -87,7 +87,7 @@ func TestNetworkPoliciesFor(t *testing.T) {
 		"select " + controlPlane + " types [Ingress]",
 		"ingress from " + tenantPods + " on " + cpPorts,
 		// The other replicas' etcd members and helpers; tenant pods never.
-		"ingress from " + controlPlane + " on TCP/2379,TCP/2380",
+		"ingress from " + controlPlane + " on TCP/2379,TCP/2380,TCP/10250,TCP/10270-10277",
 		"ingress from namespace(kubernetes.io/metadata.name=nest-system) on TCP/6443",
 	}
 	nodes := "ingress from 198.51.100.0/24 on TCP/6443,TCP/10257,TCP/10259"

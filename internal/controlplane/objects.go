@@ -93,11 +93,13 @@ func leaderElect(vc *nestv1.VirtualCluster) bool { return Replicas(vc) > 1 }
 // kube-controller-manager, kube-scheduler and CoreDNS. ips are the host
 // ClusterIPs of the API server's and CoreDNS' Services.
 //
-// Pods start in order, each once the one before is Ready (the StatefulSet's
-// OrderedReady policy): the first starts the etcd cluster, and each later
-// one joins it as a learner, so members are added one at a time. The pods
-// spread over host nodes, never two on one node while a node with none can
-// take one.
+// Pods start together (the StatefulSet's Parallel policy), so a control
+// plane whose pods all went (a host restarted) comes back with a quorum:
+// each member restarts from its data. A new cluster is started by the
+// member EtcdBootstrapConfigMapFor names, and the others join it as
+// learners, one at a time (etcd admits one learner at a time; their
+// helpers retry). The pods spread over the host nodes they may run on,
+// never two on one node while such a node has none.
 func StatefulSetFor(vc *nestv1.VirtualCluster, o Options, ips ServiceIPs) *appsv1.StatefulSet {
 	n := NamesOf(vc)
 	pod := corev1.PodSpec{
@@ -112,10 +114,16 @@ func StatefulSetFor(vc *nestv1.VirtualCluster, o Options, ips ServiceIPs) *appsv
 			secretVolume("pki", n.PKISecret()),
 			secretVolume("kubeconfig", n.ComponentKubeconfigSecret()),
 			{Name: etcdMemberVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse("1Mi"))}}},
+			{Name: etcdBootstrapVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+				LocalObjectReference: corev1.LocalObjectReference{Name: n.EtcdBootstrapConfigMap()}, Optional: ptr.To(true),
+			}}},
 		}, virtualNodeVolumes(n)...),
 		TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
 			MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.DoNotSchedule,
 			LabelSelector: &metav1.LabelSelector{MatchLabels: n.Labels()},
+			// A node the pods may not run on (tainted, cordoned) is no
+			// domain: it would count as one holding none.
+			NodeTaintsPolicy: ptr.To(corev1.NodeInclusionPolicyHonor),
 		}},
 		ServiceAccountName: n.SyncerServiceAccount(),
 		Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
@@ -152,7 +160,7 @@ func StatefulSetFor(vc *nestv1.VirtualCluster, o Options, ips ServiceIPs) *appsv
 		Spec: appsv1.StatefulSetSpec{
 			Replicas:             ptr.To(Replicas(vc)),
 			ServiceName:          n.PeerService(),
-			PodManagementPolicy:  appsv1.OrderedReadyPodManagement,
+			PodManagementPolicy:  appsv1.ParallelPodManagement,
 			Selector:             &metav1.LabelSelector{MatchLabels: n.Labels()},
 			Template:             corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: n.Labels()}, Spec: pod},
 			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{claim},
@@ -247,8 +255,8 @@ func container(name string, o Options, r corev1.ResourceRequirements, args []str
 // tenantEtcd is a control-plane pod's etcd member, named for its pod and
 // reached by its peers at the pod's DNS name. Unlike the host's it requires
 // TLS client certificates: every container of the control-plane pod shares
-// its loopback, and only the API server and the etcd-member helper hold an
-// etcd client certificate.
+// its loopback and mounts the PKI Secret; the etcd CA is the tenant's own,
+// and no certificate it signs is ever given to the tenant.
 func tenantEtcd(n Names) components.Etcd {
 	return components.Etcd{
 		Name: "$(POD_NAME)", DataDir: etcdDataDir + "/data", TLS: true, PKI: tenantPKI,
@@ -268,6 +276,36 @@ func tenantEtcd(n Names) components.Etcd {
 // writes for etcd, afresh in every pod.
 const etcdMemberVolume = "etcd-member"
 
+// etcdBootstrapVolume is EtcdBootstrapConfigMapFor's ConfigMap, where the
+// helper reads which member may start a new cluster.
+const etcdBootstrapVolume = "etcd-bootstrap"
+
+// EtcdBootstrapKey is the key of the etcd bootstrap ConfigMap that names
+// the member that may start a new etcd cluster; empty, none may.
+const EtcdBootstrapKey = "member"
+
+// etcdBootstrapDir is where the ConfigMap is mounted in the helper.
+const etcdBootstrapDir = "/etc/nest/etcd-bootstrap"
+
+// EtcdBootstrapConfigMapFor returns the ConfigMap that tells the
+// etcd-member helpers which member may start a new etcd cluster when it
+// has no data and no peer answers: the first replica while the tenant has
+// one replica, or has never been Ready; else none, so a member that lost
+// its volume always joins its peers and never splits an empty cluster
+// from the tenant's. The ConfigMap is read at every try, not at start, so
+// withdrawing it restarts nothing.
+func EtcdBootstrapConfigMapFor(vc *nestv1.VirtualCluster, mayBootstrap bool) *corev1.ConfigMap {
+	n := NamesOf(vc)
+	member := ""
+	if mayBootstrap {
+		member = n.ControlPlanePod()
+	}
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: n.EtcdBootstrapConfigMap(), Namespace: n.Namespace, Labels: n.Labels()},
+		Data:       map[string]string{EtcdBootstrapKey: member},
+	}
+}
+
 // initialClusterFile is that file's path in both containers.
 const initialClusterFile = "/run/etcd-member/initial-cluster.env"
 
@@ -284,7 +322,7 @@ func etcdMemberFlags(vc *nestv1.VirtualCluster) etcdmember.Flags {
 	}
 	return etcdmember.Flags{
 		Name: e.Name, PeerURL: e.MemberPeerURL(), LocalClientURL: e.ClientURL(),
-		MemberClientURLs: members, BootstrapMember: n.ControlPlanePod(),
+		MemberClientURLs: members, BootstrapFile: path.Join(etcdBootstrapDir, EtcdBootstrapKey),
 		DataDir: e.DataDir, InitialClusterFile: initialClusterFile,
 		CAFile: pkiFile(EtcdCACert), CertFile: pkiFile(EtcdClientCert), KeyFile: pkiFile(EtcdClientKey),
 	}
@@ -294,7 +332,8 @@ func etcdMemberContainer(vc *nestv1.VirtualCluster, o Options) corev1.Container 
 	c := container(etcdMemberName, o, componentResources[etcdMemberName], append([]string{etcdmember.Command}, etcdMemberFlags(vc).Args()...))
 	c.Image, c.Command = o.SyncerImage, []string{syncer.SyncerBinary}
 	c.Env = append(c.Env, podIPEnv(), podNameEnv())
-	c.VolumeMounts = append(mounts(true), corev1.VolumeMount{Name: etcdMemberVolume, MountPath: path.Dir(initialClusterFile)})
+	c.VolumeMounts = append(mounts(true), corev1.VolumeMount{Name: etcdMemberVolume, MountPath: path.Dir(initialClusterFile)},
+		corev1.VolumeMount{Name: etcdBootstrapVolume, MountPath: etcdBootstrapDir, ReadOnly: true})
 	c.StartupProbe = loopbackProbe(etcdmember.ReadyPort, etcdmember.StartedPath, 1, 600)
 	c.LivenessProbe = loopbackProbe(etcdmember.ReadyPort, etcdmember.StartedPath, 10, 6)
 	return c

@@ -58,8 +58,10 @@ type Flags struct {
 	// MemberClientURLs are the client URLs of every member the cluster is
 	// to have, its own among them (told apart by PeerURL's host).
 	MemberClientURLs []string
-	// BootstrapMember names the one member that may start a new cluster.
-	BootstrapMember string
+	// BootstrapFile is a file naming the one member that may start a new
+	// cluster when no peer answers (nest-manager's ConfigMap, mounted);
+	// read at every try. Missing or empty, no member may.
+	BootstrapFile string
 	// DataDir is etcd's --data-dir; InitialClusterFile the file the
 	// helper writes for etcd.
 	DataDir, InitialClusterFile string
@@ -74,7 +76,7 @@ func (f Flags) Args() []string {
 		"--peer-url=" + f.PeerURL,
 		"--local-client-url=" + f.LocalClientURL,
 		"--member-client-urls=" + strings.Join(f.MemberClientURLs, ","),
-		"--bootstrap-member=" + f.BootstrapMember,
+		"--bootstrap-file=" + f.BootstrapFile,
 		"--data-dir=" + f.DataDir,
 		"--initial-cluster-file=" + f.InitialClusterFile,
 		"--cacert=" + f.CAFile, "--cert=" + f.CertFile, "--key=" + f.KeyFile,
@@ -91,7 +93,7 @@ func parse(args []string) (Config, error) {
 	fs.StringVar(&f.PeerURL, "peer-url", "", "the URL peers reach the member at")
 	fs.StringVar(&f.LocalClientURL, "local-client-url", "", "the member's client URL on loopback")
 	fs.StringVar(&members, "member-client-urls", "", "client URLs of every member, comma-separated")
-	fs.StringVar(&f.BootstrapMember, "bootstrap-member", "", "the member that may start a new cluster when no peer exists")
+	fs.StringVar(&f.BootstrapFile, "bootstrap-file", "", "file naming the member that may start a new cluster when no peer answers")
 	fs.StringVar(&f.DataDir, "data-dir", "", "etcd's --data-dir")
 	fs.StringVar(&f.InitialClusterFile, "initial-cluster-file", "", "file to write ETCD_INITIAL_CLUSTER and ETCD_INITIAL_CLUSTER_STATE to")
 	fs.StringVar(&f.CAFile, "cacert", "", "etcd CA file")
@@ -123,17 +125,26 @@ func (f Flags) config() Config {
 	c := Config{
 		Name: f.Name, PeerURL: f.PeerURL, LocalClientURL: f.LocalClientURL,
 		DataDir: f.DataDir, InitialClusterFile: f.InitialClusterFile,
-		Bootstrap: f.Name == f.BootstrapMember,
+		Bootstrap: func() bool { return f.BootstrapFile != "" && bootstrapMember(f.BootstrapFile) == f.Name },
 		CAFile:    f.CAFile, CertFile: f.CertFile, KeyFile: f.KeyFile,
 	}
 	self := HostOf(f.PeerURL)
 	for _, u := range f.MemberClientURLs {
-		if h := HostOf(u); h != self {
+		if HostOf(u) != self {
 			c.PeerClientURLs = append(c.PeerClientURLs, u)
-			c.PeerHosts = append(c.PeerHosts, h)
 		}
 	}
 	return c
+}
+
+// bootstrapMember is the member the file at path names, "" when it names
+// none or cannot be read.
+func bootstrapMember(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // Main runs the helper (or MembersCommand, writing to out) with args, the

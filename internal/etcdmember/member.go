@@ -4,11 +4,13 @@
 // kubeadm's `join` does for a stacked etcd, at every start of the pod:
 //
 //   - Join decides how the member's etcd starts and writes it to a file of
-//     ETCD_INITIAL_CLUSTER and ETCD_INITIAL_CLUSTER_STATE lines: with data,
-//     as it was; without data, as a learner added to the cluster its peers
-//     run (replacing a started member of its own peer URL, whose data is
-//     lost); or, for the first member only and only when no peer exists,
-//     as a new cluster of one.
+//     ETCD_INITIAL_CLUSTER, ETCD_INITIAL_CLUSTER_STATE and (for a new
+//     cluster) ETCD_INITIAL_CLUSTER_TOKEN lines: with data, as it was;
+//     without data, as a learner added to the cluster its peers run
+//     (replacing a started member of its own peer URL, whose data is lost);
+//     or, only when nest-manager names it the bootstrap member (a tenant of
+//     one replica, or one never Ready yet) and no peer answers, as a new
+//     cluster of one.
 //   - Maintain then promotes the learner once it has caught up with the
 //     leader (etcd refuses to promote a learner that has not), and keeps the
 //     member's advertised peer URL the one it should be (a member made
@@ -20,7 +22,9 @@ package etcdmember
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -57,18 +61,14 @@ type Config struct {
 	// InitialClusterFile receives the ETCD_INITIAL_CLUSTER and
 	// ETCD_INITIAL_CLUSTER_STATE lines.
 	InitialClusterFile string
-	// Bootstrap lets this member start a new cluster of one when it has no
-	// data and no peer answers. Only the first member has it, and only while
-	// no peer's name resolves (PeerHosts): a peer that exists but does not
-	// answer must not be split from.
-	Bootstrap bool
-	// PeerHosts are the DNS names of the other members; a name that resolves
-	// is a peer pod that exists.
-	PeerHosts []string
+	// Bootstrap says whether this member may start a new cluster of one when
+	// it has no data and no peer answers. It is asked at every try, as
+	// nest-manager may withdraw it: once a tenant of several replicas was
+	// Ready, a member without data always joins, so a lost volume never
+	// splits a new, empty cluster from the tenant's.
+	Bootstrap func() bool
 	// TLS is the client identity the helper talks to etcd with: CA, certificate, key files.
 	CAFile, CertFile, KeyFile string
-	// Resolve looks a host name up; nil is net.DefaultResolver's.
-	Resolve func(ctx context.Context, host string) ([]string, error)
 }
 
 // dialTimeout bounds one connection attempt to a member.
@@ -77,14 +77,13 @@ const dialTimeout = 3 * time.Second
 // retryPeriod is how often Join and Maintain try again.
 const retryPeriod = 2 * time.Second
 
-// HasData reports whether dir holds a member's data (etcd's member/
-// directory).
+// HasData reports whether dir holds a member's data: a write-ahead log, as
+// etcd itself decides (wal.Exist). etcd makes its member/ directory before
+// a join succeeds, so a member/ without a log is the remains of a failed
+// join, not data.
 func HasData(dir string) (bool, error) {
-	_, err := os.Stat(filepath.Join(dir, "member"))
-	if errors.Is(err, os.ErrNotExist) {
-		return false, nil
-	}
-	return err == nil, err
+	logs, err := filepath.Glob(filepath.Join(dir, "member", "wal", "*.wal"))
+	return len(logs) > 0, err
 }
 
 // Join writes c.InitialClusterFile, adding the member to its peers'
@@ -117,20 +116,59 @@ func joinOnce(ctx context.Context, c Config) (string, error) {
 	}
 	if hasData {
 		// etcd ignores the initial cluster when it has data.
-		return initialCluster("existing", []string{c.Name + "=" + c.PeerURL}), nil
+		return initialCluster("existing", "", []string{c.Name + "=" + c.PeerURL}), nil
+	}
+	// What a failed join left is not data: etcd would take it for its own.
+	if err := os.RemoveAll(filepath.Join(c.DataDir, "member")); err != nil {
+		return "", err
 	}
 	members, err := c.peerMembers(ctx)
 	if err != nil {
-		if c.Bootstrap && !c.anyPeerExists(ctx) {
-			return initialCluster("new", []string{c.Name + "=" + c.PeerURL}), nil
+		if c.Bootstrap != nil && c.Bootstrap() {
+			token, err := newClusterToken()
+			if err != nil {
+				return "", err
+			}
+			return initialCluster("new", token, []string{c.Name + "=" + c.PeerURL}), nil
 		}
 		return "", err
+	}
+	if m := loopbackMember(members); m != nil && !isLoopback(HostOf(c.PeerURL)) {
+		// A member made before the tenant had peers, not yet at its peer
+		// URL (its helper sets it): a join now would name an address etcd
+		// later refuses. (Members that all live on loopback, as in tests,
+		// are left alone.)
+		return "", fmt.Errorf("member %s still advertises %v; waiting for its helper to move it", m.Name, m.PeerURLs)
 	}
 	members, err = c.addSelf(ctx, members)
 	if err != nil {
 		return "", err
 	}
-	return initialCluster("existing", clusterOf(members, c.PeerURL, c.Name)), nil
+	return initialCluster("existing", "", clusterOf(members, c.PeerURL, c.Name)), nil
+}
+
+// loopbackMember is a started member whose peer URL is on loopback, or nil.
+func loopbackMember(members []*etcdserverpb.Member) *etcdserverpb.Member {
+	for _, m := range members {
+		for _, u := range m.PeerURLs {
+			if m.Name != "" && isLoopback(HostOf(u)) {
+				return m
+			}
+		}
+	}
+	return nil
+}
+
+func isLoopback(host string) bool { return host == "localhost" || net.ParseIP(host).IsLoopback() }
+
+// newClusterToken is a new cluster's --initial-cluster-token: random, so
+// two clusters started from the same peer URLs never share their IDs.
+func newClusterToken() (string, error) {
+	b := make([]byte, 12)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return "nest-" + hex.EncodeToString(b), nil
 }
 
 // peerMembers lists the cluster's members through the peers' client URLs.
@@ -185,21 +223,6 @@ func (c Config) addSelf(ctx context.Context, members []*etcdserverpb.Member) ([]
 	return resp.Members, nil
 }
 
-// anyPeerExists reports whether another member's name resolves: its pod
-// exists, whether or not it answers.
-func (c Config) anyPeerExists(ctx context.Context) bool {
-	resolve := c.Resolve
-	if resolve == nil {
-		resolve = net.DefaultResolver.LookupHost
-	}
-	for _, h := range c.PeerHosts {
-		if addrs, err := resolve(ctx, h); err == nil && len(addrs) > 0 {
-			return true
-		}
-	}
-	return false
-}
-
 // memberOf is the member with peerURL, or nil.
 func memberOf(members []*etcdserverpb.Member, peerURL string) *etcdserverpb.Member {
 	for _, m := range members {
@@ -228,9 +251,14 @@ func clusterOf(members []*etcdserverpb.Member, peerURL, name string) []string {
 	return out
 }
 
-// initialCluster renders the initial cluster file.
-func initialCluster(state string, cluster []string) string {
-	return "ETCD_INITIAL_CLUSTER=" + strings.Join(cluster, ",") + "\nETCD_INITIAL_CLUSTER_STATE=" + state + "\n"
+// initialCluster renders the initial cluster file; token is "" but for a
+// new cluster.
+func initialCluster(state, token string, cluster []string) string {
+	out := "ETCD_INITIAL_CLUSTER=" + strings.Join(cluster, ",") + "\nETCD_INITIAL_CLUSTER_STATE=" + state + "\n"
+	if token != "" {
+		out += "ETCD_INITIAL_CLUSTER_TOKEN=" + token + "\n"
+	}
+	return out
 }
 
 // Maintain promotes the member once it is a learner that caught up and
@@ -239,11 +267,23 @@ func initialCluster(state string, cluster []string) string {
 func Maintain(ctx context.Context, c Config) {
 	log := klog.FromContext(ctx)
 	period := retryPeriod
+	var failingSince time.Time
 	for {
 		done, err := maintainOnce(ctx, c)
+		if err == nil {
+			failingSince = time.Time{}
+		} else if failingSince.IsZero() {
+			failingSince = time.Now()
+		}
 		switch {
 		case err != nil:
 			log.Info("etcd member not settled yet", "member", c.Name, "err", err)
+			// Long enough that etcd is not merely starting: it is stuck
+			// on a join the cluster no longer matches.
+			if time.Since(failingSince) > rejoinAfter {
+				c.rejoinWithoutData(ctx)
+				failingSince = time.Now()
+			}
 		case done && period == retryPeriod:
 			log.Info("etcd member is a voting member at its peer URL", "member", c.Name, "peerURL", c.PeerURL)
 			period = 30 * time.Second
@@ -256,6 +296,27 @@ func Maintain(ctx context.Context, c Config) {
 			return
 		case <-time.After(period):
 		}
+	}
+}
+
+// rejoinAfter is how long the local member may fail to answer before the
+// helper, when the member still has no data, writes its initial cluster
+// again.
+const rejoinAfter = time.Minute
+
+// rejoinWithoutData writes the initial cluster file again while the member
+// has no data: etcd, restarting after a failed join, then starts from the
+// cluster as it is now, not as it was when the pod started.
+func (c Config) rejoinWithoutData(ctx context.Context) {
+	if has, err := HasData(c.DataDir); err != nil || has {
+		return
+	}
+	lines, err := joinOnce(ctx, c)
+	if err != nil {
+		return
+	}
+	if err := atomicfile.Write(c.InitialClusterFile, []byte(lines), 0o644); err != nil {
+		klog.FromContext(ctx).Error(err, "Cannot write the initial cluster again", "member", c.Name)
 	}
 }
 

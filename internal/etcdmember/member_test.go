@@ -55,14 +55,12 @@ func newMember(t *testing.T, name string) *member {
 	}
 }
 
-// config is the helper's view of m, with peers; no peer pod ever exists.
+// config is the helper's view of m, with peers.
 func (m *member) config(bootstrap bool, peers ...*member) Config {
 	c := Config{Name: m.name, PeerURL: m.peerURL, LocalClientURL: m.clientURL, DataDir: filepath.Join(m.dir, "data"),
-		InitialClusterFile: m.envFile, Bootstrap: bootstrap,
-		Resolve: func(context.Context, string) ([]string, error) { return nil, errors.New("no such host") }}
+		InitialClusterFile: m.envFile, Bootstrap: func() bool { return bootstrap }}
 	for _, p := range peers {
 		c.PeerClientURLs = append(c.PeerClientURLs, p.clientURL)
-		c.PeerHosts = append(c.PeerHosts, HostOf(p.clientURL))
 	}
 	return c
 }
@@ -136,8 +134,9 @@ func TestMembersJoinOneAtATimeAsLearners(t *testing.T) {
 	if err := Join(ctx, a.config(true, b, c)); err != nil {
 		t.Fatal(err)
 	}
-	if got := readFile(t, a.envFile); !strings.Contains(got, "ETCD_INITIAL_CLUSTER_STATE=new") || !strings.Contains(got, "m-0="+a.peerURL) {
-		t.Fatalf("first member's initial cluster:\n%s\nwant a new cluster of itself", got)
+	if got := readFile(t, a.envFile); !strings.Contains(got, "ETCD_INITIAL_CLUSTER_STATE=new") || !strings.Contains(got, "m-0="+a.peerURL) ||
+		!strings.Contains(got, "ETCD_INITIAL_CLUSTER_TOKEN=nest-") {
+		t.Fatalf("first member's initial cluster:\n%s\nwant a new cluster of itself, with a token of its own", got)
 	}
 	a.start(t)
 	if got := a.members(t, a.config(true)); !slices.Equal(got, []string{"m-0"}) {
@@ -176,33 +175,65 @@ func TestMembersJoinOneAtATimeAsLearners(t *testing.T) {
 	}
 }
 
-// A member with data restarts as it was, whatever its peers say.
+// A member with data (a write-ahead log) restarts as it was, whatever its
+// peers say; a member/ directory without a log is what a failed join left,
+// and is cleared before the member joins again.
 func TestMemberWithDataRestartsAsItWas(t *testing.T) {
 	m := newMember(t, "m-0")
-	if err := os.MkdirAll(filepath.Join(m.dir, "data", "member"), 0o755); err != nil {
+	wal := filepath.Join(m.dir, "data", "member", "wal")
+	if err := os.MkdirAll(wal, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	got, err := joinOnce(context.Background(), m.config(false, newMember(t, "m-1")))
+	got, err := joinOnce(context.Background(), m.config(true, newMember(t, "m-1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(got, "ETCD_INITIAL_CLUSTER_STATE=new") {
+		t.Errorf("a member/ without a log: initial cluster %q, want a new cluster (nothing answers, and it may bootstrap)", got)
+	}
+	if _, err := os.Stat(wal); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the failed join's member/ was left: %v", err)
+	}
+	if err := os.MkdirAll(wal, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(wal, "0000000000000000-0000000000000000.wal"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err = joinOnce(context.Background(), m.config(false, newMember(t, "m-1")))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(got, "ETCD_INITIAL_CLUSTER_STATE=existing") {
-		t.Errorf("initial cluster %q, want existing", got)
+		t.Errorf("a member with a log: initial cluster %q, want existing", got)
 	}
 }
 
-// A member other than the first never starts a cluster of its own, and the
-// first does not while a peer's pod exists: it would split from it.
-func TestOnlyTheFirstMemberBootstrapsAndOnlyAlone(t *testing.T) {
+// Only a member nest-manager names may start a cluster of its own, and
+// never while a peer answers.
+func TestOnlyTheNamedMemberBootstraps(t *testing.T) {
 	ctx := context.Background()
 	m, peer := newMember(t, "m-1"), newMember(t, "m-0")
 	if _, err := joinOnce(ctx, m.config(false, peer)); err == nil {
-		t.Error("a member without Bootstrap and no peer answering joined")
+		t.Error("a member not named to bootstrap, with no peer answering, joined")
 	}
-	first := peer.config(true, m)
-	first.Resolve = func(context.Context, string) ([]string, error) { return []string{"10.0.0.9"}, nil }
-	if _, err := joinOnce(ctx, first); err == nil {
-		t.Error("the first member started a new cluster while a peer pod exists")
+	f := Flags{Name: "m-0", PeerURL: "http://m-0:2380", LocalClientURL: "http://127.0.0.1:2379", DataDir: "d", InitialClusterFile: "f",
+		BootstrapFile: filepath.Join(t.TempDir(), "bootstrap-member")}
+	c := f.config()
+	if c.Bootstrap() {
+		t.Error("no bootstrap file: the member may bootstrap")
+	}
+	if err := os.WriteFile(f.BootstrapFile, []byte("m-0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if !c.Bootstrap() {
+		t.Error("the file names the member, and it may not bootstrap")
+	}
+	if err := os.WriteFile(f.BootstrapFile, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if c.Bootstrap() {
+		t.Error("the file was emptied (the tenant was Ready), and the member may still bootstrap")
 	}
 }
 
@@ -211,16 +242,15 @@ func TestFlagsRoundTrip(t *testing.T) {
 	f := Flags{
 		Name: "alpha-1", PeerURL: "https://alpha-1.alpha-peers.ns.svc:2380", LocalClientURL: "https://127.0.0.1:2379",
 		MemberClientURLs: []string{"https://alpha-0.alpha-peers.ns.svc:2379", "https://alpha-1.alpha-peers.ns.svc:2379", "https://alpha-2.alpha-peers.ns.svc:2379"},
-		BootstrapMember:  "alpha-0", DataDir: "/var/lib/etcd/data", InitialClusterFile: "/run/etcd-member/initial-cluster.env",
+		BootstrapFile:    "/etc/nest/etcd-bootstrap/member", DataDir: "/var/lib/etcd/data", InitialClusterFile: "/run/etcd-member/initial-cluster.env",
 		CAFile: "ca", CertFile: "cert", KeyFile: "key",
 	}
 	c, err := parse(f.Args())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Bootstrap || !slices.Equal(c.PeerClientURLs, []string{f.MemberClientURLs[0], f.MemberClientURLs[2]}) ||
-		!slices.Equal(c.PeerHosts, []string{"alpha-0.alpha-peers.ns.svc", "alpha-2.alpha-peers.ns.svc"}) {
-		t.Errorf("config %+v", c)
+	if !slices.Equal(c.PeerClientURLs, []string{f.MemberClientURLs[0], f.MemberClientURLs[2]}) || c.Bootstrap() {
+		t.Errorf("config %+v: want the two other members as peers, and no bootstrap without the file", c)
 	}
 	if _, err := parse([]string{"--name=x"}); err == nil || !strings.Contains(err.Error(), "--peer-url") {
 		t.Errorf("missing flags: %v, want them named", err)

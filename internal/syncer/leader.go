@@ -1,12 +1,16 @@
 package syncer
 
 import (
+	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"reflect"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -53,31 +57,62 @@ func runElected(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	identity := o.Identity
-	if identity == "" {
-		if identity, err = os.Hostname(); err != nil {
-			return fmt.Errorf("leader election identity: %w", err)
-		}
+	identity, err := electionIdentity(o.Identity)
+	if err != nil {
+		return err
 	}
+	log := klog.FromContext(ctx)
 	var current atomic.Pointer[syncer]
 	go serveHealth(ctx, o.HealthAddr, func() bool {
 		s := current.Load()
 		return s != nil && s.ready.Load()
 	})
+	// The elector runs until the syncer has stopped: on SIGTERM the syncer
+	// stops first and only then is the lease released, so a successor
+	// never writes beside it.
+	electorCtx, stopElector := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopElector()
 	followerCtx, stopFollower := context.WithCancel(ctx)
 	followerDone := make(chan struct{})
+	var followerErr error
 	go func() {
 		defer close(followerDone)
-		if err := runDNSFollower(followerCtx, o, tenant, host); err != nil && followerCtx.Err() == nil {
-			klog.FromContext(ctx).Error(err, "DNS records of the follower stopped")
+		err := runDNSFollower(followerCtx, o, tenant, host)
+		if followerCtx.Err() == nil {
+			followerErr = cmp.Or(err, errors.New("stopped"))
 		}
 	}()
-	outer := ctx
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	log := klog.FromContext(ctx)
-	runErr := errLostLease
-	leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
+	var (
+		mu     sync.Mutex
+		runErr = errLostLease
+	)
+	setErr := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		runErr = err
+	}
+	leading := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-followerDone:
+			// A follower whose CoreDNS records stopped must not stay Ready.
+			if followerErr != nil {
+				setErr(fmt.Errorf("follower DNS records: %w", followerErr))
+				stopElector()
+			}
+			return
+		case <-leading:
+			return
+		}
+		// SIGTERM while following: nothing to hand over but the lease.
+		select {
+		case <-leading:
+		default:
+			stopElector()
+		}
+	}()
+	leaderelection.RunOrDie(electorCtx, leaderelection.LeaderElectionConfig{
 		Lock: &resourcelock.LeaseLock{
 			LeaseMeta:  metav1.ObjectMeta{Namespace: o.HostNamespace, Name: LeaseName(o.VirtualCluster)},
 			Client:     host.CoordinationV1(),
@@ -87,19 +122,24 @@ func runElected(ctx context.Context, o Options) error {
 		ReleaseOnCancel: true,
 		Name:            "nest-syncer",
 		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(ctx context.Context) {
-				defer cancel()
+			OnStartedLeading: func(leaseCtx context.Context) {
+				close(leading)
+				// Lost lease or SIGTERM: the syncer stops, then the elector.
+				defer stopElector()
 				log.Info("Leading: running the virtual node", "identity", identity)
 				stopFollower()
 				<-followerDone
-				s, err := newSyncerFor(ctx, o, tenant, host)
+				runCtx, stopRun := context.WithCancel(leaseCtx)
+				defer stopRun()
+				context.AfterFunc(ctx, stopRun)
+				s, err := newSyncerFor(runCtx, o, tenant, host)
 				if err != nil {
-					runErr = err
+					setErr(err)
 					return
 				}
 				current.Store(s)
-				if err := s.run(ctx); err != nil {
-					runErr = err
+				if err := s.run(runCtx); err != nil && runCtx.Err() == nil {
+					setErr(err)
 				}
 			},
 			OnStoppedLeading: func() { log.Info("No longer leading", "identity", identity) },
@@ -111,11 +151,30 @@ func runElected(ctx context.Context, o Options) error {
 		},
 	})
 	stopFollower()
-	if outer.Err() != nil {
+	mu.Lock()
+	defer mu.Unlock()
+	if ctx.Err() != nil && errors.Is(runErr, errLostLease) {
 		// Stopped from outside (SIGTERM): the lease is released.
 		return nil
 	}
 	return runErr
+}
+
+// electionIdentity is this process's name in the election: the pod's name
+// (or the host name) and a random suffix, so a replacement pod of the same
+// name never takes its predecessor's lease for its own.
+func electionIdentity(name string) (string, error) {
+	if name == "" {
+		var err error
+		if name, err = os.Hostname(); err != nil {
+			return "", fmt.Errorf("leader election identity: %w", err)
+		}
+	}
+	b := make([]byte, 4)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return name + "_" + hex.EncodeToString(b), nil
 }
 
 // clients are the tenant and host clients of o.

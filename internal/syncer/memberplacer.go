@@ -43,6 +43,13 @@ const (
 	maxMemberNodes         = 8
 )
 
+// KubeletPorts are the ports of the kubelet APIs a syncer serves on its
+// pod IP: the virtual nodes' port, and the first and last of the member
+// nodes' range.
+func KubeletPorts() (virtualNode, firstMember, lastMember int32) {
+	return kubeletPort, firstMemberKubeletPort, firstMemberKubeletPort + maxMemberNodes - 1
+}
+
 // memberPlacer runs one member syncer per placement in MembersSecret, in
 // the host syncer's process: it starts those that appear, stops those that
 // go, restarts one whose member (server, namespace, addresses) changed,

@@ -52,6 +52,9 @@ func TestHAControlPlane(t *testing.T) {
 		t.Run("deleting the syncer's leader loses no object and fails at most 1% of calls", func(t *testing.T) {
 			deleteLeaderUnderLoad(t, ctx, host, tn)
 		})
+		t.Run("logs and exec reach the virtual node through every replica's API server", func(t *testing.T) {
+			checkLogsThroughEveryReplica(t, ctx, tn)
+		})
 		t.Run("the PodDisruptionBudget lets one replica go, and refuses a second while it is away", func(t *testing.T) {
 			checkDisruptionBudget(t, ctx, host, tn)
 		})
@@ -61,6 +64,9 @@ func TestHAControlPlane(t *testing.T) {
 			if res.FailedPercent() > 1 {
 				t.Errorf("%.2f%% of calls failed while a node's kubelet restarted, want at most 1%%: %s", res.FailedPercent(), res)
 			}
+		})
+		t.Run("every replica deleted at once: the tenant comes back with its objects", func(t *testing.T) {
+			deleteEveryReplica(t, ctx, host, tn)
 		})
 		deleteTenant(t, nest, tn)
 	})
@@ -425,4 +431,63 @@ func restartNodeUnderLoad(t *testing.T, ctx context.Context, stateDir string, ho
 	res := prober.Stop()
 	t.Logf("kubelet and containerd of %s restarted, %d replica(s): %s", node, want, res)
 	return res
+}
+
+// checkLogsThroughEveryReplica runs kubectl logs and exec on a tenant pod
+// more times than there are replicas: the Service spreads the calls over
+// the API servers, and each must reach the leading syncer's kubelet API.
+func checkLogsThroughEveryReplica(t *testing.T, ctx context.Context, tn *framework.Tenant) {
+	t.Helper()
+	for i := range 9 {
+		if out, err := tn.KubectlErr(ctx, "exec", "after-failover", "--", "echo", fmt.Sprintf("exec-%d", i)); err != nil || !strings.Contains(out, fmt.Sprintf("exec-%d", i)) {
+			t.Errorf("exec %d: %v: %s", i, err, out)
+		}
+		if out, err := tn.KubectlErr(ctx, "logs", "after-failover"); err != nil {
+			t.Errorf("logs %d: %v: %s", i, err, out)
+		}
+	}
+}
+
+// deleteEveryReplica deletes the three control-plane pods at once, as a
+// host restart would, and waits for the tenant to answer with the objects
+// it had.
+func deleteEveryReplica(t *testing.T, ctx context.Context, host client.Client, tn *framework.Tenant) {
+	t.Helper()
+	cs := tn.Clientset(t)
+	marker := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "before-full-restart"}, Data: map[string]string{"kept": "yes"}}
+	if _, err := cs.CoreV1().ConfigMaps("default").Create(ctx, marker, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n := controlplane.Names{VirtualCluster: tn.Name, Namespace: tn.Namespace}
+	old := map[string]bool{}
+	for _, p := range controlPlanePods(t, ctx, host, tn) {
+		old[string(p.UID)] = true
+	}
+	if err := host.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(n.Namespace), client.MatchingLabels(n.Labels())); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	testutil.Eventually(t, 6*time.Minute, "three new control-plane pods, all ready", func() error {
+		ready := 0
+		for _, p := range controlPlanePods(t, ctx, host, tn) {
+			if !old[string(p.UID)] && podReady(&p) {
+				ready++
+			}
+		}
+		if ready != 3 {
+			return fmt.Errorf("%d new pods ready", ready)
+		}
+		return nil
+	})
+	testutil.Eventually(t, 3*time.Minute, "the tenant answers with the ConfigMap written before", func() error {
+		cm, err := cs.CoreV1().ConfigMaps("default").Get(ctx, marker.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if cm.Data["kept"] != "yes" {
+			return fmt.Errorf("data %v", cm.Data)
+		}
+		return nil
+	})
+	t.Logf("every replica deleted -> 3 ready and answering: %s", time.Since(start).Round(100*time.Millisecond))
 }

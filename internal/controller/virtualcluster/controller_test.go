@@ -398,6 +398,19 @@ func TestReplicasCannotBeLowered(t *testing.T) {
 		}
 		return nil
 	})
+	// Removing the field would default it to 1: refused too.
+	eventually(t, "removal refused", func() error {
+		got := getVC(t, ns, "shrink")
+		got.Spec.ControlPlane = nestv1.ControlPlaneSpec{}
+		err := k8sClient.Update(ctx, got)
+		if apierrors.IsConflict(err) {
+			return err
+		}
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.controlPlane.replicas cannot be lowered or removed") {
+			t.Fatalf("removing spec.controlPlane: %v, want a refusal naming spec.controlPlane.replicas", err)
+		}
+		return nil
+	})
 }
 
 // A VirtualCluster written without a datastore (YAML, kubectl) gets the

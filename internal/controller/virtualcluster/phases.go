@@ -15,6 +15,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -218,6 +219,9 @@ func (r *Reconciler) reconcileStatefulSet(ctx context.Context, s *reconcileState
 	if err := r.reconcilePeerService(ctx, s); err != nil {
 		return false, err
 	}
+	if err := r.reconcileEtcdBootstrap(ctx, s); err != nil {
+		return false, err
+	}
 	pdb, wantPDB := &policyv1.PodDisruptionBudget{}, controlplane.PodDisruptionBudgetFor(s.vc)
 	pdb.ObjectMeta = metav1.ObjectMeta{Name: wantPDB.Name, Namespace: wantPDB.Namespace}
 	if err := r.ensure(ctx, s, pdb, func() { pdb.Labels, pdb.Spec = wantPDB.Labels, wantPDB.Spec }); err != nil {
@@ -226,17 +230,26 @@ func (r *Reconciler) reconcileStatefulSet(ctx context.Context, s *reconcileState
 	desired := controlplane.StatefulSetFor(s.vc, r.ControlPlane, s.ips)
 	desired.Spec.Template.Annotations = map[string]string{"nest.dev/pki-hash": pkiRestartHash(s.pki)}
 	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: desired.Name, Namespace: desired.Namespace}}
-	if replaced, err := r.replaceStatefulSetOfOtherService(ctx, sts, desired.Spec.ServiceName); replaced || err != nil {
+	if replaced, err := r.replaceImmutablyDifferent(ctx, sts, desired); replaced || err != nil {
 		return false, err
 	}
 	if _, err := controllerutil.CreateOrPatch(ctx, r.Client, sts, func() error {
 		if sts.CreationTimestamp.IsZero() {
 			sts.Spec = desired.Spec
+			olderPods, err := r.podsOfAnOlderTemplate(ctx, s)
+			if err != nil {
+				return err
+			}
+			if olderPods {
+				// It adopts pods an older Nest made: they roll first,
+				// then the control plane grows.
+				sts.Spec.Replicas = ptr.To[int32](1)
+			}
 		}
 		sts.Labels = desired.Labels
-		if !growing(sts, *desired.Spec.Replicas) {
-			sts.Spec.Replicas = desired.Spec.Replicas
-		}
+		// Replicas of an existing StatefulSet change below, up only and
+		// once it rolled out: never fewer, as a member removed that way
+		// would cost the tenant its quorum (the API refuses lowering).
 		if !equality.Semantic.DeepDerivative(desired.Spec.Template, sts.Spec.Template) {
 			sts.Spec.Template = desired.Spec.Template
 		}
@@ -294,25 +307,84 @@ func (r *Reconciler) reconcilePeerService(ctx context.Context, s *reconcileState
 	})
 }
 
-// replaceStatefulSetOfOtherService deletes sts, leaving its pods and
-// claims, when a Service other than serviceName governs it (serviceName is
-// immutable): the next reconcile makes it again, and it adopts the pods
-// and rolls them to the new template. It reports whether it deleted, or
-// whether sts is still being deleted.
-func (r *Reconciler) replaceStatefulSetOfOtherService(ctx context.Context, sts *appsv1.StatefulSet, serviceName string) (bool, error) {
+// replaceImmutablyDifferent deletes sts, leaving its pods and claims, when
+// it differs from desired in what cannot change (the governing Service, the
+// pod management policy: an older Nest's StatefulSet): the next reconcile
+// makes it again, and it adopts the pods and rolls them to the new
+// template. It reports whether it deleted, or whether sts is still being
+// deleted.
+func (r *Reconciler) replaceImmutablyDifferent(ctx context.Context, sts, desired *appsv1.StatefulSet) (bool, error) {
 	if err := r.Get(ctx, client.ObjectKeyFromObject(sts), sts); err != nil {
 		return false, client.IgnoreNotFound(err)
 	}
 	if !sts.DeletionTimestamp.IsZero() {
 		return true, nil
 	}
-	if sts.Spec.ServiceName == serviceName {
+	if sts.Spec.ServiceName == desired.Spec.ServiceName && sts.Spec.PodManagementPolicy == desired.Spec.PodManagementPolicy {
 		return false, nil
 	}
-	klog.FromContext(ctx).Info("Replacing the control-plane StatefulSet, whose governing Service cannot change; its pods stay", "statefulSet", klog.KObj(sts), "from", sts.Spec.ServiceName, "to", serviceName)
+	klog.FromContext(ctx).Info("Replacing the control-plane StatefulSet, whose governing Service or pod management cannot change; its pods stay",
+		"statefulSet", klog.KObj(sts), "serviceName", sts.Spec.ServiceName, "podManagementPolicy", sts.Spec.PodManagementPolicy)
 	uid := sts.UID
 	err := r.Delete(ctx, sts, client.PropagationPolicy(metav1.DeletePropagationOrphan), client.Preconditions{UID: &uid})
 	return true, client.IgnoreNotFound(err)
+}
+
+// podsOfAnOlderTemplate reports whether a control-plane pod of the
+// VirtualCluster runs without the etcd-member helper: an older Nest's,
+// whose etcd member listens on loopback only and cannot take peers until
+// it has rolled.
+func (r *Reconciler) podsOfAnOlderTemplate(ctx context.Context, s *reconcileState) (bool, error) {
+	n := controlplane.NamesOf(s.vc)
+	var pods corev1.PodList
+	// From the API server: the manager caches no pods.
+	if err := r.APIReader.List(ctx, &pods, client.InNamespace(n.Namespace), client.MatchingLabels(n.Labels())); err != nil {
+		return false, fmt.Errorf("list control-plane pods: %w", err)
+	}
+	for _, p := range pods.Items {
+		if !slices.ContainsFunc(p.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == controlplane.EtcdMemberContainer }) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// reconcileEtcdBootstrap writes the ConfigMap that names the member that
+// may start a new etcd cluster (controlplane.EtcdBootstrapConfigMapFor).
+func (r *Reconciler) reconcileEtcdBootstrap(ctx context.Context, s *reconcileState) error {
+	n := controlplane.NamesOf(s.vc)
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: n.EtcdBootstrapConfigMap(), Namespace: n.Namespace}}
+	var current *corev1.ConfigMap
+	if err := r.Get(ctx, client.ObjectKeyFromObject(cm), cm); err == nil {
+		current = cm.DeepCopy()
+	} else if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("read ConfigMap %s: %w", klog.KObj(cm), err)
+	}
+	sts := &appsv1.StatefulSet{}
+	readyReplicas := int32(0)
+	if err := r.Get(ctx, client.ObjectKey{Namespace: n.Namespace, Name: n.StatefulSet()}, sts); err == nil {
+		readyReplicas = sts.Status.ReadyReplicas
+	}
+	want := controlplane.EtcdBootstrapConfigMapFor(s.vc, mayBootstrap(s.vc, current, readyReplicas))
+	return r.ensure(ctx, s, cm, func() { cm.Labels, cm.Data = want.Labels, want.Data })
+}
+
+// mayBootstrap says whether the first replica may start a new etcd cluster:
+// always with one replica (there are no peers to split from); with more,
+// only until one replica was ready (the cluster exists from then on), and
+// never again once withdrawn. current is the ConfigMap as it is (nil when
+// missing: then a tenant that was ever Ready may not).
+func mayBootstrap(vc *nestv1.VirtualCluster, current *corev1.ConfigMap, readyReplicas int32) bool {
+	if controlplane.Replicas(vc) == 1 {
+		return true
+	}
+	if readyReplicas > 0 {
+		return false
+	}
+	if current != nil {
+		return current.Data[controlplane.EtcdBootstrapKey] != ""
+	}
+	return vc.Status.ReadyReplicas == 0 && meta.FindStatusCondition(vc.Status.Conditions, nestv1.ConditionReady) == nil
 }
 
 // reconcileKubeconfig writes the tenant admin kubeconfig Secret and, base64

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -113,5 +114,33 @@ func TestGrowthWaitsForTheRollout(t *testing.T) {
 	}
 	if growing(&appsv1.StatefulSet{}, 3) {
 		t.Error("a StatefulSet not made yet is made with every replica, not grown")
+	}
+}
+
+// The first replica may start a new etcd cluster while the tenant has one
+// replica, or several and none was ever ready; never again once withdrawn.
+func TestMayBootstrap(t *testing.T) {
+	three := &nestv1.VirtualCluster{Spec: nestv1.VirtualClusterSpec{ControlPlane: nestv1.ControlPlaneSpec{Replicas: ptr.To[int32](3)}}}
+	ready := three.DeepCopy()
+	ready.Status.Conditions = []metav1.Condition{{Type: nestv1.ConditionReady, Status: metav1.ConditionFalse}}
+	named := &corev1.ConfigMap{Data: map[string]string{controlplane.EtcdBootstrapKey: "x-0"}}
+	withdrawn := &corev1.ConfigMap{Data: map[string]string{controlplane.EtcdBootstrapKey: ""}}
+	for _, tt := range []struct {
+		name    string
+		vc      *nestv1.VirtualCluster
+		current *corev1.ConfigMap
+		ready   int32
+		want    bool
+	}{
+		{"one replica, always", &nestv1.VirtualCluster{}, withdrawn, 1, true},
+		{"three, new", three, nil, 0, true},
+		{"three, still bootstrapping", three, named, 0, true},
+		{"three, a replica ready", three, named, 1, false},
+		{"three, withdrawn, all down", three, withdrawn, 0, false},
+		{"three, ConfigMap lost after the tenant had a status", ready, nil, 0, false},
+	} {
+		if got := mayBootstrap(tt.vc, tt.current, tt.ready); got != tt.want {
+			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
+		}
 	}
 }

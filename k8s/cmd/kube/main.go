@@ -97,7 +97,7 @@ func runEtcd(_ []string) int {
 const initialClusterFileEnv = "NEST_ETCD_INITIAL_CLUSTER_FILE"
 
 // initialClusterKeys are the only variables the file may set.
-var initialClusterKeys = map[string]bool{"ETCD_INITIAL_CLUSTER": true, "ETCD_INITIAL_CLUSTER_STATE": true}
+var initialClusterKeys = map[string]bool{"ETCD_INITIAL_CLUSTER": true, "ETCD_INITIAL_CLUSTER_STATE": true, "ETCD_INITIAL_CLUSTER_TOKEN": true}
 
 // loadInitialCluster sets the variables of the file at path ("" for none)
 // in the environment, where etcd reads them.
@@ -112,7 +112,7 @@ func loadInitialCluster(path string) error {
 	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
 		key, value, ok := strings.Cut(line, "=")
 		if !ok || !initialClusterKeys[key] {
-			return fmt.Errorf("%s: line %q is not ETCD_INITIAL_CLUSTER=... or ETCD_INITIAL_CLUSTER_STATE=...", path, line)
+			return fmt.Errorf("%s: line %q is not ETCD_INITIAL_CLUSTER, ETCD_INITIAL_CLUSTER_STATE or ETCD_INITIAL_CLUSTER_TOKEN=...", path, line)
 		}
 		if err := os.Setenv(key, value); err != nil {
 			return err
