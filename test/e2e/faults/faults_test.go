@@ -207,7 +207,7 @@ func (e *env) killRecorded(t *testing.T, names ...string) {
 
 func (e *env) up(t *testing.T) {
 	t.Helper()
-	framework.StartAgain(t, e.ctx, e.stateDir)
+	framework.StartAgain(t, e.ctx, e.stateDir, 2)
 }
 
 // deleteControlPlanePod deletes the control-plane pod and waits until its

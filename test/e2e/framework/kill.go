@@ -111,11 +111,11 @@ func KillRecorded(t testing.TB, stateDir string, names ...string) {
 	}
 }
 
-// StartAgain runs `nest dev up --with-nest` on the 2-node local host
-// cluster in stateDir, which starts what is no longer running.
-func StartAgain(t testing.TB, ctx context.Context, stateDir string) {
+// StartAgain runs `nest dev up --with-nest` on the local host cluster of
+// nodes nodes in stateDir, which starts what is no longer running.
+func StartAgain(t testing.TB, ctx context.Context, stateDir string, nodes int) {
 	t.Helper()
-	if out, err := Run(ctx, t, "nest", "dev", "up", "--nodes", "2", "--state-dir", stateDir, "--with-nest"); err != nil {
+	if out, err := Run(ctx, t, "nest", "dev", "up", "--nodes", fmt.Sprint(nodes), "--state-dir", stateDir, "--with-nest"); err != nil {
 		t.Fatalf("nest dev up: %v\n%s", err, out)
 	}
 }
