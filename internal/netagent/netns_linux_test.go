@@ -1,6 +1,7 @@
 package netagent
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -22,7 +23,7 @@ import (
 // namespace has an interface eth0 holding it (one end of a veth pair inside
 // the namespace, as this kernel has no dummy interfaces); with loIP, lo
 // holds that address, as the agent puts a node's there.
-func newNetnsFile(t *testing.T, dir, name, podIP, loIP string) string {
+func newNetnsFile(t testing.TB, dir, name, podIP, loIP string) string {
 	t.Helper()
 	path := filepath.Join(dir, name)
 	if err := os.WriteFile(path, nil, 0o444); err != nil {
@@ -75,7 +76,7 @@ func addAddr(link, ip string) error {
 
 // proveIn listens on pod uid's proof socket in the namespace at path, as
 // the pod's helper does; the returned func stops it.
-func proveIn(t *testing.T, path string, uid types.UID) func() {
+func proveIn(t testing.TB, path string, uid types.UID) func() {
 	t.Helper()
 	var l net.Listener
 	if err := inNetns(path, func() error {
@@ -89,7 +90,7 @@ func proveIn(t *testing.T, path string, uid types.UID) func() {
 	return func() { l.Close() }
 }
 
-func requireRoot(t *testing.T) {
+func requireRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("this test needs root (network namespaces, mounts); run it as root, it is not optional")
@@ -155,5 +156,33 @@ func TestFindPodNetnsRefusesToChooseBetweenTwoProvenNamespaces(t *testing.T) {
 	}
 	if got, err := FindPodNetns(dir, netip.MustParseAddr("10.215.0.7"), "uid-a"); err == nil || !strings.Contains(err.Error(), "refusing to choose") {
 		t.Errorf("FindPodNetns with two proven namespaces = %q, %v; want a refusal", got, err)
+	}
+}
+
+// BenchmarkFindPodNetns is the agent's cost per sync of one pod on a node
+// with n pod network namespaces: it looks at each for the pod's IP, then
+// asks the one that holds it for the proof (here the agent's mark, as on
+// every sync after the first).
+func BenchmarkFindPodNetns(b *testing.B) {
+	requireRoot(b)
+	for _, n := range []int{10, 50, 200} {
+		b.Run(fmt.Sprintf("namespaces=%d", n), func(b *testing.B) {
+			dir := b.TempDir()
+			for i := range n {
+				newNetnsFile(b, dir, fmt.Sprintf("cni-%03d", i), fmt.Sprintf("10.216.%d.%d", i/250, i%250+1), "")
+			}
+			target := netip.MustParseAddr(fmt.Sprintf("10.216.%d.%d", (n-1)/250, (n-1)%250+1))
+			stop := proveIn(b, filepath.Join(dir, fmt.Sprintf("cni-%03d", n-1)), "uid-bench")
+			if _, err := FindPodNetns(dir, target, "uid-bench"); err != nil {
+				b.Fatal(err)
+			}
+			stop()
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := FindPodNetns(dir, target, "uid-bench"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
