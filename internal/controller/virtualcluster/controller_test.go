@@ -386,31 +386,28 @@ func TestReplicasCannotBeLowered(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = k8sClient.Delete(ctx, vc) })
-	eventually(t, "lowering refused", func() error {
-		got := getVC(t, ns, "shrink")
-		got.Spec.ControlPlane.Replicas = ptr.To[int32](1)
-		err := k8sClient.Update(ctx, got)
-		if apierrors.IsConflict(err) {
-			return err
-		}
-		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.controlPlane.replicas cannot be lowered") {
-			t.Fatalf("lowering 3 -> 1: %v, want a refusal naming spec.controlPlane.replicas", err)
-		}
-		return nil
-	})
-	// Removing the field would default it to 1: refused too.
-	eventually(t, "removal refused", func() error {
-		got := getVC(t, ns, "shrink")
-		got.Spec.ControlPlane = nestv1.ControlPlaneSpec{}
-		err := k8sClient.Update(ctx, got)
-		if apierrors.IsConflict(err) {
-			return err
-		}
-		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.controlPlane.replicas cannot be lowered or removed") {
-			t.Fatalf("removing spec.controlPlane: %v, want a refusal naming spec.controlPlane.replicas", err)
-		}
-		return nil
-	})
+	for _, tt := range []struct {
+		name   string
+		mutate func(*nestv1.VirtualCluster)
+		want   string
+	}{
+		{"lowering 3 -> 1", func(vc *nestv1.VirtualCluster) { vc.Spec.ControlPlane.Replicas = ptr.To[int32](1) }, "spec.controlPlane.replicas cannot be lowered"},
+		// Removing the field would default it to 1: refused too.
+		{"removing spec.controlPlane", func(vc *nestv1.VirtualCluster) { vc.Spec.ControlPlane = nestv1.ControlPlaneSpec{} }, "spec.controlPlane.replicas cannot be lowered or removed"},
+	} {
+		eventually(t, tt.name+" refused", func() error {
+			got := getVC(t, ns, "shrink")
+			tt.mutate(got)
+			err := k8sClient.Update(ctx, got)
+			if apierrors.IsConflict(err) {
+				return err
+			}
+			if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("%s: %v, want a refusal naming spec.controlPlane.replicas", tt.name, err)
+			}
+			return nil
+		})
+	}
 }
 
 // A VirtualCluster written without a datastore (YAML, kubectl) gets the
