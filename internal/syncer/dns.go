@@ -45,9 +45,11 @@ type serviceSyncer struct {
 	// nodePorts (nil without node ports) to re-read the tenant's node ports.
 	dns, nodePorts *kindsync.Syncer
 	last           []byte
-	// lastZone and zoneSerial are the zone file's last records and serial.
-	lastZone   []string
-	zoneSerial uint32
+	// lastZone and zoneSerial are the zone file's last records and serial;
+	// zoneWritten says this writer wrote it (lastZone is then its records).
+	lastZone    []string
+	zoneSerial  uint32
+	zoneWritten bool
 }
 
 func newServiceSyncer(s *serviceSyncer) *serviceSyncer {
@@ -206,14 +208,14 @@ func (s *serviceSyncer) writeHosts() error {
 		s.last = data
 	}
 	records := s.zoneRecords()
-	if s.zoneSerial != 0 && slices.Equal(records, s.lastZone) {
+	if s.zoneWritten && slices.Equal(records, s.lastZone) {
 		return nil
 	}
 	serial := max(s.zoneSerial+1, uint32(time.Now().Unix()))
 	if err := atomicfile.Write(filepath.Join(s.dnsDir, ZoneFileName), ClusterZone(s.tr.ClusterDomain, serial, records), 0o644); err != nil {
 		return err
 	}
-	s.zoneSerial, s.lastZone = serial, records
+	s.zoneSerial, s.lastZone, s.zoneWritten = serial, records, true
 	return nil
 }
 
@@ -225,6 +227,12 @@ func (s *serviceSyncer) start() error {
 	}
 	if err := s.writeEmptyMemberViews(); err != nil {
 		return err
+	}
+	// The zone this pod's CoreDNS serves may come from another writer (the
+	// follower before it led, a previous run): its serial must still grow,
+	// or CoreDNS keeps the old zone.
+	if data, err := os.ReadFile(filepath.Join(s.dnsDir, ZoneFileName)); err == nil {
+		s.zoneSerial = ZoneSerial(data)
 	}
 	return s.writeHosts()
 }

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -292,6 +293,20 @@ func ZoneFile(clusterDomain string) string {
 // soa is a zone's SOA and NS records at origin, with serial.
 func soa(origin, clusterDomain string, serial uint32) string {
 	return fmt.Sprintf("%[1]s 5 IN SOA ns.dns.%[2]s. hostmaster.%[2]s. %[3]d 7200 1800 86400 5\n%[1]s 5 IN NS ns.dns.%[2]s.\n", origin, clusterDomain, serial)
+}
+
+// ZoneSerial is the SOA serial of a zone file ClusterZone rendered, 0 when
+// it has none.
+func ZoneSerial(zone []byte) uint32 {
+	for line := range strings.Lines(string(zone)) {
+		f := strings.Fields(line)
+		if len(f) > 6 && f[3] == "SOA" {
+			if n, err := strconv.ParseUint(f[6], 10, 32); err == nil {
+				return uint32(n)
+			}
+		}
+	}
+	return 0
 }
 
 // ClusterZone renders the cluster domain's zone file: its SOA with serial

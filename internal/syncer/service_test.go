@@ -2,16 +2,21 @@ package syncer
 
 import (
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 )
 
@@ -284,5 +289,28 @@ func TestKubeDNSRecordAndAddress(t *testing.T) {
 				t.Errorf("addresses = %+v, want kube-dns at %s", a, tt.want)
 			}
 		})
+	}
+}
+
+// A writer that takes over a zone file (a syncer that starts leading, or
+// restarts) writes a serial above the one it finds, even one ahead of the
+// clock, so CoreDNS reloads the zone.
+func TestZoneSerialGrowsAcrossWriters(t *testing.T) {
+	s := newTestServiceSyncer(t, fake.NewClientset(), record.NewFakeRecorder(1))
+	s.dnsDir = t.TempDir()
+	s.tenantSlices = discoverylisters.NewEndpointSliceLister(indexerOf(t))
+	ahead := uint32(time.Now().Unix()) + 1000
+	if err := os.WriteFile(filepath.Join(s.dnsDir, ZoneFileName), ClusterZone(tr.ClusterDomain, ahead, []string{"old"}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.start(); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(s.dnsDir, ZoneFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ZoneSerial(data); got <= ahead {
+		t.Errorf("serial %d after taking over a zone of serial %d; want it to grow", got, ahead)
 	}
 }
