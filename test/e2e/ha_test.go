@@ -22,6 +22,7 @@ import (
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/controlplane"
+	"github.com/nestdev/nest/internal/devcluster"
 	"github.com/nestdev/nest/internal/etcdmember"
 	"github.com/nestdev/nest/internal/syncer"
 	"github.com/nestdev/nest/internal/testutil"
@@ -63,14 +64,13 @@ func TestHAControlPlane(t *testing.T) {
 		t.Run("the PodDisruptionBudget lets one replica go, and refuses a second while it is away", func(t *testing.T) {
 			checkDisruptionBudget(t, ctx, host, tn)
 		})
-		t.Run("a replica's node loses its kubelet and containerd and the host restarts: the tenant comes back (failed calls reported)", func(t *testing.T) {
-			// The fault suite's node restart: `nest dev up` finds the
-			// cluster unhealthy and restarts every node's processes, so
-			// this is a whole-host restart that no replica count rides
-			// through; the figure is reported, not bounded. The node is
-			// not the one whose address the kubeconfig names.
+		t.Run("restarting the kubelet and containerd of a replica's node: the tenant answers again (failed calls reported)", func(t *testing.T) {
+			// Not the node whose address the kubeconfig names: with a
+			// NodePort Service, that node's restart cuts its clients off
+			// whatever the replicas (docs/virtualclusters.md). The issue's
+			// goal, at most 1% failed calls, is not met yet with 3
+			// replicas: the figure is reported (see the closing note).
 			restartNodeUnderLoad(t, ctx, stateDir, host, tn, replicaNodeOtherThanEndpoint(t, ctx, host, tn))
-			waitReadyReplicas(t, ctx, host, tn.Name, 3)
 			testutil.Eventually(t, 2*time.Minute, "the tenant API answers after the restart", func() error {
 				_, err := tn.Clientset(t).CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{Limit: 1})
 				return err
@@ -425,10 +425,10 @@ func busiestNode(t *testing.T, ctx context.Context, host client.Client, tn *fram
 }
 
 // restartNodeUnderLoad kills the kubelet and containerd of host node and
-// runs `nest dev up` (the fault suite's restartNode), which restarts every
-// node's processes of the unhealthy local cluster, while a client calls
-// the tenant API every 100 ms, and returns what the client saw, from before
-// the fault until the tenant's replicas are all ready again.
+// starts them again, and nothing else (devcluster.RestartNodeRuntime),
+// while a client calls the tenant API every 100 ms, and returns what the
+// client saw, from before the fault until the tenant's replicas are all
+// ready again.
 func restartNodeUnderLoad(t *testing.T, ctx context.Context, stateDir string, host client.Client, tn *framework.Tenant, node string) framework.ProbeResult {
 	t.Helper()
 	prober, err := framework.StartAPIProber(ctx, tn.Config, "default", 100*time.Millisecond)
@@ -437,7 +437,9 @@ func restartNodeUnderLoad(t *testing.T, ctx context.Context, stateDir string, ho
 	}
 	waitProbeCalls(t, prober, 20)
 	framework.KillRecorded(t, stateDir, node+".kubelet", node+".containerd")
-	framework.StartAgain(t, ctx, stateDir, haNodes)
+	if err := devcluster.RestartNodeRuntime(ctx, stateDir, node); err != nil {
+		t.Fatal(err)
+	}
 	want := controlplane.Replicas(getVirtualCluster(t, ctx, host, tn))
 	waitReadyReplicas(t, ctx, host, tn.Name, want)
 	// The restarted kubelet probes its pods again after it reports the
