@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nestdev/nest/internal/components"
 	"github.com/nestdev/nest/internal/testutil"
 )
 
@@ -73,7 +74,9 @@ func (m *member) start(t *testing.T) {
 		"--listen-client-urls="+m.clientURL, "--advertise-client-urls="+m.clientURL,
 		"--listen-peer-urls="+m.peerURL, "--initial-advertise-peer-urls="+m.peerURL,
 		"--listen-metrics-urls="+m.metricsURL, "--log-level=warn")
-	cmd.Env = append(os.Environ(), "NEST_ETCD_INITIAL_CLUSTER_FILE="+m.envFile)
+	// The name the control-plane pod gives etcd: a kube binary that reads
+	// another fails this test.
+	cmd.Env = append(os.Environ(), components.InitialClusterFileEnv+"="+m.envFile)
 	log, err := os.Create(filepath.Join(m.dir, "etcd.log"))
 	if err != nil {
 		t.Fatal(err)
