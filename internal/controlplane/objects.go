@@ -331,7 +331,7 @@ func etcdMemberFlags(vc *nestv1.VirtualCluster) etcdmember.Flags {
 func etcdMemberContainer(vc *nestv1.VirtualCluster, o Options) corev1.Container {
 	c := container(etcdMemberName, o, componentResources[etcdMemberName], append([]string{etcdmember.Command}, etcdMemberFlags(vc).Args()...))
 	c.Image, c.Command = o.SyncerImage, []string{syncer.SyncerBinary}
-	c.Env = append(c.Env, podIPEnv(), podNameEnv())
+	c.Env = append(c.Env, podNameEnv())
 	c.VolumeMounts = append(mounts(true), corev1.VolumeMount{Name: etcdMemberVolume, MountPath: path.Dir(initialClusterFile)},
 		corev1.VolumeMount{Name: etcdBootstrapVolume, MountPath: etcdBootstrapDir, ReadOnly: true})
 	c.StartupProbe = loopbackProbe(etcdmember.ReadyPort, etcdmember.StartedPath, 1, 600)

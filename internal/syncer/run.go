@@ -94,7 +94,8 @@ type Options struct {
 	// current and wait.
 	LeaderElect bool
 	// Identity is this syncer's name in the election: its pod's name; ""
-	// is the host name.
+	// is the host name. A random suffix is added (electionIdentity), so a
+	// replacement pod of the same name never takes its predecessor's lease.
 	Identity string
 }
 

@@ -213,8 +213,8 @@ func (r *Reconciler) reconcileSecret(ctx context.Context, s *reconcileState, nam
 // reconcileStatefulSet creates the control-plane StatefulSet, with the
 // headless Service that governs it and its PodDisruptionBudget, or updates
 // its pod template, replicas and labels. Volume claim templates cannot
-// change; a StatefulSet governed by another Service (made before the
-// headless one) is deleted, leaving its pods, and made again.
+// change; a StatefulSet whose governing Service or pod management policy
+// differs (an older Nest's) is deleted, leaving its pods, and made again.
 func (r *Reconciler) reconcileStatefulSet(ctx context.Context, s *reconcileState) (bool, error) {
 	if err := r.reconcilePeerService(ctx, s); err != nil {
 		return false, err
