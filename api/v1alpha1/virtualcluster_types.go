@@ -333,6 +333,33 @@ type VirtualNodeSpec struct {
 	// never the host's. Unset: hostPath volumes are refused.
 	// +optional
 	NodeDisk *NodeDiskSpec `json:"nodeDisk,omitempty"`
+
+	// MaxTerminationGracePeriodSeconds bounds, in seconds, how long the host
+	// pod of a tenant pod may take to stop: a pod's
+	// terminationGracePeriodSeconds and a deletion's grace period above it
+	// are cut to it, and the pod gets a Warning event (GracePeriodCut). A
+	// pod force-deleted in the tenant cluster is stopped on the host at
+	// once, as the kubelet stops a pod removed from its API server.
+	// +optional
+	// +kubebuilder:default=300
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=86400
+	MaxTerminationGracePeriodSeconds *int64 `json:"maxTerminationGracePeriodSeconds,omitempty"`
+
+	// ImageRegistries, when set, are the only registries tenant images may
+	// come from: a host (registry.example.com), a host and port
+	// (registry.example.com:5000), a domain suffix (*.example.com), or a CIDR
+	// for registries written as IP addresses; docker.io stands for Docker
+	// Hub. A pod naming an image from another registry is refused, with the
+	// field named. Registries the platform denies stay denied whatever this
+	// says: loopback, link-local and localhost names, the host's own
+	// ranges, and nest-manager's --image-registry-denylist.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=261
+	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self) || self.matches('^([*][.])?[a-z0-9]([-a-z0-9.]*[a-z0-9])?(:[0-9]{1,5})?$')",message="each imageRegistries entry must be a lower-case registry host, host:port, *.domain or CIDR, such as registry.example.com:5000"
+	ImageRegistries []string `json:"imageRegistries,omitempty"`
 }
 
 // NodeDiskSpec is the disk of each virtual node: a host

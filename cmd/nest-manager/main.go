@@ -101,6 +101,13 @@ func main() {
 	cp.HostMetadata = syncer.MetadataAllowList{Labels: slices.Clone(syncer.DefaultHostLabels), Annotations: slices.Clone(syncer.DefaultHostAnnotations)}
 	allowListFlag("host-label-allowlist", "comma-separated tenant pod label keys copied to host pods for VirtualClusters that set no spec.virtualNode.hostMetadata.labels: whole keys or prefixes ending in *; empty copies none", &cp.HostMetadata.Labels)
 	allowListFlag("host-annotation-allowlist", "comma-separated tenant pod annotation keys copied to host pods for VirtualClusters that set no spec.virtualNode.hostMetadata.annotations, as for --host-label-allowlist", &cp.HostMetadata.Annotations)
+	flag.Func("image-registry-denylist", "comma-separated registries no tenant image may come from: host, host:port, *.domain, or CIDRs for registries written as addresses; the host's own ranges, loopback, link-local and localhost are always denied", func(s string) error {
+		l, err := syncer.ParseRegistryList(s)
+		cp.ImageRegistryDenylist = l
+		return err
+	})
+	var hostVerifiesPullCredentials bool
+	flag.BoolVar(&hostVerifiesPullCredentials, "host-verifies-pull-credentials", true, "the host's kubelets check that a pod may use an image another pod pulled with credentials (KubeletEnsureSecretPulledImages, on by default since Kubernetes 1.35); false makes every tenant container pull its image (imagePullPolicy Always), as the AlwaysPullImages admission plugin does")
 	flag.BoolVar(&cp.NodeNetwork, "node-network-agent", true, "the node network agent (the nest-node-network DaemonSet) runs on the host nodes: hostNetwork tenant pods get the virtual node's address and host ports; false leaves them on the pod network only")
 	flag.StringVar(&agentCASecret, "agent-ca-secret", nodepromotion.DefaultAgentCASecret, "Secret in --manager-namespace holding the nest-agent CA (tls.crt, tls.key), from which the manager issues its own agent client certificate; empty turns node promotion off")
 	flag.StringVar(&hostAPIServer, "host-api-server", "", "the host API server's URL as host nodes reach it, such as https://192.0.2.10:6443; a released node joins the host there (default: discovered at start from kube-public/cluster-info, else the default/kubernetes EndpointSlice; node promotion is off when neither has one)")
@@ -113,6 +120,7 @@ func main() {
 		log.Info("Host pod or node CIDRs not given: tenant pods are kept only from the private address ranges, and tenant API servers take no probes from other nodes; set --host-pod-cidrs, --host-service-cidrs and --host-node-cidrs",
 			"podCIDRs", cp.HostNetwork.PodCIDRs, "nodeCIDRs", cp.HostNetwork.NodeCIDRs)
 	}
+	cp.AlwaysPullImages = !hostVerifiesPullCredentials
 	cp.KubeImage, cp.SyncerImage, cp.CoreDNSImage, cp.ImagePullPolicy = kubeImage, syncerImage, corednsImage, corev1.PullPolicy(pullPolicy)
 
 	scheme := kube.NewScheme()

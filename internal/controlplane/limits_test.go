@@ -1,7 +1,9 @@
 package controlplane
 
 import (
+	"flag"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/syncer"
 )
 
 func list(pairs ...string) corev1.ResourceList {
@@ -317,6 +320,57 @@ func TestNodeNetworkReachesTheSyncer(t *testing.T) {
 		args := StatefulSetFor(vc(func(*nestv1.VirtualCluster) {}), Options{NodeNetwork: on}, ServiceIPs{}).Spec.Template.Spec.Containers[2].Args
 		if got := slices.Contains(args, "--node-network"); got != on {
 			t.Errorf("node network agent %v: nest-syncer's --node-network = %v (args %v)", on, got, args)
+		}
+	}
+}
+
+// syncerFlags parses the nest-syncer args of v's control plane back into
+// nest-syncer's options.
+func syncerFlags(t *testing.T, v *nestv1.VirtualCluster, o Options) syncer.Options {
+	t.Helper()
+	var got syncer.Options
+	fs := flag.NewFlagSet("nest-syncer", flag.ContinueOnError)
+	got.BindFlags(fs)
+	if err := fs.Parse(StatefulSetFor(v, o, ServiceIPs{}).Spec.Template.Spec.Containers[2].Args); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// The grace period bound, the registry allow-list, the platform's deny list
+// with the host's ranges, and the pull policy reach nest-syncer.
+func TestImagePolicyAndGracePeriodReachTheSyncer(t *testing.T) {
+	hostRanges := HostNetwork{
+		PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}, ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")},
+		NodeCIDRs: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")},
+	}
+	v := vc(func(v *nestv1.VirtualCluster) {
+		v.Spec.VirtualNode.MaxTerminationGracePeriodSeconds = ptr.To[int64](60)
+		v.Spec.VirtualNode.ImageRegistries = []string{"registry.example.com:5000", "*.example.org"}
+	})
+	got := syncerFlags(t, v, Options{HostNetwork: hostRanges, ImageRegistryDenylist: []string{"registry.internal"}, AlwaysPullImages: true})
+	if got.MaxGracePeriodSeconds != 60 || !got.AlwaysPullImages {
+		t.Errorf("grace bound %d, always pull %v; want 60, true", got.MaxGracePeriodSeconds, got.AlwaysPullImages)
+	}
+	if want := []string{"registry.example.com:5000", "*.example.org"}; !slices.Equal(got.Images.Allowed, want) {
+		t.Errorf("allowed registries %v, want %v", got.Images.Allowed, want)
+	}
+	if want := []string{"registry.internal", "10.244.0.0/16", "10.96.0.0/12", "192.0.2.0/24"}; !slices.Equal(got.Images.Denied, want) {
+		t.Errorf("denied registries %v, want %v", got.Images.Denied, want)
+	}
+	if err := got.Images.Check("f", "10.244.3.3:5000/x"); err == nil {
+		t.Error("an image from a host pod address passes")
+	}
+
+	// Unset: the default bound, the host's kubelets check credentials, and
+	// with the host's ranges unknown every private range is denied.
+	got = syncerFlags(t, vc(nil), Options{})
+	if got.MaxGracePeriodSeconds != syncer.DefaultMaxGracePeriodSeconds || got.AlwaysPullImages || len(got.Images.Allowed) != 0 {
+		t.Errorf("defaults: grace bound %d, always pull %v, allowed %v", got.MaxGracePeriodSeconds, got.AlwaysPullImages, got.Images.Allowed)
+	}
+	for _, private := range []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"} {
+		if !slices.Contains(got.Images.Denied, private) {
+			t.Errorf("host ranges unknown: %s not denied (%v)", private, got.Images.Denied)
 		}
 	}
 }

@@ -42,6 +42,13 @@ type Options struct {
 	// hostNetwork tenant pods then get the virtual node's address and host
 	// ports (syncer.Translator.NodeNetwork).
 	NodeNetwork bool
+	// ImageRegistryDenylist are registries no tenant image may come from,
+	// besides the host's own ranges (syncer.ImagePolicy.Denied entries).
+	ImageRegistryDenylist []string
+	// AlwaysPullImages makes host pods pull every tenant image, for host
+	// kubelets that do not check pull credentials of cached images
+	// (syncer.Translator.AlwaysPullImages).
+	AlwaysPullImages bool
 }
 
 // controlPlaneNodeLabel marks host nodes meant for control planes; tenant

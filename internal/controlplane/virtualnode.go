@@ -142,8 +142,11 @@ func syncerOptions(vc *nestv1.VirtualCluster, opts Options, ips ServiceIPs) sync
 			HostServiceCIDRs: opts.HostNetwork.ServiceCIDRs,
 			// nest-syncer's own image, pulled as the control plane's are.
 			HelperImage: opts.SyncerImage, HelperImagePullPolicy: opts.ImagePullPolicy,
-			ConfinePrivileged: vc.Spec.VirtualNode.PrivilegedContainers == nestv1.PrivilegedContainersConfine,
-			NodeNetwork:       opts.NodeNetwork,
+			ConfinePrivileged:     vc.Spec.VirtualNode.PrivilegedContainers == nestv1.PrivilegedContainersConfine,
+			NodeNetwork:           opts.NodeNetwork,
+			MaxGracePeriodSeconds: ptr.Deref(vc.Spec.VirtualNode.MaxTerminationGracePeriodSeconds, syncer.DefaultMaxGracePeriodSeconds),
+			Images:                syncer.ImagePolicy{Allowed: slices.Clone(vc.Spec.VirtualNode.ImageRegistries), Denied: imageDenylist(opts)},
+			AlwaysPullImages:      opts.AlwaysPullImages,
 		},
 		// The kubelet substitutes the pod IP: the virtual node's address.
 		NodeIP:           "$(POD_IP)",
@@ -171,6 +174,21 @@ func syncerOptions(vc *nestv1.VirtualCluster, opts Options, ips ServiceIPs) sync
 		o.TokenMaxAge = syncer.DefaultTokenMaxAge
 	}
 	return o
+}
+
+// imageDenylist is the platform's image registry deny list and the host's
+// own ranges, or, while the host's pod and node ranges are not known, every
+// private range, as for tenant egress (egressBlocks).
+func imageDenylist(o Options) []string {
+	ranges := o.HostNetwork.all()
+	if len(o.HostNetwork.PodCIDRs) == 0 || len(o.HostNetwork.NodeCIDRs) == 0 {
+		ranges = append(ranges, privateRanges...)
+	}
+	out := slices.Clone(o.ImageRegistryDenylist)
+	for _, r := range ranges {
+		out = append(out, r.String())
+	}
+	return out
 }
 
 // hostMetadata is spec.virtualNode.hostMetadata, each unset list taking the

@@ -48,6 +48,10 @@ const (
 	flagNodeNetwork      = "node-network"
 	flagLeaderElect      = "leader-elect"
 	flagIdentity         = "identity"
+	flagMaxGracePeriod   = "max-termination-grace-period"
+	flagImageRegistries  = "image-registries"
+	flagImageDenylist    = "image-registry-denylist"
+	flagAlwaysPullImages = "always-pull-images"
 )
 
 // Values of --privileged-containers, the VirtualCluster's
@@ -157,6 +161,10 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.NodeNetwork, flagNodeNetwork, false, "give hostNetwork pods the virtual node's address and host ports through the node network agent on host nodes (needs --"+flagHelperImage+" and --"+flagNodeIP+")")
 	fs.BoolVar(&o.LeaderElect, flagLeaderElect, false, "elect, through the host Lease <virtual-cluster>-syncer, the one syncer of the control plane's replicas that runs the virtual node; the others keep their CoreDNS' records current")
 	fs.StringVar(&o.Identity, flagIdentity, "", "this syncer's name in the election (default: the host name)")
+	fs.Int64Var(&o.MaxGracePeriodSeconds, flagMaxGracePeriod, DefaultMaxGracePeriodSeconds, "most seconds a tenant pod's host pod gets to stop, at deletion and in terminationGracePeriodSeconds; the tenant gets a Warning event when its pod asks for more")
+	fs.Func(flagImageRegistries, "comma-separated registries tenant images may come from: host, host:port or *.domain, docker.io for Docker Hub (default: any registry not denied)", registryListFlag(&o.Images.Allowed))
+	fs.Func(flagImageDenylist, "comma-separated registries tenant images may not come from, as for --"+flagImageRegistries+", or CIDRs an IP-address registry may not lie in; loopback, link-local and the localhost names are always denied", registryListFlag(&o.Images.Denied))
+	fs.BoolVar(&o.AlwaysPullImages, flagAlwaysPullImages, false, "set imagePullPolicy Always on every tenant container, for host kubelets that do not check the credentials of pods using an image another pod pulled (KubeletEnsureSecretPulledImages)")
 	fs.Int64Var(&o.DataBudgetBytes, flagDataBudget, 0, "most bytes of data all host copies of tenant ConfigMaps and Secrets may hold together; 0 is no bound")
 	o.KubeletAddr, o.HealthAddr = DefaultKubeletAddr, DefaultHealthAddr
 	o.KubeletClientName = KubeletClientName
@@ -190,6 +198,18 @@ func (o Options) Args() []string {
 	}
 	if o.NodeIP != "" {
 		args = append(args, "--"+flagNodeIP+"="+o.NodeIP)
+	}
+	if o.MaxGracePeriodSeconds > 0 {
+		args = append(args, "--"+flagMaxGracePeriod+"="+strconv.FormatInt(o.MaxGracePeriodSeconds, 10))
+	}
+	if len(o.Images.Allowed) > 0 {
+		args = append(args, "--"+flagImageRegistries+"="+strings.Join(o.Images.Allowed, ","))
+	}
+	if len(o.Images.Denied) > 0 {
+		args = append(args, "--"+flagImageDenylist+"="+strings.Join(o.Images.Denied, ","))
+	}
+	if o.AlwaysPullImages {
+		args = append(args, "--"+flagAlwaysPullImages)
 	}
 	if o.ConfinePrivileged {
 		args = append(args, "--"+flagPrivileged+"="+privilegedConfine)
@@ -240,6 +260,31 @@ func allowListFlag(list *[]string) func(string) error {
 	}
 }
 
+// registryListFlag parses a flag value with ParseRegistryList.
+func registryListFlag(list *[]string) func(string) error {
+	return func(s string) error {
+		l, err := ParseRegistryList(s)
+		*list = l
+		return err
+	}
+}
+
+// ParseRegistryList parses a comma-separated list of ImagePolicy entries;
+// the error names the first entry that is none (ValidateRegistryEntry).
+func ParseRegistryList(s string) ([]string, error) {
+	var out []string
+	for _, e := range strings.Split(s, ",") {
+		if e = strings.TrimSpace(e); e == "" {
+			continue
+		}
+		if err := ValidateRegistryEntry(e); err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
 // Validate names the first required option that is missing or out of range.
 func (o Options) Validate() error {
 	for _, f := range []struct{ name, value string }{
@@ -255,6 +300,9 @@ func (o Options) Validate() error {
 	}
 	if o.VirtualNodes < 0 || o.VirtualNodes > MaxVirtualNodes {
 		return fmt.Errorf("--%s=%d: want 1 to %d", flagVirtualNodes, o.VirtualNodes, MaxVirtualNodes)
+	}
+	if o.MaxGracePeriodSeconds < 1 {
+		return fmt.Errorf("--%s=%d: want a number of seconds of at least 1, such as %d", flagMaxGracePeriod, o.MaxGracePeriodSeconds, DefaultMaxGracePeriodSeconds)
 	}
 	if o.DataBudgetBytes < 0 {
 		return fmt.Errorf("--%s=%d: want a number of bytes, or 0 for no bound", flagDataBudget, o.DataBudgetBytes)

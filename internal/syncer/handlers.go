@@ -182,7 +182,8 @@ func unwrap(obj any) any {
 }
 
 // forwardEvent repeats a host event about a host pod (image pulled, container
-// started, probe failed) on the tenant pod. Events older than this syncer
+// started, probe failed) on the tenant pod, image pull failures reduced to
+// their kind (TenantEventMessage). Events older than this syncer
 // are not repeated, so a restart does not replay history, and events about
 // a helper init container are not either (reportHelperFailures tells the
 // tenant what matters of those).
@@ -198,7 +199,7 @@ func (s *syncer) forwardEvent(ev *corev1.Event) {
 	switch {
 	case !ok, aboutHelper(ev):
 	case fromHostKubelet(ev):
-		s.recorder.Event(tenant, ev.Type, ev.Reason, ev.Message)
+		s.recorder.Event(tenant, ev.Type, ev.Reason, TenantEventMessage(ev.Message))
 	case ev.Reason == "FailedScheduling":
 		s.recorder.Event(tenant, corev1.EventTypeWarning, ReasonWaitingForHost, "The host cluster has no room for this pod yet: it starts once the host has")
 	}

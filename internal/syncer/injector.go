@@ -73,7 +73,9 @@ func (t Translator) InjectedPod(pod *corev1.Pod) (*corev1.Pod, error) {
 	}
 	if out.Spec.DNSPolicy != corev1.DNSNone && out.Spec.DNSPolicy != corev1.DNSDefault {
 		out.Spec.DNSPolicy = corev1.DNSNone
-		out.Spec.DNSConfig = t.dnsConfig(namespace, out.Spec.DNSConfig)
+		// What is cut here was cut, and told, when the syncer translated
+		// the tenant pod: the webhook sees that translation.
+		out.Spec.DNSConfig, _ = t.dnsConfig(namespace, out.Spec.DNSConfig)
 	}
 	return out, nil
 }

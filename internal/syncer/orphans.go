@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/nestdev/nest/internal/kindsync"
 )
@@ -26,8 +27,11 @@ import (
 // syncOrphan deletes the host pod name when the tenant pod it runs is gone.
 // Gone means missing from the informer cache and, asked live, not found or
 // found with another UID, so a cache that lags behind a create never costs a
-// new pod its host pod. The host pod is deleted with its own grace period and
-// a UID precondition, so a newer pod under the name is never touched.
+// new pod its host pod. A tenant pod is gone only once it was force-deleted
+// (a graceful deletion waits for the host pod), so the host pod is deleted
+// with ForcedGracePeriodSeconds, as the kubelet kills a pod removed from its
+// API server; a deletion already in progress with a longer grace period is
+// shortened. A UID precondition spares a newer pod under the name.
 func (p *podProvider) syncOrphan(ctx context.Context, name string) (time.Duration, error) {
 	host, err := p.hostPods.Get(name)
 	if apierrors.IsNotFound(err) {
@@ -37,7 +41,7 @@ func (p *podProvider) syncOrphan(ctx context.Context, name string) (time.Duratio
 		return 0, err
 	}
 	namespace, tenantName, ok := TenantKey(host.Annotations)
-	if !ok || host.Labels[LabelTenantOf] != p.tr.VirtualCluster || host.DeletionTimestamp != nil {
+	if !ok || host.Labels[LabelTenantOf] != p.tr.VirtualCluster || endsWithin(host, ForcedGracePeriodSeconds) {
 		return 0, nil
 	}
 	uid := host.Annotations[AnnotationTenantUID]
@@ -52,11 +56,18 @@ func (p *podProvider) syncOrphan(ctx context.Context, name string) (time.Duratio
 		return 0, fmt.Errorf("get tenant pod %s/%s: %w", namespace, tenantName, err)
 	}
 	klog.FromContext(ctx).Info("Deleting host pod whose tenant pod is gone", "hostPod", klog.KObj(host), "pod", klog.KRef(namespace, tenantName), "uid", uid)
-	err = p.host.CoreV1().Pods(p.tr.HostNamespace).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &host.UID}})
+	err = p.host.CoreV1().Pods(p.tr.HostNamespace).Delete(ctx, name, metav1.DeleteOptions{
+		GracePeriodSeconds: ptr.To(ForcedGracePeriodSeconds), Preconditions: &metav1.Preconditions{UID: &host.UID}})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return 0, nil
 	}
 	return 0, err
+}
+
+// endsWithin reports whether the host pod is being deleted with a grace
+// period of at most seconds.
+func endsWithin(host *corev1.Pod, seconds int64) bool {
+	return host.DeletionTimestamp != nil && ptr.Deref(host.DeletionGracePeriodSeconds, 0) <= seconds
 }
 
 // ensureTokenSecret writes the token Secret of a host pod that mounts one

@@ -66,7 +66,62 @@ type Translator struct {
 	// host ports through the node network agent (nodenetwork.go); it needs
 	// HelperImage. Off: such a pod has its pod network only.
 	NodeNetwork bool
+	// MaxGracePeriodSeconds bounds how long a host pod may take to stop: its
+	// terminationGracePeriodSeconds and the grace period of a deletion
+	// (see GracePeriod). 0 stands for DefaultMaxGracePeriodSeconds.
+	MaxGracePeriodSeconds int64
+	// Images says which registries tenant images may come from.
+	Images ImagePolicy
+	// AlwaysPullImages sets imagePullPolicy Always on every container and
+	// image volume of a host pod, as the AlwaysPullImages admission plugin
+	// does, for host kubelets that do not check that a pod may use an image
+	// another pod pulled with credentials (KubeletEnsureSecretPulledImages).
+	AlwaysPullImages bool
 }
+
+// DefaultMaxGracePeriodSeconds is the longest grace period a host pod gets
+// unless the VirtualCluster says otherwise: five minutes, the order of the
+// graceful node shutdown periods kubelet operators configure, and ten
+// times the API's default of 30 seconds.
+const DefaultMaxGracePeriodSeconds int64 = 300
+
+// ForcedGracePeriodSeconds is the grace period of a host pod whose tenant pod
+// is gone from the tenant API (a force delete): the kubelet kills a pod
+// removed from its API server with its minimum grace period too.
+const ForcedGracePeriodSeconds int64 = 1
+
+// GracePeriod is the grace period the host gives a tenant's grace period
+// (nil: the pod's own), cut to MaxGracePeriodSeconds.
+func (t Translator) GracePeriod(seconds *int64) *int64 {
+	if seconds == nil {
+		return nil
+	}
+	return ptr.To(min(*seconds, t.maxGracePeriod()))
+}
+
+func (t Translator) maxGracePeriod() int64 {
+	if t.MaxGracePeriodSeconds > 0 {
+		return t.MaxGracePeriodSeconds
+	}
+	return DefaultMaxGracePeriodSeconds
+}
+
+// PodWarning is something the tenant is told about its pod with a Warning
+// event once its host pod exists: what the host does differently from what
+// the pod asked for.
+type PodWarning struct {
+	Reason, Message string
+}
+
+// Reasons of PodWarning events.
+const (
+	// ReasonGracePeriodCut: the pod's terminationGracePeriodSeconds is above
+	// the VirtualCluster's bound.
+	ReasonGracePeriodCut = "GracePeriodCut"
+	// ReasonDNSConfigForming: nameservers or search domains past the
+	// limits were dropped, as the kubelet's event of the same reason says.
+	ReasonDNSConfigForming = "DNSConfigForming"
+)
 
 // TokenProjection is one service-account token a host pod needs: requested
 // from the tenant API server and stored under Key in the pod's token Secret.
@@ -102,6 +157,8 @@ type PodTranslation struct {
 	// NodeDiskClaim is the claim of the virtual node's disk the host pod
 	// mounts (NodeDiskClaimFor makes it), "" when it mounts none.
 	NodeDiskClaim string
+	// Warnings are what the tenant is told once the host pod exists.
+	Warnings []PodWarning
 	// identityUsed holds the Identity keys the pod's volumes project, each
 	// with the downward API field path it stands for.
 	identityUsed map[string]string
@@ -163,6 +220,9 @@ func (t Translator) TranslatePod(tenant *corev1.Pod, metadata MetadataAllowList,
 	if err := checkHostProfiles(tenant); err != nil {
 		return nil, err
 	}
+	if err := t.Images.CheckPod(&tenant.Spec); err != nil {
+		return nil, err
+	}
 	name := HostName(t.VirtualCluster, tenant.Namespace, tenant.Name)
 	out := &PodTranslation{
 		virtualCluster: t.VirtualCluster, namespace: tenant.Namespace,
@@ -170,8 +230,18 @@ func (t Translator) TranslatePod(tenant *corev1.Pod, metadata MetadataAllowList,
 		identityUsed: map[string]string{}, fieldAnnotations: map[string]string{},
 	}
 	spec := tenant.Spec.DeepCopy()
-	t.scheduleOnHost(spec, tenant.Namespace, tenant.Name)
+	if dropped := t.scheduleOnHost(spec, tenant.Namespace, tenant.Name); dropped != "" {
+		out.Warnings = append(out.Warnings, PodWarning{ReasonDNSConfigForming, dropped})
+	}
+	if g := t.GracePeriod(spec.TerminationGracePeriodSeconds); g != nil && *g != *spec.TerminationGracePeriodSeconds {
+		out.Warnings = append(out.Warnings, PodWarning{ReasonGracePeriodCut, fmt.Sprintf(
+			"terminationGracePeriodSeconds %d is above the virtual node's bound: the pod gets %d seconds to stop", *spec.TerminationGracePeriodSeconds, *g)})
+		spec.TerminationGracePeriodSeconds = g
+	}
 	hardenRuntime(spec)
+	if t.AlwaysPullImages {
+		alwaysPull(spec)
+	}
 	if err := t.translateVolumes(spec, name, out); err != nil {
 		return nil, err
 	}
@@ -196,6 +266,9 @@ func (t Translator) TranslatePod(tenant *corev1.Pod, metadata MetadataAllowList,
 	out.NodeDiskClaim = claim
 	for i, c := range ephemeral {
 		dropNetRaw(&c)
+		if t.AlwaysPullImages {
+			c.ImagePullPolicy = corev1.PullAlways
+		}
 		// The API refuses resources on ephemeral containers; translation
 		// zero-fills requests.
 		c.Resources = corev1.ResourceRequirements{}
@@ -269,7 +342,8 @@ func checkUnsupportedSpec(s *corev1.PodSpec) error {
 
 // scheduleOnHost clears what only makes sense among tenant nodes and pods:
 // the host scheduler places the pod by host rules, within the tenant's quota.
-func (t Translator) scheduleOnHost(spec *corev1.PodSpec, namespace, tenantName string) {
+// It returns what of the pod's dnsConfig was dropped, "" when nothing was.
+func (t Translator) scheduleOnHost(spec *corev1.PodSpec, namespace, tenantName string) (droppedDNS string) {
 	nodeName := cmp.Or(spec.NodeName, t.NodeName)
 	spec.NodeName = ""
 	spec.NodeSelector = nil
@@ -304,7 +378,24 @@ func (t Translator) scheduleOnHost(spec *corev1.PodSpec, namespace, tenantName s
 	}
 	if spec.DNSPolicy != corev1.DNSNone && spec.DNSPolicy != corev1.DNSDefault {
 		spec.DNSPolicy = corev1.DNSNone
-		spec.DNSConfig = t.dnsConfig(namespace, spec.DNSConfig)
+		spec.DNSConfig, droppedDNS = t.dnsConfig(namespace, spec.DNSConfig)
+	}
+	return droppedDNS
+}
+
+// alwaysPull makes the host kubelet pull every image of the pod, with the
+// pod's own pull Secrets, before it runs it. Ephemeral containers are set in
+// TranslatePod: they are not in the host pod's spec.
+func alwaysPull(spec *corev1.PodSpec) {
+	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+		for i := range cs {
+			cs[i].ImagePullPolicy = corev1.PullAlways
+		}
+	}
+	for _, v := range spec.Volumes {
+		if v.Image != nil {
+			v.Image.PullPolicy = corev1.PullAlways
+		}
 	}
 }
 

@@ -125,6 +125,9 @@ func (p *podProvider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	}
 	if err == nil {
 		p.warnConfined(pod)
+		for _, w := range pt.Warnings {
+			p.recorder.Event(pod, corev1.EventTypeWarning, w.Reason, w.Message)
+		}
 	}
 	return err
 }
@@ -528,8 +531,11 @@ func copyImages(dst, src []corev1.Container) {
 	}
 }
 
-// DeletePod deletes the host pod with the tenant's grace period. The tenant
-// pod is finished once the host pod is gone (see hostPodDeleted). Only a host
+// DeletePod deletes the host pod with the tenant's grace period, cut to the
+// virtual node's bound (Translator.GracePeriod); when the tenant pod is
+// already gone from the tenant API (a force delete), with
+// ForcedGracePeriodSeconds, which also shortens a deletion in progress. The
+// tenant pod is finished once the host pod is gone (see hostPodDeleted). Only a host
 // pod of this tenant pod is deleted: when the informer cache does not show
 // one, the live object is checked, and a host pod under the name that is not
 // this tenant pod's is left alone.
@@ -552,13 +558,25 @@ func (p *podProvider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 		p.notifyTerminated(pod, "Deleted")
 		return nil
 	}
+	grace := p.tr.GracePeriod(pod.DeletionGracePeriodSeconds)
+	if p.tenantPodGone(pod) {
+		grace = ptr.To(ForcedGracePeriodSeconds)
+	}
 	p.deleting.Store(name, true)
-	err = pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: pod.DeletionGracePeriodSeconds, Preconditions: &metav1.Preconditions{UID: &host.UID}})
+	err = pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: grace, Preconditions: &metav1.Preconditions{UID: &host.UID}})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		p.notifyTerminated(pod, "Deleted")
 		return nil
 	}
 	return err
+}
+
+// tenantPodGone reports whether pod is no longer in the tenant API, as far
+// as the informer cache knows: a pod being deleted gracefully stays there
+// until the syncer finishes it, so a missing one was force-deleted.
+func (p *podProvider) tenantPodGone(pod *corev1.Pod) bool {
+	tenant, err := p.tenantPods.Pods(pod.Namespace).Get(pod.Name)
+	return apierrors.IsNotFound(err) || (err == nil && tenant.UID != pod.UID)
 }
 
 // runsOnHost reports whether the tenant pod has its host pod, as far as the

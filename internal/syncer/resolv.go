@@ -1,6 +1,7 @@
 package syncer
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 
@@ -21,20 +22,31 @@ const (
 // dnsConfig is the resolver configuration of a host pod whose tenant pod uses
 // ClusterFirst: the tenant's CoreDNS and the tenant search path, merged with
 // the tenant's own dnsConfig the way the kubelet merges ClusterFirst with
-// dnsConfig, cut to the limits the API server enforces.
-func (t Translator) dnsConfig(namespace string, tenant *corev1.PodDNSConfig) *corev1.PodDNSConfig {
-	c := &corev1.PodDNSConfig{
+// dnsConfig, cut to the limits the API server enforces. dropped says, for
+// the tenant, which nameservers and search domains were cut ("" when none
+// were), as the kubelet's DNSConfigForming event does.
+func (t Translator) dnsConfig(namespace string, tenant *corev1.PodDNSConfig) (c *corev1.PodDNSConfig, dropped string) {
+	c = &corev1.PodDNSConfig{
 		Nameservers: []string{t.DNSServer},
 		Searches:    t.searchPath(namespace),
 		Options:     []corev1.PodDNSConfigOption{{Name: "ndots", Value: ptr.To("5")}},
 	}
 	if tenant == nil {
-		return c
+		return c, ""
 	}
-	c.Nameservers = firstN(dedupe(append(c.Nameservers, tenant.Nameservers...)), maxNameservers)
-	c.Searches = fitSearchList(dedupe(append(c.Searches, tenant.Searches...)))
+	nameservers := dedupe(append(c.Nameservers, tenant.Nameservers...))
+	searches := dedupe(append(c.Searches, tenant.Searches...))
+	c.Nameservers = firstN(nameservers, maxNameservers)
+	c.Searches = fitSearchList(searches)
 	c.Options = mergeDNSOptions(c.Options, tenant.Options)
-	return c
+	var parts []string
+	if cut := nameservers[len(c.Nameservers):]; len(cut) > 0 {
+		parts = append(parts, fmt.Sprintf("Nameserver limits were exceeded (the tenant's DNS server comes first, then at most %d in all): omitted %s", maxNameservers, strings.Join(cut, " ")))
+	}
+	if cut := searches[len(c.Searches):]; len(cut) > 0 {
+		parts = append(parts, fmt.Sprintf("Search Line limits were exceeded (at most %d domains and %d characters, the cluster's own first): omitted %s", maxSearchPaths, maxSearchListChars, strings.Join(cut, " ")))
+	}
+	return c, strings.Join(parts, "; ")
 }
 
 // searchPath is the tenant DNS search path of a namespace, as the kubelet

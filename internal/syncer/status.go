@@ -8,7 +8,8 @@ import (
 )
 
 // TenantStatus returns the tenant pod's status from its host pod's: phase,
-// conditions, pod and host IPs, start time and container statuses flow up.
+// conditions, pod and host IPs, start time and container statuses flow up,
+// image pull failures reduced to their kind (tenantWaiting).
 // The QoS class stays the tenant's, which the tenant API server computed from
 // the tenant's own spec. Observed generations are the tenant's (see
 // tenantGeneration).
@@ -18,6 +19,11 @@ func TenantStatus(tenant, host *corev1.Pod) corev1.PodStatus {
 	s.NominatedNodeName = ""
 	s.ObservedGeneration = tenantGeneration(s.ObservedGeneration, tenant, host)
 	s.InitContainerStatuses = withoutHelpers(s.InitContainerStatuses)
+	for _, statuses := range [][]corev1.ContainerStatus{s.InitContainerStatuses, s.ContainerStatuses, s.EphemeralContainerStatuses} {
+		for i := range statuses {
+			statuses[i].State.Waiting = tenantWaiting(statuses[i].State.Waiting, statuses[i].Image)
+		}
+	}
 	tenantResources(s.InitContainerStatuses, tenant.Spec.InitContainers)
 	tenantResources(s.ContainerStatuses, tenant.Spec.Containers)
 	for i := range s.Conditions {

@@ -22,6 +22,7 @@ var tr = Translator{
 	VirtualCluster: "alpha", HostNamespace: "vc-alpha", ClusterDomain: "cluster.local",
 	APIServerHost: "10.96.0.5", APIServerPort: 6443, DNSServer: "10.96.0.6",
 	NodeName: "nest-virtual-node", PriorityClassName: "nest-tenant-workload",
+	MaxGracePeriodSeconds: DefaultMaxGracePeriodSeconds,
 }
 
 var defaultMetadata = MetadataAllowList{Labels: DefaultHostLabels, Annotations: DefaultHostAnnotations}
@@ -454,6 +455,9 @@ func TestFlagsRoundTrip(t *testing.T) {
 	withLimits.HelperImage, withLimits.HelperImagePullPolicy = "nest.local/nest-syncer:dev", corev1.PullNever
 	withLimits.NodeDisk = &NodeDisk{Size: resource.MustParse("2Gi"), StorageClassName: "fast"}
 	withLimits.ConfinePrivileged, withLimits.NodeNetwork = true, true
+	withLimits.Images = ImagePolicy{Allowed: []string{"registry.example.com:5000", "*.example.org"}, Denied: []string{"10.0.0.0/8", "evil.example"}}
+	withLimits.AlwaysPullImages = true
+	withLimits.MaxGracePeriodSeconds = 45
 	want := Options{Translator: withLimits, NodeIP: "10.244.0.3", Capacity: corev1.ResourceList{"cpu": resource.MustParse("4"), "nvidia.com/gpu": resource.MustParse("1")},
 		PodSecurityLevel: "restricted", TokenMaxAge: 15 * time.Second, TenantKubeconfig: "/k", DNSDir: "/d",
 		HostMetadata:    MetadataAllowList{Labels: []string{"app", "example.com/*"}, Annotations: []string{"example.com/owner"}},
@@ -496,7 +500,16 @@ func TestFlagsRoundTrip(t *testing.T) {
 	if err := noAddress.Validate(); err == nil || !strings.Contains(err.Error(), "--node-ip") {
 		t.Errorf("the node network without a node IP: Validate = %v, want --node-ip named", err)
 	}
+	if !reflect.DeepEqual(got.Images, withLimits.Images) || !got.AlwaysPullImages || got.MaxGracePeriodSeconds != 45 {
+		t.Errorf("images %+v, always pull %v, grace %d did not come back", got.Images, got.AlwaysPullImages, got.MaxGracePeriodSeconds)
+	}
+	noGrace := got
+	noGrace.MaxGracePeriodSeconds = 0
+	if err := noGrace.Validate(); err == nil || !strings.Contains(err.Error(), "--max-termination-grace-period") {
+		t.Errorf("a zero grace bound: Validate = %v, want --max-termination-grace-period named", err)
+	}
 	got.HelperImage, got.HelperImagePullPolicy, got.NodeDisk, got.ConfinePrivileged, got.NodeNetwork = "", "", nil, false, false
+	got.Images, got.AlwaysPullImages, got.MaxGracePeriodSeconds = ImagePolicy{}, false, DefaultMaxGracePeriodSeconds
 	if gotLimits != "cpu=500m,memory=512Mi" || !reflect.DeepEqual(got.Translator, tr) || FormatResourceList(got.Capacity) != "cpu=4,nvidia.com/gpu=1" || got.TokenMaxAge != want.TokenMaxAge || got.PodSecurityLevel != "restricted" {
 		t.Errorf("round trip: %+v", got)
 	}

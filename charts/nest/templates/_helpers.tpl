@@ -25,6 +25,10 @@ by `make generate`; these follow its args.
 - --host-cluster-domain={{ .Values.hostClusterDomain }}
 - --manager-namespace={{ .Release.Namespace }}
 - --node-network-agent={{ .Values.nodeNetwork.enabled }}
+- --host-verifies-pull-credentials={{ .Values.tenantImages.hostVerifiesPullCredentials }}
+{{- if .Values.tenantImages.registryDenylist }}
+- --image-registry-denylist={{ join "," .Values.tenantImages.registryDenylist }}
+{{- end }}
 {{- with .Values.hostNetwork }}
 {{- if .podCIDRs }}
 - --host-pod-cidrs={{ join "," .podCIDRs }}

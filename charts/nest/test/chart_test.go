@@ -184,6 +184,7 @@ func TestChartRendersWhatConfigInstalls(t *testing.T) {
 var chartOnlyFlags = []string{
 	"--kube-image", "--coredns-image", "--syncer-image", "--image-pull-policy",
 	"--host-cluster-domain", "--manager-namespace", "--node-network-agent",
+	"--host-verifies-pull-credentials",
 }
 
 // compareArgs checks that the chart's manager args are config/'s, then only
@@ -238,7 +239,10 @@ func TestChartPassesHostNetworkAndMetadata(t *testing.T) {
 	if ns, _ := has(defaults, "--manager-namespace="); ns != "nest-system" {
 		t.Errorf("--manager-namespace=%q, want the release namespace", ns)
 	}
-	for _, flag := range []string{"--host-pod-cidrs=", "--host-service-cidrs=", "--host-node-cidrs=", "--host-label-allowlist=", "--host-annotation-allowlist="} {
+	if v, _ := has(defaults, "--host-verifies-pull-credentials="); v != "true" {
+		t.Errorf("--host-verifies-pull-credentials=%q by default, want true", v)
+	}
+	for _, flag := range []string{"--host-pod-cidrs=", "--host-service-cidrs=", "--host-node-cidrs=", "--host-label-allowlist=", "--host-annotation-allowlist=", "--image-registry-denylist="} {
 		if v, ok := has(defaults, flag); ok {
 			t.Errorf("default values render %s%s: the manager's default must apply", flag, v)
 		}
@@ -246,10 +250,12 @@ func TestChartPassesHostNetworkAndMetadata(t *testing.T) {
 	set := managerArgs(t, map[string]any{
 		"hostNetwork":  map[string]any{"podCIDRs": []any{"10.244.0.0/16", "fd00:10:244::/56"}, "serviceCIDRs": []any{"10.96.0.0/16"}, "nodeCIDRs": []any{"192.0.2.0/24"}},
 		"hostMetadata": map[string]any{"labels": []any{"app", "example.com/*"}, "annotations": []any{}},
+		"tenantImages": map[string]any{"registryDenylist": []any{"registry.internal", "10.0.0.0/8"}, "hostVerifiesPullCredentials": false},
 	})
 	for flag, want := range map[string]string{
 		"--host-pod-cidrs=": "10.244.0.0/16,fd00:10:244::/56", "--host-service-cidrs=": "10.96.0.0/16", "--host-node-cidrs=": "192.0.2.0/24",
 		"--host-label-allowlist=": "app,example.com/*", "--host-annotation-allowlist=": "",
+		"--image-registry-denylist=": "registry.internal,10.0.0.0/8", "--host-verifies-pull-credentials=": "false",
 	} {
 		if v, ok := has(set, flag); !ok || v != want {
 			t.Errorf("%s%q (present %v), want %q", flag, v, ok, want)

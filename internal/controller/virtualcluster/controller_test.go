@@ -355,6 +355,12 @@ func TestInvalidSpecsAreRejected(t *testing.T) {
 		{"negative data budget", func(vc *nestv1.VirtualCluster) {
 			vc.Spec.VirtualNode.ObjectBudget.DataBytes = ptr.To(resource.MustParse("-1Mi"))
 		}, "spec.virtualNode.objectBudget.dataBytes"},
+		{"registry with a path", func(vc *nestv1.VirtualCluster) {
+			vc.Spec.VirtualNode.ImageRegistries = []string{"registry.example.com", "registry.example.com/team"}
+		}, "spec.virtualNode.imageRegistries[1]"},
+		{"grace period bound of zero", func(vc *nestv1.VirtualCluster) {
+			vc.Spec.VirtualNode.MaxTerminationGracePeriodSeconds = ptr.To[int64](0)
+		}, "spec.virtualNode.maxTerminationGracePeriodSeconds"},
 		{"allow-list entry with an inner *", func(vc *nestv1.VirtualCluster) {
 			vc.Spec.VirtualNode.HostMetadata = &nestv1.HostMetadataSpec{Labels: []string{"app", "example.*/name"}}
 		}, "spec.virtualNode.hostMetadata.labels[1]"},

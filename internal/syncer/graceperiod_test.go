@@ -1,0 +1,114 @@
+package syncer
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
+)
+
+// A tenant cannot keep a host pod running after its deletion for longer
+// than the virtual node's bound, and is told when its pod asks for more.
+func TestTranslatePodCutsTheGracePeriod(t *testing.T) {
+	year := int64(365 * 24 * 3600)
+	for _, tt := range []struct {
+		name    string
+		asked   *int64
+		want    *int64
+		warning bool
+	}{
+		{name: "unset stays unset (the API's 30 s)"},
+		{name: "within the bound", asked: ptr.To[int64](30), want: ptr.To[int64](30)},
+		{name: "zero", asked: ptr.To[int64](0), want: ptr.To[int64](0)},
+		{name: "a year", asked: &year, want: ptr.To(DefaultMaxGracePeriodSeconds), warning: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := tenantPod()
+			p.Spec.TerminationGracePeriodSeconds = tt.asked
+			pt, err := tr.TranslatePod(p, defaultMetadata, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := pt.Pod.Spec.TerminationGracePeriodSeconds; !ptr.Equal(got, tt.want) {
+				t.Errorf("host terminationGracePeriodSeconds %v, want %v", ptr.Deref(got, -1), ptr.Deref(tt.want, -1))
+			}
+			warned := len(pt.Warnings) == 1 && pt.Warnings[0].Reason == ReasonGracePeriodCut && strings.Contains(pt.Warnings[0].Message, "300")
+			if warned != tt.warning {
+				t.Errorf("warnings %+v, want a GracePeriodCut warning naming 300: %v", pt.Warnings, tt.warning)
+			}
+		})
+	}
+}
+
+// hostDeleteGrace is the grace period of the first host pod deletion the
+// client saw, -1 for none and -2 when there was no deletion.
+func hostDeleteGrace(client *fake.Clientset) int64 {
+	for _, a := range client.Actions() {
+		if d, ok := a.(k8stesting.DeleteActionImpl); ok && d.GetResource().Resource == "pods" {
+			return ptr.Deref(d.GetDeleteOptions().GracePeriodSeconds, -1)
+		}
+	}
+	return -2
+}
+
+// A deletion's grace period is cut to the bound too; a tenant pod that is
+// gone from the tenant API (a force delete) ends its host pod at once.
+func TestDeletePodGracePeriod(t *testing.T) {
+	deleting := simplePod("web", "100m")
+	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	deleting.DeletionGracePeriodSeconds = ptr.To[int64](365 * 24 * 3600)
+	for _, tt := range []struct {
+		name   string
+		tenant []runtime.Object
+		want   int64
+	}{
+		{name: "graceful, a year asked", tenant: []runtime.Object{deleting}, want: DefaultMaxGracePeriodSeconds},
+		{name: "force-deleted: gone from the tenant API", want: ForcedGracePeriodSeconds},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			host := hostPodOf(t, deleting)
+			p, client := newProvider(t, nil, []runtime.Object{host}, tt.tenant...)
+			if err := p.DeletePod(context.Background(), deleting); err != nil {
+				t.Fatal(err)
+			}
+			if got := hostDeleteGrace(client); got != tt.want {
+				t.Errorf("host pod deleted with grace period %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+// A host pod still terminating with a long grace period after its tenant
+// pod was force-deleted is deleted again with the forced grace period; one
+// already ending that fast is left alone.
+func TestOrphanSyncerShortensTheDeletionOfAForceDeletedPod(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		grace int64
+		want  int64
+	}{
+		{name: "terminating for 300 s", grace: 300, want: ForcedGracePeriodSeconds},
+		{name: "already ending", grace: ForcedGracePeriodSeconds, want: -2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			terminating := hostPodFor("gone", "uid-9")
+			terminating.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+			terminating.DeletionGracePeriodSeconds = ptr.To(tt.grace)
+			terminating.Finalizers = []string{"example.com/keep"}
+			tenant := fake.NewClientset()
+			host := fake.NewClientset(terminating)
+			s := runKindSyncers(t, tenant, host)
+			s.orphans.Add(terminating.Name)
+			drain(t, s.orphans)
+			if got := hostDeleteGrace(host); got != tt.want {
+				t.Errorf("host pod deleted with grace period %d, want %d", got, tt.want)
+			}
+		})
+	}
+}

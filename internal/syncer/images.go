@@ -1,0 +1,176 @@
+package syncer
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// ImagePolicy says which registries the host node's container runtime may
+// pull a tenant image from. The runtime dials the registry an image
+// reference names, from the host node, so without it a tenant could make
+// the node connect to its own loopback ports, its kubelet, or the host's
+// private ranges, and read the answers off pull errors.
+type ImagePolicy struct {
+	// Allowed, when not empty, are the only registries tenant images may
+	// come from: a host ("registry.example.com"), a host and port
+	// ("registry.example.com:5000") or a domain suffix ("*.example.com").
+	// "docker.io" stands for Docker Hub, as in image references.
+	Allowed []string
+	// Denied are registries no tenant image may come from: entries as in
+	// Allowed, or CIDRs (10.0.0.0/8) that an IP-literal registry must not
+	// lie in. Loopback, link-local, unspecified and multicast addresses
+	// and the localhost names are always denied (alwaysDenied).
+	Denied []string
+}
+
+// alwaysDenied are the registries every tenant is denied: addresses of the
+// node itself and of its link (cloud metadata services), and the names RFC
+// 6761 reserves for loopback.
+var alwaysDenied = []string{"localhost", "*.localhost", "127.0.0.0/8", "::1/128", "169.254.0.0/16", "fe80::/10", "0.0.0.0/8", "::/128", "224.0.0.0/4", "ff00::/8"}
+
+// dockerHub is how go-containerregistry names Docker Hub's registry; image
+// references and ImagePolicy entries say docker.io.
+const dockerHub = "index.docker.io"
+
+// ValidateRegistryEntry reports why s cannot be an ImagePolicy entry: a
+// registry host, host:port, *.domain suffix or CIDR.
+func ValidateRegistryEntry(s string) error {
+	if _, err := netip.ParsePrefix(s); err == nil {
+		return nil
+	}
+	host := strings.TrimPrefix(s, "*.")
+	if host == "" || strings.ContainsAny(host, "/@*") {
+		return fmt.Errorf("%q is not a registry: give a host (registry.example.com), host:port, *.example.com or a CIDR", s)
+	}
+	if _, err := name.NewRegistry(host, name.StrictValidation); err != nil {
+		return fmt.Errorf("%q is not a registry: %v", s, err)
+	}
+	return nil
+}
+
+// Check refuses image, with a reason for the tenant, when its registry is
+// denied or not allowed. field names where the image was given, such as
+// spec.containers[0].image.
+func (p ImagePolicy) Check(field, image string) error {
+	ref, err := name.ParseReference(image)
+	if err != nil {
+		return fmt.Errorf("%s: %q is not an image reference: %v", field, image, err)
+	}
+	registry := ref.Context().RegistryStr()
+	if host, _ := splitRegistry(registry); isOddNumericHost(host) {
+		return fmt.Errorf("%s: registry %s is an IP address in a non-standard form, which resolvers read as any address: write the registry's name", field, registry)
+	}
+	for _, list := range [][]string{alwaysDenied, p.Denied} {
+		if entry, ok := matchRegistry(list, registry); ok {
+			return fmt.Errorf("%s: images from %s are not allowed on the virtual node (the host denies %s): use another registry", field, registryName(registry), entry)
+		}
+	}
+	if len(p.Allowed) > 0 {
+		if _, ok := matchRegistry(p.Allowed, registry); !ok {
+			return fmt.Errorf("%s: images from %s are not allowed on the virtual node: use one of the allowed registries %s", field, registryName(registry), strings.Join(p.Allowed, ", "))
+		}
+	}
+	return nil
+}
+
+// CheckPod checks every image the pod spec names: its containers', init
+// containers', ephemeral containers' and image volumes'.
+func (p ImagePolicy) CheckPod(spec *corev1.PodSpec) error {
+	for _, list := range []struct {
+		field      string
+		containers []corev1.Container
+	}{{"spec.initContainers", spec.InitContainers}, {"spec.containers", spec.Containers}, {"spec.ephemeralContainers", ephemeralAsContainers(spec.EphemeralContainers)}} {
+		for i, c := range list.containers {
+			if err := p.Check(fmt.Sprintf("%s[%d].image", list.field, i), c.Image); err != nil {
+				return err
+			}
+		}
+	}
+	for i, v := range spec.Volumes {
+		if v.Image == nil {
+			continue
+		}
+		if err := p.Check(fmt.Sprintf("spec.volumes[%d].image.reference", i), v.Image.Reference); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// registryName is the registry as image references write it.
+func registryName(registry string) string {
+	if registry == dockerHub {
+		return "docker.io"
+	}
+	return registry
+}
+
+// matchRegistry returns the first entry of list that registry (host or
+// host:port, as go-containerregistry gives it) matches.
+func matchRegistry(list []string, registry string) (string, bool) {
+	host, port := splitRegistry(registry)
+	addr, err := netip.ParseAddr(host)
+	isIP := err == nil
+	for _, entry := range list {
+		if prefix, err := netip.ParsePrefix(entry); err == nil {
+			if isIP && prefix.Contains(addr.Unmap()) {
+				return entry, true
+			}
+			continue
+		}
+		if matchRegistryName(strings.ToLower(entry), host, port) {
+			return entry, true
+		}
+	}
+	return "", false
+}
+
+// matchRegistryName reports whether entry (host, host:port or *.domain)
+// names host and port. An entry without a port names every port.
+func matchRegistryName(entry, host, port string) bool {
+	if entry == "docker.io" {
+		entry = dockerHub
+	}
+	if suffix, ok := strings.CutPrefix(entry, "*."); ok {
+		return strings.HasSuffix(host, "."+suffix)
+	}
+	entryHost, entryPort := splitRegistry(entry)
+	return entryHost == host && (entryPort == "" || entryPort == port)
+}
+
+// splitRegistry splits host[:port] (an IPv6 host in brackets) and lowers the
+// host's case; a trailing dot of a fully qualified name is dropped, so
+// "localhost." is "localhost".
+func splitRegistry(registry string) (host, port string) {
+	host = registry
+	if h, p, err := net.SplitHostPort(registry); err == nil {
+		host, port = h, p
+	}
+	host = strings.Trim(host, "[]")
+	return strings.TrimSuffix(strings.ToLower(host), "."), port
+}
+
+// isOddNumericHost reports whether host is a number a C resolver reads as
+// an IPv4 address (inet_aton: "2130706433", "0x7f.1", "0177.0.0.1",
+// "127.1") but is not one in dotted-quad form, which netip parses and the
+// deny lists check.
+func isOddNumericHost(host string) bool {
+	if _, err := netip.ParseAddr(host); err == nil {
+		return false
+	}
+	for _, label := range strings.Split(host, ".") {
+		digits := strings.TrimPrefix(label, "0x")
+		if digits == "" || strings.Trim(digits, "0123456789abcdef") != "" {
+			return false
+		}
+		if digits == label && strings.Trim(label, "0123456789") != "" {
+			return false
+		}
+	}
+	return true
+}

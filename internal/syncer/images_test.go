@@ -1,0 +1,141 @@
+package syncer
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Image references a hostile tenant writes to make the host node's runtime
+// dial the node itself or the host's networks are refused before they reach
+// the runtime; ordinary references pass.
+func TestImagePolicyRefusesRegistriesOnTheHost(t *testing.T) {
+	policy := ImagePolicy{Denied: []string{"10.244.0.0/16", "10.96.0.0/12", "192.0.2.0/24", "registry.internal", "*.corp.example"}}
+	for _, tt := range []struct {
+		image   string
+		refused string // in the error, "" when the image is allowed
+	}{
+		{image: "busybox"},
+		{image: "docker.io/library/busybox:1.36"},
+		{image: "registry.k8s.io/e2e-test-images/agnhost:2.53"},
+		{image: "ghcr.io/org/app@sha256:" + strings.Repeat("a", 64)},
+		{image: "203.0.113.7:5000/app"},
+		{image: "127.0.0.1:22/x", refused: "127.0.0.0/8"},
+		{image: "127.9.9.9/x", refused: "127.0.0.0/8"},
+		{image: "localhost:10250/x", refused: "localhost"},
+		{image: "localhost/x", refused: "localhost"},
+		{image: "LocalHost.:10250/x", refused: "localhost"},
+		{image: "kubelet.localhost/x", refused: "*.localhost"},
+		{image: "[::1]:5000/x", refused: "::1/128"},
+		{image: "[::ffff:127.0.0.1]:5000/x", refused: "127.0.0.0/8"},
+		{image: "169.254.169.254/latest", refused: "169.254.0.0/16"},
+		{image: "0.0.0.0:6443/x", refused: "0.0.0.0/8"},
+		{image: "10.244.1.5:8080/x", refused: "10.244.0.0/16"},
+		{image: "10.96.0.1:443/x", refused: "10.96.0.0/12"},
+		{image: "192.0.2.10:10250/x", refused: "192.0.2.0/24"},
+		{image: "registry.internal:5000/x", refused: "registry.internal"},
+		{image: "a.b.corp.example/x", refused: "*.corp.example"},
+		{image: "2130706433:22/x", refused: "non-standard form"},
+		{image: "0x7f.1:22/x", refused: "non-standard form"},
+		{image: "0177.0.0.1:22/x", refused: "non-standard form"},
+		{image: "127.1:22/x", refused: "non-standard form"},
+		{image: "UPPER/x", refused: "not an image reference"},
+	} {
+		err := policy.Check("spec.containers[0].image", tt.image)
+		switch {
+		case tt.refused == "" && err != nil:
+			t.Errorf("%s refused: %v", tt.image, err)
+		case tt.refused != "" && (err == nil || !strings.Contains(err.Error(), tt.refused) || !strings.Contains(err.Error(), "spec.containers[0].image")):
+			t.Errorf("%s: error %v, want one naming the field and %q", tt.image, err, tt.refused)
+		}
+	}
+}
+
+func TestImagePolicyAllowList(t *testing.T) {
+	policy := ImagePolicy{Allowed: []string{"docker.io", "registry.example.com:5000", "*.example.org"}}
+	for image, allowed := range map[string]bool{
+		"busybox":                         true,
+		"registry.example.com:5000/app":   true,
+		"registry.example.com/app":        false,
+		"registry.example.com:5001/app":   false,
+		"eu.mirror.example.org/app":       true,
+		"example.org/app":                 false,
+		"ghcr.io/org/app":                 false,
+		"localhost:5000/app":              false,
+		"registry.example.com.evil.io/ap": false,
+	} {
+		err := policy.Check("spec.containers[0].image", image)
+		if (err == nil) != allowed {
+			t.Errorf("%s: error %v, want allowed %v", image, err, allowed)
+		}
+		if err != nil && !strings.Contains(err.Error(), "the host denies") && !strings.Contains(err.Error(), "registry.example.com:5000") {
+			t.Errorf("%s: error %q does not name the allowed registries", image, err)
+		}
+	}
+}
+
+// Every place a pod names an image is checked, and the error names it.
+func TestTranslatePodChecksEveryImage(t *testing.T) {
+	local := "127.0.0.1:10250/x"
+	withTr := tr
+	withTr.Images = ImagePolicy{}
+	for field, set := range map[string]func(*corev1.Pod){
+		"spec.containers[0].image":          func(p *corev1.Pod) { p.Spec.Containers[0].Image = local },
+		"spec.initContainers[0].image":      func(p *corev1.Pod) { p.Spec.InitContainers = []corev1.Container{{Name: "i", Image: local}} },
+		"spec.ephemeralContainers[0].image": func(p *corev1.Pod) { p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "e", Image: local}}} },
+		"spec.volumes[0].image.reference": func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: local}}}}
+		},
+	} {
+		p := tenantPod()
+		set(p)
+		if _, err := withTr.TranslatePod(p, defaultMetadata, nil); err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("%s: TranslatePod error %v, want the field named", field, err)
+		}
+	}
+}
+
+func TestValidateRegistryEntry(t *testing.T) {
+	for entry, ok := range map[string]bool{
+		"registry.example.com": true, "registry.example.com:5000": true, "*.example.com": true, "10.0.0.0/8": true, "fd00::/8": true, "docker.io": true,
+		"": false, "*": false, "registry.example.com/path": false, "a*.example.com": false, "user@registry": false,
+	} {
+		if err := ValidateRegistryEntry(entry); (err == nil) != ok {
+			t.Errorf("ValidateRegistryEntry(%q) = %v, want valid %v", entry, err, ok)
+		}
+	}
+}
+
+// Without kubelets that check pull credentials, every container and image
+// volume of a host pod pulls its image, with the pod's own credentials.
+func TestAlwaysPullImages(t *testing.T) {
+	withTr := tr
+	withTr.AlwaysPullImages = true
+	p := tenantPod()
+	p.Spec.Containers[0].ImagePullPolicy = corev1.PullIfNotPresent
+	p.Spec.InitContainers = []corev1.Container{{Name: "i", Image: "busybox", ImagePullPolicy: corev1.PullNever}}
+	p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "e", Image: "busybox", ImagePullPolicy: corev1.PullNever}}}
+	p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "img", VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: "busybox", PullPolicy: corev1.PullIfNotPresent}}})
+	pt, err := withTr.TranslatePod(p, defaultMetadata, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	policies := []corev1.PullPolicy{pt.Pod.Spec.InitContainers[0].ImagePullPolicy, pt.Pod.Spec.Containers[0].ImagePullPolicy, pt.EphemeralContainers[0].ImagePullPolicy}
+	for _, v := range pt.Pod.Spec.Volumes {
+		if v.Image != nil {
+			policies = append(policies, v.Image.PullPolicy)
+		}
+	}
+	if len(policies) != 4 {
+		t.Fatalf("%d pull policies, want 4 (the image volume is missing)", len(policies))
+	}
+	for i, got := range policies {
+		if got != corev1.PullAlways {
+			t.Errorf("pull policy %d = %s, want Always", i, got)
+		}
+	}
+	if pt, _ := tr.TranslatePod(p, defaultMetadata, nil); pt.Pod.Spec.Containers[0].ImagePullPolicy != corev1.PullIfNotPresent {
+		t.Error("the pod's own pull policy is not kept by default")
+	}
+}
