@@ -34,6 +34,7 @@
 //	testapp spawn N              start up to N sleeping child processes and
 //	                             print how many started before the first
 //	                             failure (exits 0 either way)
+//	testapp ignore-term          sleep an hour, ignoring SIGTERM
 package main
 
 import (
@@ -126,6 +127,13 @@ var clients = map[string]func(args []string) error{
 	"spawn":      spawn,
 	// sleep is what spawn's children run.
 	"sleep": func([]string) error { time.Sleep(time.Hour); return nil },
+	// ignore-term sleeps through SIGTERM, as a process that will not stop
+	// does: only SIGKILL ends it.
+	"ignore-term": func([]string) error {
+		signal.Ignore(syscall.SIGTERM)
+		time.Sleep(time.Hour)
+		return nil
+	},
 }
 
 func dial(args []string) error {

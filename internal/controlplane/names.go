@@ -11,6 +11,7 @@ import (
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // Labels put on every host object of a VirtualCluster.
@@ -135,6 +136,14 @@ func (n Names) TenantNetworkPolicy() string { return n.VirtualCluster + "-tenant
 // ControlPlaneNetworkPolicy admits only the expected clients to the control-plane pod.
 func (n Names) ControlPlaneNetworkPolicy() string { return n.VirtualCluster + "-control-plane" }
 
+// TenantIngressNetworkPolicy opens the tenant's host pods that no tenant
+// NetworkPolicy isolates for ingress to each other.
+func (n Names) TenantIngressNetworkPolicy() string { return n.VirtualCluster + "-tenant-ingress" }
+
+// TenantEgressNetworkPolicy opens the tenant's host pods that no tenant
+// NetworkPolicy isolates for egress to each other and the outside.
+func (n Names) TenantEgressNetworkPolicy() string { return n.VirtualCluster + "-tenant-egress" }
+
 // DenyIngressNetworkPolicy denies ingress to every pod of the namespace that
 // no other policy admits.
 func (n Names) DenyIngressNetworkPolicy() string { return n.VirtualCluster + "-deny-ingress" }
@@ -142,7 +151,7 @@ func (n Names) DenyIngressNetworkPolicy() string { return n.VirtualCluster + "-d
 // NetworkPolicies are the names of every NetworkPolicy Nest keeps for the
 // VirtualCluster.
 func (n Names) NetworkPolicies() []string {
-	return []string{n.TenantNetworkPolicy(), n.ControlPlaneNetworkPolicy(), n.DenyIngressNetworkPolicy()}
+	return []string{n.TenantNetworkPolicy(), n.TenantIngressNetworkPolicy(), n.TenantEgressNetworkPolicy(), n.ControlPlaneNetworkPolicy(), n.DenyIngressNetworkPolicy()}
 }
 
 // Secrets are the Secrets Nest itself keeps in the namespace; the per-pod
@@ -189,7 +198,7 @@ func (n Names) Services() []string { return []string{n.Service(), n.DNSService()
 
 // TenantPodLabels select the host pods nest-syncer runs for the virtual cluster.
 func (n Names) TenantPodLabels() map[string]string {
-	return map[string]string{syncer.LabelTenantOf: n.VirtualCluster}
+	return map[string]string{contract.LabelTenantOf: n.VirtualCluster}
 }
 
 // HostRootCAConfigMap is the ConfigMap the host's controller-manager

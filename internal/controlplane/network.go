@@ -15,6 +15,7 @@ import (
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/components"
 	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/kinds/networkpolicy"
 )
 
 // HostNetwork is the host cluster's own address space. Tenant pods never
@@ -119,20 +120,34 @@ func NetworkPoliciesWith(vc *nestv1.VirtualCluster, o Options, dedicatedPodCIDRs
 	// The virtual node's node ports, which nest-syncer serves on the pod IP.
 	nodePorts := []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(NodePortFirst)), EndPort: ptr.To[int32](NodePortLast)}}
 
-	tenantEgress := []networkingv1.NetworkPolicyEgressRule{
-		{To: tenantPods},
-		{To: controlPlane, Ports: slices.Concat(apiPort, dnsPorts, nodePorts)},
-	}
+	// What a tenant pod always has, as a node's traffic in most CNIs: its
+	// control plane reaches it (the API server's proxy, webhooks, the
+	// syncer's kubelet API), and it reaches its API server and DNS.
+	tenant := policy(n.TenantNetworkPolicy(), n.TenantPodLabels(), networkingv1.NetworkPolicySpec{
+		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+		Ingress:     []networkingv1.NetworkPolicyIngressRule{{From: controlPlane}},
+		Egress:      []networkingv1.NetworkPolicyEgressRule{{To: controlPlane, Ports: slices.Concat(apiPort, dnsPorts, nodePorts)}},
+	})
+	// What a tenant pod has while no tenant NetworkPolicy isolates it, per
+	// direction: the tenant's other pods, and for egress the outside. The
+	// host copies of the tenant's policies (kinds/networkpolicy) say what
+	// an isolated pod may do, within the same bounds.
+	openIngress := policy(n.TenantIngressNetworkPolicy(), nil, networkingv1.NetworkPolicySpec{
+		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+		Ingress:     []networkingv1.NetworkPolicyIngressRule{{From: tenantPods}},
+	})
+	openIngress.Spec.PodSelector = notIsolated(n, networkpolicy.LabelIngressIsolated)
+	tenantEgress := []networkingv1.NetworkPolicyEgressRule{{To: tenantPods}}
 	// A rule without peers would allow every destination: add the outside
 	// world only when some of it is left.
 	if len(egress) > 0 {
 		tenantEgress = append(tenantEgress, networkingv1.NetworkPolicyEgressRule{To: ipPeers(egress)})
 	}
-	tenant := policy(n.TenantNetworkPolicy(), n.TenantPodLabels(), networkingv1.NetworkPolicySpec{
-		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
-		Ingress:     []networkingv1.NetworkPolicyIngressRule{{From: tenantPods}, {From: controlPlane}},
+	openEgress := policy(n.TenantEgressNetworkPolicy(), nil, networkingv1.NetworkPolicySpec{
+		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
 		Egress:      tenantEgress,
 	})
+	openEgress.Spec.PodSelector = notIsolated(n, networkpolicy.LabelEgressIsolated)
 
 	cpIngress := []networkingv1.NetworkPolicyIngressRule{
 		{From: tenantPods, Ports: slices.Concat(apiPort, dnsPorts, nodePorts)},
@@ -177,7 +192,22 @@ func NetworkPoliciesWith(vc *nestv1.VirtualCluster, o Options, dedicatedPodCIDRs
 	deny := policy(n.DenyIngressNetworkPolicy(), nil, networkingv1.NetworkPolicySpec{
 		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
 	})
-	return []*networkingv1.NetworkPolicy{tenant, cp, deny}, nil
+	return []*networkingv1.NetworkPolicy{tenant, openIngress, openEgress, cp, deny}, nil
+}
+
+// notIsolated selects the tenant's host pods without the isolation label.
+func notIsolated(n Names, label string) metav1.LabelSelector {
+	return metav1.LabelSelector{
+		MatchLabels:      n.TenantPodLabels(),
+		MatchExpressions: []metav1.LabelSelectorRequirement{{Key: label, Operator: metav1.LabelSelectorOpDoesNotExist}},
+	}
+}
+
+// EgressBlocks are the addresses outside the host cluster that the
+// VirtualCluster's pods may reach (see egressBlocks): tenant NetworkPolicy
+// ipBlocks are cut to them.
+func EgressBlocks(vc *nestv1.VirtualCluster, o Options) ([]networkingv1.IPBlock, error) {
+	return egressBlocks(vc.Spec.Network.EgressCIDRs, o.HostNetwork)
 }
 
 // kubeletPorts are the ports of the kubelet APIs nest-syncer serves: the

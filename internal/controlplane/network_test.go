@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
@@ -58,7 +59,11 @@ func rules(p *networkingv1.NetworkPolicy) []string {
 		}
 		return strings.Join(out, ",")
 	}
-	out := []string{fmt.Sprintf("select pods(%s) types %v", labels.Set(p.Spec.PodSelector.MatchLabels), p.Spec.PolicyTypes)}
+	selector, err := metav1.LabelSelectorAsSelector(&p.Spec.PodSelector)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	out := []string{fmt.Sprintf("select pods(%s) types %v", selector, p.Spec.PolicyTypes)}
 	for _, r := range p.Spec.Ingress {
 		out = append(out, "ingress from "+peers(r.From)+" on "+ports(r.Ports))
 	}
@@ -76,12 +81,20 @@ func TestNetworkPoliciesFor(t *testing.T) {
 		cpPorts = "TCP/6443,UDP/1053,TCP/1053,TCP/30000-32767"
 		private = "10.0.0.0/8,100.64.0.0/10,169.254.0.0/16,172.16.0.0/12,192.168.0.0/16"
 	)
-	tenantHead := []string{
+	// What tenant pods always have: their control plane.
+	tenantAlways := []string{
 		"select " + tenantPods + " types [Ingress Egress]",
-		"ingress from " + tenantPods + " on all ports",
 		"ingress from " + controlPlane + " on all ports",
-		"egress to " + tenantPods + " on all ports",
 		"egress to " + controlPlane + " on " + cpPorts,
+	}
+	// What they have while no tenant NetworkPolicy isolates them.
+	openIngress := []string{
+		"select pods(!nest.dev/ingress-isolated,nest.dev/tenant-of=alpha) types [Ingress]",
+		"ingress from " + tenantPods + " on all ports",
+	}
+	egressHead := []string{
+		"select pods(!nest.dev/egress-isolated,nest.dev/tenant-of=alpha) types [Egress]",
+		"egress to " + tenantPods + " on all ports",
 	}
 	cpHead := []string{
 		"select " + controlPlane + " types [Ingress]",
@@ -96,12 +109,12 @@ func TestNetworkPoliciesFor(t *testing.T) {
 		name         string
 		mutate       func(*nestv1.VirtualCluster)
 		host         HostNetwork
-		tenant, cp   []string
+		egress, cp   []string
 		errorMention string
 	}{{
 		name: "NodePort on the local host cluster",
 		host: devNetwork,
-		tenant: append(slices.Clone(tenantHead),
+		egress: append(slices.Clone(egressHead),
 			// 10.244/16 and 10.96/16 lie in 10/8.
 			"egress to 0.0.0.0/0 except "+private+",198.51.100.0/24 on all ports"),
 		cp: append(slices.Clone(cpHead), nodes, "ingress from 0.0.0.0/0 except 10.244.0.0/16 on TCP/6443"),
@@ -109,7 +122,7 @@ func TestNetworkPoliciesFor(t *testing.T) {
 		name:   "ClusterIP: nothing from outside",
 		mutate: clusterIP,
 		host:   devNetwork,
-		tenant: append(slices.Clone(tenantHead), "egress to 0.0.0.0/0 except "+private+",198.51.100.0/24 on all ports"),
+		egress: append(slices.Clone(egressHead), "egress to 0.0.0.0/0 except "+private+",198.51.100.0/24 on all ports"),
 		cp:     append(slices.Clone(cpHead), nodes),
 	}, {
 		name: "egress CIDRs minus the host ranges",
@@ -118,7 +131,7 @@ func TestNetworkPoliciesFor(t *testing.T) {
 			v.Spec.Network.EgressCIDRs = []string{"203.0.113.0/24", "198.51.0.0/16", "10.244.1.0/24", "10.0.0.0/8"}
 		},
 		host: devNetwork,
-		tenant: append(slices.Clone(tenantHead),
+		egress: append(slices.Clone(egressHead),
 			// 10.244.1.0/24 is host pods: dropped. Sorted by address.
 			"egress to 10.0.0.0/8 except 10.96.0.0/16,10.244.0.0/16 | 198.51.0.0/16 except 198.51.100.0/24 | 203.0.113.0/24 on all ports"),
 		cp: append(slices.Clone(cpHead), nodes),
@@ -129,7 +142,7 @@ func TestNetworkPoliciesFor(t *testing.T) {
 			v.Spec.Network.EgressCIDRs = []string{"10.244.3.0/24", "198.51.100.7/32"}
 		},
 		host:   devNetwork,
-		tenant: tenantHead,
+		egress: egressHead,
 		cp:     append(slices.Clone(cpHead), nodes),
 	}, {
 		name: "dual-stack host: IPv6 too",
@@ -137,14 +150,14 @@ func TestNetworkPoliciesFor(t *testing.T) {
 			PodCIDRs:  []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/56")},
 			NodeCIDRs: []netip.Prefix{netip.MustParsePrefix("2001:db8:1::/64")},
 		},
-		tenant: append(slices.Clone(tenantHead),
+		egress: append(slices.Clone(egressHead),
 			"egress to 0.0.0.0/0 except "+private+" | ::/0 except 2001:db8:1::/64,fc00::/7,fe80::/10 on all ports"),
 		cp: append(slices.Clone(cpHead), "ingress from 2001:db8:1::/64 on TCP/6443,TCP/10257,TCP/10259",
 			"ingress from 0.0.0.0/0 except 10.244.0.0/16 | ::/0 except fd00:10:244::/56 on TCP/6443"),
 	}, {
 		name:   "no host ranges given: private ranges still out, no node rule",
 		mutate: clusterIP,
-		tenant: append(slices.Clone(tenantHead), "egress to 0.0.0.0/0 except "+private+" on all ports"),
+		egress: append(slices.Clone(egressHead), "egress to 0.0.0.0/0 except "+private+" on all ports"),
 		cp:     cpHead,
 	}, {
 		name:         "bad egress CIDR",
@@ -174,7 +187,7 @@ func TestNetworkPoliciesFor(t *testing.T) {
 			if !slices.Equal(got, names.NetworkPolicies()) {
 				t.Fatalf("policies %v, want %v", got, names.NetworkPolicies())
 			}
-			for i, want := range [][]string{tt.tenant, tt.cp, {"select pods() types [Ingress]"}} {
+			for i, want := range [][]string{tenantAlways, openIngress, tt.egress, tt.cp, {"select pods() types [Ingress]"}} {
 				if got := rules(policies[i]); !slices.Equal(got, want) {
 					t.Errorf("%s:\n got  %s\n want %s", policies[i].Name, strings.Join(got, "\n      "), strings.Join(want, "\n      "))
 				}
@@ -258,7 +271,8 @@ func TestNetworkPoliciesWithMemberGrantsAdmitMemberTrafficToTheViewsAndNodePorts
 	if err != nil {
 		t.Fatal(err)
 	}
-	before, after := rules(plain[1]), rules(with[1])
+	const cp = 3 // the control-plane policy, in Names.NetworkPolicies' order
+	before, after := rules(plain[cp]), rules(with[cp])
 	if len(after) != len(before)+1 || !slices.Equal(after[:len(before)], before) {
 		t.Fatalf("control-plane rules with a grant:\n%s\nwant the rules without one plus one", strings.Join(after, "\n"))
 	}
@@ -267,7 +281,7 @@ func TestNetworkPoliciesWithMemberGrantsAdmitMemberTrafficToTheViewsAndNodePorts
 		t.Errorf("member rule\n got  %s\n want %s", got, want)
 	}
 	for i := range plain {
-		if i != 1 && !slices.Equal(rules(plain[i]), rules(with[i])) {
+		if i != cp && !slices.Equal(rules(plain[i]), rules(with[i])) {
 			t.Errorf("%s changed with a grant", plain[i].Name)
 		}
 	}

@@ -162,6 +162,9 @@ func syncerOptions(vc *nestv1.VirtualCluster, opts Options, ips ServiceIPs) sync
 		HostMetadata:    hostMetadata(vc, opts),
 		DataBudgetBytes: BudgetOf(vc).DataBytes,
 	}
+	// spec.network.egressCIDRs is checked by the CRD; a value that is no
+	// CIDR leaves no block, so every tenant ipBlock is cut.
+	o.EgressBlocks, _ = EgressBlocks(vc, opts)
 	if o.LeaderElect {
 		o.Identity = "$(POD_NAME)"
 	}

@@ -5,12 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"k8s.io/utils/ptr"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
+
+	"k8s.io/utils/ptr"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -21,7 +22,7 @@ import (
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/controlplane"
-	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/vcops"
 )
 
@@ -227,7 +228,7 @@ func (s *Server) liveOf(ctx context.Context, c client.Client, vc *nestv1.Virtual
 	}
 	live.Components = componentsOf(pod)
 	var pods corev1.PodList
-	if err := c.List(ctx, &pods, client.InNamespace(vc.Namespace), client.MatchingLabels{syncer.LabelTenantOf: vc.Name}); err != nil {
+	if err := c.List(ctx, &pods, client.InNamespace(vc.Namespace), client.MatchingLabels{contract.LabelTenantOf: vc.Name}); err != nil {
 		warn("host pods", err)
 	}
 	live.HostPods = hostPodsOf(pods.Items)

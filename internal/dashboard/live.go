@@ -21,7 +21,7 @@ import (
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/controlplane"
-	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // Pages stay live through server-sent events: for each open page the server
@@ -237,7 +237,7 @@ func (s *Server) liveCluster(w http.ResponseWriter, r *http.Request) {
 		{list: &nestv1.VirtualClusterList{}, opts: []client.ListOption{in, client.MatchingFields{"metadata.name": key.Name}}},
 		{list: &corev1.ResourceQuotaList{}, opts: []client.ListOption{in, client.MatchingFields{"metadata.name": n.TenantQuota()}}},
 		{list: &corev1.PodList{}, opts: []client.ListOption{in, client.MatchingFields{"metadata.name": n.ControlPlanePod()}}},
-		{list: &corev1.PodList{}, opts: []client.ListOption{in, client.MatchingLabels{syncer.LabelTenantOf: key.Name}}},
+		{list: &corev1.PodList{}, opts: []client.ListOption{in, client.MatchingLabels{contract.LabelTenantOf: key.Name}}},
 		{list: &corev1.EventList{}, opts: []client.ListOption{in, client.MatchingFields{"involvedObject.name": key.Name}}},
 	}
 	s.stream(w, r, "cluster", targets, func(ctx context.Context, c client.Client, liveErr error) (string, error) {

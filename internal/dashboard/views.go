@@ -14,7 +14,7 @@ import (
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/controlplane"
-	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/vcops"
 )
 
@@ -260,7 +260,7 @@ type hostPodRow struct {
 func hostPodsOf(pods []corev1.Pod) []hostPodRow {
 	rows := make([]hostPodRow, 0, len(pods))
 	for _, p := range pods {
-		tenant := p.Annotations[syncer.AnnotationTenantNamespace] + "/" + p.Annotations[syncer.AnnotationTenantName]
+		tenant := p.Annotations[contract.AnnotationTenantNamespace] + "/" + p.Annotations[contract.AnnotationTenantName]
 		rows = append(rows, hostPodRow{HostName: p.Name, TenantPod: tenant, Phase: string(p.Status.Phase), Node: p.Spec.NodeName, IP: p.Status.PodIP})
 	}
 	sort.Slice(rows, func(i, j int) bool { return rows[i].TenantPod < rows[j].TenantPod })

@@ -8,6 +8,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,8 +36,8 @@ type Mirror struct {
 	// Addr is host:port where it serves.
 	Addr string
 
-	srv       *http.Server
-	hostFiles []string
+	srv     *http.Server
+	unroute func() error
 }
 
 // containerdCertsDir is where a node's containerd reads per-registry hosts
@@ -63,14 +64,57 @@ func StartMirror(stateDir, registryName, blobDir string, log io.Writer) (*Mirror
 		return nil, fmt.Errorf("mirror of %s: %w", registryName, err)
 	}
 	m := serveMirror(ln, registryName, blobDir, log)
-	for _, n := range nodes {
-		p := filepath.Join(n.Dir, containerdCertsDir, registryName, "hosts.toml")
-		m.hostFiles = append(m.hostFiles, p)
-		if err := writeFileAtomic(p, MirrorHostsTOML(m.Addr), 0o644); err != nil {
-			return nil, errors.Join(err, m.Close())
-		}
+	m.unroute, err = routeRegistry(nodes, registryName, m.Addr)
+	if err != nil {
+		return nil, errors.Join(err, m.Close())
 	}
 	return m, nil
+}
+
+// RouteRegistry makes every node of the local host cluster in stateDir pull
+// images of registryName from addr, over plain HTTP, whatever the name
+// resolves to; undo stops it. Tests use it to stand for a registry name
+// that resolves to an address of their choosing.
+func RouteRegistry(stateDir, registryName, addr string) (undo func() error, err error) {
+	_, nodes, err := running(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	return routeRegistry(nodes, registryName, addr)
+}
+
+// RegistryListenIP is the address on this machine that the nodes of the
+// local host cluster in stateDir reach: the cluster's bridge.
+func RegistryListenIP(stateDir string) (netip.Addr, error) {
+	_, nodes, err := running(stateDir)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	if len(nodes) == 0 {
+		return netip.Addr{}, fmt.Errorf("no nodes in %s", stateDir)
+	}
+	return nodes[0].Net.BridgeIP(), nil
+}
+
+func routeRegistry(nodes []Node, registryName, addr string) (undo func() error, err error) {
+	var files []string
+	undo = func() error {
+		var errs []error
+		for _, p := range files {
+			if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
+	}
+	for _, n := range nodes {
+		p := filepath.Join(n.Dir, containerdCertsDir, registryName, "hosts.toml")
+		files = append(files, p)
+		if err := writeFileAtomic(p, MirrorHostsTOML(addr), 0o644); err != nil {
+			return nil, errors.Join(err, undo())
+		}
+	}
+	return undo, nil
 }
 
 // serveMirror serves a registry for registryName on ln, with blobs under
@@ -137,10 +181,8 @@ func (m *Mirror) Push(ctx context.Context, ref string, img v1.Image) error {
 // Close stops pointing the nodes at the mirror, then stops it.
 func (m *Mirror) Close() error {
 	var errs []error
-	for _, p := range m.hostFiles {
-		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
-			errs = append(errs, err)
-		}
+	if m.unroute != nil {
+		errs = append(errs, m.unroute())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

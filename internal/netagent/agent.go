@@ -39,7 +39,7 @@ import (
 
 	"github.com/nestdev/nest/internal/kindsync"
 	"github.com/nestdev/nest/internal/nodenet"
-	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // DefaultNetnsDir is where containerd and CRI-O bind-mount pod network
@@ -118,7 +118,7 @@ func (a *Agent) keys() []string {
 // listOptions selects nest-syncer's host pods on the agent's node.
 func (a *Agent) listOptions(o *metav1.ListOptions) {
 	o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", a.NodeName).String()
-	req, _ := labels.NewRequirement(syncer.LabelTenantOf, selection.Exists, nil)
+	req, _ := labels.NewRequirement(contract.LabelTenantOf, selection.Exists, nil)
 	o.LabelSelector = labels.NewSelector().Add(*req).String()
 }
 
@@ -206,7 +206,7 @@ func (a *Agent) forget(key string) {
 // agent never sets it up.
 func Wanted(pod *corev1.Pod) (netip.Addr, nodenet.Config, error) {
 	raw, ok := pod.Annotations[nodenet.Annotation]
-	if !ok || pod.Labels[syncer.LabelTenantOf] == "" || pod.Annotations[syncer.AnnotationTenantUID] == "" {
+	if !ok || pod.Labels[contract.LabelTenantOf] == "" || pod.Annotations[contract.AnnotationTenantUID] == "" {
 		return netip.Addr{}, nodenet.Config{}, nil
 	}
 	if pod.Spec.HostNetwork {

@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/nestdev/nest/internal/nodenet"
-	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 const network = `{"nodeIP":"10.0.0.9","mappings":[{"protocol":"TCP","hostIP":"0.0.0.0","hostPort":8080,"podIP":"10.1.0.5","podPort":80}]}`
@@ -25,7 +25,7 @@ const network = `{"nodeIP":"10.0.0.9","mappings":[{"protocol":"TCP","hostIP":"0.
 func tenantHostPod(name, ip, annotation string) *corev1.Pod {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "vc-alpha", UID: types.UID("uid-" + name),
-			Labels: map[string]string{syncer.LabelTenantOf: "alpha"}, Annotations: map[string]string{syncer.AnnotationTenantUID: "tenant-uid-" + name}},
+			Labels: map[string]string{contract.LabelTenantOf: "alpha"}, Annotations: map[string]string{contract.AnnotationTenantUID: "tenant-uid-" + name}},
 		Spec:   corev1.PodSpec{NodeName: "worker-1"},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip},
 	}
@@ -44,8 +44,8 @@ func TestWantedSetsUpOnlyTenantPodNetworkNamespaces(t *testing.T) {
 	}{
 		{"a tenant hostNetwork pod", func(*corev1.Pod) {}, "10.1.0.20", ""},
 		{"no annotation", func(p *corev1.Pod) { delete(p.Annotations, nodenet.Annotation) }, "", ""},
-		{"not nest-syncer's pod", func(p *corev1.Pod) { delete(p.Labels, syncer.LabelTenantOf) }, "", ""},
-		{"no tenant pod UID", func(p *corev1.Pod) { delete(p.Annotations, syncer.AnnotationTenantUID) }, "", ""},
+		{"not nest-syncer's pod", func(p *corev1.Pod) { delete(p.Labels, contract.LabelTenantOf) }, "", ""},
+		{"no tenant pod UID", func(p *corev1.Pod) { delete(p.Annotations, contract.AnnotationTenantUID) }, "", ""},
 		{"no IP yet", func(p *corev1.Pod) { p.Status.PodIP = "" }, "", ""},
 		{"finished", func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }, "", ""},
 		{"on the host node's network", func(p *corev1.Pod) { p.Spec.HostNetwork = true }, "", "spec.hostNetwork"},

@@ -9,6 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	corelisters "k8s.io/client-go/listers/core/v1"
+
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // Kinds of tenant objects the objectSyncer copies, as its handlers name them.
@@ -92,7 +94,7 @@ func (b *dataBudget) forget(kind, hostName string) {
 // The caller holds mu.
 func (b *dataBudget) sizes() map[string]int64 {
 	out := map[string]int64{}
-	ours := labels.SelectorFromSet(labels.Set{LabelTenantOf: b.vc})
+	ours := labels.SelectorFromSet(labels.Set{contract.LabelTenantOf: b.vc})
 	configMaps, _ := b.configMaps.List(ours)
 	for _, cm := range configMaps {
 		out[configMapKind+"/"+cm.Name] = configMapSize(cm)

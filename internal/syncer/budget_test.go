@@ -13,6 +13,8 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // bytesOf is data whose configMapSize is n: a one-letter key and n-1 bytes.
@@ -54,7 +56,7 @@ func TestDataBudget(t *testing.T) {
 			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
 				t.Fatalf("err = %v, want %q", err, tt.wantErr)
 			}
-			got, getErr := host.CoreV1().ConfigMaps(tr.HostNamespace).Get(context.Background(), HostName("alpha", "shop", "settings"), metav1.GetOptions{})
+			got, getErr := host.CoreV1().ConfigMaps(tr.HostNamespace).Get(context.Background(), contract.HostName("alpha", "shop", "settings"), metav1.GetOptions{})
 			written := getErr == nil && configMapSize(got) == int64(tt.size)
 			if written != (tt.wantErr == "") {
 				t.Errorf("host copy written %v, want %v", written, tt.wantErr == "")

@@ -21,6 +21,7 @@ import (
 
 	"github.com/nestdev/nest/internal/atomicfile"
 	"github.com/nestdev/nest/internal/kindsync"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // HostsFileName and ZoneFileName are the files the syncer writes for the
@@ -61,7 +62,7 @@ func (s *serviceSyncer) copies() hostCopy[*corev1.Service] {
 	return hostCopy[*corev1.Service]{
 		kind: "Service", client: s.host.CoreV1().Services(s.tr.HostNamespace), cached: s.hostServices.Get,
 		differs: func(have, want *corev1.Service) bool {
-			return ServiceNeedsUpdate(have, want) || have.Annotations[AnnotationTenantUID] != want.Annotations[AnnotationTenantUID]
+			return ServiceNeedsUpdate(have, want) || have.Annotations[contract.AnnotationTenantUID] != want.Annotations[contract.AnnotationTenantUID]
 		},
 		merged: func(have, want *corev1.Service) *corev1.Service {
 			upd := have.DeepCopy()
@@ -88,7 +89,7 @@ func (s *serviceSyncer) syncService(ctx context.Context, key string) (time.Durat
 	if s.nodePorts != nil {
 		defer s.nodePorts.Add(nodePortsKey)
 	}
-	hostName := HostName(s.tr.VirtualCluster, namespace, name)
+	hostName := contract.HostName(s.tr.VirtualCluster, namespace, name)
 	svc, err := s.tenantServices.Services(namespace).Get(name)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return 0, err
@@ -174,7 +175,7 @@ func (s *serviceSyncer) hostIP(svc *corev1.Service) string {
 	if IsClusterDNSService(svc) {
 		return s.tr.DNSServer
 	}
-	if host, err := s.hostServices.Get(HostName(s.tr.VirtualCluster, svc.Namespace, svc.Name)); err == nil {
+	if host, err := s.hostServices.Get(contract.HostName(s.tr.VirtualCluster, svc.Namespace, svc.Name)); err == nil {
 		return host.Spec.ClusterIP
 	}
 	return ""

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/nestdev/nest/internal/kindsync"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // Tenant Services without a selector have the endpoints the tenant writes
@@ -89,7 +90,7 @@ func (t Translator) HostEndpointSlices(hostSvc *corev1.Service, tenant []*discov
 		maps.Copy(meta.Labels, map[string]string{
 			discoveryv1.LabelServiceName: hostSvc.Name,
 			discoveryv1.LabelManagedBy:   EndpointSliceManager,
-			LabelTenantService:           hostSvc.Annotations[AnnotationTenantName],
+			LabelTenantService:           hostSvc.Annotations[contract.AnnotationTenantName],
 		})
 		// Owned by the host Service: the host's garbage collector deletes
 		// the slices with it, whoever deletes the Service.
@@ -137,7 +138,7 @@ func (e *endpointSliceSyncer) sync(ctx context.Context, key string) (time.Durati
 	if err != nil {
 		return 0, kindsync.Terminal(err)
 	}
-	have, err := e.hostSlices.List(labels.SelectorFromSet(labels.Set{LabelTenantNamespace: namespace, LabelTenantService: name}))
+	have, err := e.hostSlices.List(labels.SelectorFromSet(labels.Set{contract.LabelTenantNamespace: namespace, LabelTenantService: name}))
 	if err != nil {
 		return 0, err
 	}
@@ -163,7 +164,7 @@ func (e *endpointSliceSyncer) sync(ctx context.Context, key string) (time.Durati
 		if slices.ContainsFunc(want, func(w *discoveryv1.EndpointSlice) bool { return w.Name == h.Name }) {
 			continue
 		}
-		ns, sliceName, _ := TenantKey(h.Annotations)
+		ns, sliceName, _ := contract.TenantKey(h.Annotations)
 		if err := copies.delete(ctx, e.tr.VirtualCluster, h.Name, ns, sliceName); err != nil {
 			return 0, fmt.Errorf("delete host EndpointSlice %s of Service %s: %w", h.Name, key, err)
 		}
@@ -207,7 +208,7 @@ func deleteSlice(ctx context.Context, client discoveryclient.EndpointSliceInterf
 func (e *endpointSliceSyncer) deleteControllerSlices(ctx context.Context, namespace, name string) error {
 	client := e.host.DiscoveryV1().EndpointSlices(e.tr.HostNamespace)
 	list, err := client.List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(labels.Set{
-		discoveryv1.LabelServiceName: HostName(e.tr.VirtualCluster, namespace, name)}).String()})
+		discoveryv1.LabelServiceName: contract.HostName(e.tr.VirtualCluster, namespace, name)}).String()})
 	if err != nil {
 		return fmt.Errorf("list host EndpointSlices of Service %s/%s: %w", namespace, name, err)
 	}
@@ -236,14 +237,14 @@ func (e *endpointSliceSyncer) wanted(namespace, name string) ([]*discoveryv1.End
 	if selected && len(dedicated) == 0 {
 		return nil, nil
 	}
-	hostSvc, err := e.hostServices.Get(HostName(e.tr.VirtualCluster, namespace, name))
+	hostSvc, err := e.hostServices.Get(contract.HostName(e.tr.VirtualCluster, namespace, name))
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	if !isCopyOf(hostSvc, e.tr.VirtualCluster, namespace, name) {
+	if !contract.IsCopyOf(hostSvc, e.tr.VirtualCluster, namespace, name) {
 		return nil, nil
 	}
 	tenant, err := e.tenantSlices.EndpointSlices(namespace).List(labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: name}))
@@ -320,7 +321,7 @@ func (e *endpointSliceSyncer) keys() []string {
 	}
 	host, _ := e.hostSlices.List(labels.Everything())
 	for _, s := range host {
-		if ns, name := s.Labels[LabelTenantNamespace], s.Labels[LabelTenantService]; ns != "" && name != "" {
+		if ns, name := s.Labels[contract.LabelTenantNamespace], s.Labels[LabelTenantService]; ns != "" && name != "" {
 			out = append(out, ns+"/"+name)
 		}
 	}
@@ -330,5 +331,5 @@ func (e *endpointSliceSyncer) keys() []string {
 func endpointSliceDiffers(have, want *discoveryv1.EndpointSlice) bool {
 	return !maps.Equal(have.Labels, want.Labels) || !apiequality.Semantic.DeepEqual(have.Endpoints, want.Endpoints) ||
 		!apiequality.Semantic.DeepEqual(have.Ports, want.Ports) || !apiequality.Semantic.DeepEqual(have.OwnerReferences, want.OwnerReferences) ||
-		have.Annotations[AnnotationTenantUID] != want.Annotations[AnnotationTenantUID]
+		have.Annotations[contract.AnnotationTenantUID] != want.Annotations[contract.AnnotationTenantUID]
 }

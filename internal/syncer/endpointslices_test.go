@@ -21,6 +21,8 @@ import (
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
+
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 func tenantSlice(name string, addressType discoveryv1.AddressType, ips ...string) *discoveryv1.EndpointSlice {
@@ -58,7 +60,7 @@ func TestHostEndpointSlicesKeepOnlyTheTenantsPodAddresses(t *testing.T) {
 		if len(s.Endpoints) != 1 || s.Endpoints[0].Addresses[0] != want || s.Endpoints[0].NodeName != nil {
 			t.Errorf("host slice %d has endpoints %+v, want only %s without the tenant's node name", i, s.Endpoints, want)
 		}
-		if s.Namespace != tr.HostNamespace || s.Labels[discoveryv1.LabelServiceName] != hostSvc.Name || s.Labels[LabelTenantOf] != tr.VirtualCluster ||
+		if s.Namespace != tr.HostNamespace || s.Labels[discoveryv1.LabelServiceName] != hostSvc.Name || s.Labels[contract.LabelTenantOf] != tr.VirtualCluster ||
 			s.Labels[discoveryv1.LabelManagedBy] != EndpointSliceManager || s.Labels[LabelTenantService] != "db" {
 			t.Errorf("host slice %d is %s/%s with labels %v", i, s.Namespace, s.Name, s.Labels)
 		}
@@ -88,11 +90,11 @@ func TestEndpointSliceSyncerFollowsTheTenant(t *testing.T) {
 	ctx := context.Background()
 	tenantSvc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "shop", UID: "tenant-svc"}}
 	hostSvc := hostServiceOf("db")
-	hostPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: tr.HostNamespace, Labels: map[string]string{LabelTenantOf: tr.VirtualCluster}},
+	hostPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: tr.HostNamespace, Labels: map[string]string{contract.LabelTenantOf: tr.VirtualCluster}},
 		Status: corev1.PodStatus{PodIPs: []corev1.PodIP{{IP: "10.244.1.5"}}}}
 	// 10.244.9.9 was the finished host pod's: its IP is free for anyone now.
 	tenant := fake.NewClientset(tenantSvc, tenantSlice("db-a", discoveryv1.AddressTypeIPv4, "10.244.1.5", "10.244.9.9", "10.244.1.5"))
-	finished := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "done", Namespace: tr.HostNamespace, Labels: map[string]string{LabelTenantOf: tr.VirtualCluster}},
+	finished := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "done", Namespace: tr.HostNamespace, Labels: map[string]string{contract.LabelTenantOf: tr.VirtualCluster}},
 		Status: corev1.PodStatus{Phase: corev1.PodSucceeded, PodIPs: []corev1.PodIP{{IP: "10.244.9.9"}}}}
 	controllerSlice := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "db-controller", Namespace: tr.HostNamespace,
 		Labels: map[string]string{discoveryv1.LabelServiceName: hostSvc.Name, discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}},
@@ -192,7 +194,7 @@ func tenantService(selector map[string]string) (*corev1.Service, *corev1.Service
 
 // tenantHostPod is a live host pod of the tenant, at ip.
 func tenantHostPod(name, ip string) *corev1.Pod {
-	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tr.HostNamespace, Labels: map[string]string{LabelTenantOf: tr.VirtualCluster}},
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tr.HostNamespace, Labels: map[string]string{contract.LabelTenantOf: tr.VirtualCluster}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: []corev1.PodIP{{IP: ip}}}}
 }
 
@@ -256,7 +258,7 @@ func TestEndpointSliceSyncerAddsDedicatedEndpointsOfSelectedServices(t *testing.
 				tenantSlice("db-b", discoveryv1.AddressTypeIPv4, "10.244.1.6"),
 			},
 			[]netip.Prefix{dedicatedCIDR}, false,
-			map[string][]string{HostName(tr.VirtualCluster, "shop", "db-a"): {"10.244.2.7", "10.244.2.8"}}},
+			map[string][]string{contract.HostName(tr.VirtualCluster, "shop", "db-a"): {"10.244.2.7", "10.244.2.8"}}},
 		{"no endpoint on a dedicated node",
 			[]runtime.Object{tenantSlice("db-a", discoveryv1.AddressTypeIPv4, "10.244.1.5", "192.0.2.9")},
 			[]netip.Prefix{dedicatedCIDR}, false, map[string][]string{}},
@@ -271,7 +273,7 @@ func TestEndpointSliceSyncerAddsDedicatedEndpointsOfSelectedServices(t *testing.
 			nil, true, map[string][]string{}},
 		{"slices of host pods only take no place under the slice bound", manySlicesLastDedicated(),
 			[]netip.Prefix{dedicatedCIDR}, false,
-			map[string][]string{HostName(tr.VirtualCluster, "shop", fmt.Sprintf("db-%02d", MaxHostEndpointSlices)): {"10.244.2.7"}}},
+			map[string][]string{contract.HostName(tr.VirtualCluster, "shop", fmt.Sprintf("db-%02d", MaxHostEndpointSlices)): {"10.244.2.7"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -294,7 +296,7 @@ func TestEndpointSliceSyncerAddsDedicatedEndpointsOfSelectedServices(t *testing.
 				if err != nil {
 					t.Fatal(err)
 				}
-				if s.Labels[discoveryv1.LabelServiceName] != hostSvc.Name || s.Labels[LabelTenantService] != "db" || s.Labels[LabelTenantNamespace] != "shop" {
+				if s.Labels[discoveryv1.LabelServiceName] != hostSvc.Name || s.Labels[LabelTenantService] != "db" || s.Labels[contract.LabelTenantNamespace] != "shop" {
 					t.Errorf("host slice %s has labels %v, want it the host Service %s's", name, s.Labels, hostSvc.Name)
 				}
 				if len(s.OwnerReferences) != 1 || s.OwnerReferences[0].UID != hostSvc.UID {
@@ -318,7 +320,7 @@ func TestEndpointSliceSyncerAddsDedicatedEndpointsOfSelectedServices(t *testing.
 func TestEndpointSliceSyncerAdmitsDedicatedAddressesWithoutASelector(t *testing.T) {
 	svc, hostSvc := tenantService(nil)
 	slice := tenantSlice("db-a", discoveryv1.AddressTypeIPv4, "10.244.1.5", "10.244.2.7", "192.0.2.9", "10.244.3.1")
-	name := HostName(tr.VirtualCluster, "shop", "db-a")
+	name := contract.HostName(tr.VirtualCluster, "shop", "db-a")
 	tests := []struct {
 		name  string
 		cidrs []netip.Prefix
@@ -353,7 +355,7 @@ func TestEndpointSliceSyncerKeys(t *testing.T) {
 	bare := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "bare", Namespace: "shop"}}
 	// A host slice of a tenant Service deleted while the syncer was down.
 	left := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "left", Namespace: tr.HostNamespace,
-		Labels: map[string]string{LabelTenantNamespace: "old", LabelTenantService: "gone"}}}
+		Labels: map[string]string{contract.LabelTenantNamespace: "old", LabelTenantService: "gone"}}}
 	tests := []struct {
 		name  string
 		cidrs []netip.Prefix

@@ -3,12 +3,14 @@ package syncer
 import (
 	"flag"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/nestdev/nest/internal/components"
@@ -52,6 +54,7 @@ const (
 	flagImageRegistries  = "image-registries"
 	flagImageDenylist    = "image-registry-denylist"
 	flagAlwaysPullImages = "always-pull-images"
+	flagEgressBlocks     = "egress-blocks"
 )
 
 // Values of --privileged-containers, the VirtualCluster's
@@ -165,6 +168,11 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.Func(flagImageRegistries, "comma-separated registries tenant images may come from: host, host:port or *.domain, docker.io for Docker Hub (default: any registry not denied)", registryListFlag(&o.Images.Allowed))
 	fs.Func(flagImageDenylist, "comma-separated registries tenant images may not come from, as for --"+flagImageRegistries+", or CIDRs an IP-address registry may not lie in; loopback, link-local and the localhost names are always denied", registryListFlag(&o.Images.Denied))
 	fs.BoolVar(&o.AlwaysPullImages, flagAlwaysPullImages, false, "set imagePullPolicy Always on every tenant container, for host kubelets that do not check the credentials of pods using an image another pod pulled (KubeletEnsureSecretPulledImages)")
+	fs.Func(flagEgressBlocks, "comma-separated blocks of addresses outside the host cluster that tenant pods may reach, each a CIDR followed by its exceptions after !, such as 0.0.0.0/0!10.0.0.0/8: the ipBlocks of tenant NetworkPolicies are cut to them (default none: every ipBlock is cut)", func(s string) error {
+		b, err := ParseIPBlocks(s)
+		o.EgressBlocks = b
+		return err
+	})
 	fs.Int64Var(&o.DataBudgetBytes, flagDataBudget, 0, "most bytes of data all host copies of tenant ConfigMaps and Secrets may hold together; 0 is no bound")
 	o.KubeletAddr, o.HealthAddr = DefaultKubeletAddr, DefaultHealthAddr
 	o.KubeletClientName = KubeletClientName
@@ -210,6 +218,9 @@ func (o Options) Args() []string {
 	}
 	if o.AlwaysPullImages {
 		args = append(args, "--"+flagAlwaysPullImages)
+	}
+	if len(o.EgressBlocks) > 0 {
+		args = append(args, "--"+flagEgressBlocks+"="+FormatIPBlocks(o.EgressBlocks))
 	}
 	if o.ConfinePrivileged {
 		args = append(args, "--"+flagPrivileged+"="+privilegedConfine)
@@ -258,6 +269,39 @@ func allowListFlag(list *[]string) func(string) error {
 		*list = l
 		return err
 	}
+}
+
+// FormatIPBlocks renders blocks for ParseIPBlocks: "CIDR!EXCEPT!EXCEPT",
+// comma-separated.
+func FormatIPBlocks(blocks []networkingv1.IPBlock) string {
+	parts := make([]string, len(blocks))
+	for i, b := range blocks {
+		parts[i] = strings.Join(append([]string{b.CIDR}, b.Except...), "!")
+	}
+	return strings.Join(parts, ",")
+}
+
+// ParseIPBlocks parses FormatIPBlocks' form; the error names the first
+// part that is no CIDR.
+func ParseIPBlocks(s string) ([]networkingv1.IPBlock, error) {
+	var out []networkingv1.IPBlock
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part == "" {
+			continue
+		}
+		cidrs := strings.Split(part, "!")
+		for _, c := range cidrs {
+			if _, err := netip.ParsePrefix(c); err != nil {
+				return nil, fmt.Errorf("%q in %q is not a CIDR: write blocks such as 0.0.0.0/0!10.0.0.0/8", c, part)
+			}
+		}
+		b := networkingv1.IPBlock{CIDR: cidrs[0]}
+		if len(cidrs) > 1 {
+			b.Except = cidrs[1:]
+		}
+		out = append(out, b)
+	}
+	return out, nil
 }
 
 // registryListFlag parses a flag value with ParseRegistryList.

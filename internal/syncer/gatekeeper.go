@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/nestdev/nest/internal/kindsync"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // The gatekeeper stands between a tenant and its grant in a member cluster.
@@ -145,7 +146,7 @@ func (s *syncer) syncHeld(ctx context.Context, key string) (time.Duration, error
 	if err != nil {
 		return 0, err
 	}
-	if _, err := s.provider.hostPods.Get(HostName(s.o.VirtualCluster, ns, name)); err == nil {
+	if _, err := s.provider.hostPods.Get(contract.HostName(s.o.VirtualCluster, ns, name)); err == nil {
 		g.release(key)
 		return 0, nil
 	}

@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/nestdev/nest/internal/kindsync"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // addHandlers connects informer events to the syncers: each kind's events,
@@ -49,14 +50,14 @@ func (s *syncer) addHandlers(ctx context.Context) {
 		UpdateFunc: func(old, obj any) {
 			s.nodeNetworkChanged(obj.(*corev1.Pod))
 			if pod := obj.(*corev1.Pod); readinessGatesChanged(old.(*corev1.Pod), pod) {
-				if host, err := p.hostPods.Get(HostName(s.o.VirtualCluster, pod.Namespace, pod.Name)); err == nil {
+				if host, err := p.hostPods.Get(contract.HostName(s.o.VirtualCluster, pod.Namespace, pod.Name)); err == nil {
 					p.hostPodChanged(host)
 				}
 			}
 		},
 		DeleteFunc: func(obj any) {
 			if pod, ok := unwrap(obj).(*corev1.Pod); ok {
-				s.orphans.Add(HostName(s.o.VirtualCluster, pod.Namespace, pod.Name))
+				s.orphans.Add(contract.HostName(s.o.VirtualCluster, pod.Namespace, pod.Name))
 				s.nodeNetworkChanged(pod)
 			}
 		},
@@ -73,6 +74,7 @@ func (s *syncer) addHandlers(ctx context.Context) {
 	}))
 	if s.o.Member == "" {
 		s.addServiceHandlers()
+		s.addNetworkPolicyHandlers()
 		_, _ = s.membersF.Core().V1().Secrets().Informer().AddEventHandler(onEvery(func(metav1.Object) { s.members.Add(membersKey) }))
 	}
 	_, _ = s.events.Core().V1().Events().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -106,7 +108,7 @@ func (s *syncer) addServiceHandlers() {
 		s.clusterDNSChanged(obj)
 	}))
 	_, _ = s.hostF.Discovery().V1().EndpointSlices().Informer().AddEventHandler(onEvery(func(obj metav1.Object) {
-		if ns, svc := obj.GetLabels()[LabelTenantNamespace], obj.GetLabels()[LabelTenantService]; ns != "" && svc != "" {
+		if ns, svc := obj.GetLabels()[contract.LabelTenantNamespace], obj.GetLabels()[LabelTenantService]; ns != "" && svc != "" {
 			s.slices.Add(ns + "/" + svc)
 		}
 	}))
@@ -168,7 +170,7 @@ func addKey(k *kindsync.Syncer) func(metav1.Object) {
 // stands for, so a copy changed or deleted from outside is put right.
 func addTenantKey(k *kindsync.Syncer) func(metav1.Object) {
 	return func(obj metav1.Object) {
-		if ns, name, ok := TenantKey(obj.GetAnnotations()); ok {
+		if ns, name, ok := contract.TenantKey(obj.GetAnnotations()); ok {
 			k.Add(ns + "/" + name)
 		}
 	}

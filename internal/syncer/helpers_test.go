@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // indexerOf is an informer cache holding objs, for listers in tests.
@@ -32,15 +34,15 @@ func podLister(t *testing.T, pods ...runtime.Object) corelisters.PodLister {
 // shop/name of virtual cluster vc.
 func hostMeta(vc, name string) metav1.ObjectMeta {
 	return metav1.ObjectMeta{
-		Name: HostName(vc, "shop", name), Namespace: tr.HostNamespace,
-		Labels: hostLabels(vc, "shop"), Annotations: hostAnnotations("shop", name, "uid-"+name),
+		Name: contract.HostName(vc, "shop", name), Namespace: tr.HostNamespace,
+		Labels: contract.HostLabels(vc, "shop"), Annotations: contract.HostAnnotations("shop", name, "uid-"+name),
 	}
 }
 
 // foreignMeta is the metadata of a host object that holds the host name of
 // the tenant object shop/name but was not made for it.
 func foreignMeta(name string) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Name: HostName(tr.VirtualCluster, "shop", name), Namespace: tr.HostNamespace, UID: "foreign", Labels: map[string]string{"app": "host-thing"}}
+	return metav1.ObjectMeta{Name: contract.HostName(tr.VirtualCluster, "shop", name), Namespace: tr.HostNamespace, UID: "foreign", Labels: map[string]string{"app": "host-thing"}}
 }
 
 func tenantConfigMap(name string, data map[string]string) *corev1.ConfigMap {

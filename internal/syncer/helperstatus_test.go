@@ -9,6 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 func failedRun(id, message string, code int32) *corev1.ContainerStateTerminated {
@@ -149,7 +151,7 @@ func TestReportHelperFailuresRecordsOnTheTenantPod(t *testing.T) {
 	p.reportHelperFailures(host, failed)
 	p.reportHelperFailures(failed, failed)
 	stale := failed.DeepCopy()
-	stale.Annotations[AnnotationTenantUID] = "uid-earlier"
+	stale.Annotations[contract.AnnotationTenantUID] = "uid-earlier"
 	p.reportHelperFailures(host, stale)
 
 	close(recorder.Events)

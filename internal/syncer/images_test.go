@@ -81,9 +81,11 @@ func TestTranslatePodChecksEveryImage(t *testing.T) {
 	withTr := tr
 	withTr.Images = ImagePolicy{}
 	for field, set := range map[string]func(*corev1.Pod){
-		"spec.containers[0].image":          func(p *corev1.Pod) { p.Spec.Containers[0].Image = local },
-		"spec.initContainers[0].image":      func(p *corev1.Pod) { p.Spec.InitContainers = []corev1.Container{{Name: "i", Image: local}} },
-		"spec.ephemeralContainers[0].image": func(p *corev1.Pod) { p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "e", Image: local}}} },
+		"spec.containers[0].image":     func(p *corev1.Pod) { p.Spec.Containers[0].Image = local },
+		"spec.initContainers[0].image": func(p *corev1.Pod) { p.Spec.InitContainers = []corev1.Container{{Name: "i", Image: local}} },
+		"spec.ephemeralContainers[0].image": func(p *corev1.Pod) {
+			p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "e", Image: local}}}
+		},
 		"spec.volumes[0].image.reference": func(p *corev1.Pod) {
 			p.Spec.Volumes = []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: local}}}}
 		},

@@ -18,6 +18,8 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // The network injector: a mutating admission webhook in each member
@@ -55,13 +57,13 @@ const (
 // name the tenant (LabelTenantOf) and a tenant namespace
 // (LabelTenantNamespace) is refused with the reason.
 func (t Translator) InjectedPod(pod *corev1.Pod) (*corev1.Pod, error) {
-	if got := pod.Labels[LabelTenantOf]; got != t.VirtualCluster {
+	if got := pod.Labels[contract.LabelTenantOf]; got != t.VirtualCluster {
 		return nil, fmt.Errorf("namespace %s holds the pods of virtual cluster %s only: label %s must be %q, not %q",
-			pod.Namespace, t.VirtualCluster, LabelTenantOf, t.VirtualCluster, got)
+			pod.Namespace, t.VirtualCluster, contract.LabelTenantOf, t.VirtualCluster, got)
 	}
-	namespace := pod.Labels[LabelTenantNamespace]
+	namespace := pod.Labels[contract.LabelTenantNamespace]
 	if namespace == "" {
-		return nil, fmt.Errorf("label %s must name the pod's namespace in virtual cluster %s", LabelTenantNamespace, t.VirtualCluster)
+		return nil, fmt.Errorf("label %s must name the pod's namespace in virtual cluster %s", contract.LabelTenantNamespace, t.VirtualCluster)
 	}
 	out := pod.DeepCopy()
 	env := linkVariables(t.kubernetesService())

@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // memberTranslator is the translator of a member syncer: the member
@@ -33,7 +35,7 @@ func reviewOf(t *testing.T, pod *corev1.Pod) *admissionv1.AdmissionRequest {
 
 func tenantLabelledPod() *corev1.Pod {
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "made-by-hand", Namespace: "nest-alpha-0123456789", Labels: map[string]string{LabelTenantOf: "alpha", LabelTenantNamespace: "shop"}},
+		ObjectMeta: metav1.ObjectMeta{Name: "made-by-hand", Namespace: "nest-alpha-0123456789", Labels: map[string]string{contract.LabelTenantOf: "alpha", contract.LabelTenantNamespace: "shop"}},
 		Spec: corev1.PodSpec{DNSPolicy: corev1.DNSClusterFirst,
 			InitContainers: []corev1.Container{{Name: "init", Image: "busybox"}},
 			Containers: []corev1.Container{{Name: "app", Image: "app", Env: []corev1.EnvVar{
@@ -94,8 +96,8 @@ func TestInjectorLeavesAPodThatChoseItsDNS(t *testing.T) {
 func TestInjectorRefusesAPodWithoutTheTenantsLabels(t *testing.T) {
 	for name, labels := range map[string]map[string]string{
 		"no labels":           nil,
-		"another tenant":      {LabelTenantOf: "beta", LabelTenantNamespace: "shop"},
-		"no tenant namespace": {LabelTenantOf: "alpha"},
+		"another tenant":      {contract.LabelTenantOf: "beta", contract.LabelTenantNamespace: "shop"},
+		"no tenant namespace": {contract.LabelTenantOf: "alpha"},
 	} {
 		pod := tenantLabelledPod()
 		pod.Labels = labels

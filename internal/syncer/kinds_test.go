@@ -21,6 +21,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/nestdev/nest/internal/kindsync"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // The kind syncers run here as in nest-syncer, over real informers and work
@@ -101,7 +102,7 @@ func podUsing(configMap, secret string) *corev1.Pod {
 }
 
 func hostConfigMapData(host *fake.Clientset, tenantName string) (map[string]string, error) {
-	cm, err := host.CoreV1().ConfigMaps(tr.HostNamespace).Get(context.Background(), HostName(tr.VirtualCluster, "shop", tenantName), metav1.GetOptions{})
+	cm, err := host.CoreV1().ConfigMaps(tr.HostNamespace).Get(context.Background(), contract.HostName(tr.VirtualCluster, "shop", tenantName), metav1.GetOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -167,7 +168,7 @@ func TestConfigMapSyncerRestoresACopyDeletedFromOutside(t *testing.T) {
 	tenant := fake.NewClientset(tenantConfigMap("settings", map[string]string{"color": "blue"}), podUsing("settings", "none"))
 	host := fake.NewClientset()
 	runKindSyncers(t, tenant, host)
-	name := HostName(tr.VirtualCluster, "shop", "settings")
+	name := contract.HostName(tr.VirtualCluster, "shop", "settings")
 	eventually(t, "first copy", func() (bool, error) {
 		_, err := host.CoreV1().ConfigMaps(tr.HostNamespace).Get(context.Background(), name, metav1.GetOptions{})
 		return err == nil, nil
@@ -199,7 +200,7 @@ func TestSecretSyncerRetriesAndLeavesTokenSecretsAlone(t *testing.T) {
 	failFirst(host, "create", "secrets", 2)
 	failFirst(host, "update", "secrets", 2)
 	runKindSyncers(t, tenant, host)
-	name := HostName(tr.VirtualCluster, "shop", "creds")
+	name := contract.HostName(tr.VirtualCluster, "shop", "creds")
 	hostPassword := func() string {
 		s, err := host.CoreV1().Secrets(tr.HostNamespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -220,8 +221,8 @@ func TestSecretSyncerRetriesAndLeavesTokenSecretsAlone(t *testing.T) {
 // the Secret syncer must not take it for an orphan copy and delete it.
 func TestSecretSyncerDoesNotDeleteTokenSecrets(t *testing.T) {
 	tokenSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{
-		Name: tokenSecretName(HostName(tr.VirtualCluster, "shop", "web")), Namespace: tr.HostNamespace,
-		Labels: hostLabels(tr.VirtualCluster, "shop"), Annotations: hostAnnotations("shop", "web", "uid-web"),
+		Name: contract.TokenSecretName(contract.HostName(tr.VirtualCluster, "shop", "web")), Namespace: tr.HostNamespace,
+		Labels: contract.HostLabels(tr.VirtualCluster, "shop"), Annotations: contract.HostAnnotations("shop", "web", "uid-web"),
 	}}
 	tokenSecret.Labels[LabelTokenSecret] = "true"
 	host := fake.NewClientset(tokenSecret)
@@ -241,7 +242,7 @@ func TestServiceSyncerRetriesAndWritesDNS(t *testing.T) {
 	host := fake.NewClientset()
 	failFirst(host, "create", "services", 3)
 	s := runKindSyncers(t, tenant, host)
-	name := HostName(tr.VirtualCluster, "shop", "web")
+	name := contract.HostName(tr.VirtualCluster, "shop", "web")
 	var copied *corev1.Service
 	eventually(t, "host Service through three refused creates", func() (bool, error) {
 		got, err := host.CoreV1().Services(tr.HostNamespace).Get(ctx, name, metav1.GetOptions{})
@@ -276,8 +277,8 @@ func TestServiceSyncerRetriesAndWritesDNS(t *testing.T) {
 func TestTokenSyncerRefreshesDueTokensThroughFailures(t *testing.T) {
 	ctx := context.Background()
 	due := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{
-		Name: tokenSecretName(HostName(tr.VirtualCluster, "shop", "web")), Namespace: tr.HostNamespace,
-		Labels: hostLabels(tr.VirtualCluster, "shop"), Annotations: hostAnnotations("shop", "web", "uid-web"),
+		Name: contract.TokenSecretName(contract.HostName(tr.VirtualCluster, "shop", "web")), Namespace: tr.HostNamespace,
+		Labels: contract.HostLabels(tr.VirtualCluster, "shop"), Annotations: contract.HostAnnotations("shop", "web", "uid-web"),
 	}, Data: map[string][]byte{"token-0-0": []byte("old")}}
 	due.Labels[LabelTokenSecret] = "true"
 	due.Annotations[annotationProjections] = `[{"Key":"token-0-0","ExpirationSeconds":3600}]`

@@ -17,6 +17,8 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/client-go/transport/spdy"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // The virtual node's kubelet API (logs, exec, attach, port-forward) is served
@@ -38,7 +40,7 @@ func (p *podProvider) GetContainerLogs(ctx context.Context, namespace, podName, 
 	if !o.SinceTime.IsZero() {
 		opts.SinceTime = &metav1.Time{Time: o.SinceTime}
 	}
-	return p.host.CoreV1().Pods(p.tr.HostNamespace).GetLogs(HostName(p.tr.VirtualCluster, namespace, podName), opts).Stream(ctx)
+	return p.host.CoreV1().Pods(p.tr.HostNamespace).GetLogs(contract.HostName(p.tr.VirtualCluster, namespace, podName), opts).Stream(ctx)
 }
 
 // RunInContainer runs a command in the host pod's container.
@@ -61,7 +63,7 @@ func (p *podProvider) AttachToContainer(ctx context.Context, namespace, podName,
 // streams both ways until it ends.
 func (p *podProvider) stream(ctx context.Context, subresource, namespace, podName string, opts runtime.Object, attach api.AttachIO) error {
 	url := p.host.CoreV1().RESTClient().Post().Resource("pods").Namespace(p.tr.HostNamespace).
-		Name(HostName(p.tr.VirtualCluster, namespace, podName)).SubResource(subresource).
+		Name(contract.HostName(p.tr.VirtualCluster, namespace, podName)).SubResource(subresource).
 		VersionedParams(opts, scheme.ParameterCodec).URL()
 	exec, err := remotecommand.NewSPDYExecutor(p.hostCfg, http.MethodPost, url)
 	if err != nil {
@@ -117,7 +119,7 @@ func (p *podProvider) GetMetricsResource(context.Context) ([]*dto.MetricFamily, 
 func (p *podProvider) PortForward(ctx context.Context, namespace, podName string, port int32, stream io.ReadWriteCloser) error {
 	defer stream.Close()
 	url := p.host.CoreV1().RESTClient().Post().Resource("pods").Namespace(p.tr.HostNamespace).
-		Name(HostName(p.tr.VirtualCluster, namespace, podName)).SubResource("portforward").URL()
+		Name(contract.HostName(p.tr.VirtualCluster, namespace, podName)).SubResource("portforward").URL()
 	transport, upgrader, err := spdy.RoundTripperFor(p.hostCfg)
 	if err != nil {
 		return err

@@ -26,6 +26,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nestdev/nest/internal/kindsync"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // LeaseName is the host Lease in the tenant's host namespace through which
@@ -206,7 +207,7 @@ func clients(o Options) (tenant, host kubernetes.Interface, err error) {
 // the same informers, and nothing written to either cluster.
 func runDNSFollower(ctx context.Context, o Options, tenant, host kubernetes.Interface) error {
 	tenantF := informers.NewSharedInformerFactory(tenant, 0)
-	ours := labels.SelectorFromSet(labels.Set{LabelTenantOf: o.VirtualCluster}).String()
+	ours := labels.SelectorFromSet(labels.Set{contract.LabelTenantOf: o.VirtualCluster}).String()
 	hostF := informers.NewSharedInformerFactoryWithOptions(host, 0, informers.WithNamespace(o.HostNamespace),
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = ours }))
 	s := newServiceSyncer(&serviceSyncer{

@@ -4,15 +4,12 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/netip"
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -31,6 +28,7 @@ import (
 
 	"github.com/nestdev/nest/internal/atomicfile"
 	"github.com/nestdev/nest/internal/kindsync"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // The path from a member's pods back to their tenant, when the
@@ -89,13 +87,7 @@ func MemberHostsFileName(slot int) string { return "member-" + strconv.Itoa(slot
 // node ports to member: <vc>-member-<member>, cut with a hash suffix to a
 // Service name's 63 characters.
 func MemberHostService(vc, member string) string {
-	name := vc + "-member-" + member
-	if len(name) <= maxHostName {
-		return name
-	}
-	sum := sha256.Sum256([]byte(vc + "/" + member))
-	suffix := "-" + hex.EncodeToString(sum[:])[:hashLen]
-	return strings.TrimRight(name[:maxHostName-len(suffix)], "-.") + suffix
+	return contract.ShortName(vc+"-member-"+member, vc+"/"+member)
 }
 
 // nodePortName is the host Service port that carries tenant node port n.
@@ -188,7 +180,7 @@ func (t Translator) memberSideServices(nodePortAddress, apiHost string, apiPort 
 		})
 	}
 	for _, svc := range exposed {
-		s := memberSideService{name: HostName(t.VirtualCluster, svc.Namespace, svc.Name), tenant: fmt.Sprintf("%s.%s.svc.%s", svc.Name, svc.Namespace, t.ClusterDomain),
+		s := memberSideService{name: contract.HostName(t.VirtualCluster, svc.Namespace, svc.Name), tenant: fmt.Sprintf("%s.%s.svc.%s", svc.Name, svc.Namespace, t.ClusterDomain),
 			address: nodePortAddress, targets: map[string]int32{}}
 		for _, p := range svc.Spec.Ports {
 			np := hostNodePorts[nodePortName(p.NodePort)]
@@ -263,7 +255,7 @@ func (n *memberNetwork) sync(ctx context.Context, _ string) (time.Duration, erro
 
 // memberNetworkLabels mark the objects memberNetwork keeps for member.
 func memberNetworkLabels(vc, member string) map[string]string {
-	return map[string]string{LabelTenantOf: vc, LabelManagedBy: ManagedByValue, LabelMemberNetwork: member}
+	return map[string]string{contract.LabelTenantOf: vc, LabelManagedBy: ManagedByValue, LabelMemberNetwork: member}
 }
 
 func (n *memberNetwork) labels() map[string]string {

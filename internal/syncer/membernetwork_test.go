@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 func exposedTestServices() []*corev1.Service {
@@ -89,11 +91,11 @@ func TestMemberSideServicesPointAtTheHostNodePorts(t *testing.T) {
 	if api.targets["https"] != 31234 || api.tenant != "kubernetes.default.svc."+tr.ClusterDomain || api.ports[0].Port != 443 {
 		t.Errorf("kubernetes %+v; want 443 to the API server's address", api)
 	}
-	web := byName[HostName(tr.VirtualCluster, "shop", "web")]
+	web := byName[contract.HostName(tr.VirtualCluster, "shop", "web")]
 	if web.tenant != "web.shop.svc."+tr.ClusterDomain || web.targets["http"] != 32080 || len(web.ports) != 1 || web.ports[0].Port != 80 {
 		t.Errorf("web %+v; want port 80 to host node port 32080, named web.shop.svc", web)
 	}
-	if _, ok := byName[HostName(tr.VirtualCluster, "default", "lb")]; ok {
+	if _, ok := byName[contract.HostName(tr.VirtualCluster, "default", "lb")]; ok {
 		t.Error("lb has no host node port yet but got a member Service")
 	}
 	if inj := byName[MemberInjectorService]; inj.targets["https"] != 31443 || inj.ports[0].Port != 443 || inj.tenant != "" {
@@ -170,7 +172,7 @@ func TestMemberNetworkSyncAppliesTheHostServiceAndTheMemberDNS(t *testing.T) {
 	if err != nil {
 		t.Fatalf("host Service: %v", err)
 	}
-	if svc.Spec.Type != corev1.ServiceTypeNodePort || len(svc.Spec.Selector) != 0 || len(svc.Spec.Ports) != 4 || svc.Labels[LabelTenantOf] != "alpha" {
+	if svc.Spec.Type != corev1.ServiceTypeNodePort || len(svc.Spec.Selector) != 0 || len(svc.Spec.Ports) != 4 || svc.Labels[contract.LabelTenantOf] != "alpha" {
 		t.Fatalf("host Service %+v; want a NodePort without a selector, with dns, dns-tcp, injector and np-30080, labelled as the tenant's", svc)
 	}
 	slice, err := host.DiscoveryV1().EndpointSlices(tr.HostNamespace).Get(ctx, svc.Name, metav1.GetOptions{})

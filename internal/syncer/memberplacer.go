@@ -27,6 +27,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nestdev/nest/internal/kindsync"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // membersKey is the one key of the members syncer: the placements are
@@ -282,7 +283,7 @@ func (m *memberPlacer) sweep(ctx context.Context, want map[string]MemberPlacemen
 		}
 	}
 	host := m.parent.provider.host.CoreV1().Services(m.parent.o.HostNamespace)
-	services, err := host.List(ctx, metav1.ListOptions{LabelSelector: LabelTenantOf + "=" + m.parent.o.VirtualCluster + "," + LabelMemberNetwork})
+	services, err := host.List(ctx, metav1.ListOptions{LabelSelector: contract.LabelTenantOf + "=" + m.parent.o.VirtualCluster + "," + LabelMemberNetwork})
 	if err != nil {
 		errs = append(errs, err)
 		services = &corev1.ServiceList{}

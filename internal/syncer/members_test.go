@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/nestdev/nest/internal/kindsync"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 func gpuPlacement() MemberPlacement {
@@ -244,7 +245,7 @@ func TestGatekeeperHoldsAPodOverTheGrantOutOfTheMember(t *testing.T) {
 	if err := s.provider.CreatePod(context.Background(), within); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := member.CoreV1().Pods("nest-alpha-0123456789").Get(context.Background(), HostName("alpha", "shop", "within"), metav1.GetOptions{}); err != nil {
+	if _, err := member.CoreV1().Pods("nest-alpha-0123456789").Get(context.Background(), contract.HostName("alpha", "shop", "within"), metav1.GetOptions{}); err != nil {
 		t.Fatalf("a pod within the grant is not in the member: %v", err)
 	}
 }
@@ -358,7 +359,7 @@ func TestResizingAMemberNodeAdmitsAtTheNewSize(t *testing.T) {
 	if err := s.provider.CreatePod(context.Background(), over); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := member.CoreV1().Pods("nest-alpha-0123456789").Get(context.Background(), HostName("alpha", "shop", "over"), metav1.GetOptions{}); err != nil {
+	if _, err := member.CoreV1().Pods("nest-alpha-0123456789").Get(context.Background(), contract.HostName("alpha", "shop", "over"), metav1.GetOptions{}); err != nil {
 		t.Fatalf("after the grant grew, the pod is not in the member: %v", err)
 	}
 	if s.provider.gate.isHeld("shop/over") {

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // injected are keys host add-ons and Nest act on: a tenant that could set
@@ -48,7 +50,7 @@ func TestInjectedKeysNeverReachTheHostPod(t *testing.T) {
 			pod := tenantPod()
 			pod.Labels, pod.Annotations = map[string]string{}, map[string]string{}
 			for _, k := range injected {
-				if !strings.HasPrefix(k, reservedPrefix) {
+				if !strings.HasPrefix(k, contract.ReservedPrefix) {
 					pod.Labels[k], pod.Annotations[k] = "x", "runtime/default"
 				}
 			}
@@ -111,10 +113,10 @@ func TestUncopiedMetadataStillChangesTheSpecHash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if before.Pod.Annotations[AnnotationSpecHash] == after.Pod.Annotations[AnnotationSpecHash] {
+	if before.Pod.Annotations[contract.AnnotationSpecHash] == after.Pod.Annotations[contract.AnnotationSpecHash] {
 		t.Error("an annotation change left the spec hash alone")
 	}
-	if _, ok := after.Pod.Labels["app"]; ok || after.Pod.Labels[LabelTenantOf] != "alpha" || after.Pod.Annotations[AnnotationTenantName] != "web-1" {
+	if _, ok := after.Pod.Labels["app"]; ok || after.Pod.Labels[contract.LabelTenantOf] != "alpha" || after.Pod.Annotations[contract.AnnotationTenantName] != "web-1" {
 		t.Errorf("with an empty allow-list the host pod must carry only Nest's metadata: labels %v, annotations %v", after.Pod.Labels, after.Pod.Annotations)
 	}
 }

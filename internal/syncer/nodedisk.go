@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // A virtual node's disk (spec.virtualNode.nodeDisk) is where the tenant's
@@ -56,7 +58,7 @@ type NodeDisk struct {
 }
 
 // NodeDiskClaim is the host claim holding the disk of virtual node node.
-func NodeDiskClaim(vc, node string) string { return HostName(vc, "node-disk", node) }
+func NodeDiskClaim(vc, node string) string { return contract.HostName(vc, "node-disk", node) }
 
 // nodeDiskTypes are the hostPath types a path on the disk may have: the
 // others (sockets, devices) name what only a real node has.
@@ -180,7 +182,7 @@ func (t Translator) NodeDiskClaimFor(name string) *corev1.PersistentVolumeClaim 
 		},
 	}
 	c.Name, c.Namespace = name, t.HostNamespace
-	c.Labels = map[string]string{LabelTenantOf: t.VirtualCluster}
+	c.Labels = map[string]string{contract.LabelTenantOf: t.VirtualCluster}
 	if t.NodeDisk.StorageClassName != "" {
 		c.Spec.StorageClassName = ptr.To(t.NodeDisk.StorageClassName)
 	}

@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
+
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // withDisk is withHelper with a disk on each virtual node.
@@ -246,7 +248,7 @@ func TestNodeDiskHelperStaysOnTheDisk(t *testing.T) {
 
 func TestNodeDiskClaimAsked(t *testing.T) {
 	c := withDisk.NodeDiskClaimFor(NodeDiskClaim("alpha", "nest-virtual-node-1"))
-	if c.Namespace != "vc-alpha" || c.Labels[LabelTenantOf] != "alpha" || ptr.Deref(c.Spec.StorageClassName, "") != "standard" {
+	if c.Namespace != "vc-alpha" || c.Labels[contract.LabelTenantOf] != "alpha" || ptr.Deref(c.Spec.StorageClassName, "") != "standard" {
 		t.Errorf("claim %s/%s labels %v class %v", c.Namespace, c.Name, c.Labels, c.Spec.StorageClassName)
 	}
 	if got := c.Spec.Resources.Requests[corev1.ResourceStorage]; got.Cmp(resource.MustParse("1Gi")) != 0 || !slices.Equal(c.Spec.AccessModes, []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}) {

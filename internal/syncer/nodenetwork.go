@@ -22,6 +22,7 @@ import (
 
 	"github.com/nestdev/nest/internal/kindsync"
 	"github.com/nestdev/nest/internal/nodenet"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // A hostNetwork tenant pod runs in a network namespace of its own on the
@@ -217,7 +218,7 @@ func (s *syncer) nodeNetwork(node string) (string, error) {
 // hostPodIP is the IP the host kubelet gave the tenant pod's host pod; ""
 // without one. The tenant pod's own status is the tenant's to write.
 func (p *podProvider) hostPodIP(tenant *corev1.Pod) string {
-	host, err := p.hostPods.Get(HostName(p.tr.VirtualCluster, tenant.Namespace, tenant.Name))
+	host, err := p.hostPods.Get(contract.HostName(p.tr.VirtualCluster, tenant.Namespace, tenant.Name))
 	if err != nil || !p.isHostPodOf(host, tenant) {
 		return ""
 	}
@@ -243,7 +244,7 @@ func (s *syncer) syncNodeNetwork(ctx context.Context, node string) (time.Duratio
 		if p.Spec.NodeName != node || !p.Spec.HostNetwork {
 			continue
 		}
-		host, err := s.provider.hostPods.Get(HostName(s.o.VirtualCluster, p.Namespace, p.Name))
+		host, err := s.provider.hostPods.Get(contract.HostName(s.o.VirtualCluster, p.Namespace, p.Name))
 		if err != nil || !s.provider.isHostPodOf(host, p) || host.Annotations[nodenet.Annotation] == want {
 			// A host pod not made yet gets the annotation when it is.
 			continue

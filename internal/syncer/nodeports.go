@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/klog/v2"
+
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // NodePortTarget is where one tenant NodePort forwards: the host copy of
@@ -91,7 +93,7 @@ func (p *nodePortProxy) sync(ctx context.Context, _ string) (time.Duration, erro
 		return 0, err
 	}
 	want := NodePorts(services, func(svc *corev1.Service) string {
-		host, err := p.hostServices.Get(HostName(p.tr.VirtualCluster, svc.Namespace, svc.Name))
+		host, err := p.hostServices.Get(contract.HostName(p.tr.VirtualCluster, svc.Namespace, svc.Name))
 		if err != nil {
 			return ""
 		}

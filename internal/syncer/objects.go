@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nestdev/nest/internal/kindsync"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // HostConfigMap returns the host copy of a tenant ConfigMap.
@@ -41,10 +42,10 @@ func (t Translator) HostSecret(s *corev1.Secret) *corev1.Secret {
 
 func (t Translator) copyMeta(m *metav1.ObjectMeta) metav1.ObjectMeta {
 	return metav1.ObjectMeta{
-		Name:        HostName(t.VirtualCluster, m.Namespace, m.Name),
+		Name:        contract.HostName(t.VirtualCluster, m.Namespace, m.Name),
 		Namespace:   t.HostNamespace,
-		Labels:      hostLabels(t.VirtualCluster, m.Namespace),
-		Annotations: hostAnnotations(m.Namespace, m.Name, string(m.UID)),
+		Labels:      contract.HostLabels(t.VirtualCluster, m.Namespace),
+		Annotations: contract.HostAnnotations(m.Namespace, m.Name, string(m.UID)),
 	}
 }
 
@@ -98,7 +99,7 @@ func (o *objectSyncer) configMapCopies() hostCopy[*corev1.ConfigMap] {
 	return hostCopy[*corev1.ConfigMap]{
 		kind: "ConfigMap", client: o.host.CoreV1().ConfigMaps(o.tr.HostNamespace), cached: o.hostConfigMaps.Get,
 		differs: func(have, want *corev1.ConfigMap) bool {
-			return !maps.Equal(have.Data, want.Data) || !mapsEqualBytes(have.BinaryData, want.BinaryData) || have.Annotations[AnnotationTenantUID] != want.Annotations[AnnotationTenantUID]
+			return !maps.Equal(have.Data, want.Data) || !mapsEqualBytes(have.BinaryData, want.BinaryData) || have.Annotations[contract.AnnotationTenantUID] != want.Annotations[contract.AnnotationTenantUID]
 		},
 		merged: func(have, want *corev1.ConfigMap) *corev1.ConfigMap {
 			upd := have.DeepCopy()
@@ -115,7 +116,7 @@ func (o *objectSyncer) secretCopies() hostCopy[*corev1.Secret] {
 	return hostCopy[*corev1.Secret]{
 		kind: "Secret", client: o.host.CoreV1().Secrets(o.tr.HostNamespace), cached: o.hostSecrets.Get,
 		differs: func(have, want *corev1.Secret) bool {
-			return !mapsEqualBytes(have.Data, want.Data) || have.Annotations[AnnotationTenantUID] != want.Annotations[AnnotationTenantUID]
+			return !mapsEqualBytes(have.Data, want.Data) || have.Annotations[contract.AnnotationTenantUID] != want.Annotations[contract.AnnotationTenantUID]
 		},
 		merged: func(have, want *corev1.Secret) *corev1.Secret {
 			upd := have.DeepCopy()
@@ -211,7 +212,7 @@ func (h hostCopy[T]) create(ctx context.Context, want T) error {
 
 func (h hostCopy[T]) update(ctx context.Context, have, want T) error {
 	if !sameTenantObject(have, want) {
-		return notOurCopy(h.kind, have, tenantKeyOf(want))
+		return contract.NotOurCopy(h.kind, have, tenantKeyOf(want))
 	}
 	if !h.differs(have, want) {
 		return nil
@@ -246,8 +247,8 @@ func (h hostCopy[T]) delete(ctx context.Context, vc, name, tenantNamespace, tena
 	if err != nil {
 		return err
 	}
-	if !isCopyOf(have, vc, tenantNamespace, tenantName) {
-		return notOurCopy(h.kind, have, tenantNamespace+"/"+tenantName)
+	if !contract.IsCopyOf(have, vc, tenantNamespace, tenantName) {
+		return contract.NotOurCopy(h.kind, have, tenantNamespace+"/"+tenantName)
 	}
 	uid := have.GetUID()
 	err = h.client.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
@@ -260,13 +261,13 @@ func (h hostCopy[T]) delete(ctx context.Context, vc, name, tenantNamespace, tena
 // sameTenantObject reports whether the host object have is the copy of the
 // tenant object that want, made by copyMeta, stands for.
 func sameTenantObject(have, want metav1.Object) bool {
-	ns, name, _ := TenantKey(want.GetAnnotations())
-	return isCopyOf(have, want.GetLabels()[LabelTenantOf], ns, name)
+	ns, name, _ := contract.TenantKey(want.GetAnnotations())
+	return contract.IsCopyOf(have, want.GetLabels()[contract.LabelTenantOf], ns, name)
 }
 
 // tenantKeyOf is "namespace/name" of the tenant object a host copy stands for.
 func tenantKeyOf(copy metav1.Object) string {
-	ns, name, _ := TenantKey(copy.GetAnnotations())
+	ns, name, _ := contract.TenantKey(copy.GetAnnotations())
 	return ns + "/" + name
 }
 
@@ -303,7 +304,7 @@ func syncCopy[T interface {
 	if err != nil {
 		return kindsync.Terminal(err)
 	}
-	hostName := HostName(o.tr.VirtualCluster, namespace, name)
+	hostName := contract.HostName(o.tr.VirtualCluster, namespace, name)
 	_, cacheErr := copies.cached(hostName)
 	hasCopy := !apierrors.IsNotFound(cacheErr)
 	obj, err := tenant(namespace, name)
@@ -377,7 +378,7 @@ func copyKeys[T metav1.Object](tenant, host func(labels.Selector) ([]T, error)) 
 			keys = append(keys, obj.GetNamespace()+"/"+obj.GetName())
 		}
 		for _, obj := range hostObjs {
-			if ns, name, ok := TenantKey(obj.GetAnnotations()); ok && obj.GetLabels()[LabelTokenSecret] == "" {
+			if ns, name, ok := contract.TenantKey(obj.GetAnnotations()); ok && obj.GetLabels()[LabelTokenSecret] == "" {
 				keys = append(keys, ns+"/"+name)
 			}
 		}

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/nestdev/nest/internal/kindsync"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // newObjectSyncer is an objectSyncer over a fake host API server holding
@@ -59,7 +60,7 @@ func TestHostCopyOnlyWritesItsOwnCopy(t *testing.T) {
 	ours := hostConfigMap(hostMeta("alpha", "settings"), old)
 	oursCurrent := hostConfigMap(hostMeta("alpha", "settings"), current)
 	otherObject := hostConfigMap(hostMeta("alpha", "settings"), old)
-	otherObject.Annotations[AnnotationTenantName] = "other"
+	otherObject.Annotations[contract.AnnotationTenantName] = "other"
 	otherCluster := hostConfigMap(hostMeta("beta", "settings"), old)
 	otherCluster.Name = ours.Name
 	foreign := hostConfigMap(foreignMeta("settings"), old)
@@ -132,7 +133,7 @@ func TestTenantObjectDeletedOnlyDeletesItsOwnCopy(t *testing.T) {
 		{name: "a foreign object under the name", live: hostConfigMap(foreignMeta("settings"), nil)},
 		{name: "another virtual cluster's copy", live: func() runtime.Object {
 			cm := hostConfigMap(hostMeta("beta", "settings"), nil)
-			cm.Name = HostName("alpha", "shop", "settings")
+			cm.Name = contract.HostName("alpha", "shop", "settings")
 			return cm
 		}()},
 	} {
@@ -140,7 +141,7 @@ func TestTenantObjectDeletedOnlyDeletesItsOwnCopy(t *testing.T) {
 			o, host := newObjectSyncer(t, 0, []runtime.Object{tt.live}, nil, nil)
 			o.hostConfigMaps = corelisters.NewConfigMapLister(indexerOf(t, tt.live)).ConfigMaps(tr.HostNamespace)
 			_, _ = o.syncConfigMap(context.Background(), "shop/settings")
-			_, err := host.CoreV1().ConfigMaps(tr.HostNamespace).Get(context.Background(), HostName("alpha", "shop", "settings"), metav1.GetOptions{})
+			_, err := host.CoreV1().ConfigMaps(tr.HostNamespace).Get(context.Background(), contract.HostName("alpha", "shop", "settings"), metav1.GetOptions{})
 			if gone := apierrors.IsNotFound(err); gone != tt.wantGone {
 				t.Errorf("deleted %v, want %v (get: %v)", gone, tt.wantGone, err)
 			}
@@ -149,9 +150,9 @@ func TestTenantObjectDeletedOnlyDeletesItsOwnCopy(t *testing.T) {
 }
 
 func TestTokenSecretIsNotWrittenOverAForeignSecret(t *testing.T) {
-	hostPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: HostName("alpha", "shop", "web"), Namespace: tr.HostNamespace, UID: "host-uid"}}
-	foreign := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: tokenSecretName(hostPod.Name), Namespace: tr.HostNamespace}, Data: map[string][]byte{"k": []byte("host")}}
-	ours := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: foreign.Name, Namespace: tr.HostNamespace, Labels: hostLabels("alpha", "shop"), Annotations: hostAnnotations("shop", "web", "old")}}
+	hostPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: contract.HostName("alpha", "shop", "web"), Namespace: tr.HostNamespace, UID: "host-uid"}}
+	foreign := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: contract.TokenSecretName(hostPod.Name), Namespace: tr.HostNamespace}, Data: map[string][]byte{"k": []byte("host")}}
+	ours := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: foreign.Name, Namespace: tr.HostNamespace, Labels: contract.HostLabels("alpha", "shop"), Annotations: contract.HostAnnotations("shop", "web", "old")}}
 	for _, tt := range []struct {
 		name     string
 		existing *corev1.Secret
@@ -167,7 +168,7 @@ func TestTokenSecretIsNotWrittenOverAForeignSecret(t *testing.T) {
 				host = fake.NewClientset(tt.existing)
 			}
 			p := &podProvider{tr: tr, host: host}
-			want := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: foreign.Name, Namespace: tr.HostNamespace, Labels: hostLabels("alpha", "shop"), Annotations: hostAnnotations("shop", "web", "new")},
+			want := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: foreign.Name, Namespace: tr.HostNamespace, Labels: contract.HostLabels("alpha", "shop"), Annotations: contract.HostAnnotations("shop", "web", "new")},
 				Data: map[string][]byte{"k": []byte("token")}}
 			err := p.writeTokenSecret(context.Background(), want, hostPod)
 			if (err != nil) != tt.wantErr {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nestdev/nest/internal/kindsync"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // Orphan host pods. virtual-kubelet's pod controller deletes a host pod when
@@ -40,11 +41,11 @@ func (p *podProvider) syncOrphan(ctx context.Context, name string) (time.Duratio
 	if err != nil {
 		return 0, err
 	}
-	namespace, tenantName, ok := TenantKey(host.Annotations)
-	if !ok || host.Labels[LabelTenantOf] != p.tr.VirtualCluster || endsWithin(host, ForcedGracePeriodSeconds) {
+	namespace, tenantName, ok := contract.TenantKey(host.Annotations)
+	if !ok || host.Labels[contract.LabelTenantOf] != p.tr.VirtualCluster || endsWithin(host, ForcedGracePeriodSeconds) {
 		return 0, nil
 	}
-	uid := host.Annotations[AnnotationTenantUID]
+	uid := host.Annotations[contract.AnnotationTenantUID]
 	if tenant, err := p.tenantPods.Pods(namespace).Get(tenantName); err == nil && string(tenant.UID) == uid {
 		return 0, p.ensureTokenSecret(ctx, tenant, host)
 	}
@@ -76,7 +77,7 @@ func endsWithin(host *corev1.Pod, seconds int64) bool {
 // never calls CreatePod again for a pod that exists. The cache is asked
 // first and a live GET confirms a miss.
 func (p *podProvider) ensureTokenSecret(ctx context.Context, tenant, host *corev1.Pod) error {
-	name := tokenSecretName(host.Name)
+	name := contract.TokenSecretName(host.Name)
 	if !mountsSecret(host, name) {
 		return nil
 	}

@@ -13,14 +13,16 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // hostPodFor is the host pod the syncer made for the tenant pod
 // default/name with uid.
 func hostPodFor(name, uid string) *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
-		Name: HostName(tr.VirtualCluster, "default", name), Namespace: tr.HostNamespace, UID: types.UID("host-" + uid),
-		Labels: hostLabels(tr.VirtualCluster, "default"), Annotations: hostAnnotations("default", name, uid),
+		Name: contract.HostName(tr.VirtualCluster, "default", name), Namespace: tr.HostNamespace, UID: types.UID("host-" + uid),
+		Labels: contract.HostLabels(tr.VirtualCluster, "default"), Annotations: contract.HostAnnotations("default", name, uid),
 	}}
 }
 
@@ -30,7 +32,7 @@ func podWithUID(name, uid string) *corev1.Pod {
 
 func hostPodExists(t *testing.T, host *fake.Clientset, name string) bool {
 	t.Helper()
-	_, err := host.CoreV1().Pods(tr.HostNamespace).Get(context.Background(), HostName(tr.VirtualCluster, "default", name), metav1.GetOptions{})
+	_, err := host.CoreV1().Pods(tr.HostNamespace).Get(context.Background(), contract.HostName(tr.VirtualCluster, "default", name), metav1.GetOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}
@@ -66,7 +68,7 @@ func TestOrphanSyncerKeepsTheHostPodsOfLivePods(t *testing.T) {
 	tenant := fake.NewClientset(podWithUID("live", "uid-2"))
 	host := fake.NewClientset(hostPodFor("live", "uid-2"))
 	s := runKindSyncers(t, tenant, host)
-	s.orphans.Add(HostName(tr.VirtualCluster, "default", "live"))
+	s.orphans.Add(contract.HostName(tr.VirtualCluster, "default", "live"))
 	drain(t, s.orphans)
 	if !hostPodExists(t, host, "live") {
 		t.Error("the host pod of a live tenant pod was deleted")
@@ -85,7 +87,7 @@ func TestHostPodDeletedFromOutsideDeletesItsTenantPodThroughFailures(t *testing.
 		_, err := s.provider.tenantPods.Pods("default").Get("lost")
 		return err == nil, nil
 	})
-	if err := host.CoreV1().Pods(tr.HostNamespace).Delete(context.Background(), HostName(tr.VirtualCluster, "default", "lost"), metav1.DeleteOptions{}); err != nil {
+	if err := host.CoreV1().Pods(tr.HostNamespace).Delete(context.Background(), contract.HostName(tr.VirtualCluster, "default", "lost"), metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "tenant pod deleted", func() (bool, error) {
@@ -127,7 +129,7 @@ func TestHostPodCheckWritesAMissingTokenSecret(t *testing.T) {
 	hostClient := fake.NewClientset(host)
 	runKindSyncers(t, tenant, hostClient)
 	eventually(t, "token Secret written", func() (bool, error) {
-		s, err := hostClient.CoreV1().Secrets(tr.HostNamespace).Get(context.Background(), tokenSecretName(host.Name), metav1.GetOptions{})
+		s, err := hostClient.CoreV1().Secrets(tr.HostNamespace).Get(context.Background(), contract.TokenSecretName(host.Name), metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return false, nil
 		}

@@ -16,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
+
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // Translator holds what pod translation needs to know about the virtual
@@ -223,7 +225,7 @@ func (t Translator) TranslatePod(tenant *corev1.Pod, metadata MetadataAllowList,
 	if err := t.Images.CheckPod(&tenant.Spec); err != nil {
 		return nil, err
 	}
-	name := HostName(t.VirtualCluster, tenant.Namespace, tenant.Name)
+	name := contract.HostName(t.VirtualCluster, tenant.Namespace, tenant.Name)
 	out := &PodTranslation{
 		virtualCluster: t.VirtualCluster, namespace: tenant.Namespace,
 		Optional:     map[string]bool{},
@@ -288,16 +290,16 @@ func (t Translator) TranslatePod(tenant *corev1.Pod, metadata MetadataAllowList,
 		spec.ImagePullSecrets[i].Name = out.secret(s.Name, ptr.To(true))
 	}
 	labels := copyAllowed(tenant.Labels, metadata.Labels)
-	maps.Copy(labels, hostLabels(t.VirtualCluster, tenant.Namespace))
+	maps.Copy(labels, contract.HostLabels(t.VirtualCluster, tenant.Namespace))
 	if out.NodeDiskClaim != "" {
 		labels[LabelNodeDisk] = out.NodeDiskClaim
 	}
 	annotations := copyAllowed(tenant.Annotations, metadata.Annotations)
 	maps.Copy(annotations, out.fieldAnnotations)
-	maps.Copy(annotations, hostAnnotations(tenant.Namespace, tenant.Name, string(tenant.UID)))
+	maps.Copy(annotations, contract.HostAnnotations(tenant.Namespace, tenant.Name, string(tenant.UID)))
 	// The hash covers the tenant's full metadata, copied or not, so any
 	// change reaches UpdatePod.
-	annotations[AnnotationSpecHash] = SpecHash(tenant)
+	annotations[contract.AnnotationSpecHash] = SpecHash(tenant)
 	out.Pod = &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: t.HostNamespace, Labels: labels, Annotations: annotations},
 		Spec:       *spec,
@@ -311,7 +313,7 @@ func checkReservedKeys(p *corev1.Pod) error {
 		keys  map[string]string
 	}{{"metadata.labels", p.Labels}, {"metadata.annotations", p.Annotations}} {
 		for k := range m.keys {
-			if strings.HasPrefix(k, reservedPrefix) {
+			if strings.HasPrefix(k, contract.ReservedPrefix) {
 				return fmt.Errorf("%s: key %q is reserved for Nest: remove it or use another prefix", m.field, k)
 			}
 		}
@@ -416,14 +418,14 @@ func ephemeralAsContainers(ecs []corev1.EphemeralContainer) []corev1.Container {
 // of its host copy.
 func (out *PodTranslation) configMap(name string, optional *bool) string {
 	out.addRef(&out.ConfigMaps, "configmap/"+name, name, ptr.Deref(optional, false))
-	return HostName(out.virtualCluster, out.namespace, name)
+	return contract.HostName(out.virtualCluster, out.namespace, name)
 }
 
 // secret records a reference to a tenant Secret and returns the name of its
 // host copy.
 func (out *PodTranslation) secret(name string, optional *bool) string {
 	out.addRef(&out.Secrets, "secret/"+name, name, ptr.Deref(optional, false))
-	return HostName(out.virtualCluster, out.namespace, name)
+	return contract.HostName(out.virtualCluster, out.namespace, name)
 }
 
 // addRef records a reference; an object is optional only if every reference
@@ -500,7 +502,7 @@ func (t Translator) translateProjection(p *corev1.ProjectedVolumeSource, hostPod
 // tokenSecretProjection projects items of the host pod's token Secret.
 func tokenSecretProjection(hostPod string, items []corev1.KeyToPath) corev1.VolumeProjection {
 	return corev1.VolumeProjection{Secret: &corev1.SecretProjection{
-		LocalObjectReference: corev1.LocalObjectReference{Name: tokenSecretName(hostPod)},
+		LocalObjectReference: corev1.LocalObjectReference{Name: contract.TokenSecretName(hostPod)},
 		Items:                items,
 	}}
 }
@@ -694,7 +696,7 @@ func metadataFieldAnnotation(path string, p *corev1.Pod) (key, value string, ok 
 	for prefix, m := range map[string]map[string]string{"metadata.labels": p.Labels, "metadata.annotations": p.Annotations} {
 		if k, ok := subscript(path, prefix); ok {
 			sum := sha256.Sum256([]byte(path))
-			return reservedPrefix + "field-" + hex.EncodeToString(sum[:6]), m[k], true
+			return contract.ReservedPrefix + "field-" + hex.EncodeToString(sum[:6]), m[k], true
 		}
 	}
 	return "", "", false

@@ -8,6 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // privilegedPod is a tenant pod whose init container, container and
@@ -99,7 +101,7 @@ func TestCreatePodWarnsAboutConfinedContainers(t *testing.T) {
 			t.Fatalf("create %s: %v", tp.Name, err)
 		}
 	}
-	got, err := host.CoreV1().Pods(tr.HostNamespace).Get(context.Background(), HostName("alpha", "shop", pod.Name), metav1.GetOptions{})
+	got, err := host.CoreV1().Pods(tr.HostNamespace).Get(context.Background(), contract.HostName("alpha", "shop", pod.Name), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

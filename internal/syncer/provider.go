@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nestdev/nest/internal/kindsync"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // podProvider is the virtual-kubelet pod lifecycle handler: it runs tenant
@@ -60,6 +62,9 @@ type podProvider struct {
 	// tenantDeleteKey, so the informer handler that sees the host pod go
 	// makes no API call and a failed delete is retried.
 	tenantDeletes *kindsync.Syncer
+	// policyLabels are the labels the tenant's NetworkPolicies call for on
+	// a pod's host pod (kinds/networkpolicy); nil in member syncers.
+	policyLabels func(*corev1.Pod) map[string]string
 	// nodeNetwork is the node network annotation of a virtual node's
 	// hostNetwork pods (nodenetwork.go); nil without Options.NodeNetwork.
 	nodeNetwork func(node string) (string, error)
@@ -79,7 +84,7 @@ func (p *podProvider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	if err := p.security.Check(pod); err != nil {
 		return refused(err)
 	}
-	pt, err := p.tr.TranslatePod(pod, p.metadata, p.services(pod.Namespace))
+	pt, err := p.translate(pod, p.services(pod.Namespace))
 	if err != nil {
 		return refused(err)
 	}
@@ -238,7 +243,7 @@ func (p *podProvider) deleteNodeDisk(ctx context.Context, node string) error {
 	if err != nil {
 		return fmt.Errorf("read the disk %s of removed virtual node %s: %w", name, node, err)
 	}
-	if c.Labels[LabelTenantOf] != p.tr.VirtualCluster {
+	if c.Labels[contract.LabelTenantOf] != p.tr.VirtualCluster {
 		return nil
 	}
 	err = claims.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &c.UID}})
@@ -273,10 +278,10 @@ func (p *podProvider) createOrAdopt(ctx context.Context, pod, want *corev1.Pod) 
 	if err != nil {
 		return nil, fmt.Errorf("get host pod %s: %w", want.Name, err)
 	}
-	if !isCopyOf(existing, p.tr.VirtualCluster, pod.Namespace, pod.Name) {
-		return nil, notOurCopy("pod", existing, pod.Namespace+"/"+pod.Name)
+	if !contract.IsCopyOf(existing, p.tr.VirtualCluster, pod.Namespace, pod.Name) {
+		return nil, contract.NotOurCopy("pod", existing, pod.Namespace+"/"+pod.Name)
 	}
-	if existing.Annotations[AnnotationTenantUID] == string(pod.UID) {
+	if existing.Annotations[contract.AnnotationTenantUID] == string(pod.UID) {
 		return existing, nil
 	}
 	if existing.DeletionTimestamp == nil {
@@ -354,6 +359,16 @@ func (p *podProvider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 	return err
 }
 
+// translate is TranslatePod with the labels the tenant's NetworkPolicies
+// call for on the host pod.
+func (p *podProvider) translate(pod *corev1.Pod, services []ServiceAddress) (*PodTranslation, error) {
+	pt, err := p.tr.TranslatePod(pod, p.metadata, services)
+	if err == nil && p.policyLabels != nil {
+		maps.Copy(pt.Pod.Labels, p.policyLabels(pod))
+	}
+	return pt, err
+}
+
 // translateUpdate translates an updated tenant pod. The pod was admitted
 // before its update, so what the virtual node refuses now can only be an
 // ephemeral container it cannot run (kubectl debug): that one is refused,
@@ -361,13 +376,13 @@ func (p *podProvider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 // containers. It returns nil, after an event, when even that is refused.
 func (p *podProvider) translateUpdate(pod *corev1.Pod) *PodTranslation {
 	// Service variables are fixed when the host pod is made: nil.
-	pt, err := p.tr.TranslatePod(pod, p.metadata, nil)
+	pt, err := p.translate(pod, nil)
 	if err == nil {
 		return pt
 	}
 	without := pod.DeepCopy()
 	without.Spec.EphemeralContainers = nil
-	if pt, errWithout := p.tr.TranslatePod(without, p.metadata, nil); errWithout == nil {
+	if pt, errWithout := p.translate(without, nil); errWithout == nil {
 		p.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonEphemeralContainerRefused, "refused by the virtual node: %v", err)
 		return pt
 	}
@@ -383,7 +398,7 @@ func (p *podProvider) updateHostPod(ctx context.Context, pod *corev1.Pod, pt *Po
 		return err
 	}
 	if !p.isHostPodOf(host, pod) {
-		return notOurCopy("pod", host, pod.Namespace+"/"+pod.Name)
+		return contract.NotOurCopy("pod", host, pod.Namespace+"/"+pod.Name)
 	}
 	if len(pt.EphemeralContainers) > len(host.Spec.EphemeralContainers) {
 		updated, err := p.addEphemeralContainers(ctx, pod, pt, host)
@@ -450,7 +465,7 @@ func (p *podProvider) refreshIdentity(ctx context.Context, pt *PodTranslation) e
 	if !pt.UsesTokenSecret {
 		return nil
 	}
-	secret, err := p.objects.hostSecrets.Get(tokenSecretName(pt.Pod.Name))
+	secret, err := p.objects.hostSecrets.Get(contract.TokenSecretName(pt.Pod.Name))
 	if err != nil {
 		// The token refresher writes a missing Secret whole.
 		return nil
@@ -540,7 +555,7 @@ func copyImages(dst, src []corev1.Container) {
 // one, the live object is checked, and a host pod under the name that is not
 // this tenant pod's is left alone.
 func (p *podProvider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
-	name := HostName(p.tr.VirtualCluster, pod.Namespace, pod.Name)
+	name := contract.HostName(p.tr.VirtualCluster, pod.Namespace, pod.Name)
 	pods := p.host.CoreV1().Pods(p.tr.HostNamespace)
 	host, err := p.hostPods.Get(name)
 	if apierrors.IsNotFound(err) || (err == nil && !p.isHostPodOf(host, pod)) {
@@ -582,14 +597,14 @@ func (p *podProvider) tenantPodGone(pod *corev1.Pod) bool {
 // runsOnHost reports whether the tenant pod has its host pod, as far as the
 // host informer cache knows.
 func (p *podProvider) runsOnHost(pod *corev1.Pod) bool {
-	host, err := p.hostPods.Get(HostName(p.tr.VirtualCluster, pod.Namespace, pod.Name))
+	host, err := p.hostPods.Get(contract.HostName(p.tr.VirtualCluster, pod.Namespace, pod.Name))
 	return err == nil && p.isHostPodOf(host, pod)
 }
 
 // isHostPodOf reports whether host was made for exactly this tenant pod: not
 // for another object, nor for an earlier pod of the same name.
 func (p *podProvider) isHostPodOf(host, pod *corev1.Pod) bool {
-	return isCopyOf(host, p.tr.VirtualCluster, pod.Namespace, pod.Name) && host.Annotations[AnnotationTenantUID] == string(pod.UID)
+	return contract.IsCopyOf(host, p.tr.VirtualCluster, pod.Namespace, pod.Name) && host.Annotations[contract.AnnotationTenantUID] == string(pod.UID)
 }
 
 // GetPod returns the tenant view of the pod if it runs on the host. When the
@@ -598,7 +613,7 @@ func (p *podProvider) isHostPodOf(host, pod *corev1.Pod) bool {
 // already gone from the API (a deletion with no grace period), the view is
 // built from the host pod, so the pod controller deletes it.
 func (p *podProvider) GetPod(_ context.Context, namespace, name string) (*corev1.Pod, error) {
-	host, err := p.hostPods.Get(HostName(p.tr.VirtualCluster, namespace, name))
+	host, err := p.hostPods.Get(contract.HostName(p.tr.VirtualCluster, namespace, name))
 	if err != nil {
 		return nil, errdefs.NotFoundf("pod %s/%s is not on the host", namespace, name)
 	}
@@ -606,15 +621,15 @@ func (p *podProvider) GetPod(_ context.Context, namespace, name string) (*corev1
 	if apierrors.IsNotFound(err) {
 		return viewOfHostPod(host), nil
 	}
-	if err != nil || host.Annotations[AnnotationTenantUID] != string(tenant.UID) {
+	if err != nil || host.Annotations[contract.AnnotationTenantUID] != string(tenant.UID) {
 		return nil, errdefs.NotFoundf("pod %s/%s is not on the host", namespace, name)
 	}
 	view := tenant.DeepCopy()
-	if host.Annotations[AnnotationSpecHash] != SpecHash(tenant) {
+	if host.Annotations[contract.AnnotationSpecHash] != SpecHash(tenant) {
 		if view.Annotations == nil {
 			view.Annotations = map[string]string{}
 		}
-		view.Annotations[AnnotationSpecHash] = "stale"
+		view.Annotations[contract.AnnotationSpecHash] = "stale"
 	}
 	view.Status = TenantStatus(tenant, host)
 	return view, nil
@@ -649,12 +664,12 @@ func (p *podProvider) GetPods(context.Context) ([]*corev1.Pod, error) {
 // namespace, name and UID, and the host status. It is nil for a host pod the
 // syncer did not make.
 func viewOfHostPod(h *corev1.Pod) *corev1.Pod {
-	ns, name, ok := TenantKey(h.Annotations)
+	ns, name, ok := contract.TenantKey(h.Annotations)
 	if !ok {
 		return nil
 	}
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(h.Annotations[AnnotationTenantUID])},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(h.Annotations[contract.AnnotationTenantUID])},
 		Status:     h.Status,
 	}
 }
@@ -681,12 +696,12 @@ func (p *podProvider) callback() func(*corev1.Pod) {
 
 // tenantPodOf returns the tenant pod a host pod runs, if it still exists.
 func (p *podProvider) tenantPodOf(host *corev1.Pod) (*corev1.Pod, bool) {
-	ns, name, ok := TenantKey(host.Annotations)
+	ns, name, ok := contract.TenantKey(host.Annotations)
 	if !ok {
 		return nil, false
 	}
 	tenant, err := p.tenantPods.Pods(ns).Get(name)
-	if err != nil || string(tenant.UID) != host.Annotations[AnnotationTenantUID] {
+	if err != nil || string(tenant.UID) != host.Annotations[contract.AnnotationTenantUID] {
 		return nil, false
 	}
 	return tenant, true

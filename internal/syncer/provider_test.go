@@ -19,6 +19,8 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
+
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // newProvider is a podProvider over a fake host API server holding host,
@@ -91,7 +93,7 @@ func TestCreatePodRefusesWhatIsNotInTheShare(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if _, err := host.CoreV1().Pods(tr.HostNamespace).Get(context.Background(), HostName("alpha", "shop", tt.pod.Name), metav1.GetOptions{}); err != nil {
+				if _, err := host.CoreV1().Pods(tr.HostNamespace).Get(context.Background(), contract.HostName("alpha", "shop", tt.pod.Name), metav1.GetOptions{}); err != nil {
 					t.Errorf("no host pod: %v", err)
 				}
 				return
@@ -138,7 +140,7 @@ func TestCreatePodRejectsWhatDoesNotFitAsAKubeletDoes(t *testing.T) {
 			if err := p.CreatePod(context.Background(), tt.pod); err != nil {
 				t.Fatalf("CreatePod = %v, want nil: a rejection is the pod's status, not an error", err)
 			}
-			_, err := host.CoreV1().Pods(tr.HostNamespace).Get(context.Background(), HostName("alpha", "shop", tt.pod.Name), metav1.GetOptions{})
+			_, err := host.CoreV1().Pods(tr.HostNamespace).Get(context.Background(), contract.HostName("alpha", "shop", tt.pod.Name), metav1.GetOptions{})
 			if tt.wantReason == "" {
 				if err != nil || len(notified) != 0 {
 					t.Fatalf("an admitted pod: host pod error %v, %d status notifications", err, len(notified))
@@ -169,12 +171,12 @@ func TestCreateOrAdoptOnlyTouchesItsOwnHostPod(t *testing.T) {
 	pod := simplePod("web", "100m")
 	same := hostPodOf(t, pod)
 	stale := hostPodOf(t, pod)
-	stale.Annotations[AnnotationTenantUID] = "uid-earlier"
+	stale.Annotations[contract.AnnotationTenantUID] = "uid-earlier"
 	foreign := &corev1.Pod{ObjectMeta: foreignMeta("web")}
 	otherCluster := hostPodOf(t, pod)
-	otherCluster.Labels[LabelTenantOf] = "beta"
+	otherCluster.Labels[contract.LabelTenantOf] = "beta"
 	otherObject := hostPodOf(t, pod)
-	otherObject.Annotations[AnnotationTenantName] = "api"
+	otherObject.Annotations[contract.AnnotationTenantName] = "api"
 	tests := []struct {
 		name        string
 		existing    *corev1.Pod
@@ -196,7 +198,7 @@ func TestCreateOrAdoptOnlyTouchesItsOwnHostPod(t *testing.T) {
 			}
 			p, client := newProvider(t, nil, host)
 			got, err := p.createOrAdopt(context.Background(), pod, hostPodOf(t, pod))
-			if tt.wantErr == "" && (err != nil || got.Annotations[AnnotationTenantUID] != string(pod.UID)) ||
+			if tt.wantErr == "" && (err != nil || got.Annotations[contract.AnnotationTenantUID] != string(pod.UID)) ||
 				tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
 				t.Fatalf("createOrAdopt = %v, %v; want error %q", got, err, tt.wantErr)
 			}
@@ -211,7 +213,7 @@ func TestCreateOrAdoptOnlyTouchesItsOwnHostPod(t *testing.T) {
 func TestDeletePodOnlyDeletesItsOwnHostPod(t *testing.T) {
 	pod := simplePod("web", "100m")
 	stale := hostPodOf(t, pod)
-	stale.Annotations[AnnotationTenantUID] = "uid-earlier"
+	stale.Annotations[contract.AnnotationTenantUID] = "uid-earlier"
 	for _, tt := range []struct {
 		name     string
 		existing *corev1.Pod
@@ -247,11 +249,11 @@ func TestUpdatePodCopiesOnlyAllowedMetadata(t *testing.T) {
 	if err := p.UpdatePod(context.Background(), upd); err != nil {
 		t.Fatal(err)
 	}
-	got, err := client.CoreV1().Pods(tr.HostNamespace).Get(context.Background(), HostName("alpha", "shop", "web"), metav1.GetOptions{})
+	got, err := client.CoreV1().Pods(tr.HostNamespace).Get(context.Background(), contract.HostName("alpha", "shop", "web"), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Labels["tier"] != "front" || got.Labels["sidecar.istio.io/inject"] != "" || got.Annotations[AnnotationSpecHash] != SpecHash(upd) {
+	if got.Labels["tier"] != "front" || got.Labels["sidecar.istio.io/inject"] != "" || got.Annotations[contract.AnnotationSpecHash] != SpecHash(upd) {
 		t.Errorf("host pod labels %v, annotations %v", got.Labels, got.Annotations)
 	}
 }
@@ -271,7 +273,7 @@ func TestUpdatePodAddsEphemeralContainers(t *testing.T) {
 	if err := p.UpdatePod(context.Background(), debug); err != nil {
 		t.Fatal(err)
 	}
-	got, err := client.CoreV1().Pods(tr.HostNamespace).Get(context.Background(), HostName("alpha", "shop", "web"), metav1.GetOptions{})
+	got, err := client.CoreV1().Pods(tr.HostNamespace).Get(context.Background(), contract.HostName("alpha", "shop", "web"), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +302,7 @@ func TestUpdatePodAddsEphemeralContainers(t *testing.T) {
 	if err := p.UpdatePod(context.Background(), privileged); err != nil {
 		t.Fatalf("a refused ephemeral container blocks the pod's other changes: %v", err)
 	}
-	got, err = client.CoreV1().Pods(tr.HostNamespace).Get(context.Background(), HostName("alpha", "shop", "web"), metav1.GetOptions{})
+	got, err = client.CoreV1().Pods(tr.HostNamespace).Get(context.Background(), contract.HostName("alpha", "shop", "web"), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,7 +338,7 @@ func TestUpdatePodWithAnEphemeralContainerTranslationRefusesIsNoError(t *testing
 	if err := p.UpdatePod(context.Background(), debug); err != nil {
 		t.Fatalf("UpdatePod: %v, want the refusal as an event", err)
 	}
-	got, err := client.CoreV1().Pods(tr.HostNamespace).Get(context.Background(), HostName("alpha", "shop", "web"), metav1.GetOptions{})
+	got, err := client.CoreV1().Pods(tr.HostNamespace).Get(context.Background(), contract.HostName("alpha", "shop", "web"), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +359,7 @@ func TestUpdatePodRetriesAConflictWithAFreshHostPod(t *testing.T) {
 	updates := 0
 	client.PrependReactor("update", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		if updates++; updates == 1 {
-			return true, nil, apierrors.NewConflict(corev1.Resource("pods"), HostName("alpha", "shop", "web"), nil)
+			return true, nil, apierrors.NewConflict(corev1.Resource("pods"), contract.HostName("alpha", "shop", "web"), nil)
 		}
 		return false, nil, nil
 	})
@@ -366,7 +368,7 @@ func TestUpdatePodRetriesAConflictWithAFreshHostPod(t *testing.T) {
 	if err := p.UpdatePod(context.Background(), labelled); err != nil {
 		t.Fatalf("UpdatePod: %v, want the conflict retried", err)
 	}
-	got, err := client.CoreV1().Pods(tr.HostNamespace).Get(context.Background(), HostName("alpha", "shop", "web"), metav1.GetOptions{})
+	got, err := client.CoreV1().Pods(tr.HostNamespace).Get(context.Background(), contract.HostName("alpha", "shop", "web"), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -433,7 +435,7 @@ func TestDownwardAPILabelsFollowTheTenantPod(t *testing.T) {
 		t.Error("annotations are in the token Secret though no volume shows them")
 	}
 	host := pt.Pod
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: tokenSecretName(host.Name), Namespace: tr.HostNamespace},
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: contract.TokenSecretName(host.Name), Namespace: tr.HostNamespace},
 		Data: map[string][]byte{identityLabels: []byte(pt.Identity[identityLabels])}}
 	relabelled := pod.DeepCopy()
 	relabelled.Labels["tier"] = "back"
@@ -451,7 +453,7 @@ func TestDownwardAPIOneAnnotationComesFromTheTenantPod(t *testing.T) {
 	pod.Annotations = map[string]string{"team": "shop"}
 	items := []corev1.DownwardAPIVolumeFile{
 		{Path: "team", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['team']"}},
-		{Path: "hash", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['" + AnnotationSpecHash + "']"}},
+		{Path: "hash", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['" + contract.AnnotationSpecHash + "']"}},
 		{Path: "tier", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels['tier']"}},
 	}
 	pod.Spec.Volumes = []corev1.Volume{{Name: "info", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: items}}}}
@@ -464,7 +466,7 @@ func TestDownwardAPIOneAnnotationComesFromTheTenantPod(t *testing.T) {
 		if src.DownwardAPI != nil {
 			t.Errorf("the host kubelet resolves %v against the host pod", src.DownwardAPI.Items)
 		}
-		if src.Secret != nil && src.Secret.Name == tokenSecretName(pt.Pod.Name) {
+		if src.Secret != nil && src.Secret.Name == contract.TokenSecretName(pt.Pod.Name) {
 			for _, it := range src.Secret.Items {
 				files[it.Path] = pt.Identity[it.Key]
 			}
@@ -473,7 +475,7 @@ func TestDownwardAPIOneAnnotationComesFromTheTenantPod(t *testing.T) {
 	if want := map[string]string{"team": "shop", "hash": "", "tier": ""}; !maps.Equal(files, want) {
 		t.Fatalf("files %q, want the tenant's values %q", files, want)
 	}
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: tokenSecretName(pt.Pod.Name), Namespace: tr.HostNamespace}}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: contract.TokenSecretName(pt.Pod.Name), Namespace: tr.HostNamespace}}
 	moved := pod.DeepCopy()
 	moved.Annotations["team"] = "billing"
 	got := tokenSecretAfterUpdate(t, pt.Pod, secret, moved)
@@ -526,7 +528,7 @@ func TestCreatePodRetriesAPassingFailure(t *testing.T) {
 	if err := p.CreatePod(context.Background(), pod); err != nil {
 		t.Fatalf("CreatePod = %v, want the passing failures retried", err)
 	}
-	if _, err := host.CoreV1().Pods(tr.HostNamespace).Get(context.Background(), HostName("alpha", "shop", "web"), metav1.GetOptions{}); err != nil || failures != 0 {
+	if _, err := host.CoreV1().Pods(tr.HostNamespace).Get(context.Background(), contract.HostName("alpha", "shop", "web"), metav1.GetOptions{}); err != nil || failures != 0 {
 		t.Errorf("host pod after %d failures left: %v", failures, err)
 	}
 }
@@ -558,11 +560,11 @@ func TestTheTenantIdentityIsInTheObjectBudget(t *testing.T) {
 	if err := p.CreatePod(context.Background(), pod); err != nil {
 		t.Fatalf("CreatePod within the budget: %v", err)
 	}
-	host, err := client.CoreV1().Pods(tr.HostNamespace).Get(context.Background(), HostName("alpha", "shop", "web"), metav1.GetOptions{})
+	host, err := client.CoreV1().Pods(tr.HostNamespace).Get(context.Background(), contract.HostName("alpha", "shop", "web"), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	secret, err := client.CoreV1().Secrets(tr.HostNamespace).Get(context.Background(), tokenSecretName(host.Name), metav1.GetOptions{})
+	secret, err := client.CoreV1().Secrets(tr.HostNamespace).Get(context.Background(), contract.TokenSecretName(host.Name), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/virtual-kubelet/virtual-kubelet/node"
 	"github.com/virtual-kubelet/virtual-kubelet/node/api"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -36,6 +37,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nestdev/nest/internal/kindsync"
+	"github.com/nestdev/nest/internal/syncer/contract"
+	"github.com/nestdev/nest/internal/syncer/kinds/networkpolicy"
 	"github.com/nestdev/nest/internal/version"
 )
 
@@ -93,6 +96,10 @@ type Options struct {
 	// and writes to both clusters; the others keep their CoreDNS' records
 	// current and wait.
 	LeaderElect bool
+	// EgressBlocks are the addresses outside the host cluster tenant pods
+	// may reach, as the VirtualCluster's base egress policy has them: the
+	// ipBlocks of tenant NetworkPolicies are cut to them.
+	EgressBlocks []networkingv1.IPBlock
 	// Identity is this syncer's name in the election: its pod's name; ""
 	// is the host name. A random suffix is added (electionIdentity), so a
 	// replacement pod of the same name never takes its predecessor's lease.
@@ -161,6 +168,11 @@ type syncer struct {
 	// clusterDNS keeps the tenant's kube-system/kube-dns Service; nil
 	// without Options.NodeIP, the control-plane pod's IP it points at.
 	clusterDNS *kindsync.Syncer
+	// networkPolicies keeps the host copies of the tenant's NetworkPolicies
+	// and policyPods the policy labels of host pods (policySync; host
+	// syncer only).
+	networkPolicies, policyPods *kindsync.Syncer
+	policySync                  *networkpolicy.Syncer
 	// nodeNetworks keeps the node network of hostNetwork pods, keyed by
 	// virtual node (nodenetwork.go); nil unless Options.NodeNetwork.
 	nodeNetworks *kindsync.Syncer
@@ -243,7 +255,7 @@ func newSyncerFor(ctx context.Context, o Options, tenant, host kubernetes.Interf
 	s.tenantF = informers.NewSharedInformerFactory(tenant, 0)
 	s.nodes = NodeNames(o.NodeName, max(o.VirtualNodes, 1))
 	s.pods = newPodsOnNodes(tenant, s.nodes)
-	ours := labels.SelectorFromSet(labels.Set{LabelTenantOf: o.VirtualCluster}).String()
+	ours := labels.SelectorFromSet(labels.Set{contract.LabelTenantOf: o.VirtualCluster}).String()
 	s.hostF = informers.NewSharedInformerFactoryWithOptions(host, 0, informers.WithNamespace(o.HostNamespace),
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = ours }))
 	s.events = informers.NewSharedInformerFactoryWithOptions(host, 0, informers.WithNamespace(o.HostNamespace))
@@ -334,6 +346,7 @@ func newSyncerFor(ctx context.Context, o Options, tenant, host kubernetes.Interf
 	s.provider.tenantDeletes = s.tenantDeletes
 	if o.Member == "" {
 		s.wireMembers(host)
+		s.wireNetworkPolicies(host)
 	} else {
 		s.wireGatekeeper()
 	}
@@ -364,7 +377,7 @@ func (s *syncer) kindSyncers() []*kindsync.Syncer {
 		}
 		return out
 	}
-	out := []*kindsync.Syncer{s.configMaps, s.secrets, s.services, s.slices, s.serviceSync.dns, s.tokens, s.orphans, s.tenantDeletes, s.members}
+	out := []*kindsync.Syncer{s.configMaps, s.secrets, s.services, s.slices, s.serviceSync.dns, s.tokens, s.orphans, s.tenantDeletes, s.members, s.networkPolicies, s.policyPods}
 	if s.nodeNetworks != nil {
 		out = append(out, s.nodeNetworks)
 	}

@@ -13,6 +13,8 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // HostService returns the host Service for a tenant Service, and false for
@@ -33,7 +35,7 @@ func (t Translator) HostService(s *corev1.Service) (*corev1.Service, bool) {
 	var selector map[string]string
 	if len(s.Spec.Selector) > 0 {
 		selector = maps.Clone(s.Spec.Selector)
-		maps.Copy(selector, hostLabels(t.VirtualCluster, s.Namespace))
+		maps.Copy(selector, contract.HostLabels(t.VirtualCluster, s.Namespace))
 	}
 	ports := make([]corev1.ServicePort, 0, len(s.Spec.Ports))
 	for _, p := range s.Spec.Ports {

@@ -18,6 +18,8 @@ import (
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
+
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // Tenant pods get the variables the kubelet would give them in the tenant
@@ -239,7 +241,7 @@ func TestHostServiceOfKubeDNS(t *testing.T) {
 	if !copied {
 		t.Fatal("the tenant's own kube-dns Service gets no host copy")
 	}
-	if hostSvc.Name != HostName(tr.VirtualCluster, "kube-system", "kube-dns") || hostSvc.Namespace != tr.HostNamespace {
+	if hostSvc.Name != contract.HostName(tr.VirtualCluster, "kube-system", "kube-dns") || hostSvc.Namespace != tr.HostNamespace {
 		t.Errorf("host copy %s/%s", hostSvc.Namespace, hostSvc.Name)
 	}
 }

@@ -17,6 +17,8 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
+
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // Annotations of a pod's token Secret.
@@ -47,10 +49,10 @@ func (ti *tokenIssuer) secretFor(ctx context.Context, tr Translator, tenant *cor
 	projections, _ := json.Marshal(pt.Tokens)
 	s := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:        tokenSecretName(pt.Pod.Name),
+			Name:        contract.TokenSecretName(pt.Pod.Name),
 			Namespace:   tr.HostNamespace,
-			Labels:      hostLabels(tr.VirtualCluster, tenant.Namespace),
-			Annotations: hostAnnotations(tenant.Namespace, tenant.Name, string(tenant.UID)),
+			Labels:      contract.HostLabels(tr.VirtualCluster, tenant.Namespace),
+			Annotations: contract.HostAnnotations(tenant.Namespace, tenant.Name, string(tenant.UID)),
 		},
 		Type: corev1.SecretTypeOpaque,
 		Data: map[string][]byte{},
@@ -75,10 +77,10 @@ func (ti *tokenIssuer) fill(ctx context.Context, s *corev1.Secret) error {
 		delete(s.Annotations, annotationRefreshAt)
 		return nil
 	}
-	namespace, name, _ := TenantKey(s.Annotations)
+	namespace, name, _ := contract.TenantKey(s.Annotations)
 	next := ti.now().Add(ti.maxAge)
 	for _, p := range projections {
-		token, expires, err := ti.request(ctx, namespace, s.Annotations[annotationServiceAccount], name, s.Annotations[AnnotationTenantUID], p)
+		token, expires, err := ti.request(ctx, namespace, s.Annotations[annotationServiceAccount], name, s.Annotations[contract.AnnotationTenantUID], p)
 		if err != nil {
 			return err
 		}

@@ -16,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
+
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 var tr = Translator{
@@ -43,7 +45,7 @@ func TestHostNameIsBoundedAndCollisionFree(t *testing.T) {
 		{"alpha", "default", "web-v1"}, // same readable part as web.v1
 		{"alpha", "default", strings.Repeat("a.", 40) + "b"},
 	} {
-		n := HostName(c[0], c[1], c[2])
+		n := contract.HostName(c[0], c[1], c[2])
 		if len(n) > 63 || len(validation.IsDNS1123Label(n)) > 0 {
 			t.Errorf("HostName%v = %q: not a valid DNS label: %v", c, n, validation.IsDNS1123Label(n))
 		}
@@ -55,10 +57,10 @@ func TestHostNameIsBoundedAndCollisionFree(t *testing.T) {
 		}
 		names[n] = true
 	}
-	if first, again := HostName("alpha", "default", "web"), HostName("alpha", "default", "web"); first != again {
+	if first, again := contract.HostName("alpha", "default", "web"), contract.HostName("alpha", "default", "web"); first != again {
 		t.Errorf("HostName is not stable: %s then %s", first, again)
 	}
-	if n := HostName("alpha", "shop", "web"); len(validation.IsDNS1035Label(n)) > 0 {
+	if n := contract.HostName("alpha", "shop", "web"); len(validation.IsDNS1035Label(n)) > 0 {
 		t.Errorf("HostName of a Service name %q is not a valid Service name", n)
 	}
 }
@@ -103,13 +105,13 @@ func TestTranslatePod(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := pt.Pod
-	if p.Namespace != "vc-alpha" || p.Name != HostName("alpha", "shop", "web-1") {
+	if p.Namespace != "vc-alpha" || p.Name != contract.HostName("alpha", "shop", "web-1") {
 		t.Errorf("host pod %s/%s", p.Namespace, p.Name)
 	}
-	if p.Labels["app"] != "web" || p.Labels[LabelTenantOf] != "alpha" || p.Labels[LabelTenantNamespace] != "shop" {
+	if p.Labels["app"] != "web" || p.Labels[contract.LabelTenantOf] != "alpha" || p.Labels[contract.LabelTenantNamespace] != "shop" {
 		t.Errorf("labels %v", p.Labels)
 	}
-	if ns, name, ok := TenantKey(p.Annotations); !ok || ns != "shop" || name != "web-1" || p.Annotations[AnnotationTenantUID] != "uid-1" {
+	if ns, name, ok := contract.TenantKey(p.Annotations); !ok || ns != "shop" || name != "web-1" || p.Annotations[contract.AnnotationTenantUID] != "uid-1" {
 		t.Errorf("annotations %v do not point back to the tenant pod", p.Annotations)
 	}
 	s := p.Spec
@@ -122,7 +124,7 @@ func TestTranslatePod(t *testing.T) {
 	if s.Hostname != "web-1" || s.DNSPolicy != corev1.DNSNone || s.DNSConfig.Nameservers[0] != "10.96.0.6" || s.DNSConfig.Searches[0] != "shop.svc.cluster.local" {
 		t.Errorf("hostname %q, DNS %s %+v", s.Hostname, s.DNSPolicy, s.DNSConfig)
 	}
-	if s.ImagePullSecrets[0].Name != HostName("alpha", "shop", "registry") {
+	if s.ImagePullSecrets[0].Name != contract.HostName("alpha", "shop", "registry") {
 		t.Errorf("image pull secret %v", s.ImagePullSecrets)
 	}
 	// A kubelet only warns about a missing pull Secret and tries the pull.
@@ -134,23 +136,23 @@ func TestTranslatePod(t *testing.T) {
 	for _, e := range c.Env {
 		env[e.Name] = e
 	}
-	if env["NS"].Value != "shop" || env["IP"].ValueFrom == nil || env["COLOR"].ValueFrom.ConfigMapKeyRef.Name != HostName("alpha", "shop", "settings") {
+	if env["NS"].Value != "shop" || env["IP"].ValueFrom == nil || env["COLOR"].ValueFrom.ConfigMapKeyRef.Name != contract.HostName("alpha", "shop", "settings") {
 		t.Errorf("env %+v", env)
 	}
 	if env["KUBERNETES_SERVICE_HOST"].Value != "10.96.0.5" || env["KUBERNETES_SERVICE_PORT"].Value != "6443" || env["KUBERNETES_PORT_6443_TCP_ADDR"].Value != "10.96.0.5" {
 		t.Errorf("in-cluster clients are not pointed at the tenant API server: %+v", env)
 	}
-	if c.EnvFrom[0].SecretRef.Name != HostName("alpha", "shop", "creds") || c.ReadinessProbe == nil {
+	if c.EnvFrom[0].SecretRef.Name != contract.HostName("alpha", "shop", "creds") || c.ReadinessProbe == nil {
 		t.Errorf("envFrom %+v, probe %v", c.EnvFrom, c.ReadinessProbe)
 	}
 	if cpu, mem := c.Resources.Requests[corev1.ResourceCPU], c.Resources.Requests[corev1.ResourceMemory]; cpu.String() != "100m" || !mem.IsZero() {
 		t.Errorf("requests %v: want the tenant's cpu and a stated zero memory", c.Resources.Requests)
 	}
 	sources := s.Volumes[0].Projected.Sources
-	if len(sources) != 3 || sources[0].Secret == nil || sources[0].Secret.Name != tokenSecretName(p.Name) || sources[0].Secret.Items[0].Path != "token" {
+	if len(sources) != 3 || sources[0].Secret == nil || sources[0].Secret.Name != contract.TokenSecretName(p.Name) || sources[0].Secret.Items[0].Path != "token" {
 		t.Fatalf("token projection %+v", sources)
 	}
-	if sources[1].ConfigMap.Name != HostName("alpha", "shop", "kube-root-ca.crt") || sources[2].Secret.Items[0].Key != identityNamespace {
+	if sources[1].ConfigMap.Name != contract.HostName("alpha", "shop", "kube-root-ca.crt") || sources[2].Secret.Items[0].Key != identityNamespace {
 		t.Errorf("projection %+v", sources)
 	}
 	if len(pt.Tokens) != 1 || pt.Tokens[0].ExpirationSeconds != 3607 || !pt.UsesTokenSecret || pt.Identity[identityNamespace] != "shop" {
@@ -318,7 +320,7 @@ func TestHostService(t *testing.T) {
 	if !ok || h.Spec.Type != corev1.ServiceTypeClusterIP || h.Spec.ClusterIP != "" || h.Spec.Ports[0].NodePort != 0 {
 		t.Fatalf("host service %+v", h)
 	}
-	if h.Spec.Selector["app"] != "web" || h.Spec.Selector[LabelTenantOf] != "alpha" || h.Spec.Selector[LabelTenantNamespace] != "shop" {
+	if h.Spec.Selector["app"] != "web" || h.Spec.Selector[contract.LabelTenantOf] != "alpha" || h.Spec.Selector[contract.LabelTenantNamespace] != "shop" {
 		t.Errorf("selector %v may select other tenants' pods", h.Spec.Selector)
 	}
 	for _, skip := range []*corev1.Service{

@@ -29,6 +29,7 @@ import (
 	"github.com/nestdev/nest/internal/devcluster"
 	"github.com/nestdev/nest/internal/images"
 	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/testutil"
 	"github.com/nestdev/nest/test/e2e/framework"
 )
@@ -101,7 +102,7 @@ func TestMemberCluster(t *testing.T) {
 		if pod.Spec.NodeName != nodeName {
 			t.Errorf("the Job's pod ran on %s, want %s", pod.Spec.NodeName, nodeName)
 		}
-		inMember, err := memberCS.CoreV1().Pods(grant.Namespace).Get(ctx, syncer.HostName(tn.Name, "default", pod.Name), metav1.GetOptions{})
+		inMember, err := memberCS.CoreV1().Pods(grant.Namespace).Get(ctx, contract.HostName(tn.Name, "default", pod.Name), metav1.GetOptions{})
 		if err != nil {
 			t.Fatalf("the Job's pod in the member's namespace %s: %v", grant.Namespace, err)
 		}
@@ -231,7 +232,7 @@ func TestMemberCluster(t *testing.T) {
 		// The member's own admin, not nest-syncer, creates these: a dry run,
 		// so nothing is left behind.
 		dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
-		pod := restrictedPod("by-hand", map[string]string{syncer.LabelTenantOf: tn.Name, syncer.LabelTenantNamespace: "default"})
+		pod := restrictedPod("by-hand", map[string]string{contract.LabelTenantOf: tn.Name, contract.LabelTenantNamespace: "default"})
 		got, err := memberCS.CoreV1().Pods(grant.Namespace).Create(ctx, pod, dryRun)
 		if err != nil {
 			t.Fatalf("a pod with the tenant's labels: %v", err)
@@ -247,7 +248,7 @@ func TestMemberCluster(t *testing.T) {
 				env["KUBERNETES_SERVICE_HOST"], got.Spec.DNSPolicy, got.Spec.DNSConfig, apiHost, dns.Spec.ClusterIP)
 		}
 		_, err = memberCS.CoreV1().Pods(grant.Namespace).Create(ctx, restrictedPod("stray", nil), dryRun)
-		if err == nil || !strings.Contains(err.Error(), "label "+syncer.LabelTenantOf) {
+		if err == nil || !strings.Contains(err.Error(), "label "+contract.LabelTenantOf) {
 			t.Errorf("a pod without the tenant's labels: %v; want it refused naming the label", err)
 		}
 	})
@@ -268,7 +269,7 @@ func TestMemberCluster(t *testing.T) {
 			}
 			return nil
 		})
-		_, err := memberCS.CoreV1().Pods(grant.Namespace).Get(ctx, syncer.HostName(tn.Name, "default", "greedy"), metav1.GetOptions{})
+		_, err := memberCS.CoreV1().Pods(grant.Namespace).Get(ctx, contract.HostName(tn.Name, "default", "greedy"), metav1.GetOptions{})
 		if !apierrors.IsNotFound(err) {
 			t.Errorf("the pod over the grant is in the member (get: %v)", err)
 		}

@@ -26,6 +26,7 @@ import (
 	"github.com/nestdev/nest/internal/controlplane"
 	"github.com/nestdev/nest/internal/images"
 	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/testutil"
 	"github.com/nestdev/nest/test/e2e/framework"
 )
@@ -106,7 +107,7 @@ func TestVirtualNode(t *testing.T) {
 		waitTenantPods(t, ctx, alpha, "run=client", 1)
 		web := tenantPodNames(t, ctx, alpha, "app=web")
 		for _, p := range hostPods(alpha) {
-			if len(p.Name) > 63 || p.Labels[syncer.LabelTenantNamespace] != "default" || p.Annotations[syncer.AnnotationTenantName] == "" {
+			if len(p.Name) > 63 || p.Labels[contract.LabelTenantNamespace] != "default" || p.Annotations[contract.AnnotationTenantName] == "" {
 				t.Errorf("host pod %s: name length %d, labels %v", p.Name, len(p.Name), p.Labels)
 			}
 			if ptr.Deref(p.Spec.AutomountServiceAccountToken, true) || p.Spec.PriorityClassName != controlplane.TenantPriorityClass {
@@ -255,7 +256,7 @@ func TestVirtualNode(t *testing.T) {
 			waitRefused(t, ctx, alpha, "bad-"+name)
 		}
 		for _, p := range hostPods(alpha) {
-			if strings.HasPrefix(p.Annotations[syncer.AnnotationTenantName], "bad-") {
+			if strings.HasPrefix(p.Annotations[contract.AnnotationTenantName], "bad-") {
 				t.Errorf("refused pod reached the host as %s", p.Name)
 			}
 		}
@@ -290,7 +291,7 @@ func TestVirtualNode(t *testing.T) {
 		if err := host.Get(ctx, client.ObjectKey{Namespace: "vc-alpha", Name: claim}, pvc); err != nil {
 			t.Fatalf("the virtual node's disk: %v", err)
 		}
-		if pvc.Labels[syncer.LabelTenantOf] != "alpha" || pvc.Status.Phase != corev1.ClaimBound {
+		if pvc.Labels[contract.LabelTenantOf] != "alpha" || pvc.Status.Phase != corev1.ClaimBound {
 			t.Errorf("claim %s labels %v phase %s", claim, pvc.Labels, pvc.Status.Phase)
 		}
 		for _, name := range []string{"disk-writer", "disk-reader"} {
@@ -368,7 +369,7 @@ func TestVirtualNode(t *testing.T) {
 			return fmt.Errorf("phase %s, conditions %v", pod.Status.Phase, pod.Status.Conditions)
 		})
 		for _, p := range hostPods(alpha) {
-			if p.Annotations[syncer.AnnotationTenantName] == "greedy" {
+			if p.Annotations[contract.AnnotationTenantName] == "greedy" {
 				t.Error("an unschedulable tenant pod reached the host")
 			}
 		}
@@ -393,7 +394,7 @@ func TestVirtualNode(t *testing.T) {
 	t.Run("deleting a tenant pod deletes its host pod, gracefully or at once", func(t *testing.T) {
 		alpha.Kubectl(t, ctx, "delete", "pod", "configured", "--wait=true", "--timeout=60s")
 		for _, p := range hostPods(alpha) {
-			if p.Annotations[syncer.AnnotationTenantName] == "configured" {
+			if p.Annotations[contract.AnnotationTenantName] == "configured" {
 				t.Errorf("host pod %s outlived its tenant pod", p.Name)
 			}
 		}
@@ -404,7 +405,7 @@ func TestVirtualNode(t *testing.T) {
 		alpha.Kubectl(t, ctx, "delete", "pod", "doomed", "--force", "--grace-period=0")
 		testutil.Eventually(t, time.Minute, "host pod of a force-deleted pod gone", func() error {
 			for _, p := range hostPods(alpha) {
-				if p.Annotations[syncer.AnnotationTenantName] == "doomed" {
+				if p.Annotations[contract.AnnotationTenantName] == "doomed" {
 					return fmt.Errorf("host pod %s still there", p.Name)
 				}
 			}
@@ -452,7 +453,7 @@ func TestVirtualNode(t *testing.T) {
 		waitTenantPods(t, ctx, alpha, "run=after-restart", 1)
 		waitTenantPods(t, ctx, alpha, "app=web", 3)
 		for _, p := range hostPods(alpha) {
-			if p.Annotations[syncer.AnnotationTenantName] == "after-restart" {
+			if p.Annotations[contract.AnnotationTenantName] == "after-restart" {
 				continue
 			}
 			if uid, ok := before[p.Name]; (ok && uid != string(p.UID)) || p.CreationTimestamp.After(restarted) {

@@ -19,6 +19,7 @@ import (
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // The network injector of a grant (served by nest-syncer; see
@@ -108,7 +109,7 @@ func deleteInjector(ctx context.Context, m *memberConn, vc *nestv1.VirtualCluste
 func injectorProbe(vc *nestv1.VirtualCluster) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "nest-injector-probe-",
-			Labels: map[string]string{syncer.LabelTenantOf: vc.Name, syncer.LabelTenantNamespace: metav1.NamespaceDefault}},
+			Labels: map[string]string{contract.LabelTenantOf: vc.Name, contract.LabelTenantNamespace: metav1.NamespaceDefault}},
 		Spec: corev1.PodSpec{
 			SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65534),
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},

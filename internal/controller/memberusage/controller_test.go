@@ -21,6 +21,7 @@ import (
 	"github.com/nestdev/nest/internal/controller/membergrant"
 	"github.com/nestdev/nest/internal/controlplane"
 	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 const memberName = "gpu-pool"
@@ -92,9 +93,9 @@ func createPod(t *testing.T, g grant, name string, gpus int64, start time.Time, 
 	gpu := corev1.ResourceList{GPUResource: *resource.NewQuantity(gpus, resource.DecimalSI), corev1.ResourceCPU: resource.MustParse("2")}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: g.namespace, Name: name + "-x-default-x-" + g.vc.Name,
-			Labels: map[string]string{syncer.LabelTenantOf: g.vc.Name},
-			Annotations: map[string]string{syncer.AnnotationTenantNamespace: "default", syncer.AnnotationTenantName: name,
-				syncer.AnnotationTenantUID: "tenant-uid-" + name}},
+			Labels: map[string]string{contract.LabelTenantOf: g.vc.Name},
+			Annotations: map[string]string{contract.AnnotationTenantNamespace: "default", contract.AnnotationTenantName: name,
+				contract.AnnotationTenantUID: "tenant-uid-" + name}},
 		Spec: corev1.PodSpec{
 			AutomountServiceAccountToken: ptr.To(false),
 			Containers: []corev1.Container{{Name: "train", Image: "registry.example/train:1",

@@ -14,7 +14,7 @@ import (
 	resourcehelper "k8s.io/component-helpers/resource"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
-	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // GPUResource is the resource counted as GPU-hours.
@@ -101,12 +101,12 @@ func sortRecords(rs []Record) {
 // podRecord is the record of a member pod as listed at now, and false for
 // a pod that is not a tenant pod (no tenant annotations) or has not started.
 func podRecord(member string, pod *corev1.Pod, now time.Time) (Record, bool) {
-	ns, name, ok := syncer.TenantKey(pod.Annotations)
+	ns, name, ok := contract.TenantKey(pod.Annotations)
 	if !ok || pod.Status.StartTime == nil {
 		return Record{}, false
 	}
 	r := Record{
-		Member: member, Namespace: ns, Name: name, TenantUID: pod.Annotations[syncer.AnnotationTenantUID],
+		Member: member, Namespace: ns, Name: name, TenantUID: pod.Annotations[contract.AnnotationTenantUID],
 		PodUID: string(pod.UID), Requests: resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}),
 		Start: pod.Status.StartTime.UTC(), LastSeen: now.UTC(),
 	}

@@ -11,7 +11,7 @@ import (
 	k8stypes "k8s.io/apimachinery/pkg/types"
 
 	"github.com/nestdev/nest/internal/kube"
-	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -23,7 +23,7 @@ func tp(t time.Time) *time.Time { return &t }
 func gpuPod(uid string, phase corev1.PodPhase, start time.Time, finished ...time.Time) *corev1.Pod {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{UID: k8stypes.UID("m-" + uid), Annotations: map[string]string{
-			syncer.AnnotationTenantNamespace: "default", syncer.AnnotationTenantName: uid, syncer.AnnotationTenantUID: uid}},
+			contract.AnnotationTenantNamespace: "default", contract.AnnotationTenantName: uid, contract.AnnotationTenantUID: uid}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
 			// As the API server defaults them: the GPU limit becomes its request.
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), GPUResource: resource.MustParse("1")},

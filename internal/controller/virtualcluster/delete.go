@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,7 +17,7 @@ import (
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/controlplane"
-	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // reconcileDelete removes the VirtualCluster's host objects — the StatefulSet
@@ -101,10 +102,11 @@ func hostObjectsDeletedIn(step controlplane.DeletionStep, n controlplane.Names) 
 }
 
 // deleteTenantWorkloads deletes every host object nest-syncer made for vc
-// (pods, Services, ConfigMaps, Secrets and the virtual nodes' disks) and
+// (pods, Services, ConfigMaps, Secrets, NetworkPolicies and the virtual
+// nodes' disks) and
 // returns how many were still there.
 func (r *Reconciler) deleteTenantWorkloads(ctx context.Context, vc *nestv1.VirtualCluster) (int, error) {
-	selector := client.MatchingLabels{syncer.LabelTenantOf: vc.Name}
+	selector := client.MatchingLabels{contract.LabelTenantOf: vc.Name}
 	remaining := 0
 	for _, kind := range []struct {
 		obj  client.Object
@@ -112,6 +114,7 @@ func (r *Reconciler) deleteTenantWorkloads(ctx context.Context, vc *nestv1.Virtu
 	}{
 		{&corev1.Pod{}, &corev1.PodList{}}, {&corev1.Service{}, &corev1.ServiceList{}},
 		{&corev1.ConfigMap{}, &corev1.ConfigMapList{}}, {&corev1.Secret{}, &corev1.SecretList{}},
+		{&networkingv1.NetworkPolicy{}, &networkingv1.NetworkPolicyList{}},
 		// The virtual nodes' disks; the host keeps each until no pod mounts it.
 		{&corev1.PersistentVolumeClaim{}, &corev1.PersistentVolumeClaimList{}},
 	} {

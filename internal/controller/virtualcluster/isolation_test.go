@@ -21,7 +21,7 @@ import (
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/controlplane"
-	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // updateVC changes the VirtualCluster, retrying on conflicts with the controller.
@@ -196,7 +196,7 @@ func TestNamespaceAdmitsControlPlaneAndBoundsOthers(t *testing.T) {
 	// As nest-syncer makes them: zero cpu and memory requests, no limits.
 	restricted := func(name string, r corev1.ResourceRequirements) *corev1.Pod {
 		return &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{syncer.LabelTenantOf: "strict"}},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{contract.LabelTenantOf: "strict"}},
 			Spec: corev1.PodSpec{
 				SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
 				Containers: []corev1.Container{{

@@ -23,7 +23,7 @@ import (
 	"github.com/nestdev/nest/internal/controlplane"
 	"github.com/nestdev/nest/internal/devcluster"
 	"github.com/nestdev/nest/internal/kube"
-	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/testutil"
 	"github.com/nestdev/nest/test/e2e/framework"
 )
@@ -354,7 +354,7 @@ func fillQuota(t *testing.T, e *env, tn *framework.Tenant, w *workload) {
 // deleteHostCopies deletes, from outside, every host pod, Service,
 // ConfigMap and Secret the syncer made for the tenant.
 func deleteHostCopies(t *testing.T, e *env, tn *framework.Tenant, _ *workload) {
-	mine := []client.ListOption{client.InNamespace(tn.Namespace), client.MatchingLabels{syncer.LabelTenantOf: tn.Name}}
+	mine := []client.ListOption{client.InNamespace(tn.Namespace), client.MatchingLabels{contract.LabelTenantOf: tn.Name}}
 	deleted := 0
 	for _, list := range []client.ObjectList{&corev1.PodList{}, &corev1.ServiceList{}, &corev1.ConfigMapList{}, &corev1.SecretList{}} {
 		if err := e.host.List(e.ctx, list, mine...); err != nil {

@@ -25,6 +25,7 @@ import (
 
 	"github.com/nestdev/nest/internal/images"
 	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/test/e2e/framework"
 )
 
@@ -372,7 +373,7 @@ func (w *workload) listBoth(ctx context.Context, host client.Client, tenant, hos
 	if err := w.tc.List(ctx, tenant, client.InNamespace(tenantNS)); err != nil {
 		return err
 	}
-	return host.List(ctx, hostList, client.InNamespace(w.tn.Namespace), client.MatchingLabels{syncer.LabelTenantOf: w.tn.Name, syncer.LabelTenantNamespace: tenantNS})
+	return host.List(ctx, hostList, client.InNamespace(w.tn.Namespace), client.MatchingLabels{contract.LabelTenantOf: w.tn.Name, contract.LabelTenantNamespace: tenantNS})
 }
 
 // workloadOnly keeps the tenant objects the workload made, named with prefix.
@@ -422,7 +423,7 @@ func compare[T any, PT interface {
 	tenantByHostName := map[string]bool{}
 	for i := range tenant {
 		to := PT(&tenant[i])
-		name := syncer.HostName(vc, tenantNS, to.GetName())
+		name := contract.HostName(vc, tenantNS, to.GetName())
 		tenantByHostName[name] = true
 		ho, ok := hostByName[name]
 		switch {
@@ -434,7 +435,7 @@ func compare[T any, PT interface {
 		}
 	}
 	for name, ho := range hostByName {
-		tenantName := ho.GetAnnotations()[syncer.AnnotationTenantName]
+		tenantName := ho.GetAnnotations()[contract.AnnotationTenantName]
 		if !tenantByHostName[name] && !slices.ContainsFunc(tenant, func(o T) bool { return PT(&o).GetName() == tenantName }) && !isOutsideWorkload(kind, tenantName) {
 			errs = append(errs, fmt.Errorf("host %s %s is an orphan: tenant %s is gone", kind, name, tenantName))
 		}
@@ -454,7 +455,7 @@ func comparePods(tenant, host []corev1.Pod) []error {
 	var errs []error
 	byUID := map[string][]corev1.Pod{}
 	for _, h := range host {
-		uid := h.Annotations[syncer.AnnotationTenantUID]
+		uid := h.Annotations[contract.AnnotationTenantUID]
 		byUID[uid] = append(byUID[uid], h)
 	}
 	for _, p := range tenant {

@@ -21,7 +21,7 @@ import (
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/devcluster"
 	"github.com/nestdev/nest/internal/kube"
-	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/testutil"
 )
 
@@ -137,7 +137,7 @@ func (tn *Tenant) Clientset(t testing.TB) *kubernetes.Clientset {
 func (tn *Tenant) HostPods(t testing.TB, ctx context.Context, host client.Client) []corev1.Pod {
 	t.Helper()
 	var list corev1.PodList
-	if err := host.List(ctx, &list, client.InNamespace("vc-"+tn.Name), client.MatchingLabels{syncer.LabelTenantOf: tn.Name}); err != nil {
+	if err := host.List(ctx, &list, client.InNamespace("vc-"+tn.Name), client.MatchingLabels{contract.LabelTenantOf: tn.Name}); err != nil {
 		t.Fatal(err)
 	}
 	return list.Items
@@ -147,7 +147,7 @@ func (tn *Tenant) HostPods(t testing.TB, ctx context.Context, host client.Client
 // namespace/name.
 func HostPodOf(pods []corev1.Pod, namespace, name string) (corev1.Pod, bool) {
 	for _, p := range pods {
-		if p.Annotations[syncer.AnnotationTenantName] == name && p.Annotations[syncer.AnnotationTenantNamespace] == namespace {
+		if p.Annotations[contract.AnnotationTenantName] == name && p.Annotations[contract.AnnotationTenantNamespace] == namespace {
 			return p, true
 		}
 	}

@@ -16,7 +16,7 @@ import (
 
 	"github.com/nestdev/nest/internal/controlplane"
 	"github.com/nestdev/nest/internal/images"
-	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/testutil"
 	"github.com/nestdev/nest/test/e2e/framework"
 )
@@ -157,11 +157,11 @@ func (e *env) hostServiceIP(t *testing.T, tn *framework.Tenant, ns, name string)
 	var ip string
 	testutil.Eventually(t, time.Minute, "host Service of "+ns+"/"+name, func() error {
 		var list corev1.ServiceList
-		if err := e.host.List(e.ctx, &list, client.InNamespace(tn.Namespace), client.MatchingLabels{syncer.LabelTenantOf: tn.Name}); err != nil {
+		if err := e.host.List(e.ctx, &list, client.InNamespace(tn.Namespace), client.MatchingLabels{contract.LabelTenantOf: tn.Name}); err != nil {
 			return err
 		}
 		for _, s := range list.Items {
-			if s.Annotations[syncer.AnnotationTenantName] == name && s.Annotations[syncer.AnnotationTenantNamespace] == ns && s.Spec.ClusterIP != "" {
+			if s.Annotations[contract.AnnotationTenantName] == name && s.Annotations[contract.AnnotationTenantNamespace] == ns && s.Spec.ClusterIP != "" {
 				ip = s.Spec.ClusterIP
 				return nil
 			}

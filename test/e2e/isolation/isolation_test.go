@@ -24,8 +24,8 @@ import (
 type env struct {
 	ctx  context.Context
 	host client.Client
-	// hostKubeconfig is the host cluster's admin kubeconfig.
-	hostKubeconfig string
+	// hostKubeconfig is the host cluster's admin kubeconfig, in stateDir.
+	hostKubeconfig, stateDir string
 	// alpha is the attacker; beta the other tenant.
 	alpha, beta *framework.Tenant
 	// nodeIPs are the host nodes' InternalIPs.
@@ -72,6 +72,8 @@ func TestTenantIsolation(t *testing.T) {
 		{"resources", e.resources()},
 		{"identity", e.identity()},
 		{"budgets", e.budgets()},
+		{"translation", e.translation()},
+		{"network-policies", e.networkPolicies()},
 	} {
 		t.Run(g.name, func(t *testing.T) {
 			for _, c := range g.cases {
@@ -92,9 +94,10 @@ type testCase struct {
 
 func setup(t *testing.T, ctx context.Context) *env {
 	t.Helper()
-	host, hostKubeconfig, nest := framework.StartNest(t, ctx)
+	stateDir := framework.StartHostCluster(t, ctx, "--with-nest")
+	host, hostKubeconfig, nest := framework.NestOn(t, ctx, stateDir)
 	dir := t.TempDir()
-	e := &env{ctx: ctx, host: host, hostKubeconfig: hostKubeconfig, alpha: &framework.Tenant{Name: "alpha", Dir: dir}, beta: &framework.Tenant{Name: "beta", Dir: dir}}
+	e := &env{ctx: ctx, host: host, hostKubeconfig: hostKubeconfig, stateDir: stateDir, alpha: &framework.Tenant{Name: "alpha", Dir: dir}, beta: &framework.Tenant{Name: "beta", Dir: dir}}
 	createAlpha(t, ctx, host)
 	// Beta confines privileged containers, where alpha refuses them: the
 	// escape cases check both.

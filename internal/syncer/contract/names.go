@@ -1,4 +1,8 @@
-package syncer
+// Package contract is what nest-syncer and the rest of Nest agree on about
+// the host copies of tenant objects: their names, and the labels and
+// annotations that say whose copy an object is. nest-manager, the CLI, the
+// dashboard and each kind's syncer import it instead of the syncer runtime.
+package contract
 
 import (
 	"crypto/sha256"
@@ -28,7 +32,9 @@ const (
 	// so a restarted syncer knows whether the host pod is current.
 	AnnotationSpecHash = "nest.dev/tenant-spec-hash"
 
-	reservedPrefix = "nest.dev/"
+	// ReservedPrefix starts every label and annotation key only Nest
+	// writes; tenant objects may not carry such keys.
+	ReservedPrefix = "nest.dev/"
 )
 
 // maxHostName keeps host names valid DNS labels: a pod's name becomes its
@@ -56,33 +62,47 @@ func HostName(vc, namespace, name string) string {
 	return readable + suffix
 }
 
-// tokenSecretName is the host Secret that carries one pod's service-account
-// tokens and identity, owned by the host pod.
-func tokenSecretName(hostPod string) string { return hostPod + "-token" }
+// ShortName returns name when it is at most 63 characters; else name cut,
+// with trailing dashes and dots dropped, and ended with "-" and a 64-bit
+// hash of key, 63 characters in all.
+func ShortName(name, key string) string {
+	if len(name) <= maxHostName {
+		return name
+	}
+	sum := sha256.Sum256([]byte(key))
+	suffix := "-" + hex.EncodeToString(sum[:])[:hashLen]
+	return strings.TrimRight(name[:maxHostName-len(suffix)], "-.") + suffix
+}
 
-// hostLabels are the labels that select a virtual cluster's host objects of
+// TokenSecretName is the host Secret that carries one pod's service-account
+// tokens and identity, owned by the host pod.
+func TokenSecretName(hostPod string) string { return hostPod + "-token" }
+
+// HostLabels are the labels that select a virtual cluster's host objects of
 // one tenant namespace.
-func hostLabels(vc, namespace string) map[string]string {
+func HostLabels(vc, namespace string) map[string]string {
 	return map[string]string{LabelTenantOf: vc, LabelTenantNamespace: namespace}
 }
 
-func hostAnnotations(namespace, name, uid string) map[string]string {
+// HostAnnotations point a host object back at its tenant object
+// namespace/name with uid.
+func HostAnnotations(namespace, name, uid string) map[string]string {
 	return map[string]string{AnnotationTenantNamespace: namespace, AnnotationTenantName: name, AnnotationTenantUID: uid}
 }
 
-// isCopyOf reports whether the host object with labels and annotations is
+// IsCopyOf reports whether the host object with labels and annotations is
 // the syncer's copy of the tenant object namespace/name of the virtual
 // cluster vc. Only then may the syncer adopt, update or delete it: a host
 // name can be taken by anything else in the host namespace.
-func isCopyOf(host metav1.Object, vc, namespace, name string) bool {
+func IsCopyOf(host metav1.Object, vc, namespace, name string) bool {
 	ns, n, ok := TenantKey(host.GetAnnotations())
 	return ok && host.GetLabels()[LabelTenantOf] == vc && ns == namespace && n == name
 }
 
-// notOurCopy is the error for a host object that holds the name of the copy
+// NotOurCopy is the error for a host object that holds the name of the copy
 // of the tenant object tenantKey ("namespace/name") but is not that copy. It
 // is terminal: retrying cannot change whose object it is.
-func notOurCopy(kind string, host metav1.Object, tenantKey string) error {
+func NotOurCopy(kind string, host metav1.Object, tenantKey string) error {
 	return kindsync.Terminal(fmt.Errorf("host %s %s/%s already exists and is not the copy of %s: refusing to overwrite or delete it; rename the tenant object, or ask the host administrator to remove the host %s",
 		kind, host.GetNamespace(), host.GetName(), tenantKey, kind))
 }

@@ -1,0 +1,422 @@
+// Package networkpolicy enforces a tenant's NetworkPolicies on the host: each
+// tenant policy becomes a host NetworkPolicy in the tenant's host namespace,
+// whose selectors name host pods by labels Nest writes on them, and which
+// never allows more than Nest's own isolation policies already allow.
+//
+// Kubernetes' model is followed: a pod selected by no policy of a
+// direction is open in that direction, a selected pod takes only what some
+// policy allows. Nest's base policies (controlplane.NetworkPoliciesFor)
+// open tenant pods to each other and to the outside only while they carry
+// no isolation label (LabelIngressIsolated, LabelEgressIsolated); the
+// syncer sets those labels on the host pods that a tenant policy selects,
+// and the host copies of the tenant's policies then say what those pods may
+// do. The tenant's own control plane (API server, CoreDNS, the kubelet API)
+// keeps reaching its pods and being reached from them, as a node's traffic
+// is in most CNIs.
+package networkpolicy
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/nestdev/nest/internal/syncer/contract"
+)
+
+// Labels Nest writes on host pods for the tenant's policies. Tenants cannot
+// write keys under nest.dev/, so only the syncer sets them.
+const (
+	// LabelIngressIsolated is on a host pod that a tenant policy of type
+	// Ingress selects: the base policy that opens tenant pods to each other
+	// leaves it out.
+	LabelIngressIsolated = "nest.dev/ingress-isolated"
+	// LabelEgressIsolated is the same for Egress: the base policy that opens
+	// tenant pods to each other and the outside leaves it out.
+	LabelEgressIsolated = "nest.dev/egress-isolated"
+	// labelKeyPrefix starts the host label that mirrors one tenant label
+	// key a policy selects on (LabelKey).
+	labelKeyPrefix = contract.ReservedPrefix + "label-"
+)
+
+// LabelKey is the host pod label that carries the value of the tenant pod
+// label key: "nest.dev/label-" and a 64-bit hash of the key, a valid label
+// key whatever the tenant's key is.
+func LabelKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return labelKeyPrefix + hex.EncodeToString(sum[:8])
+}
+
+// IsPolicyLabel reports whether a host pod label key is one this package
+// manages (mirrored keys and isolation labels).
+func IsPolicyLabel(key string) bool {
+	return key == LabelIngressIsolated || key == LabelEgressIsolated || len(key) > len(labelKeyPrefix) && key[:len(labelKeyPrefix)] == labelKeyPrefix
+}
+
+// Translator makes host NetworkPolicies from tenant ones.
+type Translator struct {
+	// VirtualCluster is the VirtualCluster's name, HostNamespace its host
+	// namespace.
+	VirtualCluster, HostNamespace string
+	// Outside is where tenant pods may reach beyond their own cluster: the
+	// blocks of Nest's base egress policy. A tenant ipBlock is cut to them,
+	// for ingress and egress alike.
+	Outside []networkingv1.IPBlock
+}
+
+// Cut is something of a tenant policy the host copy leaves out, for the
+// tenant's Warning event.
+type Cut string
+
+// Translate returns the host copy of the tenant policy p and what was cut
+// from it. namespaces are the tenant's namespaces, against which namespace
+// selectors are evaluated (the host copy names the namespaces they match
+// now; the syncer translates again when namespaces change). The copy allows
+// only traffic to and from the tenant's own pods on virtual nodes and the
+// blocks of Outside: a peer that could mean anything else is cut, and a
+// rule whose peers were all cut is dropped, never left to mean "anyone".
+func (t Translator) Translate(p *networkingv1.NetworkPolicy, namespaces []*corev1.Namespace) (*networkingv1.NetworkPolicy, []Cut, error) {
+	var cuts []Cut
+	podSelector, err := t.podsIn(p.Namespace, &p.Spec.PodSelector)
+	if err != nil {
+		return nil, nil, fmt.Errorf("spec.podSelector: %w", err)
+	}
+	spec := networkingv1.NetworkPolicySpec{PodSelector: *podSelector, PolicyTypes: slices.Clone(p.Spec.PolicyTypes)}
+	for i, r := range p.Spec.Ingress {
+		peers, c, err := t.peers(p.Namespace, r.From, namespaces, fmt.Sprintf("spec.ingress[%d].from", i))
+		if err != nil {
+			return nil, nil, err
+		}
+		cuts = append(cuts, c...)
+		if len(r.From) > 0 && len(peers) == 0 {
+			cuts = append(cuts, Cut(fmt.Sprintf("spec.ingress[%d]: every peer was cut, so the rule allows nothing", i)))
+			continue
+		}
+		spec.Ingress = append(spec.Ingress, networkingv1.NetworkPolicyIngressRule{Ports: slices.Clone(r.Ports), From: peers})
+	}
+	for i, r := range p.Spec.Egress {
+		peers, c, err := t.peers(p.Namespace, r.To, namespaces, fmt.Sprintf("spec.egress[%d].to", i))
+		if err != nil {
+			return nil, nil, err
+		}
+		cuts = append(cuts, c...)
+		if len(r.To) > 0 && len(peers) == 0 {
+			cuts = append(cuts, Cut(fmt.Sprintf("spec.egress[%d]: every peer was cut, so the rule allows nothing", i)))
+			continue
+		}
+		if len(r.To) == 0 {
+			// "To anywhere": the tenant's own pods and the outside, no more.
+			peers = append([]networkingv1.NetworkPolicyPeer{{PodSelector: t.allTenantPods()}}, ipPeers(t.Outside)...)
+		}
+		spec.Egress = append(spec.Egress, networkingv1.NetworkPolicyEgressRule{Ports: slices.Clone(r.Ports), To: peers})
+	}
+	for i, r := range spec.Ingress {
+		if len(r.From) == 0 {
+			// "From anywhere": the tenant's own pods and the outside.
+			spec.Ingress[i].From = append([]networkingv1.NetworkPolicyPeer{{PodSelector: t.allTenantPods()}}, ipPeers(t.Outside)...)
+		}
+	}
+	host := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: contract.HostName(t.VirtualCluster, p.Namespace, p.Name), Namespace: t.HostNamespace,
+			Labels:      contract.HostLabels(t.VirtualCluster, p.Namespace),
+			Annotations: contract.HostAnnotations(p.Namespace, p.Name, string(p.UID)),
+		},
+		Spec: spec,
+	}
+	return host, cuts, nil
+}
+
+// allTenantPods selects every host pod of the virtual cluster.
+func (t Translator) allTenantPods() *metav1.LabelSelector {
+	return &metav1.LabelSelector{MatchLabels: map[string]string{contract.LabelTenantOf: t.VirtualCluster}}
+}
+
+// podsIn selects the host pods of the tenant pods in namespace that
+// selector selects.
+func (t Translator) podsIn(namespace string, selector *metav1.LabelSelector) (*metav1.LabelSelector, error) {
+	out, err := hostSelector(selector)
+	if err != nil {
+		return nil, err
+	}
+	if out.MatchLabels == nil {
+		out.MatchLabels = map[string]string{}
+	}
+	out.MatchLabels[contract.LabelTenantOf] = t.VirtualCluster
+	out.MatchLabels[contract.LabelTenantNamespace] = namespace
+	return out, nil
+}
+
+// peers translates one rule's peers; field names them in errors and cuts.
+func (t Translator) peers(namespace string, in []networkingv1.NetworkPolicyPeer, namespaces []*corev1.Namespace, field string) ([]networkingv1.NetworkPolicyPeer, []Cut, error) {
+	var out []networkingv1.NetworkPolicyPeer
+	var cuts []Cut
+	for i, peer := range in {
+		at := fmt.Sprintf("%s[%d]", field, i)
+		switch {
+		case peer.IPBlock != nil:
+			blocks, cut, err := t.cutBlock(*peer.IPBlock)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s.ipBlock: %w", at, err)
+			}
+			if cut {
+				cuts = append(cuts, Cut(fmt.Sprintf("%s.ipBlock %s: only the addresses outside the host cluster that the VirtualCluster's egress allows are kept (%s)", at, peer.IPBlock.CIDR, describe(blocks))))
+			}
+			out = append(out, ipPeers(blocks)...)
+		case peer.NamespaceSelector == nil:
+			sel, err := t.podsIn(namespace, peer.PodSelector)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s.podSelector: %w", at, err)
+			}
+			out = append(out, networkingv1.NetworkPolicyPeer{PodSelector: sel})
+		default:
+			names, err := matchingNamespaces(peer.NamespaceSelector, namespaces)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s.namespaceSelector: %w", at, err)
+			}
+			if len(names) == 0 {
+				continue
+			}
+			sel, err := hostSelector(peer.PodSelector)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s.podSelector: %w", at, err)
+			}
+			if sel.MatchLabels == nil {
+				sel.MatchLabels = map[string]string{}
+			}
+			sel.MatchLabels[contract.LabelTenantOf] = t.VirtualCluster
+			sel.MatchExpressions = append(sel.MatchExpressions, metav1.LabelSelectorRequirement{Key: contract.LabelTenantNamespace, Operator: metav1.LabelSelectorOpIn, Values: names})
+			out = append(out, networkingv1.NetworkPolicyPeer{PodSelector: sel})
+		}
+	}
+	return out, cuts, nil
+}
+
+// matchingNamespaces returns the names of the namespaces selector selects,
+// sorted.
+func matchingNamespaces(selector *metav1.LabelSelector, namespaces []*corev1.Namespace) ([]string, error) {
+	s, err := metav1.LabelSelectorAsSelector(selector)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, ns := range namespaces {
+		if s.Matches(labels.Set(ns.Labels)) {
+			out = append(out, ns.Name)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// hostSelector rewrites a tenant pod selector onto the host labels that
+// mirror tenant label keys (LabelKey); nil selects every pod.
+func hostSelector(in *metav1.LabelSelector) (*metav1.LabelSelector, error) {
+	out := &metav1.LabelSelector{}
+	if in == nil {
+		return out, nil
+	}
+	if _, err := metav1.LabelSelectorAsSelector(in); err != nil {
+		return nil, err
+	}
+	if len(in.MatchLabels) > 0 {
+		out.MatchLabels = map[string]string{}
+		for k, v := range in.MatchLabels {
+			out.MatchLabels[LabelKey(k)] = v
+		}
+	}
+	for _, r := range in.MatchExpressions {
+		out.MatchExpressions = append(out.MatchExpressions, metav1.LabelSelectorRequirement{Key: LabelKey(r.Key), Operator: r.Operator, Values: slices.Clone(r.Values)})
+	}
+	return out, nil
+}
+
+// SelectedKeys returns the tenant label keys the policy's pod selectors
+// use, which host pods must mirror.
+func SelectedKeys(p *networkingv1.NetworkPolicy) []string {
+	var keys []string
+	add := func(s *metav1.LabelSelector) {
+		if s == nil {
+			return
+		}
+		keys = append(keys, slices.Collect(maps.Keys(s.MatchLabels))...)
+		for _, r := range s.MatchExpressions {
+			keys = append(keys, r.Key)
+		}
+	}
+	add(&p.Spec.PodSelector)
+	for _, r := range p.Spec.Ingress {
+		for _, peer := range r.From {
+			add(peer.PodSelector)
+		}
+	}
+	for _, r := range p.Spec.Egress {
+		for _, peer := range r.To {
+			add(peer.PodSelector)
+		}
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys)
+}
+
+// cutBlock intersects a tenant ipBlock with Outside: each part of the
+// tenant's range inside an allowed block, minus the tenant's and the
+// block's exceptions. cut reports whether any address of the tenant's
+// range, less its own exceptions, was left out.
+func (t Translator) cutBlock(b networkingv1.IPBlock) (out []networkingv1.IPBlock, cut bool, err error) {
+	want, err := netip.ParsePrefix(b.CIDR)
+	if err != nil {
+		return nil, false, fmt.Errorf("cidr %q: %w", b.CIDR, err)
+	}
+	want = want.Masked()
+	var tenantExcept []netip.Prefix
+	for _, e := range b.Except {
+		p, err := netip.ParsePrefix(e)
+		if err != nil {
+			return nil, false, fmt.Errorf("except %q: %w", e, err)
+		}
+		tenantExcept = append(tenantExcept, p.Masked())
+	}
+	cut = true
+	for _, allowed := range t.Outside {
+		a, err := netip.ParsePrefix(allowed.CIDR)
+		if err != nil {
+			continue
+		}
+		var allowedExcept []netip.Prefix
+		for _, e := range allowed.Except {
+			if p, err := netip.ParsePrefix(e); err == nil {
+				allowedExcept = append(allowedExcept, p)
+			}
+		}
+		var part netip.Prefix
+		switch {
+		case covers(a, want):
+			part = want
+			// Kept whole unless the allowed block's exceptions take
+			// addresses the tenant did not except itself.
+			cut = slices.ContainsFunc(allowedExcept, func(e netip.Prefix) bool {
+				return e.Overlaps(want) && !slices.ContainsFunc(tenantExcept, func(x netip.Prefix) bool { return covers(x, e) || covers(x, want) })
+			})
+		case covers(want, a):
+			part = a
+		default:
+			continue
+		}
+		block := networkingv1.IPBlock{CIDR: part.String()}
+		for _, e := range slices.Concat(tenantExcept, allowedExcept) {
+			switch {
+			case covers(e, part):
+				block.CIDR = ""
+			case covers(part, e):
+				block.Except = append(block.Except, e.String())
+			}
+		}
+		if block.CIDR == "" {
+			continue
+		}
+		slices.Sort(block.Except)
+		block.Except = slices.Compact(block.Except)
+		out = append(out, block)
+	}
+	return out, cut, nil
+}
+
+// covers reports whether outer contains every address of inner.
+func covers(outer, inner netip.Prefix) bool {
+	return outer.Addr().Is4() == inner.Addr().Is4() && outer.Bits() <= inner.Bits() && outer.Contains(inner.Addr())
+}
+
+func ipPeers(blocks []networkingv1.IPBlock) []networkingv1.NetworkPolicyPeer {
+	out := make([]networkingv1.NetworkPolicyPeer, len(blocks))
+	for i := range blocks {
+		out[i] = networkingv1.NetworkPolicyPeer{IPBlock: blocks[i].DeepCopy()}
+	}
+	return out
+}
+
+func describe(blocks []networkingv1.IPBlock) string {
+	if len(blocks) == 0 {
+		return "nothing is left"
+	}
+	s := ""
+	for i, b := range blocks {
+		if i > 0 {
+			s += ", "
+		}
+		s += b.CIDR
+		if len(b.Except) > 0 {
+			s += fmt.Sprintf(" except %v", b.Except)
+		}
+	}
+	return "kept: " + s
+}
+
+// View is what host pod labels depend on of the tenant's policies: the
+// label keys their pod selectors use, and which pods they isolate.
+type View struct {
+	keys     []string
+	policies []*networkingv1.NetworkPolicy
+}
+
+// NewView is the View of the tenant's policies.
+func NewView(policies []*networkingv1.NetworkPolicy) *View {
+	v := &View{policies: policies}
+	for _, p := range policies {
+		v.keys = append(v.keys, SelectedKeys(p)...)
+	}
+	slices.Sort(v.keys)
+	v.keys = slices.Compact(v.keys)
+	return v
+}
+
+// PodLabels returns the labels the host pod of the tenant pod carries for
+// the tenant's policies: the mirror of each label key a policy selects on
+// (LabelKey), and LabelIngressIsolated or LabelEgressIsolated when a policy
+// of that type selects the pod.
+func (v *View) PodLabels(pod *corev1.Pod) map[string]string {
+	out := map[string]string{}
+	for _, k := range v.keys {
+		if value, ok := pod.Labels[k]; ok {
+			out[LabelKey(k)] = value
+		}
+	}
+	for _, p := range v.policies {
+		if p.Namespace != pod.Namespace {
+			continue
+		}
+		s, err := metav1.LabelSelectorAsSelector(&p.Spec.PodSelector)
+		if err != nil || !s.Matches(labels.Set(pod.Labels)) {
+			continue
+		}
+		for _, t := range p.Spec.PolicyTypes {
+			switch t {
+			case networkingv1.PolicyTypeIngress:
+				out[LabelIngressIsolated] = "true"
+			case networkingv1.PolicyTypeEgress:
+				out[LabelEgressIsolated] = "true"
+			}
+		}
+	}
+	return out
+}
+
+// WithPodLabels returns host pod labels with the policy labels replaced by
+// want: labels this package manages that want lacks are dropped.
+func WithPodLabels(host, want map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range host {
+		if !IsPolicyLabel(k) {
+			out[k] = v
+		}
+	}
+	maps.Copy(out, want)
+	return out
+}

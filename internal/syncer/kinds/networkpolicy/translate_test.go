@@ -1,0 +1,244 @@
+package networkpolicy
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"github.com/nestdev/nest/internal/syncer/contract"
+)
+
+// outside is the local host cluster's default egress: everywhere but the
+// private ranges, which hold the host's own.
+var outside = []networkingv1.IPBlock{{CIDR: "0.0.0.0/0", Except: []string{"10.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12", "192.168.0.0/16"}}}
+
+var tr = Translator{VirtualCluster: "alpha", HostNamespace: "vc-alpha", Outside: outside}
+
+func namespaces(nameLabels map[string]map[string]string) []*corev1.Namespace {
+	var out []*corev1.Namespace
+	for name, l := range nameLabels {
+		out = append(out, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l}})
+	}
+	return out
+}
+
+var tenantNamespaces = namespaces(map[string]map[string]string{"shop": {"team": "shop"}, "billing": {"team": "money"}, "default": nil})
+
+func policy(spec networkingv1.NetworkPolicySpec) *networkingv1.NetworkPolicy {
+	return &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "shop", UID: "uid-p"}, Spec: spec}
+}
+
+var (
+	ingress = []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}
+	egress  = []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}
+)
+
+// selects reports whether a host peer selector selects a host pod with
+// labels.
+func selects(s *metav1.LabelSelector, l map[string]string) bool {
+	sel, err := metav1.LabelSelectorAsSelector(s)
+	return err == nil && sel.Matches(labels.Set(l))
+}
+
+// hostPodLabels are the labels of the host pod of a tenant pod in namespace
+// with tenant labels, under policies.
+func hostPodLabels(namespace string, tenantLabels map[string]string, policies ...*networkingv1.NetworkPolicy) map[string]string {
+	out := contract.HostLabels("alpha", namespace)
+	for k, v := range NewView(policies).PodLabels(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Labels: tenantLabels}}) {
+		out[k] = v
+	}
+	return out
+}
+
+// Every peer of a host copy names only the tenant's own pods or addresses
+// inside Outside: whatever the tenant writes, its policy cannot open what
+// Nest's isolation policies close.
+func checkConfined(t *testing.T, p *networkingv1.NetworkPolicy) {
+	t.Helper()
+	var peers []networkingv1.NetworkPolicyPeer
+	for _, r := range p.Spec.Ingress {
+		if len(r.From) == 0 {
+			t.Errorf("an ingress rule without peers allows anyone: %+v", r)
+		}
+		peers = append(peers, r.From...)
+	}
+	for _, r := range p.Spec.Egress {
+		if len(r.To) == 0 {
+			t.Errorf("an egress rule without peers allows anywhere: %+v", r)
+		}
+		peers = append(peers, r.To...)
+	}
+	for _, peer := range peers {
+		switch {
+		case peer.NamespaceSelector != nil:
+			t.Errorf("a peer names host namespaces: %+v", peer)
+		case peer.PodSelector != nil:
+			if peer.PodSelector.MatchLabels[contract.LabelTenantOf] != "alpha" {
+				t.Errorf("a pod peer is not limited to the tenant's pods: %+v", peer.PodSelector)
+			}
+		case peer.IPBlock != nil:
+			block := netip.MustParsePrefix(peer.IPBlock.CIDR)
+			if block.Bits() == 0 && !slices.Contains(peer.IPBlock.Except, "10.0.0.0/8") {
+				t.Errorf("ipBlock %+v reaches the private ranges", peer.IPBlock)
+			}
+			for _, private := range []string{"10.0.0.0/8", "192.168.0.0/16", "169.254.0.0/16"} {
+				pr := netip.MustParsePrefix(private)
+				if pr.Contains(block.Addr()) {
+					t.Errorf("ipBlock %+v lies in %s", peer.IPBlock, private)
+				}
+			}
+		}
+	}
+	if p.Spec.PodSelector.MatchLabels[contract.LabelTenantOf] != "alpha" || p.Spec.PodSelector.MatchLabels[contract.LabelTenantNamespace] != "shop" {
+		t.Errorf("the policy selects pods beyond the tenant namespace's: %+v", p.Spec.PodSelector)
+	}
+}
+
+func TestTranslate(t *testing.T) {
+	web := map[string]string{"app": "web"}
+	client := map[string]string{"role": "client"}
+	tests := []struct {
+		name string
+		spec networkingv1.NetworkPolicySpec
+		// Host pods, by tenant namespace and labels, that the copy's rule
+		// 0 must admit, and must not.
+		admit, refuse []map[string]string
+		admitNS       string
+		wantRules     int
+		wantCut       string
+	}{
+		{name: "default deny ingress", spec: networkingv1.NetworkPolicySpec{PolicyTypes: ingress}, wantRules: 0},
+		{name: "from pods of the same namespace", wantRules: 1,
+			spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: web}, PolicyTypes: ingress,
+				Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: client}}}}}},
+			admitNS: "shop", admit: []map[string]string{client}, refuse: []map[string]string{web, nil}},
+		{name: "from every namespace", wantRules: 1,
+			spec: networkingv1.NetworkPolicySpec{PolicyTypes: ingress,
+				Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{}}}}}},
+			admitNS: "billing", admit: []map[string]string{client, nil}},
+		{name: "from namespaces by label", wantRules: 1,
+			spec: networkingv1.NetworkPolicySpec{PolicyTypes: ingress,
+				Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "money"}},
+					PodSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "role", Operator: metav1.LabelSelectorOpExists}}}}}}}},
+			admitNS: "billing", admit: []map[string]string{client}, refuse: []map[string]string{nil}},
+		{name: "namespaces that match none: the rule is dropped, not left open", wantRules: 0, wantCut: "every peer was cut",
+			spec: networkingv1.NetworkPolicySpec{PolicyTypes: ingress,
+				Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "none"}}}}}}}},
+		{name: "ipBlock of the host's pod range: cut, the rule dropped", wantRules: 0, wantCut: "10.244.1.5/32",
+			spec: networkingv1.NetworkPolicySpec{PolicyTypes: egress,
+				Egress: []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "10.244.1.5/32"}}}}}}},
+		{name: "ipBlock of everywhere: cut to the outside", wantRules: 1, wantCut: "0.0.0.0/0",
+			spec: networkingv1.NetworkPolicySpec{PolicyTypes: egress,
+				Egress: []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0"}}}}}}},
+		{name: "a public ipBlock with the tenant's exception is kept", wantRules: 1,
+			spec: networkingv1.NetworkPolicySpec{PolicyTypes: egress,
+				Egress: []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "203.0.113.0/24", Except: []string{"203.0.113.128/25"}}}}}}}},
+		{name: "egress anywhere on a port: the tenant's pods and the outside", wantRules: 1,
+			spec: networkingv1.NetworkPolicySpec{PolicyTypes: egress,
+				Egress: []networkingv1.NetworkPolicyEgressRule{{Ports: []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(443))}}}}},
+			admitNS: "billing", admit: []map[string]string{nil}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := policy(tt.spec)
+			host, cuts, err := tr.Translate(p, tenantNamespaces)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkConfined(t, host)
+			if host.Name != contract.HostName("alpha", "shop", "p") || host.Namespace != "vc-alpha" || !contract.IsCopyOf(host, "alpha", "shop", "p") {
+				t.Errorf("host copy %s/%s is not named and marked as the copy", host.Namespace, host.Name)
+			}
+			rules := len(host.Spec.Ingress) + len(host.Spec.Egress)
+			if rules != tt.wantRules {
+				t.Fatalf("%d rules, want %d: %+v", rules, tt.wantRules, host.Spec)
+			}
+			var cutText []string
+			for _, c := range cuts {
+				cutText = append(cutText, string(c))
+			}
+			if got := strings.Join(cutText, "; "); (tt.wantCut == "") != (got == "") || !strings.Contains(got, tt.wantCut) {
+				t.Errorf("cuts %q, want %q", got, tt.wantCut)
+			}
+			peers := func() []networkingv1.NetworkPolicyPeer {
+				if len(host.Spec.Ingress) > 0 {
+					return host.Spec.Ingress[0].From
+				}
+				return host.Spec.Egress[0].To
+			}
+			for _, l := range tt.admit {
+				if !slices.ContainsFunc(peers(), func(peer networkingv1.NetworkPolicyPeer) bool {
+					return peer.PodSelector != nil && selects(peer.PodSelector, hostPodLabels(tt.admitNS, l, p))
+				}) {
+					t.Errorf("no peer admits the host pod of %s %v", tt.admitNS, l)
+				}
+			}
+			for _, l := range tt.refuse {
+				if slices.ContainsFunc(peers(), func(peer networkingv1.NetworkPolicyPeer) bool {
+					return peer.PodSelector != nil && selects(peer.PodSelector, hostPodLabels(tt.admitNS, l, p))
+				}) {
+					t.Errorf("a peer admits the host pod of %s %v", tt.admitNS, l)
+				}
+			}
+			// Another tenant's pods never match, even with the same labels.
+			other := hostPodLabels("shop", client, p)
+			other[contract.LabelTenantOf] = "beta"
+			if len(host.Spec.Ingress)+len(host.Spec.Egress) > 0 && slices.ContainsFunc(peers(), func(peer networkingv1.NetworkPolicyPeer) bool {
+				return peer.PodSelector != nil && selects(peer.PodSelector, other)
+			}) {
+				t.Error("a peer admits another tenant's pod")
+			}
+		})
+	}
+}
+
+// The policy's own selector picks the tenant pods it isolates, through the
+// labels pod translation puts on host pods.
+func TestViewIsolatesTheSelectedPods(t *testing.T) {
+	deny := policy(networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}, PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}})
+	host, _, err := tr.Translate(deny, tenantNamespaces)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		namespace string
+		labels    map[string]string
+		isolated  bool
+	}{
+		{"shop", map[string]string{"app": "web", "tier": "x"}, true},
+		{"shop", map[string]string{"app": "db"}, false},
+		{"billing", map[string]string{"app": "web"}, false},
+	} {
+		l := hostPodLabels(tt.namespace, tt.labels, deny)
+		if got := l[LabelIngressIsolated] == "true" && l[LabelEgressIsolated] == "true"; got != tt.isolated {
+			t.Errorf("%s %v: isolated %v, want %v (labels %v)", tt.namespace, tt.labels, got, tt.isolated, l)
+		}
+		if got := selects(&host.Spec.PodSelector, l); got != tt.isolated {
+			t.Errorf("%s %v: the host copy selects it %v, want %v", tt.namespace, tt.labels, got, tt.isolated)
+		}
+		if _, ok := l[LabelKey("tier")]; ok {
+			t.Errorf("a label key no policy selects on is mirrored: %v", l)
+		}
+	}
+	if got := WithPodLabels(map[string]string{"app": "web", LabelIngressIsolated: "true", LabelKey("app"): "web"}, map[string]string{LabelKey("app"): "web"}); len(got) != 2 || got[LabelIngressIsolated] != "" {
+		t.Errorf("WithPodLabels kept a stale isolation label: %v", got)
+	}
+}
+
+func TestLabelKeyIsReservedAndValid(t *testing.T) {
+	k := LabelKey("example.com/" + strings.Repeat("x", 63))
+	if !strings.HasPrefix(k, contract.ReservedPrefix) || len(k) > 63+len("nest.dev/") || !IsPolicyLabel(k) {
+		t.Errorf("LabelKey = %q", k)
+	}
+	if IsPolicyLabel("app") || IsPolicyLabel(contract.LabelTenantOf) {
+		t.Error("IsPolicyLabel claims labels it does not manage")
+	}
+}

@@ -1,0 +1,189 @@
+package isolation
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nestdev/nest/internal/syncer/kinds/networkpolicy"
+	"github.com/nestdev/nest/internal/testutil"
+	"github.com/nestdev/nest/test/e2e/framework"
+)
+
+// Network policies: a tenant's own NetworkPolicies work as a user expects
+// among its pods, and none of them opens what Nest's isolation closes.
+func (e *env) networkPolicies() []testCase {
+	return []testCase{
+		{"tenant-default-deny-blocks-and-an-allow-policy-opens-again", e.defaultDenyThenAllow},
+		{"tenant-policy-cannot-widen-egress-to-the-host-or-another-tenant", e.policyCannotWidenEgress},
+		{"tenant-policy-cannot-widen-ingress-from-another-tenant", e.policyCannotWidenIngress},
+	}
+}
+
+// namespaceWithPods makes a namespace in the tenant with testapp server
+// pods of the given names (label app=<name>) and returns their pod IPs.
+func (e *env) namespaceWithPods(t *testing.T, tn *framework.Tenant, ns string, names ...string) map[string]string {
+	t.Helper()
+	cs := tn.Clientset(t)
+	if _, err := cs.CoreV1().Namespaces().Create(e.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The tenant API server refuses pods until the namespace's default
+	// service account exists.
+	testutil.Eventually(t, time.Minute, "the default service account of "+ns, func() error {
+		_, err := cs.CoreV1().ServiceAccounts(ns).Get(e.ctx, "default", metav1.GetOptions{})
+		return err
+	})
+	ips := map[string]string{}
+	for _, name := range names {
+		p := testPod(name)
+		p.Namespace = ns
+		e.create(t, tn, p)
+	}
+	for _, name := range names {
+		ips[name] = e.waitRunning(t, tn, ns, name).Status.PodIP
+	}
+	return ips
+}
+
+func (e *env) applyPolicy(t *testing.T, tn *framework.Tenant, p *networkingv1.NetworkPolicy) {
+	t.Helper()
+	if _, err := tn.Clientset(t).NetworkingV1().NetworkPolicies(p.Namespace).Create(e.ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// dialFrom opens a TCP connection from a tenant pod, returning the error.
+func (e *env) dialFrom(tn *framework.Tenant, ns, pod, addr string) error {
+	_, err := tn.KubectlErr(e.ctx, "exec", "-n", ns, pod, "--", "/testapp", "dial", addr)
+	return err
+}
+
+// blockedFrom asserts a tenant pod cannot open a TCP connection to addr,
+// and that the failure is the network's.
+func (e *env) blockedFrom(t *testing.T, tn *framework.Tenant, ns, pod, addr string) {
+	t.Helper()
+	err := e.dialFrom(tn, ns, pod, addr)
+	if err == nil {
+		t.Errorf("%s/%s connected to %s", ns, pod, addr)
+		return
+	}
+	if !strings.Contains(err.Error(), "timeout") && !strings.Contains(err.Error(), "refused") && !strings.Contains(err.Error(), "unreachable") {
+		t.Errorf("dial %s from %s/%s failed, but not in the network: %v", addr, ns, pod, err)
+	}
+}
+
+// defaultDenyThenAllow: two pods of alpha talk; a default-deny ingress
+// policy in their namespace stops it; a policy that admits the client by
+// its label opens it again; the client is still refused by a third pod the
+// allow policy does not cover. Real connections throughout.
+func (e *env) defaultDenyThenAllow(t *testing.T) {
+	const ns = "np-deny"
+	ips := e.namespaceWithPods(t, e.alpha, ns, "server", "client", "bystander")
+	server, bystander := hostPort(ips["server"], 8080), hostPort(ips["bystander"], 8080)
+	if err := e.dialFrom(e.alpha, ns, "client", server); err != nil {
+		t.Fatalf("before any policy the client cannot reach the server: %v", err)
+	}
+	start := time.Now()
+	e.applyPolicy(t, e.alpha, &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "default-deny", Namespace: ns},
+		Spec:       networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}},
+	})
+	testutil.Eventually(t, time.Minute, "default deny enforced", func() error {
+		if err := e.dialFrom(e.alpha, ns, "client", server); err == nil {
+			return fmt.Errorf("the client still connects")
+		}
+		return nil
+	})
+	t.Logf("default deny enforced %v after the policy was created", time.Since(start).Round(time.Millisecond))
+	e.blockedFrom(t, e.alpha, ns, "client", bystander)
+
+	start = time.Now()
+	e.applyPolicy(t, e.alpha, &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "allow-client", Namespace: ns},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "server"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{
+				{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "client"}}},
+			}}},
+		},
+	})
+	testutil.Eventually(t, time.Minute, "the allow policy enforced", func() error {
+		return e.dialFrom(e.alpha, ns, "client", server)
+	})
+	t.Logf("allow policy enforced %v after it was created", time.Since(start).Round(time.Millisecond))
+	e.blockedFrom(t, e.alpha, ns, "client", bystander)
+	e.blockedFrom(t, e.alpha, ns, "bystander", server)
+}
+
+// policyCannotWidenEgress: an alpha pod whose own policy allows egress to
+// everywhere, every namespace and every pod still cannot reach the host API
+// server, a host kubelet or beta's pods, and the tenant is told what was
+// cut from its policy.
+func (e *env) policyCannotWidenEgress(t *testing.T) {
+	const ns = "np-egress"
+	e.namespaceWithPods(t, e.alpha, ns, "wide")
+	e.applyPolicy(t, e.alpha, &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "allow-everything", Namespace: ns},
+		Spec: networkingv1.NetworkPolicySpec{
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
+			Egress: []networkingv1.NetworkPolicyEgressRule{
+				{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0"}}}},
+				{To: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{}}}},
+				{},
+			},
+		},
+	})
+	testutil.Eventually(t, time.Minute, "a NetworkPolicyCut event", func() error {
+		if ev := e.tenantEvents(t, e.alpha, ns, "allow-everything"); !strings.Contains(ev, networkpolicy.ReasonCut+": spec.egress[0].to[0].ipBlock 0.0.0.0/0") {
+			return fmt.Errorf("events: %s", ev)
+		}
+		return nil
+	})
+	// The policy is in force: the pod still reaches its own API server,
+	// which the base policy always allows, and the copy exists.
+	if out, err := e.alpha.KubectlErr(e.ctx, "exec", "-n", ns, "wide", "--", "/testapp", "kube", "/version"); err != nil || !strings.Contains(out, "gitVersion") {
+		t.Errorf("the pod cannot reach its own API server: %v\n%s", err, out)
+	}
+	for _, addr := range []string{hostAPIServer, hostPort(e.nodeIPs[0], 6443), hostPort(e.nodeIPs[0], 10250), hostPort(e.betaTargets.webPod, 8080), hostPort(e.betaTargets.webService, 8080), hostPort(e.betaTargets.controlPlanePod, 2379)} {
+		e.blockedFrom(t, e.alpha, ns, "wide", addr)
+	}
+}
+
+// policyCannotWidenIngress: alpha admits every address, namespace and pod
+// to its pod; beta's pod still cannot reach it.
+func (e *env) policyCannotWidenIngress(t *testing.T) {
+	const ns = "np-ingress"
+	ips := e.namespaceWithPods(t, e.alpha, ns, "open")
+	e.applyPolicy(t, e.alpha, &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "admit-everyone", Namespace: ns},
+		Spec: networkingv1.NetworkPolicySpec{
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{
+				{From: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0"}}, {NamespaceSelector: &metav1.LabelSelector{}}}},
+				{},
+			},
+		},
+	})
+	testutil.Eventually(t, time.Minute, "the policy's host copy", func() error {
+		if ev := e.tenantEvents(t, e.alpha, ns, "admit-everyone"); !strings.Contains(ev, networkpolicy.ReasonCut) {
+			return fmt.Errorf("events: %s", ev)
+		}
+		return nil
+	})
+	// The control: alpha's own prober, in another namespace, gets in.
+	testutil.Eventually(t, time.Minute, "alpha's prober reaches the open pod", func() error {
+		_, err := exec(e.ctx, e.alpha, "prober", "dial", hostPort(ips["open"], 8080))
+		return err
+	})
+	_, err := e.beta.KubectlErr(e.ctx, "exec", "web", "--", "/testapp", "dial", hostPort(ips["open"], 8080))
+	if err == nil {
+		t.Errorf("beta's pod reached alpha's pod through alpha's policy")
+	}
+}

@@ -1,0 +1,214 @@
+package isolation
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nestdev/nest/internal/devcluster"
+	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/testutil"
+)
+
+// Translation: what a tenant writes in a pod spec that the host node would
+// act on as written (image references its runtime dials, grace periods its
+// kubelet waits out) is bounded, and what the host node answers reaches the
+// tenant only as much as a tenant may know.
+func (e *env) translation() []testCase {
+	image := func(ref string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Spec.Containers[0].Image, p.Spec.Containers[0].ImagePullPolicy = ref, corev1.PullAlways
+		}
+	}
+	refuse := func(name, ref, want string) testCase {
+		return testCase{"image-" + name + "-is-refused", func(t *testing.T) {
+			e.refused(t, testPod("image-"+name, image(ref)), "spec.containers[0].image: images from "+want)
+		}}
+	}
+	return []testCase{
+		refuse("from-the-node-loopback", "127.0.0.1:10250/pods:latest", "127.0.0.1:10250"),
+		refuse("from-a-localhost-name", "localhost:10250/pods:latest", "localhost:10250"),
+		refuse("from-a-host-node", hostPort(e.nodeIPs[0], 10250)+"/pods:latest", hostPort(e.nodeIPs[0], 10250)),
+		refuse("from-another-tenants-pod", hostPort(e.betaTargets.webPod, 8080)+"/x:1", hostPort(e.betaTargets.webPod, 8080)),
+		refuse("from-the-metadata-service", "169.254.169.254/latest:1", "169.254.169.254"),
+		{"image-from-a-numeric-address-is-refused", func(t *testing.T) {
+			e.refused(t, testPod("image-numeric", image("2130706433:10250/pods:latest")), "non-standard form")
+		}},
+		{"image-pull-errors-reach-the-tenant-as-their-kind", e.pullErrorKind},
+		{"grace-period-is-cut-and-force-delete-ends-the-host-pod", e.gracePeriodCut},
+		{"dns-config-past-the-limits-is-told", e.dnsConfigTold},
+		{"image-pulled-with-another-tenants-credentials-is-not-run", e.pulledWithCredentials},
+	}
+}
+
+// pullErrorKind: a registry name that leads the host node's runtime to an
+// internal service (as a name resolving to a private address would) fails
+// the pull, and the tenant learns that the registry failed, not what
+// answered or where: the host's own status has the banner and the address.
+func (e *env) pullErrorKind(t *testing.T) {
+	ip, err := devcluster.RegistryListenIP(e.stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	const banner = "SSH-2.0-OpenSSH_9.2 nest-isolation"
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = fmt.Fprintf(conn, "%s\r\n", banner)
+			_ = conn.Close()
+		}
+	}()
+	const registry = "internal.nest.test"
+	undo, err := devcluster.RouteRegistry(e.stateDir, registry, ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = undo() })
+
+	pod := testPod("image-pull-error", func(p *corev1.Pod) {
+		p.Spec.Containers[0].Image, p.Spec.Containers[0].ImagePullPolicy = registry+"/app:1", corev1.PullAlways
+	})
+	e.create(t, e.alpha, pod)
+	var hostMessage string
+	testutil.Eventually(t, 2*time.Minute, "the host pod's pull fails with the service's answer", func() error {
+		hp, ok := e.findHostPod(t, e.alpha, "default", pod.Name)
+		if !ok || len(hp.Status.ContainerStatuses) == 0 || hp.Status.ContainerStatuses[0].State.Waiting == nil {
+			return errors.New("no waiting container on the host yet")
+		}
+		hostMessage = hp.Status.ContainerStatuses[0].State.Waiting.Message
+		if !strings.Contains(hostMessage, "SSH-2.0") && !strings.Contains(hostMessage, ln.Addr().String()) {
+			return fmt.Errorf("host waiting message %q names neither the banner nor the address yet", hostMessage)
+		}
+		return nil
+	})
+	var tenantMessage string
+	testutil.Eventually(t, time.Minute, "the tenant pod's pull failure", func() error {
+		cs := e.tenantPod(t, e.alpha, "default", pod.Name).Status.ContainerStatuses
+		if len(cs) == 0 || cs[0].State.Waiting == nil || (cs[0].State.Waiting.Reason != "ErrImagePull" && cs[0].State.Waiting.Reason != "ImagePullBackOff") {
+			return fmt.Errorf("container statuses %+v", cs)
+		}
+		tenantMessage = cs[0].State.Waiting.Message
+		if !strings.Contains(e.tenantEvents(t, e.alpha, "default", pod.Name), "Failed to pull image") {
+			return errors.New("no pull failure event yet")
+		}
+		return nil
+	})
+	if !strings.Contains(tenantMessage, string(syncer.ImageRegistryFailed)) {
+		t.Errorf("tenant waiting message %q, want the kind %q", tenantMessage, syncer.ImageRegistryFailed)
+	}
+	seen := tenantMessage + "\n" + e.tenantEvents(t, e.alpha, "default", pod.Name)
+	for _, leak := range []string{"SSH-2.0", "nest-isolation", ln.Addr().String(), ip.String(), "malformed"} {
+		if strings.Contains(seen, leak) {
+			t.Errorf("the tenant sees %q of the host's pull error (host: %q):\n%s", leak, hostMessage, seen)
+		}
+	}
+}
+
+// gracePeriodCut: a pod that asks for a year to stop, and ignores SIGTERM,
+// gets the VirtualCluster's bound (300 s) on the host and is told so; its
+// deletion asks the host for no more; a force delete in the tenant ends the
+// host pod at once instead of leaving it to run out the grace period.
+func (e *env) gracePeriodCut(t *testing.T) {
+	year := int64(365 * 24 * 3600)
+	pod := e.runServer(t, e.alpha, "grace-year", func(p *corev1.Pod) {
+		p.Spec.TerminationGracePeriodSeconds = &year
+		p.Spec.Containers[0].Command = []string{"/testapp", "ignore-term"}
+	})
+	hp := e.hostPod(t, e.alpha, "default", pod.Name)
+	if got := ptr.Deref(hp.Spec.TerminationGracePeriodSeconds, -1); got != syncer.DefaultMaxGracePeriodSeconds {
+		t.Errorf("host terminationGracePeriodSeconds %d, want %d", got, syncer.DefaultMaxGracePeriodSeconds)
+	}
+	testutil.Eventually(t, time.Minute, "a GracePeriodCut event", func() error {
+		if ev := e.tenantEvents(t, e.alpha, "default", pod.Name); !strings.Contains(ev, syncer.ReasonGracePeriodCut+": ") {
+			return fmt.Errorf("events: %s", ev)
+		}
+		return nil
+	})
+
+	cs := e.alpha.Clientset(t)
+	if err := cs.CoreV1().Pods("default").Delete(e.ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, time.Minute, "the host pod terminating within the bound", func() error {
+		var got corev1.Pod
+		if err := e.host.Get(e.ctx, client.ObjectKeyFromObject(&hp), &got); err != nil {
+			return err
+		}
+		if got.DeletionTimestamp == nil {
+			return errors.New("not terminating yet")
+		}
+		if g := ptr.Deref(got.DeletionGracePeriodSeconds, -1); g > syncer.DefaultMaxGracePeriodSeconds {
+			t.Fatalf("host pod terminating with a grace period of %d s, above the bound", g)
+		}
+		return nil
+	})
+	// The force delete must find the host pod running out its grace
+	// period: the kubelet has sent SIGTERM (its Killing event) and the
+	// container lives on.
+	testutil.Eventually(t, time.Minute, "the host kubelet's Killing event", func() error {
+		if ev := e.tenantEvents(t, e.alpha, "default", pod.Name); !strings.Contains(ev, "Killing: ") {
+			return fmt.Errorf("events: %s", ev)
+		}
+		return nil
+	})
+	var before corev1.Pod
+	if err := e.host.Get(e.ctx, client.ObjectKeyFromObject(&hp), &before); err != nil {
+		t.Fatalf("the host pod is gone before the force delete: %v", err)
+	}
+	if cs := before.Status.ContainerStatuses; len(cs) == 0 || cs[0].State.Running == nil {
+		t.Fatalf("the container stopped on SIGTERM (statuses %+v): the force delete would prove nothing", cs)
+	}
+	forced := time.Now()
+	if err := cs.CoreV1().Pods("default").Delete(e.ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, time.Minute, "the host pod gone after the force delete", func() error {
+		var got corev1.Pod
+		err := e.host.Get(e.ctx, client.ObjectKeyFromObject(&hp), &got)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("host pod still there, deletion grace %d s", ptr.Deref(got.DeletionGracePeriodSeconds, -1))
+	})
+	t.Logf("host pod gone %v after the tenant's force delete", time.Since(forced).Round(time.Millisecond))
+}
+
+// dnsConfigTold: nameservers past the kubelet's limit of three (the
+// tenant's DNS server comes first) are dropped, and the tenant gets the
+// kubelet's DNSConfigForming warning naming them.
+func (e *env) dnsConfigTold(t *testing.T) {
+	pod := e.runServer(t, e.alpha, "dns-limits", func(p *corev1.Pod) {
+		p.Spec.DNSConfig = &corev1.PodDNSConfig{Nameservers: []string{"192.0.2.1", "192.0.2.2", "192.0.2.3"}}
+	})
+	hp := e.hostPod(t, e.alpha, "default", pod.Name)
+	if ns := hp.Spec.DNSConfig.Nameservers; len(ns) != 3 || ns[2] != "192.0.2.2" {
+		t.Errorf("host nameservers %v, want the tenant's DNS server, 192.0.2.1 and 192.0.2.2", ns)
+	}
+	testutil.Eventually(t, time.Minute, "a DNSConfigForming event", func() error {
+		ev := e.tenantEvents(t, e.alpha, "default", pod.Name)
+		if !strings.Contains(ev, syncer.ReasonDNSConfigForming+": ") || !strings.Contains(ev, "omitted 192.0.2.3") {
+			return fmt.Errorf("events: %s", ev)
+		}
+		return nil
+	})
+}
