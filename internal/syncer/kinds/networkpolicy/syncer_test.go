@@ -1,0 +1,168 @@
+package networkpolicy
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	networkinglisters "k8s.io/client-go/listers/networking/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/nestdev/nest/internal/kindsync"
+	"github.com/nestdev/nest/internal/syncer/contract"
+)
+
+func indexer(t *testing.T, objs ...runtime.Object) cache.Indexer {
+	t.Helper()
+	i := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	for _, o := range objs {
+		if err := i.Add(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return i
+}
+
+// newSyncer is a Syncer over a fake host API server holding host, whose
+// listers hold the same, and tenant listers holding tenant.
+func newSyncer(t *testing.T, tenant, host []runtime.Object) (*Syncer, *fake.Clientset, *record.FakeRecorder) {
+	t.Helper()
+	var policies, namespaces, pods, hostPolicies, hostPods []runtime.Object
+	for _, o := range tenant {
+		switch o.(type) {
+		case *networkingv1.NetworkPolicy:
+			policies = append(policies, o)
+		case *corev1.Namespace:
+			namespaces = append(namespaces, o)
+		case *corev1.Pod:
+			pods = append(pods, o)
+		}
+	}
+	for _, o := range host {
+		switch o.(type) {
+		case *networkingv1.NetworkPolicy:
+			hostPolicies = append(hostPolicies, o)
+		case *corev1.Pod:
+			hostPods = append(hostPods, o)
+		}
+	}
+	client := fake.NewClientset(host...)
+	rec := record.NewFakeRecorder(20)
+	return &Syncer{
+		Translator: tr, Host: client, Recorder: rec,
+		TenantPolicies:   networkinglisters.NewNetworkPolicyLister(indexer(t, policies...)),
+		TenantNamespaces: corelisters.NewNamespaceLister(indexer(t, namespaces...)),
+		TenantPods:       corelisters.NewPodLister(indexer(t, pods...)),
+		HostPolicies:     networkinglisters.NewNetworkPolicyLister(indexer(t, hostPolicies...)).NetworkPolicies("vc-alpha"),
+		HostPods:         corelisters.NewPodLister(indexer(t, hostPods...)).Pods("vc-alpha"),
+	}, client, rec
+}
+
+func denyAll() *networkingv1.NetworkPolicy {
+	return policy(networkingv1.NetworkPolicySpec{PolicyTypes: ingress})
+}
+
+func TestSyncWritesAndDeletesOnlyItsCopy(t *testing.T) {
+	ctx := context.Background()
+	hostName := contract.HostName("alpha", "shop", "p")
+	get := func(c *fake.Clientset) (*networkingv1.NetworkPolicy, error) {
+		return c.NetworkingV1().NetworkPolicies("vc-alpha").Get(ctx, hostName, metav1.GetOptions{})
+	}
+
+	s, client, _ := newSyncer(t, []runtime.Object{denyAll()}, nil)
+	if _, err := s.Sync(ctx, "shop/p"); err != nil {
+		t.Fatal(err)
+	}
+	copied, err := get(client)
+	if err != nil || !contract.IsCopyOf(copied, "alpha", "shop", "p") {
+		t.Fatalf("host copy %+v, %v", copied, err)
+	}
+
+	// The tenant policy gone: the copy goes.
+	s, client, _ = newSyncer(t, nil, []runtime.Object{copied})
+	if _, err := s.Sync(ctx, "shop/p"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := get(client); !apierrors.IsNotFound(err) {
+		t.Errorf("the copy of a deleted policy is still there: %v", err)
+	}
+
+	// A host policy under the name that is not the copy is left alone.
+	foreign := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: hostName, Namespace: "vc-alpha"}}
+	s, client, _ = newSyncer(t, nil, []runtime.Object{foreign})
+	if _, err := s.Sync(ctx, "shop/p"); !kindsync.IsTerminal(err) {
+		t.Errorf("Sync over a foreign policy = %v, want a terminal refusal", err)
+	}
+	if _, err := get(client); err != nil {
+		t.Errorf("the foreign policy was deleted: %v", err)
+	}
+}
+
+// A policy too large for the host is not copied; the tenant is told, and
+// the pods it selects stay isolated (their labels do not depend on it).
+func TestSyncRefusesAPolicyAboveTheSizeBound(t *testing.T) {
+	big := denyAll()
+	for i := range 2000 {
+		big.Spec.Ingress = append(big.Spec.Ingress, networkingv1.NetworkPolicyIngressRule{From: []networkingv1.NetworkPolicyPeer{
+			{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": strings.Repeat("x", 20) + string(rune('a'+i%26))}}},
+		}})
+	}
+	s, client, rec := newSyncer(t, []runtime.Object{big}, nil)
+	if _, err := s.Sync(context.Background(), "shop/p"); !kindsync.IsTerminal(err) {
+		t.Fatalf("Sync = %v, want a terminal refusal", err)
+	}
+	if len(client.Actions()) != 0 {
+		t.Errorf("the host was written: %v", client.Actions())
+	}
+	if ev := <-rec.Events; !strings.Contains(ev, ReasonNotEnforced) || !strings.Contains(ev, "bytes") {
+		t.Errorf("event %q", ev)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"}}
+	if s.View().PodLabels(pod)[LabelIngressIsolated] != "true" {
+		t.Error("the pods of an unenforced policy are not isolated")
+	}
+}
+
+// SyncPodLabels gives a host pod the policy labels the policies call for,
+// and takes away the ones they no longer do.
+func TestSyncPodLabels(t *testing.T) {
+	ctx := context.Background()
+	tenantPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web", UID: "uid-web", Labels: map[string]string{"app": "web"}}}
+	hostPod := func(extra map[string]string) *corev1.Pod {
+		l := contract.HostLabels("alpha", "shop")
+		for k, v := range extra {
+			l[k] = v
+		}
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "vc-alpha", Name: contract.HostName("alpha", "shop", "web"),
+			Labels: l, Annotations: contract.HostAnnotations("shop", "web", "uid-web")}}
+	}
+	read := func(c *fake.Clientset) map[string]string {
+		p, err := c.CoreV1().Pods("vc-alpha").Get(ctx, contract.HostName("alpha", "shop", "web"), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.Labels
+	}
+	s, client, _ := newSyncer(t, []runtime.Object{tenantPod, denyAll()}, []runtime.Object{hostPod(nil)})
+	if _, err := s.SyncPodLabels(ctx, "shop/web"); err != nil {
+		t.Fatal(err)
+	}
+	if l := read(client); l[LabelIngressIsolated] != "true" || l[contract.LabelTenantOf] != "alpha" {
+		t.Errorf("labels %v, want the pod isolated and its own labels kept", l)
+	}
+	s, client, _ = newSyncer(t, []runtime.Object{tenantPod}, []runtime.Object{hostPod(map[string]string{LabelIngressIsolated: "true", LabelKey("app"): "web"})})
+	if _, err := s.SyncPodLabels(ctx, "shop/web"); err != nil {
+		t.Fatal(err)
+	}
+	if l := read(client); l[LabelIngressIsolated] != "" || l[LabelKey("app")] != "" {
+		t.Errorf("labels %v, want the stale policy labels gone", l)
+	}
+}
