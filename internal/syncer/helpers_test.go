@@ -12,18 +12,12 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/nestdev/nest/internal/syncer/contract"
+	"github.com/nestdev/nest/internal/testutil"
 )
 
 // indexerOf is an informer cache holding objs, for listers in tests.
 func indexerOf(t *testing.T, objs ...runtime.Object) cache.Indexer {
-	t.Helper()
-	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	for _, o := range objs {
-		if err := idx.Add(o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return idx
+	return testutil.Indexer(t, objs...)
 }
 
 func podLister(t *testing.T, pods ...runtime.Object) corelisters.PodLister {

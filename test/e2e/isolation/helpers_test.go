@@ -190,14 +190,7 @@ func (e *env) mustExec(t *testing.T, tn *framework.Tenant, pod string, args ...s
 // The reach controls show that the same prober does reach what it may.
 func (e *env) blocked(t *testing.T, addr string) {
 	t.Helper()
-	out, err := exec(e.ctx, e.alpha, "prober", "dial", addr)
-	if err == nil {
-		t.Errorf("alpha's pod connected to %s: %s", addr, out)
-		return
-	}
-	if !strings.Contains(err.Error(), "timeout") && !strings.Contains(err.Error(), "refused") && !strings.Contains(err.Error(), "unreachable") {
-		t.Errorf("dial %s failed, but not in the network (the probe itself may be broken): %v", addr, err)
-	}
+	e.blockedFrom(t, e.alpha, "default", "prober", addr)
 }
 
 // tenantEvents returns the messages of the tenant's events about one object.

@@ -13,23 +13,12 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	networkinglisters "k8s.io/client-go/listers/networking/v1"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/nestdev/nest/internal/kindsync"
 	"github.com/nestdev/nest/internal/syncer/contract"
+	"github.com/nestdev/nest/internal/testutil"
 )
-
-func indexer(t *testing.T, objs ...runtime.Object) cache.Indexer {
-	t.Helper()
-	i := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	for _, o := range objs {
-		if err := i.Add(o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return i
-}
 
 // newSyncer is a Syncer over a fake host API server holding host, whose
 // listers hold the same, and tenant listers holding tenant.
@@ -58,11 +47,11 @@ func newSyncer(t *testing.T, tenant, host []runtime.Object) (*Syncer, *fake.Clie
 	rec := record.NewFakeRecorder(20)
 	return &Syncer{
 		Translator: tr, Host: client, Recorder: rec,
-		TenantPolicies:   networkinglisters.NewNetworkPolicyLister(indexer(t, policies...)),
-		TenantNamespaces: corelisters.NewNamespaceLister(indexer(t, namespaces...)),
-		TenantPods:       corelisters.NewPodLister(indexer(t, pods...)),
-		HostPolicies:     networkinglisters.NewNetworkPolicyLister(indexer(t, hostPolicies...)).NetworkPolicies("vc-alpha"),
-		HostPods:         corelisters.NewPodLister(indexer(t, hostPods...)).Pods("vc-alpha"),
+		TenantPolicies:   networkinglisters.NewNetworkPolicyLister(testutil.Indexer(t, policies...)),
+		TenantNamespaces: corelisters.NewNamespaceLister(testutil.Indexer(t, namespaces...)),
+		TenantPods:       corelisters.NewPodLister(testutil.Indexer(t, pods...)),
+		HostPolicies:     networkinglisters.NewNetworkPolicyLister(testutil.Indexer(t, hostPolicies...)).NetworkPolicies("vc-alpha"),
+		HostPods:         corelisters.NewPodLister(testutil.Indexer(t, hostPods...)).Pods("vc-alpha"),
 	}, client, rec
 }
 
