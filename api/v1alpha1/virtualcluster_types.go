@@ -334,6 +334,11 @@ type VirtualNodeSpec struct {
 	// +optional
 	NodeDisk *NodeDiskSpec `json:"nodeDisk,omitempty"`
 
+	// Storage gives the tenant PersistentVolumeClaims: StorageClasses that
+	// mirror host classes, and host claims behind the tenant's claims.
+	// +optional
+	Storage StorageSpec `json:"storage,omitempty"`
+
 	// MaxTerminationGracePeriodSeconds bounds, in seconds, how long the host
 	// pod of a tenant pod may take to stop: a pod's
 	// terminationGracePeriodSeconds and a deletion's grace period above it
@@ -360,6 +365,48 @@ type VirtualNodeSpec struct {
 	// +kubebuilder:validation:items:MaxLength=261
 	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self) || self.matches('^([*][.])?[a-z0-9]([-a-z0-9.]*[a-z0-9])?(:[0-9]{1,5})?$')",message="each imageRegistries entry must be a lower-case registry host, host:port, *.domain or CIDR, such as registry.example.com:5000"
 	ImageRegistries []string `json:"imageRegistries,omitempty"`
+}
+
+// StorageSpec is what the tenant's PersistentVolumeClaims may use of the
+// host's storage. Each tenant claim of a class listed here becomes a host
+// claim of the host class in the tenant's host namespace, which the
+// tenant's pods on the virtual node mount.
+type StorageSpec struct {
+	// Classes are the host StorageClasses the tenant sees, each under its
+	// host name or the name given. Unset: the host's default StorageClass,
+	// under its name, as the tenant's default. An empty list gives none.
+	// +optional
+	// +listType=map
+	// +listMapKey=hostName
+	// +kubebuilder:validation:MaxItems=16
+	Classes []StorageClassMapping `json:"classes,omitempty"`
+	// Requests bounds the storage all the tenant's claims request together
+	// (the host quota's requests.storage, beside the etcd claim and node
+	// disks). Default 10Gi.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="!quantity(string(self)).isLessThan(quantity('0'))",message="storage.requests must not be negative: give a size such as 10Gi"
+	Requests *resource.Quantity `json:"requests,omitempty"`
+	// Claims bounds how many claims the tenant has on the host at once.
+	// Default 20.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10000
+	Claims *int32 `json:"claims,omitempty"`
+}
+
+// StorageClassMapping shows a host StorageClass to the tenant.
+type StorageClassMapping struct {
+	// HostName is the host StorageClass.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	HostName string `json:"hostName"`
+	// Name is the tenant's name for it. Default: HostName.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name,omitempty"`
+	// Default makes it the tenant's default StorageClass.
+	// +optional
+	Default bool `json:"default,omitempty"`
 }
 
 // NodeDiskSpec is the disk of each virtual node: a host

@@ -35,6 +35,7 @@
 //	                             print how many started before the first
 //	                             failure (exits 0 either way)
 //	testapp ignore-term          sleep an hour, ignoring SIGTERM
+//	testapp write-once FILE TEXT write TEXT to FILE unless FILE exists
 package main
 
 import (
@@ -118,7 +119,20 @@ var clients = map[string]func(args []string) error{
 		}
 		return err
 	},
-	"kube":       kube,
+	"kube": kube,
+	// write-once writes CONTENT to FILE unless FILE exists, so a volume
+	// keeps what its first pod wrote.
+	"write-once": func(args []string) error {
+		f, err := os.OpenFile(args[0], os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if errors.Is(err, os.ErrExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		_, err = f.WriteString(args[1])
+		return errors.Join(err, f.Close())
+	},
 	"kube-watch": kubeWatch,
 	"dial":       dial,
 	"wait-dial":  waitDial,

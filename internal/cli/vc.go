@@ -96,6 +96,8 @@ type shareFlags struct {
 	virtualNodes     int
 	nodeDisk         string
 	replicas         int
+	storage          string
+	storageClaims    int
 	nodes
 }
 
@@ -181,6 +183,19 @@ func (f *shareFlags) spec() (nestv1.VirtualClusterSpec, error) {
 		}
 		spec.VirtualNode.NodeDisk = &nestv1.NodeDiskSpec{Size: size}
 	}
+	if f.storage != "" {
+		size, err := resource.ParseQuantity(f.storage)
+		if err != nil || size.Sign() < 0 {
+			return spec, fmt.Errorf("--storage %q: want the storage all the tenant's claims may request together, such as 10Gi", f.storage)
+		}
+		spec.VirtualNode.Storage.Requests = &size
+	}
+	if f.storageClaims != 0 {
+		if f.storageClaims < 0 || f.storageClaims > 10000 {
+			return spec, fmt.Errorf("--storage-claims %d: want 0 to 10000 claims", f.storageClaims)
+		}
+		spec.VirtualNode.Storage.Claims = ptr.To(int32(f.storageClaims))
+	}
 	p, err := f.policy()
 	if err != nil {
 		return spec, err
@@ -236,6 +251,8 @@ func newCreateCommand(host *hostFlags) *cobra.Command {
 	cmd.Flags().StringVar(&share.containerLimits, "container-limits", "default", "default: tenant containers without cpu or memory limits get the host's default limits; none: they run without, as upstream conformance expects")
 	cmd.Flags().StringVar(&share.privileged, "privileged-containers", "refuse", "refuse: pods with privileged containers are refused; confine: such containers run without host privileges (no host devices, no capabilities beyond the Pod Security level), for workloads that ask for privileged without needing it")
 	cmd.Flags().StringVar(&share.nodeDisk, "node-disk", "", "size of each virtual node's disk, where tenant hostPath volumes live, such as 1Gi (default none: hostPath volumes are refused)")
+	cmd.Flags().StringVar(&share.storage, "storage", "", "storage the tenant's PersistentVolumeClaims may request together on the host, such as 50Gi (default 10Gi)")
+	cmd.Flags().IntVar(&share.storageClaims, "storage-claims", 0, "how many PersistentVolumeClaims the tenant may have on the host (default 20)")
 	share.nodes.bind(cmd)
 	return cmd
 }

@@ -101,6 +101,21 @@ func TestNodeDiskFlag(t *testing.T) {
 	}
 }
 
+func TestStorageFlags(t *testing.T) {
+	spec, err := (&shareFlags{storage: "50Gi", storageClaims: 5}).spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := spec.VirtualNode.Storage; s.Requests == nil || s.Requests.String() != "50Gi" || ptr.Deref(s.Claims, 0) != 5 {
+		t.Errorf("storage = %+v, want 50Gi in 5 claims", s)
+	}
+	for flag, bad := range map[string]shareFlags{"--storage": {storage: "lots"}, "--storage-claims": {storageClaims: -1}} {
+		if _, err := bad.spec(); err == nil || !strings.Contains(err.Error(), flag) {
+			t.Errorf("%+v: error %v, want one naming %s", bad, err, flag)
+		}
+	}
+}
+
 func TestNodeFlags(t *testing.T) {
 	spec, err := (&shareFlags{nodes: nodes{count: 2, selector: "gpu=true"}}).spec()
 	if err != nil {

@@ -190,8 +190,9 @@ func BudgetOf(vc *nestv1.VirtualCluster) Budget {
 //	count/secrets    = budget.secrets + len(Names.Secrets) + len(Names.MemberSecrets) + share pods
 //	services         = budget.services + len(Names.Services) + one per member grant (syncer.MemberHostService)
 //
-// With spec.virtualNode.nodeDisk, the claims are bounded too: the etcd
-// claim and one disk per virtual node, of their sizes.
+// Claims are bounded in number and size: each replica's etcd claim, one
+// disk per virtual node with spec.virtualNode.nodeDisk, and the tenant's
+// own claims within spec.virtualNode.storage (StorageBudget).
 //
 //	persistentvolumeclaims = 1 + virtual nodes
 //	requests.storage       = datastore size + virtual nodes × nodeDisk.size
@@ -205,15 +206,24 @@ func ObjectQuotaFor(vc *nestv1.VirtualCluster) *corev1.ResourceQuota {
 		"count/secrets":         count(b.Secrets + int64(len(n.Secrets())+len(n.MemberSecrets())) + pods.Value()),
 		corev1.ResourceServices: count(b.Services + int64(len(n.Services())+len(vc.Spec.Members))),
 	}
+	// Claims: the etcd claim of each replica, the virtual nodes' disks and
+	// the tenant's own claims, each bounded in number and size.
+	replicas := int64(ptr.Deref(vc.Spec.ControlPlane.Replicas, 1))
+	storage, claims := resource.Quantity{}, replicas
+	for range replicas {
+		storage.Add(storageSize(vc))
+	}
 	if d := vc.Spec.VirtualNode.NodeDisk; d != nil {
 		nodes := int64(ptr.Deref(vc.Spec.VirtualNode.Count, 1))
-		storage := storageSize(vc)
 		for range nodes {
 			storage.Add(d.Size)
 		}
-		hard[corev1.ResourcePersistentVolumeClaims] = count(1 + nodes)
-		hard[corev1.ResourceRequestsStorage] = storage
+		claims += nodes
 	}
+	tenantRequests, tenantClaims := StorageBudget(vc)
+	storage.Add(tenantRequests)
+	hard[corev1.ResourcePersistentVolumeClaims] = count(claims + tenantClaims)
+	hard[corev1.ResourceRequestsStorage] = storage
 	return &corev1.ResourceQuota{
 		ObjectMeta: metav1.ObjectMeta{Name: n.ObjectQuota(), Namespace: n.Namespace, Labels: n.Labels()},
 		Spec:       corev1.ResourceQuotaSpec{Hard: hard},

@@ -205,7 +205,10 @@ func TestObjectQuotaFor(t *testing.T) {
 			if q.Name != names.ObjectQuota() || q.Spec.ScopeSelector != nil || len(q.Spec.Scopes) != 0 {
 				t.Errorf("quota %s scopes %v %v: want an unscoped object quota", q.Name, q.Spec.ScopeSelector, q.Spec.Scopes)
 			}
-			if err := sameList(q.Spec.Hard, list("count/configmaps", tt.configMaps, "count/secrets", tt.secrets, "services", tt.service)); err != nil {
+			// Claims: the etcd claim and the default 20 of the tenant's,
+			// 1Gi and 10Gi.
+			if err := sameList(q.Spec.Hard, list("count/configmaps", tt.configMaps, "count/secrets", tt.secrets, "services", tt.service,
+				"persistentvolumeclaims", "21", "requests.storage", "11Gi")); err != nil {
 				t.Error(err)
 			}
 			if got := BudgetOf(v).DataBytes; got != tt.dataBytes {
@@ -292,24 +295,32 @@ func TestPrivilegedContainersReachTheSyncer(t *testing.T) {
 	}
 }
 
-// The disks are the host's to bound: the object quota holds the claims to
-// the etcd claim and one disk per virtual node, and their storage to their
-// sizes.
-func TestObjectQuotaBoundsTheVirtualNodesDisks(t *testing.T) {
-	v := vc(func(v *nestv1.VirtualCluster) {
-		v.Spec.VirtualNode.Count = ptr.To[int32](2)
-		v.Spec.VirtualNode.NodeDisk = &nestv1.NodeDiskSpec{Size: resource.MustParse("512Mi")}
-		v.Spec.Datastore.StorageSize = ptr.To(resource.MustParse("2Gi"))
-	})
-	hard := ObjectQuotaFor(v).Spec.Hard
-	if got := hard[corev1.ResourcePersistentVolumeClaims]; got.Value() != 3 {
-		t.Errorf("persistentvolumeclaims = %s, want 3", got.String())
-	}
-	if got := hard[corev1.ResourceRequestsStorage]; got.Cmp(resource.MustParse("3Gi")) != 0 {
-		t.Errorf("requests.storage = %s, want 3Gi", got.String())
-	}
-	if _, ok := ObjectQuotaFor(vc(nil)).Spec.Hard[corev1.ResourceRequestsStorage]; ok {
-		t.Error("a virtual cluster without disks has a storage quota")
+// The host holds the claims to each replica's etcd claim, one disk per
+// virtual node and the tenant's own claims (spec.virtualNode.storage), and
+// their storage to their sizes.
+func TestObjectQuotaBoundsEveryClaim(t *testing.T) {
+	for _, tt := range []struct {
+		name            string
+		mutate          func(*nestv1.VirtualCluster)
+		claims, storage string
+	}{
+		{"two disks", func(v *nestv1.VirtualCluster) {
+			v.Spec.VirtualNode.Count = ptr.To[int32](2)
+			v.Spec.VirtualNode.NodeDisk = &nestv1.NodeDiskSpec{Size: resource.MustParse("512Mi")}
+			v.Spec.Datastore.StorageSize = ptr.To(resource.MustParse("2Gi"))
+		}, "23", "13Gi"},
+		{"three replicas and a storage budget", func(v *nestv1.VirtualCluster) {
+			v.Spec.ControlPlane.Replicas = ptr.To[int32](3)
+			v.Spec.VirtualNode.Storage = nestv1.StorageSpec{Requests: ptr.To(resource.MustParse("5Gi")), Claims: ptr.To[int32](4)}
+		}, "7", "8Gi"},
+	} {
+		hard := ObjectQuotaFor(vc(tt.mutate)).Spec.Hard
+		if got := hard[corev1.ResourcePersistentVolumeClaims]; got.Cmp(resource.MustParse(tt.claims)) != 0 {
+			t.Errorf("%s: persistentvolumeclaims = %s, want %s", tt.name, got.String(), tt.claims)
+		}
+		if got := hard[corev1.ResourceRequestsStorage]; got.Cmp(resource.MustParse(tt.storage)) != 0 {
+			t.Errorf("%s: requests.storage = %s, want %s", tt.name, got.String(), tt.storage)
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -42,6 +43,10 @@ type Options struct {
 	// hostNetwork tenant pods then get the virtual node's address and host
 	// ports (syncer.Translator.NodeNetwork).
 	NodeNetwork bool
+	// HostStorageClasses are the host's StorageClasses, as the manager last
+	// listed them: the VirtualCluster's storage classes are resolved
+	// against them (StorageClassesFor).
+	HostStorageClasses []storagev1.StorageClass
 	// ImageRegistryDenylist are registries no tenant image may come from,
 	// besides the host's own ranges (syncer.ImagePolicy.Denied entries).
 	ImageRegistryDenylist []string

@@ -165,6 +165,7 @@ func syncerOptions(vc *nestv1.VirtualCluster, opts Options, ips ServiceIPs) sync
 	// spec.network.egressCIDRs is checked by the CRD; a value that is no
 	// CIDR leaves no block, so every tenant ipBlock is cut.
 	o.EgressBlocks, _ = EgressBlocks(vc, opts)
+	o.StorageClasses, _ = StorageClassesFor(vc, opts.HostStorageClasses)
 	if o.LeaderElect {
 		o.Identity = "$(POD_NAME)"
 	}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/nestdev/nest/internal/components"
+	"github.com/nestdev/nest/internal/syncer/kinds/persistentvolumeclaim"
 )
 
 // Flag names of nest-syncer. The VirtualCluster controller writes them with
@@ -55,6 +56,7 @@ const (
 	flagImageDenylist    = "image-registry-denylist"
 	flagAlwaysPullImages = "always-pull-images"
 	flagEgressBlocks     = "egress-blocks"
+	flagStorageClasses   = "storage-classes"
 )
 
 // Values of --privileged-containers, the VirtualCluster's
@@ -173,6 +175,11 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		o.EgressBlocks = b
 		return err
 	})
+	fs.Func(flagStorageClasses, "comma-separated host StorageClasses the tenant sees, each name=hostName:reclaimPolicy:bindingMode:expand:default (default none: tenant claims get no volume)", func(s string) error {
+		c, err := persistentvolumeclaim.ParseClasses(s)
+		o.StorageClasses = c
+		return err
+	})
 	fs.Int64Var(&o.DataBudgetBytes, flagDataBudget, 0, "most bytes of data all host copies of tenant ConfigMaps and Secrets may hold together; 0 is no bound")
 	o.KubeletAddr, o.HealthAddr = DefaultKubeletAddr, DefaultHealthAddr
 	o.KubeletClientName = KubeletClientName
@@ -218,6 +225,9 @@ func (o Options) Args() []string {
 	}
 	if o.AlwaysPullImages {
 		args = append(args, "--"+flagAlwaysPullImages)
+	}
+	if len(o.StorageClasses) > 0 {
+		args = append(args, "--"+flagStorageClasses+"="+persistentvolumeclaim.FormatClasses(o.StorageClasses))
 	}
 	if len(o.EgressBlocks) > 0 {
 		args = append(args, "--"+flagEgressBlocks+"="+FormatIPBlocks(o.EgressBlocks))

@@ -75,6 +75,7 @@ func (s *syncer) addHandlers(ctx context.Context) {
 	if s.o.Member == "" {
 		s.addServiceHandlers()
 		s.addNetworkPolicyHandlers()
+		s.addStorageHandlers()
 		_, _ = s.membersF.Core().V1().Secrets().Informer().AddEventHandler(onEvery(func(metav1.Object) { s.members.Add(membersKey) }))
 	}
 	_, _ = s.events.Core().V1().Events().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{

@@ -161,6 +161,10 @@ type PodTranslation struct {
 	NodeDiskClaim string
 	// Warnings are what the tenant is told once the host pod exists.
 	Warnings []PodWarning
+	// Claims are the tenant PersistentVolumeClaims the pod mounts, in its
+	// namespace; the host pod mounts their host claims, which must be the
+	// virtual node's copies (the provider checks).
+	Claims []string
 	// identityUsed holds the Identity keys the pod's volumes project, each
 	// with the downward API field path it stands for.
 	identityUsed map[string]string
@@ -199,7 +203,8 @@ func allowedVolume(v corev1.VolumeSource) (string, bool) {
 		// A path on the virtual node's disk, or refused: translateHostPaths.
 		return "", true
 	case v.PersistentVolumeClaim != nil:
-		return "persistentVolumeClaim", false
+		// The host claim behind the tenant's: see PodTranslation.Claims.
+		return "", true
 	case v.Ephemeral != nil:
 		return "ephemeral", false
 	}
@@ -327,7 +332,7 @@ func checkUnsupportedSpec(s *corev1.PodSpec) error {
 	}
 	for i, v := range s.Volumes {
 		if kind, ok := allowedVolume(v.VolumeSource); !ok {
-			return fmt.Errorf("spec.volumes[%d] (%s): %s volumes are not supported on the virtual node: use emptyDir, configMap, secret, projected or downwardAPI", i, v.Name, kind)
+			return fmt.Errorf("spec.volumes[%d] (%s): %s volumes are not supported on the virtual node: use emptyDir, configMap, secret, projected, downwardAPI or persistentVolumeClaim", i, v.Name, kind)
 		}
 	}
 	if s.OS != nil && s.OS.Name != corev1.Linux {
@@ -451,6 +456,11 @@ func (t Translator) translateVolumes(spec *corev1.PodSpec, hostPod string, out *
 			v.ConfigMap.Name = out.configMap(v.ConfigMap.Name, v.ConfigMap.Optional)
 		case v.Secret != nil:
 			v.Secret.SecretName = out.secret(v.Secret.SecretName, v.Secret.Optional)
+		case v.PersistentVolumeClaim != nil:
+			if !slices.Contains(out.Claims, v.PersistentVolumeClaim.ClaimName) {
+				out.Claims = append(out.Claims, v.PersistentVolumeClaim.ClaimName)
+			}
+			v.PersistentVolumeClaim.ClaimName = contract.HostName(t.VirtualCluster, out.namespace, v.PersistentVolumeClaim.ClaimName)
 		case v.DownwardAPI != nil:
 			p := &corev1.ProjectedVolumeSource{DefaultMode: v.DownwardAPI.DefaultMode, Sources: []corev1.VolumeProjection{{DownwardAPI: &corev1.DownwardAPIProjection{Items: v.DownwardAPI.Items}}}}
 			v.DownwardAPI, v.Projected = nil, p

@@ -91,6 +91,9 @@ func (p *podProvider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	if err := p.withNodeNetwork(pod, pt.Pod); err != nil {
 		return err
 	}
+	if err := p.checkClaims(ctx, pod, pt.Claims); err != nil {
+		return err
+	}
 	if err := p.capacity.admit(pod); err != nil {
 		var r *Rejection
 		switch {
@@ -135,6 +138,32 @@ func (p *podProvider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 		}
 	}
 	return err
+}
+
+// checkClaims refuses a pod whose claims are not backed by host claims the
+// virtual node made for them (kinds/persistentvolumeclaim): a claim bound
+// to a volume the tenant made itself, one of another StorageClass, or one
+// not bound yet. A host claim is the claim's only if it carries the
+// claim's namespace, name and UID.
+func (p *podProvider) checkClaims(ctx context.Context, pod *corev1.Pod, claims []string) error {
+	for _, name := range claims {
+		tenantClaim, err := p.tenant.CoreV1().PersistentVolumeClaims(pod.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return refused(fmt.Errorf("persistentVolumeClaim %s does not exist: create it first", name))
+		}
+		if err != nil {
+			return err
+		}
+		hostName := contract.HostName(p.tr.VirtualCluster, pod.Namespace, name)
+		host, err := p.host.CoreV1().PersistentVolumeClaims(p.tr.HostNamespace).Get(ctx, hostName, metav1.GetOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		if err != nil || !contract.IsCopyOf(host, p.tr.VirtualCluster, pod.Namespace, name) || host.Annotations[contract.AnnotationTenantUID] != string(tenantClaim.UID) {
+			return refused(fmt.Errorf("persistentVolumeClaim %s has no volume of the virtual node: claims of a StorageClass the virtual node offers get one once bound; a volume made in the tenant cluster cannot be mounted", name))
+		}
+	}
+	return nil
 }
 
 // ReasonPrivilegedConfined is the reason of the Warning event a tenant pod

@@ -35,10 +35,12 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 
 	"github.com/nestdev/nest/internal/kindsync"
 	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/syncer/kinds/networkpolicy"
+	"github.com/nestdev/nest/internal/syncer/kinds/persistentvolumeclaim"
 	"github.com/nestdev/nest/internal/version"
 )
 
@@ -96,6 +98,10 @@ type Options struct {
 	// and writes to both clusters; the others keep their CoreDNS' records
 	// current and wait.
 	LeaderElect bool
+	// StorageClasses are the host StorageClasses the tenant sees and whose
+	// claims the virtual node provisions (kinds/persistentvolumeclaim);
+	// none: the tenant's claims get no volume.
+	StorageClasses []persistentvolumeclaim.StorageClass
 	// EgressBlocks are the addresses outside the host cluster tenant pods
 	// may reach, as the VirtualCluster's base egress policy has them: the
 	// ipBlocks of tenant NetworkPolicies are cut to them.
@@ -173,6 +179,11 @@ type syncer struct {
 	// syncer only).
 	networkPolicies, policyPods *kindsync.Syncer
 	policySync                  *networkpolicy.Syncer
+	// storageClasses keeps the tenant's mirrored StorageClasses and
+	// provisioner provisions its claims; nil without
+	// Options.StorageClasses (and in member syncers).
+	storageClasses *kindsync.Syncer
+	provisioner    *controller.ProvisionController
 	// nodeNetworks keeps the node network of hostNetwork pods, keyed by
 	// virtual node (nodenetwork.go); nil unless Options.NodeNetwork.
 	nodeNetworks *kindsync.Syncer
@@ -347,6 +358,7 @@ func newSyncerFor(ctx context.Context, o Options, tenant, host kubernetes.Interf
 	if o.Member == "" {
 		s.wireMembers(host)
 		s.wireNetworkPolicies(host)
+		s.wireStorage(ctx, tenant, host)
 	} else {
 		s.wireGatekeeper()
 	}
@@ -381,6 +393,9 @@ func (s *syncer) kindSyncers() []*kindsync.Syncer {
 	if s.nodeNetworks != nil {
 		out = append(out, s.nodeNetworks)
 	}
+	if s.storageClasses != nil {
+		out = append(out, s.storageClasses)
+	}
 	return out
 }
 
@@ -413,6 +428,9 @@ func (s *syncer) startSyncers(ctx context.Context) error {
 	}
 	if s.clusterDNS != nil && s.o.Member == "" {
 		go s.clusterDNS.Run(ctx)
+	}
+	if s.provisioner != nil {
+		go s.provisioner.Run(ctx)
 	}
 	if s.nodePorts != nil && s.o.Member == "" {
 		go s.serviceSync.nodePorts.Run(ctx)

@@ -210,14 +210,31 @@ func TestTranslateHostNetworkPod(t *testing.T) {
 	}
 }
 
+// A claim becomes the host claim of the same tenant claim, named by Nest.
+func TestTranslatePodMountsTheHostClaim(t *testing.T) {
+	p := tenantPod()
+	p.Spec.Volumes = append(p.Spec.Volumes,
+		corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data-db-0", ReadOnly: true}}},
+		corev1.Volume{Name: "again", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data-db-0"}}})
+	pt, err := tr.TranslatePod(p, defaultMetadata, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(pt.Claims, []string{"data-db-0"}) {
+		t.Errorf("claims %v, want [data-db-0]", pt.Claims)
+	}
+	for _, v := range pt.Pod.Spec.Volumes {
+		if c := v.PersistentVolumeClaim; c != nil && (c.ClaimName != contract.HostName("alpha", "shop", "data-db-0") || (v.Name == "data") != c.ReadOnly) {
+			t.Errorf("host volume %s: %+v", v.Name, c)
+		}
+	}
+}
+
 func TestTranslatePodRefuses(t *testing.T) {
 	for _, tt := range []struct {
 		field  string
 		mutate func(*corev1.Pod)
 	}{
-		{"persistentVolumeClaim", func(p *corev1.Pod) {
-			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}}})
-		}},
 		{"runtimeClassName", func(p *corev1.Pod) { p.Spec.RuntimeClassName = ptr.To("kata") }},
 		{"spec.os.name", func(p *corev1.Pod) { p.Spec.OS = &corev1.PodOS{Name: corev1.Windows} }},
 		{"nest.dev/", func(p *corev1.Pod) { p.Labels["nest.dev/tenant-of"] = "beta" }},

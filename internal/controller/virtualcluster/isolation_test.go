@@ -107,7 +107,7 @@ func TestIsolationObjectsFollowTheSpec(t *testing.T) {
 	})
 	check("isolation objects follow a changed spec")
 	var policy networkingv1.NetworkPolicy
-	if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: n.Namespace, Name: n.TenantNetworkPolicy()}, &policy); err != nil {
+	if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: n.Namespace, Name: n.TenantEgressNetworkPolicy()}, &policy); err != nil {
 		t.Fatal(err)
 	}
 	last := policy.Spec.Egress[len(policy.Spec.Egress)-1]

@@ -11,6 +11,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -227,7 +228,11 @@ func (r *Reconciler) reconcileStatefulSet(ctx context.Context, s *reconcileState
 	if err := r.ensure(ctx, s, pdb, func() { pdb.Labels, pdb.Spec = wantPDB.Labels, wantPDB.Spec }); err != nil {
 		return false, err
 	}
-	desired := controlplane.StatefulSetFor(s.vc, r.ControlPlane, s.ips)
+	opts, err := r.withHostStorageClasses(ctx, s.vc)
+	if err != nil {
+		return false, err
+	}
+	desired := controlplane.StatefulSetFor(s.vc, opts, s.ips)
 	desired.Spec.Template.Annotations = map[string]string{"nest.dev/pki-hash": pkiRestartHash(s.pki)}
 	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: desired.Name, Namespace: desired.Namespace}}
 	if replaced, err := r.replaceImmutablyDifferent(ctx, sts, desired); replaced || err != nil {
@@ -477,4 +482,22 @@ func (r *Reconciler) memberAddresses(ctx context.Context, vc *nestv1.VirtualClus
 	}
 	slices.Sort(out)
 	return slices.Compact(out), nil
+}
+
+// withHostStorageClasses returns the manager's control-plane options with
+// the host's StorageClasses, against which the VirtualCluster's storage
+// classes are resolved; an entry naming no host class is a Warning event
+// on the VirtualCluster and left out.
+func (r *Reconciler) withHostStorageClasses(ctx context.Context, vc *nestv1.VirtualCluster) (controlplane.Options, error) {
+	opts := r.ControlPlane
+	var list storagev1.StorageClassList
+	if err := r.APIReader.List(ctx, &list); err != nil {
+		return opts, fmt.Errorf("list host StorageClasses: %w", err)
+	}
+	opts.HostStorageClasses = list.Items
+	_, missing := controlplane.StorageClassesFor(vc, list.Items)
+	for _, m := range missing {
+		r.Recorder.Eventf(vc, nil, corev1.EventTypeWarning, "StorageClassMissing", "Reconcile", "%s", m)
+	}
+	return opts, nil
 }

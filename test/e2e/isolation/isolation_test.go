@@ -74,6 +74,7 @@ func TestTenantIsolation(t *testing.T) {
 		{"budgets", e.budgets()},
 		{"translation", e.translation()},
 		{"network-policies", e.networkPolicies()},
+		{"storage", e.storage()},
 	} {
 		t.Run(g.name, func(t *testing.T) {
 			for _, c := range g.cases {

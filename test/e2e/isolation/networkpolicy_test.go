@@ -25,8 +25,9 @@ func (e *env) networkPolicies() []testCase {
 	}
 }
 
-// namespaceWithPods makes a namespace in the tenant with testapp server
-// pods of the given names (label app=<name>) and returns their pod IPs.
+// namespaceWithPods makes a namespace in the tenant, waits for its default
+// service account, and starts testapp server pods of the given names
+// (label app=<name>); it returns their pod IPs.
 func (e *env) namespaceWithPods(t *testing.T, tn *framework.Tenant, ns string, names ...string) map[string]string {
 	t.Helper()
 	cs := tn.Clientset(t)

@@ -1,0 +1,246 @@
+// Package persistentvolumeclaim gives a tenant's PersistentVolumeClaims host
+// storage. The tenant sees StorageClasses that mirror host classes, with
+// this package as their provisioner (sig-storage-lib-external-provisioner
+// runs the claim lifecycle against the tenant API server); each claim of
+// one becomes a host claim of the host class in the tenant's host
+// namespace, and the tenant gets a PersistentVolume that stands for it.
+// The tenant's pods on the virtual node mount the host claim.
+//
+// The tenant names no host object: the host claim's name is the tenant
+// claim's host name (contract.HostName), its spec is only the request,
+// access modes, volume mode and host class, and claims that would pick a
+// volume themselves (a selector, a data source) are refused.
+package persistentvolumeclaim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
+
+	"github.com/nestdev/nest/internal/syncer/contract"
+)
+
+// ProvisionerName is the provisioner of the tenant StorageClasses Nest
+// mirrors, and DriverName the CSI driver the tenant's volumes name. No
+// kubelet ever mounts them: the virtual node's host pods mount host claims.
+const (
+	ProvisionerName = "nest.dev/virtual-node"
+	DriverName      = ProvisionerName
+)
+
+// LabelMirror marks the tenant StorageClasses and CSIDriver Nest keeps.
+const LabelMirror = contract.ReservedPrefix + "mirror"
+
+// StorageClass is one host StorageClass as the tenant sees it.
+type StorageClass struct {
+	// Name is the tenant's name, HostName the host class.
+	Name, HostName string
+	// ReclaimPolicy, VolumeBindingMode and AllowVolumeExpansion are the
+	// host class's.
+	ReclaimPolicy        corev1.PersistentVolumeReclaimPolicy
+	VolumeBindingMode    storagev1.VolumeBindingMode
+	AllowVolumeExpansion bool
+	// Default makes it the tenant's default class.
+	Default bool
+}
+
+// FormatClasses renders classes for ParseClasses: per class
+// "name=hostName:reclaimPolicy:bindingMode:expand:default", comma-separated.
+func FormatClasses(classes []StorageClass) string {
+	parts := make([]string, len(classes))
+	for i, c := range classes {
+		parts[i] = fmt.Sprintf("%s=%s:%s:%s:%t:%t", c.Name, c.HostName, c.ReclaimPolicy, c.VolumeBindingMode, c.AllowVolumeExpansion, c.Default)
+	}
+	return strings.Join(parts, ",")
+}
+
+// ParseClasses parses FormatClasses' form; the error names the part that
+// is malformed.
+func ParseClasses(s string) ([]StorageClass, error) {
+	var out []StorageClass
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part == "" {
+			continue
+		}
+		name, rest, ok := strings.Cut(part, "=")
+		fields := strings.Split(rest, ":")
+		if !ok || name == "" || len(fields) != 5 || fields[0] == "" {
+			return nil, fmt.Errorf("%q: want name=hostName:reclaimPolicy:bindingMode:expand:default, such as standard=standard:Delete:WaitForFirstConsumer:false:true", part)
+		}
+		expand, err1 := strconv.ParseBool(fields[3])
+		def, err2 := strconv.ParseBool(fields[4])
+		if err := errors.Join(err1, err2); err != nil {
+			return nil, fmt.Errorf("%q: %w", part, err)
+		}
+		out = append(out, StorageClass{Name: name, HostName: fields[0], ReclaimPolicy: corev1.PersistentVolumeReclaimPolicy(fields[1]),
+			VolumeBindingMode: storagev1.VolumeBindingMode(fields[2]), AllowVolumeExpansion: expand, Default: def})
+	}
+	return out, nil
+}
+
+// Provisioner makes the host claim behind a tenant claim, and deletes it
+// when the tenant's volume is reclaimed.
+type Provisioner struct {
+	VirtualCluster, HostNamespace string
+	Host                          kubernetes.Interface
+	Classes                       []StorageClass
+}
+
+var _ controller.Provisioner = (*Provisioner)(nil)
+
+// refuse is a final provisioning failure: the library reports it on the
+// tenant claim (ProvisioningFailed) and does not retry the same claim.
+func refuse(format string, args ...any) (*corev1.PersistentVolume, controller.ProvisioningState, error) {
+	return nil, controller.ProvisioningFinished, fmt.Errorf("refused by the virtual node: "+format, args...)
+}
+
+// Provision creates the host claim of a tenant claim and returns the
+// tenant volume that stands for it: a CSI volume of DriverName whose handle
+// is the host claim's name, with the claim's request as capacity.
+func (p *Provisioner) Provision(ctx context.Context, o controller.ProvisionOptions) (*corev1.PersistentVolume, controller.ProvisioningState, error) {
+	claim := o.PVC
+	class, ok := p.class(o.StorageClass.Name)
+	if !ok {
+		return refuse("StorageClass %s is not one the virtual node offers: use %s", o.StorageClass.Name, strings.Join(p.classNames(), ", "))
+	}
+	if claim.Spec.Selector != nil {
+		return refuse("spec.selector: the virtual node provisions volumes and binds no existing one: remove the selector")
+	}
+	if claim.Spec.DataSource != nil || claim.Spec.DataSourceRef != nil {
+		return refuse("spec.dataSource: volumes of the virtual node start empty: remove the data source")
+	}
+	request, ok := claim.Spec.Resources.Requests[corev1.ResourceStorage]
+	if !ok {
+		return refuse("spec.resources.requests.storage is required")
+	}
+	want := p.hostClaim(claim, class)
+	claims := p.Host.CoreV1().PersistentVolumeClaims(p.HostNamespace)
+	existing, err := claims.Create(ctx, want, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		existing, err = claims.Get(ctx, want.Name, metav1.GetOptions{})
+		if err == nil && !contract.IsCopyOf(existing, p.VirtualCluster, claim.Namespace, claim.Name) {
+			return nil, controller.ProvisioningFinished, contract.NotOurCopy("PersistentVolumeClaim", existing, claim.Namespace+"/"+claim.Name)
+		}
+	}
+	if apierrors.IsForbidden(err) {
+		// Past the host quota: the claim waits, and the tenant reads why.
+		return nil, controller.ProvisioningNoChange, fmt.Errorf("the host refused the claim (the VirtualCluster's spec.virtualNode.storage bounds claims and requests): %w", err)
+	}
+	if err != nil {
+		return nil, controller.ProvisioningInBackground, fmt.Errorf("create host claim %s: %w", want.Name, err)
+	}
+	return &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: o.PVName},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: request},
+			AccessModes:                   slices.Clone(claim.Spec.AccessModes),
+			VolumeMode:                    claim.Spec.VolumeMode,
+			PersistentVolumeReclaimPolicy: class.ReclaimPolicy,
+			StorageClassName:              class.Name,
+			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
+				Driver: DriverName, VolumeHandle: existing.Name,
+			}},
+		},
+	}, controller.ProvisioningFinished, nil
+}
+
+// hostClaim is the host claim of a tenant claim of class.
+func (p *Provisioner) hostClaim(claim *corev1.PersistentVolumeClaim, class StorageClass) *corev1.PersistentVolumeClaim {
+	return &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: contract.HostName(p.VirtualCluster, claim.Namespace, claim.Name), Namespace: p.HostNamespace,
+			Labels:      contract.HostLabels(p.VirtualCluster, claim.Namespace),
+			Annotations: contract.HostAnnotations(claim.Namespace, claim.Name, string(claim.UID)),
+		},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      slices.Clone(claim.Spec.AccessModes),
+			VolumeMode:       claim.Spec.VolumeMode,
+			StorageClassName: ptr.To(class.HostName),
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: claim.Spec.Resources.Requests[corev1.ResourceStorage]}},
+		},
+	}
+}
+
+// Delete deletes the host claim behind a tenant volume the tenant's claim
+// released. The host claim is found from the volume's claim reference, not
+// from anything else the volume says, and deleted only if it is the copy
+// of that claim: a volume a tenant writes cannot name another host claim.
+func (p *Provisioner) Delete(ctx context.Context, pv *corev1.PersistentVolume) error {
+	ref := pv.Spec.ClaimRef
+	if ref == nil {
+		return nil
+	}
+	name := contract.HostName(p.VirtualCluster, ref.Namespace, ref.Name)
+	claims := p.Host.CoreV1().PersistentVolumeClaims(p.HostNamespace)
+	host, err := claims.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !contract.IsCopyOf(host, p.VirtualCluster, ref.Namespace, ref.Name) || (ref.UID != "" && host.Annotations[contract.AnnotationTenantUID] != string(ref.UID)) {
+		return &controller.IgnoredError{Reason: fmt.Sprintf("host claim %s is not the copy of %s/%s", name, ref.Namespace, ref.Name)}
+	}
+	err = claims.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &host.UID}})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+func (p *Provisioner) class(name string) (StorageClass, bool) {
+	i := slices.IndexFunc(p.Classes, func(c StorageClass) bool { return c.Name == name })
+	if i < 0 {
+		return StorageClass{}, false
+	}
+	return p.Classes[i], true
+}
+
+func (p *Provisioner) classNames() []string {
+	var out []string
+	for _, c := range p.Classes {
+		out = append(out, c.Name)
+	}
+	if len(out) == 0 {
+		return []string{"none: the VirtualCluster offers no StorageClass"}
+	}
+	return out
+}
+
+// TenantStorageClasses are the tenant objects that show the classes: a
+// StorageClass per class with ProvisionerName, and the CSIDriver of the
+// volumes, which needs no attachment.
+func TenantStorageClasses(classes []StorageClass) ([]*storagev1.StorageClass, *storagev1.CSIDriver) {
+	labels := map[string]string{LabelMirror: "true"}
+	var out []*storagev1.StorageClass
+	for _, c := range classes {
+		sc := &storagev1.StorageClass{
+			ObjectMeta:           metav1.ObjectMeta{Name: c.Name, Labels: labels},
+			Provisioner:          ProvisionerName,
+			ReclaimPolicy:        ptr.To(c.ReclaimPolicy),
+			VolumeBindingMode:    ptr.To(c.VolumeBindingMode),
+			AllowVolumeExpansion: ptr.To(c.AllowVolumeExpansion),
+		}
+		if c.Default {
+			sc.Annotations = map[string]string{"storageclass.kubernetes.io/is-default-class": "true"}
+		}
+		out = append(out, sc)
+	}
+	driver := &storagev1.CSIDriver{
+		ObjectMeta: metav1.ObjectMeta{Name: DriverName, Labels: labels},
+		Spec:       storagev1.CSIDriverSpec{AttachRequired: ptr.To(false), PodInfoOnMount: ptr.To(false)},
+	}
+	return out, driver
+}

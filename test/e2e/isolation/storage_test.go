@@ -1,0 +1,197 @@
+package isolation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nestdev/nest/internal/images"
+	"github.com/nestdev/nest/internal/syncer/contract"
+	"github.com/nestdev/nest/internal/testutil"
+)
+
+// Storage: tenant claims get host storage through the virtual node, and a
+// claim cannot reach a volume that is not its own.
+func (e *env) storage() []testCase {
+	return []testCase{
+		{"statefulset-volumes-keep-their-data-across-pod-restarts", e.statefulSetVolumes},
+		{"claim-naming-a-volume-gets-no-host-claim", e.claimNamingAVolume},
+		{"claim-with-a-selector-is-refused", e.claimWithSelector},
+	}
+}
+
+// hostClaims lists alpha's host claims of tenant namespace ns.
+func (e *env) hostClaims(t *testing.T, ns string) []corev1.PersistentVolumeClaim {
+	t.Helper()
+	var list corev1.PersistentVolumeClaimList
+	if err := e.host.List(e.ctx, &list, client.InNamespace(e.alpha.Namespace), client.MatchingLabels(contract.HostLabels("alpha", ns))); err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
+}
+
+func claimSpec(size string) corev1.PersistentVolumeClaimSpec {
+	return corev1.PersistentVolumeClaimSpec{
+		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+		Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}},
+	}
+}
+
+// statefulSetVolumes: a StatefulSet of 3 with volumeClaimTemplates; each
+// pod's first incarnation writes its UID on its volume; every pod is
+// deleted; the new pods read what their predecessors wrote. The claims are
+// Bound in the tenant, each backed by a host claim, which go when the
+// tenant's claims are deleted.
+func (e *env) statefulSetVolumes(t *testing.T) {
+	const ns = "storage"
+	e.namespaceWithPods(t, e.alpha, ns)
+	cs := e.alpha.Clientset(t)
+	labels := map[string]string{"app": "db"}
+	sts := &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: ns},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas: ptr.To[int32](3), ServiceName: "db", PodManagementPolicy: appsv1.ParallelPodManagement,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					TerminationGracePeriodSeconds: new(int64),
+					InitContainers: []corev1.Container{{
+						Name: "first-writer", Image: images.TestApp, ImagePullPolicy: corev1.PullNever,
+						Args:         []string{"write-once", "/data/writer", "$(POD_UID)"},
+						Env:          []corev1.EnvVar{{Name: "POD_UID", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.uid"}}}},
+						VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
+					}},
+					Containers: []corev1.Container{{
+						Name: "app", Image: images.TestApp, ImagePullPolicy: corev1.PullNever,
+						VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
+					}},
+				},
+			},
+			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Name: "data"}, Spec: claimSpec("16Mi")}},
+		},
+	}
+	start := time.Now()
+	if _, err := cs.AppsV1().StatefulSets(ns).Create(e.ctx, sts, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pods := []string{"db-0", "db-1", "db-2"}
+	firstUIDs := map[string]string{}
+	for _, p := range pods {
+		firstUIDs[p] = string(e.waitRunning(t, e.alpha, ns, p).UID)
+	}
+	t.Logf("StatefulSet of 3 with volume claims Running %v after it was created", time.Since(start).Round(time.Millisecond))
+	for _, p := range pods {
+		c, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(e.ctx, "data-"+p, metav1.GetOptions{})
+		if err != nil || c.Status.Phase != corev1.ClaimBound {
+			t.Fatalf("claim data-%s: %v, phase %v", p, err, c.Status.Phase)
+		}
+	}
+	if got := len(e.hostClaims(t, ns)); got != 3 {
+		t.Fatalf("%d host claims, want 3", got)
+	}
+	if err := cs.CoreV1().Pods(ns).DeleteCollection(e.ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "app=db"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods {
+		testutil.Eventually(t, 3*time.Minute, p+" again, with its volume", func() error {
+			pod, err := cs.CoreV1().Pods(ns).Get(e.ctx, p, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if string(pod.UID) == firstUIDs[p] || pod.Status.Phase != corev1.PodRunning {
+				return fmt.Errorf("uid %s phase %s", pod.UID, pod.Status.Phase)
+			}
+			return nil
+		})
+		out, err := e.alpha.KubectlErr(e.ctx, "exec", "-n", ns, p, "--", "/testapp", "cat", "/data/writer")
+		if err != nil || strings.TrimSpace(out) != firstUIDs[p] {
+			t.Errorf("%s reads %q (%v) on its volume, want %s, which its first pod wrote", p, out, err, firstUIDs[p])
+		}
+	}
+
+	if err := cs.AppsV1().StatefulSets(ns).Delete(e.ctx, "db", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.CoreV1().PersistentVolumeClaims(ns).DeleteCollection(e.ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 3*time.Minute, "the host claims gone with the tenant's", func() error {
+		if n := len(e.hostClaims(t, ns)); n > 0 {
+			return fmt.Errorf("%d host claims left", n)
+		}
+		return nil
+	})
+}
+
+// claimNamingAVolume: a claim naming a volume (a host PV's name, say)
+// binds nothing: no host claim is made and the claim stays Pending.
+func (e *env) claimNamingAVolume(t *testing.T) {
+	const ns = "storage-volume-name"
+	e.namespaceWithPods(t, e.alpha, ns)
+	c := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "borrowed", Namespace: ns}, Spec: claimSpec("16Mi")}
+	c.Spec.VolumeName = "pvc-of-another-tenant"
+	e.claimGetsNoHostClaim(t, ns, c, "")
+}
+
+// claimWithSelector: a claim with a selector, which could pick another
+// tenant's volume, gets none: the tenant's scheduler provisions no claim
+// with a selector, and the virtual node's provisioner refuses one naming
+// spec.selector (unit-tested: a pod bound by nodeName never asks for it).
+func (e *env) claimWithSelector(t *testing.T) {
+	const ns = "storage-selector"
+	e.namespaceWithPods(t, e.alpha, ns)
+	c := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "picky", Namespace: ns}, Spec: claimSpec("16Mi")}
+	c.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"tenant": "beta"}}
+	e.claimGetsNoHostClaim(t, ns, c, "")
+}
+
+// claimGetsNoHostClaim creates c and a pod mounting it (with the
+// scheduler bypassed, as a hostile tenant would); the pod is refused, no
+// host claim appears, and, when wantEvent is set, the claim has an event
+// naming it.
+func (e *env) claimGetsNoHostClaim(t *testing.T, ns string, c *corev1.PersistentVolumeClaim, wantEvent string) {
+	t.Helper()
+	cs := e.alpha.Clientset(t)
+	if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(e.ctx, c, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.CoreV1().PersistentVolumeClaims(ns).Delete(context.Background(), c.Name, metav1.DeleteOptions{}) })
+	pod := testPod("mounts-"+c.Name, func(p *corev1.Pod) {
+		p.Namespace = ns
+		p.Spec.Volumes = []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c.Name}}}}
+	})
+	e.create(t, e.alpha, pod)
+	testutil.Eventually(t, time.Minute, "the pod refused", func() error {
+		got := e.tenantPod(t, e.alpha, ns, pod.Name)
+		if got.Status.Reason != "ProviderFailed" || !strings.Contains(got.Status.Message, "persistentVolumeClaim "+c.Name) {
+			return fmt.Errorf("status %q %q", got.Status.Reason, got.Status.Message)
+		}
+		return nil
+	})
+	if wantEvent != "" {
+		testutil.Eventually(t, time.Minute, "an event naming "+wantEvent, func() error {
+			if ev := e.tenantEvents(t, e.alpha, ns, c.Name); !strings.Contains(ev, wantEvent) {
+				return errors.New("events: " + ev)
+			}
+			return nil
+		})
+	}
+	got, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(e.ctx, c.Name, metav1.GetOptions{})
+	if err != nil || got.Status.Phase == corev1.ClaimBound {
+		t.Errorf("claim %v, phase %v: want it Pending", err, got.Status.Phase)
+	}
+	if n := len(e.hostClaims(t, ns)); n != 0 {
+		t.Errorf("%d host claims for a claim the virtual node must not provision", n)
+	}
+}
