@@ -74,7 +74,7 @@ func TestProvisionMakesTheHostClaimAndATenantVolume(t *testing.T) {
 func TestProvisionRefuses(t *testing.T) {
 	for _, tt := range []struct {
 		name, class, want string
-		mutate           func(*corev1.PersistentVolumeClaim)
+		mutate            func(*corev1.PersistentVolumeClaim)
 	}{
 		{"a selector", "fast", "spec.selector", func(c *corev1.PersistentVolumeClaim) {
 			c.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"owner": "beta"}}
