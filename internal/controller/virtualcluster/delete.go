@@ -6,10 +6,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -101,33 +100,25 @@ func hostObjectsDeletedIn(step controlplane.DeletionStep, n controlplane.Names) 
 	return out
 }
 
-// deleteTenantWorkloads deletes every host object nest-syncer made for vc
-// (pods, Services, ConfigMaps, Secrets, NetworkPolicies and the virtual
-// nodes' disks) and
-// returns how many were still there.
+// deleteTenantWorkloads deletes every host object nest-syncer made for vc,
+// of each of contract.HostKinds, and returns how many were still there.
 func (r *Reconciler) deleteTenantWorkloads(ctx context.Context, vc *nestv1.VirtualCluster) (int, error) {
 	selector := client.MatchingLabels{contract.LabelTenantOf: vc.Name}
 	remaining := 0
-	for _, kind := range []struct {
-		obj  client.Object
-		list client.ObjectList
-	}{
-		{&corev1.Pod{}, &corev1.PodList{}}, {&corev1.Service{}, &corev1.ServiceList{}},
-		{&corev1.ConfigMap{}, &corev1.ConfigMapList{}}, {&corev1.Secret{}, &corev1.SecretList{}},
-		{&networkingv1.NetworkPolicy{}, &networkingv1.NetworkPolicyList{}},
-		// The virtual nodes' disks; the host keeps each until no pod mounts it.
-		{&corev1.PersistentVolumeClaim{}, &corev1.PersistentVolumeClaimList{}},
-	} {
-		if err := r.APIReader.List(ctx, kind.list, client.InNamespace(vc.Namespace), selector); err != nil {
+	for _, kind := range contract.HostKinds {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(kind.GroupVersion().WithKind(kind.Kind + "List"))
+		if err := r.APIReader.List(ctx, list, client.InNamespace(vc.Namespace), selector); err != nil {
 			return 0, err
 		}
-		n := meta.LenList(kind.list)
-		if n == 0 {
+		if len(list.Items) == 0 {
 			continue
 		}
-		remaining += n
-		if err := r.DeleteAllOf(ctx, kind.obj, client.InNamespace(vc.Namespace), selector); err != nil {
-			return 0, fmt.Errorf("delete tenant %T objects of %s: %w", kind.obj, klog.KObj(vc), err)
+		remaining += len(list.Items)
+		obj := &unstructured.Unstructured{}
+		obj.SetGroupVersionKind(kind.GroupVersionKind)
+		if err := r.DeleteAllOf(ctx, obj, client.InNamespace(vc.Namespace), selector); err != nil {
+			return 0, fmt.Errorf("delete tenant %s objects of %s: %w", kind.Kind, klog.KObj(vc), err)
 		}
 	}
 	return remaining, nil

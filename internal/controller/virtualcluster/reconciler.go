@@ -120,6 +120,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete;deletecollection
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;patch
 // +kubebuilder:rbac:groups="",resources=pods;configmaps;services;secrets;persistentvolumeclaims,verbs=list;delete;deletecollection
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=list;deletecollection
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;watch;create;update;patch
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=bind,resourceNames=nest-syncer

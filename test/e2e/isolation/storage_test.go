@@ -85,10 +85,26 @@ func (e *env) statefulSetVolumes(t *testing.T) {
 	if _, err := cs.AppsV1().StatefulSets(ns).Create(e.ctx, sts, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// running waits for the StatefulSet's pod name to run, as another pod
+	// than the one with UID before.
+	running := func(name, before string) string {
+		var uid string
+		testutil.Eventually(t, 3*time.Minute, name+" running", func() error {
+			pod, err := cs.CoreV1().Pods(ns).Get(e.ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if uid = string(pod.UID); uid == before || pod.Status.Phase != corev1.PodRunning {
+				return fmt.Errorf("uid %s phase %s %s", pod.UID, pod.Status.Phase, pod.Status.Message)
+			}
+			return nil
+		})
+		return uid
+	}
 	pods := []string{"db-0", "db-1", "db-2"}
 	firstUIDs := map[string]string{}
 	for _, p := range pods {
-		firstUIDs[p] = string(e.waitRunning(t, e.alpha, ns, p).UID)
+		firstUIDs[p] = running(p, "")
 	}
 	t.Logf("StatefulSet of 3 with volume claims Running %v after it was created", time.Since(start).Round(time.Millisecond))
 	for _, p := range pods {
@@ -104,16 +120,7 @@ func (e *env) statefulSetVolumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range pods {
-		testutil.Eventually(t, 3*time.Minute, p+" again, with its volume", func() error {
-			pod, err := cs.CoreV1().Pods(ns).Get(e.ctx, p, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			if string(pod.UID) == firstUIDs[p] || pod.Status.Phase != corev1.PodRunning {
-				return fmt.Errorf("uid %s phase %s", pod.UID, pod.Status.Phase)
-			}
-			return nil
-		})
+		running(p, firstUIDs[p])
 		out, err := e.alpha.KubectlErr(e.ctx, "exec", "-n", ns, p, "--", "/testapp", "cat", "/data/writer")
 		if err != nil || strings.TrimSpace(out) != firstUIDs[p] {
 			t.Errorf("%s reads %q (%v) on its volume, want %s, which its first pod wrote", p, out, err, firstUIDs[p])
