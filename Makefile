@@ -39,7 +39,7 @@ build-k8s:
 		go build -ldflags "-s -w -X $(CONTAINERD)/version.Version=$$v" -o $(BIN)/ $(addprefix $(CONTAINERD)/cmd/,containerd containerd-shim-runc-v2 ctr)
 
 build-nest:
-	go build -ldflags '-s -w' -o $(BIN)/ ./cmd/nest ./cmd/nest-manager ./cmd/nest-syncer ./cmd/nest-probe ./cmd/pause ./cmd/testapp
+	go build -ldflags '-s -w' -o $(BIN)/ ./cmd/nest ./cmd/nest-manager ./cmd/nest-syncer ./cmd/nest-probe ./cmd/pause ./cmd/testapp ./cmd/nest-agent ./cmd/nest-node-network-agent
 
 ## test: every test CI runs: lint, unit tests, then end-to-end tests on a real local host cluster
 test: deps build lint unit e2e

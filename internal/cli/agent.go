@@ -20,7 +20,11 @@ import (
 // agent read its configuration.
 const defaultAgentConfig = "/etc/nest/agent.yaml"
 
-func newAgentCommand() *cobra.Command {
+func newAgentCommand() *cobra.Command { return NewAgentCommand() }
+
+// NewAgentCommand is `nest agent`, also built alone as cmd/nest-agent: the
+// node-side daemon of node promotion.
+func NewAgentCommand() *cobra.Command {
 	var configPath string
 	cmd := &cobra.Command{
 		Use:   "agent --config FILE",

@@ -16,7 +16,12 @@ import (
 	"github.com/nestdev/nest/internal/nodenet"
 )
 
-func newNodeNetworkAgentCommand() *cobra.Command {
+func newNodeNetworkAgentCommand() *cobra.Command { return NewNodeNetworkAgentCommand() }
+
+// NewNodeNetworkAgentCommand is `nest node-network-agent`, also built alone
+// as cmd/nest-node-network-agent: the DaemonSet that gives hostNetwork
+// tenant pods the virtual node's network.
+func NewNodeNetworkAgentCommand() *cobra.Command {
 	var nodeName, netnsDir string
 	cmd := &cobra.Command{
 		Use:   "node-network-agent --node-name NODE",

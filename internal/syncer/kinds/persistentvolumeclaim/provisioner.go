@@ -32,11 +32,12 @@ import (
 )
 
 // ProvisionerName is the provisioner of the tenant StorageClasses Nest
-// mirrors, and DriverName the CSI driver the tenant's volumes name. No
-// kubelet ever mounts them: the virtual node's host pods mount host claims.
+// mirrors, and DriverName the CSI driver the tenant's volumes name (a DNS
+// subdomain, as the API requires of drivers). No kubelet ever mounts them:
+// the virtual node's host pods mount host claims.
 const (
 	ProvisionerName = "nest.dev/virtual-node"
-	DriverName      = ProvisionerName
+	DriverName      = "virtual-node.nest.dev"
 )
 
 // LabelMirror marks the tenant StorageClasses and CSIDriver Nest keeps.

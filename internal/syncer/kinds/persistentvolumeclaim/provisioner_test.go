@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
@@ -152,5 +153,10 @@ func TestTenantStorageClasses(t *testing.T) {
 	}
 	if driver.Name != DriverName || ptr.Deref(driver.Spec.AttachRequired, true) {
 		t.Errorf("driver %+v: the virtual node's volumes need no attachment", driver)
+	}
+	// The API refuses a CSIDriver, and a volume naming a driver, that is
+	// no DNS subdomain.
+	if errs := validation.IsDNS1123Subdomain(DriverName); len(errs) > 0 {
+		t.Errorf("driver name %q: %v", DriverName, errs)
 	}
 }
