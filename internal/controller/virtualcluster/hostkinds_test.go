@@ -1,29 +1,13 @@
 package virtualcluster
 
 import (
-	"os"
 	"slices"
 	"testing"
 
 	rbacv1 "k8s.io/api/rbac/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/nestdev/nest/internal/syncer/contract"
 )
-
-// rulesOf reads the rules of a generated ClusterRole.
-func rulesOf(t *testing.T, path string) []rbacv1.PolicyRule {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var role rbacv1.ClusterRole
-	if err := yaml.Unmarshal(data, &role); err != nil {
-		t.Fatal(err)
-	}
-	return role.Rules
-}
 
 // allows reports whether rules grant verb on group/resource.
 func allows(rules []rbacv1.PolicyRule, group, resource, verb string) bool {
@@ -37,7 +21,7 @@ func allows(rules []rbacv1.PolicyRule, group, resource, verb string) bool {
 // with the VirtualCluster, and nest-syncer creates nothing else but its
 // Lease and the subresources of its pods.
 func TestHostKindsAgreeWithRBAC(t *testing.T) {
-	syncer, manager := rulesOf(t, "../../../config/syncer/role.yaml"), rulesOf(t, "../../../config/rbac/role.yaml")
+	syncer, manager := clusterRoleRules(t, "../../../config/syncer/role.yaml"), clusterRoleRules(t, "../../../config/rbac/role.yaml")
 	for _, k := range contract.HostKinds {
 		for _, verb := range []string{"create", "delete", "get"} {
 			if !allows(syncer, k.Group, k.Resource, verb) {
