@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nestdev/nest/internal/syncer/contract"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
@@ -63,6 +65,8 @@ func TestDeletePodGracePeriod(t *testing.T) {
 	deleting := simplePod("web", "100m")
 	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
 	deleting.DeletionGracePeriodSeconds = ptr.To[int64](365 * 24 * 3600)
+	zeroGrace := deleting.DeepCopy()
+	zeroGrace.DeletionGracePeriodSeconds = ptr.To[int64](0)
 	for _, tt := range []struct {
 		name   string
 		tenant []runtime.Object
@@ -70,11 +74,16 @@ func TestDeletePodGracePeriod(t *testing.T) {
 	}{
 		{name: "graceful, a year asked", tenant: []runtime.Object{deleting}, want: DefaultMaxGracePeriodSeconds},
 		{name: "force-deleted: gone from the tenant API", want: ForcedGracePeriodSeconds},
+		{name: "a zero grace period while still listed", tenant: []runtime.Object{zeroGrace}, want: ForcedGracePeriodSeconds},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			host := hostPodOf(t, deleting)
 			p, client := newProvider(t, nil, []runtime.Object{host}, tt.tenant...)
-			if err := p.DeletePod(context.Background(), deleting); err != nil {
+			pod := deleting
+			if len(tt.tenant) > 0 {
+				pod = tt.tenant[0].(*corev1.Pod)
+			}
+			if err := p.DeletePod(context.Background(), pod); err != nil {
 				t.Fatal(err)
 			}
 			if got := hostDeleteGrace(client); got != tt.want {
@@ -110,5 +119,23 @@ func TestOrphanSyncerShortensTheDeletionOfAForceDeletedPod(t *testing.T) {
 				t.Errorf("host pod deleted with grace period %d, want %d", got, tt.want)
 			}
 		})
+	}
+}
+
+// A tenant claim in a namespace named node-disk has the host name of a
+// virtual node's disk: it is never taken as the disk, nor deleted as one.
+func TestATenantClaimIsNeverTheNodeDisk(t *testing.T) {
+	name := NodeDiskClaim(tr.VirtualCluster, tr.NodeName)
+	squatter := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tr.HostNamespace,
+		Labels: contract.HostLabels(tr.VirtualCluster, "node-disk"), Annotations: contract.HostAnnotations("node-disk", tr.NodeName, "uid-x")}}
+	p, client := newProvider(t, nil, []runtime.Object{squatter})
+	if err := p.ensureNodeDisk(context.Background(), name); err == nil || !strings.Contains(err.Error(), "node-disk/"+tr.NodeName) {
+		t.Errorf("ensureNodeDisk = %v, want a refusal naming the tenant claim", err)
+	}
+	if err := p.deleteNodeDisk(context.Background(), tr.NodeName); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().PersistentVolumeClaims(tr.HostNamespace).Get(context.Background(), name, metav1.GetOptions{}); err != nil {
+		t.Errorf("the tenant's claim was deleted as a disk: %v", err)
 	}
 }

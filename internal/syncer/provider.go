@@ -242,18 +242,34 @@ func (p *podProvider) ensureNodeDisk(ctx context.Context, claim string) error {
 		return nil
 	}
 	claims := p.host.CoreV1().PersistentVolumeClaims(p.tr.HostNamespace)
-	_, err := claims.Get(ctx, claim, metav1.GetOptions{})
-	if err == nil || !apierrors.IsNotFound(err) {
+	existing, err := claims.Get(ctx, claim, metav1.GetOptions{})
+	if err == nil {
+		return notTenantClaim(existing)
+	}
+	if !apierrors.IsNotFound(err) {
 		return err
 	}
 	_, err = claims.Create(ctx, p.tr.NodeDiskClaimFor(claim), metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
-		return nil
+		if existing, err = claims.Get(ctx, claim, metav1.GetOptions{}); err == nil {
+			return notTenantClaim(existing)
+		}
+		return err
 	}
 	if err != nil {
 		return fmt.Errorf("create the virtual node's disk %s: %w", claim, err)
 	}
 	klog.FromContext(ctx).Info("Created the virtual node's disk", "claim", klog.KRef(p.tr.HostNamespace, claim))
+	return nil
+}
+
+// notTenantClaim refuses to take a host claim that stands for a tenant
+// claim (kinds/persistentvolumeclaim) as a virtual node's disk: a tenant
+// namespace "node-disk" gives its claims the names disks have.
+func notTenantClaim(c *corev1.PersistentVolumeClaim) error {
+	if ns, name, ok := contract.TenantKey(c.Annotations); ok {
+		return errdefs.AsInvalidInput(fmt.Errorf("the virtual node's disk %s cannot be made: the tenant claim %s/%s holds its host name; delete or rename that claim", c.Name, ns, name))
+	}
 	return nil
 }
 
@@ -272,7 +288,7 @@ func (p *podProvider) deleteNodeDisk(ctx context.Context, node string) error {
 	if err != nil {
 		return fmt.Errorf("read the disk %s of removed virtual node %s: %w", name, node, err)
 	}
-	if c.Labels[contract.LabelTenantOf] != p.tr.VirtualCluster {
+	if _, _, tenants := contract.TenantKey(c.Annotations); tenants || c.Labels[contract.LabelTenantOf] != p.tr.VirtualCluster {
 		return nil
 	}
 	err = claims.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &c.UID}})
@@ -603,6 +619,11 @@ func (p *podProvider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 		return nil
 	}
 	grace := p.tr.GracePeriod(pod.DeletionGracePeriodSeconds)
+	if grace != nil {
+		// Never 0, which deletes the host pod at once and frees its quota
+		// while its containers still run.
+		grace = ptr.To(max(*grace, ForcedGracePeriodSeconds))
+	}
 	if p.tenantPodGone(pod) {
 		grace = ptr.To(ForcedGracePeriodSeconds)
 	}

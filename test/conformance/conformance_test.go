@@ -129,7 +129,10 @@ func TestConformance(t *testing.T) {
 	// that keep state in hostPath volumes; their Job pods also ask for
 	// privileged (for SELinux hosts), which the virtual node confines.
 	if out, err := nest("create", "conformance", "--cpu", "3", "--memory", "16Gi", "--pods", "250", "--virtual-nodes", "2",
-		"--container-limits", "none", "--node-disk", "1Gi", "--privileged-containers", "confine", "--wait"); err != nil {
+		"--container-limits", "none", "--node-disk", "1Gi", "--privileged-containers", "confine",
+		// Storage specs claim 10Gi at a time (the local host cluster's
+		// provisioner allocates none of it).
+		"--storage", "500Gi", "--storage-claims", "100", "--wait"); err != nil {
 		t.Fatalf("create the tenant: %v\n%s", err, out)
 	}
 	tenant.Load(t, nest)

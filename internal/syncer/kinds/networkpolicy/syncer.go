@@ -3,6 +3,7 @@ package networkpolicy
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"strings"
@@ -122,8 +123,10 @@ func (s *Syncer) Sync(ctx context.Context, key string) (time.Duration, error) {
 		err = checkSize(want)
 	}
 	if err != nil {
+		// An earlier copy would go on allowing what the policy allowed
+		// then: the pods stay isolated by their labels, with no rule.
 		s.Recorder.Eventf(tenant, corev1.EventTypeWarning, ReasonNotEnforced, "The selected pods are isolated, but the policy's rules are not applied: %v", err)
-		return 0, kindsync.Terminal(err)
+		return 0, errors.Join(kindsync.Terminal(err), s.deleteCopy(ctx, existing))
 	}
 	if existing != nil && apiequality.Semantic.DeepEqual(existing.Spec, want.Spec) && maps.Equal(existing.Annotations, want.Annotations) {
 		return 0, nil
@@ -141,6 +144,7 @@ func (s *Syncer) Sync(ctx context.Context, key string) (time.Duration, error) {
 	}
 	if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
 		s.Recorder.Eventf(tenant, corev1.EventTypeWarning, ReasonNotEnforced, "The selected pods are isolated, but the host refused the policy's rules: %v", err)
+		err = errors.Join(err, s.deleteCopy(ctx, existing))
 	}
 	if err != nil {
 		return 0, fmt.Errorf("write host NetworkPolicy %s: %w", hostName, err)

@@ -104,12 +104,23 @@ func TestSyncRefusesAPolicyAboveTheSizeBound(t *testing.T) {
 			{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": strings.Repeat("x", 20) + string(rune('a'+i%26))}}},
 		}})
 	}
-	s, client, rec := newSyncer(t, []runtime.Object{big}, nil)
+	// An earlier copy, from before the policy grew, must not go on
+	// allowing what it allowed.
+	earlier, _, err := tr.Translate(denyAll(), tenantNamespaces)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, client, rec := newSyncer(t, []runtime.Object{big}, []runtime.Object{earlier})
 	if _, err := s.Sync(context.Background(), "shop/p"); !kindsync.IsTerminal(err) {
 		t.Fatalf("Sync = %v, want a terminal refusal", err)
 	}
-	if len(client.Actions()) != 0 {
-		t.Errorf("the host was written: %v", client.Actions())
+	if _, err := client.NetworkingV1().NetworkPolicies("vc-alpha").Get(context.Background(), earlier.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the earlier copy is still there: %v", err)
+	}
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "create" || a.GetVerb() == "update" {
+			t.Errorf("the host was written: %v", a)
+		}
 	}
 	if ev := <-rec.Events; !strings.Contains(ev, ReasonNotEnforced) || !strings.Contains(ev, "bytes") {
 		t.Errorf("event %q", ev)

@@ -275,6 +275,9 @@ func (t Translator) cutBlock(b networkingv1.IPBlock) (out []networkingv1.IPBlock
 	if err != nil {
 		return nil, false, fmt.Errorf("cidr %q: %w", b.CIDR, err)
 	}
+	if want.Addr().Is4In6() {
+		return nil, false, fmt.Errorf("cidr %q: write IPv4 ranges as IPv4, not IPv4-mapped IPv6", b.CIDR)
+	}
 	want = want.Masked()
 	var tenantExcept []netip.Prefix
 	for _, e := range b.Except {

@@ -233,6 +233,15 @@ func TestViewIsolatesTheSelectedPods(t *testing.T) {
 	}
 }
 
+// IPv4-mapped IPv6 ranges could read as IPv4 to a network plugin: refused.
+func TestTranslateRefusesIPv4MappedBlocks(t *testing.T) {
+	p := policy(networkingv1.NetworkPolicySpec{PolicyTypes: egress,
+		Egress: []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "::ffff:0:0/96"}}}}}})
+	if _, _, err := tr.Translate(p, tenantNamespaces); err == nil || !strings.Contains(err.Error(), "spec.egress[0].to[0].ipBlock") {
+		t.Errorf("Translate = %v, want a refusal naming the ipBlock", err)
+	}
+}
+
 func TestLabelKeyIsReservedAndValid(t *testing.T) {
 	k := LabelKey("example.com/" + strings.Repeat("x", 63))
 	if !strings.HasPrefix(k, contract.ReservedPrefix) || len(k) > 63+len("nest.dev/") || !IsPolicyLabel(k) {

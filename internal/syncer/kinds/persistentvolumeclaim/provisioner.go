@@ -133,6 +133,11 @@ func (p *Provisioner) Provision(ctx context.Context, o controller.ProvisionOptio
 		if err == nil && !contract.IsCopyOf(existing, p.VirtualCluster, claim.Namespace, claim.Name) {
 			return nil, controller.ProvisioningFinished, contract.NotOurCopy("PersistentVolumeClaim", existing, claim.Namespace+"/"+claim.Name)
 		}
+		if err == nil && (existing.Annotations[contract.AnnotationTenantUID] != string(claim.UID) || existing.DeletionTimestamp != nil) {
+			// An earlier claim's volume, retained or still going: its
+			// data is not this claim's to take.
+			return nil, controller.ProvisioningNoChange, fmt.Errorf("the host still holds the volume of an earlier claim %s/%s: delete that claim's PersistentVolume (reclaim policy Retain) or wait for it to go", claim.Namespace, claim.Name)
+		}
 	}
 	if apierrors.IsForbidden(err) {
 		// Past the host quota: the claim waits, and the tenant reads why.
@@ -176,7 +181,8 @@ func (p *Provisioner) hostClaim(claim *corev1.PersistentVolumeClaim, class Stora
 // Delete deletes the host claim behind a tenant volume the tenant's claim
 // released. The host claim is found from the volume's claim reference, not
 // from anything else the volume says, and deleted only if it is the copy
-// of that claim: a volume a tenant writes cannot name another host claim.
+// of that claim, with its UID: a volume a tenant writes cannot name
+// another host claim.
 func (p *Provisioner) Delete(ctx context.Context, pv *corev1.PersistentVolume) error {
 	ref := pv.Spec.ClaimRef
 	if ref == nil {
@@ -191,7 +197,7 @@ func (p *Provisioner) Delete(ctx context.Context, pv *corev1.PersistentVolume) e
 	if err != nil {
 		return err
 	}
-	if !contract.IsCopyOf(host, p.VirtualCluster, ref.Namespace, ref.Name) || (ref.UID != "" && host.Annotations[contract.AnnotationTenantUID] != string(ref.UID)) {
+	if !contract.IsCopyOf(host, p.VirtualCluster, ref.Namespace, ref.Name) || ref.UID == "" || host.Annotations[contract.AnnotationTenantUID] != string(ref.UID) {
 		return &controller.IgnoredError{Reason: fmt.Sprintf("host claim %s is not the copy of %s/%s", name, ref.Namespace, ref.Name)}
 	}
 	err = claims.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &host.UID}})

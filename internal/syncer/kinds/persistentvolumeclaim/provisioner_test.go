@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
@@ -67,6 +68,12 @@ func TestProvisionMakesTheHostClaimAndATenantVolume(t *testing.T) {
 	if _, _, err := p.Provision(context.Background(), options(claim(), "fast")); err != nil {
 		t.Errorf("second Provision: %v", err)
 	}
+	// A new claim of the same name does not take the earlier claim's
+	// retained volume.
+	again := claim(func(c *corev1.PersistentVolumeClaim) { c.UID = "uid-again" })
+	if _, state, err := p.Provision(context.Background(), options(again, "fast")); err == nil || state == controller.ProvisioningFinished {
+		t.Errorf("Provision over an earlier claim's host claim = %v, %v; want a retry with a reason", state, err)
+	}
 }
 
 // Claims that would choose a volume themselves, or of a class the virtual
@@ -112,21 +119,24 @@ func TestDeleteOnlyTheClaimsCopy(t *testing.T) {
 	etcd := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "vc-alpha", Labels: map[string]string{contract.LabelTenantOf: "alpha"}}}
 	pv := func(uid string) *corev1.PersistentVolume {
 		return &corev1.PersistentVolume{Spec: corev1.PersistentVolumeSpec{
-			ClaimRef:               &corev1.ObjectReference{Namespace: "shop", Name: "data-db-0", UID: "uid-c"},
+			ClaimRef:               &corev1.ObjectReference{Namespace: "shop", Name: "data-db-0", UID: types.UID(uid)},
 			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: DriverName, VolumeHandle: "anything-the-tenant-wrote"}},
 		}}
 	}
 	for _, tt := range []struct {
 		name     string
 		existing *corev1.PersistentVolumeClaim
+		uid      string
 		gone     bool
 	}{
-		{"the copy", ours, true},
-		{"not a copy: Nest's own claim under the name", etcd, false},
+		{"the copy", ours, "uid-c", true},
+		{"not a copy: Nest's own claim under the name", etcd, "uid-c", false},
+		{"a volume without the claim's UID", ours, "", false},
+		{"a volume of an earlier claim of the name", ours, "uid-earlier", false},
 	} {
 		host := fake.NewClientset(tt.existing)
 		p := &Provisioner{VirtualCluster: "alpha", HostNamespace: "vc-alpha", Host: host}
-		err := p.Delete(context.Background(), pv("uid-c"))
+		err := p.Delete(context.Background(), pv(tt.uid))
 		_, getErr := host.CoreV1().PersistentVolumeClaims("vc-alpha").Get(context.Background(), name, metav1.GetOptions{})
 		if gone := apierrors.IsNotFound(getErr); gone != tt.gone {
 			t.Errorf("%s: deleted %v, want %v (Delete: %v)", tt.name, gone, tt.gone, err)
