@@ -30,7 +30,7 @@ func statusOf(err error) int {
 
 // formFields are the create and share forms' inputs, in page order.
 var formFields = []string{vcops.FieldName, vcops.FieldNamespace, vcops.FieldCPU, vcops.FieldMemory, vcops.FieldGPU, vcops.FieldPods,
-	vcops.FieldReplicas, vcops.FieldPodSecurity, vcops.FieldServiceType, vcops.FieldExternalIPs}
+	vcops.FieldStorage, vcops.FieldReplicas, vcops.FieldPodSecurity, vcops.FieldServiceType, vcops.FieldExternalIPs}
 
 // specFields maps API field paths, as the API server names them in a
 // refusal's causes, to the form input that sets them. Longest prefix wins.
@@ -45,6 +45,7 @@ var specFields = map[string]string{
 	"spec.controlPlane.service.type":                  vcops.FieldServiceType,
 	"spec.externalIPs":                                vcops.FieldExternalIPs,
 	"spec.controlPlane.replicas":                      vcops.FieldReplicas,
+	"spec.virtualNode.storage.requests":               vcops.FieldStorage,
 }
 
 // quotedKey turns spec.promoteResources.resources.cpu and ...[cpu] alike.

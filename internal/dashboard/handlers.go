@@ -15,6 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -252,7 +253,7 @@ type createView struct {
 
 // createForm is the create form's fields.
 type createForm struct {
-	Name, Namespace, CPU, Memory, GPU, Pods, Replicas, PodSecurity, ServiceType, ExternalIPs string
+	Name, Namespace, CPU, Memory, GPU, Pods, Storage, Replicas, PodSecurity, ServiceType, ExternalIPs string
 }
 
 func newCreateView(f createForm, errs map[string]string) createView {
@@ -274,7 +275,7 @@ func (s *Server) createForm(w http.ResponseWriter, r *http.Request) {
 func formOf(r *http.Request) createForm {
 	v := func(k string) string { return strings.TrimSpace(r.PostFormValue(k)) }
 	return createForm{Name: v(vcops.FieldName), Namespace: v(vcops.FieldNamespace), CPU: v(vcops.FieldCPU), Memory: v(vcops.FieldMemory),
-		GPU: v(vcops.FieldGPU), Pods: v(vcops.FieldPods), Replicas: v(vcops.FieldReplicas), PodSecurity: v(vcops.FieldPodSecurity), ServiceType: v(vcops.FieldServiceType),
+		GPU: v(vcops.FieldGPU), Pods: v(vcops.FieldPods), Storage: v(vcops.FieldStorage), Replicas: v(vcops.FieldReplicas), PodSecurity: v(vcops.FieldPodSecurity), ServiceType: v(vcops.FieldServiceType),
 		ExternalIPs: v(vcops.FieldExternalIPs)}
 }
 
@@ -295,6 +296,13 @@ func virtualClusterOf(f createForm) (*nestv1.VirtualCluster, error) {
 	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: f.Name, Namespace: ns}}
 	if len(res) > 0 {
 		vc.Spec.PromoteResources.Resources = res
+	}
+	if f.Storage != "" {
+		q, err := resource.ParseQuantity(f.Storage)
+		if err != nil || q.Sign() < 0 {
+			return nil, &vcops.FieldError{Field: vcops.FieldStorage, Value: f.Storage, Reason: "want the storage all the tenant's claims may request together, such as 10Gi"}
+		}
+		vc.Spec.VirtualNode.Storage.Requests = &q
 	}
 	if f.Replicas != "" {
 		n, err := strconv.ParseInt(f.Replicas, 10, 32)

@@ -164,6 +164,10 @@ func TestCreateShowsPageValidationErrorsNextToTheField(t *testing.T) {
 	if msg := elementText(t, w.Body.String(), "cpu-error"); !strings.Contains(msg, "positive quantity") {
 		t.Errorf("cpu-error = %q", msg)
 	}
+	bad := do(t, h, "POST", "/new", url.Values{"name": {"team-a"}, "storage": {"lots"}, "podSecurity": {"baseline"}, "serviceType": {"NodePort"}})
+	if msg := elementText(t, bad.Body.String(), "storage-error"); bad.Code != http.StatusUnprocessableEntity || !strings.Contains(msg, "such as 10Gi") {
+		t.Errorf("storage lots: %d, storage-error = %q", bad.Code, msg)
+	}
 	if got := elementText(t, w.Body.String(), "name-error"); got != "" {
 		t.Errorf("name-error = %q, want none", got)
 	}
@@ -202,7 +206,7 @@ func TestCreateShowsAPIServerErrorsNextToTheField(t *testing.T) {
 
 func TestCreateMakesTheClusterAndShowsIt(t *testing.T) {
 	c := newFake().Build()
-	w := do(t, testServer(t, c), "POST", "/new", url.Values{"name": {"team-a"}, "cpu": {"3"}, "memory": {"6Gi"}, "pods": {"20"},
+	w := do(t, testServer(t, c), "POST", "/new", url.Values{"name": {"team-a"}, "cpu": {"3"}, "memory": {"6Gi"}, "pods": {"20"}, "storage": {"50Gi"},
 		"podSecurity": {"restricted"}, "serviceType": {"ClusterIP"}, "externalIPs": {"198.51.100.7, 198.51.100.8"}})
 	if w.Code != http.StatusSeeOther || w.Header().Get("Location") != "/clusters/vc-team-a/team-a" {
 		t.Fatalf("POST /new = %d to %q, want 303 to the cluster's page\n%s", w.Code, w.Header().Get("Location"), w.Body)
@@ -213,7 +217,8 @@ func TestCreateMakesTheClusterAndShowsIt(t *testing.T) {
 	}
 	r := vc.Spec.PromoteResources.Resources
 	if r.Cpu().String() != "3" || r.Memory().String() != "6Gi" || r.Pods().Value() != 20 || vc.Spec.VirtualNode.PodSecurityLevel != "restricted" ||
-		vc.Spec.ControlPlane.Service.Type != "ClusterIP" || strings.Join(vc.Spec.ExternalIPs, ",") != "198.51.100.7,198.51.100.8" {
+		vc.Spec.ControlPlane.Service.Type != "ClusterIP" || strings.Join(vc.Spec.ExternalIPs, ",") != "198.51.100.7,198.51.100.8" ||
+		vc.Spec.VirtualNode.Storage.Requests == nil || vc.Spec.VirtualNode.Storage.Requests.String() != "50Gi" {
 		t.Errorf("spec = %+v", vc.Spec)
 	}
 	ns := &corev1.Namespace{}

@@ -58,6 +58,9 @@ const (
 	FieldExternalIPs = "externalIPs"
 	// FieldReplicas is the control plane's replica count.
 	FieldReplicas = "replicas"
+	// FieldStorage is what the tenant's PersistentVolumeClaims may request
+	// together on the host.
+	FieldStorage = "storage"
 	// FieldNodes and FieldNodeSelector are the dedicated nodes a promote
 	// policy asks for.
 	FieldNodes        = "nodes"
