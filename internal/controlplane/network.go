@@ -1,7 +1,6 @@
 package controlplane
 
 import (
-	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -14,6 +13,7 @@ import (
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/components"
+	"github.com/nestdev/nest/internal/ipblock"
 	"github.com/nestdev/nest/internal/syncer"
 	"github.com/nestdev/nest/internal/syncer/kinds/networkpolicy"
 )
@@ -113,7 +113,7 @@ func NetworkPoliciesWith(vc *nestv1.VirtualCluster, o Options, dedicatedPodCIDRs
 		return &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: n.Namespace, Labels: n.Labels()}, Spec: spec}
 	}
 	tenantPods := []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: n.TenantPodLabels()}}}
-	tenantPods = append(tenantPods, ipPeers(subtract(dedicatedPodCIDRs, nil))...)
+	tenantPods = append(tenantPods, ipblock.Peers(ipblock.Subtract(dedicatedPodCIDRs, nil))...)
 	controlPlane := []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: n.Labels()}}}
 	apiPort := ports(corev1.ProtocolTCP, Port)
 	dnsPorts := append(ports(corev1.ProtocolUDP, syncer.DefaultDNSPort), ports(corev1.ProtocolTCP, syncer.DefaultDNSPort)...)
@@ -141,7 +141,7 @@ func NetworkPoliciesWith(vc *nestv1.VirtualCluster, o Options, dedicatedPodCIDRs
 	// A rule without peers would allow every destination: add the outside
 	// world only when some of it is left.
 	if len(egress) > 0 {
-		tenantEgress = append(tenantEgress, networkingv1.NetworkPolicyEgressRule{To: ipPeers(egress)})
+		tenantEgress = append(tenantEgress, networkingv1.NetworkPolicyEgressRule{To: ipblock.Peers(egress)})
 	}
 	openEgress := policy(n.TenantEgressNetworkPolicy(), nil, networkingv1.NetworkPolicySpec{
 		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
@@ -164,7 +164,7 @@ func NetworkPoliciesWith(vc *nestv1.VirtualCluster, o Options, dedicatedPodCIDRs
 	// traffic that arrives on another node to that node's IP.
 	if len(o.HostNetwork.NodeCIDRs) > 0 {
 		cpIngress = append(cpIngress, networkingv1.NetworkPolicyIngressRule{
-			From:  ipPeers(subtract(o.HostNetwork.NodeCIDRs, nil)),
+			From:  ipblock.Peers(ipblock.Subtract(o.HostNetwork.NodeCIDRs, nil)),
 			Ports: slices.Concat(apiPort, ports(corev1.ProtocolTCP, controllerManagerPort, schedulerPort)),
 		})
 	}
@@ -172,7 +172,7 @@ func NetworkPoliciesWith(vc *nestv1.VirtualCluster, o Options, dedicatedPodCIDRs
 		// Tenants' clients come from anywhere outside the host cluster; a
 		// LoadBalancer with externalTrafficPolicy Local keeps their address.
 		cpIngress = append(cpIngress, networkingv1.NetworkPolicyIngressRule{
-			From:  ipPeers(subtract(everywhere(o.HostNetwork), o.HostNetwork.PodCIDRs)),
+			From:  ipblock.Peers(ipblock.Subtract(everywhere(o.HostNetwork), o.HostNetwork.PodCIDRs)),
 			Ports: apiPort,
 		})
 	}
@@ -181,8 +181,8 @@ func NetworkPoliciesWith(vc *nestv1.VirtualCluster, o Options, dedicatedPodCIDRs
 		// member's API server its injector, through a host NodePort
 		// Service (syncer.MemberHostService): they arrive from outside the
 		// host, or from a host node after kube-proxy's SNAT.
-		from := subtract(everywhere(o.HostNetwork), o.HostNetwork.PodCIDRs)
-		cpIngress = append(cpIngress, networkingv1.NetworkPolicyIngressRule{From: ipPeers(from), Ports: slices.Concat(memberPorts(), nodePorts)})
+		from := ipblock.Subtract(everywhere(o.HostNetwork), o.HostNetwork.PodCIDRs)
+		cpIngress = append(cpIngress, networkingv1.NetworkPolicyIngressRule{From: ipblock.Peers(from), Ports: slices.Concat(memberPorts(), nodePorts)})
 	}
 	cp := policy(n.ControlPlaneNetworkPolicy(), n.Labels(), networkingv1.NetworkPolicySpec{
 		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
@@ -241,7 +241,7 @@ func memberPorts() []networkingv1.NetworkPolicyPort {
 // CIDRs except the host's ranges.
 func egressBlocks(egressCIDRs []string, h HostNetwork) ([]networkingv1.IPBlock, error) {
 	if len(egressCIDRs) == 0 {
-		return subtract(everywhere(h), slices.Concat(h.all(), privateRanges)), nil
+		return ipblock.Subtract(everywhere(h), slices.Concat(h.all(), privateRanges)), nil
 	}
 	var allow []netip.Prefix
 	for i, s := range egressCIDRs {
@@ -251,7 +251,7 @@ func egressBlocks(egressCIDRs []string, h HostNetwork) ([]networkingv1.IPBlock, 
 		}
 		allow = append(allow, p.Masked())
 	}
-	return subtract(allow, h.all()), nil
+	return ipblock.Subtract(allow, h.all()), nil
 }
 
 // everywhere is 0.0.0.0/0, and ::/0 when the host has an IPv6 range: a
@@ -260,60 +260,6 @@ func everywhere(h HostNetwork) []netip.Prefix {
 	out := []netip.Prefix{anyIPv4}
 	if slices.ContainsFunc(h.all(), func(p netip.Prefix) bool { return p.Addr().Is6() }) {
 		out = append(out, anyIPv6)
-	}
-	return out
-}
-
-// subtract returns allow without deny as ipBlocks: an allowed range inside a
-// denied one is dropped, and denied ranges inside an allowed one become its
-// exceptions (the API accepts only exceptions strictly inside the CIDR).
-// Blocks and exceptions are masked, free of duplicates and of ranges inside
-// others, and sorted, so the result is stable.
-func subtract(allow, deny []netip.Prefix) []networkingv1.IPBlock {
-	deny = minimal(deny)
-	var out []networkingv1.IPBlock
-	for _, a := range minimal(allow) {
-		if slices.ContainsFunc(deny, func(d netip.Prefix) bool { return covers(d, a) }) {
-			continue
-		}
-		b := networkingv1.IPBlock{CIDR: a.String()}
-		for _, d := range deny {
-			if covers(a, d) {
-				b.Except = append(b.Except, d.String())
-			}
-		}
-		out = append(out, b)
-	}
-	return out
-}
-
-// covers reports whether outer contains every address of inner.
-func covers(outer, inner netip.Prefix) bool {
-	return outer.Addr().Is4() == inner.Addr().Is4() && outer.Bits() <= inner.Bits() && outer.Contains(inner.Addr())
-}
-
-// minimal masks the prefixes, sorts them and drops those inside another.
-func minimal(ps []netip.Prefix) []netip.Prefix {
-	masked := make([]netip.Prefix, 0, len(ps))
-	for _, p := range ps {
-		masked = append(masked, p.Masked())
-	}
-	slices.SortFunc(masked, func(a, b netip.Prefix) int {
-		return cmp.Or(a.Addr().Compare(b.Addr()), cmp.Compare(a.Bits(), b.Bits()))
-	})
-	var out []netip.Prefix
-	for _, p := range masked {
-		if !slices.ContainsFunc(out, func(q netip.Prefix) bool { return covers(q, p) }) {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-func ipPeers(blocks []networkingv1.IPBlock) []networkingv1.NetworkPolicyPeer {
-	out := make([]networkingv1.NetworkPolicyPeer, 0, len(blocks))
-	for i := range blocks {
-		out = append(out, networkingv1.NetworkPolicyPeer{IPBlock: &blocks[i]})
 	}
 	return out
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/ipblock"
 )
 
 // devNetwork is the local host cluster's addressing.
@@ -214,7 +215,7 @@ func checkExcepts(t *testing.T, p *networkingv1.NetworkPolicy) {
 		block := netip.MustParsePrefix(peer.IPBlock.CIDR)
 		for _, e := range peer.IPBlock.Except {
 			ex := netip.MustParsePrefix(e)
-			if !covers(block, ex) || ex.Bits() <= block.Bits() {
+			if !ipblock.Covers(block, ex) || ex.Bits() <= block.Bits() {
 				t.Errorf("%s: except %s is not strictly inside %s", p.Name, e, block)
 			}
 		}

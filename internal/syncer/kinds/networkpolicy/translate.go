@@ -28,6 +28,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/nestdev/nest/internal/ipblock"
 	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
@@ -113,14 +114,14 @@ func (t Translator) Translate(p *networkingv1.NetworkPolicy, namespaces []*corev
 		}
 		if len(r.To) == 0 {
 			// "To anywhere": the tenant's own pods and the outside, no more.
-			peers = append([]networkingv1.NetworkPolicyPeer{{PodSelector: t.allTenantPods()}}, ipPeers(t.Outside)...)
+			peers = append([]networkingv1.NetworkPolicyPeer{{PodSelector: t.allTenantPods()}}, ipblock.Peers(t.Outside)...)
 		}
 		spec.Egress = append(spec.Egress, networkingv1.NetworkPolicyEgressRule{Ports: slices.Clone(r.Ports), To: peers})
 	}
 	for i, r := range spec.Ingress {
 		if len(r.From) == 0 {
 			// "From anywhere": the tenant's own pods and the outside.
-			spec.Ingress[i].From = append([]networkingv1.NetworkPolicyPeer{{PodSelector: t.allTenantPods()}}, ipPeers(t.Outside)...)
+			spec.Ingress[i].From = append([]networkingv1.NetworkPolicyPeer{{PodSelector: t.allTenantPods()}}, ipblock.Peers(t.Outside)...)
 		}
 	}
 	host := &networkingv1.NetworkPolicy{
@@ -169,7 +170,7 @@ func (t Translator) peers(namespace string, in []networkingv1.NetworkPolicyPeer,
 			if cut {
 				cuts = append(cuts, Cut(fmt.Sprintf("%s.ipBlock %s: only the addresses outside the host cluster that the VirtualCluster's egress allows are kept (%s)", at, peer.IPBlock.CIDR, describe(blocks))))
 			}
-			out = append(out, ipPeers(blocks)...)
+			out = append(out, ipblock.Peers(blocks)...)
 		case peer.NamespaceSelector == nil:
 			sel, err := t.podsIn(namespace, peer.PodSelector)
 			if err != nil {
@@ -301,48 +302,21 @@ func (t Translator) cutBlock(b networkingv1.IPBlock) (out []networkingv1.IPBlock
 		}
 		var part netip.Prefix
 		switch {
-		case covers(a, want):
+		case ipblock.Covers(a, want):
 			part = want
 			// Kept whole unless the allowed block's exceptions take
 			// addresses the tenant did not except itself.
 			cut = slices.ContainsFunc(allowedExcept, func(e netip.Prefix) bool {
-				return e.Overlaps(want) && !slices.ContainsFunc(tenantExcept, func(x netip.Prefix) bool { return covers(x, e) || covers(x, want) })
+				return e.Overlaps(want) && !slices.ContainsFunc(tenantExcept, func(x netip.Prefix) bool { return ipblock.Covers(x, e) || ipblock.Covers(x, want) })
 			})
-		case covers(want, a):
+		case ipblock.Covers(want, a):
 			part = a
 		default:
 			continue
 		}
-		block := networkingv1.IPBlock{CIDR: part.String()}
-		for _, e := range slices.Concat(tenantExcept, allowedExcept) {
-			switch {
-			case covers(e, part):
-				block.CIDR = ""
-			case covers(part, e):
-				block.Except = append(block.Except, e.String())
-			}
-		}
-		if block.CIDR == "" {
-			continue
-		}
-		slices.Sort(block.Except)
-		block.Except = slices.Compact(block.Except)
-		out = append(out, block)
+		out = append(out, ipblock.Subtract([]netip.Prefix{part}, slices.Concat(tenantExcept, allowedExcept))...)
 	}
 	return out, cut, nil
-}
-
-// covers reports whether outer contains every address of inner.
-func covers(outer, inner netip.Prefix) bool {
-	return outer.Addr().Is4() == inner.Addr().Is4() && outer.Bits() <= inner.Bits() && outer.Contains(inner.Addr())
-}
-
-func ipPeers(blocks []networkingv1.IPBlock) []networkingv1.NetworkPolicyPeer {
-	out := make([]networkingv1.NetworkPolicyPeer, len(blocks))
-	for i := range blocks {
-		out[i] = networkingv1.NetworkPolicyPeer{IPBlock: blocks[i].DeepCopy()}
-	}
-	return out
 }
 
 func describe(blocks []networkingv1.IPBlock) string {
