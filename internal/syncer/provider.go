@@ -159,7 +159,7 @@ func (p *podProvider) checkClaims(ctx context.Context, pod *corev1.Pod, claims [
 		if err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}
-		if err != nil || !contract.IsCopyOf(host, p.tr.VirtualCluster, pod.Namespace, name) || host.Annotations[contract.AnnotationTenantUID] != string(tenantClaim.UID) {
+		if err != nil || !contract.IsCopyOfUID(host, p.tr.VirtualCluster, pod.Namespace, name, string(tenantClaim.UID)) {
 			return refused(fmt.Errorf("persistentVolumeClaim %s has no volume of the virtual node: claims of a StorageClass the virtual node offers get one once bound; a volume made in the tenant cluster cannot be mounted", name))
 		}
 	}
@@ -654,7 +654,7 @@ func (p *podProvider) runsOnHost(pod *corev1.Pod) bool {
 // isHostPodOf reports whether host was made for exactly this tenant pod: not
 // for another object, nor for an earlier pod of the same name.
 func (p *podProvider) isHostPodOf(host, pod *corev1.Pod) bool {
-	return contract.IsCopyOf(host, p.tr.VirtualCluster, pod.Namespace, pod.Name) && host.Annotations[contract.AnnotationTenantUID] == string(pod.UID)
+	return contract.IsCopyOfUID(host, p.tr.VirtualCluster, pod.Namespace, pod.Name, string(pod.UID))
 }
 
 // GetPod returns the tenant view of the pod if it runs on the host. When the

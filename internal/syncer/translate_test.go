@@ -14,7 +14,6 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 
 	"github.com/nestdev/nest/internal/syncer/contract"
@@ -28,42 +27,6 @@ var tr = Translator{
 }
 
 var defaultMetadata = MetadataAllowList{Labels: DefaultHostLabels, Annotations: DefaultHostAnnotations}
-
-func TestHostNameIsBoundedAndCollisionFree(t *testing.T) {
-	long := strings.Repeat("a", 253)
-	names := map[string]bool{}
-	for _, c := range [][3]string{
-		{"alpha", "default", "web"},
-		{"alpha", "default", "web-x"},
-		{"alpha", "default-x", "web"},
-		{"beta", "default", "web"},
-		{"alpha", "web-default", "x"}, // same readable parts as x/web-default in another layout
-		{"alpha", "x", "web-default"},
-		{"alpha", "default", long},
-		{"alpha", "default", long[:252] + "b"},
-		{"alpha", "default", "web.v1"}, // dots are valid in pod, ConfigMap and Secret names
-		{"alpha", "default", "web-v1"}, // same readable part as web.v1
-		{"alpha", "default", strings.Repeat("a.", 40) + "b"},
-	} {
-		n := contract.HostName(c[0], c[1], c[2])
-		if len(n) > 63 || len(validation.IsDNS1123Label(n)) > 0 {
-			t.Errorf("HostName%v = %q: not a valid DNS label: %v", c, n, validation.IsDNS1123Label(n))
-		}
-		if _, hash, _ := strings.Cut(n[len(n)-17:], "-"); len(hash) != 16 {
-			t.Errorf("HostName%v = %q: want a 16-hex-character (64-bit) hash suffix", c, n)
-		}
-		if names[n] {
-			t.Errorf("HostName%v = %q collides", c, n)
-		}
-		names[n] = true
-	}
-	if first, again := contract.HostName("alpha", "default", "web"), contract.HostName("alpha", "default", "web"); first != again {
-		t.Errorf("HostName is not stable: %s then %s", first, again)
-	}
-	if n := contract.HostName("alpha", "shop", "web"); len(validation.IsDNS1035Label(n)) > 0 {
-		t.Errorf("HostName of a Service name %q is not a valid Service name", n)
-	}
-}
 
 func tenantPod() *corev1.Pod {
 	return &corev1.Pod{

@@ -99,6 +99,13 @@ func IsCopyOf(host metav1.Object, vc, namespace, name string) bool {
 	return ok && host.GetLabels()[LabelTenantOf] == vc && ns == namespace && n == name
 }
 
+// IsCopyOfUID is IsCopyOf for the tenant object with uid: a copy made for
+// an earlier object of the same name is not its copy. An empty uid matches
+// no copy.
+func IsCopyOfUID(host metav1.Object, vc, namespace, name, uid string) bool {
+	return uid != "" && IsCopyOf(host, vc, namespace, name) && host.GetAnnotations()[AnnotationTenantUID] == uid
+}
+
 // NotOurCopy is the error for a host object that holds the name of the copy
 // of the tenant object tenantKey ("namespace/name") but is not that copy. It
 // is terminal: retrying cannot change whose object it is.

@@ -199,7 +199,7 @@ func (s *Syncer) SyncPodLabels(ctx context.Context, key string) (time.Duration, 
 	if err != nil {
 		return 0, err
 	}
-	if !contract.IsCopyOf(host, s.VirtualCluster, namespace, name) || host.Annotations[contract.AnnotationTenantUID] != string(tenant.UID) {
+	if !contract.IsCopyOfUID(host, s.VirtualCluster, namespace, name, string(tenant.UID)) {
 		return 0, nil
 	}
 	want := WithPodLabels(host.Labels, s.View().PodLabels(tenant))

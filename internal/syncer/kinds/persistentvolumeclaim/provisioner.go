@@ -197,7 +197,7 @@ func (p *Provisioner) Delete(ctx context.Context, pv *corev1.PersistentVolume) e
 	if err != nil {
 		return err
 	}
-	if !contract.IsCopyOf(host, p.VirtualCluster, ref.Namespace, ref.Name) || ref.UID == "" || host.Annotations[contract.AnnotationTenantUID] != string(ref.UID) {
+	if !contract.IsCopyOfUID(host, p.VirtualCluster, ref.Namespace, ref.Name, string(ref.UID)) {
 		return &controller.IgnoredError{Reason: fmt.Sprintf("host claim %s is not the copy of %s/%s", name, ref.Namespace, ref.Name)}
 	}
 	err = claims.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &host.UID}})
