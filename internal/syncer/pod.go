@@ -123,7 +123,22 @@ const (
 	// ReasonDNSConfigForming: nameservers or search domains past the
 	// limits were dropped, as the kubelet's event of the same reason says.
 	ReasonDNSConfigForming = "DNSConfigForming"
+	// ReasonPrivilegedConfined: containers that ask for privileged run
+	// without host privileges (Translator.ConfinePrivileged).
+	ReasonPrivilegedConfined = "PrivilegedConfined"
 )
+
+// confinedWarning names the containers of pod, of every kind, that ask for
+// privileged and run without it; false when there are none, or privileged
+// containers are refused rather than confined.
+func (t Translator) confinedWarning(pod *corev1.Pod) (PodWarning, bool) {
+	names := privilegedContainers(pod)
+	if !t.ConfinePrivileged || len(names) == 0 {
+		return PodWarning{}, false
+	}
+	return PodWarning{ReasonPrivilegedConfined, fmt.Sprintf(
+		"containers %s asked for privileged: the virtual node runs them without host privileges (no host devices, no capabilities beyond its Pod Security level)", strings.Join(names, ", "))}, true
+}
 
 // TokenProjection is one service-account token a host pod needs: requested
 // from the tenant API server and stored under Key in the pod's token Secret.
@@ -257,6 +272,9 @@ func (t Translator) TranslatePod(tenant *corev1.Pod, metadata MetadataAllowList,
 	ephemeral := ephemeralAsContainers(tenant.Spec.EphemeralContainers)
 	if t.ConfinePrivileged {
 		confinePrivileged(spec, ephemeral)
+	}
+	if w, ok := t.confinedWarning(tenant); ok {
+		out.Warnings = append(out.Warnings, w)
 	}
 	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers, ephemeral} {
 		for i := range cs {

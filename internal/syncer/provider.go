@@ -132,7 +132,6 @@ func (p *podProvider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 		return nil
 	}
 	if err == nil {
-		p.warnConfined(pod)
 		for _, w := range pt.Warnings {
 			p.recorder.Event(pod, corev1.EventTypeWarning, w.Reason, w.Message)
 		}
@@ -164,23 +163,6 @@ func (p *podProvider) checkClaims(ctx context.Context, pod *corev1.Pod, claims [
 		}
 	}
 	return nil
-}
-
-// ReasonPrivilegedConfined is the reason of the Warning event a tenant pod
-// gets when its privileged containers run without host privileges
-// (Translator.ConfinePrivileged).
-const ReasonPrivilegedConfined = "PrivilegedConfined"
-
-// warnConfined tells the tenant, once the host pod exists, which of pod's
-// containers asked for privileged and run without it.
-func (p *podProvider) warnConfined(pod *corev1.Pod) {
-	if !p.tr.ConfinePrivileged {
-		return
-	}
-	if names := privilegedContainers(pod); len(names) > 0 {
-		p.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonPrivilegedConfined,
-			"containers %s asked for privileged: the virtual node runs them without host privileges (no host devices, no capabilities beyond its Pod Security level)", strings.Join(names, ", "))
-	}
 }
 
 // isQuotaExceeded reports whether err is an API server's refusal of a
@@ -499,7 +481,9 @@ func (p *podProvider) addEphemeralContainers(ctx context.Context, pod *corev1.Po
 		return nil, fmt.Errorf("add ephemeral containers to host pod %s: %w", upd.Name, err)
 	}
 	// kubectl debug --profile=sysadmin asks for privileged.
-	p.warnConfined(pod)
+	if w, ok := p.tr.confinedWarning(pod); ok {
+		p.recorder.Event(pod, corev1.EventTypeWarning, w.Reason, w.Message)
+	}
 	return updated, nil
 }
 
