@@ -101,6 +101,21 @@ func (t Translator) GracePeriod(seconds *int64) *int64 {
 	return ptr.To(min(*seconds, t.maxGracePeriod()))
 }
 
+// DeletionGracePeriod is the grace period of a host pod's deletion for a
+// tenant deletion with seconds (nil: the pod's own): GracePeriod, but never
+// 0, which would delete the host pod at once and free its quota while its
+// containers still run; ForcedGracePeriodSeconds when the tenant pod is
+// gone from the tenant API (force-deleted).
+func (t Translator) DeletionGracePeriod(seconds *int64, tenantPodGone bool) *int64 {
+	if tenantPodGone {
+		return ptr.To(ForcedGracePeriodSeconds)
+	}
+	if g := t.GracePeriod(seconds); g != nil {
+		return ptr.To(max(*g, ForcedGracePeriodSeconds))
+	}
+	return nil
+}
+
 func (t Translator) maxGracePeriod() int64 {
 	if t.MaxGracePeriodSeconds > 0 {
 		return t.MaxGracePeriodSeconds

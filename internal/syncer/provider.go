@@ -602,15 +602,7 @@ func (p *podProvider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 		p.notifyTerminated(pod, "Deleted")
 		return nil
 	}
-	grace := p.tr.GracePeriod(pod.DeletionGracePeriodSeconds)
-	if grace != nil {
-		// Never 0, which deletes the host pod at once and frees its quota
-		// while its containers still run.
-		grace = ptr.To(max(*grace, ForcedGracePeriodSeconds))
-	}
-	if p.tenantPodGone(pod) {
-		grace = ptr.To(ForcedGracePeriodSeconds)
-	}
+	grace := p.tr.DeletionGracePeriod(pod.DeletionGracePeriodSeconds, p.tenantPodGone(pod))
 	p.deleting.Store(name, true)
 	err = pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: grace, Preconditions: &metav1.Preconditions{UID: &host.UID}})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
