@@ -91,37 +91,23 @@ func (t Translator) Translate(p *networkingv1.NetworkPolicy, namespaces []*corev
 	}
 	spec := networkingv1.NetworkPolicySpec{PodSelector: *podSelector, PolicyTypes: slices.Clone(p.Spec.PolicyTypes)}
 	for i, r := range p.Spec.Ingress {
-		peers, c, err := t.peers(p.Namespace, r.From, namespaces, fmt.Sprintf("spec.ingress[%d].from", i))
+		peers, c, keep, err := t.rulePeers(p.Namespace, r.From, namespaces, fmt.Sprintf("spec.ingress[%d]", i), "from")
 		if err != nil {
 			return nil, nil, err
 		}
 		cuts = append(cuts, c...)
-		if len(r.From) > 0 && len(peers) == 0 {
-			cuts = append(cuts, Cut(fmt.Sprintf("spec.ingress[%d]: every peer was cut, so the rule allows nothing", i)))
-			continue
+		if keep {
+			spec.Ingress = append(spec.Ingress, networkingv1.NetworkPolicyIngressRule{Ports: slices.Clone(r.Ports), From: peers})
 		}
-		spec.Ingress = append(spec.Ingress, networkingv1.NetworkPolicyIngressRule{Ports: slices.Clone(r.Ports), From: peers})
 	}
 	for i, r := range p.Spec.Egress {
-		peers, c, err := t.peers(p.Namespace, r.To, namespaces, fmt.Sprintf("spec.egress[%d].to", i))
+		peers, c, keep, err := t.rulePeers(p.Namespace, r.To, namespaces, fmt.Sprintf("spec.egress[%d]", i), "to")
 		if err != nil {
 			return nil, nil, err
 		}
 		cuts = append(cuts, c...)
-		if len(r.To) > 0 && len(peers) == 0 {
-			cuts = append(cuts, Cut(fmt.Sprintf("spec.egress[%d]: every peer was cut, so the rule allows nothing", i)))
-			continue
-		}
-		if len(r.To) == 0 {
-			// "To anywhere": the tenant's own pods and the outside, no more.
-			peers = append([]networkingv1.NetworkPolicyPeer{{PodSelector: t.allTenantPods()}}, ipblock.Peers(t.Outside)...)
-		}
-		spec.Egress = append(spec.Egress, networkingv1.NetworkPolicyEgressRule{Ports: slices.Clone(r.Ports), To: peers})
-	}
-	for i, r := range spec.Ingress {
-		if len(r.From) == 0 {
-			// "From anywhere": the tenant's own pods and the outside.
-			spec.Ingress[i].From = append([]networkingv1.NetworkPolicyPeer{{PodSelector: t.allTenantPods()}}, ipblock.Peers(t.Outside)...)
+		if keep {
+			spec.Egress = append(spec.Egress, networkingv1.NetworkPolicyEgressRule{Ports: slices.Clone(r.Ports), To: peers})
 		}
 	}
 	host := &networkingv1.NetworkPolicy{
@@ -133,6 +119,22 @@ func (t Translator) Translate(p *networkingv1.NetworkPolicy, namespaces []*corev
 		Spec: spec,
 	}
 	return host, cuts, nil
+}
+
+// rulePeers translates the peers of one rule (field.side, such as
+// spec.ingress[0].from). A rule without peers, which means anywhere, gets
+// the tenant's own pods and the outside, no more; keep is false for a rule
+// whose peers were all cut, which must be dropped rather than left to mean
+// anywhere.
+func (t Translator) rulePeers(namespace string, in []networkingv1.NetworkPolicyPeer, namespaces []*corev1.Namespace, field, side string) (peers []networkingv1.NetworkPolicyPeer, cuts []Cut, keep bool, err error) {
+	if len(in) == 0 {
+		return append([]networkingv1.NetworkPolicyPeer{{PodSelector: t.allTenantPods()}}, ipblock.Peers(t.Outside)...), nil, true, nil
+	}
+	peers, cuts, err = t.peers(namespace, in, namespaces, field+"."+side)
+	if err != nil || len(peers) > 0 {
+		return peers, cuts, err == nil, err
+	}
+	return nil, append(cuts, Cut(field+": every peer was cut, so the rule allows nothing")), false, nil
 }
 
 // allTenantPods selects every host pod of the virtual cluster.
