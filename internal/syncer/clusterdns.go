@@ -15,6 +15,9 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/nestdev/nest/internal/kindsync"
+	"github.com/nestdev/nest/internal/syncer/kinds"
 )
 
 // The tenant's cluster DNS Service. Pods on virtual nodes reach the tenant
@@ -219,4 +222,26 @@ func (c *clusterDNSSyncer) apiServerPort() int32 {
 		}
 	}
 	return 0
+}
+
+// registerClusterDNS keeps the tenant's kube-system/kube-dns Service, when
+// there is a control-plane pod IP (Options.NodeIP) for it to point at. It
+// follows the Service, its slice, and the slice of the "kubernetes"
+// Service, whose port it repeats.
+func (s *syncer) registerClusterDNS(c *kinds.Context) (kinds.Registration, error) {
+	if s.o.NodeIP == "" {
+		return kinds.Registration{}, nil
+	}
+	dns := &clusterDNSSyncer{tr: s.o.Translator, podIP: s.o.NodeIP, tenant: c.Tenant,
+		services: s.serviceSync.tenantServices, slices: s.serviceSync.tenantSlices}
+	s.clusterDNS = kindsync.New("clusterdns", 1, dns.sync, func() []string { return []string{clusterDNSKey} })
+	changed := onEvery(func(obj metav1.Object) {
+		switch obj.GetNamespace() + "/" + obj.GetName() {
+		case clusterDNSKey, ClusterDNSNamespace + "/" + clusterDNSSlice, metav1.NamespaceDefault + "/kubernetes":
+			s.clusterDNS.Add(clusterDNSKey)
+		}
+	})
+	_, _ = c.TenantInformers.Core().V1().Services().Informer().AddEventHandler(changed)
+	_, _ = c.TenantInformers.Discovery().V1().EndpointSlices().Informer().AddEventHandler(changed)
+	return kinds.Registration{Queues: []*kindsync.Syncer{s.clusterDNS}}, nil
 }

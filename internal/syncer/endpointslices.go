@@ -24,6 +24,7 @@ import (
 
 	"github.com/nestdev/nest/internal/kindsync"
 	"github.com/nestdev/nest/internal/syncer/contract"
+	"github.com/nestdev/nest/internal/syncer/kinds"
 )
 
 // Tenant Services without a selector have the endpoints the tenant writes
@@ -332,4 +333,67 @@ func endpointSliceDiffers(have, want *discoveryv1.EndpointSlice) bool {
 	return !maps.Equal(have.Labels, want.Labels) || !apiequality.Semantic.DeepEqual(have.Endpoints, want.Endpoints) ||
 		!apiequality.Semantic.DeepEqual(have.Ports, want.Ports) || !apiequality.Semantic.DeepEqual(have.OwnerReferences, want.OwnerReferences) ||
 		have.Annotations[contract.AnnotationTenantUID] != want.Annotations[contract.AnnotationTenantUID]
+}
+
+// registerEndpointSlices copies the endpoints of tenant Services without a
+// selector to the host. A host pod's new IP may be one of them, and a
+// finished or deleted pod's IP may no longer be, so host pod changes queue
+// every such Service; new dedicated pod CIDRs change which endpoints every
+// Service's host slices may name.
+func (s *syncer) registerEndpointSlices(c *kinds.Context) (kinds.Registration, error) {
+	dedicatedName := DedicatedNodesConfigMap(s.o.VirtualCluster)
+	dedicatedConfigMaps := s.dedicatedF.Core().V1().ConfigMaps().Lister().ConfigMaps(s.o.HostNamespace)
+	ss := s.serviceSync
+	s.endpointSlices = &endpointSliceSyncer{
+		tr: s.o.Translator, host: c.Host, recorder: c.Recorder,
+		tenantServices: ss.tenantServices, tenantSlices: ss.tenantSlices, hostServices: ss.hostServices,
+		hostSlices: c.HostInformers.Discovery().V1().EndpointSlices().Lister().EndpointSlices(s.o.HostNamespace),
+		hostPods:   s.provider.hostPods,
+		dedicated: func() []netip.Prefix {
+			cm, err := dedicatedConfigMaps.Get(dedicatedName)
+			if err != nil {
+				return nil
+			}
+			return ParsePodCIDRs(cm.Data[DedicatedPodCIDRsKey])
+		},
+	}
+	s.slices = c.NewQueue("endpointslices", serviceWorkers, s.endpointSlices.sync, s.endpointSlices.keys)
+	_, _ = c.TenantInformers.Core().V1().Services().Informer().AddEventHandler(onEvery(addKey(s.slices)))
+	_, _ = c.HostInformers.Core().V1().Services().Informer().AddEventHandler(onEvery(addTenantKey(s.slices)))
+	_, _ = c.TenantInformers.Discovery().V1().EndpointSlices().Informer().AddEventHandler(onEvery(func(obj metav1.Object) {
+		if svc := obj.GetLabels()[discoveryv1.LabelServiceName]; svc != "" {
+			s.slices.Add(obj.GetNamespace() + "/" + svc)
+		}
+	}))
+	_, _ = c.HostInformers.Discovery().V1().EndpointSlices().Informer().AddEventHandler(onEvery(func(obj metav1.Object) {
+		if ns, svc := obj.GetLabels()[contract.LabelTenantNamespace], obj.GetLabels()[LabelTenantService]; ns != "" && svc != "" {
+			s.slices.Add(ns + "/" + svc)
+		}
+	}))
+	_, _ = c.HostInformers.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(old, obj any) {
+			if was, is := old.(*corev1.Pod), obj.(*corev1.Pod); was.Status.PodIP != is.Status.PodIP || holdsItsIP(was) != holdsItsIP(is) {
+				s.addSelectorlessServices()
+			}
+		},
+		DeleteFunc: func(any) { s.addSelectorlessServices() },
+	})
+	_, _ = s.dedicatedF.Core().V1().ConfigMaps().Informer().AddEventHandler(onEvery(func(metav1.Object) {
+		services, _ := ss.tenantServices.List(labels.Everything())
+		for _, svc := range services {
+			s.slices.Add(svc.Namespace + "/" + svc.Name)
+		}
+	}))
+	return kinds.Registration{Queues: []*kindsync.Syncer{s.slices}}, nil
+}
+
+// addSelectorlessServices queues every tenant Service without a selector
+// for its endpoints.
+func (s *syncer) addSelectorlessServices() {
+	services, _ := s.serviceSync.tenantServices.List(labels.Everything())
+	for _, svc := range services {
+		if len(svc.Spec.Selector) == 0 {
+			s.slices.Add(svc.Namespace + "/" + svc.Name)
+		}
+	}
 }

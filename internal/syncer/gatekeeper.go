@@ -13,6 +13,7 @@ import (
 
 	"github.com/nestdev/nest/internal/kindsync"
 	"github.com/nestdev/nest/internal/syncer/contract"
+	"github.com/nestdev/nest/internal/syncer/kinds"
 )
 
 // The gatekeeper stands between a tenant and its grant in a member cluster.
@@ -72,20 +73,20 @@ func (g *gatekeeper) keys() []string {
 	return out
 }
 
-// wireGatekeeper makes a member syncer hold pods over the grant, count the
-// grant alone, and try held pods again when one of its pods ends.
-func (s *syncer) wireGatekeeper() {
+// registerGatekeeper makes a member syncer hold pods over the grant, count
+// the grant alone, and try held pods again when one of its pods ends.
+func (s *syncer) registerGatekeeper(c *kinds.Context) (kinds.Registration, error) {
 	g := &gatekeeper{held: map[string]bool{}}
 	s.provider.gate = g
 	s.provider.capacity.nodes = nil
-	s.held = kindsync.New("member-"+s.o.Member+"-held", 1, s.syncHeld, g.keys)
+	s.held = c.NewQueue("held", 1, s.syncHeld, g.keys)
 	s.provider.retryHeld = func(key string) { s.held.Queue.AddAfter(key, heldRetry) }
 	retryAll := func() {
 		for _, k := range g.keys() {
 			s.held.Add(k)
 		}
 	}
-	_, _ = s.pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	_, _ = c.TenantPods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(old, obj any) {
 			if !isTerminalPod(old.(*corev1.Pod)) && isTerminalPod(obj.(*corev1.Pod)) {
 				retryAll()
@@ -93,6 +94,7 @@ func (s *syncer) wireGatekeeper() {
 		},
 		DeleteFunc: func(any) { retryAll() },
 	})
+	return kinds.Registration{Queues: []*kindsync.Syncer{s.held}}, nil
 }
 
 func isTerminalPod(p *corev1.Pod) bool {

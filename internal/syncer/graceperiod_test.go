@@ -6,13 +6,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nestdev/nest/internal/syncer/contract"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
+
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // A tenant cannot keep a host pod running after its deletion for longer

@@ -401,6 +401,7 @@ func ensureMemberDNSService(ctx context.Context, member kubernetes.Interface, na
 func (s *syncer) wireMemberNetwork(n *memberNetwork) error {
 	n.tenantServices = s.serviceSync.tenantServices
 	s.network = kindsync.New("membernetwork", 1, n.sync, func() []string { return []string{memberNetworkKey} })
+	s.registration.Queues = append(s.registration.Queues, s.network)
 	_, err := s.tenantF.Core().V1().Services().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { s.network.Add(memberNetworkKey) },
 		UpdateFunc: func(any, any) { s.network.Add(memberNetworkKey) },

@@ -28,6 +28,7 @@ import (
 
 	"github.com/nestdev/nest/internal/kindsync"
 	"github.com/nestdev/nest/internal/syncer/contract"
+	"github.com/nestdev/nest/internal/syncer/kinds"
 )
 
 // membersKey is the one key of the members syncer: the placements are
@@ -73,11 +74,11 @@ type runningMember struct {
 	done      chan struct{}
 }
 
-// wireMembers makes the host syncer's members syncer, over a host informer
-// that watches MembersSecret alone.
-func (s *syncer) wireMembers(host kubernetes.Interface) {
+// registerMembers makes the host syncer's members syncer, over a host
+// informer that watches MembersSecret alone.
+func (s *syncer) registerMembers(c *kinds.Context) (kinds.Registration, error) {
 	name := MembersSecret(s.o.VirtualCluster)
-	s.membersF = informers.NewSharedInformerFactoryWithOptions(host, 0, informers.WithNamespace(s.o.HostNamespace),
+	s.membersF = informers.NewSharedInformerFactoryWithOptions(c.Host, 0, informers.WithNamespace(s.o.HostNamespace),
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
 			lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
 		}))
@@ -85,6 +86,8 @@ func (s *syncer) wireMembers(host kubernetes.Interface) {
 	s.placer = &memberPlacer{parent: s, running: map[string]*runningMember{},
 		secrets: func() (*corev1.Secret, error) { return lister.Get(name) }}
 	s.members = kindsync.New("members", 1, s.placer.sync, func() []string { return []string{membersKey} })
+	_, _ = s.membersF.Core().V1().Secrets().Informer().AddEventHandler(onEvery(func(metav1.Object) { s.members.Add(membersKey) }))
+	return kinds.Registration{Queues: []*kindsync.Syncer{s.members}}, nil
 }
 
 // sync brings the running member syncers in line with MembersSecret. A
@@ -403,7 +406,6 @@ const (
 // runMember runs a member syncer: its kind syncers, its kubelet API and its
 // node, whose Ready condition follows the member (watchMember).
 func (s *syncer) runMember(ctx context.Context, member kubernetes.Interface) error {
-	defer s.shutDownIdleQueues()
 	if err := s.startSyncers(ctx); err != nil {
 		return err
 	}
@@ -428,16 +430,6 @@ func (s *syncer) runMember(ctx context.Context, member kubernetes.Interface) err
 		}
 	}
 	return s.runNode(ctx)
-}
-
-// shutDownIdleQueues ends the queues a member syncer makes but never runs
-// (Services, DNS, node ports), with their goroutines.
-func (s *syncer) shutDownIdleQueues() {
-	for _, k := range []*kindsync.Syncer{s.services, s.slices, s.serviceSync.dns, s.serviceSync.nodePorts, s.clusterDNS} {
-		if k != nil {
-			k.Queue.ShutDown()
-		}
-	}
 }
 
 // watchMember keeps the member node's Ready condition: False when the

@@ -9,10 +9,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"runtime"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -35,11 +33,10 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
-	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 
 	"github.com/nestdev/nest/internal/kindsync"
 	"github.com/nestdev/nest/internal/syncer/contract"
-	"github.com/nestdev/nest/internal/syncer/kinds/networkpolicy"
+	"github.com/nestdev/nest/internal/syncer/kinds"
 	"github.com/nestdev/nest/internal/syncer/kinds/persistentvolumeclaim"
 	"github.com/nestdev/nest/internal/version"
 )
@@ -124,16 +121,6 @@ type MetadataAllowList struct {
 // kubeletPort is the kubelet API port the host's virtual nodes advertise.
 const kubeletPort = 10250
 
-// kindName names a kind syncer's queue in metrics and logs: a member
-// syncer's carry the member's name, so they do not share the host syncer's
-// series.
-func (s *syncer) kindName(kind string) string {
-	if s.o.Member != "" {
-		return "member-" + s.o.Member + "-" + kind
-	}
-	return kind
-}
-
 // kubeletPort is the port of this syncer's kubelet API.
 func (s *syncer) kubeletPort() int32 { return cmp.Or(s.o.KubeletPort, kubeletPort) }
 
@@ -167,23 +154,14 @@ type syncer struct {
 	// endpointSlices copies the endpoints of Services without a selector;
 	// slices is its kind syncer.
 	endpointSlices *endpointSliceSyncer
-	// One syncer per kind besides pods, which virtual-kubelet's pod
-	// controller runs (orphans deletes the host pods it misses); the DNS
-	// syncer is serviceSync.dns.
+	// registration is what the rows of kindTable run in this syncer's mode.
+	registration kinds.Registration
+	// The queues of the runtime's own kinds, which other kinds and tests
+	// reach; nil when their row does not run in this mode.
 	configMaps, secrets, services, slices, tokens, orphans, tenantDeletes *kindsync.Syncer
 	// clusterDNS keeps the tenant's kube-system/kube-dns Service; nil
 	// without Options.NodeIP, the control-plane pod's IP it points at.
 	clusterDNS *kindsync.Syncer
-	// networkPolicies keeps the host copies of the tenant's NetworkPolicies
-	// and policyPods the policy labels of host pods (policySync; host
-	// syncer only).
-	networkPolicies, policyPods *kindsync.Syncer
-	policySync                  *networkpolicy.Syncer
-	// storageClasses keeps the tenant's mirrored StorageClasses and
-	// provisioner provisions its claims; nil without
-	// Options.StorageClasses (and in member syncers).
-	storageClasses *kindsync.Syncer
-	provisioner    *controller.ProvisionController
 	// nodeNetworks keeps the node network of hostNetwork pods, keyed by
 	// virtual node (nodenetwork.go); nil unless Options.NodeNetwork.
 	nodeNetworks *kindsync.Syncer
@@ -226,16 +204,6 @@ type syncer struct {
 	started   time.Time
 }
 
-// Workers of each kind syncer. Copies are made on demand by the pod
-// workers too, so these mostly follow changes.
-const (
-	configMapWorkers = 4
-	secretWorkers    = 4
-	serviceWorkers   = 4
-	tokenWorkers     = 2
-	orphanWorkers    = 2
-)
-
 func newSyncer(ctx context.Context, o Options) (*syncer, error) {
 	if o.Host == nil {
 		var err error
@@ -275,7 +243,6 @@ func newSyncerFor(ctx context.Context, o Options, tenant, host kubernetes.Interf
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
 			lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", dedicatedName).String()
 		}))
-	dedicatedConfigMaps := s.dedicatedF.Core().V1().ConfigMaps().Lister().ConfigMaps(o.HostNamespace)
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: tenant.CoreV1().Events("")})
@@ -316,53 +283,9 @@ func newSyncerFor(ctx context.Context, o Options, tenant, host kubernetes.Interf
 		hostServices:   s.hostF.Core().V1().Services().Lister().Services(o.HostNamespace),
 	})
 	s.provider.services = s.serviceSync.addresses
-	if o.NodeIP != "" {
-		s.nodePorts = &nodePortProxy{ip: o.NodeIP, tr: o.Translator, tenantServices: s.serviceSync.tenantServices,
-			hostServices: s.serviceSync.hostServices, listeners: map[int32]*nodePortListener{}}
-		s.serviceSync.nodePorts = kindsync.New("nodeports", 1, s.nodePorts.sync, func() []string { return []string{nodePortsKey} })
+	if err := s.registerKinds(s.kindContext(tenant, host)); err != nil {
+		return nil, err
 	}
-	s.services = kindsync.New("services", serviceWorkers, s.serviceSync.syncService,
-		copyKeys(s.serviceSync.tenantServices.List, s.serviceSync.hostServices.List))
-	s.endpointSlices = &endpointSliceSyncer{
-		tr: o.Translator, host: host, recorder: s.recorder,
-		tenantServices: s.serviceSync.tenantServices, tenantSlices: s.serviceSync.tenantSlices,
-		hostServices: s.serviceSync.hostServices,
-		hostSlices:   s.hostF.Discovery().V1().EndpointSlices().Lister().EndpointSlices(o.HostNamespace),
-		hostPods:     s.provider.hostPods,
-		dedicated: func() []netip.Prefix {
-			cm, err := dedicatedConfigMaps.Get(dedicatedName)
-			if err != nil {
-				return nil
-			}
-			return ParsePodCIDRs(cm.Data[DedicatedPodCIDRsKey])
-		},
-	}
-	s.slices = kindsync.New("endpointslices", serviceWorkers, s.endpointSlices.sync, s.endpointSlices.keys)
-	if o.NodeIP != "" {
-		dns := &clusterDNSSyncer{tr: o.Translator, podIP: o.NodeIP, tenant: tenant,
-			services: s.serviceSync.tenantServices, slices: s.serviceSync.tenantSlices}
-		s.clusterDNS = kindsync.New("clusterdns", 1, dns.sync, func() []string { return []string{clusterDNSKey} })
-	}
-	if o.NodeNetwork {
-		s.nodeNetworks = kindsync.New("nodenetwork", 1, s.syncNodeNetwork, func() []string { return slices.Clone(s.nodes) })
-		s.provider.nodeNetwork = s.nodeNetwork
-	}
-	s.configMaps = kindsync.New(s.kindName("configmaps"), configMapWorkers, objects.syncConfigMap, copyKeys(tenantConfigMaps.List, hostConfigMaps.List))
-	s.secrets = kindsync.New(s.kindName("secrets"), secretWorkers, objects.syncSecret, copyKeys(tenantSecrets.List, hostSecrets.List))
-	refresher := &tokenRefresher{issuer: tokens, host: host, secrets: hostSecrets}
-	s.tokens = kindsync.New(s.kindName("tokens"), tokenWorkers, refresher.sync, refresher.keys)
-	s.orphans = kindsync.New(s.kindName("orphanpods"), orphanWorkers, s.provider.syncOrphan, s.provider.hostPodNames)
-	// A delete is one-shot: there is nothing to resync.
-	s.tenantDeletes = kindsync.New(s.kindName("tenantpoddeletes"), orphanWorkers, s.provider.syncTenantDelete, func() []string { return nil })
-	s.provider.tenantDeletes = s.tenantDeletes
-	if o.Member == "" {
-		s.wireMembers(host)
-		s.wireNetworkPolicies(host)
-		s.wireStorage(ctx, tenant, host)
-	} else {
-		s.wireGatekeeper()
-	}
-	s.addHandlers(ctx)
 	return s, nil
 }
 
@@ -379,35 +302,13 @@ func (s *syncer) run(ctx context.Context) error {
 	return s.runNode(ctx)
 }
 
-// kindSyncers are the kind syncers this syncer runs: a member syncer's
-// leave Services and DNS to the host syncer.
-func (s *syncer) kindSyncers() []*kindsync.Syncer {
-	if s.o.Member != "" {
-		out := []*kindsync.Syncer{s.configMaps, s.secrets, s.tokens, s.orphans, s.tenantDeletes, s.held}
-		if s.network != nil {
-			out = append(out, s.network)
-		}
-		return out
-	}
-	out := []*kindsync.Syncer{s.configMaps, s.secrets, s.services, s.slices, s.serviceSync.dns, s.tokens, s.orphans, s.tenantDeletes, s.members, s.networkPolicies, s.policyPods}
-	if s.nodeNetworks != nil {
-		out = append(out, s.nodeNetworks)
-	}
-	if s.storageClasses != nil {
-		out = append(out, s.storageClasses)
-	}
-	return out
-}
-
-// startSyncers writes the first hosts file, starts the informers and, once
-// they have synced, every kind syncer.
+// startSyncers starts the informers and, once they have synced, what every
+// kind registered.
 func (s *syncer) startSyncers(ctx context.Context) error {
-	factories := []informers.SharedInformerFactory{s.tenantF, s.hostF, s.events}
-	if s.o.Member == "" {
-		if err := s.serviceSync.start(); err != nil {
-			return err
-		}
-		factories = append(factories, s.dedicatedF, s.membersF)
+	// Factories no kind asked anything of start nothing.
+	factories := []informers.SharedInformerFactory{s.tenantF, s.hostF, s.events, s.dedicatedF}
+	if s.membersF != nil {
+		factories = append(factories, s.membersF)
 	}
 	for _, f := range factories {
 		f.Start(ctx.Done())
@@ -423,21 +324,11 @@ func (s *syncer) startSyncers(ctx context.Context) error {
 			}
 		}
 	}
-	for _, k := range s.kindSyncers() {
-		go k.Run(ctx)
+	for _, q := range s.registration.Queues {
+		go q.Run(ctx)
 	}
-	if s.clusterDNS != nil && s.o.Member == "" {
-		go s.clusterDNS.Run(ctx)
-	}
-	if s.provisioner != nil {
-		go s.provisioner.Run(ctx)
-	}
-	if s.nodePorts != nil && s.o.Member == "" {
-		go s.serviceSync.nodePorts.Run(ctx)
-		go func() {
-			<-ctx.Done()
-			s.nodePorts.close()
-		}()
+	for _, run := range s.registration.Runners {
+		go run(ctx)
 	}
 	return nil
 }
