@@ -157,13 +157,16 @@ func coreDNSDeployment(o DNSOptions, meta metav1.ObjectMeta) *appsv1.Deployment 
 }
 
 // DefaultStorageClass returns a StorageClass named name, marked as the
-// cluster's default, served by provisioner with WaitForFirstConsumer binding.
+// cluster's default, served by provisioner with WaitForFirstConsumer binding,
+// whose claims may grow (allowVolumeExpansion).
 func DefaultStorageClass(name, provisioner string) *storagev1.StorageClass {
 	return &storagev1.StorageClass{
 		ObjectMeta:        metav1.ObjectMeta{Name: name, Annotations: map[string]string{"storageclass.kubernetes.io/is-default-class": "true"}},
 		Provisioner:       provisioner,
 		ReclaimPolicy:     ptr.To(corev1.PersistentVolumeReclaimDelete),
 		VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer),
+		// The local provisioner's Resizer grows its volumes.
+		AllowVolumeExpansion: ptr.To(true),
 	}
 }
 

@@ -4,7 +4,7 @@
 //
 // The claim lifecycle (watching claims, binding, retries, reclaiming) is
 // sig-storage-lib-external-provisioner's; this package only creates and removes
-// directories. Its StorageClass must use volumeBindingMode WaitForFirstConsumer,
+// directories, and records the larger size of a claim that grows (Resizer). Its StorageClass must use volumeBindingMode WaitForFirstConsumer,
 // so the node is known when the volume is made.
 package provisioner
 
@@ -123,6 +123,7 @@ func Run(ctx context.Context, kubeconfig, root string) error {
 	if err != nil {
 		return err
 	}
+	go runResizer(ctx, client)
 	ctrl := controller.NewProvisionController(ctx, client, Name, &Local{Root: root}, controller.LeaderElection(false))
 	ctrl.Run(ctx)
 	return nil

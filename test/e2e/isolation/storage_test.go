@@ -12,11 +12,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nestdev/nest/internal/images"
 	"github.com/nestdev/nest/internal/syncer/contract"
+	"github.com/nestdev/nest/internal/syncer/kinds/persistentvolumeclaim"
 	"github.com/nestdev/nest/internal/testutil"
 )
 
@@ -27,6 +29,8 @@ func (e *env) storage() []testCase {
 		{"statefulset-volumes-keep-their-data-across-pod-restarts", e.statefulSetVolumes},
 		{"claim-naming-a-volume-gets-no-host-claim", e.claimNamingAVolume},
 		{"claim-with-a-selector-is-refused", e.claimWithSelector},
+		{"claim-resize-grows-the-host-volume", e.claimResize},
+		{"claim-resize-past-the-storage-quota-is-refused", e.claimResizePastQuota},
 	}
 }
 
@@ -202,5 +206,101 @@ func (e *env) claimGetsNoHostClaim(t *testing.T, ns string, c *corev1.Persistent
 	}
 	if n := len(e.hostClaims(t, ns)); n != 0 {
 		t.Errorf("%d host claims for a claim the virtual node must not provision", n)
+	}
+}
+
+// boundClaimInUse creates claim name of size in ns and a pod that mounts it
+// (the class binds on first use), and waits until the tenant claim and its
+// host claim are Bound. It returns the host claim.
+func (e *env) boundClaimInUse(t *testing.T, ns, name, size string) corev1.PersistentVolumeClaim {
+	t.Helper()
+	cs := e.alpha.Clientset(t)
+	c := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: claimSpec(size)}
+	if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(e.ctx, c, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := testPod("uses-"+name, func(p *corev1.Pod) {
+		p.Namespace, p.Spec.NodeName = ns, ""
+		p.Spec.Volumes = []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: name}}}}
+	})
+	e.create(t, e.alpha, pod)
+	var host corev1.PersistentVolumeClaim
+	testutil.Eventually(t, 2*time.Minute, "claim "+name+" and its host claim Bound", func() error {
+		got, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(e.ctx, name, metav1.GetOptions{})
+		if err != nil || got.Status.Phase != corev1.ClaimBound {
+			return fmt.Errorf("tenant claim %v: %v", got.Status.Phase, err)
+		}
+		hosts := e.hostClaims(t, ns)
+		if len(hosts) != 1 || hosts[0].Status.Phase != corev1.ClaimBound {
+			return fmt.Errorf("host claims %d, want 1 Bound", len(hosts))
+		}
+		host = hosts[0]
+		return nil
+	})
+	return host
+}
+
+// resizeClaim sets the request of the tenant claim ns/name to size.
+func (e *env) resizeClaim(t *testing.T, ns, name, size string) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"spec":{"resources":{"requests":{"storage":%q}}}}`, size)
+	if _, err := e.alpha.Clientset(t).CoreV1().PersistentVolumeClaims(ns).Patch(e.ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("resize claim %s to %s: %v", name, size, err)
+	}
+}
+
+// claimResize: a larger request on a bound tenant claim grows the host
+// claim; the host volume's new capacity shows on the tenant claim and on
+// its volume, as a resizer would set them on a real node.
+func (e *env) claimResize(t *testing.T) {
+	const ns = "storage-resize"
+	e.namespaceWithPods(t, e.alpha, ns)
+	cs := e.alpha.Clientset(t)
+	e.boundClaimInUse(t, ns, "grows", "16Mi")
+	start := time.Now()
+	e.resizeClaim(t, ns, "grows", "32Mi")
+	want := resource.MustParse("32Mi")
+	testutil.Eventually(t, 2*time.Minute, "the claim, its volume and its host claim at 32Mi", func() error {
+		c, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(e.ctx, "grows", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if q := c.Status.Capacity[corev1.ResourceStorage]; q.Cmp(want) != 0 {
+			return fmt.Errorf("tenant claim capacity %s", q.String())
+		}
+		pv, err := cs.CoreV1().PersistentVolumes().Get(e.ctx, c.Spec.VolumeName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if q := pv.Spec.Capacity[corev1.ResourceStorage]; q.Cmp(want) != 0 {
+			return fmt.Errorf("tenant volume capacity %s", q.String())
+		}
+		host := e.hostClaims(t, ns)[0]
+		if q := host.Status.Capacity[corev1.ResourceStorage]; q.Cmp(want) != 0 {
+			return fmt.Errorf("host claim capacity %s", q.String())
+		}
+		return nil
+	})
+	t.Logf("claim resized 16Mi → 32Mi, shown in the tenant %v after the request", time.Since(start).Round(time.Millisecond))
+}
+
+// claimResizePastQuota: growing a claim past the VirtualCluster's storage
+// requests is accepted by the tenant's own API server, refused by the
+// host's quota, and the tenant claim gets a Warning event saying so; the
+// host claim keeps its size.
+func (e *env) claimResizePastQuota(t *testing.T) {
+	const ns = "storage-resize-quota"
+	e.namespaceWithPods(t, e.alpha, ns)
+	e.boundClaimInUse(t, ns, "greedy", "16Mi")
+	e.resizeClaim(t, ns, "greedy", "100Ti")
+	testutil.Eventually(t, time.Minute, "a VolumeResizeFailed event naming the quota", func() error {
+		if ev := e.tenantEvents(t, e.alpha, ns, "greedy"); !strings.Contains(ev, persistentvolumeclaim.ReasonResizeFailed) || !strings.Contains(ev, "quota") {
+			return errors.New("events: " + ev)
+		}
+		return nil
+	})
+	host := e.hostClaims(t, ns)[0]
+	if q := host.Spec.Resources.Requests[corev1.ResourceStorage]; q.Cmp(resource.MustParse("16Mi")) != 0 {
+		t.Errorf("host claim request %s, want it kept at 16Mi", q.String())
 	}
 }

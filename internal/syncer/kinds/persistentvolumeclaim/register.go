@@ -3,6 +3,7 @@ package persistentvolumeclaim
 import (
 	"context"
 
+	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 
@@ -10,8 +11,12 @@ import (
 	"github.com/nestdev/nest/internal/syncer/kinds"
 )
 
-// provisionWorkers is how many tenant claims are provisioned at once.
-const provisionWorkers = 2
+// provisionWorkers is how many tenant claims are provisioned at once, and
+// volumeWorkers how many are kept in step with their host claims.
+const (
+	provisionWorkers = 2
+	volumeWorkers    = 2
+)
 
 // Register makes the tenant's storage: the mirror of the StorageClasses
 // the VirtualCluster offers (queue "storageclasses", made right again when
@@ -19,8 +24,9 @@ const provisionWorkers = 2
 // provisioner of their claims, which runs
 // sig-storage-lib-external-provisioner's claim lifecycle against the tenant
 // API server. Without classes the kind registers nothing, and tenant claims
-// stay Pending as on a cluster without a provisioner. Virtual-node syncer
-// only.
+// stay Pending as on a cluster without a provisioner. Bound claims are kept
+// in step with their host claims (Volumes: queue "persistentvolumeclaims").
+// Virtual-node syncer only.
 func Register(c *kinds.Context, classes []StorageClass) kinds.Registration {
 	if len(classes) == 0 {
 		return kinds.Registration{}
@@ -33,9 +39,27 @@ func Register(c *kinds.Context, classes []StorageClass) kinds.Registration {
 	_, _ = c.TenantInformers.Storage().V1().CSIDrivers().Informer().AddEventHandler(kinds.OnEvery(func(*storagev1.CSIDriver) {
 		mirrorQueue.Add(ClassesKey)
 	}))
+	volumes := &Volumes{
+		VirtualCluster: c.VirtualCluster, HostNamespace: c.HostNamespace, Tenant: c.Tenant, Host: c.Host, Recorder: c.Recorder,
+		TenantClaims:  c.TenantInformers.Core().V1().PersistentVolumeClaims().Lister(),
+		TenantVolumes: c.TenantInformers.Core().V1().PersistentVolumes().Lister(),
+		HostClaims:    c.HostInformers.Core().V1().PersistentVolumeClaims().Lister().PersistentVolumeClaims(c.HostNamespace),
+	}
+	volumeQueue := c.NewQueue("persistentvolumeclaims", volumeWorkers, volumes.Sync, volumes.Keys)
+	_, _ = c.TenantInformers.Core().V1().PersistentVolumeClaims().Informer().AddEventHandler(kinds.OnEvery(func(claim *corev1.PersistentVolumeClaim) {
+		volumeQueue.Add(claim.Namespace + "/" + claim.Name)
+	}))
+	_, _ = c.TenantInformers.Core().V1().PersistentVolumes().Informer().AddEventHandler(kinds.OnEvery(func(pv *corev1.PersistentVolume) {
+		if ref := pv.Spec.ClaimRef; ref != nil {
+			volumeQueue.Add(ref.Namespace + "/" + ref.Name)
+		}
+	}))
+	_, _ = c.HostInformers.Core().V1().PersistentVolumeClaims().Informer().AddEventHandler(kinds.OnEvery(func(claim *corev1.PersistentVolumeClaim) {
+		kinds.AddTenantKey(volumeQueue, claim)
+	}))
 	p := &Provisioner{VirtualCluster: c.VirtualCluster, HostNamespace: c.HostNamespace, Host: c.Host, Classes: classes}
 	return kinds.Registration{
-		Queues: []*kindsync.Syncer{mirrorQueue},
+		Queues: []*kindsync.Syncer{mirrorQueue, volumeQueue},
 		Runners: []func(context.Context){func(ctx context.Context) {
 			controller.NewProvisionController(ctx, c.Tenant, ProvisionerName, p,
 				// Only the leading syncer runs at all (internal/syncer/leader.go).
