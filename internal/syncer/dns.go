@@ -22,6 +22,7 @@ import (
 	"github.com/nestdev/nest/internal/atomicfile"
 	"github.com/nestdev/nest/internal/kindsync"
 	"github.com/nestdev/nest/internal/syncer/contract"
+	"github.com/nestdev/nest/internal/syncer/kinds/hostcopy"
 )
 
 // HostsFileName and ZoneFileName are the files the syncer writes for the
@@ -58,13 +59,13 @@ func newServiceSyncer(s *serviceSyncer) *serviceSyncer {
 	return s
 }
 
-func (s *serviceSyncer) copies() hostCopy[*corev1.Service] {
-	return hostCopy[*corev1.Service]{
-		kind: "Service", client: s.host.CoreV1().Services(s.tr.HostNamespace), cached: s.hostServices.Get,
-		differs: func(have, want *corev1.Service) bool {
+func (s *serviceSyncer) copies() hostcopy.Copies[*corev1.Service] {
+	return hostcopy.Copies[*corev1.Service]{
+		Kind: "Service", Client: s.host.CoreV1().Services(s.tr.HostNamespace), Cached: s.hostServices.Get,
+		Differs: func(have, want *corev1.Service) bool {
 			return ServiceNeedsUpdate(have, want) || have.Annotations[contract.AnnotationTenantUID] != want.Annotations[contract.AnnotationTenantUID]
 		},
-		merged: func(have, want *corev1.Service) *corev1.Service {
+		Merged: func(have, want *corev1.Service) *corev1.Service {
 			upd := have.DeepCopy()
 			upd.Labels, upd.Annotations = want.Labels, want.Annotations
 			upd.Spec.Selector, upd.Spec.Ports = want.Spec.Selector, want.Spec.Ports
@@ -103,19 +104,19 @@ func (s *serviceSyncer) syncService(ctx context.Context, key string) (time.Durat
 		if _, err := s.hostServices.Get(hostName); apierrors.IsNotFound(err) {
 			return 0, nil
 		}
-		if err := s.copies().delete(ctx, s.tr.VirtualCluster, hostName, namespace, name); err != nil {
+		if err := s.copies().Delete(ctx, s.tr.VirtualCluster, hostName, namespace, name); err != nil {
 			return 0, fmt.Errorf("delete host Service of %s: %w", key, err)
 		}
 		return 0, nil
 	}
-	err = s.copies().apply(ctx, want)
+	err = s.copies().Apply(ctx, want)
 	if err != nil && apierrors.IsInvalid(err) && want.Spec.ClusterIP != "" && want.Spec.ClusterIP != corev1.ClusterIPNone {
 		// The host has given the tenant's ClusterIP to another Service: the
 		// copy takes an address of its own, which DNS and service variables
 		// give, while spec.clusterIP in the tenant does not route.
 		s.recorder.Eventf(svc, corev1.EventTypeWarning, "ClusterIPTaken", "The host cluster has given ClusterIP %s to another Service; the Service's name resolves to another address: %v", want.Spec.ClusterIP, err)
 		want.Spec.ClusterIP = ""
-		err = s.copies().apply(ctx, want)
+		err = s.copies().Apply(ctx, want)
 	}
 	if err != nil {
 		s.recorder.Eventf(svc, corev1.EventTypeWarning, "HostServiceFailed", "Writing host Service %s/%s failed, so the Service's name may not resolve or may be out of date: %v", want.Namespace, want.Name, err)

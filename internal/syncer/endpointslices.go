@@ -25,6 +25,7 @@ import (
 	"github.com/nestdev/nest/internal/kindsync"
 	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/syncer/kinds"
+	"github.com/nestdev/nest/internal/syncer/kinds/hostcopy"
 )
 
 // Tenant Services without a selector have the endpoints the tenant writes
@@ -87,7 +88,7 @@ func (t Translator) HostEndpointSlices(hostSvc *corev1.Service, tenant []*discov
 			total++
 			endpoints = append(endpoints, discoveryv1.Endpoint{Addresses: slices.Clone(e.Addresses), Conditions: *e.Conditions.DeepCopy()})
 		}
-		meta := t.copyMeta(&s.ObjectMeta)
+		meta := hostcopy.Meta(t.VirtualCluster, t.HostNamespace, &s.ObjectMeta)
 		maps.Copy(meta.Labels, map[string]string{
 			discoveryv1.LabelServiceName: hostSvc.Name,
 			discoveryv1.LabelManagedBy:   EndpointSliceManager,
@@ -157,7 +158,7 @@ func (e *endpointSliceSyncer) sync(ctx context.Context, key string) (time.Durati
 			}
 			return 0, fmt.Errorf("host EndpointSlice %s of Service %s had address type %s; deleted, to be made again as %s", h.Name, key, h.AddressType, w.AddressType)
 		}
-		if err := copies.apply(ctx, w); err != nil {
+		if err := copies.Apply(ctx, w); err != nil {
 			return 0, fmt.Errorf("host EndpointSlice %s of Service %s: %w", w.Name, key, err)
 		}
 	}
@@ -166,7 +167,7 @@ func (e *endpointSliceSyncer) sync(ctx context.Context, key string) (time.Durati
 			continue
 		}
 		ns, sliceName, _ := contract.TenantKey(h.Annotations)
-		if err := copies.delete(ctx, e.tr.VirtualCluster, h.Name, ns, sliceName); err != nil {
+		if err := copies.Delete(ctx, e.tr.VirtualCluster, h.Name, ns, sliceName); err != nil {
 			return 0, fmt.Errorf("delete host EndpointSlice %s of Service %s: %w", h.Name, key, err)
 		}
 	}
@@ -178,11 +179,11 @@ func (e *endpointSliceSyncer) sync(ctx context.Context, key string) (time.Durati
 
 // copies writes the host slices, as every kind of host copy is written: only
 // over the copy of the same tenant slice.
-func (e *endpointSliceSyncer) copies() hostCopy[*discoveryv1.EndpointSlice] {
-	return hostCopy[*discoveryv1.EndpointSlice]{
-		kind: "EndpointSlice", client: e.host.DiscoveryV1().EndpointSlices(e.tr.HostNamespace), cached: e.hostSlices.Get,
-		differs: endpointSliceDiffers,
-		merged: func(have, want *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
+func (e *endpointSliceSyncer) copies() hostcopy.Copies[*discoveryv1.EndpointSlice] {
+	return hostcopy.Copies[*discoveryv1.EndpointSlice]{
+		Kind: "EndpointSlice", Client: e.host.DiscoveryV1().EndpointSlices(e.tr.HostNamespace), Cached: e.hostSlices.Get,
+		Differs: endpointSliceDiffers,
+		Merged: func(have, want *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
 			upd := have.DeepCopy()
 			upd.Labels, upd.Annotations, upd.OwnerReferences = want.Labels, want.Annotations, want.OwnerReferences
 			upd.Endpoints, upd.Ports = want.Endpoints, want.Ports

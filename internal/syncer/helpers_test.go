@@ -3,6 +3,13 @@ package syncer
 import (
 	"testing"
 
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/nestdev/nest/internal/syncer/kinds/configmap"
+	"github.com/nestdev/nest/internal/syncer/kinds/hostcopy"
+	"github.com/nestdev/nest/internal/syncer/kinds/secret"
+
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,4 +67,41 @@ func byKind(t *testing.T, objs []runtime.Object) (services, slices, pods []runti
 		}
 	}
 	return services, slices, pods
+}
+
+func hostConfigMap(meta metav1.ObjectMeta, data map[string]string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: meta, Data: data}
+}
+
+// testObjects is an objectSyncer writing to host, within a budget of budget
+// bytes, whose tenant and host caches are empty.
+func testObjects(t *testing.T, budget int64, host *fake.Clientset) *objectSyncer {
+	t.Helper()
+	hostCMs := corelisters.NewConfigMapLister(indexerOf(t)).ConfigMaps(tr.HostNamespace)
+	hostSecrets := corelisters.NewSecretLister(indexerOf(t)).Secrets(tr.HostNamespace)
+	o := &objectSyncer{
+		tr: tr, budget: hostcopy.NewBudget(budget, tr.VirtualCluster, hostCMs, hostSecrets),
+		tenantConfigMaps: corelisters.NewConfigMapLister(indexerOf(t)), tenantSecrets: corelisters.NewSecretLister(indexerOf(t)),
+		hostSecrets: hostSecrets,
+		pods:        cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{referencesIndex: tr.podReferences}),
+	}
+	recorder := record.NewFakeRecorder(10)
+	o.configMaps = configmap.New(configmap.Config{VirtualCluster: tr.VirtualCluster, HostNamespace: tr.HostNamespace, Host: host,
+		HostCache: hostCMs, Tenant: o.tenantConfigMaps, Budget: o.budget, Referenced: o.referencer(hostcopy.KindConfigMap), Recorder: recorder})
+	o.secrets = secret.New(secret.Config{VirtualCluster: tr.VirtualCluster, HostNamespace: tr.HostNamespace, Host: host,
+		HostCache: hostSecrets, Tenant: o.tenantSecrets, Budget: o.budget, Referenced: o.referencer(hostcopy.KindSecret), Recorder: recorder})
+	return o
+}
+
+// countActions counts the actions of c with one of verbs.
+func countActions(c *fake.Clientset, verbs ...string) int {
+	n := 0
+	for _, a := range c.Actions() {
+		for _, v := range verbs {
+			if a.GetVerb() == v {
+				n++
+			}
+		}
+	}
+	return n
 }

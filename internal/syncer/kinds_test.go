@@ -224,7 +224,7 @@ func TestSecretSyncerDoesNotDeleteTokenSecrets(t *testing.T) {
 		Name: contract.TokenSecretName(contract.HostName(tr.VirtualCluster, "shop", "web")), Namespace: tr.HostNamespace,
 		Labels: contract.HostLabels(tr.VirtualCluster, "shop"), Annotations: contract.HostAnnotations("shop", "web", "uid-web"),
 	}}
-	tokenSecret.Labels[LabelTokenSecret] = "true"
+	tokenSecret.Labels[contract.LabelTokenSecret] = "true"
 	host := fake.NewClientset(tokenSecret)
 	s := runKindSyncers(t, fake.NewClientset(), host)
 	drain(t, s.secrets, s.tokens)
@@ -280,7 +280,7 @@ func TestTokenSyncerRefreshesDueTokensThroughFailures(t *testing.T) {
 		Name: contract.TokenSecretName(contract.HostName(tr.VirtualCluster, "shop", "web")), Namespace: tr.HostNamespace,
 		Labels: contract.HostLabels(tr.VirtualCluster, "shop"), Annotations: contract.HostAnnotations("shop", "web", "uid-web"),
 	}, Data: map[string][]byte{"token-0-0": []byte("old")}}
-	due.Labels[LabelTokenSecret] = "true"
+	due.Labels[contract.LabelTokenSecret] = "true"
 	due.Annotations[annotationProjections] = `[{"Key":"token-0-0","ExpirationSeconds":3600}]`
 	due.Annotations[annotationRefreshAt] = time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)
 	tenant := fake.NewClientset()

@@ -205,10 +205,6 @@ type PodTranslation struct {
 	virtualCluster, namespace string
 }
 
-// tokenKeyPrefix starts the token Secret's keys that hold tokens; the others
-// hold the tenant pod's identity.
-const tokenKeyPrefix = "token-"
-
 // Keys of the token Secret that stand for downward API fields.
 const (
 	identityName        = "pod-name"
@@ -519,7 +515,7 @@ func (t Translator) translateProjection(p *corev1.ProjectedVolumeSource, hostPod
 		case src.Secret != nil:
 			src.Secret.Name = out.secret(src.Secret.Name, src.Secret.Optional)
 		case src.ServiceAccountToken != nil:
-			key := fmt.Sprintf("%s%d-%d", tokenKeyPrefix, volume, j)
+			key := fmt.Sprintf("%s%d-%d", contract.TokenKeyPrefix, volume, j)
 			out.Tokens = append(out.Tokens, TokenProjection{Key: key, Audience: src.ServiceAccountToken.Audience, ExpirationSeconds: ptr.Deref(src.ServiceAccountToken.ExpirationSeconds, defaultTokenSeconds)})
 			src = tokenSecretProjection(hostPod, []corev1.KeyToPath{{Key: key, Path: src.ServiceAccountToken.Path}})
 			out.UsesTokenSecret = true

@@ -26,6 +26,7 @@ import (
 
 	"github.com/nestdev/nest/internal/kindsync"
 	"github.com/nestdev/nest/internal/syncer/contract"
+	"github.com/nestdev/nest/internal/syncer/kinds/hostcopy"
 )
 
 // podProvider is the virtual-kubelet pod lifecycle handler: it runs tenant
@@ -198,7 +199,7 @@ func (p *podProvider) start(ctx context.Context, pod *corev1.Pod, pt *PodTransla
 		if tokenSecret, err = p.tokens.secretFor(ctx, p.tr, pod, pt); err != nil {
 			return err
 		}
-		if undo, err = p.objects.budget.reserve(secretKind, tokenSecret, identitySize(tokenSecret.Data)); err != nil {
+		if undo, err = p.objects.budget.Reserve(hostcopy.KindSecret, tokenSecret, hostcopy.IdentitySize(tokenSecret.Data)); err != nil {
 			return fmt.Errorf("the pod's labels and annotations for its downward API files: %w", err)
 		}
 	}
@@ -325,21 +326,21 @@ func (p *podProvider) createOrAdopt(ctx context.Context, pod, want *corev1.Pod) 
 // renews an existing one, if that is the token Secret of the same tenant pod.
 func (p *podProvider) writeTokenSecret(ctx context.Context, s *corev1.Secret, owner *corev1.Pod) error {
 	s.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: owner.Name, UID: owner.UID}}
-	secrets := hostCopy[*corev1.Secret]{
-		kind: "Secret", client: p.host.CoreV1().Secrets(p.tr.HostNamespace),
+	secrets := hostcopy.Copies[*corev1.Secret]{
+		Kind: "Secret", Client: p.host.CoreV1().Secrets(p.tr.HostNamespace),
 		// Never cached: a token Secret is written once per host pod, and the
 		// live object is what matters for the ownership check.
-		cached: func(name string) (*corev1.Secret, error) {
+		Cached: func(name string) (*corev1.Secret, error) {
 			return nil, apierrors.NewNotFound(corev1.Resource("secrets"), name)
 		},
-		differs: func(_, _ *corev1.Secret) bool { return true },
-		merged: func(have, want *corev1.Secret) *corev1.Secret {
+		Differs: func(_, _ *corev1.Secret) bool { return true },
+		Merged: func(have, want *corev1.Secret) *corev1.Secret {
 			upd := have.DeepCopy()
 			upd.Data, upd.Annotations, upd.Labels, upd.OwnerReferences = want.Data, want.Annotations, want.Labels, want.OwnerReferences
 			return upd
 		},
 	}
-	if err := secrets.apply(ctx, s); err != nil {
+	if err := secrets.Apply(ctx, s); err != nil {
 		return fmt.Errorf("write token Secret %s: %w", s.Name, err)
 	}
 	return nil
@@ -512,7 +513,7 @@ func (p *podProvider) refreshIdentity(ctx context.Context, pt *PodTranslation) e
 	if !changed {
 		return nil
 	}
-	undo, err := p.objects.budget.reserve(secretKind, upd, identitySize(upd.Data))
+	undo, err := p.objects.budget.Reserve(hostcopy.KindSecret, upd, hostcopy.IdentitySize(upd.Data))
 	if err != nil {
 		return errdefs.AsInvalidInput(fmt.Errorf("the pod's labels and annotations for its downward API files: %w", err))
 	}

@@ -33,8 +33,7 @@ func newProvider(t *testing.T, capacity corev1.ResourceList, host []runtime.Obje
 		t.Fatal(err)
 	}
 	hostClient := fake.NewClientset(host...)
-	objects, _ := newObjectSyncer(t, 0, nil, nil, nil)
-	objects.host = hostClient
+	objects := testObjects(t, 0, hostClient)
 	p := &podProvider{
 		tr: tr, metadata: defaultMetadata, security: security, host: hostClient, objects: objects,
 		recorder:   record.NewFakeRecorder(10),
@@ -545,9 +544,7 @@ func TestTheTenantIdentityIsInTheObjectBudget(t *testing.T) {
 		Items: []corev1.DownwardAPIVolumeFile{{Path: "annotations", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations"}}}}}}}
 	p, client := newProvider(t, nil, nil, pod)
 	p.tokens = &tokenIssuer{now: time.Now}
-	objects, _ := newObjectSyncer(t, 1000, nil, nil, nil)
-	objects.host = client
-	p.objects = objects
+	p.objects = testObjects(t, 1000, client)
 	err := p.CreatePod(context.Background(), pod)
 	if err == nil || !strings.Contains(err.Error(), "object budget exceeded") {
 		t.Fatalf("CreatePod: %v, want the object budget exceeded", err)

@@ -12,8 +12,11 @@ import (
 	"github.com/nestdev/nest/internal/kindsync"
 	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/syncer/kinds"
+	"github.com/nestdev/nest/internal/syncer/kinds/configmap"
+	"github.com/nestdev/nest/internal/syncer/kinds/hostcopy"
 	"github.com/nestdev/nest/internal/syncer/kinds/networkpolicy"
 	"github.com/nestdev/nest/internal/syncer/kinds/persistentvolumeclaim"
+	"github.com/nestdev/nest/internal/syncer/kinds/secret"
 )
 
 // kindRow is one synced kind: the syncers it runs in and how it is wired.
@@ -35,8 +38,16 @@ func kindTable() []kindRow {
 	return []kindRow{
 		{"pods", kinds.VirtualNode | kinds.Member, (*syncer).registerPods},
 		{"events", kinds.VirtualNode | kinds.Member, (*syncer).registerEvents},
-		{"configmaps", kinds.VirtualNode | kinds.Member, (*syncer).registerConfigMaps},
-		{"secrets", kinds.VirtualNode | kinds.Member, (*syncer).registerSecrets},
+		{"configmaps", kinds.VirtualNode | kinds.Member, func(s *syncer, c *kinds.Context) (kinds.Registration, error) {
+			reg, k := configmap.Register(c, s.provider.objects.budget, s.provider.objects.referencer(hostcopy.KindConfigMap))
+			s.configMaps, s.provider.objects.configMaps = reg.Queues[0], k
+			return reg, nil
+		}},
+		{"secrets", kinds.VirtualNode | kinds.Member, func(s *syncer, c *kinds.Context) (kinds.Registration, error) {
+			reg, k := secret.Register(c, s.provider.objects.budget, s.provider.objects.referencer(hostcopy.KindSecret))
+			s.secrets, s.provider.objects.secrets = reg.Queues[0], k
+			return reg, nil
+		}},
 		{"serviceaccounttokens", kinds.VirtualNode | kinds.Member, (*syncer).registerTokens},
 		{"services", kinds.VirtualNode, (*syncer).registerServices},
 		{"endpointslices", kinds.VirtualNode, (*syncer).registerEndpointSlices},
@@ -93,11 +104,9 @@ func (s *syncer) kindContext(tenant, host kubernetes.Interface) *kinds.Context {
 // Workers of each kind syncer. Copies are made on demand by the pod
 // workers too, so these mostly follow changes.
 const (
-	configMapWorkers = 4
-	secretWorkers    = 4
-	serviceWorkers   = 4
-	tokenWorkers     = 2
-	orphanWorkers    = 2
+	serviceWorkers = 4
+	tokenWorkers   = 2
+	orphanWorkers  = 2
 )
 
 // registerPods follows host pods (status, network, helper failures) and
@@ -166,37 +175,13 @@ func (s *syncer) registerEvents(*kinds.Context) (kinds.Registration, error) {
 	return kinds.Registration{}, nil
 }
 
-// registerConfigMaps keeps the host copies of the ConfigMaps tenant pods
-// reference (objects.go).
-func (s *syncer) registerConfigMaps(c *kinds.Context) (kinds.Registration, error) {
-	o := s.provider.objects
-	s.configMaps = c.NewQueue("configmaps", configMapWorkers, o.syncConfigMap, copyKeys(o.tenantConfigMaps.List, o.hostConfigMaps.List))
-	_, _ = c.TenantInformers.Core().V1().ConfigMaps().Informer().AddEventHandler(onEvery(addKey(s.configMaps)))
-	_, _ = c.HostInformers.Core().V1().ConfigMaps().Informer().AddEventHandler(onEvery(addTenantKey(s.configMaps)))
-	return kinds.Registration{Queues: []*kindsync.Syncer{s.configMaps}}, nil
-}
-
-// registerSecrets keeps the host copies of the Secrets tenant pods
-// reference (objects.go); token Secrets are registerTokens'.
-func (s *syncer) registerSecrets(c *kinds.Context) (kinds.Registration, error) {
-	o := s.provider.objects
-	s.secrets = c.NewQueue("secrets", secretWorkers, o.syncSecret, copyKeys(o.tenantSecrets.List, o.hostSecrets.List))
-	_, _ = c.TenantInformers.Core().V1().Secrets().Informer().AddEventHandler(onEvery(addKey(s.secrets)))
-	_, _ = c.HostInformers.Core().V1().Secrets().Informer().AddEventHandler(onEvery(func(obj metav1.Object) {
-		if obj.GetLabels()[LabelTokenSecret] != "true" {
-			addTenantKey(s.secrets)(obj)
-		}
-	}))
-	return kinds.Registration{Queues: []*kindsync.Syncer{s.secrets}}, nil
-}
-
 // registerTokens refreshes the service-account tokens in host pods' token
 // Secrets before they expire (token.go).
 func (s *syncer) registerTokens(c *kinds.Context) (kinds.Registration, error) {
 	refresher := &tokenRefresher{issuer: s.provider.tokens, host: c.Host, secrets: s.provider.objects.hostSecrets}
 	s.tokens = c.NewQueue("tokens", tokenWorkers, refresher.sync, refresher.keys)
 	_, _ = c.HostInformers.Core().V1().Secrets().Informer().AddEventHandler(onEvery(func(obj metav1.Object) {
-		if obj.GetLabels()[LabelTokenSecret] == "true" {
+		if obj.GetLabels()[contract.LabelTokenSecret] == "true" {
 			s.tokens.Add(obj.GetName())
 		}
 	}))
@@ -224,7 +209,7 @@ func (s *syncer) registerServices(c *kinds.Context) (kinds.Registration, error) 
 			s.nodePorts.close()
 		})
 	}
-	s.services = kindsync.New("services", serviceWorkers, ss.syncService, copyKeys(ss.tenantServices.List, ss.hostServices.List))
+	s.services = kindsync.New("services", serviceWorkers, ss.syncService, hostcopy.Keys(ss.tenantServices.List, ss.hostServices.List))
 	reg.Queues = append(reg.Queues, s.services, ss.dns)
 	_, _ = c.TenantInformers.Core().V1().Services().Informer().AddEventHandler(onEvery(addKey(s.services)))
 	_, _ = c.HostInformers.Core().V1().Services().Informer().AddEventHandler(onEvery(addTenantKey(s.services)))

@@ -44,7 +44,7 @@ func TestVirtualNodeSyncerRunsEveryKindOfItsMode(t *testing.T) {
 		o.EgressBlocks = []networkingv1.IPBlock{{CIDR: "0.0.0.0/0"}}
 	})
 	want := []string{"clusterdns", "configmaps", "dns", "endpointslices", "members", "networkpolicies", "networkpolicypods",
-		"nodeports", "orphanpods", "secrets", "services", "storageclasses", "tenantpoddeletes", "tokens"}
+		"nodeports", "orphanpods", "persistentvolumeclaims", "secrets", "services", "storageclasses", "tenantpoddeletes", "tokens"}
 	if got := queueNames(s); !slices.Equal(got, want) {
 		t.Errorf("virtual-node queues = %v, want %v", got, want)
 	}

@@ -37,6 +37,7 @@ import (
 	"github.com/nestdev/nest/internal/kindsync"
 	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/syncer/kinds"
+	"github.com/nestdev/nest/internal/syncer/kinds/hostcopy"
 	"github.com/nestdev/nest/internal/syncer/kinds/persistentvolumeclaim"
 	"github.com/nestdev/nest/internal/version"
 )
@@ -254,13 +255,12 @@ func newSyncerFor(ctx context.Context, o Options, tenant, host kubernetes.Interf
 	}
 	hostConfigMaps := s.hostF.Core().V1().ConfigMaps().Lister().ConfigMaps(o.HostNamespace)
 	hostSecrets := s.hostF.Core().V1().Secrets().Lister().Secrets(o.HostNamespace)
-	tenantConfigMaps, tenantSecrets := s.tenantF.Core().V1().ConfigMaps().Lister(), s.tenantF.Core().V1().Secrets().Lister()
 	objects := &objectSyncer{
-		tr: o.Translator, host: host, recorder: s.recorder,
-		budget:           newDataBudget(o.DataBudgetBytes, o.VirtualCluster, hostConfigMaps, hostSecrets),
-		tenantConfigMaps: tenantConfigMaps, tenantSecrets: tenantSecrets,
-		hostConfigMaps: hostConfigMaps, hostSecrets: hostSecrets,
-		pods: podInformer.GetIndexer(),
+		tr:               o.Translator,
+		budget:           hostcopy.NewBudget(o.DataBudgetBytes, o.VirtualCluster, hostConfigMaps, hostSecrets),
+		tenantConfigMaps: s.tenantF.Core().V1().ConfigMaps().Lister(), tenantSecrets: s.tenantF.Core().V1().Secrets().Lister(),
+		hostSecrets: hostSecrets,
+		pods:        podInformer.GetIndexer(),
 	}
 	tenantPods := s.pods.Lister()
 	tokens := &tokenIssuer{tenant: tenant, maxAge: o.TokenMaxAge, now: time.Now}

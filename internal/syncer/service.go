@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nestdev/nest/internal/syncer/contract"
+	"github.com/nestdev/nest/internal/syncer/kinds/hostcopy"
 )
 
 // HostService returns the host Service for a tenant Service, and false for
@@ -55,7 +56,7 @@ func (t Translator) HostService(s *corev1.Service) (*corev1.Service, bool) {
 	case t.SameClusterIP(s.Spec.ClusterIP):
 		spec.ClusterIP = s.Spec.ClusterIP
 	}
-	return &corev1.Service{ObjectMeta: t.copyMeta(&s.ObjectMeta), Spec: spec}, true
+	return &corev1.Service{ObjectMeta: hostcopy.Meta(t.VirtualCluster, t.HostNamespace, &s.ObjectMeta), Spec: spec}, true
 }
 
 // SameClusterIP reports whether a host copy asks for the tenant Service's own

@@ -29,9 +29,6 @@ const (
 	annotationProjections = "nest.dev/token-projections"
 	// annotationServiceAccount is the tenant pod's service account.
 	annotationServiceAccount = "nest.dev/tenant-service-account"
-	// LabelTokenSecret marks token Secrets, so the refresher lists only
-	// those and the Secret syncer leaves them alone.
-	LabelTokenSecret = "nest.dev/token-secret"
 )
 
 // tokenIssuer requests service-account tokens from the tenant API server and
@@ -57,7 +54,7 @@ func (ti *tokenIssuer) secretFor(ctx context.Context, tr Translator, tenant *cor
 		Type: corev1.SecretTypeOpaque,
 		Data: map[string][]byte{},
 	}
-	s.Labels[LabelTokenSecret] = "true"
+	s.Labels[contract.LabelTokenSecret] = "true"
 	s.Annotations[annotationProjections] = string(projections)
 	s.Annotations[annotationServiceAccount] = tenant.Spec.ServiceAccountName
 	for k, v := range pt.Identity {
@@ -154,7 +151,7 @@ func (r *tokenRefresher) sync(ctx context.Context, name string) (time.Duration, 
 	if err != nil {
 		return 0, err
 	}
-	if sec.Labels[LabelTokenSecret] != "true" {
+	if sec.Labels[contract.LabelTokenSecret] != "true" {
 		return 0, nil
 	}
 	if wait, due := r.issuer.dueIn(sec); !due {
@@ -175,7 +172,7 @@ func (r *tokenRefresher) sync(ctx context.Context, name string) (time.Duration, 
 
 // keys lists every token Secret, for a resync.
 func (r *tokenRefresher) keys() []string {
-	list, _ := r.secrets.List(labels.SelectorFromSet(labels.Set{LabelTokenSecret: "true"}))
+	list, _ := r.secrets.List(labels.SelectorFromSet(labels.Set{contract.LabelTokenSecret: "true"}))
 	names := make([]string, 0, len(list))
 	for _, s := range list {
 		names = append(names, s.Name)

@@ -402,13 +402,6 @@ func TestHeadlessRecords(t *testing.T) {
 	}
 }
 
-func TestHostSecretNeverCarriesAHostToken(t *testing.T) {
-	s := tr.HostSecret(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "t", Namespace: "shop"}, Type: corev1.SecretTypeServiceAccountToken, Data: map[string][]byte{"token": []byte("x")}})
-	if s.Type != corev1.SecretTypeOpaque || string(s.Data["token"]) != "x" {
-		t.Errorf("host copy %+v", s)
-	}
-}
-
 func TestTokenRefreshTime(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	ti := &tokenIssuer{maxAge: time.Hour, now: func() time.Time { return now }}

@@ -78,6 +78,14 @@ func ShortName(name, key string) string {
 // tokens and identity, owned by the host pod.
 func TokenSecretName(hostPod string) string { return hostPod + "-token" }
 
+// LabelTokenSecret ("true") marks the token Secrets (TokenSecretName): the
+// token refresher lists only those, and the Secret kind leaves them alone.
+const LabelTokenSecret = ReservedPrefix + "token-secret"
+
+// TokenKeyPrefix starts the keys of a token Secret that hold tokens; the
+// others hold the tenant pod's identity, for downward API files.
+const TokenKeyPrefix = "token-"
+
 // HostLabels are the labels that select a virtual cluster's host objects of
 // one tenant namespace.
 func HostLabels(vc, namespace string) map[string]string {

@@ -24,7 +24,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nestdev/nest/internal/images"
-	"github.com/nestdev/nest/internal/syncer"
 	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/test/e2e/framework"
 )
@@ -354,7 +353,7 @@ func (w *workload) agreement(ctx context.Context, host client.Client) (tenantCou
 	errs = append(errs, compare("configmap", vc, tCMs.Items, hCMs.Items, cmRefs, func(tc, hc *corev1.ConfigMap) bool {
 		return maps.Equal(tc.Data, hc.Data)
 	})...)
-	hSecrets.Items = slices.DeleteFunc(hSecrets.Items, func(s corev1.Secret) bool { return s.Labels[syncer.LabelTokenSecret] != "" })
+	hSecrets.Items = slices.DeleteFunc(hSecrets.Items, func(s corev1.Secret) bool { return s.Labels[contract.LabelTokenSecret] != "" })
 	errs = append(errs, compare("secret", vc, tSecrets.Items, hSecrets.Items, secretRefs, func(ts, hs *corev1.Secret) bool {
 		return maps.EqualFunc(ts.Data, hs.Data, slices.Equal)
 	})...)
