@@ -22,6 +22,7 @@ import (
 
 	"github.com/nestdev/nest/internal/kindsync"
 	"github.com/nestdev/nest/internal/syncer/contract"
+	"github.com/nestdev/nest/internal/syncer/kinds/serviceaccounttoken"
 )
 
 // The kind syncers run here as in nest-syncer, over real informers and work
@@ -281,8 +282,8 @@ func TestTokenSyncerRefreshesDueTokensThroughFailures(t *testing.T) {
 		Labels: contract.HostLabels(tr.VirtualCluster, "shop"), Annotations: contract.HostAnnotations("shop", "web", "uid-web"),
 	}, Data: map[string][]byte{"token-0-0": []byte("old")}}
 	due.Labels[contract.LabelTokenSecret] = "true"
-	due.Annotations[annotationProjections] = `[{"Key":"token-0-0","ExpirationSeconds":3600}]`
-	due.Annotations[annotationRefreshAt] = time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)
+	due.Annotations[serviceaccounttoken.AnnotationProjections] = `[{"Key":"token-0-0","ExpirationSeconds":3600}]`
+	due.Annotations[serviceaccounttoken.AnnotationRefreshAt] = time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)
 	tenant := fake.NewClientset()
 	tokenRequests := failFirst(tenant, "create", "serviceaccounts", 2)
 	tenant.PrependReactor("create", "serviceaccounts", func(a k8stesting.Action) (bool, runtime.Object, error) {
@@ -301,7 +302,7 @@ func TestTokenSyncerRefreshesDueTokensThroughFailures(t *testing.T) {
 		if err != nil || string(s.Data["token-0-0"]) != "new" {
 			return false, nil
 		}
-		next, err := time.Parse(time.RFC3339, s.Annotations[annotationRefreshAt])
+		next, err := time.Parse(time.RFC3339, s.Annotations[serviceaccounttoken.AnnotationRefreshAt])
 		return err == nil && next.After(time.Now().Add(40*time.Minute)), nil
 	})
 }

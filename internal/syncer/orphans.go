@@ -91,7 +91,7 @@ func (p *podProvider) ensureTokenSecret(ctx context.Context, tenant, host *corev
 	if err != nil {
 		return kindsync.Terminal(err)
 	}
-	secret, err := p.tokens.secretFor(ctx, p.tr, tenant, pt)
+	secret, err := p.tokens.SecretFor(ctx, p.tr.VirtualCluster, p.tr.HostNamespace, tenant, pt.Pod.Name, pt.Tokens, pt.Identity)
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nestdev/nest/internal/syncer/contract"
+	"github.com/nestdev/nest/internal/syncer/kinds/serviceaccounttoken"
 )
 
 // Translator holds what pod translation needs to know about the virtual
@@ -155,14 +156,6 @@ func (t Translator) confinedWarning(pod *corev1.Pod) (PodWarning, bool) {
 		"containers %s asked for privileged: the virtual node runs them without host privileges (no host devices, no capabilities beyond its Pod Security level)", strings.Join(names, ", "))}, true
 }
 
-// TokenProjection is one service-account token a host pod needs: requested
-// from the tenant API server and stored under Key in the pod's token Secret.
-type TokenProjection struct {
-	Key               string
-	Audience          string
-	ExpirationSeconds int64
-}
-
 // PodTranslation is a host pod and what must exist before it can start.
 type PodTranslation struct {
 	// Pod is the host pod.
@@ -174,7 +167,7 @@ type PodTranslation struct {
 	Optional            map[string]bool
 	// Tokens to request for the pod's token Secret; empty when the pod
 	// mounts no service-account token.
-	Tokens []TokenProjection
+	Tokens []serviceaccounttoken.Projection
 	// EphemeralContainers are the tenant pod's, translated like its
 	// containers. The host takes them only through the pod's
 	// ephemeralcontainers subresource, after the pod exists, so Pod leaves
@@ -516,7 +509,7 @@ func (t Translator) translateProjection(p *corev1.ProjectedVolumeSource, hostPod
 			src.Secret.Name = out.secret(src.Secret.Name, src.Secret.Optional)
 		case src.ServiceAccountToken != nil:
 			key := fmt.Sprintf("%s%d-%d", contract.TokenKeyPrefix, volume, j)
-			out.Tokens = append(out.Tokens, TokenProjection{Key: key, Audience: src.ServiceAccountToken.Audience, ExpirationSeconds: ptr.Deref(src.ServiceAccountToken.ExpirationSeconds, defaultTokenSeconds)})
+			out.Tokens = append(out.Tokens, serviceaccounttoken.Projection{Key: key, Audience: src.ServiceAccountToken.Audience, ExpirationSeconds: ptr.Deref(src.ServiceAccountToken.ExpirationSeconds, defaultTokenSeconds)})
 			src = tokenSecretProjection(hostPod, []corev1.KeyToPath{{Key: key, Path: src.ServiceAccountToken.Path}})
 			out.UsesTokenSecret = true
 		case src.DownwardAPI != nil:

@@ -27,6 +27,7 @@ import (
 	"github.com/nestdev/nest/internal/kindsync"
 	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/syncer/kinds/hostcopy"
+	"github.com/nestdev/nest/internal/syncer/kinds/serviceaccounttoken"
 )
 
 // podProvider is the virtual-kubelet pod lifecycle handler: it runs tenant
@@ -40,7 +41,7 @@ type podProvider struct {
 	hostCfg  *rest.Config
 	tenant   kubernetes.Interface
 	objects  *objectSyncer
-	tokens   *tokenIssuer
+	tokens   *serviceaccounttoken.Issuer
 	recorder record.EventRecorder
 	// services lists the tenant Services of a namespace, for pods' service
 	// variables.
@@ -196,7 +197,7 @@ func (p *podProvider) start(ctx context.Context, pod *corev1.Pod, pt *PodTransla
 	undo := func() {}
 	if pt.UsesTokenSecret {
 		var err error
-		if tokenSecret, err = p.tokens.secretFor(ctx, p.tr, pod, pt); err != nil {
+		if tokenSecret, err = p.tokens.SecretFor(ctx, p.tr.VirtualCluster, p.tr.HostNamespace, pod, pt.Pod.Name, pt.Tokens, pt.Identity); err != nil {
 			return err
 		}
 		if undo, err = p.objects.budget.Reserve(hostcopy.KindSecret, tokenSecret, hostcopy.IdentitySize(tokenSecret.Data)); err != nil {

@@ -5,7 +5,6 @@ import (
 	"maps"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
 	corev1 "k8s.io/api/core/v1"
@@ -21,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nestdev/nest/internal/syncer/contract"
+	"github.com/nestdev/nest/internal/syncer/kinds/serviceaccounttoken"
 )
 
 // newProvider is a podProvider over a fake host API server holding host,
@@ -543,7 +543,7 @@ func TestTheTenantIdentityIsInTheObjectBudget(t *testing.T) {
 	pod.Spec.Volumes = []corev1.Volume{{Name: "info", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
 		Items: []corev1.DownwardAPIVolumeFile{{Path: "annotations", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations"}}}}}}}
 	p, client := newProvider(t, nil, nil, pod)
-	p.tokens = &tokenIssuer{now: time.Now}
+	p.tokens = &serviceaccounttoken.Issuer{}
 	p.objects = testObjects(t, 1000, client)
 	err := p.CreatePod(context.Background(), pod)
 	if err == nil || !strings.Contains(err.Error(), "object budget exceeded") {

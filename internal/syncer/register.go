@@ -17,6 +17,7 @@ import (
 	"github.com/nestdev/nest/internal/syncer/kinds/networkpolicy"
 	"github.com/nestdev/nest/internal/syncer/kinds/persistentvolumeclaim"
 	"github.com/nestdev/nest/internal/syncer/kinds/secret"
+	"github.com/nestdev/nest/internal/syncer/kinds/serviceaccounttoken"
 )
 
 // kindRow is one synced kind: the syncers it runs in and how it is wired.
@@ -48,7 +49,11 @@ func kindTable() []kindRow {
 			s.secrets, s.provider.objects.secrets = reg.Queues[0], k
 			return reg, nil
 		}},
-		{"serviceaccounttokens", kinds.VirtualNode | kinds.Member, (*syncer).registerTokens},
+		{"serviceaccounttokens", kinds.VirtualNode | kinds.Member, func(s *syncer, c *kinds.Context) (kinds.Registration, error) {
+			reg := serviceaccounttoken.Register(c, s.provider.tokens)
+			s.tokens = reg.Queues[0]
+			return reg, nil
+		}},
 		{"services", kinds.VirtualNode, (*syncer).registerServices},
 		{"endpointslices", kinds.VirtualNode, (*syncer).registerEndpointSlices},
 		{"clusterdns", kinds.VirtualNode, (*syncer).registerClusterDNS},
@@ -173,19 +178,6 @@ func (s *syncer) registerEvents(*kinds.Context) (kinds.Registration, error) {
 		},
 	})
 	return kinds.Registration{}, nil
-}
-
-// registerTokens refreshes the service-account tokens in host pods' token
-// Secrets before they expire (token.go).
-func (s *syncer) registerTokens(c *kinds.Context) (kinds.Registration, error) {
-	refresher := &tokenRefresher{issuer: s.provider.tokens, host: c.Host, secrets: s.provider.objects.hostSecrets}
-	s.tokens = c.NewQueue("tokens", tokenWorkers, refresher.sync, refresher.keys)
-	_, _ = c.HostInformers.Core().V1().Secrets().Informer().AddEventHandler(onEvery(func(obj metav1.Object) {
-		if obj.GetLabels()[contract.LabelTokenSecret] == "true" {
-			s.tokens.Add(obj.GetName())
-		}
-	}))
-	return kinds.Registration{Queues: []*kindsync.Syncer{s.tokens}}, nil
 }
 
 // registerServices copies tenant Services to the host, writes the tenant's

@@ -39,6 +39,7 @@ import (
 	"github.com/nestdev/nest/internal/syncer/kinds"
 	"github.com/nestdev/nest/internal/syncer/kinds/hostcopy"
 	"github.com/nestdev/nest/internal/syncer/kinds/persistentvolumeclaim"
+	"github.com/nestdev/nest/internal/syncer/kinds/serviceaccounttoken"
 	"github.com/nestdev/nest/internal/version"
 )
 
@@ -263,7 +264,7 @@ func newSyncerFor(ctx context.Context, o Options, tenant, host kubernetes.Interf
 		pods:        podInformer.GetIndexer(),
 	}
 	tenantPods := s.pods.Lister()
-	tokens := &tokenIssuer{tenant: tenant, maxAge: o.TokenMaxAge, now: time.Now}
+	tokens := &serviceaccounttoken.Issuer{Tenant: tenant, MaxAge: o.TokenMaxAge}
 	s.provider = &podProvider{
 		tr: o.Translator, metadata: o.HostMetadata, security: security, host: host, hostCfg: o.Host, tenant: tenant, objects: objects,
 		tokens:     tokens,
