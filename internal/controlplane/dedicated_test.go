@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // The ConfigMap nest-manager writes is what nest-syncer reads: the same
@@ -31,8 +31,8 @@ func TestDedicatedNodesConfigMapForRoundTrips(t *testing.T) {
 			v := vc(nil)
 			cm := DedicatedNodesConfigMapFor(v, tt.cidrs)
 			n := NamesOf(v)
-			if cm.Name != syncer.DedicatedNodesConfigMap(v.Name) || cm.Name != n.DedicatedNodesConfigMap() || cm.Namespace != v.Namespace {
-				t.Errorf("ConfigMap %s/%s, want %s/%s, the one nest-syncer watches", cm.Namespace, cm.Name, v.Namespace, syncer.DedicatedNodesConfigMap(v.Name))
+			if cm.Name != contract.DedicatedNodesConfigMap(v.Name) || cm.Name != n.DedicatedNodesConfigMap() || cm.Namespace != v.Namespace {
+				t.Errorf("ConfigMap %s/%s, want %s/%s, the one nest-syncer watches", cm.Namespace, cm.Name, v.Namespace, contract.DedicatedNodesConfigMap(v.Name))
 			}
 			if !slices.Contains(n.ConfigMaps(), cm.Name) {
 				t.Errorf("Names.ConfigMaps() = %v lacks %s", n.ConfigMaps(), cm.Name)
@@ -40,11 +40,11 @@ func TestDedicatedNodesConfigMapForRoundTrips(t *testing.T) {
 			if !maps.Equal(cm.Labels, n.Labels()) {
 				t.Errorf("labels %v, want %v: the manager caches ConfigMaps by label", cm.Labels, n.Labels())
 			}
-			data, ok := cm.Data[syncer.DedicatedPodCIDRsKey]
+			data, ok := cm.Data[contract.DedicatedPodCIDRsKey]
 			if !ok {
-				t.Fatalf("data %v lacks %s", cm.Data, syncer.DedicatedPodCIDRsKey)
+				t.Fatalf("data %v lacks %s", cm.Data, contract.DedicatedPodCIDRsKey)
 			}
-			if got := syncer.ParsePodCIDRs(data); !slices.Equal(got, tt.want) {
+			if got := contract.ParsePodCIDRs(data); !slices.Equal(got, tt.want) {
 				t.Errorf("ParsePodCIDRs(%q) = %v, want %v", data, got, tt.want)
 			}
 		})

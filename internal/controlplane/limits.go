@@ -188,7 +188,7 @@ func BudgetOf(vc *nestv1.VirtualCluster) Budget {
 //
 //	count/configmaps = budget.configMaps + len(Names.ConfigMaps) + len(Names.MemberConfigMaps) + 1
 //	count/secrets    = budget.secrets + len(Names.Secrets) + len(Names.MemberSecrets) + share pods
-//	services         = budget.services + len(Names.Services) + one per member grant (syncer.MemberHostService)
+//	services         = budget.services + len(Names.Services) + one per member grant (contract.MemberHostService)
 //
 // Claims are bounded in number and size: each replica's etcd claim, one
 // disk per virtual node with spec.virtualNode.nodeDisk, and the tenant's

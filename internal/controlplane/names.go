@@ -10,7 +10,6 @@ import (
 	"fmt"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
-	"github.com/nestdev/nest/internal/syncer"
 	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
@@ -163,7 +162,7 @@ func (n Names) Secrets() []string {
 // MembersSecret holds what nest-syncer needs to place pods in the
 // VirtualCluster's member clusters; nest-manager's membergrant controller
 // writes it while the VirtualCluster has grants.
-func (n Names) MembersSecret() string { return syncer.MembersSecret(n.VirtualCluster) }
+func (n Names) MembersSecret() string { return contract.MembersSecret(n.VirtualCluster) }
 
 // MemberUsageConfigMap holds the usage records of the VirtualCluster's pods
 // in member clusters; nest-manager's memberusage controller writes it.
@@ -181,7 +180,7 @@ func (n Names) MemberConfigMaps() []string { return []string{n.MemberUsageConfig
 // DedicatedNodesConfigMap holds the pod CIDRs of the VirtualCluster's
 // dedicated nodes, which nest-syncer admits behind host Services.
 func (n Names) DedicatedNodesConfigMap() string {
-	return syncer.DedicatedNodesConfigMap(n.VirtualCluster)
+	return contract.DedicatedNodesConfigMap(n.VirtualCluster)
 }
 
 // EtcdBootstrapConfigMap names the member that may start a new etcd

@@ -14,7 +14,7 @@ import (
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/components"
 	"github.com/nestdev/nest/internal/ipblock"
-	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/syncer/kinds/networkpolicy"
 )
 
@@ -116,7 +116,7 @@ func NetworkPoliciesWith(vc *nestv1.VirtualCluster, o Options, dedicatedPodCIDRs
 	tenantPods = append(tenantPods, ipblock.Peers(ipblock.Subtract(dedicatedPodCIDRs, nil))...)
 	controlPlane := []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: n.Labels()}}}
 	apiPort := ports(corev1.ProtocolTCP, Port)
-	dnsPorts := append(ports(corev1.ProtocolUDP, syncer.DefaultDNSPort), ports(corev1.ProtocolTCP, syncer.DefaultDNSPort)...)
+	dnsPorts := append(ports(corev1.ProtocolUDP, contract.DefaultDNSPort), ports(corev1.ProtocolTCP, contract.DefaultDNSPort)...)
 	// The virtual node's node ports, which nest-syncer serves on the pod IP.
 	nodePorts := []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(NodePortFirst)), EndPort: ptr.To[int32](NodePortLast)}}
 
@@ -179,7 +179,7 @@ func NetworkPoliciesWith(vc *nestv1.VirtualCluster, o Options, dedicatedPodCIDRs
 	if len(vc.Spec.Members) > 0 {
 		// Member pods reach the tenant's DNS views and node ports, and the
 		// member's API server its injector, through a host NodePort
-		// Service (syncer.MemberHostService): they arrive from outside the
+		// Service (contract.MemberHostService): they arrive from outside the
 		// host, or from a host node after kube-proxy's SNAT.
 		from := ipblock.Subtract(everywhere(o.HostNetwork), o.HostNetwork.PodCIDRs)
 		cpIngress = append(cpIngress, networkingv1.NetworkPolicyIngressRule{From: ipblock.Peers(from), Ports: slices.Concat(memberPorts(), nodePorts)})
@@ -213,7 +213,7 @@ func EgressBlocks(vc *nestv1.VirtualCluster, o Options) ([]networkingv1.IPBlock,
 // kubeletPorts are the ports of the kubelet APIs nest-syncer serves: the
 // virtual node's, then one per member node.
 func kubeletPorts() []networkingv1.NetworkPolicyPort {
-	virtualNode, first, last := syncer.KubeletPorts()
+	virtualNode, first, last := contract.KubeletPorts()
 	return append(ports(corev1.ProtocolTCP, virtualNode), networkingv1.NetworkPolicyPort{
 		Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(first)), EndPort: ptr.To(last),
 	})
@@ -223,10 +223,10 @@ func kubeletPorts() []networkingv1.NetworkPolicyPort {
 // pod: the tenant CoreDNS' member views, over UDP and TCP, and the member
 // injectors nest-syncer serves.
 func memberPorts() []networkingv1.NetworkPolicyPort {
-	dns := intstr.FromInt32(syncer.FirstMemberDNSPort)
-	lastDNS := ptr.To(int32(syncer.FirstMemberDNSPort + syncer.MaxMembers - 1))
-	injector := intstr.FromInt32(syncer.FirstMemberInjectorPort)
-	lastInjector := ptr.To(int32(syncer.FirstMemberInjectorPort + syncer.MaxMembers - 1))
+	dns := intstr.FromInt32(contract.FirstMemberDNSPort)
+	lastDNS := ptr.To(int32(contract.FirstMemberDNSPort + contract.MaxMembers - 1))
+	injector := intstr.FromInt32(contract.FirstMemberInjectorPort)
+	lastInjector := ptr.To(int32(contract.FirstMemberInjectorPort + contract.MaxMembers - 1))
 	return []networkingv1.NetworkPolicyPort{
 		{Protocol: ptr.To(corev1.ProtocolUDP), Port: &dns, EndPort: lastDNS},
 		{Protocol: ptr.To(corev1.ProtocolTCP), Port: &dns, EndPort: lastDNS},
@@ -280,6 +280,6 @@ func DedicatedNodesConfigMapFor(vc *nestv1.VirtualCluster, dedicatedPodCIDRs []n
 	n := NamesOf(vc)
 	return &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: n.DedicatedNodesConfigMap(), Namespace: n.Namespace, Labels: n.Labels()},
-		Data:       map[string]string{syncer.DedicatedPodCIDRsKey: syncer.FormatPodCIDRs(dedicatedPodCIDRs)},
+		Data:       map[string]string{contract.DedicatedPodCIDRsKey: contract.FormatPodCIDRs(dedicatedPodCIDRs)},
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // SyncerClusterRole is the ClusterRole installed with Nest that holds
@@ -35,7 +36,7 @@ const (
 	dnsDir       = "/var/run/nest-dns"
 	corefileDir  = "/etc/coredns"
 	corefileName = "Corefile"
-	// zoneFileName holds the reverse zones' SOA (syncer.ZoneFile).
+	// zoneFileName holds the reverse zones' SOA (contract.ZoneFile).
 	zoneFileName = "reverse-zone"
 )
 
@@ -69,9 +70,9 @@ func DNSConfigMapFor(vc *nestv1.VirtualCluster) *corev1.ConfigMap {
 	return &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: n.DNSConfigMap(), Namespace: n.Namespace, Labels: n.Labels()},
 		Data: map[string]string{
-			corefileName: syncer.Corefile(syncer.DefaultDNSPort, path.Join(dnsDir, syncer.HostsFileName), path.Join(dnsDir, syncer.ZoneFileName),
-				path.Join(corefileDir, zoneFileName), ClusterDomain(vc), syncer.DefaultDNSHealthPort),
-			zoneFileName: syncer.ZoneFile(ClusterDomain(vc)),
+			corefileName: contract.Corefile(contract.DefaultDNSPort, path.Join(dnsDir, contract.HostsFileName), path.Join(dnsDir, contract.ZoneFileName),
+				path.Join(corefileDir, zoneFileName), ClusterDomain(vc), contract.DefaultDNSHealthPort),
+			zoneFileName: contract.ZoneFile(ClusterDomain(vc)),
 		},
 	}
 }
@@ -88,7 +89,7 @@ const KubernetesServicePort = 443
 // syncer sets them (see syncer.Translator).
 func DNSServiceFor(vc *nestv1.VirtualCluster) *corev1.Service {
 	n := NamesOf(vc)
-	target := intstr.FromInt32(syncer.DefaultDNSPort)
+	target := intstr.FromInt32(contract.DefaultDNSPort)
 	return &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: n.DNSService(), Namespace: n.Namespace, Labels: n.Labels()},
 		Spec: corev1.ServiceSpec{
@@ -229,10 +230,10 @@ func coreDNSContainer(o Options) corev1.Container {
 	c := container(coreDNSName, o, componentResources[coreDNSName], []string{"-conf", path.Join(corefileDir, corefileName)})
 	c.Image, c.Command = o.CoreDNSImage, []string{"/coredns"}
 	c.VolumeMounts = []corev1.VolumeMount{{Name: "dns", MountPath: dnsDir, ReadOnly: true}, {Name: "dns-config", MountPath: corefileDir, ReadOnly: true}}
-	c.Ports = []corev1.ContainerPort{{Name: "dns", ContainerPort: syncer.DefaultDNSPort, Protocol: corev1.ProtocolUDP}, {Name: "dns-tcp", ContainerPort: syncer.DefaultDNSPort}}
+	c.Ports = []corev1.ContainerPort{{Name: "dns", ContainerPort: contract.DefaultDNSPort, Protocol: corev1.ProtocolUDP}, {Name: "dns-tcp", ContainerPort: contract.DefaultDNSPort}}
 	// Liveness only: the pod's readiness gates the tenant API server's
 	// Service, and a DNS hiccup must not cut tenants off their API.
-	c.LivenessProbe = loopbackProbe(syncer.DefaultDNSHealthPort, "/health", 10, 6)
+	c.LivenessProbe = loopbackProbe(contract.DefaultDNSHealthPort, "/health", 10, 6)
 	return c
 }
 

@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nestdev/nest/internal/kindsync"
+	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/syncer/kinds"
 )
 
@@ -30,9 +31,6 @@ import (
 // node promotion gives a dedicated node's kubelet whatever ClusterIP the
 // Service got.
 const (
-	// ClusterDNSNamespace and ClusterDNSName name the tenant Service.
-	ClusterDNSNamespace = metav1.NamespaceSystem
-	ClusterDNSName      = "kube-dns"
 	// clusterDNSSlice is the name of its one EndpointSlice.
 	clusterDNSSlice = "kube-dns-nest"
 	// LabelManagedBy marks the tenant objects the syncer keeps, with
@@ -46,7 +44,7 @@ const (
 // server, because DNSServer also answers for kubernetes.default.svc (see
 // APIServerRecord), as the host's in-cluster Service does.
 func clusterDNSPorts() []corev1.ServicePort {
-	return append(dnsPorts(intstr.FromInt32(DefaultDNSPort)), corev1.ServicePort{Name: "https", Port: 443, Protocol: corev1.ProtocolTCP})
+	return append(dnsPorts(intstr.FromInt32(contract.DefaultDNSPort)), corev1.ServicePort{Name: "https", Port: 443, Protocol: corev1.ProtocolTCP})
 }
 
 // dnsPorts are a DNS Service's ports: "dns" over UDP and "dns-tcp" over
@@ -62,7 +60,7 @@ func dnsPorts(target intstr.IntOrString) []corev1.ServicePort {
 // syncer keeps, asking for the ClusterIP DNSServer.
 func (t Translator) ClusterDNSService() *corev1.Service {
 	return &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: ClusterDNSName, Namespace: ClusterDNSNamespace, Labels: clusterDNSLabels()},
+		ObjectMeta: metav1.ObjectMeta{Name: contract.ClusterDNSName, Namespace: contract.ClusterDNSNamespace, Labels: clusterDNSLabels()},
 		Spec: corev1.ServiceSpec{
 			Type:      corev1.ServiceTypeClusterIP,
 			ClusterIP: t.DNSServer,
@@ -76,8 +74,8 @@ func (t Translator) ClusterDNSService() *corev1.Service {
 // 0, the API server's port there.
 func ClusterDNSEndpointSlice(podIP string, apiPort int32) *discoveryv1.EndpointSlice {
 	labels := clusterDNSLabels()
-	labels[discoveryv1.LabelServiceName] = ClusterDNSName
-	labels[discoveryv1.LabelManagedBy] = EndpointSliceManager
+	labels[discoveryv1.LabelServiceName] = contract.ClusterDNSName
+	labels[discoveryv1.LabelManagedBy] = contract.EndpointSliceManager
 	var ports []discoveryv1.EndpointPort
 	for _, p := range clusterDNSPorts() {
 		port := p.TargetPort.IntVal
@@ -90,7 +88,7 @@ func ClusterDNSEndpointSlice(podIP string, apiPort int32) *discoveryv1.EndpointS
 		ports = append(ports, discoveryv1.EndpointPort{Name: ptr.To(p.Name), Protocol: ptr.To(p.Protocol), Port: ptr.To(port)})
 	}
 	return &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Name: clusterDNSSlice, Namespace: ClusterDNSNamespace, Labels: labels},
+		ObjectMeta:  metav1.ObjectMeta{Name: clusterDNSSlice, Namespace: contract.ClusterDNSNamespace, Labels: labels},
 		AddressType: addressType(podIP),
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{podIP}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
 		Ports:       ports,
@@ -105,7 +103,7 @@ func clusterDNSLabels() map[string]string {
 // the syncer keeps, which has no host copy: its endpoint is the control-plane
 // pod, which host pods reach at DNSServer already.
 func IsClusterDNSService(svc *corev1.Service) bool {
-	return svc.Namespace == ClusterDNSNamespace && svc.Name == ClusterDNSName && svc.Labels[LabelManagedBy] == ManagedByValue
+	return svc.Namespace == contract.ClusterDNSNamespace && svc.Name == contract.ClusterDNSName && svc.Labels[LabelManagedBy] == ManagedByValue
 }
 
 func addressType(ip string) discoveryv1.AddressType {
@@ -126,14 +124,14 @@ type clusterDNSSyncer struct {
 }
 
 // clusterDNSKey is the one key of the cluster DNS syncer.
-const clusterDNSKey = ClusterDNSNamespace + "/" + ClusterDNSName
+const clusterDNSKey = contract.ClusterDNSNamespace + "/" + contract.ClusterDNSName
 
 // sync creates the Service when it is missing, and keeps its EndpointSlice
 // pointing at this control-plane pod. A kube-dns Service of the tenant's
 // own (without the syncer's label) is left alone, with no slice: one the
 // syncer wrote before is deleted.
 func (c *clusterDNSSyncer) sync(ctx context.Context, _ string) (time.Duration, error) {
-	svc, err := c.services.Services(ClusterDNSNamespace).Get(ClusterDNSName)
+	svc, err := c.services.Services(contract.ClusterDNSNamespace).Get(contract.ClusterDNSName)
 	switch {
 	case apierrors.IsNotFound(err):
 		if svc, err = c.createService(ctx); err != nil {
@@ -152,16 +150,16 @@ func (c *clusterDNSSyncer) sync(ctx context.Context, _ string) (time.Duration, e
 
 // deleteSlice deletes the syncer's EndpointSlice, if there is one.
 func (c *clusterDNSSyncer) deleteSlice(ctx context.Context) error {
-	have, err := c.slices.EndpointSlices(ClusterDNSNamespace).Get(clusterDNSSlice)
+	have, err := c.slices.EndpointSlices(contract.ClusterDNSNamespace).Get(clusterDNSSlice)
 	if apierrors.IsNotFound(err) || (err == nil && have.Labels[LabelManagedBy] != ManagedByValue) {
 		return nil
 	}
 	if err == nil {
-		err = c.tenant.DiscoveryV1().EndpointSlices(ClusterDNSNamespace).Delete(ctx, clusterDNSSlice,
+		err = c.tenant.DiscoveryV1().EndpointSlices(contract.ClusterDNSNamespace).Delete(ctx, clusterDNSSlice,
 			metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &have.UID}})
 	}
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		return fmt.Errorf("delete EndpointSlice %s/%s, left from the syncer's cluster DNS Service: %w", ClusterDNSNamespace, clusterDNSSlice, err)
+		return fmt.Errorf("delete EndpointSlice %s/%s, left from the syncer's cluster DNS Service: %w", contract.ClusterDNSNamespace, clusterDNSSlice, err)
 	}
 	return nil
 }
@@ -171,7 +169,7 @@ func (c *clusterDNSSyncer) deleteSlice(ctx context.Context) error {
 // taken), with one the tenant allocates.
 func (c *clusterDNSSyncer) createService(ctx context.Context) (*corev1.Service, error) {
 	want := c.tr.ClusterDNSService()
-	client := c.tenant.CoreV1().Services(ClusterDNSNamespace)
+	client := c.tenant.CoreV1().Services(contract.ClusterDNSNamespace)
 	created, err := client.Create(ctx, want, metav1.CreateOptions{})
 	if apierrors.IsInvalid(err) && want.Spec.ClusterIP != "" {
 		want.Spec.ClusterIP = ""
@@ -186,8 +184,8 @@ func (c *clusterDNSSyncer) createService(ctx context.Context) (*corev1.Service, 
 // applySlice writes the EndpointSlice when it is missing or differs.
 func (c *clusterDNSSyncer) applySlice(ctx context.Context) error {
 	want := ClusterDNSEndpointSlice(c.podIP, c.apiServerPort())
-	client := c.tenant.DiscoveryV1().EndpointSlices(ClusterDNSNamespace)
-	have, err := c.slices.EndpointSlices(ClusterDNSNamespace).Get(clusterDNSSlice)
+	client := c.tenant.DiscoveryV1().EndpointSlices(contract.ClusterDNSNamespace)
+	have, err := c.slices.EndpointSlices(contract.ClusterDNSNamespace).Get(clusterDNSSlice)
 	switch {
 	case apierrors.IsNotFound(err):
 		_, err = client.Create(ctx, want, metav1.CreateOptions{})
@@ -203,7 +201,7 @@ func (c *clusterDNSSyncer) applySlice(ctx context.Context) error {
 		_, err = client.Update(ctx, upd, metav1.UpdateOptions{})
 	}
 	if err != nil {
-		return fmt.Errorf("EndpointSlice %s/%s of the tenant's cluster DNS: %w", ClusterDNSNamespace, clusterDNSSlice, err)
+		return fmt.Errorf("EndpointSlice %s/%s of the tenant's cluster DNS: %w", contract.ClusterDNSNamespace, clusterDNSSlice, err)
 	}
 	return nil
 }
@@ -237,7 +235,7 @@ func (s *syncer) registerClusterDNS(c *kinds.Context) (kinds.Registration, error
 	s.clusterDNS = kindsync.New("clusterdns", 1, dns.sync, func() []string { return []string{clusterDNSKey} })
 	changed := onEvery(func(obj metav1.Object) {
 		switch obj.GetNamespace() + "/" + obj.GetName() {
-		case clusterDNSKey, ClusterDNSNamespace + "/" + clusterDNSSlice, metav1.NamespaceDefault + "/kubernetes":
+		case clusterDNSKey, contract.ClusterDNSNamespace + "/" + clusterDNSSlice, metav1.NamespaceDefault + "/kubernetes":
 			s.clusterDNS.Add(clusterDNSKey)
 		}
 	})

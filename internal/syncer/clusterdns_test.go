@@ -18,6 +18,8 @@ import (
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
+
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // The pod IP the cluster DNS syncer points kube-dns at in these tests.
@@ -48,8 +50,8 @@ func TestClusterDNSService(t *testing.T) {
 		got = append(got, port{p.Name, p.Protocol, p.Port, p.TargetPort.String()})
 	}
 	want := []port{
-		{"dns", corev1.ProtocolUDP, 53, fmt.Sprint(DefaultDNSPort)},
-		{"dns-tcp", corev1.ProtocolTCP, 53, fmt.Sprint(DefaultDNSPort)},
+		{"dns", corev1.ProtocolUDP, 53, fmt.Sprint(contract.DefaultDNSPort)},
+		{"dns-tcp", corev1.ProtocolTCP, 53, fmt.Sprint(contract.DefaultDNSPort)},
 		{"https", corev1.ProtocolTCP, 443, "0"},
 	}
 	if !slices.Equal(got, want) {
@@ -120,7 +122,7 @@ func TestClusterDNSEndpointSlice(t *testing.T) {
 			}
 			for k, v := range map[string]string{
 				discoveryv1.LabelServiceName: "kube-dns",
-				discoveryv1.LabelManagedBy:   EndpointSliceManager,
+				discoveryv1.LabelManagedBy:   contract.EndpointSliceManager,
 				LabelManagedBy:               ManagedByValue,
 			} {
 				if s.Labels[k] != v {

@@ -3,47 +3,7 @@ package syncer
 import (
 	"net/netip"
 	"slices"
-	"strings"
 )
-
-// Dedicated nodes are host nodes that node promotion moved into the tenant
-// cluster. Their pods are the tenant's, but not host pods, so the host's
-// EndpointSlice controller never names them behind a host Service. The
-// syncer adds them to the host copies of the tenant's Services, admitting
-// only addresses in the pod CIDRs of the nodes the tenant holds. Those
-// ranges come from nest-manager, which writes them to a host ConfigMap in
-// the tenant's namespace, never from the tenant, whose Node objects are its
-// own to write.
-
-// DedicatedNodesConfigMap is the name of that host ConfigMap for the
-// VirtualCluster vc; DedicatedPodCIDRsKey is its key, which holds the pod
-// CIDRs one a line (FormatPodCIDRs).
-func DedicatedNodesConfigMap(vc string) string { return vc + "-dedicated-nodes" }
-
-// DedicatedPodCIDRsKey is the ConfigMap key of the dedicated nodes' pod CIDRs.
-const DedicatedPodCIDRsKey = "podCIDRs"
-
-// FormatPodCIDRs writes prefixes one a line, sorted, as ParsePodCIDRs reads them.
-func FormatPodCIDRs(prefixes []netip.Prefix) string {
-	lines := make([]string, 0, len(prefixes))
-	for _, p := range prefixes {
-		lines = append(lines, p.Masked().String())
-	}
-	slices.Sort(lines)
-	return strings.Join(slices.Compact(lines), "\n")
-}
-
-// ParsePodCIDRs reads what FormatPodCIDRs wrote. A line that is no CIDR
-// is skipped: it admits nothing.
-func ParsePodCIDRs(data string) []netip.Prefix {
-	var out []netip.Prefix
-	for line := range strings.Lines(data) {
-		if p, err := netip.ParsePrefix(strings.TrimSpace(line)); err == nil {
-			out = append(out, p.Masked())
-		}
-	}
-	return out
-}
 
 // inPrefixes returns whether an address lies in one of prefixes.
 func inPrefixes(prefixes []netip.Prefix) func(string) bool {

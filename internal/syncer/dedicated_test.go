@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
+
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 func prefixes(ss ...string) []netip.Prefix {
@@ -28,12 +30,12 @@ func TestFormatPodCIDRs(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := FormatPodCIDRs(tt.in)
+			got := contract.FormatPodCIDRs(tt.in)
 			if got != tt.want {
 				t.Errorf("FormatPodCIDRs = %q, want %q", got, tt.want)
 			}
-			if back, want := ParsePodCIDRs(got), ParsePodCIDRs(tt.want); !slices.Equal(back, want) || len(back) != len(slices.Compact(slices.Clone(back))) {
-				t.Errorf("ParsePodCIDRs(FormatPodCIDRs) = %v, want %v", back, want)
+			if back, want := contract.ParsePodCIDRs(got), contract.ParsePodCIDRs(tt.want); !slices.Equal(back, want) || len(back) != len(slices.Compact(slices.Clone(back))) {
+				t.Errorf("ParsePodCIDRs(contract.FormatPodCIDRs) = %v, want %v", back, want)
 			}
 		})
 	}
@@ -45,7 +47,7 @@ func TestParsePodCIDRs(t *testing.T) {
 		want       []netip.Prefix
 	}{
 		{"empty", "", nil},
-		{"what FormatPodCIDRs writes", "10.244.1.0/24\n10.244.2.0/24\nfd00:10:244:2::/64",
+		{"what contract.FormatPodCIDRs writes", "10.244.1.0/24\n10.244.2.0/24\nfd00:10:244:2::/64",
 			prefixes("10.244.1.0/24", "10.244.2.0/24", "fd00:10:244:2::/64")},
 		{"masked", "10.244.1.7/24\n", prefixes("10.244.1.0/24")},
 		{"blanks, spaces and CRLF", "\n  10.244.1.0/24  \r\n\n10.244.2.0/24\r\n", prefixes("10.244.1.0/24", "10.244.2.0/24")},
@@ -54,7 +56,7 @@ func TestParsePodCIDRs(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := ParsePodCIDRs(tt.data); !slices.Equal(got, tt.want) {
+			if got := contract.ParsePodCIDRs(tt.data); !slices.Equal(got, tt.want) {
 				t.Errorf("ParsePodCIDRs(%q) = %v, want %v", tt.data, got, tt.want)
 			}
 		})

@@ -25,13 +25,6 @@ import (
 	"github.com/nestdev/nest/internal/syncer/kinds/hostcopy"
 )
 
-// HostsFileName and ZoneFileName are the files the syncer writes for the
-// tenant's CoreDNS.
-const (
-	HostsFileName = "hosts"
-	ZoneFileName  = "zone"
-)
-
 // serviceSyncer mirrors tenant Services on the host and keeps the tenant's
 // DNS records pointing at their host ClusterIPs, or at the pods behind
 // headless Services.
@@ -126,7 +119,7 @@ func (s *serviceSyncer) syncService(ctx context.Context, key string) (time.Durat
 }
 
 // hostsKey is the one key of the DNS syncer: the hosts file is written whole.
-const hostsKey = HostsFileName
+const hostsKey = contract.HostsFileName
 
 // syncDNS rewrites the hosts file when a record changed.
 func (s *serviceSyncer) syncDNS(context.Context, string) (time.Duration, error) {
@@ -204,7 +197,7 @@ func (s *serviceSyncer) zoneRecords() []string {
 func (s *serviceSyncer) writeHosts() error {
 	data := HostsFile(s.Records())
 	if !bytes.Equal(data, s.last) {
-		if err := atomicfile.Write(filepath.Join(s.dnsDir, HostsFileName), data, 0o644); err != nil {
+		if err := atomicfile.Write(filepath.Join(s.dnsDir, contract.HostsFileName), data, 0o644); err != nil {
 			return err
 		}
 		s.last = data
@@ -214,7 +207,7 @@ func (s *serviceSyncer) writeHosts() error {
 		return nil
 	}
 	serial := max(s.zoneSerial+1, uint32(time.Now().Unix()))
-	if err := atomicfile.Write(filepath.Join(s.dnsDir, ZoneFileName), ClusterZone(s.tr.ClusterDomain, serial, records), 0o644); err != nil {
+	if err := atomicfile.Write(filepath.Join(s.dnsDir, contract.ZoneFileName), contract.ClusterZone(s.tr.ClusterDomain, serial, records), 0o644); err != nil {
 		return err
 	}
 	s.zoneSerial, s.lastZone, s.zoneWritten = serial, records, true
@@ -233,8 +226,8 @@ func (s *serviceSyncer) start() error {
 	// The zone this pod's CoreDNS serves may come from another writer (the
 	// follower before it led, a previous run): its serial must still grow,
 	// or CoreDNS keeps the old zone.
-	if data, err := os.ReadFile(filepath.Join(s.dnsDir, ZoneFileName)); err == nil {
-		s.zoneSerial = ZoneSerial(data)
+	if data, err := os.ReadFile(filepath.Join(s.dnsDir, contract.ZoneFileName)); err == nil {
+		s.zoneSerial = contract.ZoneSerial(data)
 	}
 	return s.writeHosts()
 }
@@ -243,8 +236,8 @@ func (s *serviceSyncer) start() error {
 // that has none yet, so that CoreDNS' member views answer NXDOMAIN, not
 // SERVFAIL, until a member syncer writes its own.
 func (s *serviceSyncer) writeEmptyMemberViews() error {
-	for slot := range MaxMembers {
-		name := filepath.Join(s.dnsDir, MemberHostsFileName(slot))
+	for slot := range contract.MaxMembers {
+		name := filepath.Join(s.dnsDir, contract.MemberHostsFileName(slot))
 		if _, err := os.Stat(name); err == nil {
 			continue
 		}

@@ -42,10 +42,6 @@ const (
 	// LabelTenantService is the tenant Service a host EndpointSlice belongs
 	// to, in the tenant namespace of LabelTenantNamespace.
 	LabelTenantService = "nest.dev/tenant-service"
-	// EndpointSliceManager is the endpointslice.kubernetes.io/managed-by
-	// value of the host EndpointSlices the syncer writes, so the host's
-	// EndpointSlice controllers leave them alone.
-	EndpointSliceManager = "nest-syncer.nest.dev"
 	// MaxHostEndpointSlices bounds the host EndpointSlices of one tenant
 	// Service: the tenant's slices past it, in name order, are not copied
 	// and an event says so. With the API's 1000 endpoints a slice, a host
@@ -91,7 +87,7 @@ func (t Translator) HostEndpointSlices(hostSvc *corev1.Service, tenant []*discov
 		meta := hostcopy.Meta(t.VirtualCluster, t.HostNamespace, &s.ObjectMeta)
 		maps.Copy(meta.Labels, map[string]string{
 			discoveryv1.LabelServiceName: hostSvc.Name,
-			discoveryv1.LabelManagedBy:   EndpointSliceManager,
+			discoveryv1.LabelManagedBy:   contract.EndpointSliceManager,
 			LabelTenantService:           hostSvc.Annotations[contract.AnnotationTenantName],
 		})
 		// Owned by the host Service: the host's garbage collector deletes
@@ -128,7 +124,7 @@ type endpointSliceSyncer struct {
 	hostSlices     discoverylisters.EndpointSliceNamespaceLister
 	hostPods       corelisters.PodNamespaceLister
 	// dedicated returns the pod CIDRs of the tenant's dedicated nodes, as
-	// nest-manager records them (DedicatedNodesConfigMap).
+	// nest-manager records them (contract.DedicatedNodesConfigMap).
 	dedicated func() []netip.Prefix
 }
 
@@ -215,7 +211,7 @@ func (e *endpointSliceSyncer) deleteControllerSlices(ctx context.Context, namesp
 		return fmt.Errorf("list host EndpointSlices of Service %s/%s: %w", namespace, name, err)
 	}
 	for i := range list.Items {
-		if s := &list.Items[i]; s.Labels[discoveryv1.LabelManagedBy] != EndpointSliceManager {
+		if s := &list.Items[i]; s.Labels[discoveryv1.LabelManagedBy] != contract.EndpointSliceManager {
 			if err := deleteSlice(ctx, client, s); err != nil {
 				return fmt.Errorf("delete the host controller's EndpointSlice %s of Service %s/%s: %w", s.Name, namespace, name, err)
 			}
@@ -342,7 +338,7 @@ func endpointSliceDiffers(have, want *discoveryv1.EndpointSlice) bool {
 // every such Service; new dedicated pod CIDRs change which endpoints every
 // Service's host slices may name.
 func (s *syncer) registerEndpointSlices(c *kinds.Context) (kinds.Registration, error) {
-	dedicatedName := DedicatedNodesConfigMap(s.o.VirtualCluster)
+	dedicatedName := contract.DedicatedNodesConfigMap(s.o.VirtualCluster)
 	dedicatedConfigMaps := s.dedicatedF.Core().V1().ConfigMaps().Lister().ConfigMaps(s.o.HostNamespace)
 	ss := s.serviceSync
 	s.endpointSlices = &endpointSliceSyncer{
@@ -355,7 +351,7 @@ func (s *syncer) registerEndpointSlices(c *kinds.Context) (kinds.Registration, e
 			if err != nil {
 				return nil
 			}
-			return ParsePodCIDRs(cm.Data[DedicatedPodCIDRsKey])
+			return contract.ParsePodCIDRs(cm.Data[contract.DedicatedPodCIDRsKey])
 		},
 	}
 	s.slices = c.NewQueue("endpointslices", serviceWorkers, s.endpointSlices.sync, s.endpointSlices.keys)

@@ -61,7 +61,7 @@ func TestHostEndpointSlicesKeepOnlyTheTenantsPodAddresses(t *testing.T) {
 			t.Errorf("host slice %d has endpoints %+v, want only %s without the tenant's node name", i, s.Endpoints, want)
 		}
 		if s.Namespace != tr.HostNamespace || s.Labels[discoveryv1.LabelServiceName] != hostSvc.Name || s.Labels[contract.LabelTenantOf] != tr.VirtualCluster ||
-			s.Labels[discoveryv1.LabelManagedBy] != EndpointSliceManager || s.Labels[LabelTenantService] != "db" {
+			s.Labels[discoveryv1.LabelManagedBy] != contract.EndpointSliceManager || s.Labels[LabelTenantService] != "db" {
 			t.Errorf("host slice %d is %s/%s with labels %v", i, s.Namespace, s.Name, s.Labels)
 		}
 		if len(s.OwnerReferences) != 1 || s.OwnerReferences[0].UID != hostSvc.UID {
@@ -122,7 +122,7 @@ func TestEndpointSliceSyncerFollowsTheTenant(t *testing.T) {
 	}
 	var ours []discoveryv1.EndpointSlice
 	for _, sl := range got.Items {
-		if sl.Labels[discoveryv1.LabelManagedBy] == EndpointSliceManager {
+		if sl.Labels[discoveryv1.LabelManagedBy] == contract.EndpointSliceManager {
 			ours = append(ours, sl)
 		}
 	}
@@ -217,7 +217,7 @@ func syncersSlices(t *testing.T, host *fake.Clientset) map[string][]string {
 	}
 	out := map[string][]string{}
 	for _, s := range list.Items {
-		if s.Labels[discoveryv1.LabelManagedBy] != EndpointSliceManager {
+		if s.Labels[discoveryv1.LabelManagedBy] != contract.EndpointSliceManager {
 			continue
 		}
 		out[s.Name] = []string{}

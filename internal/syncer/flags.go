@@ -72,12 +72,8 @@ const (
 	// DefaultHealthPort serves /healthz and /readyz on loopback only
 	// (DefaultHealthAddr): the exec probes run in the pod, and nothing
 	// unauthenticated listens on the pod IP.
-	DefaultHealthPort = 10248
-	// DefaultDNSPort and DefaultDNSHealthPort are where the tenant's CoreDNS
-	// serves DNS and /health in the control-plane pod.
-	DefaultDNSPort       = 1053
-	DefaultDNSHealthPort = 8080
-	DefaultTokenMaxAge   = 24 * time.Hour
+	DefaultHealthPort  = 10248
+	DefaultTokenMaxAge = 24 * time.Hour
 	// KubeletClientName is the tenant API server's kubelet client certificate name.
 	KubeletClientName = components.KubeletClientUser
 )

@@ -27,21 +27,10 @@ import (
 // (a MutatingWebhookConfiguration per grant, calling the member Service
 // nest-injector, whose EndpointSlice memberNetwork points at the host's
 // node port for it); the member syncer serves it on the control-plane pod,
-// on FirstMemberInjectorPort+slot, with the certificate nest-manager put in
+// on contract.FirstMemberInjectorPort+slot, with the certificate nest-manager put in
 // the placement. Every pod created in the namespace, by nest-syncer or by
 // anyone else, gets the tenant's API server and DNS; one without the
 // tenant's labels is refused.
-
-// FirstMemberInjectorPort is the injector port of the member in slot 0;
-// slot i serves on FirstMemberInjectorPort+i.
-const FirstMemberInjectorPort = 10280
-
-// MemberInjectorService is the member Service the webhook configuration
-// calls, on port 443, at InjectorPath.
-const (
-	MemberInjectorService = "nest-injector"
-	InjectorPath          = "/inject"
-)
 
 // maxAdmissionReview bounds the request body the injector reads, and
 // maxInjectorConns the connections it serves at once.
@@ -160,7 +149,7 @@ func (t Translator) review(req *admissionv1.AdmissionRequest) *admissionv1.Admis
 }
 
 // serveInjection answers AdmissionReviews (admission.k8s.io/v1) at
-// InjectorPath: a response for every review it can read, an HTTP error
+// contract.InjectorPath: a response for every review it can read, an HTTP error
 // for anything else.
 func (t Translator) serveInjection(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
@@ -185,7 +174,7 @@ func (t Translator) serveInjection(w http.ResponseWriter, r *http.Request) {
 // injectorCert serves the certificate of the placement the member syncer
 // was last handed, parsed once per certificate.
 type injectorCert struct {
-	placement func() *MemberPlacement
+	placement func() *contract.MemberPlacement
 	mu        sync.Mutex
 	pem       []byte
 	cert      *tls.Certificate
@@ -214,14 +203,14 @@ func (c *injectorCert) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 // and connections each client takes: anything that reaches the host's
 // node ports reaches it.
 func (s *syncer) serveInjector(ctx context.Context, ip string, port int32) (*http.Server, error) {
-	certs := &injectorCert{placement: func() *MemberPlacement { return s.placement.Load() }}
+	certs := &injectorCert{placement: func() *contract.MemberPlacement { return s.placement.Load() }}
 	l, err := tls.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(int(port))),
 		&tls.Config{GetCertificate: certs.get, MinVersion: tls.VersionTLS12})
 	if err != nil {
 		return nil, fmt.Errorf("injector listener: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc(InjectorPath, s.o.Translator.serveInjection)
+	mux.HandleFunc(contract.InjectorPath, s.o.Translator.serveInjection)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second,
 		IdleTimeout: time.Minute, MaxHeaderBytes: 64 << 10}
 	serveUntilDone(ctx, srv, netutil.LimitListener(l, maxInjectorConns), "Member injector")

@@ -255,7 +255,7 @@ func TestServiceSyncerRetriesAndWritesDNS(t *testing.T) {
 	if _, err := host.CoreV1().Services(tr.HostNamespace).Update(ctx, copied, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	hosts := filepath.Join(s.o.DNSDir, HostsFileName)
+	hosts := filepath.Join(s.o.DNSDir, contract.HostsFileName)
 	eventually(t, "DNS record for the host ClusterIP", func() (bool, error) {
 		data, err := os.ReadFile(hosts)
 		return err == nil && strings.Contains(string(data), "10.96.7.7 web.shop.svc."+tr.ClusterDomain), nil

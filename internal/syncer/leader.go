@@ -29,12 +29,6 @@ import (
 	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
-// LeaseName is the host Lease in the tenant's host namespace through which
-// the syncers of a VirtualCluster's control-plane replicas elect the one
-// that runs the virtual node. It lives on the host, out of the tenant's
-// reach: a tenant cannot hold it to stop its own syncer.
-func LeaseName(virtualCluster string) string { return virtualCluster + "-syncer" }
-
 // Leader election timings: client-go's and kube-controller-manager's
 // defaults. A leader that stops cleanly releases the lease at once; one that
 // dies is replaced once the lease lapses.
@@ -115,7 +109,7 @@ func runElected(ctx context.Context, o Options) error {
 	}()
 	leaderelection.RunOrDie(electorCtx, leaderelection.LeaderElectionConfig{
 		Lock: &resourcelock.LeaseLock{
-			LeaseMeta:  metav1.ObjectMeta{Namespace: o.HostNamespace, Name: LeaseName(o.VirtualCluster)},
+			LeaseMeta:  metav1.ObjectMeta{Namespace: o.HostNamespace, Name: contract.LeaseName(o.VirtualCluster)},
 			Client:     host.CoordinationV1(),
 			LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
 		},

@@ -36,7 +36,7 @@ import (
 // host's node ports). Member pods cannot route to the tenant's ClusterIPs,
 // which are host addresses, so each member syncer keeps:
 //
-//   - on the host, a NodePort Service (MemberHostService) fronting the
+//   - on the host, a NodePort Service (contract.MemberHostService) fronting the
 //     control-plane pod: the tenant CoreDNS' view for this member, the
 //     member's network injector (injector.go), and each
 //     TCP node port of the tenant's NodePort and LoadBalancer Services,
@@ -46,19 +46,10 @@ import (
 //     pods' nameserver), nest-injector (the webhook), kubernetes (the tenant API server, when
 //     apiServerAddress is an IP) and one per exposed tenant Service, named
 //     as its host copy would be (HostName), so service variables name it;
-//   - the view's hosts file (MemberHostsFileName): the tenant names of
+//   - the view's hosts file (contract.MemberHostsFileName): the tenant names of
 //     those Services with their ClusterIPs in the member. Every other name
 //     under the cluster domain is NXDOMAIN there: member pods reach only
 //     what the tenant exposes to nodes.
-
-// FirstMemberDNSPort is the port of the tenant CoreDNS' view for the member
-// in slot 0 (the member node on firstMemberKubeletPort); slot i answers on
-// FirstMemberDNSPort+i.
-const FirstMemberDNSPort = 1060
-
-// MaxMembers is how many member syncers (and CoreDNS views) one tenant has
-// at most: one per grant.
-const MaxMembers = maxMemberNodes
 
 // maxMemberExposedPorts bounds the tenant node ports exposed to one member:
 // each takes a host node port, which the tenant must not exhaust. Ports
@@ -69,26 +60,12 @@ const maxMemberExposedPorts = 16
 const (
 	memberDNSService = "nest-dns"
 	memberAPIService = "kubernetes"
-	// LabelMemberNetwork marks the Services and EndpointSlices memberNetwork
-	// keeps, on the host and in the member, with the member's name.
-	LabelMemberNetwork = "nest.dev/member-network"
 )
 
 // memberNetworkResync is how often the path is checked even when no
 // tenant Service changed: a host node port reallocated, a member object
 // deleted by hand.
 const memberNetworkResync = 30 * time.Second
-
-// MemberHostsFileName is the hosts file of the tenant CoreDNS' view for the
-// member in slot.
-func MemberHostsFileName(slot int) string { return "member-" + strconv.Itoa(slot) + ".hosts" }
-
-// MemberHostService names the host Service that exposes a tenant's DNS and
-// node ports to member: <vc>-member-<member>, cut with a hash suffix to a
-// Service name's 63 characters.
-func MemberHostService(vc, member string) string {
-	return contract.ShortName(vc+"-member-"+member, vc+"/"+member)
-}
 
 // nodePortName is the host Service port that carries tenant node port n.
 func nodePortName(n int32) string { return "np-" + strconv.Itoa(int(n)) }
@@ -132,8 +109,8 @@ func MemberExposedServices(services []*corev1.Service) (exposed []*corev1.Servic
 // view of slot over UDP and TCP, and each exposed node port, to the same
 // port of the control-plane pod.
 func memberHostPorts(slot int, exposed []*corev1.Service) []corev1.ServicePort {
-	ports := append(dnsPorts(intstr.FromInt32(int32(FirstMemberDNSPort+slot))),
-		corev1.ServicePort{Name: "injector", Protocol: corev1.ProtocolTCP, Port: 443, TargetPort: intstr.FromInt32(int32(FirstMemberInjectorPort + slot))})
+	ports := append(dnsPorts(intstr.FromInt32(int32(contract.FirstMemberDNSPort+slot))),
+		corev1.ServicePort{Name: "injector", Protocol: corev1.ProtocolTCP, Port: 443, TargetPort: intstr.FromInt32(int32(contract.FirstMemberInjectorPort + slot))})
 	for _, svc := range exposed {
 		for _, p := range svc.Spec.Ports {
 			ports = append(ports, corev1.ServicePort{Name: nodePortName(p.NodePort), Protocol: corev1.ProtocolTCP, Port: p.NodePort, TargetPort: intstr.FromInt32(p.NodePort)})
@@ -167,7 +144,7 @@ func (t Translator) memberSideServices(nodePortAddress, apiHost string, apiPort 
 	}}
 	if np := hostNodePorts["injector"]; np != 0 {
 		out = append(out, memberSideService{
-			name:    MemberInjectorService,
+			name:    contract.MemberInjectorService,
 			ports:   []corev1.ServicePort{{Name: "https", Protocol: corev1.ProtocolTCP, Port: 443}},
 			address: nodePortAddress, targets: map[string]int32{"https": np},
 		})
@@ -255,7 +232,7 @@ func (n *memberNetwork) sync(ctx context.Context, _ string) (time.Duration, erro
 
 // memberNetworkLabels mark the objects memberNetwork keeps for member.
 func memberNetworkLabels(vc, member string) map[string]string {
-	return map[string]string{contract.LabelTenantOf: vc, LabelManagedBy: ManagedByValue, LabelMemberNetwork: member}
+	return map[string]string{contract.LabelTenantOf: vc, LabelManagedBy: ManagedByValue, contract.LabelMemberNetwork: member}
 }
 
 func (n *memberNetwork) labels() map[string]string {
@@ -265,7 +242,7 @@ func (n *memberNetwork) labels() map[string]string {
 // applyHostService applies the member's host Service and its EndpointSlice
 // (the control-plane pod) and returns the node port of each port name.
 func (n *memberNetwork) applyHostService(ctx context.Context, exposed []*corev1.Service) (map[string]int32, error) {
-	name := MemberHostService(n.tr.VirtualCluster, n.member)
+	name := contract.MemberHostService(n.tr.VirtualCluster, n.member)
 	ports := memberHostPorts(n.slot, exposed)
 	svc, err := n.host.CoreV1().Services(n.hostNamespace).Apply(ctx,
 		corev1ac.Service(name, n.hostNamespace).WithLabels(n.labels()).
@@ -310,7 +287,7 @@ func (n *memberNetwork) applyMemberService(ctx context.Context, s memberSideServ
 // EndpointSlices go with them (owner references).
 func (n *memberNetwork) deleteStaleMemberServices(ctx context.Context, want []memberSideService) error {
 	list, err := n.memberClient.CoreV1().Services(n.tr.HostNamespace).List(ctx, metav1.ListOptions{
-		LabelSelector: labels.SelectorFromSet(labels.Set{LabelMemberNetwork: n.member}).String(),
+		LabelSelector: labels.SelectorFromSet(labels.Set{contract.LabelMemberNetwork: n.member}).String(),
 	})
 	if err != nil {
 		return err
@@ -333,7 +310,7 @@ func (n *memberNetwork) writeView(records []DNSRecord) error {
 	if bytes.Equal(data, n.last) {
 		return nil
 	}
-	if err := atomicfile.Write(filepath.Join(n.dnsDir, MemberHostsFileName(n.slot)), data, 0o644); err != nil {
+	if err := atomicfile.Write(filepath.Join(n.dnsDir, contract.MemberHostsFileName(n.slot)), data, 0o644); err != nil {
 		return err
 	}
 	n.last = data
@@ -360,7 +337,7 @@ func applySlice(ctx context.Context, c kubernetes.Interface, namespace string, s
 	if a, err := netip.ParseAddr(address); err == nil && a.Is6() {
 		typ = discoveryv1.AddressTypeIPv6
 	}
-	sliceLabels := map[string]string{discoveryv1.LabelServiceName: svc.Name, discoveryv1.LabelManagedBy: EndpointSliceManager}
+	sliceLabels := map[string]string{discoveryv1.LabelServiceName: svc.Name, discoveryv1.LabelManagedBy: contract.EndpointSliceManager}
 	for k, v := range lbls {
 		sliceLabels[k] = v
 	}
@@ -414,9 +391,9 @@ func (s *syncer) wireMemberNetwork(n *memberNetwork) error {
 // its view: the member namespace, with its Services, is nest-manager's to
 // delete.
 func removeMemberNetwork(ctx context.Context, host kubernetes.Interface, hostNamespace, vc, member, dnsDir string, slot int) error {
-	err := host.CoreV1().Services(hostNamespace).Delete(ctx, MemberHostService(vc, member), metav1.DeleteOptions{})
+	err := host.CoreV1().Services(hostNamespace).Delete(ctx, contract.MemberHostService(vc, member), metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete host Service %s: %w", MemberHostService(vc, member), err)
+		return fmt.Errorf("delete host Service %s: %w", contract.MemberHostService(vc, member), err)
 	}
-	return atomicfile.Write(filepath.Join(dnsDir, MemberHostsFileName(slot)), HostsFile(nil), 0o644)
+	return atomicfile.Write(filepath.Join(dnsDir, contract.MemberHostsFileName(slot)), HostsFile(nil), 0o644)
 }

@@ -59,9 +59,9 @@ func TestMemberHostPortsLeadToTheViewAndTheNodePorts(t *testing.T) {
 	exposed, _ := MemberExposedServices(exposedTestServices())
 	ports := memberHostPorts(2, exposed)
 	want := map[string]corev1.ServicePort{
-		"dns":      {Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53, TargetPort: intstr.FromInt32(FirstMemberDNSPort + 2)},
-		"dns-tcp":  {Name: "dns-tcp", Protocol: corev1.ProtocolTCP, Port: 53, TargetPort: intstr.FromInt32(FirstMemberDNSPort + 2)},
-		"injector": {Name: "injector", Protocol: corev1.ProtocolTCP, Port: 443, TargetPort: intstr.FromInt32(FirstMemberInjectorPort + 2)},
+		"dns":      {Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53, TargetPort: intstr.FromInt32(contract.FirstMemberDNSPort + 2)},
+		"dns-tcp":  {Name: "dns-tcp", Protocol: corev1.ProtocolTCP, Port: 53, TargetPort: intstr.FromInt32(contract.FirstMemberDNSPort + 2)},
+		"injector": {Name: "injector", Protocol: corev1.ProtocolTCP, Port: 443, TargetPort: intstr.FromInt32(contract.FirstMemberInjectorPort + 2)},
 		"np-30080": {Name: "np-30080", Protocol: corev1.ProtocolTCP, Port: 30080, TargetPort: intstr.FromInt32(30080)},
 		"np-31443": {Name: "np-31443", Protocol: corev1.ProtocolTCP, Port: 31443, TargetPort: intstr.FromInt32(31443)},
 	}
@@ -98,7 +98,7 @@ func TestMemberSideServicesPointAtTheHostNodePorts(t *testing.T) {
 	if _, ok := byName[contract.HostName(tr.VirtualCluster, "default", "lb")]; ok {
 		t.Error("lb has no host node port yet but got a member Service")
 	}
-	if inj := byName[MemberInjectorService]; inj.targets["https"] != 31443 || inj.ports[0].Port != 443 || inj.tenant != "" {
+	if inj := byName[contract.MemberInjectorService]; inj.targets["https"] != 31443 || inj.ports[0].Port != 443 || inj.tenant != "" {
 		t.Errorf("nest-injector %+v; want 443 to the host node port of the injector", inj)
 	}
 	if len(got) != 4 {
@@ -115,19 +115,19 @@ func TestMemberSideServicesLeaveOutAnAPIServerByName(t *testing.T) {
 }
 
 func TestMemberHostServiceNameFitsAServiceName(t *testing.T) {
-	if got := MemberHostService("alpha", "gpu"); got != "alpha-member-gpu" {
+	if got := contract.MemberHostService("alpha", "gpu"); got != "alpha-member-gpu" {
 		t.Errorf("short name %q", got)
 	}
-	long := MemberHostService(strings.Repeat("v", 40), strings.Repeat("m", 40))
-	if len(long) > 63 || long == MemberHostService(strings.Repeat("v", 40), strings.Repeat("m", 41)) {
+	long := contract.MemberHostService(strings.Repeat("v", 40), strings.Repeat("m", 40))
+	if len(long) > 63 || long == contract.MemberHostService(strings.Repeat("v", 40), strings.Repeat("m", 41)) {
 		t.Errorf("long name %q (%d): want at most 63 characters and distinct per member", long, len(long))
 	}
 }
 
 func TestCorefileHasAViewPerMemberSlot(t *testing.T) {
-	c := Corefile(DefaultDNSPort, "/dns/hosts", "/dns/zone", "/dns/reverse", "cluster.local", 8080)
-	for slot := range MaxMembers {
-		block := ".:" + strconv.Itoa(FirstMemberDNSPort+slot) + " {"
+	c := contract.Corefile(contract.DefaultDNSPort, "/dns/hosts", "/dns/zone", "/dns/reverse", "cluster.local", 8080)
+	for slot := range contract.MaxMembers {
+		block := ".:" + strconv.Itoa(contract.FirstMemberDNSPort+slot) + " {"
 		i := strings.Index(c, block)
 		if i < 0 {
 			t.Fatalf("no view for slot %d in\n%s", slot, c)
@@ -135,7 +135,7 @@ func TestCorefileHasAViewPerMemberSlot(t *testing.T) {
 		rest := c[i:]
 		end := strings.Index(rest, "\n}\n")
 		view := rest[:end]
-		if !strings.Contains(view, "hosts /dns/"+MemberHostsFileName(slot)+" cluster.local") || !strings.Contains(view, "file /dns/reverse cluster.local") {
+		if !strings.Contains(view, "hosts /dns/"+contract.MemberHostsFileName(slot)+" cluster.local") || !strings.Contains(view, "file /dns/reverse cluster.local") {
 			t.Errorf("view of slot %d:\n%s\nwant its hosts file, then the SOA-only zone", slot, view)
 		}
 		if strings.Contains(view, "/dns/hosts ") || strings.Contains(view, "/dns/zone") || strings.Contains(view, "forward") {
@@ -168,7 +168,7 @@ func TestMemberNetworkSyncAppliesTheHostServiceAndTheMemberDNS(t *testing.T) {
 	if _, err := n.sync(ctx, memberNetworkKey); err != nil {
 		t.Fatal(err)
 	}
-	svc, err := host.CoreV1().Services(tr.HostNamespace).Get(ctx, MemberHostService("alpha", "gpu"), metav1.GetOptions{})
+	svc, err := host.CoreV1().Services(tr.HostNamespace).Get(ctx, contract.MemberHostService("alpha", "gpu"), metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("host Service: %v", err)
 	}
@@ -180,8 +180,8 @@ func TestMemberNetworkSyncAppliesTheHostServiceAndTheMemberDNS(t *testing.T) {
 		t.Fatalf("host EndpointSlice %+v (%v); want the control-plane pod", slice, err)
 	}
 	for _, p := range slice.Ports {
-		if *p.Name == "dns" && *p.Port != FirstMemberDNSPort+1 {
-			t.Errorf("host EndpointSlice sends DNS to %d; want slot 1's view on %d", *p.Port, FirstMemberDNSPort+1)
+		if *p.Name == "dns" && *p.Port != contract.FirstMemberDNSPort+1 {
+			t.Errorf("host EndpointSlice sends DNS to %d; want slot 1's view on %d", *p.Port, contract.FirstMemberDNSPort+1)
 		}
 	}
 	if _, err := member.CoreV1().Services(mtr.HostNamespace).Get(ctx, memberDNSService, metav1.GetOptions{}); err != nil {
@@ -193,7 +193,7 @@ func TestMemberNetworkSyncAppliesTheHostServiceAndTheMemberDNS(t *testing.T) {
 	if _, err := member.CoreV1().Services(mtr.HostNamespace).Get(ctx, "theirs", metav1.GetOptions{}); err != nil {
 		t.Errorf("a member Service memberNetwork did not make was touched: %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, MemberHostsFileName(1))); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, contract.MemberHostsFileName(1))); err != nil {
 		t.Errorf("the member's DNS view was not written: %v", err)
 	}
 }

@@ -35,24 +35,7 @@ import (
 // synced whole.
 const membersKey = "members"
 
-// firstMemberKubeletPort is the kubelet API port of the first member node;
-// the others take the next free ones, one per member (at most
-// maxMemberNodes, as many as a VirtualCluster may have grants). The range
-// is clear of every port the control-plane pod serves (kube-controller-
-// manager's 10257, kube-scheduler's 10259, the syncer's 10250).
-const (
-	firstMemberKubeletPort = 10270
-	maxMemberNodes         = 8
-)
-
-// KubeletPorts are the ports of the kubelet APIs a syncer serves on its
-// pod IP: the virtual nodes' port, and the first and last of the member
-// nodes' range.
-func KubeletPorts() (virtualNode, firstMember, lastMember int32) {
-	return kubeletPort, firstMemberKubeletPort, firstMemberKubeletPort + maxMemberNodes - 1
-}
-
-// memberPlacer runs one member syncer per placement in MembersSecret, in
+// memberPlacer runs one member syncer per placement in contract.MembersSecret, in
 // the host syncer's process: it starts those that appear, stops those that
 // go, restarts one whose member (server, namespace, addresses) changed,
 // and hands a running one each renewed token, node count and size.
@@ -66,7 +49,7 @@ type memberPlacer struct {
 
 // runningMember is one member syncer and what it was started with.
 type runningMember struct {
-	placement MemberPlacement
+	placement contract.MemberPlacement
 	token     *memberToken
 	port      int32
 	syncer    *syncer
@@ -75,9 +58,9 @@ type runningMember struct {
 }
 
 // registerMembers makes the host syncer's members syncer, over a host
-// informer that watches MembersSecret alone.
+// informer that watches contract.MembersSecret alone.
 func (s *syncer) registerMembers(c *kinds.Context) (kinds.Registration, error) {
-	name := MembersSecret(s.o.VirtualCluster)
+	name := contract.MembersSecret(s.o.VirtualCluster)
 	s.membersF = informers.NewSharedInformerFactoryWithOptions(c.Host, 0, informers.WithNamespace(s.o.HostNamespace),
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
 			lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
@@ -90,7 +73,7 @@ func (s *syncer) registerMembers(c *kinds.Context) (kinds.Registration, error) {
 	return kinds.Registration{Queues: []*kindsync.Syncer{s.members}}, nil
 }
 
-// sync brings the running member syncers in line with MembersSecret. A
+// sync brings the running member syncers in line with contract.MembersSecret. A
 // Secret that does not parse stops nothing: the member syncers keep their
 // last good placements until nest-manager writes a good one.
 func (m *memberPlacer) sync(ctx context.Context, _ string) (time.Duration, error) {
@@ -132,8 +115,8 @@ func (m *memberPlacer) sync(ctx context.Context, _ string) (time.Duration, error
 	return 0, errors.Join(errs...)
 }
 
-// placements reads MembersSecret; no Secret is no placements.
-func (m *memberPlacer) placements() (map[string]MemberPlacement, error) {
+// placements reads contract.MembersSecret; no Secret is no placements.
+func (m *memberPlacer) placements() (map[string]contract.MemberPlacement, error) {
 	secret, err := m.secrets()
 	if apierrors.IsNotFound(err) {
 		return nil, nil
@@ -141,11 +124,11 @@ func (m *memberPlacer) placements() (map[string]MemberPlacement, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := ParseMemberPlacements(secret.Data[MembersKey])
+	p, err := contract.ParseMemberPlacements(secret.Data[contract.MembersKey])
 	if err != nil {
 		return nil, fmt.Errorf("host Secret %s: %w", secret.Name, err)
 	}
-	out := make(map[string]MemberPlacement, len(p.Members))
+	out := make(map[string]contract.MemberPlacement, len(p.Members))
 	for _, mp := range p.Members {
 		out[mp.Name] = mp
 	}
@@ -156,8 +139,8 @@ func (m *memberPlacer) placements() (map[string]MemberPlacement, error) {
 // again for the placement: where or how it reaches the member changed. A
 // new token, node count, size or injector certificate is handed to the
 // running one.
-func restartNeeded(was, is MemberPlacement) bool {
-	for _, p := range []*MemberPlacement{&was, &is} {
+func restartNeeded(was, is contract.MemberPlacement) bool {
+	for _, p := range []*contract.MemberPlacement{&was, &is} {
 		p.Token, p.TokenExpiry, p.Nodes, p.Allocatable = "", time.Time{}, 0, nil
 		p.InjectorCert, p.InjectorKey = nil, nil
 	}
@@ -165,10 +148,10 @@ func restartNeeded(was, is MemberPlacement) bool {
 }
 
 // start runs a member syncer for p until it is stopped.
-func (m *memberPlacer) start(ctx context.Context, p MemberPlacement) error {
+func (m *memberPlacer) start(ctx context.Context, p contract.MemberPlacement) error {
 	port, ok := m.freePort()
 	if !ok {
-		return fmt.Errorf("no kubelet port left for a member node: at most %d members", maxMemberNodes)
+		return fmt.Errorf("no kubelet port left for a member node: at most %d members", contract.MaxMembers)
 	}
 	token := &memberToken{}
 	token.set(p.Token)
@@ -223,7 +206,7 @@ func (m *memberPlacer) start(ctx context.Context, p MemberPlacement) error {
 		m.mu.Unlock()
 		m.parent.members.Queue.AddAfter(membersKey, memberRestartDelay)
 	}()
-	log.Info("Member syncer started", "node", MemberNodeName(p.Name), "kubeletPort", port)
+	log.Info("Member syncer started", "node", contract.MemberNodeName(p.Name), "kubeletPort", port)
 	return nil
 }
 
@@ -242,9 +225,9 @@ func (m *memberPlacer) stop(ctx context.Context, name string, r *runningMember) 
 
 // network is the member network syncer of member syncer o, started for p
 // on the kubelet port port.
-func (m *memberPlacer) network(o Options, p MemberPlacement, port int32, member kubernetes.Interface) *memberNetwork {
+func (m *memberPlacer) network(o Options, p contract.MemberPlacement, port int32, member kubernetes.Interface) *memberNetwork {
 	return &memberNetwork{
-		tr: o.Translator, member: p.Name, slot: int(port - firstMemberKubeletPort), nodePortAddress: p.NodePortAddress,
+		tr: o.Translator, member: p.Name, slot: int(port - contract.FirstMemberKubeletPort), nodePortAddress: p.NodePortAddress,
 		apiHost: o.Translator.APIServerHost, apiPort: o.Translator.APIServerPort,
 		podIP: m.parent.o.NodeIP, hostNamespace: m.parent.o.HostNamespace,
 		host: m.parent.provider.host, memberClient: member,
@@ -258,8 +241,8 @@ func (m *memberPlacer) network(o Options, p MemberPlacement, port int32, member 
 // here is found again by sweep.
 func (m *memberPlacer) deleteNode(ctx context.Context, member string, port int32) error {
 	errs := []error{removeMemberNetwork(ctx, m.parent.provider.host, m.parent.o.HostNamespace, m.parent.o.VirtualCluster, member, m.parent.o.DNSDir,
-		int(port-firstMemberKubeletPort))}
-	name := MemberNodeName(member)
+		int(port-contract.FirstMemberKubeletPort))}
+	name := contract.MemberNodeName(member)
 	if err := m.parent.tenant.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		errs = append(errs, fmt.Errorf("delete member node %s: %w", name, err))
 	}
@@ -270,15 +253,15 @@ func (m *memberPlacer) deleteNode(ctx context.Context, member string, port int32
 // Services of members the placements no longer name (or name without a
 // node-port address), such as those of a member revoked while nest-syncer
 // was down, or whose deletion failed before.
-func (m *memberPlacer) sweep(ctx context.Context, want map[string]MemberPlacement) error {
+func (m *memberPlacer) sweep(ctx context.Context, want map[string]contract.MemberPlacement) error {
 	var errs []error
-	nodes, err := m.parent.tenant.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: MemberTaintKey})
+	nodes, err := m.parent.tenant.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: contract.MemberTaintKey})
 	if err != nil {
 		errs = append(errs, err)
 		nodes = &corev1.NodeList{}
 	}
 	for _, n := range nodes.Items {
-		if _, ok := want[n.Labels[MemberTaintKey]]; ok || n.Name != MemberNodeName(n.Labels[MemberTaintKey]) {
+		if _, ok := want[n.Labels[contract.MemberTaintKey]]; ok || n.Name != contract.MemberNodeName(n.Labels[contract.MemberTaintKey]) {
 			continue
 		}
 		if err := m.parent.tenant.CoreV1().Nodes().Delete(ctx, n.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
@@ -286,13 +269,13 @@ func (m *memberPlacer) sweep(ctx context.Context, want map[string]MemberPlacemen
 		}
 	}
 	host := m.parent.provider.host.CoreV1().Services(m.parent.o.HostNamespace)
-	services, err := host.List(ctx, metav1.ListOptions{LabelSelector: contract.LabelTenantOf + "=" + m.parent.o.VirtualCluster + "," + LabelMemberNetwork})
+	services, err := host.List(ctx, metav1.ListOptions{LabelSelector: contract.LabelTenantOf + "=" + m.parent.o.VirtualCluster + "," + contract.LabelMemberNetwork})
 	if err != nil {
 		errs = append(errs, err)
 		services = &corev1.ServiceList{}
 	}
 	for _, svc := range services.Items {
-		if p, ok := want[svc.Labels[LabelMemberNetwork]]; ok && p.NodePortAddress != "" {
+		if p, ok := want[svc.Labels[contract.LabelMemberNetwork]]; ok && p.NodePortAddress != "" {
 			continue
 		}
 		if err := host.Delete(ctx, svc.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
@@ -308,7 +291,7 @@ func (m *memberPlacer) freePort() (int32, bool) {
 	for _, r := range m.running {
 		taken[r.port] = true
 	}
-	for p := int32(firstMemberKubeletPort); p < firstMemberKubeletPort+maxMemberNodes; p++ {
+	for p := int32(contract.FirstMemberKubeletPort); p < contract.FirstMemberKubeletPort+contract.MaxMembers; p++ {
 		if !taken[p] {
 			return p, true
 		}
@@ -319,7 +302,7 @@ func (m *memberPlacer) freePort() (int32, bool) {
 // memberOptions are the options of the member syncer for p, derived from the
 // host syncer's: the member's namespace, node, addresses and size, and a
 // client that presents the current token.
-func memberOptions(host Options, p MemberPlacement, port int32, token oauth2.TokenSource) (Options, error) {
+func memberOptions(host Options, p contract.MemberPlacement, port int32, token oauth2.TokenSource) (Options, error) {
 	o := host
 	apiHost, apiPort, err := splitHostPort(p.APIServerAddress)
 	if err != nil {
@@ -334,7 +317,7 @@ func memberOptions(host Options, p MemberPlacement, port int32, token oauth2.Tok
 		}
 	}
 	o.Translator.HostNamespace = p.Namespace
-	o.Translator.NodeName = MemberNodeName(p.Name)
+	o.Translator.NodeName = contract.MemberNodeName(p.Name)
 	o.Translator.APIServerHost, o.Translator.APIServerPort = apiHost, apiPort
 	o.Translator.DNSServer = dns
 	// The host's Service ranges, priority class and LimitRange mean
@@ -417,7 +400,7 @@ func (s *syncer) runMember(ctx context.Context, member kubernetes.Interface) err
 	defer s.closeKubeletAPI()
 	go s.watchMember(ctx, member)
 	if s.network != nil && s.o.NodeIP != "" {
-		srv, err := s.serveInjector(ctx, s.o.NodeIP, FirstMemberInjectorPort+s.kubeletPort()-firstMemberKubeletPort)
+		srv, err := s.serveInjector(ctx, s.o.NodeIP, contract.FirstMemberInjectorPort+s.kubeletPort()-contract.FirstMemberKubeletPort)
 		if err != nil {
 			return err
 		}
@@ -467,7 +450,7 @@ func (s *syncer) watchMember(ctx context.Context, member kubernetes.Interface) {
 // nest-manager last wrote. A member that has lost every node, or every node
 // offering a resource the grant is for (its allocatable there is zero: a
 // spot GPU pool reclaimed), cannot run the tenant's pods.
-func memberReadiness(failures int, p MemberPlacement, err error) (bool, string, string) {
+func memberReadiness(failures int, p contract.MemberPlacement, err error) (bool, string, string) {
 	switch {
 	case failures >= memberFailures:
 		return false, "MemberUnreachable", fmt.Sprintf("the member cluster's API server has not answered %d probes in a row: %v", failures, err)
@@ -483,13 +466,13 @@ func memberReadiness(failures int, p MemberPlacement, err error) (bool, string, 
 }
 
 // setPlacement hands a member syncer the placement nest-manager last wrote.
-func (s *syncer) setPlacement(p MemberPlacement) { s.placement.Store(&p) }
+func (s *syncer) setPlacement(p contract.MemberPlacement) { s.placement.Store(&p) }
 
 // setCapacity resizes the member node in place: the gatekeeper admits
 // against the new size at once, and the node shows it. Pods already placed
 // stay, as on a node whose allocatable shrank.
 func (s *syncer) setCapacity(ctx context.Context, capacity corev1.ResourceList) error {
-	s.provider.capacity.setCapacity(MemberNodeName(s.o.Member), capacity)
+	s.provider.capacity.setCapacity(contract.MemberNodeName(s.o.Member), capacity)
 	s.nodeMu.Lock()
 	defer s.nodeMu.Unlock()
 	if s.nodeSpec == nil {
@@ -533,14 +516,14 @@ func setReadyCondition(n *corev1.Node, ready bool, reason, message string) bool 
 }
 
 // MemberNode is the tenant's view of its grant in a member cluster: a
-// virtual node like VirtualNode, named MemberNodeName(member), whose kubelet
-// API is on port, labelled and tainted with MemberTaintKey=member so that
+// virtual node like VirtualNode, named contract.MemberNodeName(member), whose kubelet
+// API is on port, labelled and tainted with contract.MemberTaintKey=member so that
 // only pods that tolerate it land there.
 func MemberNode(member, ip string, port int32, capacity corev1.ResourceList) corev1.Node {
-	n := VirtualNode(MemberNodeName(member), ip, capacity)
-	n.Labels[MemberTaintKey] = member
+	n := VirtualNode(contract.MemberNodeName(member), ip, capacity)
+	n.Labels[contract.MemberTaintKey] = member
 	n.Labels["node.kubernetes.io/instance-type"] = "nest-member-node"
-	n.Spec.Taints = []corev1.Taint{{Key: MemberTaintKey, Value: member, Effect: corev1.TaintEffectNoSchedule}}
+	n.Spec.Taints = []corev1.Taint{{Key: contract.MemberTaintKey, Value: member, Effect: corev1.TaintEffectNoSchedule}}
 	n.Status.DaemonEndpoints.KubeletEndpoint.Port = port
 	n.Status.NodeInfo.OSImage = "Nest member node (" + member + ")"
 	n.Status.NodeInfo.ContainerRuntimeVersion = "member://" + member

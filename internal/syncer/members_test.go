@@ -25,8 +25,8 @@ import (
 	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
-func gpuPlacement() MemberPlacement {
-	return MemberPlacement{
+func gpuPlacement() contract.MemberPlacement {
+	return contract.MemberPlacement{
 		Name: "gpu", Namespace: "nest-alpha-0123456789", Server: "https://127.0.0.1:1", Token: "t1",
 		APIServerAddress: "198.51.100.10:31443", DNSAddress: "198.51.100.10", Nodes: 1,
 		Allocatable: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1"), corev1.ResourceCPU: resource.MustParse("2")},
@@ -36,28 +36,28 @@ func gpuPlacement() MemberPlacement {
 func TestParseMemberPlacementsNamesTheFaultyEntry(t *testing.T) {
 	good := gpuPlacement()
 	for name, tc := range map[string]struct {
-		edit func(*MemberPlacement)
+		edit func(*contract.MemberPlacement)
 		want string
 	}{
-		"no name":      {func(m *MemberPlacement) { m.Name = "" }, "members[0].name is empty"},
-		"no namespace": {func(m *MemberPlacement) { m.Namespace = "" }, "members[0] (gpu): namespace is empty"},
-		"no server":    {func(m *MemberPlacement) { m.Server = "" }, "members[0] (gpu): server is empty"},
-		"no token":     {func(m *MemberPlacement) { m.Token = "" }, "members[0] (gpu): token is empty"},
+		"no name":      {func(m *contract.MemberPlacement) { m.Name = "" }, "members[0].name is empty"},
+		"no namespace": {func(m *contract.MemberPlacement) { m.Namespace = "" }, "members[0] (gpu): namespace is empty"},
+		"no server":    {func(m *contract.MemberPlacement) { m.Server = "" }, "members[0] (gpu): server is empty"},
+		"no token":     {func(m *contract.MemberPlacement) { m.Token = "" }, "members[0] (gpu): token is empty"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			m := good
 			tc.edit(&m)
-			data, err := MemberPlacements{Members: []MemberPlacement{m}}.Marshal()
+			data, err := contract.MemberPlacements{Members: []contract.MemberPlacement{m}}.Marshal()
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := ParseMemberPlacements(data); err == nil || !strings.Contains(err.Error(), tc.want) {
+			if _, err := contract.ParseMemberPlacements(data); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("ParseMemberPlacements = %v, want an error containing %q", err, tc.want)
 			}
 		})
 	}
-	twice, _ := MemberPlacements{Members: []MemberPlacement{good, good}}.Marshal()
-	if _, err := ParseMemberPlacements(twice); err == nil || !strings.Contains(err.Error(), `"gpu" appears twice`) {
+	twice, _ := contract.MemberPlacements{Members: []contract.MemberPlacement{good, good}}.Marshal()
+	if _, err := contract.ParseMemberPlacements(twice); err == nil || !strings.Contains(err.Error(), `"gpu" appears twice`) {
 		t.Fatalf("a name twice: %v", err)
 	}
 }
@@ -65,16 +65,16 @@ func TestParseMemberPlacementsNamesTheFaultyEntry(t *testing.T) {
 func TestMemberPlacementsRoundTripSorted(t *testing.T) {
 	a, b := gpuPlacement(), gpuPlacement()
 	a.Name, b.Name = "zeta", "alpha"
-	one, _ := MemberPlacements{Members: []MemberPlacement{a, b}}.Marshal()
-	other, _ := MemberPlacements{Members: []MemberPlacement{b, a}}.Marshal()
+	one, _ := contract.MemberPlacements{Members: []contract.MemberPlacement{a, b}}.Marshal()
+	other, _ := contract.MemberPlacements{Members: []contract.MemberPlacement{b, a}}.Marshal()
 	if string(one) != string(other) {
 		t.Fatalf("the same set marshals differently:\n%s\n%s", one, other)
 	}
-	p, err := ParseMemberPlacements(one)
+	p, err := contract.ParseMemberPlacements(one)
 	if err != nil || len(p.Members) != 2 || p.Members[0].Name != "alpha" {
 		t.Fatalf("ParseMemberPlacements = %+v, %v", p, err)
 	}
-	if p, err := ParseMemberPlacements(nil); err != nil || len(p.Members) != 0 {
+	if p, err := contract.ParseMemberPlacements(nil); err != nil || len(p.Members) != 0 {
 		t.Fatalf("no data = %+v, %v; want no placements", p, err)
 	}
 }
@@ -94,7 +94,7 @@ func TestOnlyAChangedMemberRestartsAMemberSyncer(t *testing.T) {
 	elsewhere.Server = "https://127.0.0.1:2"
 	exposed := was
 	exposed.NodePortAddress = "10.0.0.11"
-	for name, p := range map[string]MemberPlacement{"namespace": moved, "server": elsewhere, "node-port address": exposed} {
+	for name, p := range map[string]contract.MemberPlacement{"namespace": moved, "server": elsewhere, "node-port address": exposed} {
 		if !restartNeeded(was, p) {
 			t.Errorf("a new %s does not restart the member syncer", name)
 		}
@@ -167,10 +167,10 @@ func TestMemberReadiness(t *testing.T) {
 
 func TestMemberNodeIsTaintedAndLabelled(t *testing.T) {
 	n := MemberNode("gpu", "10.244.1.5", 10252, corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")})
-	if n.Name != "nest-member-gpu" || n.Labels[MemberTaintKey] != "gpu" || n.Status.DaemonEndpoints.KubeletEndpoint.Port != 10252 {
+	if n.Name != "nest-member-gpu" || n.Labels[contract.MemberTaintKey] != "gpu" || n.Status.DaemonEndpoints.KubeletEndpoint.Port != 10252 {
 		t.Errorf("node %s labels %v port %d", n.Name, n.Labels, n.Status.DaemonEndpoints.KubeletEndpoint.Port)
 	}
-	if len(n.Spec.Taints) != 1 || n.Spec.Taints[0] != (corev1.Taint{Key: MemberTaintKey, Value: "gpu", Effect: corev1.TaintEffectNoSchedule}) {
+	if len(n.Spec.Taints) != 1 || n.Spec.Taints[0] != (corev1.Taint{Key: contract.MemberTaintKey, Value: "gpu", Effect: corev1.TaintEffectNoSchedule}) {
 		t.Errorf("taints %v", n.Spec.Taints)
 	}
 	if got := n.Status.Allocatable["nvidia.com/gpu"]; got.Value() != 1 {
@@ -181,7 +181,7 @@ func TestMemberNodeIsTaintedAndLabelled(t *testing.T) {
 // gpuPod is a tenant pod bound to the member node asking for gpus GPUs.
 func gpuPod(name string, gpus int64) *corev1.Pod {
 	p := simplePod(name, "100m")
-	p.Spec.NodeName = MemberNodeName("gpu")
+	p.Spec.NodeName = contract.MemberNodeName("gpu")
 	p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": *resource.NewQuantity(gpus, resource.DecimalSI)}
 	p.Spec.Containers[0].Resources.Requests["nvidia.com/gpu"] = *resource.NewQuantity(gpus, resource.DecimalSI)
 	return p
@@ -194,7 +194,7 @@ func memberSyncer(t *testing.T, tenant, member *fake.Clientset) *syncer {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	o, err := memberOptions(Options{Translator: tr, PodSecurityLevel: "baseline", DNSDir: t.TempDir(), TokenMaxAge: time.Hour, Host: &rest.Config{}},
-		gpuPlacement(), firstMemberKubeletPort, &memberToken{})
+		gpuPlacement(), contract.FirstMemberKubeletPort, &memberToken{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +219,7 @@ func TestGatekeeperHoldsAPodOverTheGrantOutOfTheMember(t *testing.T) {
 	s.provider.notify = notified.add
 	// The tenant, admin of its cluster, advertises more GPUs on the member
 	// node than it was granted: only the grant counts.
-	advertised := MemberNode("gpu", "", firstMemberKubeletPort, corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")})
+	advertised := MemberNode("gpu", "", contract.FirstMemberKubeletPort, corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")})
 	if _, err := tenant.CoreV1().Nodes().Create(context.Background(), &advertised, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -251,14 +251,14 @@ func TestGatekeeperHoldsAPodOverTheGrantOutOfTheMember(t *testing.T) {
 }
 
 func TestMemberPlacerStartsRenewsAndStopsMemberSyncers(t *testing.T) {
-	data, _ := MemberPlacements{Members: []MemberPlacement{gpuPlacement()}}.Marshal()
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: MembersSecret("alpha"), Namespace: tr.HostNamespace}, Data: map[string][]byte{MembersKey: data}}
-	node := MemberNode("gpu", "", firstMemberKubeletPort, nil)
+	data, _ := contract.MemberPlacements{Members: []contract.MemberPlacement{gpuPlacement()}}.Marshal()
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: contract.MembersSecret("alpha"), Namespace: tr.HostNamespace}, Data: map[string][]byte{contract.MembersKey: data}}
+	node := MemberNode("gpu", "", contract.FirstMemberKubeletPort, nil)
 	tenant := fake.NewClientset(&node)
 	current := secret
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	exposure := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: MemberHostService("alpha", "gpu"), Namespace: tr.HostNamespace}}
+	exposure := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: contract.MemberHostService("alpha", "gpu"), Namespace: tr.HostNamespace}}
 	host := fake.NewClientset(exposure)
 	dnsDir := t.TempDir()
 	m := &memberPlacer{parent: &syncer{o: Options{Translator: tr, PodSecurityLevel: "baseline", Host: &rest.Config{}, DNSDir: dnsDir}, tenant: tenant,
@@ -269,13 +269,13 @@ func TestMemberPlacerStartsRenewsAndStopsMemberSyncers(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := m.running["gpu"]
-	if r == nil || r.port != firstMemberKubeletPort {
-		t.Fatalf("running %v; want gpu on port %d", m.running, firstMemberKubeletPort)
+	if r == nil || r.port != contract.FirstMemberKubeletPort {
+		t.Fatalf("running %v; want gpu on port %d", m.running, contract.FirstMemberKubeletPort)
 	}
 	renewed := gpuPlacement()
 	renewed.Token = "t2"
-	data, _ = MemberPlacements{Members: []MemberPlacement{renewed}}.Marshal()
-	current = &corev1.Secret{ObjectMeta: secret.ObjectMeta, Data: map[string][]byte{MembersKey: data}}
+	data, _ = contract.MemberPlacements{Members: []contract.MemberPlacement{renewed}}.Marshal()
+	current = &corev1.Secret{ObjectMeta: secret.ObjectMeta, Data: map[string][]byte{contract.MembersKey: data}}
 	if _, err := m.sync(ctx, membersKey); err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +288,7 @@ func TestMemberPlacerStartsRenewsAndStopsMemberSyncers(t *testing.T) {
 	if tok, _ := r.token.Token(); tok.AccessToken != "t2" {
 		t.Fatalf("token %q, want the renewed one", tok.AccessToken)
 	}
-	current = &corev1.Secret{ObjectMeta: secret.ObjectMeta, Data: map[string][]byte{MembersKey: []byte(`{"members":[]}`)}}
+	current = &corev1.Secret{ObjectMeta: secret.ObjectMeta, Data: map[string][]byte{contract.MembersKey: []byte(`{"members":[]}`)}}
 	if _, err := m.sync(ctx, membersKey); err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +301,7 @@ func TestMemberPlacerStartsRenewsAndStopsMemberSyncers(t *testing.T) {
 	if _, err := host.CoreV1().Services(tr.HostNamespace).Get(ctx, exposure.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("the host Service exposing the tenant to the member: %v; want it deleted with the grant", err)
 	}
-	if view, err := os.ReadFile(filepath.Join(dnsDir, MemberHostsFileName(0))); err != nil || strings.Contains(string(view), "svc") {
+	if view, err := os.ReadFile(filepath.Join(dnsDir, contract.MemberHostsFileName(0))); err != nil || strings.Contains(string(view), "svc") {
 		t.Fatalf("the member's DNS view %q (%v); want it emptied with the grant", view, err)
 	}
 	select {

@@ -93,7 +93,7 @@ type Options struct {
 	// Each member node has its own.
 	KubeletPort int32
 	// LeaderElect makes the syncers of a control plane's replicas elect,
-	// through a host Lease (LeaseName), the one that runs the virtual node
+	// through a host Lease (contract.LeaseName), the one that runs the virtual node
 	// and writes to both clusters; the others keep their CoreDNS' records
 	// current and wait.
 	LeaderElect bool
@@ -120,11 +120,8 @@ type MetadataAllowList struct {
 	Labels, Annotations []string
 }
 
-// kubeletPort is the kubelet API port the host's virtual nodes advertise.
-const kubeletPort = 10250
-
 // kubeletPort is the port of this syncer's kubelet API.
-func (s *syncer) kubeletPort() int32 { return cmp.Or(s.o.KubeletPort, kubeletPort) }
+func (s *syncer) kubeletPort() int32 { return cmp.Or(s.o.KubeletPort, contract.VirtualNodeKubeletPort) }
 
 // Run runs the syncer until ctx ends; with o.LeaderElect, only while this
 // replica holds the syncer lease (runElected).
@@ -175,11 +172,11 @@ type syncer struct {
 	hostF  informers.SharedInformerFactory
 	events informers.SharedInformerFactory
 	// dedicatedF watches the one host ConfigMap with the pod CIDRs of the
-	// tenant's dedicated nodes (DedicatedNodesConfigMap), which nest-manager
+	// tenant's dedicated nodes (contract.DedicatedNodesConfigMap), which nest-manager
 	// writes and so does not carry the labels of the syncer's copies.
 	dedicatedF informers.SharedInformerFactory
 	// membersF watches the one host Secret with the tenant's member
-	// placements (MembersSecret); members starts and stops a member
+	// placements (contract.MembersSecret); members starts and stops a member
 	// syncer per placement (host syncer only).
 	membersF informers.SharedInformerFactory
 	members  *kindsync.Syncer
@@ -199,7 +196,7 @@ type syncer struct {
 	nodeSpec   *corev1.Node
 	// placement is the member placement nest-manager last wrote (member
 	// syncers only): the member node's readiness follows it.
-	placement atomic.Pointer[MemberPlacement]
+	placement atomic.Pointer[contract.MemberPlacement]
 	tenant    kubernetes.Interface
 	recorder  record.EventRecorder
 	ready     atomic.Bool
@@ -240,7 +237,7 @@ func newSyncerFor(ctx context.Context, o Options, tenant, host kubernetes.Interf
 	s.hostF = informers.NewSharedInformerFactoryWithOptions(host, 0, informers.WithNamespace(o.HostNamespace),
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = ours }))
 	s.events = informers.NewSharedInformerFactoryWithOptions(host, 0, informers.WithNamespace(o.HostNamespace))
-	dedicatedName := DedicatedNodesConfigMap(o.VirtualCluster)
+	dedicatedName := contract.DedicatedNodesConfigMap(o.VirtualCluster)
 	s.dedicatedF = informers.NewSharedInformerFactoryWithOptions(host, 0, informers.WithNamespace(o.HostNamespace),
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
 			lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", dedicatedName).String()
@@ -565,7 +562,7 @@ func VirtualNode(name, ip string, capacity corev1.ResourceList) corev1.Node {
 				{Type: corev1.NodePIDPressure}, {Type: corev1.NodeNetworkUnavailable},
 			},
 			Addresses:       []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}, {Type: corev1.NodeHostName, Address: name}},
-			DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: kubeletPort}},
+			DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: contract.VirtualNodeKubeletPort}},
 			NodeInfo: corev1.NodeSystemInfo{
 				KubeletVersion: version.Kubernetes, OperatingSystem: "linux", Architecture: runtime.GOARCH,
 				OSImage: "Nest virtual node", KernelVersion: "n/a", ContainerRuntimeVersion: "host://shared",

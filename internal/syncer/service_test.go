@@ -201,7 +201,7 @@ func TestZoneRecordsFollowTheDNSSpecification(t *testing.T) {
 			t.Errorf("no A record for SRV target %s", n)
 		}
 	}
-	zone := string(ClusterZone("cluster.local", 42, got))
+	zone := string(contract.ClusterZone("cluster.local", 42, got))
 	if !strings.Contains(zone, "cluster.local. 5 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 42 ") {
 		t.Errorf("zone lacks its SOA with serial 42:\n%s", zone)
 	}
@@ -302,17 +302,17 @@ func TestZoneSerialGrowsAcrossWriters(t *testing.T) {
 	s.dnsDir = t.TempDir()
 	s.tenantSlices = discoverylisters.NewEndpointSliceLister(indexerOf(t))
 	ahead := uint32(time.Now().Unix()) + 1000
-	if err := os.WriteFile(filepath.Join(s.dnsDir, ZoneFileName), ClusterZone(tr.ClusterDomain, ahead, []string{"old"}), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(s.dnsDir, contract.ZoneFileName), contract.ClusterZone(tr.ClusterDomain, ahead, []string{"old"}), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.start(); err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile(filepath.Join(s.dnsDir, ZoneFileName))
+	data, err := os.ReadFile(filepath.Join(s.dnsDir, contract.ZoneFileName))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := ZoneSerial(data); got <= ahead {
+	if got := contract.ZoneSerial(data); got <= ahead {
 		t.Errorf("serial %d after taking over a zone of serial %d; want it to grow", got, ahead)
 	}
 }

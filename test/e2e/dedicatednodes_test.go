@@ -28,7 +28,7 @@ import (
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/devcluster"
 	"github.com/nestdev/nest/internal/images"
-	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/testutil"
 	"github.com/nestdev/nest/test/e2e/framework"
 )
@@ -191,10 +191,10 @@ func TestDedicatedNodes(t *testing.T) {
 			t.Fatal("the DaemonSet subtest recorded no pod footprint to look for")
 		}
 		var cm corev1.ConfigMap
-		if err := host.Get(ctx, client.ObjectKey{Namespace: tn.Namespace, Name: syncer.DedicatedNodesConfigMap(tn.Name)}, &cm); err != nil {
+		if err := host.Get(ctx, client.ObjectKey{Namespace: tn.Namespace, Name: contract.DedicatedNodesConfigMap(tn.Name)}, &cm); err != nil {
 			t.Fatal(err)
 		}
-		if cidrs := cm.Data[syncer.DedicatedPodCIDRsKey]; cidrs != "" {
+		if cidrs := cm.Data[contract.DedicatedPodCIDRsKey]; cidrs != "" {
 			t.Errorf("ConfigMap %s still admits %q", cm.Name, cidrs)
 		}
 		if names := syncerSlicesNaming(t, ctx, host, tn.Namespace, footprint.podIP); len(names) > 0 {
@@ -620,7 +620,7 @@ func (f *podFootprint) checkGone(t *testing.T) {
 func syncerSlicesNaming(t *testing.T, ctx context.Context, host client.Client, namespace, address string) []string {
 	t.Helper()
 	var list discoveryv1.EndpointSliceList
-	if err := host.List(ctx, &list, client.InNamespace(namespace), client.MatchingLabels{discoveryv1.LabelManagedBy: syncer.EndpointSliceManager}); err != nil {
+	if err := host.List(ctx, &list, client.InNamespace(namespace), client.MatchingLabels{discoveryv1.LabelManagedBy: contract.EndpointSliceManager}); err != nil {
 		t.Fatal(err)
 	}
 	var out []string

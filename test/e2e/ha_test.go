@@ -25,6 +25,7 @@ import (
 	"github.com/nestdev/nest/internal/devcluster"
 	"github.com/nestdev/nest/internal/etcdmember"
 	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/testutil"
 	"github.com/nestdev/nest/test/e2e/framework"
 )
@@ -332,12 +333,12 @@ func syncerLeader(t *testing.T, ctx context.Context, host client.Client, tn *fra
 	t.Helper()
 	var holder string
 	testutil.Eventually(t, time.Minute, "a syncer leader", func() error {
-		lease, err := leaseHolder(ctx, host, tn.Namespace, syncer.LeaseName(tn.Name))
+		lease, err := leaseHolder(ctx, host, tn.Namespace, contract.LeaseName(tn.Name))
 		if err != nil {
 			return err
 		}
 		if lease == "" {
-			return fmt.Errorf("lease %s has no holder", syncer.LeaseName(tn.Name))
+			return fmt.Errorf("lease %s has no holder", contract.LeaseName(tn.Name))
 		}
 		holder, _, _ = strings.Cut(lease, "_")
 		return nil

@@ -58,7 +58,7 @@ func TestMemberCluster(t *testing.T) {
 	e := startMemberEnv(t, ctx, framework.StartHostCluster(t, ctx, "--with-nest"))
 	tn, vc, host, grant, memberCS, memberDir := e.tn, e.vc, e.host, e.grant, e.member, e.memberDir
 	tenant := tn.Clientset(t)
-	nodeName := syncer.MemberNodeName(gpuMember)
+	nodeName := contract.MemberNodeName(gpuMember)
 
 	t.Run("the tenant sees the member as one tainted node sized to the grant", func(t *testing.T) {
 		testutil.Eventually(t, 3*time.Minute, "member node Ready with 1 GPU", func() error {
@@ -70,7 +70,7 @@ func TestMemberCluster(t *testing.T) {
 			if !nodeReady(n) || gpus.Value() != 1 {
 				return fmt.Errorf("ready %t, allocatable %v", nodeReady(n), n.Status.Allocatable)
 			}
-			if len(n.Spec.Taints) != 1 || n.Spec.Taints[0].Key != syncer.MemberTaintKey {
+			if len(n.Spec.Taints) != 1 || n.Spec.Taints[0].Key != contract.MemberTaintKey {
 				return fmt.Errorf("taints %v", n.Spec.Taints)
 			}
 			return nil
@@ -377,7 +377,7 @@ func startMemberEnv(t testing.TB, ctx context.Context, hostDir string) *memberEn
 		t.Fatalf("nest member grant: %v\n%s", err, out)
 	}
 	e.grant = waitGrantReady(t, ctx, host, e.vc)
-	waitMemberNodeReady(t, ctx, e.tn.Clientset(t), syncer.MemberNodeName(gpuMember), true, 3*time.Minute)
+	waitMemberNodeReady(t, ctx, e.tn.Clientset(t), contract.MemberNodeName(gpuMember), true, 3*time.Minute)
 	return e
 }
 
@@ -526,10 +526,10 @@ func waitGrantReady(t testing.TB, ctx context.Context, host client.Client, vc *n
 func memberCredential(t testing.TB, ctx context.Context, host client.Client, vc *nestv1.VirtualCluster) kubernetes.Interface {
 	t.Helper()
 	secret := &corev1.Secret{}
-	if err := host.Get(ctx, client.ObjectKey{Namespace: vc.Namespace, Name: syncer.MembersSecret(vc.Name)}, secret); err != nil {
+	if err := host.Get(ctx, client.ObjectKey{Namespace: vc.Namespace, Name: contract.MembersSecret(vc.Name)}, secret); err != nil {
 		t.Fatal(err)
 	}
-	p, err := syncer.ParseMemberPlacements(secret.Data[syncer.MembersKey])
+	p, err := contract.ParseMemberPlacements(secret.Data[contract.MembersKey])
 	if err != nil || len(p.Members) != 1 {
 		t.Fatalf("placements %+v: %v", p, err)
 	}
@@ -562,8 +562,8 @@ func memberPod(name string, gpus int64) *corev1.Pod {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
 		Spec: corev1.PodSpec{
-			Tolerations:  []corev1.Toleration{{Key: syncer.MemberTaintKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
-			NodeSelector: map[string]string{syncer.MemberTaintKey: gpuMember},
+			Tolerations:  []corev1.Toleration{{Key: contract.MemberTaintKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+			NodeSelector: map[string]string{contract.MemberTaintKey: gpuMember},
 			Containers:   []corev1.Container{{Name: "app", Image: images.TestApp, ImagePullPolicy: corev1.PullNever}},
 		},
 	}

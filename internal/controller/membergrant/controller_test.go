@@ -27,7 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
-	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // res builds a ResourceList from name, quantity pairs.
@@ -203,21 +203,21 @@ func waitGrant(t *testing.T, vc *nestv1.VirtualCluster, memberName string, ready
 }
 
 // placements reads the members Secret of vc; nil when it does not exist.
-func placements(t *testing.T, vc *nestv1.VirtualCluster) map[string]syncer.MemberPlacement {
+func placements(t *testing.T, vc *nestv1.VirtualCluster) map[string]contract.MemberPlacement {
 	t.Helper()
 	secret := &corev1.Secret{}
-	err := host.Get(context.Background(), client.ObjectKey{Namespace: vc.Namespace, Name: syncer.MembersSecret(vc.Name)}, secret)
+	err := host.Get(context.Background(), client.ObjectKey{Namespace: vc.Namespace, Name: contract.MembersSecret(vc.Name)}, secret)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := syncer.ParseMemberPlacements(secret.Data[syncer.MembersKey])
+	p, err := contract.ParseMemberPlacements(secret.Data[contract.MembersKey])
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]syncer.MemberPlacement{}
+	out := map[string]contract.MemberPlacement{}
 	for _, m := range p.Members {
 		out[m.Name] = m
 	}
@@ -226,9 +226,9 @@ func placements(t *testing.T, vc *nestv1.VirtualCluster) map[string]syncer.Membe
 
 // waitPlacement waits until the members Secret of vc holds member, with a
 // token other than notToken, and returns it.
-func waitPlacement(t *testing.T, vc *nestv1.VirtualCluster, memberName, notToken string) syncer.MemberPlacement {
+func waitPlacement(t *testing.T, vc *nestv1.VirtualCluster, memberName, notToken string) contract.MemberPlacement {
 	t.Helper()
-	var got syncer.MemberPlacement
+	var got contract.MemberPlacement
 	eventually(t, "placement "+memberName+" in the members Secret of "+vc.Name, func() error {
 		p, ok := placements(t, vc)[memberName]
 		if !ok {
@@ -244,7 +244,7 @@ func waitPlacement(t *testing.T, vc *nestv1.VirtualCluster, memberName, notToken
 }
 
 // tokenClient reaches the member as the placement's token.
-func tokenClient(t *testing.T, p syncer.MemberPlacement) kubernetes.Interface {
+func tokenClient(t *testing.T, p contract.MemberPlacement) kubernetes.Interface {
 	t.Helper()
 	cs, err := kubernetes.NewForConfig(&rest.Config{Host: p.Server, BearerToken: p.Token,
 		TLSClientConfig: rest.TLSClientConfig{CAData: p.CAData, ServerName: p.TLSServerName}})
@@ -350,7 +350,7 @@ func TestGrantIsSetUp(t *testing.T) {
 
 	// The members Secret: Opaque, owned by the VirtualCluster, parsed by nest-syncer's contract.
 	secret := &corev1.Secret{}
-	if err := host.Get(ctx, client.ObjectKey{Namespace: "vc-setup", Name: syncer.MembersSecret("ml")}, secret); err != nil {
+	if err := host.Get(ctx, client.ObjectKey{Namespace: "vc-setup", Name: contract.MembersSecret("ml")}, secret); err != nil {
 		t.Fatal(err)
 	}
 	if secret.Type != corev1.SecretTypeOpaque || secret.Labels[LabelManagedBy] != ManagedByValue ||
@@ -724,9 +724,9 @@ func TestInjectorIsRegisteredForAMemberWithANodePortAddress(t *testing.T) {
 	}
 	hook := cfg.Webhooks[0]
 	svc := hook.ClientConfig.Service
-	if svc == nil || svc.Namespace != ns || svc.Name != syncer.MemberInjectorService || ptr.Deref(svc.Path, "") != syncer.InjectorPath ||
+	if svc == nil || svc.Namespace != ns || svc.Name != contract.MemberInjectorService || ptr.Deref(svc.Path, "") != contract.InjectorPath ||
 		hook.NamespaceSelector.MatchLabels[corev1.LabelMetadataName] != ns || *hook.FailurePolicy != admissionregistrationv1.Fail {
-		t.Errorf("webhook %+v; want the member Service %s/%s, this namespace alone, failing closed", hook, ns, syncer.MemberInjectorService)
+		t.Errorf("webhook %+v; want the member Service %s/%s, this namespace alone, failing closed", hook, ns, contract.MemberInjectorService)
 	}
 	// Only the bundle's CAs: the leaf itself in the pool would verify
 	// against itself.
@@ -748,7 +748,7 @@ func TestInjectorIsRegisteredForAMemberWithANodePortAddress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, DNSName: syncer.MemberInjectorService + "." + ns + ".svc"}); err != nil {
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, DNSName: contract.MemberInjectorService + "." + ns + ".svc"}); err != nil {
 		t.Errorf("the injector's certificate does not verify against the webhook's caBundle for its Service: %v", err)
 	}
 

@@ -18,7 +18,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
-	"github.com/nestdev/nest/internal/syncer"
 	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
@@ -42,12 +41,12 @@ func InjectorConfigName(ns string) string { return "nest-injector-" + ns }
 
 // injectorHost is the name the injector's certificate is for: the member
 // Service the webhook configuration calls.
-func injectorHost(ns string) string { return syncer.MemberInjectorService + "." + ns + ".svc" }
+func injectorHost(ns string) string { return contract.MemberInjectorService + "." + ns + ".svc" }
 
 // injectorCert returns the injector's certificate (followed by its CA) and
 // key for namespace ns: old's, when it is for ns and has more than
 // injectorRenewBefore left at now, else a new self-signed pair.
-func injectorCert(old *syncer.MemberPlacement, ns string, now time.Time) ([]byte, []byte, error) {
+func injectorCert(old *contract.MemberPlacement, ns string, now time.Time) ([]byte, []byte, error) {
 	if old != nil && old.Namespace == ns && len(old.InjectorKey) > 0 {
 		if block, _ := pem.Decode(old.InjectorCert); block != nil {
 			if c, err := x509.ParseCertificate(block.Bytes); err == nil && c.VerifyHostname(injectorHost(ns)) == nil && now.Add(injectorRenewBefore).Before(c.NotAfter) {
@@ -65,8 +64,8 @@ func injectorCert(old *syncer.MemberPlacement, ns string, now time.Time) ([]byte
 func applyInjector(ctx context.Context, m *memberConn, vc *nestv1.VirtualCluster, ns string, caBundle []byte) *grantFailure {
 	hook := admissionregistrationv1ac.MutatingWebhook().WithName(InjectorWebhookName).
 		WithClientConfig(admissionregistrationv1ac.WebhookClientConfig().WithCABundle(caBundle...).
-			WithService(admissionregistrationv1ac.ServiceReference().WithNamespace(ns).WithName(syncer.MemberInjectorService).
-				WithPath(syncer.InjectorPath).WithPort(443))).
+			WithService(admissionregistrationv1ac.ServiceReference().WithNamespace(ns).WithName(contract.MemberInjectorService).
+				WithPath(contract.InjectorPath).WithPort(443))).
 		WithRules(admissionregistrationv1ac.RuleWithOperations().WithOperations(admissionregistrationv1.Create).
 			WithAPIGroups("").WithAPIVersions("v1").WithResources("pods").WithScope(admissionregistrationv1.NamespacedScope)).
 		WithNamespaceSelector(metav1ac.LabelSelector().WithMatchLabels(map[string]string{corev1.LabelMetadataName: ns})).

@@ -23,7 +23,7 @@ import (
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/controller/membercluster"
-	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // fieldManager owns, in server-side apply, the fields Nest sets in members.
@@ -190,7 +190,7 @@ func ruleConfigs(rules []rbacv1.PolicyRule) []*rbacv1ac.PolicyRuleApplyConfigura
 // placement: the one in old while it has more than a fifth of its life
 // left, a new one from the TokenRequest API otherwise. It also returns when
 // to renew it.
-func (r *Reconciler) token(ctx context.Context, m *memberConn, sa *corev1.ServiceAccount, old *syncer.MemberPlacement) (string, time.Time, time.Time, *grantFailure) {
+func (r *Reconciler) token(ctx context.Context, m *memberConn, sa *corev1.ServiceAccount, old *contract.MemberPlacement) (string, time.Time, time.Time, *grantFailure) {
 	if renewAt, ok := reusableToken(old, sa.Namespace, m.config.Host, sa.UID, r.now()); ok {
 		return old.Token, old.TokenExpiry, renewAt, nil
 	}

@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
-	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 func vcOf(ns, name, uid string) *nestv1.VirtualCluster {
@@ -146,7 +146,7 @@ func TestSyncerRulesAreNamespacedAndNarrow(t *testing.T) {
 }
 
 func TestKeptWhileUnreachable(t *testing.T) {
-	last := syncer.MemberPlacement{Name: "gpu", Namespace: "nest-a-1", Token: "t", Nodes: 3}
+	last := contract.MemberPlacement{Name: "gpu", Namespace: "nest-a-1", Token: "t", Nodes: 3}
 	kept, ok := keptWhileUnreachable(nestv1.MemberGrantStatus{Name: "gpu", Reason: ReasonMemberUnreachable}, last)
 	if !ok || kept.Nodes != 0 || kept.Namespace != last.Namespace || kept.Token != "t" {
 		t.Errorf("an unreachable member: kept %+v, %v; want the last placement with no Ready node", kept, ok)
@@ -154,7 +154,7 @@ func TestKeptWhileUnreachable(t *testing.T) {
 	if _, ok := keptWhileUnreachable(nestv1.MemberGrantStatus{Name: "gpu", Reason: ReasonNotSelected}, last); ok {
 		t.Error("a member that no longer selects the VirtualCluster keeps its placement")
 	}
-	if _, ok := keptWhileUnreachable(nestv1.MemberGrantStatus{Name: "gpu", Reason: ReasonMemberUnreachable}, syncer.MemberPlacement{}); ok {
+	if _, ok := keptWhileUnreachable(nestv1.MemberGrantStatus{Name: "gpu", Reason: ReasonMemberUnreachable}, contract.MemberPlacement{}); ok {
 		t.Error("a placement is kept that was never made")
 	}
 }

@@ -7,7 +7,7 @@
 // grant, and a short-lived token of that service account, renewed at 80%
 // of its life. nest-syncer never sees the admin kubeconfig: it gets the
 // token, the member's address and CA, and what the member node offers,
-// in one host Secret (syncer.MembersSecret) in the tenant's host
+// in one host Secret (contract.MembersSecret) in the tenant's host
 // namespace. A grant removed from the spec, or the VirtualCluster deleted,
 // deletes the member namespace; a finalizer holds the VirtualCluster until
 // every one of them is gone.
@@ -38,7 +38,7 @@ import (
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/controlplane"
 	"github.com/nestdev/nest/internal/kube"
-	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // Finalizer holds a VirtualCluster that has or had grants until every
@@ -159,11 +159,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 type grantState struct {
 	vc *nestv1.VirtualCluster
 	// found are the placements of the members Secret as read, by member.
-	found map[string]syncer.MemberPlacement
+	found map[string]contract.MemberPlacement
 	// secretFound is whether the members Secret exists.
 	secretFound bool
 	// placements are those of the grants now Ready.
-	placements []syncer.MemberPlacement
+	placements []contract.MemberPlacement
 	// statuses are the status entries, by member: one per grant, and one
 	// per removed grant whose namespace is not gone yet.
 	statuses map[string]nestv1.MemberGrantStatus
@@ -188,8 +188,8 @@ func (r *Reconciler) readSecret(ctx context.Context, s *grantState) error {
 		return err
 	}
 	s.secretFound = true
-	s.found = map[string]syncer.MemberPlacement{}
-	p, perr := syncer.ParseMemberPlacements(secret.Data[syncer.MembersKey])
+	s.found = map[string]contract.MemberPlacement{}
+	p, perr := contract.ParseMemberPlacements(secret.Data[contract.MembersKey])
 	if perr != nil {
 		// It is rewritten whole below; every grant gets a new token.
 		ctrl.LoggerFrom(ctx).Info("Members Secret does not parse: rewriting it", "secret", klog.KObj(secret), "error", perr.Error())
@@ -227,9 +227,9 @@ func (r *Reconciler) setUpGrants(ctx context.Context, s *grantState) error {
 // member node then goes NotReady and its pods stay bound, as on a node that
 // lost its kubelet, instead of the node and its pods being deleted with the
 // placement. A grant failing for any other reason keeps nothing.
-func keptWhileUnreachable(st nestv1.MemberGrantStatus, last syncer.MemberPlacement) (syncer.MemberPlacement, bool) {
+func keptWhileUnreachable(st nestv1.MemberGrantStatus, last contract.MemberPlacement) (contract.MemberPlacement, bool) {
 	if st.Reason != ReasonMemberUnreachable || last.Name == "" {
-		return syncer.MemberPlacement{}, false
+		return contract.MemberPlacement{}, false
 	}
 	last.Nodes = 0
 	return last, true
@@ -237,7 +237,7 @@ func keptWhileUnreachable(st nestv1.MemberGrantStatus, last syncer.MemberPlaceme
 
 // setUpGrant sets one grant up and returns its status entry and, when it is
 // Ready, its placement and when its token is renewed.
-func (r *Reconciler) setUpGrant(ctx context.Context, s *grantState, g nestv1.MemberGrant) (nestv1.MemberGrantStatus, *syncer.MemberPlacement, time.Time, error) {
+func (r *Reconciler) setUpGrant(ctx context.Context, s *grantState, g nestv1.MemberGrant) (nestv1.MemberGrantStatus, *contract.MemberPlacement, time.Time, error) {
 	ns := NamespaceName(s.vc, g.Name)
 	mc := &nestv1.MemberCluster{}
 	if err := r.Get(ctx, client.ObjectKey{Name: g.Name}, mc); err != nil {
@@ -258,7 +258,7 @@ func (r *Reconciler) setUpGrant(ctx context.Context, s *grantState, g nestv1.Mem
 	if f != nil {
 		return grantStatus(g.Name, ns, alloc, f), nil, time.Time{}, nil
 	}
-	var old *syncer.MemberPlacement
+	var old *contract.MemberPlacement
 	if p, ok := s.found[g.Name]; ok {
 		old = &p
 	}
@@ -266,7 +266,7 @@ func (r *Reconciler) setUpGrant(ctx context.Context, s *grantState, g nestv1.Mem
 	if f != nil {
 		return grantStatus(g.Name, ns, alloc, f), nil, time.Time{}, nil
 	}
-	placement := &syncer.MemberPlacement{
+	placement := &contract.MemberPlacement{
 		Name: g.Name, Namespace: ns,
 		Server: m.config.Host, CAData: m.config.CAData, TLSServerName: m.config.ServerName,
 		Token: token, TokenExpiry: expiry.UTC(),
@@ -289,7 +289,7 @@ func (r *Reconciler) setUpGrant(ctx context.Context, s *grantState, g nestv1.Mem
 // setUpInjector registers the grant's network injector when the member has
 // a node-port address (its certificate goes into p), or removes it when it
 // has none, and records in st whether it works.
-func (r *Reconciler) setUpInjector(ctx context.Context, m *memberConn, vc *nestv1.VirtualCluster, p, old *syncer.MemberPlacement, st *nestv1.MemberGrantStatus) *grantFailure {
+func (r *Reconciler) setUpInjector(ctx context.Context, m *memberConn, vc *nestv1.VirtualCluster, p, old *contract.MemberPlacement, st *nestv1.MemberGrantStatus) *grantFailure {
 	if p.NodePortAddress == "" {
 		return deleteInjector(ctx, m, vc, p.Namespace)
 	}
@@ -400,7 +400,7 @@ func (r *Reconciler) writeSecret(ctx context.Context, s *grantState) error {
 	if len(s.vc.Spec.Members) == 0 {
 		return nil // releaseFinalizer deletes it once nothing is left.
 	}
-	data, err := syncer.MemberPlacements{Members: append([]syncer.MemberPlacement{}, s.placements...)}.Marshal()
+	data, err := contract.MemberPlacements{Members: append([]contract.MemberPlacement{}, s.placements...)}.Marshal()
 	if err != nil {
 		return fmt.Errorf("members Secret of %s: %w", klog.KObj(s.vc), err)
 	}

@@ -17,7 +17,7 @@ import (
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/controlplane"
-	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // secretLabels are the labels of the members Secret. The manager's cache
@@ -28,7 +28,7 @@ func secretLabels(vc *nestv1.VirtualCluster) map[string]string {
 }
 
 func secretKey(vc *nestv1.VirtualCluster) client.ObjectKey {
-	return client.ObjectKey{Namespace: vc.Namespace, Name: syncer.MembersSecret(vc.Name)}
+	return client.ObjectKey{Namespace: vc.Namespace, Name: contract.MembersSecret(vc.Name)}
 }
 
 // getSecret reads the members Secret of vc, or nil when there is none.
@@ -43,7 +43,7 @@ func (r *Reconciler) getSecret(ctx context.Context, vc *nestv1.VirtualCluster) (
 	return secret, nil
 }
 
-// putSecret writes data under syncer.MembersKey of the members Secret,
+// putSecret writes data under contract.MembersKey of the members Secret,
 // owned by vc (not as its controller: the VirtualCluster controller does
 // not manage it) so it goes with the VirtualCluster. It writes nothing
 // when the Secret already says so.
@@ -57,7 +57,7 @@ func (r *Reconciler) putSecret(ctx context.Context, vc *nestv1.VirtualCluster, d
 		secret = &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Labels: secretLabels(vc)},
 			Type:       corev1.SecretTypeOpaque,
-			Data:       map[string][]byte{syncer.MembersKey: data},
+			Data:       map[string][]byte{contract.MembersKey: data},
 		}
 		if err := controllerutil.SetOwnerReference(vc, secret, r.Scheme()); err != nil {
 			return fmt.Errorf("members Secret %s: %w", klog.KObj(secret), err)
@@ -75,12 +75,12 @@ func (r *Reconciler) putSecret(ctx context.Context, vc *nestv1.VirtualCluster, d
 	if err := controllerutil.SetOwnerReference(vc, secret, r.Scheme()); err != nil {
 		return fmt.Errorf("members Secret %s: %w", klog.KObj(secret), err)
 	}
-	if bytes.Equal(secret.Data[syncer.MembersKey], data) && len(secret.Data) == 1 &&
+	if bytes.Equal(secret.Data[contract.MembersKey], data) && len(secret.Data) == 1 &&
 		maps.Equal(before.Labels, secret.Labels) && equality.Semantic.DeepEqual(before.OwnerReferences, secret.OwnerReferences) {
 		return nil
 	}
 	// Only our key: nothing else belongs in it.
-	secret.Data = map[string][]byte{syncer.MembersKey: data}
+	secret.Data = map[string][]byte{contract.MembersKey: data}
 	if err := r.Update(ctx, secret); err != nil {
 		return fmt.Errorf("update members Secret %s: %w", klog.KObj(secret), err)
 	}
@@ -89,7 +89,7 @@ func (r *Reconciler) putSecret(ctx context.Context, vc *nestv1.VirtualCluster, d
 
 // deleteSecret deletes the members Secret of vc.
 func (r *Reconciler) deleteSecret(ctx context.Context, vc *nestv1.VirtualCluster) error {
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: vc.Namespace, Name: syncer.MembersSecret(vc.Name)}}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: vc.Namespace, Name: contract.MembersSecret(vc.Name)}}
 	if err := r.Delete(ctx, secret); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("delete members Secret %s: %w", klog.KObj(secret), err)
 	}
@@ -103,7 +103,7 @@ func secretKind() client.Object { return &corev1.Secret{} }
 func secretOwner(_ context.Context, obj client.Object) []reconcile.Request {
 	l := obj.GetLabels()
 	vc := l[controlplane.LabelVirtualCluster]
-	if l[LabelManagedBy] != ManagedByValue || vc == "" || obj.GetName() != syncer.MembersSecret(vc) {
+	if l[LabelManagedBy] != ManagedByValue || vc == "" || obj.GetName() != contract.MembersSecret(vc) {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: obj.GetNamespace(), Name: vc}}}

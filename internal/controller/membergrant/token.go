@@ -10,7 +10,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // renewFraction of a token's life passes before it is replaced, as the
@@ -64,7 +64,7 @@ func renewTime(iat, exp time.Time) time.Time {
 // account saUID in namespace on server, and when to replace it. A token of
 // a service account that was deleted and made again (another UID) no
 // longer authenticates, so it is not kept.
-func reusableToken(old *syncer.MemberPlacement, namespace, server string, saUID types.UID, now time.Time) (renewAt time.Time, ok bool) {
+func reusableToken(old *contract.MemberPlacement, namespace, server string, saUID types.UID, now time.Time) (renewAt time.Time, ok bool) {
 	if old == nil || old.Token == "" || old.Namespace != namespace || old.Server != server {
 		return time.Time{}, false
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // fakeToken is a JWT with the claims a member's TokenRequest API gives
@@ -26,16 +26,16 @@ func TestReusableToken(t *testing.T) {
 	iat := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	exp := iat.Add(time.Hour)
 	renew := iat.Add(48 * time.Minute)
-	good := &syncer.MemberPlacement{Name: "gpu", Namespace: "nest-ml-x", Server: "https://m:6443", TokenExpiry: exp,
+	good := &contract.MemberPlacement{Name: "gpu", Namespace: "nest-ml-x", Server: "https://m:6443", TokenExpiry: exp,
 		Token: fakeToken(t, iat, exp, "nest-ml-x", SyncerServiceAccount, "uid-1")}
-	with := func(change func(p *syncer.MemberPlacement)) *syncer.MemberPlacement {
+	with := func(change func(p *contract.MemberPlacement)) *contract.MemberPlacement {
 		p := *good
 		change(&p)
 		return &p
 	}
 	for _, tt := range []struct {
 		name string
-		old  *syncer.MemberPlacement
+		old  *contract.MemberPlacement
 		now  time.Time
 		ok   bool
 	}{
@@ -44,15 +44,15 @@ func TestReusableToken(t *testing.T) {
 		{"at 80%", good, renew, false},
 		{"expired", good, exp.Add(time.Minute), false},
 		{"none", nil, iat, false},
-		{"another namespace", with(func(p *syncer.MemberPlacement) { p.Namespace = "nest-ml-y" }), iat, false},
-		{"another server", with(func(p *syncer.MemberPlacement) { p.Server = "https://other:6443" }), iat, false},
-		{"service account made again", with(func(p *syncer.MemberPlacement) {
+		{"another namespace", with(func(p *contract.MemberPlacement) { p.Namespace = "nest-ml-y" }), iat, false},
+		{"another server", with(func(p *contract.MemberPlacement) { p.Server = "https://other:6443" }), iat, false},
+		{"service account made again", with(func(p *contract.MemberPlacement) {
 			p.Token = fakeToken(t, iat, exp, "nest-ml-x", SyncerServiceAccount, "uid-0")
 		}), iat, false},
-		{"another service account", with(func(p *syncer.MemberPlacement) {
+		{"another service account", with(func(p *contract.MemberPlacement) {
 			p.Token = fakeToken(t, iat, exp, "nest-ml-x", "default", "uid-1")
 		}), iat, false},
-		{"not a JWT", with(func(p *syncer.MemberPlacement) { p.Token = "opaque" }), iat, false},
+		{"not a JWT", with(func(p *contract.MemberPlacement) { p.Token = "opaque" }), iat, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			renewAt, ok := reusableToken(tt.old, "nest-ml-x", "https://m:6443", "uid-1", tt.now)

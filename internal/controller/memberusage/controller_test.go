@@ -20,7 +20,6 @@ import (
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/controller/membergrant"
 	"github.com/nestdev/nest/internal/controlplane"
-	"github.com/nestdev/nest/internal/syncer"
 	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
@@ -62,16 +61,16 @@ func setUp(t *testing.T, name, token string) grant {
 		must(t, err)
 		token = tr.Status.Token
 	}
-	data, err := syncer.MemberPlacements{Members: []syncer.MemberPlacement{{
+	data, err := contract.MemberPlacements{Members: []contract.MemberPlacement{{
 		Name: memberName, Namespace: g.namespace, Server: memberConfig.Host, CAData: memberConfig.CAData,
 		Token: token, TokenExpiry: time.Now().Add(time.Hour).UTC(),
 		APIServerAddress: "10.20.0.5:6443", DNSAddress: "10.20.0.10",
 	}}}.Marshal()
 	must(t, err)
 	must(t, host.Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: name, Name: syncer.MembersSecret(name), Labels: map[string]string{
+		ObjectMeta: metav1.ObjectMeta{Namespace: name, Name: contract.MembersSecret(name), Labels: map[string]string{
 			membergrant.LabelManagedBy: membergrant.ManagedByValue, controlplane.LabelVirtualCluster: name}},
-		Data: map[string][]byte{syncer.MembersKey: data},
+		Data: map[string][]byte{contract.MembersKey: data},
 	}))
 	return g
 }

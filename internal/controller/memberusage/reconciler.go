@@ -39,7 +39,7 @@ import (
 	"github.com/nestdev/nest/internal/controller/membergrant"
 	"github.com/nestdev/nest/internal/controlplane"
 	"github.com/nestdev/nest/internal/kube"
-	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // RecordsKey is the key of the usage ConfigMap's data: a Book, as JSON.
@@ -93,7 +93,7 @@ type usageState struct {
 	vc  *nestv1.VirtualCluster
 	now time.Time
 	// placements are the Ready grants of the members Secret.
-	placements []syncer.MemberPlacement
+	placements []contract.MemberPlacement
 	// cm is the usage ConfigMap as read; nil when there is none.
 	cm *corev1.ConfigMap
 	// before is the book as read, after the book to write.
@@ -150,14 +150,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 // not parse lists nothing: the grant controller rewrites it.
 func (r *Reconciler) readSecret(ctx context.Context, s *usageState) error {
 	secret := &corev1.Secret{}
-	key := client.ObjectKey{Namespace: s.vc.Namespace, Name: syncer.MembersSecret(s.vc.Name)}
+	key := client.ObjectKey{Namespace: s.vc.Namespace, Name: contract.MembersSecret(s.vc.Name)}
 	switch err := r.APIReader.Get(ctx, key, secret); {
 	case apierrors.IsNotFound(err):
 		return nil
 	case err != nil:
 		return fmt.Errorf("get members Secret %s: %w", key, err)
 	}
-	p, err := syncer.ParseMemberPlacements(secret.Data[syncer.MembersKey])
+	p, err := contract.ParseMemberPlacements(secret.Data[contract.MembersKey])
 	if err != nil {
 		ctrl.LoggerFrom(ctx).Info("Members Secret does not parse: no member pods listed until the grant controller rewrites it",
 			"secret", klog.KObj(secret), "error", err.Error())
@@ -210,7 +210,7 @@ func (r *Reconciler) listPods(ctx context.Context, s *usageState) error {
 
 // memberPods lists the pods of p's namespace with p's token, CA and server
 // name: nest-syncer's credential, which reaches that namespace only.
-func (r *Reconciler) memberPods(ctx context.Context, p syncer.MemberPlacement) ([]corev1.Pod, error) {
+func (r *Reconciler) memberPods(ctx context.Context, p contract.MemberPlacement) ([]corev1.Pod, error) {
 	cs, err := kubernetes.NewForConfig(placementConfig(p, r.requestTimeout()))
 	if err != nil {
 		return nil, fmt.Errorf("member %s: server %q of the members Secret: %w", p.Name, p.Server, err)
@@ -228,7 +228,7 @@ func (r *Reconciler) memberPods(ctx context.Context, p syncer.MemberPlacement) (
 
 // placementConfig is a client config from a placement of the members
 // Secret.
-func placementConfig(p syncer.MemberPlacement, timeout time.Duration) *rest.Config {
+func placementConfig(p contract.MemberPlacement, timeout time.Duration) *rest.Config {
 	return &rest.Config{
 		Host:            p.Server,
 		BearerToken:     p.Token,
@@ -334,7 +334,7 @@ func (r *Reconciler) requestTimeout() time.Duration {
 func secretOwner(_ context.Context, obj client.Object) []reconcile.Request {
 	l := obj.GetLabels()
 	vc := l[controlplane.LabelVirtualCluster]
-	if l[membergrant.LabelManagedBy] != membergrant.ManagedByValue || vc == "" || obj.GetName() != syncer.MembersSecret(vc) {
+	if l[membergrant.LabelManagedBy] != membergrant.ManagedByValue || vc == "" || obj.GetName() != contract.MembersSecret(vc) {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: obj.GetNamespace(), Name: vc}}}

@@ -13,7 +13,7 @@ import (
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/agent"
-	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // statusAgent answers Status with a pod CIDR; nothing else is called.
@@ -83,8 +83,8 @@ func TestRangeInUse(t *testing.T) {
 		Status:     nestv1.GlobalNodeStatus{VirtualCluster: "vc-a/a", Phase: nestv1.NodePhaseReturning, PodCIDR: "10.244.1.0/24"},
 	}
 	configMap := func(cidrs string) *corev1.ConfigMap {
-		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: syncer.DedicatedNodesConfigMap("a"), Namespace: "vc-a"},
-			Data: map[string]string{syncer.DedicatedPodCIDRsKey: cidrs}}
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: contract.DedicatedNodesConfigMap("a"), Namespace: "vc-a"},
+			Data: map[string]string{contract.DedicatedPodCIDRsKey: cidrs}}
 	}
 	slice := func(manager, ip string) *discoveryv1.EndpointSlice {
 		return &discoveryv1.EndpointSlice{
@@ -99,8 +99,8 @@ func TestRangeInUse(t *testing.T) {
 		want    string
 	}{
 		{"the ConfigMap still lists it", []runtime.Object{configMap("10.244.1.0/24\n10.244.3.0/24")}, "ConfigMap a-dedicated-nodes"},
-		{"a syncer slice still names an address in it", []runtime.Object{configMap("10.244.3.0/24"), slice(syncer.EndpointSliceManager, "10.244.1.7")}, "host EndpointSlice s-nest-syncer.nest.dev"},
-		{"withdrawn everywhere", []runtime.Object{configMap(""), slice(syncer.EndpointSliceManager, "10.244.3.7"), slice("endpointslice-controller.k8s.io", "10.244.1.7")}, ""},
+		{"a syncer slice still names an address in it", []runtime.Object{configMap("10.244.3.0/24"), slice(contract.EndpointSliceManager, "10.244.1.7")}, "host EndpointSlice s-nest-syncer.nest.dev"},
+		{"withdrawn everywhere", []runtime.Object{configMap(""), slice(contract.EndpointSliceManager, "10.244.3.7"), slice("endpointslice-controller.k8s.io", "10.244.1.7")}, ""},
 		{"the holder's namespace is gone", nil, ""},
 	}
 	for _, tt := range tests {

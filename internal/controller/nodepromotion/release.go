@@ -17,7 +17,7 @@ import (
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/addons"
 	"github.com/nestdev/nest/internal/agent"
-	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // uncordonHost gives back a node that was still draining in the host.
@@ -165,16 +165,16 @@ func (r *Reconciler) rangeInUse(ctx context.Context, gn *nestv1.GlobalNode) (str
 	if err != nil {
 		return "", nil
 	}
-	cm, err := r.HostClient.CoreV1().ConfigMaps(key.Namespace).Get(ctx, syncer.DedicatedNodesConfigMap(key.Name), metav1.GetOptions{})
+	cm, err := r.HostClient.CoreV1().ConfigMaps(key.Namespace).Get(ctx, contract.DedicatedNodesConfigMap(key.Name), metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 	case err != nil:
 		return "", fmt.Errorf("read the dedicated pod CIDRs of %s: %w", key, err)
-	case slices.Contains(syncer.ParsePodCIDRs(cm.Data[syncer.DedicatedPodCIDRsKey]), cidr.Masked()):
+	case slices.Contains(contract.ParsePodCIDRs(cm.Data[contract.DedicatedPodCIDRsKey]), cidr.Masked()):
 		return fmt.Sprintf("waiting for %s to stop admitting the node's pod CIDR %s (ConfigMap %s)", key, cidr, cm.Name), nil
 	}
 	hostSlices, err := r.HostClient.DiscoveryV1().EndpointSlices(key.Namespace).List(ctx, metav1.ListOptions{
-		LabelSelector: discoveryv1.LabelManagedBy + "=" + syncer.EndpointSliceManager,
+		LabelSelector: discoveryv1.LabelManagedBy + "=" + contract.EndpointSliceManager,
 	})
 	if err != nil {
 		return "", fmt.Errorf("list nest-syncer's host EndpointSlices of %s: %w", key, err)

@@ -16,7 +16,7 @@ import (
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/agent"
 	"github.com/nestdev/nest/internal/controlplane"
-	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // Tenants reaches the tenant cluster of a VirtualCluster.
@@ -96,14 +96,14 @@ func (a APITenants) For(ctx context.Context, key types.NamespacedName) (*Tenant,
 // ClusterIP virtual-node pods use may not route there. nest-syncer keeps the
 // Service (syncer.ClusterDNSService); until it has, no node can join.
 func clusterDNS(ctx context.Context, cs kubernetes.Interface) ([]string, error) {
-	svc, err := cs.CoreV1().Services(syncer.ClusterDNSNamespace).Get(ctx, syncer.ClusterDNSName, metav1.GetOptions{})
+	svc, err := cs.CoreV1().Services(contract.ClusterDNSNamespace).Get(ctx, contract.ClusterDNSName, metav1.GetOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("the tenant's cluster DNS Service %s/%s, whose address nodes give their pods: %w", syncer.ClusterDNSNamespace, syncer.ClusterDNSName, err)
+		return nil, fmt.Errorf("the tenant's cluster DNS Service %s/%s, whose address nodes give their pods: %w", contract.ClusterDNSNamespace, contract.ClusterDNSName, err)
 	}
 	if ip := svc.Spec.ClusterIP; ip != "" && ip != corev1.ClusterIPNone {
 		return []string{ip}, nil
 	}
-	return nil, fmt.Errorf("the tenant's cluster DNS Service %s/%s has no ClusterIP, which nodes give their pods as their DNS server", syncer.ClusterDNSNamespace, syncer.ClusterDNSName)
+	return nil, fmt.Errorf("the tenant's cluster DNS Service %s/%s has no ClusterIP, which nodes give their pods as their DNS server", contract.ClusterDNSNamespace, contract.ClusterDNSName)
 }
 
 // nodesReachable checks that nodes can reach vc's API server: they are
