@@ -34,7 +34,7 @@ import (
 	"github.com/nestdev/nest/internal/controlplane"
 	"github.com/nestdev/nest/internal/images"
 	"github.com/nestdev/nest/internal/kube"
-	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // namespaceFile is where a pod finds its own namespace.
@@ -65,7 +65,7 @@ func allowListFlag(name, usage string, dst *[]string) {
 		def = "none"
 	}
 	flag.Func(name, usage+" (default "+def+")", func(s string) error {
-		l, err := syncer.ParseAllowList(s)
+		l, err := contract.ParseAllowList(s)
 		*dst = l
 		return err
 	})
@@ -98,11 +98,11 @@ func main() {
 	cidrsFlag("host-node-cidrs", "comma-separated CIDRs holding the host nodes' IPs, such as 192.0.2.0/24: tenant pods cannot reach them, and the kubelets' probes and NodePort traffic from them reach tenant API servers",
 		&cp.HostNetwork.NodeCIDRs)
 	flag.StringVar(&cp.ManagerNamespace, "manager-namespace", ownNamespace(), "namespace of nest-manager, whose pods may reach tenant API servers")
-	cp.HostMetadata = syncer.MetadataAllowList{Labels: slices.Clone(syncer.DefaultHostLabels), Annotations: slices.Clone(syncer.DefaultHostAnnotations)}
+	cp.HostMetadata = contract.MetadataAllowList{Labels: slices.Clone(contract.DefaultHostLabels), Annotations: slices.Clone(contract.DefaultHostAnnotations)}
 	allowListFlag("host-label-allowlist", "comma-separated tenant pod label keys copied to host pods for VirtualClusters that set no spec.virtualNode.hostMetadata.labels: whole keys or prefixes ending in *; empty copies none", &cp.HostMetadata.Labels)
 	allowListFlag("host-annotation-allowlist", "comma-separated tenant pod annotation keys copied to host pods for VirtualClusters that set no spec.virtualNode.hostMetadata.annotations, as for --host-label-allowlist", &cp.HostMetadata.Annotations)
 	flag.Func("image-registry-denylist", "comma-separated registries no tenant image may come from: host, host:port, *.domain, or CIDRs for registries written as addresses; the host's own ranges, loopback, link-local and localhost are always denied", func(s string) error {
-		l, err := syncer.ParseRegistryList(s)
+		l, err := contract.ParseRegistryList(s)
 		cp.ImageRegistryDenylist = l
 		return err
 	})

@@ -10,7 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/vcops"
 )
 
@@ -78,6 +78,6 @@ func setGrant(cmd *cobra.Command, host *hostFlags, key types.NamespacedName, mem
 		fmt.Fprintf(cmd.OutOrStdout(), "virtualcluster/%s: grant on member cluster %s removed\n", key.Name, member)
 		return nil
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "virtualcluster/%s: grant on member cluster %s is %s\n", key.Name, member, syncer.FormatResourceList(res))
+	fmt.Fprintf(cmd.OutOrStdout(), "virtualcluster/%s: grant on member cluster %s is %s\n", key.Name, member, contract.FormatResourceList(res))
 	return nil
 }

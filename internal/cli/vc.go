@@ -25,7 +25,7 @@ import (
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/controller/virtualcluster"
 	"github.com/nestdev/nest/internal/controlplane"
-	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/vcops"
 )
 
@@ -152,8 +152,8 @@ func (f *shareFlags) spec() (nestv1.VirtualClusterSpec, error) {
 	}
 	spec.VirtualNode.PodSecurityLevel = nestv1.PodSecurityLevel(f.podSecurity)
 	if f.virtualNodes != 0 {
-		if f.virtualNodes < 1 || f.virtualNodes > syncer.MaxVirtualNodes {
-			return spec, fmt.Errorf("--virtual-nodes %d: want 1 to %d", f.virtualNodes, syncer.MaxVirtualNodes)
+		if f.virtualNodes < 1 || f.virtualNodes > contract.MaxVirtualNodes {
+			return spec, fmt.Errorf("--virtual-nodes %d: want 1 to %d", f.virtualNodes, contract.MaxVirtualNodes)
 		}
 		spec.VirtualNode.Count = ptr.To(int32(f.virtualNodes))
 	}

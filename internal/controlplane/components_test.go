@@ -14,7 +14,7 @@ import (
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/components"
 	"github.com/nestdev/nest/internal/pki"
-	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // The tenant's command lines are the shared ones (package components), with
@@ -111,8 +111,8 @@ func TestTenantIdentitiesAreTheSharedOnes(t *testing.T) {
 			t.Errorf("%s: subject %s, want %s in %v", file, cert.Subject.CommonName, want.CommonName, want.Organizations)
 		}
 	}
-	if syncer.KubeletClientName != components.KubeletClientUser {
-		t.Errorf("nest-syncer admits %q, the API server presents %q", syncer.KubeletClientName, components.KubeletClientUser)
+	if contract.KubeletClientName != components.KubeletClientUser {
+		t.Errorf("nest-syncer admits %q, the API server presents %q", contract.KubeletClientName, components.KubeletClientUser)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/nestdev/nest/internal/images"
 	"github.com/nestdev/nest/internal/pki"
 	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // kubeletAPIAccepts reports whether the virtual node's kubelet API, trusting
@@ -32,7 +33,7 @@ func kubeletAPIAccepts(t *testing.T, data map[string][]byte, clientCA string, ce
 		t.Fatal(err)
 	}
 	_, err = cert.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
-	return err == nil && cert.Subject.CommonName == syncer.KubeletClientName
+	return err == nil && cert.Subject.CommonName == contract.KubeletClientName
 }
 
 func syncerFlag(t *testing.T, pod corev1.PodSpec, flag string) string {
@@ -83,7 +84,7 @@ func TestVirtualNodeTrustsOnlyTheKubeletClientCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	minted, err := tenantSigner.Issue(pki.CertSpec{CommonName: syncer.KubeletClientName, Organizations: []string{"system:masters"}, Usage: pki.ClientAuth})
+	minted, err := tenantSigner.Issue(pki.CertSpec{CommonName: contract.KubeletClientName, Organizations: []string{"system:masters"}, Usage: pki.ClientAuth})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +107,7 @@ func TestReconcilePKIAddsKubeletClientCA(t *testing.T) {
 	delete(old, KubeletClientCACert)
 	delete(old, KubeletClientCAKey)
 	ca, _ := pki.LoadCA(pki.KeyPair{CertPEM: old[CACert], KeyPEM: old[CAKey]})
-	legacy, _ := ca.Issue(pki.CertSpec{CommonName: syncer.KubeletClientName, Organizations: []string{"system:masters"}, Usage: pki.ClientAuth})
+	legacy, _ := ca.Issue(pki.CertSpec{CommonName: contract.KubeletClientName, Organizations: []string{"system:masters"}, Usage: pki.ClientAuth})
 	old[KubeletClientCert], old[KubeletClientKey] = legacy.CertPEM, legacy.KeyPEM
 
 	migrated, changed, err := ReconcilePKI(old, names, endpoints())
@@ -220,7 +221,7 @@ func TestNamespaceHolder(t *testing.T) {
 }
 
 func TestHostMetadataAndDefaults(t *testing.T) {
-	defaults := Options{HostMetadata: syncer.MetadataAllowList{Labels: []string{"app"}, Annotations: []string{"example.com/*"}}}
+	defaults := Options{HostMetadata: contract.MetadataAllowList{Labels: []string{"app"}, Annotations: []string{"example.com/*"}}}
 	tests := []struct {
 		name                string
 		meta                *nestv1.HostMetadataSpec

@@ -19,6 +19,7 @@ import (
 	"github.com/nestdev/nest/internal/etcdmember"
 	"github.com/nestdev/nest/internal/images"
 	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // Options are the operator-wide settings the builders need.
@@ -38,7 +39,7 @@ type Options struct {
 	// HostMetadata is the allow-list of tenant label and annotation keys
 	// copied to host pods when a VirtualCluster names none
 	// (spec.virtualNode.hostMetadata unset).
-	HostMetadata syncer.MetadataAllowList
+	HostMetadata contract.MetadataAllowList
 	// NodeNetwork says the node network agent runs on the host nodes:
 	// hostNetwork tenant pods then get the virtual node's address and host
 	// ports (syncer.Translator.NodeNetwork).
@@ -48,7 +49,7 @@ type Options struct {
 	// against them (StorageClassesFor).
 	HostStorageClasses []storagev1.StorageClass
 	// ImageRegistryDenylist are registries no tenant image may come from,
-	// besides the host's own ranges (syncer.ImagePolicy.Denied entries).
+	// besides the host's own ranges (contract.ImagePolicy.Denied entries).
 	ImageRegistryDenylist []string
 	// AlwaysPullImages makes host pods pull every tenant image, for host
 	// kubelets that do not check pull credentials of cached images

@@ -9,7 +9,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
-	"github.com/nestdev/nest/internal/syncer/kinds/persistentvolumeclaim"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // Defaults of spec.virtualNode.storage.
@@ -26,7 +26,7 @@ const defaultClassAnnotation = "storageclass.kubernetes.io/is-default-class"
 // host's default class as the tenant's default. missing lists the entries
 // that name no host class, as "spec.virtualNode.storage.classes[i]: ...",
 // for the VirtualCluster's events; those are left out.
-func StorageClassesFor(vc *nestv1.VirtualCluster, host []storagev1.StorageClass) (classes []persistentvolumeclaim.StorageClass, missing []string) {
+func StorageClassesFor(vc *nestv1.VirtualCluster, host []storagev1.StorageClass) (classes []contract.StorageClass, missing []string) {
 	find := func(name string) *storagev1.StorageClass {
 		for i := range host {
 			if host[i].Name == name {
@@ -54,7 +54,7 @@ func StorageClassesFor(vc *nestv1.VirtualCluster, host []storagev1.StorageClass)
 		if name == "" {
 			name = m.HostName
 		}
-		classes = append(classes, persistentvolumeclaim.StorageClass{
+		classes = append(classes, contract.StorageClass{
 			Name: name, HostName: h.Name, Default: m.Default,
 			ReclaimPolicy:        ptr.Deref(h.ReclaimPolicy, corev1.PersistentVolumeReclaimDelete),
 			VolumeBindingMode:    ptr.Deref(h.VolumeBindingMode, storagev1.VolumeBindingImmediate),

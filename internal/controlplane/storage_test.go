@@ -10,7 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
-	"github.com/nestdev/nest/internal/syncer/kinds/persistentvolumeclaim"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 func TestStorageClassesFor(t *testing.T) {
@@ -19,7 +19,7 @@ func TestStorageClassesFor(t *testing.T) {
 		{ObjectMeta: metav1.ObjectMeta{Name: "standard", Annotations: map[string]string{defaultClassAnnotation: "true"}},
 			VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer), AllowVolumeExpansion: ptr.To(true)},
 	}
-	names := func(cs []persistentvolumeclaim.StorageClass) []string {
+	names := func(cs []contract.StorageClass) []string {
 		var out []string
 		for _, c := range cs {
 			out = append(out, c.Name+"="+c.HostName)

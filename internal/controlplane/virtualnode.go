@@ -133,9 +133,9 @@ type ServiceIPs struct {
 	DNS string
 }
 
-func syncerOptions(vc *nestv1.VirtualCluster, opts Options, ips ServiceIPs) syncer.Options {
-	o := syncer.Options{
-		Translator: syncer.Translator{
+func syncerOptions(vc *nestv1.VirtualCluster, opts Options, ips ServiceIPs) contract.Flags {
+	o := contract.Flags{
+		Translation: contract.Translation{
 			VirtualCluster: vc.Name, HostNamespace: vc.Namespace, ClusterDomain: ClusterDomain(vc),
 			APIServerHost: ips.DNS, APIServerPort: KubernetesServicePort, DNSServer: ips.DNS,
 			NodeName: VirtualNodeName, PriorityClassName: TenantPriorityClass,
@@ -145,8 +145,8 @@ func syncerOptions(vc *nestv1.VirtualCluster, opts Options, ips ServiceIPs) sync
 			HelperImage: opts.SyncerImage, HelperImagePullPolicy: opts.ImagePullPolicy,
 			ConfinePrivileged:     vc.Spec.VirtualNode.PrivilegedContainers == nestv1.PrivilegedContainersConfine,
 			NodeNetwork:           opts.NodeNetwork,
-			MaxGracePeriodSeconds: ptr.Deref(vc.Spec.VirtualNode.MaxTerminationGracePeriodSeconds, syncer.DefaultMaxGracePeriodSeconds),
-			Images:                syncer.ImagePolicy{Allowed: slices.Clone(vc.Spec.VirtualNode.ImageRegistries), Denied: imageDenylist(opts)},
+			MaxGracePeriodSeconds: ptr.Deref(vc.Spec.VirtualNode.MaxTerminationGracePeriodSeconds, contract.DefaultMaxGracePeriodSeconds),
+			Images:                contract.ImagePolicy{Allowed: slices.Clone(vc.Spec.VirtualNode.ImageRegistries), Denied: imageDenylist(opts)},
 			AlwaysPullImages:      opts.AlwaysPullImages,
 		},
 		// The kubelet substitutes the pod IP: the virtual node's address.
@@ -171,12 +171,12 @@ func syncerOptions(vc *nestv1.VirtualCluster, opts Options, ips ServiceIPs) sync
 		o.Identity = "$(POD_NAME)"
 	}
 	if d := vc.Spec.VirtualNode.NodeDisk; d != nil {
-		o.NodeDisk = &syncer.NodeDisk{Size: d.Size, StorageClassName: ptr.Deref(d.StorageClassName, "")}
+		o.NodeDisk = &contract.NodeDisk{Size: d.Size, StorageClassName: ptr.Deref(d.StorageClassName, "")}
 	}
 	if d := vc.Spec.VirtualNode.TokenMaxAge; d != nil {
 		o.TokenMaxAge = d.Duration
 	} else {
-		o.TokenMaxAge = syncer.DefaultTokenMaxAge
+		o.TokenMaxAge = contract.DefaultTokenMaxAge
 	}
 	return o
 }
@@ -198,8 +198,8 @@ func imageDenylist(o Options) []string {
 
 // hostMetadata is spec.virtualNode.hostMetadata, each unset list taking the
 // manager's default.
-func hostMetadata(vc *nestv1.VirtualCluster, o Options) syncer.MetadataAllowList {
-	out := syncer.MetadataAllowList{Labels: slices.Clone(o.HostMetadata.Labels), Annotations: slices.Clone(o.HostMetadata.Annotations)}
+func hostMetadata(vc *nestv1.VirtualCluster, o Options) contract.MetadataAllowList {
+	out := contract.MetadataAllowList{Labels: slices.Clone(o.HostMetadata.Labels), Annotations: slices.Clone(o.HostMetadata.Annotations)}
 	if m := vc.Spec.VirtualNode.HostMetadata; m != nil {
 		if m.Labels != nil {
 			out.Labels = slices.Clone(m.Labels)
@@ -222,7 +222,7 @@ func syncerContainer(vc *nestv1.VirtualCluster, o Options, ips ServiceIPs) corev
 	// Liveness only, no startup or readiness probe: the pod's readiness gates
 	// the tenant API server's Service, and the syncer must never cut tenants
 	// off their API, even while it waits for it.
-	c.LivenessProbe = loopbackProbe(syncer.DefaultHealthPort, "/healthz", 10, 6)
+	c.LivenessProbe = loopbackProbe(contract.DefaultHealthPort, "/healthz", 10, 6)
 	return c
 }
 

@@ -230,7 +230,7 @@ func (s *syncer) registerClusterDNS(c *kinds.Context) (kinds.Registration, error
 	if s.o.NodeIP == "" {
 		return kinds.Registration{}, nil
 	}
-	dns := &clusterDNSSyncer{tr: s.o.Translator, podIP: s.o.NodeIP, tenant: c.Tenant,
+	dns := &clusterDNSSyncer{tr: s.o.translator(), podIP: s.o.NodeIP, tenant: c.Tenant,
 		services: s.serviceSync.tenantServices, slices: s.serviceSync.tenantSlices}
 	s.clusterDNS = kindsync.New("clusterdns", 1, dns.sync, func() []string { return []string{clusterDNSKey} })
 	changed := onEvery(func(obj metav1.Object) {

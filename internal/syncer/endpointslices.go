@@ -342,7 +342,7 @@ func (s *syncer) registerEndpointSlices(c *kinds.Context) (kinds.Registration, e
 	dedicatedConfigMaps := s.dedicatedF.Core().V1().ConfigMaps().Lister().ConfigMaps(s.o.HostNamespace)
 	ss := s.serviceSync
 	s.endpointSlices = &endpointSliceSyncer{
-		tr: s.o.Translator, host: c.Host, recorder: c.Recorder,
+		tr: s.o.translator(), host: c.Host, recorder: c.Recorder,
 		tenantServices: ss.tenantServices, tenantSlices: ss.tenantSlices, hostServices: ss.hostServices,
 		hostSlices: c.HostInformers.Discovery().V1().EndpointSlices().Lister().EndpointSlices(s.o.HostNamespace),
 		hostPods:   s.provider.hostPods,

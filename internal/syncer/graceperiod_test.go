@@ -29,7 +29,7 @@ func TestTranslatePodCutsTheGracePeriod(t *testing.T) {
 		{name: "unset stays unset (the API's 30 s)"},
 		{name: "within the bound", asked: ptr.To[int64](30), want: ptr.To[int64](30)},
 		{name: "zero", asked: ptr.To[int64](0), want: ptr.To[int64](0)},
-		{name: "a year", asked: &year, want: ptr.To(DefaultMaxGracePeriodSeconds), warning: true},
+		{name: "a year", asked: &year, want: ptr.To(contract.DefaultMaxGracePeriodSeconds), warning: true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			p := tenantPod()
@@ -73,7 +73,7 @@ func TestDeletePodGracePeriod(t *testing.T) {
 		tenant []runtime.Object
 		want   int64
 	}{
-		{name: "graceful, a year asked", tenant: []runtime.Object{deleting}, want: DefaultMaxGracePeriodSeconds},
+		{name: "graceful, a year asked", tenant: []runtime.Object{deleting}, want: contract.DefaultMaxGracePeriodSeconds},
 		{name: "force-deleted: gone from the tenant API", want: ForcedGracePeriodSeconds},
 		{name: "a zero grace period while still listed", tenant: []runtime.Object{zeroGrace}, want: ForcedGracePeriodSeconds},
 	} {
@@ -126,7 +126,7 @@ func TestOrphanSyncerShortensTheDeletionOfAForceDeletedPod(t *testing.T) {
 // A tenant claim in a namespace named node-disk has the host name of a
 // virtual node's disk: it is never taken as the disk, nor deleted as one.
 func TestATenantClaimIsNeverTheNodeDisk(t *testing.T) {
-	name := NodeDiskClaim(tr.VirtualCluster, tr.NodeName)
+	name := contract.NodeDiskClaim(tr.VirtualCluster, tr.NodeName)
 	squatter := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tr.HostNamespace,
 		Labels: contract.HostLabels(tr.VirtualCluster, "node-disk"), Annotations: contract.HostAnnotations("node-disk", tr.NodeName, "uid-x")}}
 	p, client := newProvider(t, nil, []runtime.Object{squatter})

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/nestdev/nest/internal/syncer/kinds/configmap"
@@ -104,4 +105,18 @@ func countActions(c *fake.Clientset, verbs ...string) int {
 		}
 	}
 	return n
+}
+
+// withTranslator is Options whose flags hold tr's translation.
+func withTranslator(tr Translator) Options {
+	var o Options
+	o.Translation = tr.Translation
+	return o
+}
+
+// hostOptions is a host syncer's Options writing DNS to dnsDir.
+func hostOptions(dnsDir string) Options {
+	o := withTranslator(tr)
+	o.PodSecurityLevel, o.Host, o.DNSDir = "baseline", &rest.Config{}, dnsDir
+	return o
 }

@@ -8,25 +8,9 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	corev1 "k8s.io/api/core/v1"
-)
 
-// ImagePolicy says which registries the host node's container runtime may
-// pull a tenant image from. The runtime dials the registry an image
-// reference names, from the host node, so without it a tenant could make
-// the node connect to its own loopback ports, its kubelet, or the host's
-// private ranges, and read the answers off pull errors.
-type ImagePolicy struct {
-	// Allowed, when not empty, are the only registries tenant images may
-	// come from: a host ("registry.example.com"), a host and port
-	// ("registry.example.com:5000") or a domain suffix ("*.example.com").
-	// "docker.io" stands for Docker Hub, as in image references.
-	Allowed []string
-	// Denied are registries no tenant image may come from: entries as in
-	// Allowed, or CIDRs (10.0.0.0/8) that an IP-literal registry must not
-	// lie in. Loopback, link-local, unspecified and multicast addresses
-	// and the localhost names are always denied (alwaysDenied).
-	Denied []string
-}
+	"github.com/nestdev/nest/internal/syncer/contract"
+)
 
 // alwaysDenied are the registries every tenant is denied: addresses of the
 // node itself and of its link (cloud metadata services), and the names RFC
@@ -34,29 +18,13 @@ type ImagePolicy struct {
 var alwaysDenied = []string{"localhost", "*.localhost", "127.0.0.0/8", "::1/128", "169.254.0.0/16", "fe80::/10", "0.0.0.0/8", "::/128", "224.0.0.0/4", "ff00::/8"}
 
 // dockerHub is how go-containerregistry names Docker Hub's registry; image
-// references and ImagePolicy entries say docker.io.
+// references and contract.ImagePolicy entries say docker.io.
 const dockerHub = "index.docker.io"
-
-// ValidateRegistryEntry reports why s cannot be an ImagePolicy entry: a
-// registry host, host:port, *.domain suffix or CIDR.
-func ValidateRegistryEntry(s string) error {
-	if _, err := netip.ParsePrefix(s); err == nil {
-		return nil
-	}
-	host := strings.TrimPrefix(s, "*.")
-	if host == "" || strings.ContainsAny(host, "/@*") {
-		return fmt.Errorf("%q is not a registry: give a host (registry.example.com), host:port, *.example.com or a CIDR", s)
-	}
-	if _, err := name.NewRegistry(host, name.StrictValidation); err != nil {
-		return fmt.Errorf("%q is not a registry: %v", s, err)
-	}
-	return nil
-}
 
 // Check refuses image, with a reason for the tenant, when its registry is
 // denied or not allowed. field names where the image was given, such as
 // spec.containers[0].image.
-func (p ImagePolicy) Check(field, image string) error {
+func checkImage(p contract.ImagePolicy, field, image string) error {
 	ref, err := name.ParseReference(image)
 	if err != nil {
 		return fmt.Errorf("%s: %q is not an image reference: %v", field, image, err)
@@ -80,13 +48,13 @@ func (p ImagePolicy) Check(field, image string) error {
 
 // CheckPod checks every image the pod spec names: its containers', init
 // containers', ephemeral containers' and image volumes'.
-func (p ImagePolicy) CheckPod(spec *corev1.PodSpec) error {
+func checkPodImages(p contract.ImagePolicy, spec *corev1.PodSpec) error {
 	for _, list := range []struct {
 		field      string
 		containers []corev1.Container
 	}{{"spec.initContainers", spec.InitContainers}, {"spec.containers", spec.Containers}, {"spec.ephemeralContainers", ephemeralAsContainers(spec.EphemeralContainers)}} {
 		for i, c := range list.containers {
-			if err := p.Check(fmt.Sprintf("%s[%d].image", list.field, i), c.Image); err != nil {
+			if err := checkImage(p, fmt.Sprintf("%s[%d].image", list.field, i), c.Image); err != nil {
 				return err
 			}
 		}
@@ -95,7 +63,7 @@ func (p ImagePolicy) CheckPod(spec *corev1.PodSpec) error {
 		if v.Image == nil {
 			continue
 		}
-		if err := p.Check(fmt.Sprintf("spec.volumes[%d].image.reference", i), v.Image.Reference); err != nil {
+		if err := checkImage(p, fmt.Sprintf("spec.volumes[%d].image.reference", i), v.Image.Reference); err != nil {
 			return err
 		}
 	}

@@ -5,13 +5,15 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // Image references a hostile tenant writes to make the host node's runtime
 // dial the node itself or the host's networks are refused before they reach
 // the runtime; ordinary references pass.
 func TestImagePolicyRefusesRegistriesOnTheHost(t *testing.T) {
-	policy := ImagePolicy{Denied: []string{"10.244.0.0/16", "10.96.0.0/12", "192.0.2.0/24", "registry.internal", "*.corp.example"}}
+	policy := contract.ImagePolicy{Denied: []string{"10.244.0.0/16", "10.96.0.0/12", "192.0.2.0/24", "registry.internal", "*.corp.example"}}
 	for _, tt := range []struct {
 		image   string
 		refused string // in the error, "" when the image is allowed
@@ -42,7 +44,7 @@ func TestImagePolicyRefusesRegistriesOnTheHost(t *testing.T) {
 		{image: "127.1:22/x", refused: "non-standard form"},
 		{image: "UPPER/x", refused: "not an image reference"},
 	} {
-		err := policy.Check("spec.containers[0].image", tt.image)
+		err := checkImage(policy, "spec.containers[0].image", tt.image)
 		switch {
 		case tt.refused == "" && err != nil:
 			t.Errorf("%s refused: %v", tt.image, err)
@@ -53,7 +55,7 @@ func TestImagePolicyRefusesRegistriesOnTheHost(t *testing.T) {
 }
 
 func TestImagePolicyAllowList(t *testing.T) {
-	policy := ImagePolicy{Allowed: []string{"docker.io", "registry.example.com:5000", "*.example.org"}}
+	policy := contract.ImagePolicy{Allowed: []string{"docker.io", "registry.example.com:5000", "*.example.org"}}
 	for image, allowed := range map[string]bool{
 		"busybox":                         true,
 		"registry.example.com:5000/app":   true,
@@ -65,7 +67,7 @@ func TestImagePolicyAllowList(t *testing.T) {
 		"localhost:5000/app":              false,
 		"registry.example.com.evil.io/ap": false,
 	} {
-		err := policy.Check("spec.containers[0].image", image)
+		err := checkImage(policy, "spec.containers[0].image", image)
 		if (err == nil) != allowed {
 			t.Errorf("%s: error %v, want allowed %v", image, err, allowed)
 		}
@@ -79,7 +81,7 @@ func TestImagePolicyAllowList(t *testing.T) {
 func TestTranslatePodChecksEveryImage(t *testing.T) {
 	local := "127.0.0.1:10250/x"
 	withTr := tr
-	withTr.Images = ImagePolicy{}
+	withTr.Images = contract.ImagePolicy{}
 	for field, set := range map[string]func(*corev1.Pod){
 		"spec.containers[0].image":     func(p *corev1.Pod) { p.Spec.Containers[0].Image = local },
 		"spec.initContainers[0].image": func(p *corev1.Pod) { p.Spec.InitContainers = []corev1.Container{{Name: "i", Image: local}} },
@@ -103,7 +105,7 @@ func TestValidateRegistryEntry(t *testing.T) {
 		"registry.example.com": true, "registry.example.com:5000": true, "*.example.com": true, "10.0.0.0/8": true, "fd00::/8": true, "docker.io": true,
 		"": false, "*": false, "registry.example.com/path": false, "a*.example.com": false, "user@registry": false,
 	} {
-		if err := ValidateRegistryEntry(entry); (err == nil) != ok {
+		if err := contract.ValidateRegistryEntry(entry); (err == nil) != ok {
 			t.Errorf("ValidateRegistryEntry(%q) = %v, want valid %v", entry, err, ok)
 		}
 	}

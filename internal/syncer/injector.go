@@ -210,7 +210,7 @@ func (s *syncer) serveInjector(ctx context.Context, ip string, port int32) (*htt
 		return nil, fmt.Errorf("injector listener: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc(contract.InjectorPath, s.o.Translator.serveInjection)
+	mux.HandleFunc(contract.InjectorPath, s.o.translator().serveInjection)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second,
 		IdleTimeout: time.Minute, MaxHeaderBytes: 64 << 10}
 	serveUntilDone(ctx, srv, netutil.LimitListener(l, maxInjectorConns), "Member injector")

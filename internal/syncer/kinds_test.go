@@ -38,7 +38,8 @@ func runKindSyncers(t *testing.T, tenant, host *fake.Clientset, with ...func(*Op
 	dnsDir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	o := Options{Translator: tr, PodSecurityLevel: "baseline", DNSDir: dnsDir, TokenMaxAge: time.Hour}
+	o := withTranslator(tr)
+	o.PodSecurityLevel, o.DNSDir, o.TokenMaxAge = "baseline", dnsDir, time.Hour
 	for _, w := range with {
 		w(&o)
 	}

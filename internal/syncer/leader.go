@@ -205,7 +205,7 @@ func runDNSFollower(ctx context.Context, o Options, tenant, host kubernetes.Inte
 	hostF := informers.NewSharedInformerFactoryWithOptions(host, 0, informers.WithNamespace(o.HostNamespace),
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = ours }))
 	s := newServiceSyncer(&serviceSyncer{
-		tr: o.Translator, dnsDir: o.DNSDir,
+		tr: o.translator(), dnsDir: o.DNSDir,
 		tenantServices: tenantF.Core().V1().Services().Lister(),
 		tenantSlices:   tenantF.Discovery().V1().EndpointSlices().Lister(),
 		hostServices:   hostF.Core().V1().Services().Lister().Services(o.HostNamespace),

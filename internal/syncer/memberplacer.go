@@ -165,7 +165,7 @@ func (m *memberPlacer) start(ctx context.Context, p contract.MemberPlacement) er
 	}
 	if p.NodePortAddress != "" {
 		dctx, dcancel := context.WithTimeout(ctx, memberProbeInterval)
-		o.Translator.DNSServer, err = ensureMemberDNSService(dctx, member, p.Namespace, memberNetworkLabels(m.parent.o.VirtualCluster, p.Name))
+		o.DNSServer, err = ensureMemberDNSService(dctx, member, p.Namespace, memberNetworkLabels(m.parent.o.VirtualCluster, p.Name))
 		dcancel()
 		if err != nil {
 			return err
@@ -227,8 +227,8 @@ func (m *memberPlacer) stop(ctx context.Context, name string, r *runningMember) 
 // on the kubelet port port.
 func (m *memberPlacer) network(o Options, p contract.MemberPlacement, port int32, member kubernetes.Interface) *memberNetwork {
 	return &memberNetwork{
-		tr: o.Translator, member: p.Name, slot: int(port - contract.FirstMemberKubeletPort), nodePortAddress: p.NodePortAddress,
-		apiHost: o.Translator.APIServerHost, apiPort: o.Translator.APIServerPort,
+		tr: o.translator(), member: p.Name, slot: int(port - contract.FirstMemberKubeletPort), nodePortAddress: p.NodePortAddress,
+		apiHost: o.APIServerHost, apiPort: o.APIServerPort,
 		podIP: m.parent.o.NodeIP, hostNamespace: m.parent.o.HostNamespace,
 		host: m.parent.provider.host, memberClient: member,
 		dnsDir: m.parent.o.DNSDir,
@@ -316,15 +316,15 @@ func memberOptions(host Options, p contract.MemberPlacement, port int32, token o
 			return o, err
 		}
 	}
-	o.Translator.HostNamespace = p.Namespace
-	o.Translator.NodeName = contract.MemberNodeName(p.Name)
-	o.Translator.APIServerHost, o.Translator.APIServerPort = apiHost, apiPort
-	o.Translator.DNSServer = dns
+	o.HostNamespace = p.Namespace
+	o.NodeName = contract.MemberNodeName(p.Name)
+	o.APIServerHost, o.APIServerPort = apiHost, apiPort
+	o.DNSServer = dns
 	// The host's Service ranges, priority class and LimitRange mean
 	// nothing in the member.
-	o.Translator.HostServiceCIDRs, o.Translator.PriorityClassName, o.Translator.DefaultLimits = nil, "", nil
+	o.HostServiceCIDRs, o.PriorityClassName, o.DefaultLimits = nil, "", nil
 	// The helper image is the host's; a member may not have it.
-	o.Translator.HelperImage = ""
+	o.HelperImage = ""
 	o.Capacity, o.VirtualNodes = p.Allocatable, 1
 	o.Member, o.KubeletPort = p.Name, port
 	o.Host = &rest.Config{

@@ -102,7 +102,8 @@ func TestOnlyAChangedMemberRestartsAMemberSyncer(t *testing.T) {
 }
 
 func TestMemberOptionsPointPodsAtTheMember(t *testing.T) {
-	host := Options{Translator: tr, Host: &rest.Config{QPS: 5, Burst: 10}}
+	host := withTranslator(tr)
+	host.Host = &rest.Config{QPS: 5, Burst: 10}
 	host.DefaultLimits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
 	o, err := memberOptions(host, gpuPlacement(), 10251, &memberToken{})
 	if err != nil {
@@ -193,7 +194,9 @@ func memberSyncer(t *testing.T, tenant, member *fake.Clientset) *syncer {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	o, err := memberOptions(Options{Translator: tr, PodSecurityLevel: "baseline", DNSDir: t.TempDir(), TokenMaxAge: time.Hour, Host: &rest.Config{}},
+	base := withTranslator(tr)
+	base.PodSecurityLevel, base.DNSDir, base.TokenMaxAge, base.Host = "baseline", t.TempDir(), time.Hour, &rest.Config{}
+	o, err := memberOptions(base,
 		gpuPlacement(), contract.FirstMemberKubeletPort, &memberToken{})
 	if err != nil {
 		t.Fatal(err)
@@ -261,7 +264,7 @@ func TestMemberPlacerStartsRenewsAndStopsMemberSyncers(t *testing.T) {
 	exposure := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: contract.MemberHostService("alpha", "gpu"), Namespace: tr.HostNamespace}}
 	host := fake.NewClientset(exposure)
 	dnsDir := t.TempDir()
-	m := &memberPlacer{parent: &syncer{o: Options{Translator: tr, PodSecurityLevel: "baseline", Host: &rest.Config{}, DNSDir: dnsDir}, tenant: tenant,
+	m := &memberPlacer{parent: &syncer{o: hostOptions(dnsDir), tenant: tenant,
 		provider: &podProvider{host: host}},
 		running: map[string]*runningMember{}, secrets: func() (*corev1.Secret, error) { return current, nil }}
 	m.parent.members = kindsync.New("members-test", 1, m.sync, nil)

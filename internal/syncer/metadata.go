@@ -1,42 +1,11 @@
 package syncer
 
 import (
-	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
-
-// Allow-list entries (MetadataAllowList, --host-labels, --host-annotations).
-// An entry is a whole key ("app", "example.com/team"), or ends in "*" to match
-// every key that starts with the rest of the entry, where the "*" never spans
-// a "/". So "*" is every key without a prefix ("app", "tier"),
-// "example.com/*" every key under example.com, and "app*" the unprefixed keys
-// that start with "app". A "*" anywhere else is refused. An empty list copies
-// nothing.
-const wildcard = "*"
-
-// DefaultHostLabels are the tenant label keys copied to host pods when
-// --host-labels is not given: every unprefixed key, and the descriptive
-// app.kubernetes.io labels, which host dashboards and cost tools group by.
-// Keys that Nest or host add-ons act on are never copied (see
-// deniedOnHost), whatever the list says.
-var DefaultHostLabels = append([]string{wildcard}, describingAppLabels...)
-
-// DefaultHostAnnotations are the tenant annotation keys copied to host pods
-// when --host-annotations is not given: none, because host add-ons (service
-// meshes, CNI plugins, secret injectors, autoscalers) are configured through
-// pod annotations, often under prefixes no list could foresee.
-var DefaultHostAnnotations = []string{}
-
-// describingAppLabels are the app.kubernetes.io keys that only describe a
-// workload. The others under app.kubernetes.io (managed-by, component) select
-// Nest's own control-plane pods and stay denied.
-var describingAppLabels = []string{
-	"app.kubernetes.io/name",
-	"app.kubernetes.io/instance",
-	"app.kubernetes.io/version",
-	"app.kubernetes.io/part-of",
-}
 
 // deniedDomains are key prefixes that Nest, Kubernetes or host add-ons act
 // on: a key whose prefix is one of these domains or a subdomain of one is
@@ -68,7 +37,7 @@ func deniedOnHost(key string) bool {
 	if !prefixed {
 		return slices.ContainsFunc(deniedNamePrefixes, func(p string) bool { return strings.HasPrefix(key, p) })
 	}
-	if slices.Contains(describingAppLabels, key) {
+	if slices.Contains(contract.DescribingAppLabels, key) {
 		return false
 	}
 	return slices.ContainsFunc(deniedDomains, func(d string) bool { return prefix == d || strings.HasSuffix(prefix, "."+d) })
@@ -76,7 +45,7 @@ func deniedOnHost(key string) bool {
 
 // allows reports whether one allow-list entry matches key.
 func allows(entry, key string) bool {
-	stem, wild := strings.CutSuffix(entry, wildcard)
+	stem, wild := strings.CutSuffix(entry, contract.Wildcard)
 	if !wild {
 		return entry == key
 	}
@@ -96,21 +65,4 @@ func copyAllowed(tenant map[string]string, allowList []string) map[string]string
 		out[k] = v
 	}
 	return out
-}
-
-// ParseAllowList parses a comma-separated allow-list of label or annotation
-// keys (see MetadataAllowList); an entry with a "*" anywhere but at its end
-// is an error. The empty string is the empty list, which copies nothing.
-func ParseAllowList(s string) ([]string, error) {
-	out := []string{}
-	for _, e := range strings.Split(s, ",") {
-		if e = strings.TrimSpace(e); e == "" {
-			continue
-		}
-		if i := strings.Index(e, wildcard); i >= 0 && i != len(e)-1 {
-			return nil, fmt.Errorf("%q: a \"*\" may only end an entry, such as example.com/*", e)
-		}
-		out = append(out, e)
-	}
-	return out, nil
 }

@@ -42,7 +42,7 @@ func TestInjectedKeysNeverReachTheHostPod(t *testing.T) {
 		}
 	}
 	for name, allow := range map[string][]string{
-		"the defaults":               DefaultHostLabels,
+		"the defaults":               contract.DefaultHostLabels,
 		`"*"`:                        {"*"},
 		"every key, named or prefix": everything,
 	} {
@@ -54,7 +54,7 @@ func TestInjectedKeysNeverReachTheHostPod(t *testing.T) {
 					pod.Labels[k], pod.Annotations[k] = "x", "runtime/default"
 				}
 			}
-			pt, err := tr.TranslatePod(pod, MetadataAllowList{Labels: allow, Annotations: allow}, nil)
+			pt, err := tr.TranslatePod(pod, contract.MetadataAllowList{Labels: allow, Annotations: allow}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -80,7 +80,7 @@ func TestCopyAllowed(t *testing.T) {
 		allow []string
 		want  []string
 	}{
-		{name: "defaults: unprefixed keys and the descriptive app.kubernetes.io labels", allow: DefaultHostLabels,
+		{name: "defaults: unprefixed keys and the descriptive app.kubernetes.io labels", allow: contract.DefaultHostLabels,
 			want: []string{"app", "app.kubernetes.io/name", "app.kubernetes.io/part-of", "tier"}},
 		{name: "empty: nothing", allow: []string{}, want: nil},
 		{name: `"*" does not span a prefix`, allow: []string{"*"}, want: []string{"app", "tier"}},
@@ -104,12 +104,12 @@ func TestCopyAllowed(t *testing.T) {
 // updates the host pod's spec hash, so UpdatePod runs.
 func TestUncopiedMetadataStillChangesTheSpecHash(t *testing.T) {
 	pod := tenantPod()
-	before, err := tr.TranslatePod(pod, MetadataAllowList{}, nil)
+	before, err := tr.TranslatePod(pod, contract.MetadataAllowList{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pod.Annotations = map[string]string{"example.com/rev": "2"}
-	after, err := tr.TranslatePod(pod, MetadataAllowList{}, nil)
+	after, err := tr.TranslatePod(pod, contract.MetadataAllowList{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

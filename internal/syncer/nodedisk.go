@@ -12,7 +12,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -49,17 +48,6 @@ const (
 // it mounts; the pods that mount one claim keep to one host node by it.
 const LabelNodeDisk = "nest.dev/node-disk"
 
-// NodeDisk is the disk each virtual node has (spec.virtualNode.nodeDisk).
-type NodeDisk struct {
-	// Size is each claim's storage request.
-	Size resource.Quantity
-	// StorageClassName of the claims; empty is the host's default.
-	StorageClassName string
-}
-
-// NodeDiskClaim is the host claim holding the disk of virtual node node.
-func NodeDiskClaim(vc, node string) string { return contract.HostName(vc, "node-disk", node) }
-
 // nodeDiskTypes are the hostPath types a path on the disk may have: the
 // others (sockets, devices) name what only a real node has.
 var nodeDiskTypes = map[corev1.HostPathType]bool{
@@ -88,7 +76,7 @@ func nodeDiskPath(p string) (string, error) {
 // mount such a volume only when it is the disk's root. It returns the
 // claim, "" when the pod has no hostPath volume.
 func (t Translator) translateHostPaths(spec *corev1.PodSpec, nodeName string, ephemeral []corev1.Container) (string, error) {
-	claim := NodeDiskClaim(t.VirtualCluster, nodeName)
+	claim := contract.NodeDiskClaim(t.VirtualCluster, nodeName)
 	onDisk := map[string]string{}
 	var paths []string
 	var diskVolume string

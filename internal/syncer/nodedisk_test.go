@@ -17,7 +17,7 @@ import (
 // withDisk is withHelper with a disk on each virtual node.
 var withDisk = func() Translator {
 	t := withHelper
-	t.NodeDisk = &NodeDisk{Size: resource.MustParse("1Gi"), StorageClassName: "standard"}
+	t.NodeDisk = &contract.NodeDisk{Size: resource.MustParse("1Gi"), StorageClassName: "standard"}
 	return t
 }()
 
@@ -41,7 +41,7 @@ func TestTranslatePodPutsHostPathsOnTheVirtualNodesDisk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	claim := NodeDiskClaim("alpha", "nest-virtual-node")
+	claim := contract.NodeDiskClaim("alpha", "nest-virtual-node")
 	if pt.NodeDiskClaim != claim {
 		t.Errorf("NodeDiskClaim = %q, want %q", pt.NodeDiskClaim, claim)
 	}
@@ -247,14 +247,14 @@ func TestNodeDiskHelperStaysOnTheDisk(t *testing.T) {
 }
 
 func TestNodeDiskClaimAsked(t *testing.T) {
-	c := withDisk.NodeDiskClaimFor(NodeDiskClaim("alpha", "nest-virtual-node-1"))
+	c := withDisk.NodeDiskClaimFor(contract.NodeDiskClaim("alpha", "nest-virtual-node-1"))
 	if c.Namespace != "vc-alpha" || c.Labels[contract.LabelTenantOf] != "alpha" || ptr.Deref(c.Spec.StorageClassName, "") != "standard" {
 		t.Errorf("claim %s/%s labels %v class %v", c.Namespace, c.Name, c.Labels, c.Spec.StorageClassName)
 	}
 	if got := c.Spec.Resources.Requests[corev1.ResourceStorage]; got.Cmp(resource.MustParse("1Gi")) != 0 || !slices.Equal(c.Spec.AccessModes, []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}) {
 		t.Errorf("claim asks %v %v", got.String(), c.Spec.AccessModes)
 	}
-	if NodeDiskClaim("alpha", "nest-virtual-node") == NodeDiskClaim("alpha", "nest-virtual-node-1") {
+	if contract.NodeDiskClaim("alpha", "nest-virtual-node") == contract.NodeDiskClaim("alpha", "nest-virtual-node-1") {
 		t.Error("two virtual nodes share a disk")
 	}
 }

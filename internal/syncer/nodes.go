@@ -17,9 +17,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// MaxVirtualNodes bounds how many virtual nodes one syncer runs.
-const MaxVirtualNodes = 16
-
 // NodeNames returns the names of count virtual nodes: name, then name-1,
 // name-2 and so on, so the first keeps its name as the count grows.
 func NodeNames(name string, count int) []string {

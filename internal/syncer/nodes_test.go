@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // The pod informer of several virtual nodes holds their pods only, listed
@@ -58,14 +60,14 @@ func TestRemoveExtraNodes(t *testing.T) {
 	notOurs := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: names[2]}}
 	client := fake.NewClientset(virtual(names[0]), virtual(names[1]), notOurs)
 	withDisk := tr
-	withDisk.NodeDisk = &NodeDisk{Size: resource.MustParse("1Gi")}
+	withDisk.NodeDisk = &contract.NodeDisk{Size: resource.MustParse("1Gi")}
 	disk := func(node string) *corev1.PersistentVolumeClaim {
-		return withDisk.NodeDiskClaimFor(NodeDiskClaim(tr.VirtualCluster, node))
+		return withDisk.NodeDiskClaimFor(contract.NodeDiskClaim(tr.VirtualCluster, node))
 	}
 	foreignDisk := disk(names[2])
 	foreignDisk.Labels = map[string]string{"app": "host-thing"}
 	host := fake.NewClientset(disk(names[0]), disk(names[1]), foreignDisk)
-	s := &syncer{o: Options{Translator: tr}, tenant: client, nodes: NodeNames(tr.NodeName, 1), provider: &podProvider{tr: tr, host: host}}
+	s := &syncer{o: withTranslator(tr), tenant: client, nodes: NodeNames(tr.NodeName, 1), provider: &podProvider{tr: tr, host: host}}
 	ctx := context.Background()
 	if err := s.removeExtraNodes(ctx); err != nil {
 		t.Fatal(err)
@@ -75,7 +77,7 @@ func TestRemoveExtraNodes(t *testing.T) {
 		if got := err == nil; got != want {
 			t.Errorf("node %s exists: %v, want %v (%v)", name, got, want, err)
 		}
-		_, err = host.CoreV1().PersistentVolumeClaims(tr.HostNamespace).Get(ctx, NodeDiskClaim(tr.VirtualCluster, name), metav1.GetOptions{})
+		_, err = host.CoreV1().PersistentVolumeClaims(tr.HostNamespace).Get(ctx, contract.NodeDiskClaim(tr.VirtualCluster, name), metav1.GetOptions{})
 		if got := err == nil; got != want {
 			t.Errorf("disk of node %s exists: %v, want %v (%v)", name, got, want, err)
 		}

@@ -9,6 +9,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/syncer/kinds/hostcopy"
 )
 
@@ -85,7 +86,7 @@ func (t Translator) podReferences(obj any) ([]string, error) {
 	if !ok {
 		return nil, nil
 	}
-	pt, err := t.TranslatePod(pod, MetadataAllowList{}, nil)
+	pt, err := t.TranslatePod(pod, contract.MetadataAllowList{}, nil)
 	if err != nil {
 		return nil, nil
 	}

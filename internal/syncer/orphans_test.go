@@ -111,7 +111,7 @@ func TestHostPodCheckWritesAMissingTokenSecret(t *testing.T) {
 			Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}}},
 		}}}},
 	}
-	pt, err := tr.TranslatePod(tenantPod, MetadataAllowList{}, nil)
+	pt, err := tr.TranslatePod(tenantPod, contract.MetadataAllowList{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"net/netip"
 	"slices"
 	"strings"
 
@@ -22,71 +21,14 @@ import (
 )
 
 // Translator holds what pod translation needs to know about the virtual
-// cluster and its host side.
+// cluster and its host side: the Translation nest-manager sets
+// (contract.Flags), and the tenant's share.
 type Translator struct {
-	// VirtualCluster is the VirtualCluster's name.
-	VirtualCluster string
-	// HostNamespace is where host objects are made.
-	HostNamespace string
-	// ClusterDomain is the tenant's DNS suffix, such as cluster.local.
-	ClusterDomain string
-	// APIServerHost and APIServerPort reach the tenant API server from host
-	// pods: the ClusterIP and port of the control plane's host Service.
-	APIServerHost string
-	APIServerPort int32
-	// DNSServer is the host ClusterIP of the tenant's CoreDNS.
-	DNSServer string
-	// HostServiceCIDRs are the host's Service ClusterIP ranges. A host copy
-	// of a tenant Service asks for the tenant's ClusterIP when it lies in one
-	// of them, above the range's static band (see SameClusterIP).
-	HostServiceCIDRs []netip.Prefix
-	// NodeName is the virtual node's name in the tenant cluster.
-	NodeName string
-	// PriorityClassName is put on every host pod; the host ResourceQuota of the
-	// tenant's share selects pods by it.
-	PriorityClassName string
+	contract.Translation
 	// Share is the tenant's share of the host, the virtual nodes' capacity
 	// together; nest-syncer sets it from its capacity.
 	Share corev1.ResourceList
-	// DefaultLimits are the limits the host namespace's LimitRange gives a
-	// container that states none (cpu, memory, ephemeral-storage). A
-	// container that requests more than one of them and states no limit gets
-	// its request as the limit: the LimitRange's default would be below the
-	// request, and the host API server would refuse the pod.
-	DefaultLimits corev1.ResourceList
-	// HelperImage holds nest-syncer, which host pods run as a helper init
-	// container where the host kubelet cannot do what the tenant's would
-	// (tenantEtcHosts), with HelperImagePullPolicy. Empty: no helpers.
-	HelperImage           string
-	HelperImagePullPolicy corev1.PullPolicy
-	// NodeDisk is each virtual node's disk, where tenant hostPath volumes
-	// live (see translateHostPaths); nil: hostPath volumes are refused.
-	NodeDisk *NodeDisk
-	// ConfinePrivileged runs a container that asks for privileged without
-	// it (confinePrivileged); false: Pod Security refuses the pod.
-	ConfinePrivileged bool
-	// NodeNetwork gives a hostNetwork pod the virtual node's address and
-	// host ports through the node network agent (nodenetwork.go); it needs
-	// HelperImage. Off: such a pod has its pod network only.
-	NodeNetwork bool
-	// MaxGracePeriodSeconds bounds how long a host pod may take to stop: its
-	// terminationGracePeriodSeconds and the grace period of a deletion
-	// (see GracePeriod). 0 stands for DefaultMaxGracePeriodSeconds.
-	MaxGracePeriodSeconds int64
-	// Images says which registries tenant images may come from.
-	Images ImagePolicy
-	// AlwaysPullImages sets imagePullPolicy Always on every container and
-	// image volume of a host pod, as the AlwaysPullImages admission plugin
-	// does, for host kubelets that do not check that a pod may use an image
-	// another pod pulled with credentials (KubeletEnsureSecretPulledImages).
-	AlwaysPullImages bool
 }
-
-// DefaultMaxGracePeriodSeconds is the longest grace period a host pod gets
-// unless the VirtualCluster says otherwise: five minutes, the order of the
-// graceful node shutdown periods kubelet operators configure, and ten
-// times the API's default of 30 seconds.
-const DefaultMaxGracePeriodSeconds int64 = 300
 
 // ForcedGracePeriodSeconds is the grace period of a host pod whose tenant pod
 // is gone from the tenant API (a force delete): the kubelet kills a pod
@@ -121,7 +63,7 @@ func (t Translator) maxGracePeriod() int64 {
 	if t.MaxGracePeriodSeconds > 0 {
 		return t.MaxGracePeriodSeconds
 	}
-	return DefaultMaxGracePeriodSeconds
+	return contract.DefaultMaxGracePeriodSeconds
 }
 
 // PodWarning is something the tenant is told about its pod with a Warning
@@ -236,7 +178,7 @@ func allowedVolume(v corev1.VolumeSource) (string, bool) {
 // honour. Pod Security is checked separately, before translation. Of the
 // tenant's labels and annotations, only the keys metadata allows reach the
 // host pod (see copyAllowed); the rest stay in the tenant cluster.
-func (t Translator) TranslatePod(tenant *corev1.Pod, metadata MetadataAllowList, services []ServiceAddress) (*PodTranslation, error) {
+func (t Translator) TranslatePod(tenant *corev1.Pod, metadata contract.MetadataAllowList, services []ServiceAddress) (*PodTranslation, error) {
 	if err := checkReservedKeys(tenant); err != nil {
 		return nil, err
 	}
@@ -246,7 +188,7 @@ func (t Translator) TranslatePod(tenant *corev1.Pod, metadata MetadataAllowList,
 	if err := checkHostProfiles(tenant); err != nil {
 		return nil, err
 	}
-	if err := t.Images.CheckPod(&tenant.Spec); err != nil {
+	if err := checkPodImages(t.Images, &tenant.Spec); err != nil {
 		return nil, err
 	}
 	name := contract.HostName(t.VirtualCluster, tenant.Namespace, tenant.Name)

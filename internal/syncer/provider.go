@@ -34,7 +34,7 @@ import (
 // pods as host pods and reports their status back.
 type podProvider struct {
 	tr       Translator
-	metadata MetadataAllowList
+	metadata contract.MetadataAllowList
 	security *PodSecurity
 	capacity *admission
 	host     kubernetes.Interface
@@ -263,7 +263,7 @@ func notTenantClaim(c *corev1.PersistentVolumeClaim) error {
 // cluster's claim is deleted; the host's PVC protection keeps it until the
 // last host pod that mounts it is gone.
 func (p *podProvider) deleteNodeDisk(ctx context.Context, node string) error {
-	name := NodeDiskClaim(p.tr.VirtualCluster, node)
+	name := contract.NodeDiskClaim(p.tr.VirtualCluster, node)
 	claims := p.host.CoreV1().PersistentVolumeClaims(p.tr.HostNamespace)
 	c, err := claims.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {

@@ -423,7 +423,7 @@ func TestDownwardAPILabelsFollowTheTenantPod(t *testing.T) {
 	pod.Labels = map[string]string{"tier": "front", "app": "web"}
 	pod.Spec.Volumes = []corev1.Volume{{Name: "info", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
 		Items: []corev1.DownwardAPIVolumeFile{{Path: "labels", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels"}}}}}}}
-	pt, err := tr.TranslatePod(pod, MetadataAllowList{}, nil)
+	pt, err := tr.TranslatePod(pod, contract.MetadataAllowList{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -456,7 +456,7 @@ func TestDownwardAPIOneAnnotationComesFromTheTenantPod(t *testing.T) {
 		{Path: "tier", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels['tier']"}},
 	}
 	pod.Spec.Volumes = []corev1.Volume{{Name: "info", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: items}}}}
-	pt, err := tr.TranslatePod(pod, MetadataAllowList{}, nil)
+	pt, err := tr.TranslatePod(pod, contract.MetadataAllowList{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -192,7 +192,7 @@ func (s *syncer) registerServices(c *kinds.Context) (kinds.Registration, error) 
 	}
 	var reg kinds.Registration
 	if s.o.NodeIP != "" {
-		s.nodePorts = &nodePortProxy{ip: s.o.NodeIP, tr: s.o.Translator, tenantServices: ss.tenantServices,
+		s.nodePorts = &nodePortProxy{ip: s.o.NodeIP, tr: s.o.translator(), tenantServices: ss.tenantServices,
 			hostServices: ss.hostServices, listeners: map[int32]*nodePortListener{}}
 		ss.nodePorts = kindsync.New("nodeports", 1, s.nodePorts.sync, func() []string { return []string{nodePortsKey} })
 		reg.Queues = append(reg.Queues, ss.nodePorts)

@@ -7,8 +7,8 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/syncer/kinds"
-	"github.com/nestdev/nest/internal/syncer/kinds/persistentvolumeclaim"
 )
 
 // queueNames are the names of the queues a syncer runs.
@@ -40,7 +40,7 @@ func TestKindTableRowsHaveANameAndAMode(t *testing.T) {
 func TestVirtualNodeSyncerRunsEveryKindOfItsMode(t *testing.T) {
 	s := runKindSyncers(t, fake.NewClientset(), fake.NewClientset(), func(o *Options) {
 		o.NodeIP = "10.0.0.9"
-		o.StorageClasses = []persistentvolumeclaim.StorageClass{{HostName: "standard", Name: "standard", Default: true}}
+		o.StorageClasses = []contract.StorageClass{{HostName: "standard", Name: "standard", Default: true}}
 		o.EgressBlocks = []networkingv1.IPBlock{{CIDR: "0.0.0.0/0"}}
 	})
 	want := []string{"clusterdns", "configmaps", "dns", "endpointslices", "members", "networkpolicies", "networkpolicypods",

@@ -13,6 +13,8 @@ import (
 	quota "k8s.io/apiserver/pkg/quota/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
+
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // The virtual node's capacity is the tenant's share of the host, and the
@@ -40,7 +42,7 @@ func checkKnownResources(spec *corev1.PodSpec, capacity corev1.ResourceList) err
 			for _, name := range slices.Sorted(maps.Keys(l.list)) {
 				if !known(name) {
 					return fmt.Errorf("%s.%s[%s]: %s is not in the tenant's share of the host (the virtual node has %s): remove it, or ask the host administrator to add it to the VirtualCluster's share",
-						field, l.kind, name, name, FormatResourceList(capacity))
+						field, l.kind, name, name, contract.FormatResourceList(capacity))
 				}
 			}
 		}

@@ -20,7 +20,6 @@ import (
 	"github.com/virtual-kubelet/virtual-kubelet/node"
 	"github.com/virtual-kubelet/virtual-kubelet/node/api"
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -38,86 +37,31 @@ import (
 	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/syncer/kinds"
 	"github.com/nestdev/nest/internal/syncer/kinds/hostcopy"
-	"github.com/nestdev/nest/internal/syncer/kinds/persistentvolumeclaim"
 	"github.com/nestdev/nest/internal/syncer/kinds/serviceaccounttoken"
 	"github.com/nestdev/nest/internal/version"
 )
 
-// Options configure one nest-syncer. cmd/nest-syncer fills them from flags
-// that the VirtualCluster controller sets.
+// Options configure one nest-syncer: its flags (contract.Flags, which
+// cmd/nest-syncer reads and the VirtualCluster controller writes) and what
+// the process sets itself.
 type Options struct {
-	Translator
-	// TenantKubeconfig is the syncer's kubeconfig for the tenant API server.
-	TenantKubeconfig string
+	contract.Flags
 	// Host is the host API server; nil means the in-cluster configuration.
 	Host *rest.Config
-	// Capacity is the tenant's share: the capacity and allocatable of the
-	// virtual nodes together (see SplitCapacity).
-	Capacity corev1.ResourceList
-	// VirtualNodes is how many virtual nodes the share is split across, 1
-	// to MaxVirtualNodes (0 is 1); their names are NodeNames(NodeName,
-	// VirtualNodes).
-	VirtualNodes int
-	// PodSecurityLevel every tenant pod must meet: baseline or restricted.
-	PodSecurityLevel string
-	// TokenMaxAge bounds how long a delivered token is used before refresh.
-	TokenMaxAge time.Duration
-	// NodeIP is the virtual node's InternalIP: the control-plane pod's IP,
-	// where the kubelet API and the tenant's node ports listen. Empty keeps
-	// the kubelet API on KubeletAddr and serves no node ports.
-	NodeIP string
-	// KubeletAddr is where the kubelet API listens, with ServingCert/Key and
-	// ClientCA (PEM files). Only the tenant API server's kubelet client
-	// certificate is accepted.
-	KubeletAddr, ServingCert, ServingKey, ClientCA string
-	// KubeletClientName is the common name the API server's client certificate has.
-	KubeletClientName string
-	// HealthAddr serves /healthz (ok while the process serves: the
-	// liveness probe) and /readyz (ok once the virtual node is registered).
-	HealthAddr string
-	// DNSDir receives the hosts file of the tenant's CoreDNS.
-	DNSDir string
-	// HostMetadata is the allow-list of tenant label and annotation keys
-	// copied onto host pods.
-	HostMetadata MetadataAllowList
-	// DataBudgetBytes bounds the data of all host copies of tenant ConfigMaps
-	// and Secrets together; 0 means no bound.
-	DataBudgetBytes int64
 	// Member names the member cluster that Host reaches, when this syncer
 	// places the pods of one member node (see members.go); empty for the
 	// host's virtual nodes. A member syncer copies pods, ConfigMaps,
 	// Secrets and tokens only: Services, DNS and node ports stay the host
 	// syncer's.
 	Member string
-	// KubeletPort is the port of the kubelet API on NodeIP; 0 is 10250.
-	// Each member node has its own.
+	// KubeletPort is the port of the kubelet API on NodeIP; 0 is
+	// contract.VirtualNodeKubeletPort. Each member node has its own.
 	KubeletPort int32
-	// LeaderElect makes the syncers of a control plane's replicas elect,
-	// through a host Lease (contract.LeaseName), the one that runs the virtual node
-	// and writes to both clusters; the others keep their CoreDNS' records
-	// current and wait.
-	LeaderElect bool
-	// StorageClasses are the host StorageClasses the tenant sees and whose
-	// claims the virtual node provisions (kinds/persistentvolumeclaim);
-	// none: the tenant's claims get no volume.
-	StorageClasses []persistentvolumeclaim.StorageClass
-	// EgressBlocks are the addresses outside the host cluster tenant pods
-	// may reach, as the VirtualCluster's base egress policy has them: the
-	// ipBlocks of tenant NetworkPolicies are cut to them.
-	EgressBlocks []networkingv1.IPBlock
-	// Identity is this syncer's name in the election: its pod's name; ""
-	// is the host name. A random suffix is added (electionIdentity), so a
-	// replacement pod of the same name never takes its predecessor's lease.
-	Identity string
 }
 
-// MetadataAllowList names the tenant label and annotation keys that reach
-// host pods: whole keys, or beginnings ending in "*" that match up to the next
-// "/" ("*" is every key without a prefix, "example.com/*" every key under
-// example.com). An empty list copies nothing. Keys Nest or host add-ons act
-// on are never copied, whatever the list says (see DefaultHostLabels).
-type MetadataAllowList struct {
-	Labels, Annotations []string
+// translator is the pod translation of o.
+func (o Options) translator() Translator {
+	return Translator{Translation: o.Translation, Share: o.Capacity}
 }
 
 // kubeletPort is the port of this syncer's kubelet API.
@@ -228,7 +172,6 @@ func newSyncerFor(ctx context.Context, o Options, tenant, host kubernetes.Interf
 	security.ConfinePrivileged = o.ConfinePrivileged
 	// The agent forwards to the node's address; member clusters run none.
 	o.NodeNetwork = o.NodeNetwork && o.NodeIP != "" && o.Member == ""
-	o.Translator.Share = o.Capacity
 	s := &syncer{o: o, tenant: tenant, started: time.Now()}
 	s.tenantF = informers.NewSharedInformerFactory(tenant, 0)
 	s.nodes = NodeNames(o.NodeName, max(o.VirtualNodes, 1))
@@ -248,13 +191,13 @@ func newSyncerFor(ctx context.Context, o Options, tenant, host kubernetes.Interf
 	s.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "nest-syncer", Host: o.NodeName})
 
 	podInformer := s.pods.Informer()
-	if err := podInformer.AddIndexers(cache.Indexers{referencesIndex: o.Translator.podReferences}); err != nil {
+	if err := podInformer.AddIndexers(cache.Indexers{referencesIndex: o.translator().podReferences}); err != nil {
 		return nil, err
 	}
 	hostConfigMaps := s.hostF.Core().V1().ConfigMaps().Lister().ConfigMaps(o.HostNamespace)
 	hostSecrets := s.hostF.Core().V1().Secrets().Lister().Secrets(o.HostNamespace)
 	objects := &objectSyncer{
-		tr:               o.Translator,
+		tr:               o.translator(),
 		budget:           hostcopy.NewBudget(o.DataBudgetBytes, o.VirtualCluster, hostConfigMaps, hostSecrets),
 		tenantConfigMaps: s.tenantF.Core().V1().ConfigMaps().Lister(), tenantSecrets: s.tenantF.Core().V1().Secrets().Lister(),
 		hostSecrets: hostSecrets,
@@ -263,7 +206,7 @@ func newSyncerFor(ctx context.Context, o Options, tenant, host kubernetes.Interf
 	tenantPods := s.pods.Lister()
 	tokens := &serviceaccounttoken.Issuer{Tenant: tenant, MaxAge: o.TokenMaxAge}
 	s.provider = &podProvider{
-		tr: o.Translator, metadata: o.HostMetadata, security: security, host: host, hostCfg: o.Host, tenant: tenant, objects: objects,
+		tr: o.translator(), metadata: o.HostMetadata, security: security, host: host, hostCfg: o.Host, tenant: tenant, objects: objects,
 		tokens:     tokens,
 		recorder:   s.recorder,
 		tenantPods: tenantPods,
@@ -275,7 +218,7 @@ func newSyncerFor(ctx context.Context, o Options, tenant, host kubernetes.Interf
 		s.provider.capacity.capacity[s.nodes[i]] = c
 	}
 	s.serviceSync = newServiceSyncer(&serviceSyncer{
-		tr: o.Translator, host: host, recorder: s.recorder, dnsDir: o.DNSDir,
+		tr: o.translator(), host: host, recorder: s.recorder, dnsDir: o.DNSDir,
 		tenantServices: s.tenantF.Core().V1().Services().Lister(),
 		tenantSlices:   s.tenantF.Discovery().V1().EndpointSlices().Lister(),
 		hostServices:   s.hostF.Core().V1().Services().Lister().Services(o.HostNamespace),
@@ -386,7 +329,7 @@ func (s *syncer) runNode(ctx context.Context) error {
 // to them, whose host pods the orphan syncer then deletes. Their disks go
 // with them (deleteNodeDisk).
 func (s *syncer) removeExtraNodes(ctx context.Context) error {
-	for _, name := range NodeNames(s.o.NodeName, MaxVirtualNodes)[len(s.nodes):] {
+	for _, name := range NodeNames(s.o.NodeName, contract.MaxVirtualNodes)[len(s.nodes):] {
 		if err := s.provider.deleteNodeDisk(ctx, name); err != nil {
 			return err
 		}

@@ -27,7 +27,7 @@ import (
 // KUBERNETES_* (overriding the host kubelet's, which name the same port), and
 // each Service of the namespace unless service links are off.
 func TestServiceVariablesFollowTheKubelet(t *testing.T) {
-	tr := Translator{VirtualCluster: "alpha", HostNamespace: "vc-alpha", APIServerHost: "10.96.0.6", APIServerPort: 443, DNSServer: "10.96.0.6", ClusterDomain: "cluster.local"}
+	tr := Translator{Translation: contract.Translation{VirtualCluster: "alpha", HostNamespace: "vc-alpha", APIServerHost: "10.96.0.6", APIServerPort: 443, DNSServer: "10.96.0.6", ClusterDomain: "cluster.local"}}
 	services := []ServiceAddress{
 		AddressOf(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "foo-service"}, Spec: corev1.ServiceSpec{ClusterIP: "10.96.7.7",
 			Ports: []corev1.ServicePort{{Name: "http", Port: 8765, Protocol: corev1.ProtocolTCP}, {Port: 53, Protocol: corev1.ProtocolUDP}}}}, "10.96.9.9"),
@@ -87,7 +87,7 @@ func TestServiceVariablesFollowTheKubelet(t *testing.T) {
 // range and above its static band, so a tenant never takes an address the
 // host's admins may assign (10.96.0.10 for the host's DNS, say).
 func TestHostServiceAsksForTheTenantClusterIPOnlyInTheDynamicBand(t *testing.T) {
-	tr := Translator{VirtualCluster: "alpha", HostNamespace: "vc-alpha", HostServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}}
+	tr := Translator{Translation: contract.Translation{VirtualCluster: "alpha", HostNamespace: "vc-alpha", HostServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}}}
 	for ip, want := range map[string]string{
 		"10.96.37.4": "10.96.37.4", // dynamic band: the same address
 		"10.96.1.1":  "10.96.1.1",  // just above the 256 static addresses after 10.96.0.0
@@ -131,7 +131,7 @@ func TestLabelAndAnnotationVariablesAreTheTenants(t *testing.T) {
 		{Name: "TEAM", ValueFrom: field("metadata.labels['team']")},
 		{Name: "MISSING", ValueFrom: field("metadata.labels['absent']")},
 	}
-	pt, err := tr.TranslatePod(pod, MetadataAllowList{}, nil)
+	pt, err := tr.TranslatePod(pod, contract.MetadataAllowList{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func TestLabelAndAnnotationVariablesAreTheTenants(t *testing.T) {
 // The zone file holds what the hosts file cannot: SRV records of named
 // ports (per endpoint for a headless Service) and ExternalName CNAMEs.
 func TestZoneRecordsFollowTheDNSSpecification(t *testing.T) {
-	tr := Translator{ClusterDomain: "cluster.local"}
+	tr := Translator{Translation: contract.Translation{ClusterDomain: "cluster.local"}}
 	svc := func(name, clusterIP string, ports ...corev1.ServicePort) *corev1.Service {
 		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name}, Spec: corev1.ServiceSpec{ClusterIP: clusterIP, Ports: ports}}
 	}

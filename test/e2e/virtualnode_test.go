@@ -25,7 +25,6 @@ import (
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/controlplane"
 	"github.com/nestdev/nest/internal/images"
-	"github.com/nestdev/nest/internal/syncer"
 	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/testutil"
 	"github.com/nestdev/nest/test/e2e/framework"
@@ -286,7 +285,7 @@ func TestVirtualNode(t *testing.T) {
 		if !strings.Contains(logs, "written-by-disk-writer\n") || !strings.Contains(logs, "127.0.1.1\t"+controlplane.VirtualNodeName+"\n") {
 			t.Errorf("disk-reader printed %q: want the writer's marker and the virtual node's /etc/hosts", logs)
 		}
-		claim := syncer.NodeDiskClaim("alpha", controlplane.VirtualNodeName)
+		claim := contract.NodeDiskClaim("alpha", controlplane.VirtualNodeName)
 		pvc := &corev1.PersistentVolumeClaim{}
 		if err := host.Get(ctx, client.ObjectKey{Namespace: "vc-alpha", Name: claim}, pvc); err != nil {
 			t.Fatalf("the virtual node's disk: %v", err)

@@ -29,7 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nestdev/nest/internal/controlplane"
-	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/testutil"
 )
 
@@ -48,7 +48,7 @@ func (e *env) identity() []testCase {
 // control.
 func (e *env) mintedKubeletClient(t *testing.T) {
 	// system:masters is the one group the CSR API will not sign for.
-	minted := e.mintClientCertificate(t, syncer.KubeletClientName, "tenant-admins")
+	minted := e.mintClientCertificate(t, contract.KubeletClientName, "tenant-admins")
 	real := e.realKubeletClient(t)
 	dial := e.syncerKubeletDialer(t)
 	if status, err := kubeletGet(e.ctx, dial, real); err != nil || status != http.StatusOK {
@@ -150,7 +150,7 @@ func (e *env) syncerKubeletDialer(t *testing.T) func(ctx context.Context) (net.C
 				return
 			}
 			// The kubelet API listens on the pod IP, the virtual node's address.
-			_, port, _ := net.SplitHostPort(syncer.DefaultKubeletAddr)
+			_, port, _ := net.SplitHostPort(contract.DefaultKubeletAddr)
 			c, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, "tcp", net.JoinHostPort(e.own.controlPlanePod, port))
 			ch <- result{c, err}
 		}()
@@ -192,7 +192,7 @@ func kubeletGet(ctx context.Context, dial func(context.Context) (net.Conn, error
 		// for the tenant API server to verify.
 		TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{cert}, InsecureSkipVerify: true}, //nolint:gosec
 	}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+syncer.DefaultKubeletAddr+"/pods", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+contract.DefaultKubeletAddr+"/pods", nil)
 	if err != nil {
 		return 0, err
 	}

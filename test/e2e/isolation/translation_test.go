@@ -16,6 +16,7 @@ import (
 
 	"github.com/nestdev/nest/internal/devcluster"
 	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/testutil"
 )
 
@@ -132,8 +133,8 @@ func (e *env) gracePeriodCut(t *testing.T) {
 		p.Spec.Containers[0].Command = []string{"/testapp", "ignore-term"}
 	})
 	hp := e.hostPod(t, e.alpha, "default", pod.Name)
-	if got := ptr.Deref(hp.Spec.TerminationGracePeriodSeconds, -1); got != syncer.DefaultMaxGracePeriodSeconds {
-		t.Errorf("host terminationGracePeriodSeconds %d, want %d", got, syncer.DefaultMaxGracePeriodSeconds)
+	if got := ptr.Deref(hp.Spec.TerminationGracePeriodSeconds, -1); got != contract.DefaultMaxGracePeriodSeconds {
+		t.Errorf("host terminationGracePeriodSeconds %d, want %d", got, contract.DefaultMaxGracePeriodSeconds)
 	}
 	testutil.Eventually(t, time.Minute, "a GracePeriodCut event", func() error {
 		if ev := e.tenantEvents(t, e.alpha, "default", pod.Name); !strings.Contains(ev, syncer.ReasonGracePeriodCut+": ") {
@@ -154,7 +155,7 @@ func (e *env) gracePeriodCut(t *testing.T) {
 		if got.DeletionTimestamp == nil {
 			return errors.New("not terminating yet")
 		}
-		if g := ptr.Deref(got.DeletionGracePeriodSeconds, -1); g > syncer.DefaultMaxGracePeriodSeconds {
+		if g := ptr.Deref(got.DeletionGracePeriodSeconds, -1); g > contract.DefaultMaxGracePeriodSeconds {
 			t.Fatalf("host pod terminating with a grace period of %d s, above the bound", g)
 		}
 		return nil

@@ -12,6 +12,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // ClassesKey is the one key of the classes syncer's queue.
@@ -25,7 +27,7 @@ const ClassesKey = "storageclasses"
 // Provisioner.
 type ClassMirror struct {
 	Tenant  kubernetes.Interface
-	Classes []StorageClass
+	Classes []contract.StorageClass
 }
 
 // Sync brings the tenant's mirrored classes and driver in line; key is
@@ -65,7 +67,7 @@ func (m *ClassMirror) ensureClass(ctx context.Context, want *storagev1.StorageCl
 		return err
 	}
 	if got.Labels[LabelMirror] != "true" {
-		return fmt.Errorf("the tenant's own StorageClass %s holds the name of a class the virtual node offers: the class is not shown until it is renamed", want.Name)
+		return fmt.Errorf("the tenant's own contract.StorageClass %s holds the name of a class the virtual node offers: the class is not shown until it is renamed", want.Name)
 	}
 	same := got.Provisioner == want.Provisioner && apiequality.Semantic.DeepEqual(got.ReclaimPolicy, want.ReclaimPolicy) &&
 		apiequality.Semantic.DeepEqual(got.VolumeBindingMode, want.VolumeBindingMode) && apiequality.Semantic.DeepEqual(got.AllowVolumeExpansion, want.AllowVolumeExpansion) &&

@@ -14,10 +14,8 @@ package persistentvolumeclaim
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -43,59 +41,12 @@ const (
 // LabelMirror marks the tenant StorageClasses and CSIDriver Nest keeps.
 const LabelMirror = contract.ReservedPrefix + "mirror"
 
-// StorageClass is one host StorageClass as the tenant sees it.
-type StorageClass struct {
-	// Name is the tenant's name, HostName the host class.
-	Name, HostName string
-	// ReclaimPolicy, VolumeBindingMode and AllowVolumeExpansion are the
-	// host class's.
-	ReclaimPolicy        corev1.PersistentVolumeReclaimPolicy
-	VolumeBindingMode    storagev1.VolumeBindingMode
-	AllowVolumeExpansion bool
-	// Default makes it the tenant's default class.
-	Default bool
-}
-
-// FormatClasses renders classes for ParseClasses: per class
-// "name=hostName:reclaimPolicy:bindingMode:expand:default", comma-separated.
-func FormatClasses(classes []StorageClass) string {
-	parts := make([]string, len(classes))
-	for i, c := range classes {
-		parts[i] = fmt.Sprintf("%s=%s:%s:%s:%t:%t", c.Name, c.HostName, c.ReclaimPolicy, c.VolumeBindingMode, c.AllowVolumeExpansion, c.Default)
-	}
-	return strings.Join(parts, ",")
-}
-
-// ParseClasses parses FormatClasses' form; the error names the part that
-// is malformed.
-func ParseClasses(s string) ([]StorageClass, error) {
-	var out []StorageClass
-	for _, part := range strings.Split(s, ",") {
-		if part = strings.TrimSpace(part); part == "" {
-			continue
-		}
-		name, rest, ok := strings.Cut(part, "=")
-		fields := strings.Split(rest, ":")
-		if !ok || name == "" || len(fields) != 5 || fields[0] == "" {
-			return nil, fmt.Errorf("%q: want name=hostName:reclaimPolicy:bindingMode:expand:default, such as standard=standard:Delete:WaitForFirstConsumer:false:true", part)
-		}
-		expand, err1 := strconv.ParseBool(fields[3])
-		def, err2 := strconv.ParseBool(fields[4])
-		if err := errors.Join(err1, err2); err != nil {
-			return nil, fmt.Errorf("%q: %w", part, err)
-		}
-		out = append(out, StorageClass{Name: name, HostName: fields[0], ReclaimPolicy: corev1.PersistentVolumeReclaimPolicy(fields[1]),
-			VolumeBindingMode: storagev1.VolumeBindingMode(fields[2]), AllowVolumeExpansion: expand, Default: def})
-	}
-	return out, nil
-}
-
 // Provisioner makes the host claim behind a tenant claim, and deletes it
 // when the tenant's volume is reclaimed.
 type Provisioner struct {
 	VirtualCluster, HostNamespace string
 	Host                          kubernetes.Interface
-	Classes                       []StorageClass
+	Classes                       []contract.StorageClass
 }
 
 var _ controller.Provisioner = (*Provisioner)(nil)
@@ -113,7 +64,7 @@ func (p *Provisioner) Provision(ctx context.Context, o controller.ProvisionOptio
 	claim := o.PVC
 	class, ok := p.class(o.StorageClass.Name)
 	if !ok {
-		return refuse("StorageClass %s is not one the virtual node offers: use %s", o.StorageClass.Name, strings.Join(p.classNames(), ", "))
+		return refuse("contract.StorageClass %s is not one the virtual node offers: use %s", o.StorageClass.Name, strings.Join(p.classNames(), ", "))
 	}
 	if claim.Spec.Selector != nil {
 		return refuse("spec.selector: the virtual node provisions volumes and binds no existing one: remove the selector")
@@ -162,7 +113,7 @@ func (p *Provisioner) Provision(ctx context.Context, o controller.ProvisionOptio
 }
 
 // hostClaim is the host claim of a tenant claim of class.
-func (p *Provisioner) hostClaim(claim *corev1.PersistentVolumeClaim, class StorageClass) *corev1.PersistentVolumeClaim {
+func (p *Provisioner) hostClaim(claim *corev1.PersistentVolumeClaim, class contract.StorageClass) *corev1.PersistentVolumeClaim {
 	return &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: contract.HostName(p.VirtualCluster, claim.Namespace, claim.Name), Namespace: p.HostNamespace,
@@ -207,10 +158,10 @@ func (p *Provisioner) Delete(ctx context.Context, pv *corev1.PersistentVolume) e
 	return err
 }
 
-func (p *Provisioner) class(name string) (StorageClass, bool) {
-	i := slices.IndexFunc(p.Classes, func(c StorageClass) bool { return c.Name == name })
+func (p *Provisioner) class(name string) (contract.StorageClass, bool) {
+	i := slices.IndexFunc(p.Classes, func(c contract.StorageClass) bool { return c.Name == name })
 	if i < 0 {
-		return StorageClass{}, false
+		return contract.StorageClass{}, false
 	}
 	return p.Classes[i], true
 }
@@ -221,15 +172,15 @@ func (p *Provisioner) classNames() []string {
 		out = append(out, c.Name)
 	}
 	if len(out) == 0 {
-		return []string{"none: the VirtualCluster offers no StorageClass"}
+		return []string{"none: the VirtualCluster offers no contract.StorageClass"}
 	}
 	return out
 }
 
 // TenantStorageClasses are the tenant objects that show the classes: a
-// StorageClass per class with ProvisionerName, and the CSIDriver of the
+// contract.StorageClass per class with ProvisionerName, and the CSIDriver of the
 // volumes, which needs no attachment.
-func TenantStorageClasses(classes []StorageClass) ([]*storagev1.StorageClass, *storagev1.CSIDriver) {
+func TenantStorageClasses(classes []contract.StorageClass) ([]*storagev1.StorageClass, *storagev1.CSIDriver) {
 	labels := map[string]string{LabelMirror: "true"}
 	var out []*storagev1.StorageClass
 	for _, c := range classes {

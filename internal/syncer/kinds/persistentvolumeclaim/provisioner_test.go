@@ -20,7 +20,7 @@ import (
 	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
-var standard = StorageClass{Name: "fast", HostName: "standard", ReclaimPolicy: corev1.PersistentVolumeReclaimDelete, VolumeBindingMode: storagev1.VolumeBindingWaitForFirstConsumer, Default: true}
+var standard = contract.StorageClass{Name: "fast", HostName: "standard", ReclaimPolicy: corev1.PersistentVolumeReclaimDelete, VolumeBindingMode: storagev1.VolumeBindingWaitForFirstConsumer, Default: true}
 
 func claim(mutate ...func(*corev1.PersistentVolumeClaim)) *corev1.PersistentVolumeClaim {
 	c := &corev1.PersistentVolumeClaim{
@@ -43,7 +43,7 @@ func options(c *corev1.PersistentVolumeClaim, class string) controller.Provision
 
 func TestProvisionMakesTheHostClaimAndATenantVolume(t *testing.T) {
 	host := fake.NewClientset()
-	p := &Provisioner{VirtualCluster: "alpha", HostNamespace: "vc-alpha", Host: host, Classes: []StorageClass{standard}}
+	p := &Provisioner{VirtualCluster: "alpha", HostNamespace: "vc-alpha", Host: host, Classes: []contract.StorageClass{standard}}
 	pv, state, err := p.Provision(context.Background(), options(claim(), "fast"))
 	if err != nil || state != controller.ProvisioningFinished {
 		t.Fatalf("Provision = %v, %v", state, err)
@@ -90,11 +90,11 @@ func TestProvisionRefuses(t *testing.T) {
 		{"a data source", "fast", "spec.dataSource", func(c *corev1.PersistentVolumeClaim) {
 			c.Spec.DataSource = &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: "other"}
 		}},
-		{"a class of the tenant's own", "mine", "StorageClass mine is not one the virtual node offers: use fast", nil},
+		{"a class of the tenant's own", "mine", "contract.StorageClass mine is not one the virtual node offers: use fast", nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			host := fake.NewClientset()
-			p := &Provisioner{VirtualCluster: "alpha", HostNamespace: "vc-alpha", Host: host, Classes: []StorageClass{standard}}
+			p := &Provisioner{VirtualCluster: "alpha", HostNamespace: "vc-alpha", Host: host, Classes: []contract.StorageClass{standard}}
 			var mutate []func(*corev1.PersistentVolumeClaim)
 			if tt.mutate != nil {
 				mutate = append(mutate, tt.mutate)
@@ -145,18 +145,18 @@ func TestDeleteOnlyTheClaimsCopy(t *testing.T) {
 }
 
 func TestClassesFlagRoundTrip(t *testing.T) {
-	want := []StorageClass{standard, {Name: "slow", HostName: "hdd", ReclaimPolicy: corev1.PersistentVolumeReclaimRetain, VolumeBindingMode: storagev1.VolumeBindingImmediate, AllowVolumeExpansion: true}}
-	got, err := ParseClasses(FormatClasses(want))
+	want := []contract.StorageClass{standard, {Name: "slow", HostName: "hdd", ReclaimPolicy: corev1.PersistentVolumeReclaimRetain, VolumeBindingMode: storagev1.VolumeBindingImmediate, AllowVolumeExpansion: true}}
+	got, err := contract.ParseClasses(contract.FormatClasses(want))
 	if err != nil || !reflect.DeepEqual(got, want) {
-		t.Errorf("ParseClasses(FormatClasses) = %+v, %v; want %+v", got, err, want)
+		t.Errorf("contract.ParseClasses(FormatClasses) = %+v, %v; want %+v", got, err, want)
 	}
-	if _, err := ParseClasses("fast=standard:Delete"); err == nil || !strings.Contains(err.Error(), "name=hostName") {
+	if _, err := contract.ParseClasses("fast=standard:Delete"); err == nil || !strings.Contains(err.Error(), "name=hostName") {
 		t.Errorf("a short entry: %v", err)
 	}
 }
 
 func TestTenantStorageClasses(t *testing.T) {
-	scs, driver := TenantStorageClasses([]StorageClass{standard})
+	scs, driver := TenantStorageClasses([]contract.StorageClass{standard})
 	if len(scs) != 1 || scs[0].Name != "fast" || scs[0].Provisioner != ProvisionerName || scs[0].Annotations["storageclass.kubernetes.io/is-default-class"] != "true" ||
 		*scs[0].VolumeBindingMode != storagev1.VolumeBindingWaitForFirstConsumer || scs[0].Labels[LabelMirror] != "true" {
 		t.Errorf("tenant classes %+v", scs)

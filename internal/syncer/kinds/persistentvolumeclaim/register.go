@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 
 	"github.com/nestdev/nest/internal/kindsync"
+	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/syncer/kinds"
 )
 
@@ -27,7 +28,7 @@ const (
 // stay Pending as on a cluster without a provisioner. Bound claims are kept
 // in step with their host claims (Volumes: queue "persistentvolumeclaims").
 // Virtual-node syncer only.
-func Register(c *kinds.Context, classes []StorageClass) kinds.Registration {
+func Register(c *kinds.Context, classes []contract.StorageClass) kinds.Registration {
 	if len(classes) == 0 {
 		return kinds.Registration{}
 	}

@@ -1,6 +1,7 @@
-package syncer
+package contract
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"net/netip"
@@ -9,12 +10,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/nestdev/nest/internal/components"
-	"github.com/nestdev/nest/internal/syncer/kinds/persistentvolumeclaim"
 )
 
 // Flag names of nest-syncer. The VirtualCluster controller writes them with
@@ -82,7 +84,7 @@ const (
 var DefaultHealthAddr = fmt.Sprintf("127.0.0.1:%d", DefaultHealthPort)
 
 // BindFlags registers every option on fs.
-func (o *Options) BindFlags(fs *flag.FlagSet) {
+func (o *Flags) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.VirtualCluster, flagVirtualCluster, "", "name of the VirtualCluster (required)")
 	fs.StringVar(&o.HostNamespace, flagHostNamespace, "", "host namespace of the VirtualCluster (required)")
 	fs.StringVar(&o.NodeName, flagNodeName, "nest-virtual-node", "name of the (first) virtual node in the tenant cluster")
@@ -172,7 +174,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		return err
 	})
 	fs.Func(flagStorageClasses, "comma-separated host StorageClasses the tenant sees, each name=hostName:reclaimPolicy:bindingMode:expand:default (default none: tenant claims get no volume)", func(s string) error {
-		c, err := persistentvolumeclaim.ParseClasses(s)
+		c, err := ParseClasses(s)
 		o.StorageClasses = c
 		return err
 	})
@@ -183,7 +185,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 }
 
 // Args renders o as nest-syncer flags.
-func (o Options) Args() []string {
+func (o Flags) Args() []string {
 	args := []string{
 		"--" + flagVirtualCluster + "=" + o.VirtualCluster,
 		"--" + flagHostNamespace + "=" + o.HostNamespace,
@@ -223,7 +225,7 @@ func (o Options) Args() []string {
 		args = append(args, "--"+flagAlwaysPullImages)
 	}
 	if len(o.StorageClasses) > 0 {
-		args = append(args, "--"+flagStorageClasses+"="+persistentvolumeclaim.FormatClasses(o.StorageClasses))
+		args = append(args, "--"+flagStorageClasses+"="+FormatClasses(o.StorageClasses))
 	}
 	if len(o.EgressBlocks) > 0 {
 		args = append(args, "--"+flagEgressBlocks+"="+FormatIPBlocks(o.EgressBlocks))
@@ -336,7 +338,7 @@ func ParseRegistryList(s string) ([]string, error) {
 }
 
 // Validate names the first required option that is missing or out of range.
-func (o Options) Validate() error {
+func (o Flags) Validate() error {
 	for _, f := range []struct{ name, value string }{
 		{flagVirtualCluster, o.VirtualCluster}, {flagHostNamespace, o.HostNamespace}, {flagAPIServerHost, o.APIServerHost},
 		{flagDNSServer, o.DNSServer}, {flagTenantKubeconfig, o.TenantKubeconfig},
@@ -397,4 +399,279 @@ func FormatResourceList(l corev1.ResourceList) string {
 	}
 	slices.Sort(parts)
 	return strings.Join(parts, ",")
+}
+
+// Flags are nest-syncer's command line. nest-manager's VirtualCluster
+// controller renders them with Args and cmd/nest-syncer reads them with
+// BindFlags, so both agree by construction.
+type Flags struct {
+	Translation
+	// TenantKubeconfig is the syncer's kubeconfig for the tenant API server.
+	TenantKubeconfig string
+	// Capacity is the tenant's share: the capacity and allocatable of the
+	// virtual nodes together (see SplitCapacity).
+	Capacity corev1.ResourceList
+	// VirtualNodes is how many virtual nodes the share is split across, 1
+	// to MaxVirtualNodes (0 is 1); their names are NodeNames(NodeName,
+	// VirtualNodes).
+	VirtualNodes int
+	// PodSecurityLevel every tenant pod must meet: baseline or restricted.
+	PodSecurityLevel string
+	// TokenMaxAge bounds how long a delivered token is used before refresh.
+	TokenMaxAge time.Duration
+	// NodeIP is the virtual node's InternalIP: the control-plane pod's IP,
+	// where the kubelet API and the tenant's node ports listen. Empty keeps
+	// the kubelet API on KubeletAddr and serves no node ports.
+	NodeIP string
+	// KubeletAddr is where the kubelet API listens, with ServingCert/Key and
+	// ClientCA (PEM files). Only the tenant API server's kubelet client
+	// certificate is accepted.
+	KubeletAddr, ServingCert, ServingKey, ClientCA string
+	// KubeletClientName is the common name the API server's client certificate has.
+	KubeletClientName string
+	// HealthAddr serves /healthz (ok while the process serves: the
+	// liveness probe) and /readyz (ok once the virtual node is registered).
+	HealthAddr string
+	// DNSDir receives the hosts file of the tenant's CoreDNS.
+	DNSDir string
+	// HostMetadata is the allow-list of tenant label and annotation keys
+	// copied onto host pods.
+	HostMetadata MetadataAllowList
+	// DataBudgetBytes bounds the data of all host copies of tenant ConfigMaps
+	// and Secrets together; 0 means no bound.
+	DataBudgetBytes int64
+	// LeaderElect makes the syncers of a control plane's replicas elect,
+	// through a host Lease (contract.LeaseName), the one that runs the virtual node
+	// and writes to both clusters; the others keep their CoreDNS' records
+	// current and wait.
+	LeaderElect bool
+	// StorageClasses are the host StorageClasses the tenant sees and whose
+	// claims the virtual node provisions (kinds/persistentvolumeclaim);
+	// none: the tenant's claims get no volume.
+	StorageClasses []StorageClass
+	// EgressBlocks are the addresses outside the host cluster tenant pods
+	// may reach, as the VirtualCluster's base egress policy has them: the
+	// ipBlocks of tenant NetworkPolicies are cut to them.
+	EgressBlocks []networkingv1.IPBlock
+	// Identity is this syncer's name in the election: its pod's name; ""
+	// is the host name. A random suffix is added (electionIdentity), so a
+	// replacement pod of the same name never takes its predecessor's lease.
+	Identity string
+}
+
+// Translation is what nest-syncer's pod translation is told about the
+// virtual cluster and its host side, from flags nest-manager sets.
+type Translation struct {
+	// VirtualCluster is the VirtualCluster's name.
+	VirtualCluster string
+	// HostNamespace is where host objects are made.
+	HostNamespace string
+	// ClusterDomain is the tenant's DNS suffix, such as cluster.local.
+	ClusterDomain string
+	// APIServerHost and APIServerPort reach the tenant API server from host
+	// pods: the ClusterIP and port of the control plane's host Service.
+	APIServerHost string
+	APIServerPort int32
+	// DNSServer is the host ClusterIP of the tenant's CoreDNS.
+	DNSServer string
+	// HostServiceCIDRs are the host's Service ClusterIP ranges. A host copy
+	// of a tenant Service asks for the tenant's ClusterIP when it lies in one
+	// of them, above the range's static band (see SameClusterIP).
+	HostServiceCIDRs []netip.Prefix
+	// NodeName is the virtual node's name in the tenant cluster.
+	NodeName string
+	// PriorityClassName is put on every host pod; the host ResourceQuota of the
+	// tenant's share selects pods by it.
+	PriorityClassName string
+	// DefaultLimits are the limits the host namespace's LimitRange gives a
+	// container that states none (cpu, memory, ephemeral-storage). A
+	// container that requests more than one of them and states no limit gets
+	// its request as the limit: the LimitRange's default would be below the
+	// request, and the host API server would refuse the pod.
+	DefaultLimits corev1.ResourceList
+	// HelperImage holds nest-syncer, which host pods run as a helper init
+	// container where the host kubelet cannot do what the tenant's would
+	// (tenantEtcHosts), with HelperImagePullPolicy. Empty: no helpers.
+	HelperImage           string
+	HelperImagePullPolicy corev1.PullPolicy
+	// NodeDisk is each virtual node's disk, where tenant hostPath volumes
+	// live (see translateHostPaths); nil: hostPath volumes are refused.
+	NodeDisk *NodeDisk
+	// ConfinePrivileged runs a container that asks for privileged without
+	// it (confinePrivileged); false: Pod Security refuses the pod.
+	ConfinePrivileged bool
+	// NodeNetwork gives a hostNetwork pod the virtual node's address and
+	// host ports through the node network agent (nodenetwork.go); it needs
+	// HelperImage. Off: such a pod has its pod network only.
+	NodeNetwork bool
+	// MaxGracePeriodSeconds bounds how long a host pod may take to stop: its
+	// terminationGracePeriodSeconds and the grace period of a deletion
+	// (see GracePeriod). 0 stands for DefaultMaxGracePeriodSeconds.
+	MaxGracePeriodSeconds int64
+	// Images says which registries tenant images may come from.
+	Images ImagePolicy
+	// AlwaysPullImages sets imagePullPolicy Always on every container and
+	// image volume of a host pod, as the AlwaysPullImages admission plugin
+	// does, for host kubelets that do not check that a pod may use an image
+	// another pod pulled with credentials (KubeletEnsureSecretPulledImages).
+	AlwaysPullImages bool
+}
+
+// MetadataAllowList names the tenant label and annotation keys that reach
+// host pods: whole keys, or beginnings ending in "*" that match up to the next
+// "/" ("*" is every key without a prefix, "example.com/*" every key under
+// example.com). An empty list copies nothing. Keys Nest or host add-ons act
+// on are never copied, whatever the list says (see DefaultHostLabels).
+type MetadataAllowList struct {
+	Labels, Annotations []string
+}
+
+// Allow-list entries (MetadataAllowList, --host-labels, --host-annotations).
+// An entry is a whole key ("app", "example.com/team"), or ends in "*" to match
+// every key that starts with the rest of the entry, where the "*" never spans
+// a "/". So "*" is every key without a prefix ("app", "tier"),
+// "example.com/*" every key under example.com, and "app*" the unprefixed keys
+// that start with "app". A "*" anywhere else is refused. An empty list copies
+// nothing.
+const Wildcard = "*"
+
+// DefaultHostLabels are the tenant label keys copied to host pods when
+// --host-labels is not given: every unprefixed key, and the descriptive
+// app.kubernetes.io labels, which host dashboards and cost tools group by.
+// Keys that Nest or host add-ons act on are never copied (nest-syncer's
+// deniedOnHost), whatever the list says.
+var DefaultHostLabels = append([]string{Wildcard}, DescribingAppLabels...)
+
+// DefaultHostAnnotations are the tenant annotation keys copied to host pods
+// when --host-annotations is not given: none, because host add-ons (service
+// meshes, CNI plugins, secret injectors, autoscalers) are configured through
+// pod annotations, often under prefixes no list could foresee.
+var DefaultHostAnnotations = []string{}
+
+// DescribingAppLabels are the app.kubernetes.io keys that only describe a
+// workload. The others under app.kubernetes.io (managed-by, component) select
+// Nest's own control-plane pods and stay denied.
+var DescribingAppLabels = []string{
+	"app.kubernetes.io/name",
+	"app.kubernetes.io/instance",
+	"app.kubernetes.io/version",
+	"app.kubernetes.io/part-of",
+}
+
+// ParseAllowList parses a comma-separated allow-list of label or annotation
+// keys (see MetadataAllowList); an entry with a "*" anywhere but at its end
+// is an error. The empty string is the empty list, which copies nothing.
+func ParseAllowList(s string) ([]string, error) {
+	out := []string{}
+	for _, e := range strings.Split(s, ",") {
+		if e = strings.TrimSpace(e); e == "" {
+			continue
+		}
+		if i := strings.Index(e, Wildcard); i >= 0 && i != len(e)-1 {
+			return nil, fmt.Errorf("%q: a \"*\" may only end an entry, such as example.com/*", e)
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// ImagePolicy says which registries the host node's container runtime may
+// pull a tenant image from. The runtime dials the registry an image
+// reference names, from the host node, so without it a tenant could make
+// the node connect to its own loopback ports, its kubelet, or the host's
+// private ranges, and read the answers off pull errors.
+type ImagePolicy struct {
+	// Allowed, when not empty, are the only registries tenant images may
+	// come from: a host ("registry.example.com"), a host and port
+	// ("registry.example.com:5000") or a domain suffix ("*.example.com").
+	// "docker.io" stands for Docker Hub, as in image references.
+	Allowed []string
+	// Denied are registries no tenant image may come from: entries as in
+	// Allowed, or CIDRs (10.0.0.0/8) that an IP-literal registry must not
+	// lie in. Loopback, link-local, unspecified and multicast addresses
+	// and the localhost names are always denied (nest-syncer's alwaysDenied).
+	Denied []string
+}
+
+// ValidateRegistryEntry reports why s cannot be an ImagePolicy entry: a
+// registry host, host:port, *.domain suffix or CIDR.
+func ValidateRegistryEntry(s string) error {
+	if _, err := netip.ParsePrefix(s); err == nil {
+		return nil
+	}
+	host := strings.TrimPrefix(s, "*.")
+	if host == "" || strings.ContainsAny(host, "/@*") {
+		return fmt.Errorf("%q is not a registry: give a host (registry.example.com), host:port, *.example.com or a CIDR", s)
+	}
+	if _, err := name.NewRegistry(host, name.StrictValidation); err != nil {
+		return fmt.Errorf("%q is not a registry: %v", s, err)
+	}
+	return nil
+}
+
+// NodeDisk is the disk each virtual node has (spec.virtualNode.nodeDisk).
+type NodeDisk struct {
+	// Size is each claim's storage request.
+	Size resource.Quantity
+	// StorageClassName of the claims; empty is the host's default.
+	StorageClassName string
+}
+
+// NodeDiskClaim is the host claim holding the disk of virtual node node.
+func NodeDiskClaim(vc, node string) string { return HostName(vc, "node-disk", node) }
+
+// MaxVirtualNodes bounds how many virtual nodes one syncer runs.
+const MaxVirtualNodes = 16
+
+// DefaultMaxGracePeriodSeconds is the longest grace period a host pod gets
+// unless the VirtualCluster says otherwise: five minutes, the order of the
+// graceful node shutdown periods kubelet operators configure, and ten
+// times the API's default of 30 seconds.
+const DefaultMaxGracePeriodSeconds int64 = 300
+
+// StorageClass is one host StorageClass as the tenant sees it.
+type StorageClass struct {
+	// Name is the tenant's name, HostName the host class.
+	Name, HostName string
+	// ReclaimPolicy, VolumeBindingMode and AllowVolumeExpansion are the
+	// host class's.
+	ReclaimPolicy        corev1.PersistentVolumeReclaimPolicy
+	VolumeBindingMode    storagev1.VolumeBindingMode
+	AllowVolumeExpansion bool
+	// Default makes it the tenant's default class.
+	Default bool
+}
+
+// FormatClasses renders classes for ParseClasses: per class
+// "name=hostName:reclaimPolicy:bindingMode:expand:default", comma-separated.
+func FormatClasses(classes []StorageClass) string {
+	parts := make([]string, len(classes))
+	for i, c := range classes {
+		parts[i] = fmt.Sprintf("%s=%s:%s:%s:%t:%t", c.Name, c.HostName, c.ReclaimPolicy, c.VolumeBindingMode, c.AllowVolumeExpansion, c.Default)
+	}
+	return strings.Join(parts, ",")
+}
+
+// ParseClasses parses FormatClasses' form; the error names the part that
+// is malformed.
+func ParseClasses(s string) ([]StorageClass, error) {
+	var out []StorageClass
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part == "" {
+			continue
+		}
+		name, rest, ok := strings.Cut(part, "=")
+		fields := strings.Split(rest, ":")
+		if !ok || name == "" || len(fields) != 5 || fields[0] == "" {
+			return nil, fmt.Errorf("%q: want name=hostName:reclaimPolicy:bindingMode:expand:default, such as standard=standard:Delete:WaitForFirstConsumer:false:true", part)
+		}
+		expand, err1 := strconv.ParseBool(fields[3])
+		def, err2 := strconv.ParseBool(fields[4])
+		if err := errors.Join(err1, err2); err != nil {
+			return nil, fmt.Errorf("%q: %w", part, err)
+		}
+		out = append(out, StorageClass{Name: name, HostName: fields[0], ReclaimPolicy: corev1.PersistentVolumeReclaimPolicy(fields[1]),
+			VolumeBindingMode: storagev1.VolumeBindingMode(fields[2]), AllowVolumeExpansion: expand, Default: def})
+	}
+	return out, nil
 }
