@@ -18,7 +18,6 @@ import (
 	"github.com/nestdev/nest/internal/components"
 	"github.com/nestdev/nest/internal/etcdmember"
 	"github.com/nestdev/nest/internal/images"
-	"github.com/nestdev/nest/internal/syncer"
 	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
@@ -42,7 +41,7 @@ type Options struct {
 	HostMetadata contract.MetadataAllowList
 	// NodeNetwork says the node network agent runs on the host nodes:
 	// hostNetwork tenant pods then get the virtual node's address and host
-	// ports (syncer.Translator.NodeNetwork).
+	// ports (contract.Translation.NodeNetwork).
 	NodeNetwork bool
 	// HostStorageClasses are the host's StorageClasses, as the manager last
 	// listed them: the VirtualCluster's storage classes are resolved
@@ -53,7 +52,7 @@ type Options struct {
 	ImageRegistryDenylist []string
 	// AlwaysPullImages makes host pods pull every tenant image, for host
 	// kubelets that do not check pull credentials of cached images
-	// (syncer.Translator.AlwaysPullImages).
+	// (contract.Translation.AlwaysPullImages).
 	AlwaysPullImages bool
 }
 
@@ -343,7 +342,7 @@ func etcdMemberFlags(vc *nestv1.VirtualCluster) etcdmember.Flags {
 
 func etcdMemberContainer(vc *nestv1.VirtualCluster, o Options) corev1.Container {
 	c := container(etcdMemberName, o, componentResources[etcdMemberName], append([]string{etcdmember.Command}, etcdMemberFlags(vc).Args()...))
-	c.Image, c.Command = o.SyncerImage, []string{syncer.SyncerBinary}
+	c.Image, c.Command = o.SyncerImage, []string{contract.SyncerBinary}
 	c.Env = append(c.Env, podNameEnv())
 	c.VolumeMounts = append(mounts(true), corev1.VolumeMount{Name: etcdMemberVolume, MountPath: path.Dir(initialClusterFile)},
 		corev1.VolumeMount{Name: etcdBootstrapVolume, MountPath: etcdBootstrapDir, ReadOnly: true})

@@ -13,7 +13,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
-	"github.com/nestdev/nest/internal/syncer"
 	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
@@ -86,7 +85,7 @@ const KubernetesServicePort = 443
 // server on KubernetesServicePort, as the tenant's kube-dns and kubernetes
 // Services promise. With the port the tenant sees, the KUBERNETES_PORT_443_TCP
 // variables the host kubelet sets describe the tenant API server once the
-// syncer sets them (see syncer.Translator).
+// syncer sets them (see contract.Translation).
 func DNSServiceFor(vc *nestv1.VirtualCluster) *corev1.Service {
 	n := NamesOf(vc)
 	target := intstr.FromInt32(contract.DefaultDNSPort)
@@ -213,7 +212,7 @@ func hostMetadata(vc *nestv1.VirtualCluster, o Options) contract.MetadataAllowLi
 
 func syncerContainer(vc *nestv1.VirtualCluster, o Options, ips ServiceIPs) corev1.Container {
 	c := container(syncerName, o, componentResources[syncerName], syncerOptions(vc, o, ips).Args())
-	c.Image, c.Command = o.SyncerImage, []string{syncer.SyncerBinary}
+	c.Image, c.Command = o.SyncerImage, []string{contract.SyncerBinary}
 	c.Env = append(c.Env, podIPEnv(), podNameEnv())
 	c.VolumeMounts = append(mounts(false),
 		corev1.VolumeMount{Name: "dns", MountPath: dnsDir},

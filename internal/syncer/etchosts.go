@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nestdev/nest/internal/atomicfile"
+	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 // A tenant pod with a subdomain has, in the kubelet's /etc/hosts, the line
@@ -34,8 +35,6 @@ const (
 	etcHostsFile = "hosts"
 	// etcHostsCommand is the helper's subcommand of nest-syncer.
 	etcHostsCommand = "etc-hosts"
-	// SyncerBinary is nest-syncer's path in its image.
-	SyncerBinary = "/nest-syncer"
 	// etcHostsPath is where containers read the file, as on any Linux node.
 	etcHostsPath = "/etc/hosts"
 	// envPodIPs and envHostAliases carry the pod IPs (the downward API's
@@ -188,7 +187,7 @@ func (t Translator) etcHostsHelper(spec *corev1.PodSpec, namespace, node string)
 		}
 		env = append(env, corev1.EnvVar{Name: envHostAliases, Value: string(aliases)})
 	}
-	command := []string{SyncerBinary, etcHostsCommand, "--out=" + path.Join(etcHostsDir, etcHostsFile)}
+	command := []string{contract.SyncerBinary, etcHostsCommand, "--out=" + path.Join(etcHostsDir, etcHostsFile)}
 	if node != "" {
 		command = append(command, "--hostname="+node, "--host-network")
 	} else {

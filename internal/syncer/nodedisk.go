@@ -156,7 +156,7 @@ func mountOnDisk(mounts []corev1.VolumeMount, onDisk map[string]string) {
 // owner of the disk's directories, with no capabilities, which Pod
 // Security's baseline level allows.
 func (t Translator) nodeDiskHelper(nodeName, volume string, paths []string) corev1.Container {
-	command := append([]string{SyncerBinary, nodeDiskCommand, "--root=" + nodeDiskDir, "--node-name=" + nodeName}, paths...)
+	command := append([]string{contract.SyncerBinary, nodeDiskCommand, "--root=" + nodeDiskDir, "--node-name=" + nodeName}, paths...)
 	return t.helperContainer(nodeDiskName, command, true, corev1.VolumeMount{Name: volume, MountPath: nodeDiskDir})
 }
 

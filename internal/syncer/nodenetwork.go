@@ -133,7 +133,7 @@ func (t Translator) waitForNodeNetwork(spec *corev1.PodSpec, node string) {
 	if !t.NodeNetwork || t.HelperImage == "" || node == "" {
 		return
 	}
-	c := t.helperContainer(nodeNetworkName, []string{SyncerBinary, nodeNetworkCommand,
+	c := t.helperContainer(nodeNetworkName, []string{contract.SyncerBinary, nodeNetworkCommand,
 		"--timeout=" + nodeNetworkWait.String(), "--pod-uid=$(" + envPodUID + ")"}, false)
 	c.Env = []corev1.EnvVar{{Name: envPodUID, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.uid"}}}}
 	spec.InitContainers = append([]corev1.Container{c}, spec.InitContainers...)

@@ -24,7 +24,6 @@ import (
 	"github.com/nestdev/nest/internal/controlplane"
 	"github.com/nestdev/nest/internal/devcluster"
 	"github.com/nestdev/nest/internal/etcdmember"
-	"github.com/nestdev/nest/internal/syncer"
 	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/testutil"
 	"github.com/nestdev/nest/test/e2e/framework"
@@ -218,7 +217,7 @@ func etcdMembers(ctx context.Context, host client.Client, hostKubeconfig string,
 	if len(args) == 0 || args[0] != etcdmember.Command {
 		return nil, fmt.Errorf("pod %s has no etcd-member helper: %v", pod.Name, args)
 	}
-	exec := append([]string{"-n", n.Namespace, "exec", pod.Name, "-c", "etcd-member", "--", syncer.SyncerBinary, etcdmember.Command, etcdmember.MembersCommand}, args[1:]...)
+	exec := append([]string{"-n", n.Namespace, "exec", pod.Name, "-c", "etcd-member", "--", contract.SyncerBinary, etcdmember.Command, etcdmember.MembersCommand}, args[1:]...)
 	out, err := framework.Kubectl(ctx, hostKubeconfig, exec...)
 	if err != nil {
 		return nil, fmt.Errorf("%v: %s", err, out)

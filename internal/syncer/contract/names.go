@@ -74,6 +74,10 @@ func ShortName(name, key string) string {
 	return strings.TrimRight(name[:maxHostName-len(suffix)], "-.") + suffix
 }
 
+// SyncerBinary is nest-syncer's path in its image, which also runs the
+// helper init containers of host pods.
+const SyncerBinary = "/nest-syncer"
+
 // TokenSecretName is the host Secret that carries one pod's service-account
 // tokens and identity, owned by the host pod.
 func TokenSecretName(hostPod string) string { return hostPod + "-token" }
