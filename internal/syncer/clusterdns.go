@@ -19,6 +19,7 @@ import (
 	"github.com/nestdev/nest/internal/kindsync"
 	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/syncer/kinds"
+	"github.com/nestdev/nest/internal/syncer/kinds/endpointslice"
 )
 
 // The tenant's cluster DNS Service. Pods on virtual nodes reach the tenant
@@ -193,7 +194,7 @@ func (c *clusterDNSSyncer) applySlice(ctx context.Context) error {
 	case have.AddressType != want.AddressType:
 		// Immutable: the next pass creates it anew.
 		err = client.Delete(ctx, have.Name, metav1.DeleteOptions{})
-	case endpointSliceDiffers(have, want):
+	case endpointslice.Differs(have, want):
 		upd := have.DeepCopy()
 		// The slice is the syncer's alone: what it does not write goes.
 		upd.Labels, upd.Annotations, upd.OwnerReferences = want.Labels, want.Annotations, want.OwnerReferences

@@ -13,6 +13,7 @@ import (
 	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/syncer/kinds"
 	"github.com/nestdev/nest/internal/syncer/kinds/configmap"
+	"github.com/nestdev/nest/internal/syncer/kinds/endpointslice"
 	"github.com/nestdev/nest/internal/syncer/kinds/hostcopy"
 	"github.com/nestdev/nest/internal/syncer/kinds/networkpolicy"
 	"github.com/nestdev/nest/internal/syncer/kinds/persistentvolumeclaim"
@@ -55,7 +56,9 @@ func kindTable() []kindRow {
 			return reg, nil
 		}},
 		{"services", kinds.VirtualNode, (*syncer).registerServices},
-		{"endpointslices", kinds.VirtualNode, (*syncer).registerEndpointSlices},
+		{"endpointslices", kinds.VirtualNode, func(s *syncer, c *kinds.Context) (kinds.Registration, error) {
+			return endpointslice.Register(c, s.dedicatedF), nil
+		}},
 		{"clusterdns", kinds.VirtualNode, (*syncer).registerClusterDNS},
 		{"nodenetwork", kinds.VirtualNode, (*syncer).registerNodeNetwork},
 		{"members", kinds.VirtualNode, (*syncer).registerMembers},

@@ -94,14 +94,11 @@ type syncer struct {
 	// nodePorts serves the tenant's node ports on the virtual node's IP;
 	// nil without Options.NodeIP.
 	nodePorts *nodePortProxy
-	// endpointSlices copies the endpoints of Services without a selector;
-	// slices is its kind syncer.
-	endpointSlices *endpointSliceSyncer
 	// registration is what the rows of kindTable run in this syncer's mode.
 	registration kinds.Registration
 	// The queues of the runtime's own kinds, which other kinds and tests
 	// reach; nil when their row does not run in this mode.
-	configMaps, secrets, services, slices, tokens, orphans, tenantDeletes *kindsync.Syncer
+	configMaps, secrets, services, tokens, orphans, tenantDeletes *kindsync.Syncer
 	// clusterDNS keeps the tenant's kube-system/kube-dns Service; nil
 	// without Options.NodeIP, the control-plane pod's IP it points at.
 	clusterDNS *kindsync.Syncer

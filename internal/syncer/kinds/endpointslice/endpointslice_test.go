@@ -1,4 +1,4 @@
-package syncer
+package endpointslice
 
 import (
 	"context"
@@ -22,7 +22,11 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 
+	"k8s.io/client-go/tools/cache"
+
 	"github.com/nestdev/nest/internal/syncer/contract"
+	"github.com/nestdev/nest/internal/syncer/kinds/hostcopy"
+	"github.com/nestdev/nest/internal/testutil"
 )
 
 func tenantSlice(name string, addressType discoveryv1.AddressType, ips ...string) *discoveryv1.EndpointSlice {
@@ -38,7 +42,7 @@ func tenantSlice(name string, addressType discoveryv1.AddressType, ips ...string
 }
 
 func hostServiceOf(name string) *corev1.Service {
-	svc, _ := tr.HostService(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop", UID: "tenant-svc"}})
+	svc := &corev1.Service{ObjectMeta: hostcopy.Meta(tr.VirtualCluster, tr.HostNamespace, &metav1.ObjectMeta{Name: name, Namespace: "shop", UID: "tenant-svc"})}
 	svc.UID = "host-svc"
 	return svc
 }
@@ -101,7 +105,7 @@ func TestEndpointSliceSyncerFollowsTheTenant(t *testing.T) {
 		AddressType: discoveryv1.AddressTypeIPv4}
 	host := fake.NewClientset(hostSvc, hostPod, finished, controllerSlice)
 	tf, hf := informers.NewSharedInformerFactory(tenant, 0), informers.NewSharedInformerFactoryWithOptions(host, 0, informers.WithNamespace(tr.HostNamespace))
-	e := &endpointSliceSyncer{
+	e := &Syncer{
 		tr: tr, host: host, recorder: record.NewFakeRecorder(10),
 		tenantServices: tf.Core().V1().Services().Lister(), tenantSlices: tf.Discovery().V1().EndpointSlices().Lister(),
 		hostServices: hf.Core().V1().Services().Lister().Services(tr.HostNamespace),
@@ -113,7 +117,7 @@ func TestEndpointSliceSyncerFollowsTheTenant(t *testing.T) {
 	tf.WaitForCacheSync(ctx.Done())
 	hf.WaitForCacheSync(ctx.Done())
 
-	if _, err := e.sync(ctx, "shop/db"); err != nil {
+	if _, err := e.Sync(ctx, "shop/db"); err != nil {
 		t.Fatal(err)
 	}
 	got, err := host.DiscoveryV1().EndpointSlices(tr.HostNamespace).List(ctx, metav1.ListOptions{})
@@ -151,7 +155,7 @@ func TestEndpointSliceSyncerFollowsTheTenant(t *testing.T) {
 	if err := tf.Core().V1().Services().Informer().GetIndexer().Update(withSelector); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.sync(ctx, "shop/db"); err != nil {
+	if _, err := e.Sync(ctx, "shop/db"); err != nil {
 		t.Fatal(err)
 	}
 	got, _ = host.DiscoveryV1().EndpointSlices(tr.HostNamespace).List(ctx, metav1.ListOptions{})
@@ -167,12 +171,12 @@ var dedicatedCIDR = netip.MustParsePrefix("10.244.2.0/24")
 // endpointSliceSyncerOf is an endpoint slice syncer whose listers hold the
 // tenant and host objects, whose host client holds the host objects too,
 // and whose dedicated pod CIDRs are cidrs.
-func endpointSliceSyncerOf(t *testing.T, tenantObjs, hostObjs []runtime.Object, cidrs []netip.Prefix) (*endpointSliceSyncer, *fake.Clientset) {
+func endpointSliceSyncerOf(t *testing.T, tenantObjs, hostObjs []runtime.Object, cidrs []netip.Prefix) (*Syncer, *fake.Clientset) {
 	t.Helper()
 	tenantServices, tenantSlices, _ := byKind(t, tenantObjs)
 	hostServices, hostSlices, hostPods := byKind(t, hostObjs)
 	host := fake.NewClientset(hostObjs...)
-	return &endpointSliceSyncer{
+	return &Syncer{
 		tr: tr, host: host, recorder: record.NewFakeRecorder(10),
 		tenantServices: corelisters.NewServiceLister(indexerOf(t, tenantServices...)),
 		tenantSlices:   discoverylisters.NewEndpointSliceLister(indexerOf(t, tenantSlices...)),
@@ -187,7 +191,7 @@ func endpointSliceSyncerOf(t *testing.T, tenantObjs, hostObjs []runtime.Object, 
 // and its host copy.
 func tenantService(selector map[string]string) (*corev1.Service, *corev1.Service) {
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "shop", UID: "tenant-svc"}, Spec: corev1.ServiceSpec{Selector: selector}}
-	hostSvc, _ := tr.HostService(svc)
+	hostSvc := &corev1.Service{ObjectMeta: hostcopy.Meta(tr.VirtualCluster, tr.HostNamespace, &svc.ObjectMeta)}
 	hostSvc.UID = "host-svc"
 	return svc, hostSvc
 }
@@ -284,7 +288,7 @@ func TestEndpointSliceSyncerAddsDedicatedEndpointsOfSelectedServices(t *testing.
 				hostObjs = append(hostObjs, staleCopy[0].DeepCopy())
 			}
 			e, host := endpointSliceSyncerOf(t, append([]runtime.Object{svc}, tt.slices...), hostObjs, tt.cidrs)
-			if _, err := e.sync(ctx, "shop/db"); err != nil {
+			if _, err := e.Sync(ctx, "shop/db"); err != nil {
 				t.Fatal(err)
 			}
 			got := syncersSlices(t, host)
@@ -332,7 +336,7 @@ func TestEndpointSliceSyncerAdmitsDedicatedAddressesWithoutASelector(t *testing.
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e, host := endpointSliceSyncerOf(t, []runtime.Object{svc, slice}, []runtime.Object{hostSvc, tenantHostPod("p", "10.244.1.5")}, tt.cidrs)
-			if _, err := e.sync(context.Background(), "shop/db"); err != nil {
+			if _, err := e.Sync(context.Background(), "shop/db"); err != nil {
 				t.Fatal(err)
 			}
 			if got := syncersSlices(t, host); len(got) != 1 || !slices.Equal(got[name], tt.want) {
@@ -367,7 +371,7 @@ func TestEndpointSliceSyncerKeys(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e, _ := endpointSliceSyncerOf(t, []runtime.Object{selected, bare}, []runtime.Object{left}, tt.cidrs)
-			got := e.keys()
+			got := e.Keys()
 			slices.Sort(got)
 			if !slices.Equal(got, tt.want) {
 				t.Errorf("keys() = %q, want %q", got, tt.want)
@@ -377,7 +381,74 @@ func TestEndpointSliceSyncerKeys(t *testing.T) {
 	// A syncer built without the ConfigMap's reader has no dedicated nodes.
 	e, _ := endpointSliceSyncerOf(t, []runtime.Object{selected, bare}, nil, nil)
 	e.dedicated = nil
-	if got := e.keys(); !slices.Equal(got, []string{"shop/bare"}) {
+	if got := e.Keys(); !slices.Equal(got, []string{"shop/bare"}) {
 		t.Errorf("keys() without a dedicated reader = %q, want [shop/bare]", got)
 	}
+}
+
+func TestInPrefixes(t *testing.T) {
+	in := inPrefixes(prefixes("10.244.1.0/24", "fd00:10:244:2::/64"))
+	tests := []struct {
+		addr string
+		want bool
+	}{
+		{"10.244.1.9", true},
+		{"10.244.1.0", true},
+		{"10.244.2.9", false},
+		{"192.0.2.7", false},
+		{"fd00:10:244:2::9", true},
+		{"fd00:10:244:3::9", false},
+		{"::ffff:10.244.1.9", true},  // IPv4-mapped: the IPv4 address
+		{"::ffff:10.244.2.9", false}, // mapped, but outside
+		{"::10.244.1.9", false},      // IPv4-compatible, not mapped: an IPv6 address
+		{"", false},
+		{"junk", false},
+		{"10.244.1.9/32", false},
+		{"10.244.1", false},
+	}
+	for _, tt := range tests {
+		if got := in(tt.addr); got != tt.want {
+			t.Errorf("inPrefixes(...)(%q) = %v, want %v", tt.addr, got, tt.want)
+		}
+	}
+	if inPrefixes(nil)("10.244.1.9") {
+		t.Error("no prefixes admit an address")
+	}
+}
+
+var tr = Translator{VirtualCluster: "alpha", HostNamespace: "vc-alpha"}
+
+func prefixes(ss ...string) []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(ss))
+	for _, s := range ss {
+		out = append(out, netip.MustParsePrefix(s))
+	}
+	return out
+}
+
+func indexerOf(t *testing.T, objs ...runtime.Object) cache.Indexer {
+	return testutil.Indexer(t, objs...)
+}
+
+func podLister(t *testing.T, pods ...runtime.Object) corelisters.PodLister {
+	return corelisters.NewPodLister(indexerOf(t, pods...))
+}
+
+// byKind sorts objects into Services, EndpointSlices and Pods, for the
+// listers a syncer under test reads; any other kind fails the test.
+func byKind(t *testing.T, objs []runtime.Object) (services, slices, pods []runtime.Object) {
+	t.Helper()
+	for _, o := range objs {
+		switch o.(type) {
+		case *corev1.Service:
+			services = append(services, o)
+		case *discoveryv1.EndpointSlice:
+			slices = append(slices, o)
+		case *corev1.Pod:
+			pods = append(pods, o)
+		default:
+			t.Fatalf("no lister for %T", o)
+		}
+	}
+	return services, slices, pods
 }

@@ -1,11 +1,9 @@
-package syncer
+package contract
 
 import (
 	"net/netip"
 	"slices"
 	"testing"
-
-	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
 func prefixes(ss ...string) []netip.Prefix {
@@ -30,12 +28,12 @@ func TestFormatPodCIDRs(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := contract.FormatPodCIDRs(tt.in)
+			got := FormatPodCIDRs(tt.in)
 			if got != tt.want {
 				t.Errorf("FormatPodCIDRs = %q, want %q", got, tt.want)
 			}
-			if back, want := contract.ParsePodCIDRs(got), contract.ParsePodCIDRs(tt.want); !slices.Equal(back, want) || len(back) != len(slices.Compact(slices.Clone(back))) {
-				t.Errorf("ParsePodCIDRs(contract.FormatPodCIDRs) = %v, want %v", back, want)
+			if back, want := ParsePodCIDRs(got), ParsePodCIDRs(tt.want); !slices.Equal(back, want) || len(back) != len(slices.Compact(slices.Clone(back))) {
+				t.Errorf("ParsePodCIDRs(FormatPodCIDRs) = %v, want %v", back, want)
 			}
 		})
 	}
@@ -47,7 +45,7 @@ func TestParsePodCIDRs(t *testing.T) {
 		want       []netip.Prefix
 	}{
 		{"empty", "", nil},
-		{"what contract.FormatPodCIDRs writes", "10.244.1.0/24\n10.244.2.0/24\nfd00:10:244:2::/64",
+		{"what FormatPodCIDRs writes", "10.244.1.0/24\n10.244.2.0/24\nfd00:10:244:2::/64",
 			prefixes("10.244.1.0/24", "10.244.2.0/24", "fd00:10:244:2::/64")},
 		{"masked", "10.244.1.7/24\n", prefixes("10.244.1.0/24")},
 		{"blanks, spaces and CRLF", "\n  10.244.1.0/24  \r\n\n10.244.2.0/24\r\n", prefixes("10.244.1.0/24", "10.244.2.0/24")},
@@ -56,39 +54,9 @@ func TestParsePodCIDRs(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := contract.ParsePodCIDRs(tt.data); !slices.Equal(got, tt.want) {
+			if got := ParsePodCIDRs(tt.data); !slices.Equal(got, tt.want) {
 				t.Errorf("ParsePodCIDRs(%q) = %v, want %v", tt.data, got, tt.want)
 			}
 		})
-	}
-}
-
-func TestInPrefixes(t *testing.T) {
-	in := inPrefixes(prefixes("10.244.1.0/24", "fd00:10:244:2::/64"))
-	tests := []struct {
-		addr string
-		want bool
-	}{
-		{"10.244.1.9", true},
-		{"10.244.1.0", true},
-		{"10.244.2.9", false},
-		{"192.0.2.7", false},
-		{"fd00:10:244:2::9", true},
-		{"fd00:10:244:3::9", false},
-		{"::ffff:10.244.1.9", true},  // IPv4-mapped: the IPv4 address
-		{"::ffff:10.244.2.9", false}, // mapped, but outside
-		{"::10.244.1.9", false},      // IPv4-compatible, not mapped: an IPv6 address
-		{"", false},
-		{"junk", false},
-		{"10.244.1.9/32", false},
-		{"10.244.1", false},
-	}
-	for _, tt := range tests {
-		if got := in(tt.addr); got != tt.want {
-			t.Errorf("inPrefixes(...)(%q) = %v, want %v", tt.addr, got, tt.want)
-		}
-	}
-	if inPrefixes(nil)("10.244.1.9") {
-		t.Error("no prefixes admit an address")
 	}
 }

@@ -1,4 +1,8 @@
-package syncer
+// Package endpointslice copies the endpoints of tenant Services without a
+// selector onto their host copies, admitting only the addresses of the
+// tenant's own live host pods and of pods on its dedicated nodes, and adds
+// the endpoints on dedicated nodes to Services with a selector.
+package endpointslice
 
 import (
 	"context"
@@ -15,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	discoveryclient "k8s.io/client-go/kubernetes/typed/discovery/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -111,10 +116,15 @@ func allAllowed(addresses []string, allowed func(string) bool) bool {
 	return true
 }
 
-// endpointSliceSyncer keeps the host EndpointSlices of each tenant Service
+// Translator names the host copies of one VirtualCluster's slices.
+type Translator struct {
+	VirtualCluster, HostNamespace string
+}
+
+// Syncer keeps the host EndpointSlices of each tenant Service
 // without a selector in step with the tenant's slices. Its key is the
 // tenant Service's "namespace/name".
-type endpointSliceSyncer struct {
+type Syncer struct {
 	tr             Translator
 	host           kubernetes.Interface
 	recorder       record.EventRecorder
@@ -131,7 +141,7 @@ type endpointSliceSyncer struct {
 // sync writes the host slices the tenant Service key should have and
 // deletes the others. A Service whose host copy does not exist yet should
 // have none; the host copy's event brings the key back.
-func (e *endpointSliceSyncer) sync(ctx context.Context, key string) (time.Duration, error) {
+func (e *Syncer) Sync(ctx context.Context, key string) (time.Duration, error) {
 	namespace, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
 		return 0, kindsync.Terminal(err)
@@ -175,10 +185,10 @@ func (e *endpointSliceSyncer) sync(ctx context.Context, key string) (time.Durati
 
 // copies writes the host slices, as every kind of host copy is written: only
 // over the copy of the same tenant slice.
-func (e *endpointSliceSyncer) copies() hostcopy.Copies[*discoveryv1.EndpointSlice] {
+func (e *Syncer) copies() hostcopy.Copies[*discoveryv1.EndpointSlice] {
 	return hostcopy.Copies[*discoveryv1.EndpointSlice]{
 		Kind: "EndpointSlice", Client: e.host.DiscoveryV1().EndpointSlices(e.tr.HostNamespace), Cached: e.hostSlices.Get,
-		Differs: endpointSliceDiffers,
+		Differs: Differs,
 		Merged: func(have, want *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
 			upd := have.DeepCopy()
 			upd.Labels, upd.Annotations, upd.OwnerReferences = want.Labels, want.Annotations, want.OwnerReferences
@@ -203,7 +213,7 @@ func deleteSlice(ctx context.Context, client discoveryclient.EndpointSliceInterf
 // controller made for the host copy of a Service that had a selector: it
 // leaves them in place once the selector is gone, and their pod IPs would
 // keep getting traffic after the pods are gone.
-func (e *endpointSliceSyncer) deleteControllerSlices(ctx context.Context, namespace, name string) error {
+func (e *Syncer) deleteControllerSlices(ctx context.Context, namespace, name string) error {
 	client := e.host.DiscoveryV1().EndpointSlices(e.tr.HostNamespace)
 	list, err := client.List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(labels.Set{
 		discoveryv1.LabelServiceName: contract.HostName(e.tr.VirtualCluster, namespace, name)}).String()})
@@ -222,7 +232,7 @@ func (e *endpointSliceSyncer) deleteControllerSlices(ctx context.Context, namesp
 
 // wanted returns the host slices of the tenant Service namespace/name, and
 // records an event on it when some of its endpoints are not copied.
-func (e *endpointSliceSyncer) wanted(namespace, name string) ([]*discoveryv1.EndpointSlice, error) {
+func (e *Syncer) wanted(namespace, name string) ([]*discoveryv1.EndpointSlice, error) {
 	svc, err := e.tenantServices.Services(namespace).Get(name)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
@@ -274,11 +284,11 @@ func (e *endpointSliceSyncer) wanted(namespace, name string) ([]*discoveryv1.End
 // podIPs returns whether an address is the IP of one of the tenant's live
 // host pods. It reads the host pods, not the tenant's pod statuses, which
 // the tenant can write.
-func (e *endpointSliceSyncer) podIPs() func(string) bool {
+func (e *Syncer) podIPs() func(string) bool {
 	pods, _ := e.hostPods.List(labels.Everything())
 	ips := map[string]bool{}
 	for _, p := range pods {
-		if !holdsItsIP(p) {
+		if !HoldsItsIP(p) {
 			continue
 		}
 		for _, ip := range p.Status.PodIPs {
@@ -288,16 +298,16 @@ func (e *endpointSliceSyncer) podIPs() func(string) bool {
 	return func(a string) bool { return ips[a] }
 }
 
-// holdsItsIP reports whether a host pod still holds the IPs its status
+// HoldsItsIP reports whether a host pod still holds the IPs its status
 // names: a finished or deleted pod's IP goes back to the host's pool, and may
 // be another tenant's next.
-func holdsItsIP(p *corev1.Pod) bool {
+func HoldsItsIP(p *corev1.Pod) bool {
 	return p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
 }
 
 // dedicatedPodCIDRs are the pod CIDRs of the tenant's dedicated nodes;
 // none without the ConfigMap.
-func (e *endpointSliceSyncer) dedicatedPodCIDRs() []netip.Prefix {
+func (e *Syncer) dedicatedPodCIDRs() []netip.Prefix {
 	if e.dedicated == nil {
 		return nil
 	}
@@ -308,7 +318,7 @@ func (e *endpointSliceSyncer) dedicatedPodCIDRs() []netip.Prefix {
 // tenant Service while the tenant has dedicated nodes), and the tenant
 // Service of every host slice, so slices left from a Service deleted while
 // the syncer was down are found.
-func (e *endpointSliceSyncer) keys() []string {
+func (e *Syncer) Keys() []string {
 	var out []string
 	all := len(e.dedicatedPodCIDRs()) > 0
 	tenant, _ := e.tenantServices.List(labels.Everything())
@@ -326,26 +336,34 @@ func (e *endpointSliceSyncer) keys() []string {
 	return out
 }
 
-func endpointSliceDiffers(have, want *discoveryv1.EndpointSlice) bool {
+// Differs reports whether the host slice have needs an update to match want.
+func Differs(have, want *discoveryv1.EndpointSlice) bool {
 	return !maps.Equal(have.Labels, want.Labels) || !apiequality.Semantic.DeepEqual(have.Endpoints, want.Endpoints) ||
 		!apiequality.Semantic.DeepEqual(have.Ports, want.Ports) || !apiequality.Semantic.DeepEqual(have.OwnerReferences, want.OwnerReferences) ||
 		have.Annotations[contract.AnnotationTenantUID] != want.Annotations[contract.AnnotationTenantUID]
 }
 
-// registerEndpointSlices copies the endpoints of tenant Services without a
-// selector to the host. A host pod's new IP may be one of them, and a
-// finished or deleted pod's IP may no longer be, so host pod changes queue
-// every such Service; new dedicated pod CIDRs change which endpoints every
-// Service's host slices may name.
-func (s *syncer) registerEndpointSlices(c *kinds.Context) (kinds.Registration, error) {
-	dedicatedName := contract.DedicatedNodesConfigMap(s.o.VirtualCluster)
-	dedicatedConfigMaps := s.dedicatedF.Core().V1().ConfigMaps().Lister().ConfigMaps(s.o.HostNamespace)
-	ss := s.serviceSync
-	s.endpointSlices = &endpointSliceSyncer{
-		tr: s.o.translator(), host: c.Host, recorder: c.Recorder,
-		tenantServices: ss.tenantServices, tenantSlices: ss.tenantSlices, hostServices: ss.hostServices,
-		hostSlices: c.HostInformers.Discovery().V1().EndpointSlices().Lister().EndpointSlices(s.o.HostNamespace),
-		hostPods:   s.provider.hostPods,
+// workers is how many tenant Services' slices are synced at once.
+const workers = 4
+
+// Register makes the kind's queue, "endpointslices", keyed by tenant
+// Service. It follows tenant Services and slices, host Services and
+// slices, host pods (a host pod's new IP may be an endpoint, and a finished
+// or deleted pod's IP may no longer be), and the dedicated nodes' pod
+// CIDRs, which nest-manager writes to a host ConfigMap that dedicated
+// watches alone (contract.DedicatedNodesConfigMap): new ranges change
+// which endpoints every Service's host slices may name.
+func Register(c *kinds.Context, dedicated informers.SharedInformerFactory) kinds.Registration {
+	dedicatedName := contract.DedicatedNodesConfigMap(c.VirtualCluster)
+	dedicatedConfigMaps := dedicated.Core().V1().ConfigMaps().Lister().ConfigMaps(c.HostNamespace)
+	tenantServices := c.TenantInformers.Core().V1().Services()
+	e := &Syncer{
+		tr: Translator{VirtualCluster: c.VirtualCluster, HostNamespace: c.HostNamespace}, host: c.Host, recorder: c.Recorder,
+		tenantServices: tenantServices.Lister(),
+		tenantSlices:   c.TenantInformers.Discovery().V1().EndpointSlices().Lister(),
+		hostServices:   c.HostInformers.Core().V1().Services().Lister().Services(c.HostNamespace),
+		hostSlices:     c.HostInformers.Discovery().V1().EndpointSlices().Lister().EndpointSlices(c.HostNamespace),
+		hostPods:       c.HostInformers.Core().V1().Pods().Lister().Pods(c.HostNamespace),
 		dedicated: func() []netip.Prefix {
 			cm, err := dedicatedConfigMaps.Get(dedicatedName)
 			if err != nil {
@@ -354,43 +372,48 @@ func (s *syncer) registerEndpointSlices(c *kinds.Context) (kinds.Registration, e
 			return contract.ParsePodCIDRs(cm.Data[contract.DedicatedPodCIDRsKey])
 		},
 	}
-	s.slices = c.NewQueue("endpointslices", serviceWorkers, s.endpointSlices.sync, s.endpointSlices.keys)
-	_, _ = c.TenantInformers.Core().V1().Services().Informer().AddEventHandler(onEvery(addKey(s.slices)))
-	_, _ = c.HostInformers.Core().V1().Services().Informer().AddEventHandler(onEvery(addTenantKey(s.slices)))
-	_, _ = c.TenantInformers.Discovery().V1().EndpointSlices().Informer().AddEventHandler(onEvery(func(obj metav1.Object) {
-		if svc := obj.GetLabels()[discoveryv1.LabelServiceName]; svc != "" {
-			s.slices.Add(obj.GetNamespace() + "/" + svc)
+	q := c.NewQueue("endpointslices", workers, e.Sync, e.Keys)
+	byService := func(svc *corev1.Service) { q.Add(svc.Namespace + "/" + svc.Name) }
+	everyService := func(selectorless bool) {
+		services, _ := e.tenantServices.List(labels.Everything())
+		for _, svc := range services {
+			if !selectorless || len(svc.Spec.Selector) == 0 {
+				byService(svc)
+			}
+		}
+	}
+	_, _ = tenantServices.Informer().AddEventHandler(kinds.OnEvery(byService))
+	_, _ = c.HostInformers.Core().V1().Services().Informer().AddEventHandler(kinds.OnEvery(func(svc *corev1.Service) { kinds.AddTenantKey(q, svc) }))
+	_, _ = c.TenantInformers.Discovery().V1().EndpointSlices().Informer().AddEventHandler(kinds.OnEvery(func(s *discoveryv1.EndpointSlice) {
+		if svc := s.Labels[discoveryv1.LabelServiceName]; svc != "" {
+			q.Add(s.Namespace + "/" + svc)
 		}
 	}))
-	_, _ = c.HostInformers.Discovery().V1().EndpointSlices().Informer().AddEventHandler(onEvery(func(obj metav1.Object) {
-		if ns, svc := obj.GetLabels()[contract.LabelTenantNamespace], obj.GetLabels()[LabelTenantService]; ns != "" && svc != "" {
-			s.slices.Add(ns + "/" + svc)
+	_, _ = c.HostInformers.Discovery().V1().EndpointSlices().Informer().AddEventHandler(kinds.OnEvery(func(s *discoveryv1.EndpointSlice) {
+		if ns, svc := s.Labels[contract.LabelTenantNamespace], s.Labels[LabelTenantService]; ns != "" && svc != "" {
+			q.Add(ns + "/" + svc)
 		}
 	}))
 	_, _ = c.HostInformers.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(old, obj any) {
-			if was, is := old.(*corev1.Pod), obj.(*corev1.Pod); was.Status.PodIP != is.Status.PodIP || holdsItsIP(was) != holdsItsIP(is) {
-				s.addSelectorlessServices()
+			if was, is := old.(*corev1.Pod), obj.(*corev1.Pod); was.Status.PodIP != is.Status.PodIP || HoldsItsIP(was) != HoldsItsIP(is) {
+				everyService(true)
 			}
 		},
-		DeleteFunc: func(any) { s.addSelectorlessServices() },
+		DeleteFunc: func(any) { everyService(true) },
 	})
-	_, _ = s.dedicatedF.Core().V1().ConfigMaps().Informer().AddEventHandler(onEvery(func(metav1.Object) {
-		services, _ := ss.tenantServices.List(labels.Everything())
-		for _, svc := range services {
-			s.slices.Add(svc.Namespace + "/" + svc.Name)
-		}
-	}))
-	return kinds.Registration{Queues: []*kindsync.Syncer{s.slices}}, nil
+	_, _ = dedicated.Core().V1().ConfigMaps().Informer().AddEventHandler(kinds.OnEvery(func(*corev1.ConfigMap) { everyService(false) }))
+	return kinds.Registration{Queues: []*kindsync.Syncer{q}}
 }
 
-// addSelectorlessServices queues every tenant Service without a selector
-// for its endpoints.
-func (s *syncer) addSelectorlessServices() {
-	services, _ := s.serviceSync.tenantServices.List(labels.Everything())
-	for _, svc := range services {
-		if len(svc.Spec.Selector) == 0 {
-			s.slices.Add(svc.Namespace + "/" + svc.Name)
+// inPrefixes returns whether an address lies in one of prefixes.
+func inPrefixes(prefixes []netip.Prefix) func(string) bool {
+	return func(a string) bool {
+		addr, err := netip.ParseAddr(a)
+		if err != nil {
+			return false
 		}
+		addr = addr.Unmap()
+		return slices.ContainsFunc(prefixes, func(p netip.Prefix) bool { return p.Contains(addr) })
 	}
 }
