@@ -10,28 +10,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/nestdev/nest/internal/syncer/kinds/service"
 )
-
-// ServiceAddress is a tenant Service as a pod's environment describes it.
-type ServiceAddress struct {
-	// Name is the Service's name in the pod's namespace.
-	Name string
-	// IP is where host pods reach the Service: the ClusterIP of its host
-	// copy, else its tenant ClusterIP. Empty or "None" for a Service with no
-	// ClusterIP, which has no variables.
-	IP    string
-	Ports []corev1.ServicePort
-}
-
-// AddressOf is the ServiceAddress of a tenant Service whose host copy has
-// the ClusterIP hostIP ("" when it has no host copy).
-func AddressOf(svc *corev1.Service, hostIP string) ServiceAddress {
-	ip := svc.Spec.ClusterIP
-	if hostIP != "" && ip != corev1.ClusterIPNone {
-		ip = hostIP
-	}
-	return ServiceAddress{Name: svc.Name, IP: ip, Ports: svc.Spec.Ports}
-}
 
 // serviceEnv is the environment the kubelet gives a container for services
 // (k8s.io/kubernetes/pkg/kubelet: getServiceEnvVarMap and envvars.FromServices):
@@ -40,8 +21,8 @@ func AddressOf(svc *corev1.Service, hostIP string) ServiceAddress {
 // the namespace named "kubernetes" wins over the API server's, as in the
 // kubelet. The host kubelet cannot give these: it sees host Services, so the
 // host pod has service links off and these as explicit variables.
-func (t Translator) serviceEnv(pod *corev1.Pod, services []ServiceAddress) []corev1.EnvVar {
-	byName := map[string]ServiceAddress{"kubernetes": t.kubernetesService()}
+func (t Translator) serviceEnv(pod *corev1.Pod, services []service.Address) []corev1.EnvVar {
+	byName := map[string]service.Address{"kubernetes": t.kubernetesService()}
 	if ptr.Deref(pod.Spec.EnableServiceLinks, true) {
 		for _, s := range services {
 			if pod.Namespace == metav1.NamespaceDefault && s.Name == "kubernetes" {
@@ -64,8 +45,8 @@ func (t Translator) serviceEnv(pod *corev1.Pod, services []ServiceAddress) []cor
 
 // kubernetesService is the tenant's "kubernetes" Service as host pods reach
 // it: the API server's address and port the syncer was given.
-func (t Translator) kubernetesService() ServiceAddress {
-	return ServiceAddress{Name: "kubernetes", IP: t.APIServerHost,
+func (t Translator) kubernetesService() service.Address {
+	return service.Address{Name: "kubernetes", IP: t.APIServerHost,
 		Ports: []corev1.ServicePort{{Name: "https", Port: t.APIServerPort, Protocol: corev1.ProtocolTCP}}}
 }
 
@@ -73,7 +54,7 @@ func (t Translator) kubernetesService() ServiceAddress {
 // <NAME>_SERVICE_PORT (the first port), <NAME>_SERVICE_PORT_<PORT NAME> for
 // each named port, and the Docker-links <NAME>_PORT (the first port) and
 // <NAME>_PORT_<port>_<PROTO>{,_PROTO,_PORT,_ADDR} for each port.
-func linkVariables(s ServiceAddress) []corev1.EnvVar {
+func linkVariables(s service.Address) []corev1.EnvVar {
 	if s.IP == "" || s.IP == corev1.ClusterIPNone || len(s.Ports) == 0 {
 		return nil
 	}

@@ -27,6 +27,7 @@ import (
 
 	"github.com/nestdev/nest/internal/kindsync"
 	"github.com/nestdev/nest/internal/syncer/contract"
+	"github.com/nestdev/nest/internal/syncer/kinds/service"
 )
 
 // Leader election timings: client-go's and kube-controller-manager's
@@ -197,20 +198,20 @@ func clients(o Options) (tenant, host kubernetes.Interface, err error) {
 }
 
 // runDNSFollower keeps the tenant CoreDNS' files of this replica current
-// until ctx ends: the records the leader's serviceSyncer writes, read from
+// until ctx ends: the records the leader's service.Syncer writes, read from
 // the same informers, and nothing written to either cluster.
 func runDNSFollower(ctx context.Context, o Options, tenant, host kubernetes.Interface) error {
 	tenantF := informers.NewSharedInformerFactory(tenant, 0)
 	ours := labels.SelectorFromSet(labels.Set{contract.LabelTenantOf: o.VirtualCluster}).String()
 	hostF := informers.NewSharedInformerFactoryWithOptions(host, 0, informers.WithNamespace(o.HostNamespace),
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = ours }))
-	s := newServiceSyncer(&serviceSyncer{
-		tr: o.translator(), dnsDir: o.DNSDir,
-		tenantServices: tenantF.Core().V1().Services().Lister(),
-		tenantSlices:   tenantF.Discovery().V1().EndpointSlices().Lister(),
-		hostServices:   hostF.Core().V1().Services().Lister().Services(o.HostNamespace),
+	s := service.New(service.Config{
+		Translator: service.Translator{Translation: o.Translation}, DNSDir: o.DNSDir,
+		TenantServices: tenantF.Core().V1().Services().Lister(),
+		TenantSlices:   tenantF.Discovery().V1().EndpointSlices().Lister(),
+		HostServices:   hostF.Core().V1().Services().Lister().Services(o.HostNamespace),
 	})
-	changed := onEvery(func(metav1.Object) { s.dns.Add(hostsKey) })
+	changed := onEvery(func(metav1.Object) { s.DNSChanged() })
 	for _, inf := range []cache.SharedIndexInformer{
 		tenantF.Core().V1().Services().Informer(), tenantF.Discovery().V1().EndpointSlices().Informer(), hostF.Core().V1().Services().Informer(),
 	} {
@@ -218,7 +219,7 @@ func runDNSFollower(ctx context.Context, o Options, tenant, host kubernetes.Inte
 			return err
 		}
 	}
-	if err := s.start(); err != nil {
+	if err := s.Start(); err != nil {
 		return err
 	}
 	tenantF.Start(ctx.Done())
@@ -234,8 +235,8 @@ func runDNSFollower(ctx context.Context, o Options, tenant, host kubernetes.Inte
 			}
 		}
 	}
-	s.dns.Add(hostsKey)
-	s.dns.Run(ctx)
+	s.DNSChanged()
+	s.DNS.Run(ctx)
 	return nil
 }
 

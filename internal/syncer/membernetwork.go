@@ -29,6 +29,7 @@ import (
 	"github.com/nestdev/nest/internal/atomicfile"
 	"github.com/nestdev/nest/internal/kindsync"
 	"github.com/nestdev/nest/internal/syncer/contract"
+	"github.com/nestdev/nest/internal/syncer/kinds/service"
 )
 
 // The path from a member's pods back to their tenant, when the
@@ -40,7 +41,7 @@ import (
 //     control-plane pod: the tenant CoreDNS' view for this member, the
 //     member's network injector (injector.go), and each
 //     TCP node port of the tenant's NodePort and LoadBalancer Services,
-//     which nest-syncer already serves there (nodePortProxy);
+//     which nest-syncer already serves there (kinds/service's node-port proxy);
 //   - in the member namespace, Services without selectors whose
 //     EndpointSlices point at those host node ports: nest-dns (the member
 //     pods' nameserver), nest-injector (the webhook), kubernetes (the tenant API server, when
@@ -72,7 +73,7 @@ func nodePortName(n int32) string { return "np-" + strconv.Itoa(int(n)) }
 
 // MemberExposedServices are the tenant Services member pods may reach: the
 // NodePort and LoadBalancer Services, with only their TCP ports that have a
-// node port (what nodePortProxy serves), in namespace/name order, at most
+// node port (what kinds/service's node-port proxy serves), in namespace/name order, at most
 // maxMemberExposedPorts ports in all. dropped counts the ports left out.
 func MemberExposedServices(services []*corev1.Service) (exposed []*corev1.Service, dropped int) {
 	sorted := slices.Clone(services)
@@ -109,7 +110,7 @@ func MemberExposedServices(services []*corev1.Service) (exposed []*corev1.Servic
 // view of slot over UDP and TCP, and each exposed node port, to the same
 // port of the control-plane pod.
 func memberHostPorts(slot int, exposed []*corev1.Service) []corev1.ServicePort {
-	ports := append(dnsPorts(intstr.FromInt32(int32(contract.FirstMemberDNSPort+slot))),
+	ports := append(service.DNSPorts(intstr.FromInt32(int32(contract.FirstMemberDNSPort+slot))),
 		corev1.ServicePort{Name: "injector", Protocol: corev1.ProtocolTCP, Port: 443, TargetPort: intstr.FromInt32(int32(contract.FirstMemberInjectorPort + slot))})
 	for _, svc := range exposed {
 		for _, p := range svc.Spec.Ports {
@@ -139,7 +140,7 @@ type memberSideService struct {
 // out until it has.
 func (t Translator) memberSideServices(nodePortAddress, apiHost string, apiPort int32, exposed []*corev1.Service, hostNodePorts map[string]int32) []memberSideService {
 	out := []memberSideService{{
-		name: memberDNSService, tenant: "", ports: dnsPorts(intstr.IntOrString{}),
+		name: memberDNSService, tenant: "", ports: service.DNSPorts(intstr.IntOrString{}),
 		address: nodePortAddress, targets: map[string]int32{"dns": hostNodePorts["dns"], "dns-tcp": hostNodePorts["dns-tcp"]},
 	}}
 	if np := hostNodePorts["injector"]; np != 0 {
@@ -151,7 +152,7 @@ func (t Translator) memberSideServices(nodePortAddress, apiHost string, apiPort 
 	}
 	if _, err := netip.ParseAddr(apiHost); err == nil {
 		out = append(out, memberSideService{
-			name: memberAPIService, tenant: t.APIServerRecord().Name,
+			name: memberAPIService, tenant: service.Translator{Translation: t.Translation}.APIServerRecord().Name,
 			ports:   []corev1.ServicePort{{Name: "https", Protocol: corev1.ProtocolTCP, Port: 443}},
 			address: apiHost, targets: map[string]int32{"https": apiPort},
 		})
@@ -214,7 +215,7 @@ func (n *memberNetwork) sync(ctx context.Context, _ string) (time.Duration, erro
 		return 0, err
 	}
 	want := n.tr.memberSideServices(n.nodePortAddress, n.apiHost, n.apiPort, exposed, hostNodePorts)
-	var records []DNSRecord
+	var records []service.DNSRecord
 	var errs []error
 	for _, s := range want {
 		ip, err := n.applyMemberService(ctx, s)
@@ -223,7 +224,7 @@ func (n *memberNetwork) sync(ctx context.Context, _ string) (time.Duration, erro
 			continue
 		}
 		if s.tenant != "" && ip != "" && ip != corev1.ClusterIPNone {
-			records = append(records, DNSRecord{Name: s.tenant, IP: ip})
+			records = append(records, service.DNSRecord{Name: s.tenant, IP: ip})
 		}
 	}
 	errs = append(errs, n.deleteStaleMemberServices(ctx, want), n.writeView(records))
@@ -232,7 +233,7 @@ func (n *memberNetwork) sync(ctx context.Context, _ string) (time.Duration, erro
 
 // memberNetworkLabels mark the objects memberNetwork keeps for member.
 func memberNetworkLabels(vc, member string) map[string]string {
-	return map[string]string{contract.LabelTenantOf: vc, LabelManagedBy: ManagedByValue, contract.LabelMemberNetwork: member}
+	return map[string]string{contract.LabelTenantOf: vc, contract.LabelManagedBy: contract.ManagedByValue, contract.LabelMemberNetwork: member}
 }
 
 func (n *memberNetwork) labels() map[string]string {
@@ -305,8 +306,8 @@ func (n *memberNetwork) deleteStaleMemberServices(ctx context.Context, want []me
 }
 
 // writeView writes the view's hosts file when its records changed.
-func (n *memberNetwork) writeView(records []DNSRecord) error {
-	data := HostsFile(records)
+func (n *memberNetwork) writeView(records []service.DNSRecord) error {
+	data := service.HostsFile(records)
 	if bytes.Equal(data, n.last) {
 		return nil
 	}
@@ -362,7 +363,7 @@ func applySlice(ctx context.Context, c kubernetes.Interface, namespace string, s
 func ensureMemberDNSService(ctx context.Context, member kubernetes.Interface, namespace string, lbls map[string]string) (string, error) {
 	svc, err := member.CoreV1().Services(namespace).Apply(ctx,
 		corev1ac.Service(memberDNSService, namespace).WithLabels(lbls).
-			WithSpec(corev1ac.ServiceSpec().WithType(corev1.ServiceTypeClusterIP).WithPorts(servicePortConfigs(dnsPorts(intstr.IntOrString{}))...)),
+			WithSpec(corev1ac.ServiceSpec().WithType(corev1.ServiceTypeClusterIP).WithPorts(servicePortConfigs(service.DNSPorts(intstr.IntOrString{}))...)),
 		metav1.ApplyOptions{FieldManager: fieldManager, Force: true})
 	if err != nil {
 		return "", fmt.Errorf("member Service %s/%s: %w", namespace, memberDNSService, err)
@@ -376,7 +377,7 @@ func ensureMemberDNSService(ctx context.Context, member kubernetes.Interface, na
 // wireMemberNetwork gives member syncer s its network syncer, which every
 // tenant Service change wakes.
 func (s *syncer) wireMemberNetwork(n *memberNetwork) error {
-	n.tenantServices = s.serviceSync.tenantServices
+	n.tenantServices = s.serviceSync.TenantServices()
 	s.network = kindsync.New("membernetwork", 1, n.sync, func() []string { return []string{memberNetworkKey} })
 	s.registration.Queues = append(s.registration.Queues, s.network)
 	_, err := s.tenantF.Core().V1().Services().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -395,5 +396,5 @@ func removeMemberNetwork(ctx context.Context, host kubernetes.Interface, hostNam
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete host Service %s: %w", contract.MemberHostService(vc, member), err)
 	}
-	return atomicfile.Write(filepath.Join(dnsDir, contract.MemberHostsFileName(slot)), HostsFile(nil), 0o644)
+	return atomicfile.Write(filepath.Join(dnsDir, contract.MemberHostsFileName(slot)), service.HostsFile(nil), 0o644)
 }

@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nestdev/nest/internal/syncer/contract"
+	"github.com/nestdev/nest/internal/syncer/kinds/service"
 	"github.com/nestdev/nest/internal/syncer/kinds/serviceaccounttoken"
 )
 
@@ -178,7 +179,7 @@ func allowedVolume(v corev1.VolumeSource) (string, bool) {
 // honour. Pod Security is checked separately, before translation. Of the
 // tenant's labels and annotations, only the keys metadata allows reach the
 // host pod (see copyAllowed); the rest stay in the tenant cluster.
-func (t Translator) TranslatePod(tenant *corev1.Pod, metadata contract.MetadataAllowList, services []ServiceAddress) (*PodTranslation, error) {
+func (t Translator) TranslatePod(tenant *corev1.Pod, metadata contract.MetadataAllowList, services []service.Address) (*PodTranslation, error) {
 	if err := checkReservedKeys(tenant); err != nil {
 		return nil, err
 	}

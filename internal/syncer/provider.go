@@ -27,6 +27,7 @@ import (
 	"github.com/nestdev/nest/internal/kindsync"
 	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/syncer/kinds/hostcopy"
+	"github.com/nestdev/nest/internal/syncer/kinds/service"
 	"github.com/nestdev/nest/internal/syncer/kinds/serviceaccounttoken"
 )
 
@@ -45,7 +46,7 @@ type podProvider struct {
 	recorder record.EventRecorder
 	// services lists the tenant Services of a namespace, for pods' service
 	// variables.
-	services func(namespace string) []ServiceAddress
+	services func(namespace string) []service.Address
 
 	tenantPods corelisters.PodLister
 	hostPods   corelisters.PodNamespaceLister
@@ -390,7 +391,7 @@ func (p *podProvider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 
 // translate is TranslatePod with the labels the tenant's NetworkPolicies
 // call for on the host pod.
-func (p *podProvider) translate(pod *corev1.Pod, services []ServiceAddress) (*PodTranslation, error) {
+func (p *podProvider) translate(pod *corev1.Pod, services []service.Address) (*PodTranslation, error) {
 	pt, err := p.tr.TranslatePod(pod, p.metadata, services)
 	if err == nil && p.policyLabels != nil {
 		maps.Copy(pt.Pod.Labels, p.policyLabels(pod))

@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nestdev/nest/internal/syncer/contract"
+	"github.com/nestdev/nest/internal/syncer/kinds/service"
 	"github.com/nestdev/nest/internal/syncer/kinds/serviceaccounttoken"
 )
 
@@ -39,7 +40,7 @@ func newProvider(t *testing.T, capacity corev1.ResourceList, host []runtime.Obje
 		recorder:   record.NewFakeRecorder(10),
 		tenantPods: podLister(t, tenantPods...),
 		hostPods:   corelisters.NewPodLister(indexerOf(t, host...)).Pods(tr.HostNamespace),
-		services:   func(string) []ServiceAddress { return nil },
+		services:   func(string) []service.Address { return nil },
 	}
 	p.capacity = &admission{capacity: map[string]corev1.ResourceList{tr.NodeName: capacity}, pods: p.tenantPods, onHost: p.runsOnHost}
 	return p, hostClient

@@ -1,11 +1,9 @@
 package syncer
 
 import (
-	"context"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
@@ -18,6 +16,7 @@ import (
 	"github.com/nestdev/nest/internal/syncer/kinds/networkpolicy"
 	"github.com/nestdev/nest/internal/syncer/kinds/persistentvolumeclaim"
 	"github.com/nestdev/nest/internal/syncer/kinds/secret"
+	"github.com/nestdev/nest/internal/syncer/kinds/service"
 	"github.com/nestdev/nest/internal/syncer/kinds/serviceaccounttoken"
 )
 
@@ -55,11 +54,15 @@ func kindTable() []kindRow {
 			s.tokens = reg.Queues[0]
 			return reg, nil
 		}},
-		{"services", kinds.VirtualNode, (*syncer).registerServices},
+		{"services", kinds.VirtualNode, func(s *syncer, c *kinds.Context) (kinds.Registration, error) {
+			return service.Register(c, s.serviceSync, s.o.NodeIP)
+		}},
 		{"endpointslices", kinds.VirtualNode, func(s *syncer, c *kinds.Context) (kinds.Registration, error) {
 			return endpointslice.Register(c, s.dedicatedF), nil
 		}},
-		{"clusterdns", kinds.VirtualNode, (*syncer).registerClusterDNS},
+		{"clusterdns", kinds.VirtualNode, func(s *syncer, c *kinds.Context) (kinds.Registration, error) {
+			return service.RegisterClusterDNS(c, service.Translator{Translation: s.o.Translation}, s.o.NodeIP), nil
+		}},
 		{"nodenetwork", kinds.VirtualNode, (*syncer).registerNodeNetwork},
 		{"members", kinds.VirtualNode, (*syncer).registerMembers},
 		{"heldpods", kinds.Member, (*syncer).registerGatekeeper},
@@ -181,37 +184,6 @@ func (s *syncer) registerEvents(*kinds.Context) (kinds.Registration, error) {
 		},
 	})
 	return kinds.Registration{}, nil
-}
-
-// registerServices copies tenant Services to the host, writes the tenant's
-// DNS records and, with a node IP, serves the tenant's node ports
-// (service.go, dns.go, nodeports.go).
-func (s *syncer) registerServices(c *kinds.Context) (kinds.Registration, error) {
-	ss := s.serviceSync
-	// The first hosts file, with the API server's record, before anything
-	// syncs: CoreDNS answers for the API server at once.
-	if err := ss.start(); err != nil {
-		return kinds.Registration{}, err
-	}
-	var reg kinds.Registration
-	if s.o.NodeIP != "" {
-		s.nodePorts = &nodePortProxy{ip: s.o.NodeIP, tr: s.o.translator(), tenantServices: ss.tenantServices,
-			hostServices: ss.hostServices, listeners: map[int32]*nodePortListener{}}
-		ss.nodePorts = kindsync.New("nodeports", 1, s.nodePorts.sync, func() []string { return []string{nodePortsKey} })
-		reg.Queues = append(reg.Queues, ss.nodePorts)
-		reg.Runners = append(reg.Runners, func(ctx context.Context) {
-			<-ctx.Done()
-			s.nodePorts.close()
-		})
-	}
-	s.services = kindsync.New("services", serviceWorkers, ss.syncService, hostcopy.Keys(ss.tenantServices.List, ss.hostServices.List))
-	reg.Queues = append(reg.Queues, s.services, ss.dns)
-	_, _ = c.TenantInformers.Core().V1().Services().Informer().AddEventHandler(onEvery(addKey(s.services)))
-	_, _ = c.HostInformers.Core().V1().Services().Informer().AddEventHandler(onEvery(addTenantKey(s.services)))
-	_, _ = c.TenantInformers.Discovery().V1().EndpointSlices().Informer().AddEventHandler(onEvery(func(metav1.Object) {
-		ss.dns.Add(hostsKey)
-	}))
-	return reg, nil
 }
 
 // registerNodeNetwork keeps the node network of hostNetwork pods, per

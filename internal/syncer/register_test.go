@@ -60,7 +60,7 @@ func TestMemberSyncerRunsOnlyTheCopiesItsPodsUse(t *testing.T) {
 	if got := queueNames(s); !slices.Equal(got, want) {
 		t.Errorf("member queues = %v, want %v", got, want)
 	}
-	if s.services != nil || s.clusterDNS != nil || s.provider.policyLabels != nil {
-		t.Error("a member syncer wired Services, cluster DNS or NetworkPolicies, which are the host syncer's")
+	if s.provider.policyLabels != nil {
+		t.Error("a member syncer labels host pods for NetworkPolicies, which are the host syncer's")
 	}
 }

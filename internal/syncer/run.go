@@ -37,6 +37,7 @@ import (
 	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/syncer/kinds"
 	"github.com/nestdev/nest/internal/syncer/kinds/hostcopy"
+	"github.com/nestdev/nest/internal/syncer/kinds/service"
 	"github.com/nestdev/nest/internal/syncer/kinds/serviceaccounttoken"
 	"github.com/nestdev/nest/internal/version"
 )
@@ -90,18 +91,12 @@ func Run(ctx context.Context, o Options) error {
 type syncer struct {
 	o           Options
 	provider    *podProvider
-	serviceSync *serviceSyncer
-	// nodePorts serves the tenant's node ports on the virtual node's IP;
-	// nil without Options.NodeIP.
-	nodePorts *nodePortProxy
+	serviceSync *service.Syncer
 	// registration is what the rows of kindTable run in this syncer's mode.
 	registration kinds.Registration
 	// The queues of the runtime's own kinds, which other kinds and tests
 	// reach; nil when their row does not run in this mode.
-	configMaps, secrets, services, tokens, orphans, tenantDeletes *kindsync.Syncer
-	// clusterDNS keeps the tenant's kube-system/kube-dns Service; nil
-	// without Options.NodeIP, the control-plane pod's IP it points at.
-	clusterDNS *kindsync.Syncer
+	configMaps, secrets, tokens, orphans, tenantDeletes *kindsync.Syncer
 	// nodeNetworks keeps the node network of hostNetwork pods, keyed by
 	// virtual node (nodenetwork.go); nil unless Options.NodeNetwork.
 	nodeNetworks *kindsync.Syncer
@@ -214,13 +209,14 @@ func newSyncerFor(ctx context.Context, o Options, tenant, host kubernetes.Interf
 	for i, c := range SplitCapacity(o.Capacity, len(s.nodes)) {
 		s.provider.capacity.capacity[s.nodes[i]] = c
 	}
-	s.serviceSync = newServiceSyncer(&serviceSyncer{
-		tr: o.translator(), host: host, recorder: s.recorder, dnsDir: o.DNSDir,
-		tenantServices: s.tenantF.Core().V1().Services().Lister(),
-		tenantSlices:   s.tenantF.Discovery().V1().EndpointSlices().Lister(),
-		hostServices:   s.hostF.Core().V1().Services().Lister().Services(o.HostNamespace),
+	// Member syncers read the tenant's Services for pods' variables too.
+	s.serviceSync = service.New(service.Config{
+		Translator: service.Translator{Translation: o.Translation}, Host: host, Recorder: s.recorder, DNSDir: o.DNSDir,
+		TenantServices: s.tenantF.Core().V1().Services().Lister(),
+		TenantSlices:   s.tenantF.Discovery().V1().EndpointSlices().Lister(),
+		HostServices:   s.hostF.Core().V1().Services().Lister().Services(o.HostNamespace),
 	})
-	s.provider.services = s.serviceSync.addresses
+	s.provider.services = s.serviceSync.Addresses
 	if err := s.registerKinds(s.kindContext(tenant, host)); err != nil {
 		return nil, err
 	}

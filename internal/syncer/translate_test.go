@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -282,118 +281,6 @@ func TestPodSecurity(t *testing.T) {
 	}
 	if _, err := NewPodSecurity("privileged"); err == nil {
 		t.Error("the privileged level is accepted")
-	}
-}
-
-func TestHostService(t *testing.T) {
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop"},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, ClusterIP: "10.0.0.9", Selector: map[string]string{"app": "web"},
-			Ports: []corev1.ServicePort{{Name: "http", Port: 80, NodePort: 30080, Protocol: corev1.ProtocolTCP}}},
-	}
-	h, ok := tr.HostService(svc)
-	if !ok || h.Spec.Type != corev1.ServiceTypeClusterIP || h.Spec.ClusterIP != "" || h.Spec.Ports[0].NodePort != 0 {
-		t.Fatalf("host service %+v", h)
-	}
-	if h.Spec.Selector["app"] != "web" || h.Spec.Selector[contract.LabelTenantOf] != "alpha" || h.Spec.Selector[contract.LabelTenantNamespace] != "shop" {
-		t.Errorf("selector %v may select other tenants' pods", h.Spec.Selector)
-	}
-	for _, skip := range []*corev1.Service{
-		{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Namespace: "default"}, Spec: corev1.ServiceSpec{Selector: map[string]string{"a": "b"}}},
-		{ObjectMeta: metav1.ObjectMeta{Name: "ext", Namespace: "shop"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName}},
-	} {
-		if _, ok := tr.HostService(skip); ok {
-			t.Errorf("%s is synced", skip.Name)
-		}
-	}
-	manual, ok := tr.HostService(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "manual", Namespace: "shop"}})
-	if !ok || manual.Spec.Selector != nil {
-		t.Errorf("a Service without a selector gets host copy %v (copied: %v), want one without a selector", manual, ok)
-	}
-	if ServiceNeedsUpdate(h, h) {
-		t.Error("an unchanged Service needs an update")
-	}
-}
-
-// Every field the syncer copies to a host Service is one a change to
-// brings about an update, and the API server's defaults bring none.
-func TestServiceNeedsUpdateSeesEveryCopiedField(t *testing.T) {
-	base := &corev1.Service{Spec: corev1.ServiceSpec{SessionAffinity: corev1.ServiceAffinityClientIP,
-		Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, AppProtocol: ptr.To("http")}}}}
-	defaulted := base.DeepCopy()
-	defaulted.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr.To(corev1.DefaultClientIPServiceAffinitySeconds)}}
-	if ServiceNeedsUpdate(defaulted, base) {
-		t.Error("the API server's default affinity timeout needs an update, for ever")
-	}
-	for name, change := range map[string]func(*corev1.Service){
-		"affinity timeout": func(s *corev1.Service) {
-			s.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr.To[int32](60)}}
-		},
-		"appProtocol":       func(s *corev1.Service) { s.Spec.Ports[0].AppProtocol = ptr.To("h2c") },
-		"no appProtocol":    func(s *corev1.Service) { s.Spec.Ports[0].AppProtocol = nil },
-		"port":              func(s *corev1.Service) { s.Spec.Ports[0].Port = 81 },
-		"affinity":          func(s *corev1.Service) { s.Spec.SessionAffinity = corev1.ServiceAffinityNone },
-		"unready addresses": func(s *corev1.Service) { s.Spec.PublishNotReadyAddresses = true },
-		"selector":          func(s *corev1.Service) { s.Spec.Selector = map[string]string{"app": "web"} },
-	} {
-		want := defaulted.DeepCopy()
-		change(want)
-		if !ServiceNeedsUpdate(defaulted, want) {
-			t.Errorf("a change of %s needs no update", name)
-		}
-	}
-}
-
-func TestHostsFile(t *testing.T) {
-	r1, _ := tr.ServiceRecord("shop", "web", "10.96.3.4")
-	if _, ok := tr.ServiceRecord("shop", "headless", "None"); ok {
-		t.Error("a headless Service got an address record")
-	}
-	a := HostsFile([]DNSRecord{r1, tr.APIServerRecord()})
-	b := HostsFile([]DNSRecord{tr.APIServerRecord(), r1})
-	if string(a) != string(b) || !strings.Contains(string(a), "10.96.3.4 web.shop.svc.cluster.local\n") || !strings.Contains(string(a), "10.96.0.5 kubernetes.default.svc.cluster.local\n") {
-		t.Errorf("hosts file:\n%s", a)
-	}
-}
-
-func TestHeadlessRecords(t *testing.T) {
-	headless := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "shop"},
-		Spec:       corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Selector: map[string]string{"app": "db"}},
-	}
-	slice := &discoveryv1.EndpointSlice{
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints: []discoveryv1.Endpoint{
-			{Addresses: []string{"10.244.1.7"}, Hostname: ptr.To("db-0"), Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}},
-			{Addresses: []string{"10.244.2.9"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(false)}},
-		},
-	}
-	fqdn := func(rs []DNSRecord) []string {
-		var out []string
-		for _, r := range rs {
-			out = append(out, r.IP+" "+r.Name)
-		}
-		return out
-	}
-	got := fqdn(tr.HeadlessRecords(headless, []*discoveryv1.EndpointSlice{slice}))
-	want := []string{"10.244.1.7 db.shop.svc.cluster.local", "10.244.1.7 db-0.db.shop.svc.cluster.local"}
-	if !slices.Equal(got, want) {
-		t.Errorf("ready endpoints only: got %v, want %v", got, want)
-	}
-	publish := headless.DeepCopy()
-	publish.Spec.PublishNotReadyAddresses = true
-	if got := fqdn(tr.HeadlessRecords(publish, []*discoveryv1.EndpointSlice{slice})); !slices.Contains(got, "10.244.2.9 db.shop.svc.cluster.local") {
-		t.Errorf("publishNotReadyAddresses: not-ready endpoint missing from %v", got)
-	}
-	clusterIP := headless.DeepCopy()
-	clusterIP.Spec.ClusterIP = "10.96.4.4"
-	if got := tr.HeadlessRecords(clusterIP, []*discoveryv1.EndpointSlice{slice}); len(got) != 0 {
-		t.Errorf("a ClusterIP Service got endpoint records %v", got)
-	}
-	fqdnSlice := slice.DeepCopy()
-	fqdnSlice.AddressType = discoveryv1.AddressTypeFQDN
-	if got := tr.HeadlessRecords(headless, []*discoveryv1.EndpointSlice{fqdnSlice}); len(got) != 0 {
-		t.Errorf("FQDN endpoints became address records %v", got)
 	}
 }
 

@@ -74,6 +74,15 @@ func ShortName(name, key string) string {
 	return strings.TrimRight(name[:maxHostName-len(suffix)], "-.") + suffix
 }
 
+// LabelManagedBy marks the objects nest-syncer keeps that are not copies
+// of tenant objects (the tenant's kube-dns Service, the member network's
+// Services), with ManagedByValue. A kube-dns Service without it is the
+// tenant's own, and nest-syncer treats it as any other Service.
+const (
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	ManagedByValue = "nest-syncer"
+)
+
 // SyncerBinary is nest-syncer's path in its image, which also runs the
 // helper init containers of host pods.
 const SyncerBinary = "/nest-syncer"

@@ -1,4 +1,4 @@
-package syncer
+package service
 
 import (
 	"context"
@@ -16,9 +16,7 @@ import (
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/nestdev/nest/internal/kindsync"
 	"github.com/nestdev/nest/internal/syncer/contract"
-	"github.com/nestdev/nest/internal/syncer/kinds"
 	"github.com/nestdev/nest/internal/syncer/kinds/endpointslice"
 )
 
@@ -34,23 +32,18 @@ import (
 const (
 	// clusterDNSSlice is the name of its one EndpointSlice.
 	clusterDNSSlice = "kube-dns-nest"
-	// LabelManagedBy marks the tenant objects the syncer keeps, with
-	// ManagedByValue. A kube-dns Service without it is the tenant's own,
-	// and the syncer treats it as any other Service.
-	LabelManagedBy = "app.kubernetes.io/managed-by"
-	ManagedByValue = "nest-syncer"
 )
 
 // clusterDNSPorts are the Service's ports: DNS, and HTTPS for the tenant API
 // server, because DNSServer also answers for kubernetes.default.svc (see
 // APIServerRecord), as the host's in-cluster Service does.
 func clusterDNSPorts() []corev1.ServicePort {
-	return append(dnsPorts(intstr.FromInt32(contract.DefaultDNSPort)), corev1.ServicePort{Name: "https", Port: 443, Protocol: corev1.ProtocolTCP})
+	return append(DNSPorts(intstr.FromInt32(contract.DefaultDNSPort)), corev1.ServicePort{Name: "https", Port: 443, Protocol: corev1.ProtocolTCP})
 }
 
-// dnsPorts are a DNS Service's ports: "dns" over UDP and "dns-tcp" over
+// DNSPorts are a DNS Service's ports: "dns" over UDP and "dns-tcp" over
 // TCP, both 53, to target (none when it is the zero value).
-func dnsPorts(target intstr.IntOrString) []corev1.ServicePort {
+func DNSPorts(target intstr.IntOrString) []corev1.ServicePort {
 	return []corev1.ServicePort{
 		{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP, TargetPort: target},
 		{Name: "dns-tcp", Port: 53, Protocol: corev1.ProtocolTCP, TargetPort: target},
@@ -97,14 +90,14 @@ func ClusterDNSEndpointSlice(podIP string, apiPort int32) *discoveryv1.EndpointS
 }
 
 func clusterDNSLabels() map[string]string {
-	return map[string]string{"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS", LabelManagedBy: ManagedByValue}
+	return map[string]string{"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS", contract.LabelManagedBy: contract.ManagedByValue}
 }
 
 // IsClusterDNSService reports whether svc is the tenant cluster DNS Service
 // the syncer keeps, which has no host copy: its endpoint is the control-plane
 // pod, which host pods reach at DNSServer already.
 func IsClusterDNSService(svc *corev1.Service) bool {
-	return svc.Namespace == contract.ClusterDNSNamespace && svc.Name == contract.ClusterDNSName && svc.Labels[LabelManagedBy] == ManagedByValue
+	return svc.Namespace == contract.ClusterDNSNamespace && svc.Name == contract.ClusterDNSName && svc.Labels[contract.LabelManagedBy] == contract.ManagedByValue
 }
 
 func addressType(ip string) discoveryv1.AddressType {
@@ -152,7 +145,7 @@ func (c *clusterDNSSyncer) sync(ctx context.Context, _ string) (time.Duration, e
 // deleteSlice deletes the syncer's EndpointSlice, if there is one.
 func (c *clusterDNSSyncer) deleteSlice(ctx context.Context) error {
 	have, err := c.slices.EndpointSlices(contract.ClusterDNSNamespace).Get(clusterDNSSlice)
-	if apierrors.IsNotFound(err) || (err == nil && have.Labels[LabelManagedBy] != ManagedByValue) {
+	if apierrors.IsNotFound(err) || (err == nil && have.Labels[contract.LabelManagedBy] != contract.ManagedByValue) {
 		return nil
 	}
 	if err == nil {
@@ -221,26 +214,4 @@ func (c *clusterDNSSyncer) apiServerPort() int32 {
 		}
 	}
 	return 0
-}
-
-// registerClusterDNS keeps the tenant's kube-system/kube-dns Service, when
-// there is a control-plane pod IP (Options.NodeIP) for it to point at. It
-// follows the Service, its slice, and the slice of the "kubernetes"
-// Service, whose port it repeats.
-func (s *syncer) registerClusterDNS(c *kinds.Context) (kinds.Registration, error) {
-	if s.o.NodeIP == "" {
-		return kinds.Registration{}, nil
-	}
-	dns := &clusterDNSSyncer{tr: s.o.translator(), podIP: s.o.NodeIP, tenant: c.Tenant,
-		services: s.serviceSync.tenantServices, slices: s.serviceSync.tenantSlices}
-	s.clusterDNS = kindsync.New("clusterdns", 1, dns.sync, func() []string { return []string{clusterDNSKey} })
-	changed := onEvery(func(obj metav1.Object) {
-		switch obj.GetNamespace() + "/" + obj.GetName() {
-		case clusterDNSKey, contract.ClusterDNSNamespace + "/" + clusterDNSSlice, metav1.NamespaceDefault + "/kubernetes":
-			s.clusterDNS.Add(clusterDNSKey)
-		}
-	})
-	_, _ = c.TenantInformers.Core().V1().Services().Informer().AddEventHandler(changed)
-	_, _ = c.TenantInformers.Discovery().V1().EndpointSlices().Informer().AddEventHandler(changed)
-	return kinds.Registration{Queues: []*kindsync.Syncer{s.clusterDNS}}, nil
 }

@@ -1,4 +1,4 @@
-package syncer
+package service
 
 import (
 	"context"
@@ -36,8 +36,8 @@ func TestClusterDNSService(t *testing.T) {
 	if len(svc.Spec.Selector) != 0 {
 		t.Errorf("Service has selector %v, want none: the syncer writes its endpoints", svc.Spec.Selector)
 	}
-	if svc.Labels[LabelManagedBy] != ManagedByValue || svc.Labels["k8s-app"] != "kube-dns" {
-		t.Errorf("Service labels %v, want %s=%s and k8s-app=kube-dns", svc.Labels, LabelManagedBy, ManagedByValue)
+	if svc.Labels[contract.LabelManagedBy] != contract.ManagedByValue || svc.Labels["k8s-app"] != "kube-dns" {
+		t.Errorf("Service labels %v, want %s=%s and k8s-app=kube-dns", svc.Labels, contract.LabelManagedBy, contract.ManagedByValue)
 	}
 	type port struct {
 		name     string
@@ -70,8 +70,8 @@ func TestIsClusterDNSService(t *testing.T) {
 		want   bool
 	}{
 		{"ours", func(*corev1.Service) {}, true},
-		{"the tenant's own, without the label", func(s *corev1.Service) { delete(s.Labels, LabelManagedBy) }, false},
-		{"labelled by someone else", func(s *corev1.Service) { s.Labels[LabelManagedBy] = "Helm" }, false},
+		{"the tenant's own, without the label", func(s *corev1.Service) { delete(s.Labels, contract.LabelManagedBy) }, false},
+		{"labelled by someone else", func(s *corev1.Service) { s.Labels[contract.LabelManagedBy] = "Helm" }, false},
 		{"another namespace", func(s *corev1.Service) { s.Namespace = "shop" }, false},
 		{"another name", func(s *corev1.Service) { s.Name = "coredns" }, false},
 	}
@@ -123,7 +123,7 @@ func TestClusterDNSEndpointSlice(t *testing.T) {
 			for k, v := range map[string]string{
 				discoveryv1.LabelServiceName: "kube-dns",
 				discoveryv1.LabelManagedBy:   contract.EndpointSliceManager,
-				LabelManagedBy:               ManagedByValue,
+				contract.LabelManagedBy:      contract.ManagedByValue,
 			} {
 				if s.Labels[k] != v {
 					t.Errorf("label %s=%q, want %q (labels %v)", k, s.Labels[k], v, s.Labels)
@@ -268,11 +268,11 @@ func TestClusterDNSSyncerLeavesTheTenantsOwnKubeDNSAlone(t *testing.T) {
 // same name that the syncer did not write stays.
 func TestClusterDNSSyncerDeletesItsSliceFromTheTenantsOwnKubeDNS(t *testing.T) {
 	own := tr.ClusterDNSService()
-	delete(own.Labels, LabelManagedBy)
+	delete(own.Labels, contract.LabelManagedBy)
 	ours := ClusterDNSEndpointSlice(controlPlaneIP, 6443)
 	ours.UID = "ours"
 	theirs := ours.DeepCopy()
-	delete(theirs.Labels, LabelManagedBy)
+	delete(theirs.Labels, contract.LabelManagedBy)
 	tests := []struct {
 		name  string
 		slice *discoveryv1.EndpointSlice

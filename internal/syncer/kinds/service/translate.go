@@ -1,4 +1,9 @@
-package syncer
+// Package service copies tenant Services to the host and makes the tenant's
+// DNS from them: the hosts and zone files the tenant's CoreDNS serves, the
+// cluster DNS Service kube-system/kube-dns, and the tenant's node ports on
+// the virtual node's address. Services, their DNS and node ports are the
+// host syncer's alone; member syncers read Address only.
+package service
 
 import (
 	"fmt"
@@ -15,6 +20,12 @@ import (
 	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/syncer/kinds/hostcopy"
 )
+
+// Translator is what Service translation knows of the virtual cluster,
+// from nest-syncer's flags.
+type Translator struct {
+	contract.Translation
+}
 
 // HostService returns the host Service for a tenant Service, and false for
 // Services the syncer leaves alone: the tenant API server's own "kubernetes"

@@ -1,4 +1,4 @@
-package syncer
+package service
 
 import (
 	"bytes"
@@ -25,10 +25,10 @@ import (
 	"github.com/nestdev/nest/internal/syncer/kinds/hostcopy"
 )
 
-// serviceSyncer mirrors tenant Services on the host and keeps the tenant's
+// Syncer mirrors tenant Services on the host and keeps the tenant's
 // DNS records pointing at their host ClusterIPs, or at the pods behind
 // headless Services.
-type serviceSyncer struct {
+type Syncer struct {
 	tr             Translator
 	host           kubernetes.Interface
 	recorder       record.EventRecorder
@@ -36,9 +36,9 @@ type serviceSyncer struct {
 	tenantServices corelisters.ServiceLister
 	tenantSlices   discoverylisters.EndpointSliceLister
 	hostServices   corelisters.ServiceNamespaceLister
-	// dns rewrites the hosts file; every Service change asks it to, and
+	// DNS rewrites the hosts file; every Service change asks it to, and
 	// nodePorts (nil without node ports) to re-read the tenant's node ports.
-	dns, nodePorts *kindsync.Syncer
+	DNS, nodePorts *kindsync.Syncer
 	last           []byte
 	// lastZone and zoneSerial are the zone file's last records and serial;
 	// zoneWritten says this writer wrote it (lastZone is then its records).
@@ -47,12 +47,35 @@ type serviceSyncer struct {
 	zoneWritten bool
 }
 
-func newServiceSyncer(s *serviceSyncer) *serviceSyncer {
-	s.dns = kindsync.New("dns", 1, s.syncDNS, func() []string { return []string{hostsKey} })
+// Config is what a Syncer reads and writes. Host and Recorder may be nil
+// for a Syncer that only writes DNS (a follower replica's).
+type Config struct {
+	Translator
+	Host     kubernetes.Interface
+	Recorder record.EventRecorder
+	// DNSDir is where the tenant CoreDNS' files are written.
+	DNSDir         string
+	TenantServices corelisters.ServiceLister
+	TenantSlices   discoverylisters.EndpointSliceLister
+	// HostServices lists the host copies, in the host namespace.
+	HostServices corelisters.ServiceNamespaceLister
+}
+
+// New is the Syncer of cfg, with its DNS queue ("dns").
+func New(cfg Config) *Syncer {
+	s := &Syncer{tr: cfg.Translator, host: cfg.Host, recorder: cfg.Recorder, dnsDir: cfg.DNSDir,
+		tenantServices: cfg.TenantServices, tenantSlices: cfg.TenantSlices, hostServices: cfg.HostServices}
+	s.DNS = kindsync.New("dns", 1, s.syncDNS, func() []string { return []string{hostsKey} })
 	return s
 }
 
-func (s *serviceSyncer) copies() hostcopy.Copies[*corev1.Service] {
+// DNSChanged asks the DNS queue to rewrite the tenant CoreDNS' files.
+func (s *Syncer) DNSChanged() { s.DNS.Add(hostsKey) }
+
+// TenantServices lists the tenant's Services.
+func (s *Syncer) TenantServices() corelisters.ServiceLister { return s.tenantServices }
+
+func (s *Syncer) copies() hostcopy.Copies[*corev1.Service] {
 	return hostcopy.Copies[*corev1.Service]{
 		Kind: "Service", Client: s.host.CoreV1().Services(s.tr.HostNamespace), Cached: s.hostServices.Get,
 		Differs: func(have, want *corev1.Service) bool {
@@ -69,17 +92,17 @@ func (s *serviceSyncer) copies() hostcopy.Copies[*corev1.Service] {
 	}
 }
 
-// syncService keeps the host copy of the tenant Service key
+// SyncService keeps the host copy of the tenant Service key
 // ("namespace/name") in step, and deletes it once the Service is gone or is
 // of a kind the host does not copy. A failure, such as an exhausted host quota
 // on Services, is also an event on the tenant Service: the tenant sees why its
 // name does not resolve.
-func (s *serviceSyncer) syncService(ctx context.Context, key string) (time.Duration, error) {
+func (s *Syncer) SyncService(ctx context.Context, key string) (time.Duration, error) {
 	namespace, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
 		return 0, kindsync.Terminal(err)
 	}
-	defer s.dns.Add(hostsKey)
+	defer s.DNS.Add(hostsKey)
 	if s.nodePorts != nil {
 		defer s.nodePorts.Add(nodePortsKey)
 	}
@@ -122,14 +145,14 @@ func (s *serviceSyncer) syncService(ctx context.Context, key string) (time.Durat
 const hostsKey = contract.HostsFileName
 
 // syncDNS rewrites the hosts file when a record changed.
-func (s *serviceSyncer) syncDNS(context.Context, string) (time.Duration, error) {
+func (s *Syncer) syncDNS(context.Context, string) (time.Duration, error) {
 	return 0, s.writeHosts()
 }
 
 // Records returns the tenant's DNS records: the API server, every tenant
 // Service with a ClusterIP (its host copy's when it has one), and the
 // endpoints of headless Services.
-func (s *serviceSyncer) Records() []DNSRecord {
+func (s *Syncer) Records() []DNSRecord {
 	records := []DNSRecord{s.tr.APIServerRecord()}
 	tenant, _ := s.tenantServices.List(labels.Everything())
 	for _, svc := range tenant {
@@ -150,11 +173,11 @@ func (s *serviceSyncer) Records() []DNSRecord {
 	return records
 }
 
-// addresses are the tenant Services of namespace with the addresses host
+// Addresses are the tenant Services of namespace with the addresses host
 // pods reach them at.
-func (s *serviceSyncer) addresses(namespace string) []ServiceAddress {
+func (s *Syncer) Addresses(namespace string) []Address {
 	tenant, _ := s.tenantServices.Services(namespace).List(labels.Everything())
-	out := make([]ServiceAddress, 0, len(tenant))
+	out := make([]Address, 0, len(tenant))
 	for _, svc := range tenant {
 		out = append(out, AddressOf(svc, s.hostIP(svc)))
 	}
@@ -165,7 +188,7 @@ func (s *serviceSyncer) addresses(namespace string) []ServiceAddress {
 // its host copy's, or DNSServer for the cluster DNS Service, which fronts
 // the control-plane pod as the host's in-cluster Service does; "" when the
 // Service has no host copy.
-func (s *serviceSyncer) hostIP(svc *corev1.Service) string {
+func (s *Syncer) hostIP(svc *corev1.Service) string {
 	if IsClusterDNSService(svc) {
 		return s.tr.DNSServer
 	}
@@ -177,7 +200,7 @@ func (s *serviceSyncer) hostIP(svc *corev1.Service) string {
 
 // zoneRecords are the tenant's records the hosts file cannot hold (see
 // Translator.ZoneRecords).
-func (s *serviceSyncer) zoneRecords() []string {
+func (s *Syncer) zoneRecords() []string {
 	var records []string
 	tenant, _ := s.tenantServices.List(labels.Everything())
 	for _, svc := range tenant {
@@ -194,7 +217,7 @@ func (s *serviceSyncer) zoneRecords() []string {
 // writeHosts rewrites the hosts file and the cluster zone file when their
 // records changed. The zone's serial grows with every write, so CoreDNS
 // reloads it.
-func (s *serviceSyncer) writeHosts() error {
+func (s *Syncer) writeHosts() error {
 	data := HostsFile(s.Records())
 	if !bytes.Equal(data, s.last) {
 		if err := atomicfile.Write(filepath.Join(s.dnsDir, contract.HostsFileName), data, 0o644); err != nil {
@@ -214,9 +237,9 @@ func (s *serviceSyncer) writeHosts() error {
 	return nil
 }
 
-// start makes the DNS directory and writes the first hosts file, with the API
+// Start makes the DNS directory and writes the first hosts file, with the API
 // server's record, so CoreDNS answers for the API server at once.
-func (s *serviceSyncer) start() error {
+func (s *Syncer) Start() error {
 	if err := os.MkdirAll(s.dnsDir, 0o755); err != nil {
 		return err
 	}
@@ -235,7 +258,7 @@ func (s *serviceSyncer) start() error {
 // writeEmptyMemberViews writes an empty hosts file for each member view
 // that has none yet, so that CoreDNS' member views answer NXDOMAIN, not
 // SERVFAIL, until a member syncer writes its own.
-func (s *serviceSyncer) writeEmptyMemberViews() error {
+func (s *Syncer) writeEmptyMemberViews() error {
 	for slot := range contract.MaxMembers {
 		name := filepath.Join(s.dnsDir, contract.MemberHostsFileName(slot))
 		if _, err := os.Stat(name); err == nil {
