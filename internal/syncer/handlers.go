@@ -6,37 +6,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
-
-	"github.com/nestdev/nest/internal/kindsync"
-	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
-// onEvery calls f with the object of every add, update and delete event,
-// tombstones unwrapped.
-func onEvery(f func(metav1.Object)) cache.ResourceEventHandlerFuncs {
-	call := func(obj any) {
-		if m, ok := unwrap(obj).(metav1.Object); ok {
-			f(m)
-		}
-	}
-	return cache.ResourceEventHandlerFuncs{AddFunc: call, UpdateFunc: func(_, obj any) { call(obj) }, DeleteFunc: call}
-}
-
-// addKey queues a tenant object's "namespace/name".
-func addKey(k *kindsync.Syncer) func(metav1.Object) {
-	return func(obj metav1.Object) { k.Add(obj.GetNamespace() + "/" + obj.GetName()) }
-}
-
-// addTenantKey queues the "namespace/name" of the tenant object a host copy
-// stands for, so a copy changed or deleted from outside is put right.
-func addTenantKey(k *kindsync.Syncer) func(metav1.Object) {
-	return func(obj metav1.Object) {
-		if ns, name, ok := contract.TenantKey(obj.GetAnnotations()); ok {
-			k.Add(ns + "/" + name)
-		}
-	}
-}
-
+// unwrap is the object of a delete event, tombstone or not.
 func unwrap(obj any) any {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		return d.Obj

@@ -12,7 +12,6 @@ import (
 	"github.com/nestdev/nest/internal/syncer/kinds/secret"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -49,25 +48,6 @@ func foreignMeta(name string) metav1.ObjectMeta {
 
 func tenantConfigMap(name string, data map[string]string) *corev1.ConfigMap {
 	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop", UID: types.UID("uid-" + name)}, Data: data}
-}
-
-// byKind sorts objects into Services, EndpointSlices and Pods, for the
-// listers a syncer under test reads; any other kind fails the test.
-func byKind(t *testing.T, objs []runtime.Object) (services, slices, pods []runtime.Object) {
-	t.Helper()
-	for _, o := range objs {
-		switch o.(type) {
-		case *corev1.Service:
-			services = append(services, o)
-		case *discoveryv1.EndpointSlice:
-			slices = append(slices, o)
-		case *corev1.Pod:
-			pods = append(pods, o)
-		default:
-			t.Fatalf("no lister for %T", o)
-		}
-	}
-	return services, slices, pods
 }
 
 func hostConfigMap(meta metav1.ObjectMeta, data map[string]string) *corev1.ConfigMap {

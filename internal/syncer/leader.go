@@ -27,6 +27,7 @@ import (
 
 	"github.com/nestdev/nest/internal/kindsync"
 	"github.com/nestdev/nest/internal/syncer/contract"
+	"github.com/nestdev/nest/internal/syncer/kinds"
 	"github.com/nestdev/nest/internal/syncer/kinds/service"
 )
 
@@ -211,7 +212,7 @@ func runDNSFollower(ctx context.Context, o Options, tenant, host kubernetes.Inte
 		TenantSlices:   tenantF.Discovery().V1().EndpointSlices().Lister(),
 		HostServices:   hostF.Core().V1().Services().Lister().Services(o.HostNamespace),
 	})
-	changed := onEvery(func(metav1.Object) { s.DNSChanged() })
+	changed := kinds.OnEvery(func(metav1.Object) { s.DNSChanged() })
 	for _, inf := range []cache.SharedIndexInformer{
 		tenantF.Core().V1().Services().Informer(), tenantF.Discovery().V1().EndpointSlices().Informer(), hostF.Core().V1().Services().Informer(),
 	} {

@@ -69,7 +69,7 @@ func (s *syncer) registerMembers(c *kinds.Context) (kinds.Registration, error) {
 	s.placer = &memberPlacer{parent: s, running: map[string]*runningMember{},
 		secrets: func() (*corev1.Secret, error) { return lister.Get(name) }}
 	s.members = kindsync.New("members", 1, s.placer.sync, func() []string { return []string{membersKey} })
-	_, _ = s.membersF.Core().V1().Secrets().Informer().AddEventHandler(onEvery(func(metav1.Object) { s.members.Add(membersKey) }))
+	_, _ = s.membersF.Core().V1().Secrets().Informer().AddEventHandler(kinds.OnEvery(func(*corev1.Secret) { s.members.Add(membersKey) }))
 	return kinds.Registration{Queues: []*kindsync.Syncer{s.members}}, nil
 }
 
