@@ -18,7 +18,6 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/testutil"
 )
 
@@ -29,21 +28,6 @@ func indexerOf(t *testing.T, objs ...runtime.Object) cache.Indexer {
 
 func podLister(t *testing.T, pods ...runtime.Object) corelisters.PodLister {
 	return corelisters.NewPodLister(indexerOf(t, pods...))
-}
-
-// hostMeta is the metadata of the syncer's host copy of the tenant object
-// shop/name of virtual cluster vc.
-func hostMeta(vc, name string) metav1.ObjectMeta {
-	return metav1.ObjectMeta{
-		Name: contract.HostName(vc, "shop", name), Namespace: tr.HostNamespace,
-		Labels: contract.HostLabels(vc, "shop"), Annotations: contract.HostAnnotations("shop", name, "uid-"+name),
-	}
-}
-
-// foreignMeta is the metadata of a host object that holds the host name of
-// the tenant object shop/name but was not made for it.
-func foreignMeta(name string) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Name: contract.HostName(tr.VirtualCluster, "shop", name), Namespace: tr.HostNamespace, UID: "foreign", Labels: map[string]string{"app": "host-thing"}}
 }
 
 func tenantConfigMap(name string, data map[string]string) *corev1.ConfigMap {
@@ -66,25 +50,13 @@ func testObjects(t *testing.T, budget int64, host *fake.Clientset) *objectSyncer
 		hostSecrets: hostSecrets,
 		pods:        cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{referencesIndex: tr.podReferences}),
 	}
-	recorder := record.NewFakeRecorder(10)
-	o.configMaps = configmap.New(configmap.Config{VirtualCluster: tr.VirtualCluster, HostNamespace: tr.HostNamespace, Host: host,
-		HostCache: hostCMs, Tenant: o.tenantConfigMaps, Budget: o.budget, Referenced: o.referencer(hostcopy.KindConfigMap), Recorder: recorder})
-	o.secrets = secret.New(secret.Config{VirtualCluster: tr.VirtualCluster, HostNamespace: tr.HostNamespace, Host: host,
-		HostCache: hostSecrets, Tenant: o.tenantSecrets, Budget: o.budget, Referenced: o.referencer(hostcopy.KindSecret), Recorder: recorder})
-	return o
-}
-
-// countActions counts the actions of c with one of verbs.
-func countActions(c *fake.Clientset, verbs ...string) int {
-	n := 0
-	for _, a := range c.Actions() {
-		for _, v := range verbs {
-			if a.GetVerb() == v {
-				n++
-			}
-		}
+	target := func(kind string) hostcopy.Target {
+		return hostcopy.Target{VirtualCluster: tr.VirtualCluster, HostNamespace: tr.HostNamespace, Host: host,
+			Budget: o.budget, Referenced: o.referencer(kind), Recorder: record.NewFakeRecorder(10)}
 	}
-	return n
+	o.configMaps = configmap.New(configmap.Config{Target: target(hostcopy.KindConfigMap), HostCache: hostCMs, Tenant: o.tenantConfigMaps})
+	o.secrets = secret.New(secret.Config{Target: target(hostcopy.KindSecret), HostCache: hostSecrets, Tenant: o.tenantSecrets})
+	return o
 }
 
 // withTranslator is Options whose flags hold tr's translation.

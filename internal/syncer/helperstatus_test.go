@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/nestdev/nest/internal/syncer/contract"
+	"github.com/nestdev/nest/internal/testutil"
 )
 
 func failedRun(id, message string, code int32) *corev1.ContainerStateTerminated {
@@ -142,7 +143,7 @@ func TestHelperEventsStayOnTheHost(t *testing.T) {
 // earlier one of the same name) gets none.
 func TestReportHelperFailuresRecordsOnTheTenantPod(t *testing.T) {
 	tenant := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web", UID: "uid-web"}}
-	host := &corev1.Pod{ObjectMeta: hostMeta(tr.VirtualCluster, "web")}
+	host := &corev1.Pod{ObjectMeta: testutil.CopyMeta(tr.HostNamespace, tr.VirtualCluster, "web")}
 	failed := host.DeepCopy()
 	failed.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: nodeDiskName, State: corev1.ContainerState{Terminated: failedRun("containerd://a", "nest-syncer node-disk: hostPath /data (type \"Directory\"): is not a directory on the virtual node", 1)}}}
 	recorder := record.NewFakeRecorder(10)

@@ -23,6 +23,7 @@ import (
 	"github.com/nestdev/nest/internal/kindsync"
 	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/syncer/kinds/serviceaccounttoken"
+	"github.com/nestdev/nest/internal/testutil"
 )
 
 // The kind syncers run here as in nest-syncer, over real informers and work
@@ -185,7 +186,7 @@ func TestConfigMapSyncerRestoresACopyDeletedFromOutside(t *testing.T) {
 }
 
 func TestConfigMapSyncerDeletesAnOrphanLeftWhileItWasDown(t *testing.T) {
-	orphan := hostConfigMap(hostMeta(tr.VirtualCluster, "gone"), map[string]string{"k": "v"})
+	orphan := hostConfigMap(testutil.CopyMeta(tr.HostNamespace, tr.VirtualCluster, "gone"), map[string]string{"k": "v"})
 	host := fake.NewClientset(orphan)
 	runKindSyncers(t, fake.NewClientset(), host)
 	eventually(t, "orphan deleted", func() (bool, error) {

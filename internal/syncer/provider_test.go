@@ -22,6 +22,7 @@ import (
 	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/syncer/kinds/service"
 	"github.com/nestdev/nest/internal/syncer/kinds/serviceaccounttoken"
+	"github.com/nestdev/nest/internal/testutil"
 )
 
 // newProvider is a podProvider over a fake host API server holding host,
@@ -101,7 +102,7 @@ func TestCreatePodRefusesWhatIsNotInTheShare(t *testing.T) {
 			if err == nil || !errdefs.IsInvalidInput(err) || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Fatalf("CreatePod = %v, want invalid input with %q", err, tt.wantErr)
 			}
-			if n := countActions(host, "create"); n != 0 {
+			if n := testutil.CountActions(host.Actions(), "create"); n != 0 {
 				t.Errorf("a refused pod made %d host objects", n)
 			}
 		})
@@ -160,8 +161,8 @@ func TestCreatePodRejectsWhatDoesNotFitAsAKubeletDoes(t *testing.T) {
 			// hands it back.
 			failed := tt.pod.DeepCopy()
 			failed.Status = notified[0].Status
-			if err := p.CreatePod(context.Background(), failed); err != nil || countActions(host, "create") != 0 || len(notified) != 1 {
-				t.Errorf("CreatePod of the rejected pod again = %v, %d host creates, %d notifications", err, countActions(host, "create"), len(notified))
+			if err := p.CreatePod(context.Background(), failed); err != nil || testutil.CountActions(host.Actions(), "create") != 0 || len(notified) != 1 {
+				t.Errorf("CreatePod of the rejected pod again = %v, %d host creates, %d notifications", err, testutil.CountActions(host.Actions(), "create"), len(notified))
 			}
 		})
 	}
@@ -172,7 +173,7 @@ func TestCreateOrAdoptOnlyTouchesItsOwnHostPod(t *testing.T) {
 	same := hostPodOf(t, pod)
 	stale := hostPodOf(t, pod)
 	stale.Annotations[contract.AnnotationTenantUID] = "uid-earlier"
-	foreign := &corev1.Pod{ObjectMeta: foreignMeta("web")}
+	foreign := &corev1.Pod{ObjectMeta: testutil.ForeignMeta(tr.VirtualCluster, tr.HostNamespace, "web")}
 	otherCluster := hostPodOf(t, pod)
 	otherCluster.Labels[contract.LabelTenantOf] = "beta"
 	otherObject := hostPodOf(t, pod)
@@ -222,7 +223,7 @@ func TestDeletePodOnlyDeletesItsOwnHostPod(t *testing.T) {
 	}{
 		{name: "in the cache", existing: hostPodOf(t, pod), cached: true, wantGone: true},
 		{name: "not in the cache yet", existing: hostPodOf(t, pod), wantGone: true},
-		{name: "a foreign host pod", existing: &corev1.Pod{ObjectMeta: foreignMeta("web")}},
+		{name: "a foreign host pod", existing: &corev1.Pod{ObjectMeta: testutil.ForeignMeta(tr.VirtualCluster, tr.HostNamespace, "web")}},
 		{name: "an earlier pod's host pod", existing: stale, cached: true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -7,11 +7,8 @@ import (
 	"maps"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
-	"k8s.io/client-go/tools/record"
 
-	"github.com/nestdev/nest/internal/kindsync"
 	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/syncer/kinds"
 	"github.com/nestdev/nest/internal/syncer/kinds/hostcopy"
@@ -30,19 +27,13 @@ func Translate(vc, hostNamespace string, cm *corev1.ConfigMap) *corev1.ConfigMap
 	}
 }
 
-// Config is what the kind reads and writes.
+// Config is what the kind reads and writes: HostCache lists the host
+// copies (the host namespace's objects of this VirtualCluster) and Tenant
+// the tenant's ConfigMaps.
 type Config struct {
-	VirtualCluster, HostNamespace string
-	// Host writes the copies; HostCache lists them (the host namespace's
-	// objects of this VirtualCluster) and Tenant the tenant's ConfigMaps.
-	Host      kubernetes.Interface
+	hostcopy.Target
 	HostCache corelisters.ConfigMapNamespaceLister
 	Tenant    corelisters.ConfigMapLister
-	// Budget bounds the copies' bytes; Referenced says whether a pod on
-	// the virtual node uses a ConfigMap.
-	Budget     *hostcopy.Budget
-	Referenced func(namespace, name string) bool
-	Recorder   record.EventRecorder
 }
 
 // New is the kind as cfg sets it up.
@@ -81,13 +72,7 @@ func New(cfg Config) *hostcopy.Kind[*corev1.ConfigMap] {
 // Apply pod translation calls for the ConfigMaps a pod needs.
 func Register(c *kinds.Context, budget *hostcopy.Budget, referenced func(namespace, name string) bool) (kinds.Registration, *hostcopy.Kind[*corev1.ConfigMap]) {
 	tenant, host := c.TenantInformers.Core().V1().ConfigMaps(), c.HostInformers.Core().V1().ConfigMaps()
-	k := New(Config{
-		VirtualCluster: c.VirtualCluster, HostNamespace: c.HostNamespace,
-		Host: c.Host, HostCache: host.Lister().ConfigMaps(c.HostNamespace), Tenant: tenant.Lister(),
-		Budget: budget, Referenced: referenced, Recorder: c.Recorder,
-	})
-	q := c.NewQueue("configmaps", workers, k.Sync, hostcopy.Keys(tenant.Lister().List, host.Lister().List))
-	_, _ = tenant.Informer().AddEventHandler(kinds.OnEvery(func(cm *corev1.ConfigMap) { q.Add(cm.Namespace + "/" + cm.Name) }))
-	_, _ = host.Informer().AddEventHandler(kinds.OnEvery(func(cm *corev1.ConfigMap) { kinds.AddTenantKey(q, cm) }))
-	return kinds.Registration{Queues: []*kindsync.Syncer{q}}, k
+	k := New(Config{Target: hostcopy.TargetOf(c, budget, referenced), HostCache: host.Lister().ConfigMaps(c.HostNamespace), Tenant: tenant.Lister()})
+	inf := hostcopy.Informers[*corev1.ConfigMap]{Tenant: tenant.Informer(), Host: host.Informer(), TenantList: tenant.Lister().List, HostList: host.Lister().List}
+	return hostcopy.Register(c, "configmaps", workers, k, inf, nil), k
 }

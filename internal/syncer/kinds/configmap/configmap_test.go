@@ -35,11 +35,13 @@ func newKind(t *testing.T, budget int64, live, cached, tenant []runtime.Object) 
 	cms := corelisters.NewConfigMapLister(indexerOf(t, hostCMs...)).ConfigMaps(hostNamespace)
 	secrets := corelisters.NewSecretLister(indexerOf(t, hostSecrets...)).Secrets(hostNamespace)
 	return New(Config{
-		VirtualCluster: "alpha", HostNamespace: hostNamespace,
-		Host: host, HostCache: cms, Tenant: corelisters.NewConfigMapLister(indexerOf(t, tenant...)),
-		Budget:     hostcopy.NewBudget(budget, "alpha", cms, secrets),
-		Referenced: func(string, string) bool { return true },
-		Recorder:   record.NewFakeRecorder(10),
+		Target: hostcopy.Target{
+			VirtualCluster: "alpha", HostNamespace: hostNamespace, Host: host,
+			Budget:     hostcopy.NewBudget(budget, "alpha", cms, secrets),
+			Referenced: func(string, string) bool { return true },
+			Recorder:   record.NewFakeRecorder(10),
+		},
+		HostCache: cms, Tenant: corelisters.NewConfigMapLister(indexerOf(t, tenant...)),
 	}), host
 }
 
@@ -59,21 +61,6 @@ func indexerOf(t *testing.T, objs ...runtime.Object) cache.Indexer {
 	return testutil.Indexer(t, objs...)
 }
 
-// hostMeta is the metadata of the host copy of the tenant object shop/name
-// of virtual cluster vc.
-func hostMeta(vc, name string) metav1.ObjectMeta {
-	return metav1.ObjectMeta{
-		Name: contract.HostName(vc, "shop", name), Namespace: hostNamespace,
-		Labels: contract.HostLabels(vc, "shop"), Annotations: contract.HostAnnotations("shop", name, "uid-"+name),
-	}
-}
-
-// foreignMeta is the metadata of a host object that holds the host name of
-// the tenant object shop/name but was not made for it.
-func foreignMeta(name string) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Name: contract.HostName("alpha", "shop", name), Namespace: hostNamespace, UID: "foreign", Labels: map[string]string{"app": "host-thing"}}
-}
-
 func tenantConfigMap(name string, data map[string]string) *corev1.ConfigMap {
 	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop", UID: types.UID("uid-" + name)}, Data: data}
 }
@@ -88,15 +75,15 @@ func bytesOf(n int) map[string]string {
 }
 
 func TestDataBudget(t *testing.T) {
-	existing := hostConfigMap(hostMeta("alpha", "existing"), bytesOf(600))
-	grown := hostConfigMap(hostMeta("alpha", "settings"), bytesOf(300))
-	token := &corev1.Secret{ObjectMeta: hostMeta("alpha", "token"), Data: map[string][]byte{contract.TokenKeyPrefix + "0-0": make([]byte, 900)}}
+	existing := hostConfigMap(testutil.CopyMeta(hostNamespace, "alpha", "existing"), bytesOf(600))
+	grown := hostConfigMap(testutil.CopyMeta(hostNamespace, "alpha", "settings"), bytesOf(300))
+	token := &corev1.Secret{ObjectMeta: testutil.CopyMeta(hostNamespace, "alpha", "token"), Data: map[string][]byte{contract.TokenKeyPrefix + "0-0": make([]byte, 900)}}
 	token.Labels[contract.LabelTokenSecret] = "true"
 	// 400 bytes of the tenant pod's annotations, for a downward API file.
-	identity := &corev1.Secret{ObjectMeta: hostMeta("alpha", "identity"), Data: map[string][]byte{
+	identity := &corev1.Secret{ObjectMeta: testutil.CopyMeta(hostNamespace, "alpha", "identity"), Data: map[string][]byte{
 		contract.TokenKeyPrefix + "0-0": make([]byte, 900), "pod-annotations": make([]byte, 400-len("pod-annotations"))}}
 	identity.Labels[contract.LabelTokenSecret] = "true"
-	otherCluster := hostConfigMap(hostMeta("beta", "big"), bytesOf(900))
+	otherCluster := hostConfigMap(testutil.CopyMeta(hostNamespace, "beta", "big"), bytesOf(900))
 	tests := []struct {
 		name    string
 		budget  int64
@@ -155,7 +142,7 @@ func TestDataBudgetCountsWritesTheCacheHasNotSeen(t *testing.T) {
 
 // A refresh that the budget refuses tells the tenant on the object itself.
 func TestRefusedRefreshIsAnEventOnTheTenantObject(t *testing.T) {
-	cached := hostConfigMap(hostMeta("alpha", "settings"), bytesOf(100))
+	cached := hostConfigMap(testutil.CopyMeta(hostNamespace, "alpha", "settings"), bytesOf(100))
 	k, _ := newKind(t, 500, []runtime.Object{cached}, []runtime.Object{cached}, nil)
 	k.Tenant = func(namespace, name string) (*corev1.ConfigMap, error) {
 		return corelisters.NewConfigMapLister(indexerOf(t, tenantConfigMap("settings", bytesOf(501)))).ConfigMaps(namespace).Get(name)
@@ -175,13 +162,13 @@ func TestRefusedRefreshIsAnEventOnTheTenantObject(t *testing.T) {
 
 func TestHostCopyOnlyWritesItsOwnCopy(t *testing.T) {
 	old, current := map[string]string{"color": "red"}, map[string]string{"color": "blue"}
-	ours := hostConfigMap(hostMeta("alpha", "settings"), old)
-	oursCurrent := hostConfigMap(hostMeta("alpha", "settings"), current)
-	otherObject := hostConfigMap(hostMeta("alpha", "settings"), old)
+	ours := hostConfigMap(testutil.CopyMeta(hostNamespace, "alpha", "settings"), old)
+	oursCurrent := hostConfigMap(testutil.CopyMeta(hostNamespace, "alpha", "settings"), current)
+	otherObject := hostConfigMap(testutil.CopyMeta(hostNamespace, "alpha", "settings"), old)
 	otherObject.Annotations[contract.AnnotationTenantName] = "other"
-	otherCluster := hostConfigMap(hostMeta("beta", "settings"), old)
+	otherCluster := hostConfigMap(testutil.CopyMeta(hostNamespace, "beta", "settings"), old)
 	otherCluster.Name = ours.Name
-	foreign := hostConfigMap(foreignMeta("settings"), old)
+	foreign := hostConfigMap(testutil.ForeignMeta("alpha", hostNamespace, "settings"), old)
 	tests := []struct {
 		name         string
 		live, cached []runtime.Object
@@ -211,23 +198,11 @@ func TestHostCopyOnlyWritesItsOwnCopy(t *testing.T) {
 			if getErr != nil || got.Data["color"] != tt.wantData["color"] {
 				t.Errorf("host object %+v (%v): want data %v", got, getErr, tt.wantData)
 			}
-			if writes := countActions(host, "create", "update"); writes != tt.wantWrites {
+			if writes := testutil.CountActions(host.Actions(), "create", "update"); writes != tt.wantWrites {
 				t.Errorf("%d creates and updates, want %d", writes, tt.wantWrites)
 			}
 		})
 	}
-}
-
-func countActions(c *fake.Clientset, verbs ...string) int {
-	n := 0
-	for _, a := range c.Actions() {
-		for _, v := range verbs {
-			if a.GetVerb() == v {
-				n++
-			}
-		}
-	}
-	return n
 }
 
 func TestHostCopyLookupFailure(t *testing.T) {
@@ -247,10 +222,10 @@ func TestTenantObjectDeletedOnlyDeletesItsOwnCopy(t *testing.T) {
 		live     runtime.Object
 		wantGone bool
 	}{
-		{name: "our copy", live: hostConfigMap(hostMeta("alpha", "settings"), nil), wantGone: true},
-		{name: "a foreign object under the name", live: hostConfigMap(foreignMeta("settings"), nil)},
+		{name: "our copy", live: hostConfigMap(testutil.CopyMeta(hostNamespace, "alpha", "settings"), nil), wantGone: true},
+		{name: "a foreign object under the name", live: hostConfigMap(testutil.ForeignMeta("alpha", hostNamespace, "settings"), nil)},
 		{name: "another virtual cluster's copy", live: func() runtime.Object {
-			cm := hostConfigMap(hostMeta("beta", "settings"), nil)
+			cm := hostConfigMap(testutil.CopyMeta(hostNamespace, "beta", "settings"), nil)
 			cm.Name = contract.HostName("alpha", "shop", "settings")
 			return cm
 		}()},

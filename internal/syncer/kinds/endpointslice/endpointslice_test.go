@@ -173,8 +173,8 @@ var dedicatedCIDR = netip.MustParsePrefix("10.244.2.0/24")
 // and whose dedicated pod CIDRs are cidrs.
 func endpointSliceSyncerOf(t *testing.T, tenantObjs, hostObjs []runtime.Object, cidrs []netip.Prefix) (*Syncer, *fake.Clientset) {
 	t.Helper()
-	tenantServices, tenantSlices, _ := byKind(t, tenantObjs)
-	hostServices, hostSlices, hostPods := byKind(t, hostObjs)
+	tenantServices, tenantSlices, _ := testutil.ByKind(t, tenantObjs)
+	hostServices, hostSlices, hostPods := testutil.ByKind(t, hostObjs)
 	host := fake.NewClientset(hostObjs...)
 	return &Syncer{
 		tr: tr, host: host, recorder: record.NewFakeRecorder(10),
@@ -432,23 +432,4 @@ func indexerOf(t *testing.T, objs ...runtime.Object) cache.Indexer {
 
 func podLister(t *testing.T, pods ...runtime.Object) corelisters.PodLister {
 	return corelisters.NewPodLister(indexerOf(t, pods...))
-}
-
-// byKind sorts objects into Services, EndpointSlices and Pods, for the
-// listers a syncer under test reads; any other kind fails the test.
-func byKind(t *testing.T, objs []runtime.Object) (services, slices, pods []runtime.Object) {
-	t.Helper()
-	for _, o := range objs {
-		switch o.(type) {
-		case *corev1.Service:
-			services = append(services, o)
-		case *discoveryv1.EndpointSlice:
-			slices = append(slices, o)
-		case *corev1.Pod:
-			pods = append(pods, o)
-		default:
-			t.Fatalf("no lister for %T", o)
-		}
-	}
-	return services, slices, pods
 }

@@ -8,13 +8,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/nestdev/nest/internal/kindsync"
 	"github.com/nestdev/nest/internal/syncer/contract"
+	"github.com/nestdev/nest/internal/syncer/kinds"
 )
 
 // Kind is one kind of tenant object copied to the host while a pod on the
@@ -83,4 +86,48 @@ func (k *Kind[T]) Sync(ctx context.Context, key string) (time.Duration, error) {
 		return 0, fmt.Errorf("host copy of %s %s: %w", k.Name, key, err)
 	}
 	return 0, nil
+}
+
+// Target is where a copied kind writes, and what bounds it: the same for
+// ConfigMaps and Secrets.
+type Target struct {
+	VirtualCluster, HostNamespace string
+	// Host writes the copies.
+	Host kubernetes.Interface
+	// Budget bounds the copies' bytes; Referenced says whether a pod on the
+	// virtual node uses a tenant object.
+	Budget     *Budget
+	Referenced func(namespace, name string) bool
+	Recorder   record.EventRecorder
+}
+
+// TargetOf is the Target of a copied kind registered in c.
+func TargetOf(c *kinds.Context, budget *Budget, referenced func(namespace, name string) bool) Target {
+	return Target{VirtualCluster: c.VirtualCluster, HostNamespace: c.HostNamespace, Host: c.Host,
+		Budget: budget, Referenced: referenced, Recorder: c.Recorder}
+}
+
+// Informers are the tenant and host informers of a copied kind, and the
+// List methods of their listers.
+type Informers[T metav1.Object] struct {
+	Tenant, Host         cache.SharedIndexInformer
+	TenantList, HostList func(labels.Selector) ([]T, error)
+}
+
+// Register makes the queue name of k, with workers workers: events of
+// tenant objects queue them, events of host copies the tenant object they
+// stand for, unless skip (may be nil) says the host object is none of k's
+// copies. Its resync keys are Keys'.
+func Register[T interface {
+	metav1.Object
+	runtime.Object
+}](c *kinds.Context, name string, workers int, k *Kind[T], inf Informers[T], skip func(T) bool) kinds.Registration {
+	q := c.NewQueue(name, workers, k.Sync, Keys(inf.TenantList, inf.HostList))
+	_, _ = inf.Tenant.AddEventHandler(kinds.OnEvery(func(obj T) { q.Add(obj.GetNamespace() + "/" + obj.GetName()) }))
+	_, _ = inf.Host.AddEventHandler(kinds.OnEvery(func(obj T) {
+		if skip == nil || !skip(obj) {
+			kinds.AddTenantKey(q, obj)
+		}
+	}))
+	return kinds.Registration{Queues: []*kindsync.Syncer{q}}
 }

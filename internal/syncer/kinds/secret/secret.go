@@ -9,11 +9,8 @@ import (
 	"maps"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
-	"k8s.io/client-go/tools/record"
 
-	"github.com/nestdev/nest/internal/kindsync"
 	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/syncer/kinds"
 	"github.com/nestdev/nest/internal/syncer/kinds/hostcopy"
@@ -35,19 +32,13 @@ func Translate(vc, hostNamespace string, s *corev1.Secret) *corev1.Secret {
 	return &corev1.Secret{ObjectMeta: hostcopy.Meta(vc, hostNamespace, &s.ObjectMeta), Type: typ, Data: maps.Clone(s.Data)}
 }
 
-// Config is what the kind reads and writes.
+// Config is what the kind reads and writes: HostCache lists the host
+// copies (the host namespace's objects of this VirtualCluster) and Tenant
+// the tenant's Secrets.
 type Config struct {
-	VirtualCluster, HostNamespace string
-	// Host writes the copies; HostCache lists them (the host namespace's
-	// objects of this VirtualCluster) and Tenant the tenant's Secrets.
-	Host      kubernetes.Interface
+	hostcopy.Target
 	HostCache corelisters.SecretNamespaceLister
 	Tenant    corelisters.SecretLister
-	// Budget bounds the copies' bytes; Referenced says whether a pod on
-	// the virtual node uses a Secret.
-	Budget     *hostcopy.Budget
-	Referenced func(namespace, name string) bool
-	Recorder   record.EventRecorder
 }
 
 // New is the kind as cfg sets it up.
@@ -83,17 +74,7 @@ func New(cfg Config) *hostcopy.Kind[*corev1.Secret] {
 // the kind, whose Apply pod translation calls for the Secrets a pod needs.
 func Register(c *kinds.Context, budget *hostcopy.Budget, referenced func(namespace, name string) bool) (kinds.Registration, *hostcopy.Kind[*corev1.Secret]) {
 	tenant, host := c.TenantInformers.Core().V1().Secrets(), c.HostInformers.Core().V1().Secrets()
-	k := New(Config{
-		VirtualCluster: c.VirtualCluster, HostNamespace: c.HostNamespace,
-		Host: c.Host, HostCache: host.Lister().Secrets(c.HostNamespace), Tenant: tenant.Lister(),
-		Budget: budget, Referenced: referenced, Recorder: c.Recorder,
-	})
-	q := c.NewQueue("secrets", workers, k.Sync, hostcopy.Keys(tenant.Lister().List, host.Lister().List))
-	_, _ = tenant.Informer().AddEventHandler(kinds.OnEvery(func(s *corev1.Secret) { q.Add(s.Namespace + "/" + s.Name) }))
-	_, _ = host.Informer().AddEventHandler(kinds.OnEvery(func(s *corev1.Secret) {
-		if s.Labels[contract.LabelTokenSecret] != "true" {
-			kinds.AddTenantKey(q, s)
-		}
-	}))
-	return kinds.Registration{Queues: []*kindsync.Syncer{q}}, k
+	k := New(Config{Target: hostcopy.TargetOf(c, budget, referenced), HostCache: host.Lister().Secrets(c.HostNamespace), Tenant: tenant.Lister()})
+	inf := hostcopy.Informers[*corev1.Secret]{Tenant: tenant.Informer(), Host: host.Informer(), TenantList: tenant.Lister().List, HostList: host.Lister().List}
+	return hostcopy.Register(c, "secrets", workers, k, inf, func(s *corev1.Secret) bool { return s.Labels[contract.LabelTokenSecret] == "true" }), k
 }

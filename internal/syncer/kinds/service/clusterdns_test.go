@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nestdev/nest/internal/syncer/contract"
+	"github.com/nestdev/nest/internal/testutil"
 )
 
 // The pod IP the cluster DNS syncer points kube-dns at in these tests.
@@ -152,7 +153,7 @@ func httpsPort(port int32) discoveryv1.EndpointPort {
 // whose tenant client holds live: the cache may lag the tenant.
 func clusterDNSSyncerOf(t *testing.T, podIP string, cached []runtime.Object, live ...runtime.Object) (*clusterDNSSyncer, *fake.Clientset) {
 	t.Helper()
-	services, slices, _ := byKind(t, cached)
+	services, slices, _ := testutil.ByKind(t, cached)
 	tenant := fake.NewClientset(live...)
 	return &clusterDNSSyncer{
 		tr: tr, podIP: podIP, tenant: tenant,

@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
+
+	"github.com/nestdev/nest/internal/testutil"
 )
 
 // freePort is a loopback TCP port nothing listens on.
@@ -53,7 +55,7 @@ func TestNodePortProxyForwardsToTheHostCopy(t *testing.T) {
 	servicePort, nodePort := echoServer(t), freePort(t)
 	tenantSvc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"}, Spec: corev1.ServiceSpec{
 		Type: corev1.ServiceTypeNodePort, Ports: []corev1.ServicePort{{Port: servicePort, NodePort: nodePort, Protocol: corev1.ProtocolTCP}}}}
-	hostSvc := &corev1.Service{ObjectMeta: hostMeta("alpha", "web"), Spec: corev1.ServiceSpec{ClusterIP: "127.0.0.1"}}
+	hostSvc := &corev1.Service{ObjectMeta: testutil.CopyMeta(tr.HostNamespace, "alpha", "web"), Spec: corev1.ServiceSpec{ClusterIP: "127.0.0.1"}}
 	tenantIdx := indexerOf(t, tenantSvc)
 	p := &nodePortProxy{ip: "127.0.0.1", tr: tr, tenantServices: corelisters.NewServiceLister(tenantIdx),
 		hostServices: corelisters.NewServiceLister(indexerOf(t, hostSvc)).Services(tr.HostNamespace), listeners: map[int32]*nodePortListener{}}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/nestdev/nest/internal/kindsync"
 	"github.com/nestdev/nest/internal/syncer/contract"
+	"github.com/nestdev/nest/internal/testutil"
 )
 
 // A host copy asks for the tenant's ClusterIP only inside a host Service
@@ -112,7 +113,7 @@ func TestZoneRecordsFollowTheDNSSpecification(t *testing.T) {
 func TestServiceRecordsIncludeServicesWithoutHostCopies(t *testing.T) {
 	copied := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"}, Spec: corev1.ServiceSpec{ClusterIP: "10.96.5.5", Selector: map[string]string{"app": "web"}}}
 	bare := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "bare"}, Spec: corev1.ServiceSpec{ClusterIP: "10.96.6.6"}}
-	hostCopy := &corev1.Service{ObjectMeta: hostMeta("alpha", "web"), Spec: corev1.ServiceSpec{ClusterIP: "10.96.9.9"}}
+	hostCopy := &corev1.Service{ObjectMeta: testutil.CopyMeta(tr.HostNamespace, "alpha", "web"), Spec: corev1.ServiceSpec{ClusterIP: "10.96.9.9"}}
 	s := &Syncer{tr: tr,
 		tenantServices: corelisters.NewServiceLister(indexerOf(t, copied, bare)),
 		tenantSlices:   discoverylisters.NewEndpointSliceLister(indexerOf(t)),
@@ -351,7 +352,7 @@ func TestServiceCopyFailureIsAnEventOnTheTenantService(t *testing.T) {
 }
 
 func TestServiceCopyIsNotWrittenOverAForeignService(t *testing.T) {
-	foreign := &corev1.Service{ObjectMeta: foreignMeta("web"), Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "host-thing"}}}
+	foreign := &corev1.Service{ObjectMeta: testutil.ForeignMeta(tr.VirtualCluster, tr.HostNamespace, "web"), Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "host-thing"}}}
 	host := fake.NewClientset(foreign)
 	recorder := record.NewFakeRecorder(10)
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop"}, Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"}}}
