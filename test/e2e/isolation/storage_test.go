@@ -216,6 +216,7 @@ func (e *env) boundClaimInUse(t *testing.T, ns, name, size string) corev1.Persis
 	t.Helper()
 	cs := e.alpha.Clientset(t)
 	c := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: claimSpec(size)}
+	start := time.Now()
 	if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(e.ctx, c, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -237,6 +238,14 @@ func (e *env) boundClaimInUse(t *testing.T, ns, name, size string) corev1.Persis
 		host = hosts[0]
 		return nil
 	})
+	t.Logf("claim %s and a pod using it created → tenant and host claims Bound in %v", name, time.Since(start).Round(time.Millisecond))
+	testutil.Eventually(t, 2*time.Minute, "the pod using "+name+" Running", func() error {
+		if got := e.tenantPod(t, e.alpha, ns, pod.Name); got.Status.Phase != corev1.PodRunning {
+			return fmt.Errorf("phase %s %s", got.Status.Phase, got.Status.Message)
+		}
+		return nil
+	})
+	t.Logf("claim %s and a pod using it created → pod Running in %v", name, time.Since(start).Round(time.Millisecond))
 	return host
 }
 
