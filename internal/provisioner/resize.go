@@ -56,7 +56,7 @@ func (r *Resizer) Sync(ctx context.Context, key string) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	if pv.Annotations[annotationProvisionedBy] != Name {
+	if pv.Annotations[annotationProvisionedBy] != Name || pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.UID != claim.UID {
 		return 0, nil
 	}
 	if have := pv.Spec.Capacity[corev1.ResourceStorage]; have.Cmp(request) < 0 {

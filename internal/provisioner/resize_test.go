@@ -7,14 +7,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 )
 
-func resizeFixture(request, capacity, provisionedBy string) (*Resizer, *fake.Clientset) {
+func resizeFixture(request, capacity, provisionedBy string, claimUID types.UID) (*Resizer, *fake.Clientset) {
 	claim := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "data"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "data", UID: "uid-data"},
 		Spec: corev1.PersistentVolumeClaimSpec{VolumeName: "pv-1",
 			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(request)}}},
 		Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound,
@@ -23,7 +24,8 @@ func resizeFixture(request, capacity, provisionedBy string) (*Resizer, *fake.Cli
 	}
 	pv := &corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: "pv-1", Annotations: map[string]string{annotationProvisionedBy: provisionedBy}},
-		Spec:       corev1.PersistentVolumeSpec{Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(capacity)}},
+		Spec: corev1.PersistentVolumeSpec{Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(capacity)},
+			ClaimRef: &corev1.ObjectReference{Namespace: "ns", Name: "data", UID: claimUID}},
 	}
 	claims, pvs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}), cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	_ = claims.Add(claim)
@@ -33,7 +35,7 @@ func resizeFixture(request, capacity, provisionedBy string) (*Resizer, *fake.Cli
 }
 
 func TestResizerGrowsTheVolumeAndRecordsItOnTheClaim(t *testing.T) {
-	r, client := resizeFixture("3Gi", "1Gi", Name)
+	r, client := resizeFixture("3Gi", "1Gi", Name, "uid-data")
 	if _, err := r.Sync(context.Background(), "ns/data"); err != nil {
 		t.Fatal(err)
 	}
@@ -54,12 +56,13 @@ func TestResizerGrowsTheVolumeAndRecordsItOnTheClaim(t *testing.T) {
 }
 
 func TestResizerLeavesOtherVolumesAndSettledClaimsAlone(t *testing.T) {
-	for name, f := range map[string][3]string{
-		"another provisioner's volume": {"3Gi", "1Gi", "other.example.com/csi"},
-		"request within capacity":      {"1Gi", "1Gi", Name},
+	for name, f := range map[string][4]string{
+		"another provisioner's volume":  {"3Gi", "1Gi", "other.example.com/csi", "uid-data"},
+		"request within capacity":       {"1Gi", "1Gi", Name, "uid-data"},
+		"a volume bound to another one": {"3Gi", "1Gi", Name, "uid-earlier"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			r, client := resizeFixture(f[0], f[1], f[2])
+			r, client := resizeFixture(f[0], f[1], f[2], types.UID(f[3]))
 			if _, err := r.Sync(context.Background(), "ns/data"); err != nil {
 				t.Fatal(err)
 			}

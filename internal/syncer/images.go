@@ -46,7 +46,7 @@ func checkImage(p contract.ImagePolicy, field, image string) error {
 	return nil
 }
 
-// CheckPod checks every image the pod spec names: its containers', init
+// checkPodImages checks against p every image the pod spec names: its containers', init
 // containers', ephemeral containers' and image volumes'.
 func checkPodImages(p contract.ImagePolicy, spec *corev1.PodSpec) error {
 	for _, list := range []struct {

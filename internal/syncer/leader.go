@@ -212,6 +212,7 @@ func runDNSFollower(ctx context.Context, o Options, tenant, host kubernetes.Inte
 		TenantSlices:   tenantF.Discovery().V1().EndpointSlices().Lister(),
 		HostServices:   hostF.Core().V1().Services().Lister().Services(o.HostNamespace),
 	})
+	dns := s.DNSQueue()
 	changed := kinds.OnEvery(func(metav1.Object) { s.DNSChanged() })
 	for _, inf := range []cache.SharedIndexInformer{
 		tenantF.Core().V1().Services().Informer(), tenantF.Discovery().V1().EndpointSlices().Informer(), hostF.Core().V1().Services().Informer(),
@@ -237,7 +238,7 @@ func runDNSFollower(ctx context.Context, o Options, tenant, host kubernetes.Inte
 		}
 	}
 	s.DNSChanged()
-	s.DNS.Run(ctx)
+	dns.Run(ctx)
 	return nil
 }
 

@@ -27,8 +27,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nestdev/nest/internal/atomicfile"
-	"github.com/nestdev/nest/internal/kindsync"
 	"github.com/nestdev/nest/internal/syncer/contract"
+	"github.com/nestdev/nest/internal/syncer/kinds"
 	"github.com/nestdev/nest/internal/syncer/kinds/service"
 )
 
@@ -378,7 +378,8 @@ func ensureMemberDNSService(ctx context.Context, member kubernetes.Interface, na
 // tenant Service change wakes.
 func (s *syncer) wireMemberNetwork(n *memberNetwork) error {
 	n.tenantServices = s.serviceSync.TenantServices()
-	s.network = kindsync.New("membernetwork", 1, n.sync, func() []string { return []string{memberNetworkKey} })
+	// Named per member, as the member's other queues are.
+	s.network = (&kinds.Context{Member: s.o.Member}).NewQueue("membernetwork", 1, n.sync, func() []string { return []string{memberNetworkKey} })
 	s.registration.Queues = append(s.registration.Queues, s.network)
 	_, err := s.tenantF.Core().V1().Services().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { s.network.Add(memberNetworkKey) },

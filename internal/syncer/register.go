@@ -112,13 +112,9 @@ func (s *syncer) kindContext(tenant, host kubernetes.Interface) *kinds.Context {
 	}
 }
 
-// Workers of each kind syncer. Copies are made on demand by the pod
-// workers too, so these mostly follow changes.
-const (
-	serviceWorkers = 4
-	tokenWorkers   = 2
-	orphanWorkers  = 2
-)
+// orphanWorkers is how many host pods are checked for a tenant pod, and
+// how many tenant pod deletions are passed on, at once.
+const orphanWorkers = 2
 
 // registerPods follows host pods (status, network, helper failures) and
 // deletes the host pods of tenant pods that are gone: orphans catches those

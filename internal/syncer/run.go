@@ -50,7 +50,7 @@ type Options struct {
 	// Host is the host API server; nil means the in-cluster configuration.
 	Host *rest.Config
 	// Member names the member cluster that Host reaches, when this syncer
-	// places the pods of one member node (see members.go); empty for the
+	// places the pods of one member node (see contract.MemberPlacement); empty for the
 	// host's virtual nodes. A member syncer copies pods, ConfigMaps,
 	// Secrets and tokens only: Services, DNS and node ports stay the host
 	// syncer's.

@@ -53,7 +53,8 @@ const EndpointSliceManager = "nest-syncer.nest.dev"
 //
 // Each member slot has a view of its own on FirstMemberDNSPort+slot, for
 // the tenant's pods in that member: the names in the slot's hosts file
-// (MemberHostsFileName, next to hostsPath), which memberNetwork writes with
+// (MemberHostsFileName, next to hostsPath), which nest-syncer's member
+// network writes with
 // the member's addresses, then the static SOA-only zone at reversePath
 // (ZoneFile) for the cluster domain, so every other name under it, SRV
 // records and ExternalName CNAMEs included, is NXDOMAIN there.

@@ -409,11 +409,10 @@ type Flags struct {
 	// TenantKubeconfig is the syncer's kubeconfig for the tenant API server.
 	TenantKubeconfig string
 	// Capacity is the tenant's share: the capacity and allocatable of the
-	// virtual nodes together (see SplitCapacity).
+	// virtual nodes together, which nest-syncer splits evenly among them.
 	Capacity corev1.ResourceList
 	// VirtualNodes is how many virtual nodes the share is split across, 1
-	// to MaxVirtualNodes (0 is 1); their names are NodeNames(NodeName,
-	// VirtualNodes).
+	// to MaxVirtualNodes (0 is 1): NodeName, then NodeName-1, -2, ...
 	VirtualNodes int
 	// PodSecurityLevel every tenant pod must meet: baseline or restricted.
 	PodSecurityLevel string
@@ -476,7 +475,8 @@ type Translation struct {
 	DNSServer string
 	// HostServiceCIDRs are the host's Service ClusterIP ranges. A host copy
 	// of a tenant Service asks for the tenant's ClusterIP when it lies in one
-	// of them, above the range's static band (see SameClusterIP).
+	// of them, above the range's static band (the band the host's admins
+	// assign from).
 	HostServiceCIDRs []netip.Prefix
 	// NodeName is the virtual node's name in the tenant cluster.
 	NodeName string
@@ -491,22 +491,22 @@ type Translation struct {
 	DefaultLimits corev1.ResourceList
 	// HelperImage holds nest-syncer, which host pods run as a helper init
 	// container where the host kubelet cannot do what the tenant's would
-	// (tenantEtcHosts), with HelperImagePullPolicy. Empty: no helpers.
+	// (a pod's /etc/hosts), with HelperImagePullPolicy. Empty: no helpers.
 	HelperImage           string
 	HelperImagePullPolicy corev1.PullPolicy
 	// NodeDisk is each virtual node's disk, where tenant hostPath volumes
-	// live (see translateHostPaths); nil: hostPath volumes are refused.
+	// live; nil: hostPath volumes are refused.
 	NodeDisk *NodeDisk
 	// ConfinePrivileged runs a container that asks for privileged without
-	// it (confinePrivileged); false: Pod Security refuses the pod.
+	// host privileges; false: Pod Security refuses the pod.
 	ConfinePrivileged bool
 	// NodeNetwork gives a hostNetwork pod the virtual node's address and
-	// host ports through the node network agent (nodenetwork.go); it needs
+	// host ports through the node network agent; it needs
 	// HelperImage. Off: such a pod has its pod network only.
 	NodeNetwork bool
 	// MaxGracePeriodSeconds bounds how long a host pod may take to stop: its
 	// terminationGracePeriodSeconds and the grace period of a deletion
-	// (see GracePeriod). 0 stands for DefaultMaxGracePeriodSeconds.
+	// 0 stands for DefaultMaxGracePeriodSeconds.
 	MaxGracePeriodSeconds int64
 	// Images says which registries tenant images may come from.
 	Images ImagePolicy

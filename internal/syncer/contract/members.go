@@ -69,11 +69,11 @@ type MemberPlacement struct {
 	DNSAddress       string `json:"dnsAddress"`
 	// NodePortAddress, when set, is the IP where the member's nodes reach
 	// the host's node ports: the tenant's DNS and its exposed Services
-	// reach member pods through it (see memberNetwork), and DNSAddress is
-	// not used.
+	// reach member pods through it (nest-syncer's member network), and
+	// DNSAddress is not used.
 	NodePortAddress string `json:"nodePortAddress,omitempty"`
 	// InjectorCert and InjectorKey (PEM) serve the member's network
-	// injector (see injector.go): a certificate for
+	// injector (nest-syncer serves it): a certificate for
 	// nest-injector.<Namespace>.svc followed by the CA that signed it, which
 	// the member's webhook configuration trusts. Set with NodePortAddress.
 	InjectorCert []byte `json:"injectorCert,omitempty"`

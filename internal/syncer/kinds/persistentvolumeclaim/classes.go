@@ -67,7 +67,7 @@ func (m *ClassMirror) ensureClass(ctx context.Context, want *storagev1.StorageCl
 		return err
 	}
 	if got.Labels[LabelMirror] != "true" {
-		return fmt.Errorf("the tenant's own contract.StorageClass %s holds the name of a class the virtual node offers: the class is not shown until it is renamed", want.Name)
+		return fmt.Errorf("the tenant's own StorageClass %s holds the name of a class the virtual node offers: the class is not shown until it is renamed", want.Name)
 	}
 	same := got.Provisioner == want.Provisioner && apiequality.Semantic.DeepEqual(got.ReclaimPolicy, want.ReclaimPolicy) &&
 		apiequality.Semantic.DeepEqual(got.VolumeBindingMode, want.VolumeBindingMode) && apiequality.Semantic.DeepEqual(got.AllowVolumeExpansion, want.AllowVolumeExpansion) &&

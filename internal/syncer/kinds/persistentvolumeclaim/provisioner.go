@@ -64,7 +64,7 @@ func (p *Provisioner) Provision(ctx context.Context, o controller.ProvisionOptio
 	claim := o.PVC
 	class, ok := p.class(o.StorageClass.Name)
 	if !ok {
-		return refuse("contract.StorageClass %s is not one the virtual node offers: use %s", o.StorageClass.Name, strings.Join(p.classNames(), ", "))
+		return refuse("StorageClass %s is not one the virtual node offers: use %s", o.StorageClass.Name, strings.Join(p.classNames(), ", "))
 	}
 	if claim.Spec.Selector != nil {
 		return refuse("spec.selector: the virtual node provisions volumes and binds no existing one: remove the selector")
@@ -172,13 +172,13 @@ func (p *Provisioner) classNames() []string {
 		out = append(out, c.Name)
 	}
 	if len(out) == 0 {
-		return []string{"none: the VirtualCluster offers no contract.StorageClass"}
+		return []string{"none: the VirtualCluster offers no StorageClass"}
 	}
 	return out
 }
 
 // TenantStorageClasses are the tenant objects that show the classes: a
-// contract.StorageClass per class with ProvisionerName, and the CSIDriver of the
+// StorageClass per class with ProvisionerName, and the CSIDriver of the
 // volumes, which needs no attachment.
 func TenantStorageClasses(classes []contract.StorageClass) ([]*storagev1.StorageClass, *storagev1.CSIDriver) {
 	labels := map[string]string{LabelMirror: "true"}

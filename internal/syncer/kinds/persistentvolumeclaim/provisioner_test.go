@@ -90,7 +90,7 @@ func TestProvisionRefuses(t *testing.T) {
 		{"a data source", "fast", "spec.dataSource", func(c *corev1.PersistentVolumeClaim) {
 			c.Spec.DataSource = &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: "other"}
 		}},
-		{"a class of the tenant's own", "mine", "contract.StorageClass mine is not one the virtual node offers: use fast", nil},
+		{"a class of the tenant's own", "mine", "StorageClass mine is not one the virtual node offers: use fast", nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			host := fake.NewClientset()
@@ -148,7 +148,7 @@ func TestClassesFlagRoundTrip(t *testing.T) {
 	want := []contract.StorageClass{standard, {Name: "slow", HostName: "hdd", ReclaimPolicy: corev1.PersistentVolumeReclaimRetain, VolumeBindingMode: storagev1.VolumeBindingImmediate, AllowVolumeExpansion: true}}
 	got, err := contract.ParseClasses(contract.FormatClasses(want))
 	if err != nil || !reflect.DeepEqual(got, want) {
-		t.Errorf("contract.ParseClasses(FormatClasses) = %+v, %v; want %+v", got, err, want)
+		t.Errorf("ParseClasses(FormatClasses) = %+v, %v; want %+v", got, err, want)
 	}
 	if _, err := contract.ParseClasses("fast=standard:Delete"); err == nil || !strings.Contains(err.Error(), "name=hostName") {
 		t.Errorf("a short entry: %v", err)

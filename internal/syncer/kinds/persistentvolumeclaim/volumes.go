@@ -2,6 +2,7 @@ package persistentvolumeclaim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -77,10 +78,13 @@ func (v *Volumes) Sync(ctx context.Context, key string) (time.Duration, error) {
 	if !contract.IsCopyOfUID(host, v.VirtualCluster, namespace, name, string(claim.UID)) {
 		return 0, nil
 	}
-	if err := v.resize(ctx, claim, host); err != nil {
-		return 0, err
+	// The host's state is shown even while a resize is refused: an earlier
+	// resize may finish, or fail, meanwhile.
+	resizeErr := v.resize(ctx, claim, host)
+	if err := v.mirror(ctx, claim, pv, host); err != nil {
+		return 0, errors.Join(resizeErr, err)
 	}
-	return 0, v.mirror(ctx, claim, pv, host)
+	return 0, resizeErr
 }
 
 // volumeOf is the tenant volume claim is bound to, if it is one the
@@ -115,7 +119,13 @@ func (v *Volumes) resize(ctx context.Context, claim, host *corev1.PersistentVolu
 	if err == nil {
 		return nil
 	}
-	v.Recorder.Eventf(claim, corev1.EventTypeWarning, ReasonResizeFailed, "The host refused to resize the volume to %s (the VirtualCluster's spec.virtualNode.storage.requests bounds all claims together): %v", want.String(), err)
+	if apierrors.IsForbidden(err) {
+		// The host's quota says how much its other claims (etcd's, node
+		// disks) hold: the tenant is told the bound, not the host's figures.
+		v.Recorder.Eventf(claim, corev1.EventTypeWarning, ReasonResizeFailed, "The host refused to resize the volume to %s: the VirtualCluster's storage quota (spec.virtualNode.storage.requests, all claims together) has no room for it", want.String())
+	} else {
+		v.Recorder.Eventf(claim, corev1.EventTypeWarning, ReasonResizeFailed, "The host refused to resize the volume to %s: %v", want.String(), err)
+	}
 	err = fmt.Errorf("resize host claim %s to %s: %w", host.Name, want.String(), err)
 	if apierrors.IsInvalid(err) {
 		return kindsync.Terminal(err)

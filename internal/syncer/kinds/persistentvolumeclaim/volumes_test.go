@@ -132,8 +132,11 @@ func TestAHostRefusalIsAWarningOnTheTenantClaim(t *testing.T) {
 	}
 	select {
 	case ev := <-rec.Events:
-		if !strings.Contains(ev, ReasonResizeFailed) || !strings.Contains(ev, "exceeded quota") {
-			t.Errorf("event = %q, want %s naming the quota", ev, ReasonResizeFailed)
+		if !strings.Contains(ev, ReasonResizeFailed) || !strings.Contains(ev, "spec.virtualNode.storage.requests") {
+			t.Errorf("event = %q, want %s naming the VirtualCluster's storage quota", ev, ReasonResizeFailed)
+		}
+		if strings.Contains(ev, "requests.storage") {
+			t.Errorf("event = %q passes the host quota's own text to the tenant", ev)
 		}
 	default:
 		t.Error("no event on the tenant claim")
@@ -182,4 +185,19 @@ func TestNothingIsShownBeforeTheHostClaimIsBound(t *testing.T) {
 
 func errForbidden(msg string) error {
 	return apierrors.NewForbidden(corev1.Resource("persistentvolumeclaims"), "data", errors.New(msg))
+}
+
+func TestTheHostStateIsShownWhileAResizeIsRefused(t *testing.T) {
+	c, pv := boundClaim("50Gi", "1Gi")
+	v, tenant, host, _ := volumes(t, []runtime.Object{c, pv}, []runtime.Object{hostClaimOf(c, "2Gi", "2Gi")})
+	host.PrependReactor("update", "persistentvolumeclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errForbidden("exceeded quota: requests.storage")
+	})
+	if _, err := v.Sync(context.Background(), "shop/data-db-0"); err == nil {
+		t.Fatal("Sync succeeded although the host refused the resize")
+	}
+	gotClaim, _ := tenant.CoreV1().PersistentVolumeClaims("shop").Get(context.Background(), "data-db-0", metav1.GetOptions{})
+	if got := storageOf(gotClaim.Status.Capacity); got != "2Gi" {
+		t.Errorf("tenant claim capacity = %s, want the host's 2Gi from an earlier resize", got)
+	}
 }

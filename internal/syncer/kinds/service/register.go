@@ -37,7 +37,7 @@ func Register(c *kinds.Context, s *Syncer, nodeIP string) (kinds.Registration, e
 		})
 	}
 	services := c.NewQueue("services", serviceWorkers, s.SyncService, hostcopy.Keys(s.tenantServices.List, s.hostServices.List))
-	reg.Queues = append(reg.Queues, services, s.DNS)
+	reg.Queues = append(reg.Queues, services, s.DNSQueue())
 	_, _ = c.TenantInformers.Core().V1().Services().Informer().AddEventHandler(kinds.OnEvery(func(svc *corev1.Service) {
 		services.Add(svc.Namespace + "/" + svc.Name)
 	}))

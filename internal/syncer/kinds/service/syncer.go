@@ -36,9 +36,11 @@ type Syncer struct {
 	tenantServices corelisters.ServiceLister
 	tenantSlices   discoverylisters.EndpointSliceLister
 	hostServices   corelisters.ServiceNamespaceLister
-	// DNS rewrites the hosts file; every Service change asks it to, and
+	// dns rewrites the hosts file; every Service change asks it to, and
 	// nodePorts (nil without node ports) to re-read the tenant's node ports.
-	DNS, nodePorts *kindsync.Syncer
+	// Both are nil until RunDNS or Register makes them: a member syncer
+	// reads Services and writes no DNS.
+	dns, nodePorts *kindsync.Syncer
 	last           []byte
 	// lastZone and zoneSerial are the zone file's last records and serial;
 	// zoneWritten says this writer wrote it (lastZone is then its records).
@@ -61,16 +63,26 @@ type Config struct {
 	HostServices corelisters.ServiceNamespaceLister
 }
 
-// New is the Syncer of cfg, with its DNS queue ("dns").
+// New is the Syncer of cfg, without queues.
 func New(cfg Config) *Syncer {
-	s := &Syncer{tr: cfg.Translator, host: cfg.Host, recorder: cfg.Recorder, dnsDir: cfg.DNSDir,
+	return &Syncer{tr: cfg.Translator, host: cfg.Host, recorder: cfg.Recorder, dnsDir: cfg.DNSDir,
 		tenantServices: cfg.TenantServices, tenantSlices: cfg.TenantSlices, hostServices: cfg.HostServices}
-	s.DNS = kindsync.New("dns", 1, s.syncDNS, func() []string { return []string{hostsKey} })
-	return s
 }
 
-// DNSChanged asks the DNS queue to rewrite the tenant CoreDNS' files.
-func (s *Syncer) DNSChanged() { s.DNS.Add(hostsKey) }
+// DNSQueue makes the queue ("dns") that rewrites the tenant CoreDNS'
+// files when DNSChanged asks, and returns it for its owner to run.
+func (s *Syncer) DNSQueue() *kindsync.Syncer {
+	s.dns = kindsync.New("dns", 1, s.syncDNS, func() []string { return []string{hostsKey} })
+	return s.dns
+}
+
+// DNSChanged asks the DNS queue, if there is one, to rewrite the tenant
+// CoreDNS' files.
+func (s *Syncer) DNSChanged() {
+	if s.dns != nil {
+		s.dns.Add(hostsKey)
+	}
+}
 
 // TenantServices lists the tenant's Services.
 func (s *Syncer) TenantServices() corelisters.ServiceLister { return s.tenantServices }
@@ -102,7 +114,7 @@ func (s *Syncer) SyncService(ctx context.Context, key string) (time.Duration, er
 	if err != nil {
 		return 0, kindsync.Terminal(err)
 	}
-	defer s.DNS.Add(hostsKey)
+	defer s.DNSChanged()
 	if s.nodePorts != nil {
 		defer s.nodePorts.Add(nodePortsKey)
 	}

@@ -32,7 +32,7 @@ type Translator struct {
 // Service, the cluster DNS Service the syncer keeps (IsClusterDNSService)
 // and ExternalName Services. A Service without a selector gets a
 // host copy without one, whose endpoints the syncer copies from the
-// tenant's (see HostEndpointSlices).
+// tenant's (kinds/endpointslice).
 //
 // The host Service is always a ClusterIP Service: exposure outside the host
 // is the host's decision. Its selector adds the tenant labels every host pod
@@ -76,7 +76,7 @@ func (t Translator) HostService(s *corev1.Service) (*corev1.Service, bool) {
 // for Services that name their ClusterIP (k8s.io/kubernetes
 // pkg/registry/core/service/ipallocator): a tenant cannot take an address
 // the host's admins may later assign. When the host has given the address
-// away, the copy gets one of its own (see syncService).
+// away, the copy gets one of its own (see SyncService).
 func (t Translator) SameClusterIP(ip string) bool {
 	addr, err := netip.ParseAddr(ip)
 	if err != nil {
