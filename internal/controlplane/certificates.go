@@ -1,0 +1,134 @@
+package controlplane
+
+import (
+	"cmp"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// ExpiryWarning is how long before a certificate expires Certificates marks
+// it as expiring: 30 days.
+const ExpiryWarning = 30 * 24 * time.Hour
+
+// Certificate is one certificate of a tenant's control plane, where it is
+// kept and when it expires.
+type Certificate struct {
+	// Secret and Key are the host Secret and its data key holding the
+	// certificate. For a kubeconfig, Key is "<data key>/<user>".
+	Secret, Key string
+	// Subject and Issuer are the certificate's and its issuer's common
+	// names; CA says whether it is a CA.
+	Subject, Issuer string
+	CA              bool
+	NotAfter        time.Time
+	// Expiring: it expires within ExpiryWarning of the time Certificates
+	// was given. OutlivesIssuer: it expires after the CA that signed it,
+	// which clients stop trusting first.
+	Expiring, OutlivesIssuer bool
+}
+
+// Certificates lists every certificate in the tenant's Secrets (the PKI
+// Secret's *.crt keys and the client certificates of the kubeconfigs in the
+// others), sorted by expiry, soonest first, as of now. A key that holds
+// no parseable certificate is an error naming the Secret and key: the
+// control plane would fail on it too.
+func Certificates(secrets []corev1.Secret, now time.Time) ([]Certificate, error) {
+	var out []Certificate
+	for _, s := range secrets {
+		for _, key := range sortedKeys(s.Data) {
+			certs, err := certificatesIn(key, s.Data[key])
+			if err != nil {
+				return nil, fmt.Errorf("host Secret %s/%s, key %s: %w", s.Namespace, s.Name, key, err)
+			}
+			for _, c := range certs {
+				c.Secret = s.Name
+				out = append(out, c)
+			}
+		}
+	}
+	markIssuers(out, now)
+	slices.SortStableFunc(out, func(a, b Certificate) int { return a.NotAfter.Compare(b.NotAfter) })
+	return out, nil
+}
+
+// certificatesIn are the certificates of one Secret key: a PEM certificate
+// (*.crt), the client certificates of a kubeconfig (*.conf, KubeconfigKey,
+// KubeconfigInternalKey), or none (keys, the service-account key pair).
+func certificatesIn(key string, data []byte) ([]Certificate, error) {
+	switch {
+	case strings.HasSuffix(key, ".crt"):
+		c, err := parseCertificate(data)
+		if err != nil {
+			return nil, err
+		}
+		c.Key = key
+		return []Certificate{c}, nil
+	case strings.HasSuffix(key, ".conf") || key == KubeconfigKey || key == KubeconfigInternalKey:
+		cfg, err := clientcmd.Load(data)
+		if err != nil {
+			return nil, fmt.Errorf("kubeconfig: %w", err)
+		}
+		var out []Certificate
+		for _, user := range sortedKeys(cfg.AuthInfos) {
+			pemData := cfg.AuthInfos[user].ClientCertificateData
+			if len(pemData) == 0 {
+				continue
+			}
+			c, err := parseCertificate(pemData)
+			if err != nil {
+				return nil, fmt.Errorf("user %s: %w", user, err)
+			}
+			c.Key = key + "/" + user
+			out = append(out, c)
+		}
+		return out, nil
+	}
+	return nil, nil
+}
+
+// parseCertificate reads the first PEM certificate of data.
+func parseCertificate(data []byte) (Certificate, error) {
+	block, _ := pem.Decode(data)
+	if block == nil || block.Type != "CERTIFICATE" {
+		return Certificate{}, fmt.Errorf("no PEM certificate")
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return Certificate{}, err
+	}
+	return Certificate{Subject: cert.Subject.CommonName, Issuer: cert.Issuer.CommonName, CA: cert.IsCA, NotAfter: cert.NotAfter}, nil
+}
+
+// markIssuers sets Expiring and OutlivesIssuer. A certificate's issuer is
+// the CA of the set with the issuer's common name.
+func markIssuers(certs []Certificate, now time.Time) {
+	caExpiry := map[string]time.Time{}
+	for _, c := range certs {
+		if c.CA {
+			caExpiry[c.Subject] = c.NotAfter
+		}
+	}
+	for i := range certs {
+		c := &certs[i]
+		c.Expiring = c.NotAfter.Sub(now) < ExpiryWarning
+		if issuerExpiry, ok := caExpiry[c.Issuer]; ok && c.Issuer != c.Subject {
+			c.OutlivesIssuer = c.NotAfter.After(issuerExpiry)
+		}
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, cmp.Compare[string])
+	return keys
+}
