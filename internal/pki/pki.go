@@ -114,7 +114,10 @@ func LoadCA(pair KeyPair) (*CA, error) {
 // Certificate returns the parsed CA certificate.
 func (ca *CA) Certificate() *x509.Certificate { return ca.cert }
 
-// Issue signs a new leaf certificate for spec with a fresh key.
+// Issue signs a new leaf certificate for spec with a fresh key. It never
+// outlives the CA: a validity past the CA's expiry is cut to it, as
+// cert-manager's CA issuer does, since clients stop trusting the leaf when
+// the CA expires.
 func (ca *CA) Issue(spec CertSpec) (KeyPair, error) {
 	if spec.CommonName == "" {
 		return KeyPair{}, errors.New("pki: certificate common name is empty")
@@ -131,13 +134,17 @@ func (ca *CA) Issue(spec CertSpec) (KeyPair, error) {
 		validity = LeafValidity
 	}
 	now := time.Now()
+	notAfter := now.Add(validity)
+	if notAfter.After(ca.cert.NotAfter) {
+		notAfter = ca.cert.NotAfter
+	}
 	tmpl := &x509.Certificate{
 		SerialNumber: mustSerial(),
 		Subject:      pkix.Name{CommonName: spec.CommonName, Organization: spec.Organizations},
 		DNSNames:     spec.DNSNames,
 		IPAddresses:  spec.IPs,
 		NotBefore:    now.Add(-clockSkew),
-		NotAfter:     now.Add(validity),
+		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		ExtKeyUsage:  extKeyUsages(spec.Usage),
 	}

@@ -134,3 +134,21 @@ func TestKubeconfigBytes(t *testing.T) {
 		t.Error("kubeconfig without server accepted")
 	}
 }
+
+func TestIssueNeverOutlivesTheCA(t *testing.T) {
+	ca, err := NewCA("test-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := ca.Issue(CertSpec{CommonName: "long", Usage: ClientAuth, Validity: 2 * CAValidity})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := ParseCertificate(pair.CertPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cert.NotAfter.Equal(ca.Certificate().NotAfter) {
+		t.Errorf("leaf expires %s, CA %s: want the leaf cut to the CA's expiry", cert.NotAfter, ca.Certificate().NotAfter)
+	}
+}
