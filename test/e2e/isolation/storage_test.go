@@ -233,7 +233,10 @@ func (e *env) boundClaimInUse(t *testing.T, ns, name, size string) corev1.Persis
 		}
 		hosts := e.hostClaims(t, ns)
 		if len(hosts) != 1 || hosts[0].Status.Phase != corev1.ClaimBound {
-			return fmt.Errorf("host claims %d, want 1 Bound", len(hosts))
+			p := e.tenantPod(t, e.alpha, ns, pod.Name)
+			_, hostPod := e.findHostPod(t, e.alpha, ns, pod.Name)
+			return fmt.Errorf("host claims %d, want 1 Bound; pod %s on %q: %s %s %s, host pod made %v",
+				len(hosts), pod.Name, p.Spec.NodeName, p.Status.Phase, p.Status.Reason, p.Status.Message, hostPod)
 		}
 		host = hosts[0]
 		return nil
