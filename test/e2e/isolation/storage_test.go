@@ -222,6 +222,10 @@ func (e *env) boundClaimInUse(t *testing.T, ns, name, size string) corev1.Persis
 	}
 	pod := testPod("uses-"+name, func(p *corev1.Pod) {
 		p.Namespace, p.Spec.NodeName = ns, ""
+		// No token, so no host copy of the namespace's kube-root-ca.crt:
+		// alpha's ConfigMap budget is small, and other groups' namespaces
+		// hold their copies.
+		p.Spec.AutomountServiceAccountToken = ptr.To(false)
 		p.Spec.Volumes = []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: name}}}}
 	})
 	e.create(t, e.alpha, pod)
