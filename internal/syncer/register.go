@@ -1,6 +1,7 @@
 package syncer
 
 import (
+	"fmt"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,7 +23,7 @@ import (
 
 // kindRow is one synced kind: the syncers it runs in and how it is wired.
 type kindRow struct {
-	// name names the kind in errors and docs.
+	// name names the kind in registration errors.
 	name string
 	// modes are the syncers the kind runs in.
 	modes kinds.Mode
@@ -94,7 +95,7 @@ func (s *syncer) registerKinds(c *kinds.Context) error {
 		}
 		reg, err := row.register(s, c)
 		if err != nil {
-			return err
+			return fmt.Errorf("register kind %s: %w", row.name, err)
 		}
 		s.registration.Add(reg)
 	}

@@ -14,7 +14,6 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/nestdev/nest/internal/syncer/contract"
@@ -32,8 +31,8 @@ func newKind(t *testing.T, budget int64, live, cached, tenant []runtime.Object) 
 	t.Helper()
 	host := fake.NewClientset(live...)
 	hostCMs, hostSecrets := splitByKind(cached)
-	cms := corelisters.NewConfigMapLister(indexerOf(t, hostCMs...)).ConfigMaps(hostNamespace)
-	secrets := corelisters.NewSecretLister(indexerOf(t, hostSecrets...)).Secrets(hostNamespace)
+	cms := corelisters.NewConfigMapLister(testutil.Indexer(t, hostCMs...)).ConfigMaps(hostNamespace)
+	secrets := corelisters.NewSecretLister(testutil.Indexer(t, hostSecrets...)).Secrets(hostNamespace)
 	return New(Config{
 		Target: hostcopy.Target{
 			VirtualCluster: "alpha", HostNamespace: hostNamespace, Host: host,
@@ -41,7 +40,7 @@ func newKind(t *testing.T, budget int64, live, cached, tenant []runtime.Object) 
 			Referenced: func(string, string) bool { return true },
 			Recorder:   record.NewFakeRecorder(10),
 		},
-		HostCache: cms, Tenant: corelisters.NewConfigMapLister(indexerOf(t, tenant...)),
+		HostCache: cms, Tenant: corelisters.NewConfigMapLister(testutil.Indexer(t, tenant...)),
 	}), host
 }
 
@@ -55,10 +54,6 @@ func splitByKind(objs []runtime.Object) (configMaps, secrets []runtime.Object) {
 		configMaps = append(configMaps, o)
 	}
 	return configMaps, secrets
-}
-
-func indexerOf(t *testing.T, objs ...runtime.Object) cache.Indexer {
-	return testutil.Indexer(t, objs...)
 }
 
 func tenantConfigMap(name string, data map[string]string) *corev1.ConfigMap {
@@ -145,7 +140,7 @@ func TestRefusedRefreshIsAnEventOnTheTenantObject(t *testing.T) {
 	cached := hostConfigMap(testutil.CopyMeta(hostNamespace, "alpha", "settings"), bytesOf(100))
 	k, _ := newKind(t, 500, []runtime.Object{cached}, []runtime.Object{cached}, nil)
 	k.Tenant = func(namespace, name string) (*corev1.ConfigMap, error) {
-		return corelisters.NewConfigMapLister(indexerOf(t, tenantConfigMap("settings", bytesOf(501)))).ConfigMaps(namespace).Get(name)
+		return corelisters.NewConfigMapLister(testutil.Indexer(t, tenantConfigMap("settings", bytesOf(501)))).ConfigMaps(namespace).Get(name)
 	}
 	if _, err := k.Sync(context.Background(), "shop/settings"); err == nil {
 		t.Error("the refused refresh is not an error, so it would not be retried")
@@ -232,7 +227,7 @@ func TestTenantObjectDeletedOnlyDeletesItsOwnCopy(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			k, host := newKind(t, 0, []runtime.Object{tt.live}, nil, nil)
-			k.Copies.Cached = corelisters.NewConfigMapLister(indexerOf(t, tt.live)).ConfigMaps(hostNamespace).Get
+			k.Copies.Cached = corelisters.NewConfigMapLister(testutil.Indexer(t, tt.live)).ConfigMaps(hostNamespace).Get
 			_, _ = k.Sync(context.Background(), "shop/settings")
 			_, err := host.CoreV1().ConfigMaps(hostNamespace).Get(context.Background(), contract.HostName("alpha", "shop", "settings"), metav1.GetOptions{})
 			if gone := apierrors.IsNotFound(err); gone != tt.wantGone {

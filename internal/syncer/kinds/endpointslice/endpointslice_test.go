@@ -22,8 +22,6 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 
-	"k8s.io/client-go/tools/cache"
-
 	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/syncer/kinds/hostcopy"
 	"github.com/nestdev/nest/internal/testutil"
@@ -178,10 +176,10 @@ func endpointSliceSyncerOf(t *testing.T, tenantObjs, hostObjs []runtime.Object, 
 	host := fake.NewClientset(hostObjs...)
 	return &Syncer{
 		tr: tr, host: host, recorder: record.NewFakeRecorder(10),
-		tenantServices: corelisters.NewServiceLister(indexerOf(t, tenantServices...)),
-		tenantSlices:   discoverylisters.NewEndpointSliceLister(indexerOf(t, tenantSlices...)),
-		hostServices:   corelisters.NewServiceLister(indexerOf(t, hostServices...)).Services(tr.HostNamespace),
-		hostSlices:     discoverylisters.NewEndpointSliceLister(indexerOf(t, hostSlices...)).EndpointSlices(tr.HostNamespace),
+		tenantServices: corelisters.NewServiceLister(testutil.Indexer(t, tenantServices...)),
+		tenantSlices:   discoverylisters.NewEndpointSliceLister(testutil.Indexer(t, tenantSlices...)),
+		hostServices:   corelisters.NewServiceLister(testutil.Indexer(t, hostServices...)).Services(tr.HostNamespace),
+		hostSlices:     discoverylisters.NewEndpointSliceLister(testutil.Indexer(t, hostSlices...)).EndpointSlices(tr.HostNamespace),
 		hostPods:       podLister(t, hostPods...).Pods(tr.HostNamespace),
 		dedicated:      func() []netip.Prefix { return cidrs },
 	}, host
@@ -426,10 +424,6 @@ func prefixes(ss ...string) []netip.Prefix {
 	return out
 }
 
-func indexerOf(t *testing.T, objs ...runtime.Object) cache.Indexer {
-	return testutil.Indexer(t, objs...)
-}
-
 func podLister(t *testing.T, pods ...runtime.Object) corelisters.PodLister {
-	return corelisters.NewPodLister(indexerOf(t, pods...))
+	return corelisters.NewPodLister(testutil.Indexer(t, pods...))
 }

@@ -157,8 +157,8 @@ func clusterDNSSyncerOf(t *testing.T, podIP string, cached []runtime.Object, liv
 	tenant := fake.NewClientset(live...)
 	return &clusterDNSSyncer{
 		tr: tr, podIP: podIP, tenant: tenant,
-		services: corelisters.NewServiceLister(indexerOf(t, services...)),
-		slices:   discoverylisters.NewEndpointSliceLister(indexerOf(t, slices...)),
+		services: corelisters.NewServiceLister(testutil.Indexer(t, services...)),
+		slices:   discoverylisters.NewEndpointSliceLister(testutil.Indexer(t, slices...)),
 	}, tenant
 }
 

@@ -56,9 +56,9 @@ func TestNodePortProxyForwardsToTheHostCopy(t *testing.T) {
 	tenantSvc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"}, Spec: corev1.ServiceSpec{
 		Type: corev1.ServiceTypeNodePort, Ports: []corev1.ServicePort{{Port: servicePort, NodePort: nodePort, Protocol: corev1.ProtocolTCP}}}}
 	hostSvc := &corev1.Service{ObjectMeta: testutil.CopyMeta(tr.HostNamespace, "alpha", "web"), Spec: corev1.ServiceSpec{ClusterIP: "127.0.0.1"}}
-	tenantIdx := indexerOf(t, tenantSvc)
+	tenantIdx := testutil.Indexer(t, tenantSvc)
 	p := &nodePortProxy{ip: "127.0.0.1", tr: tr, tenantServices: corelisters.NewServiceLister(tenantIdx),
-		hostServices: corelisters.NewServiceLister(indexerOf(t, hostSvc)).Services(tr.HostNamespace), listeners: map[int32]*nodePortListener{}}
+		hostServices: corelisters.NewServiceLister(testutil.Indexer(t, hostSvc)).Services(tr.HostNamespace), listeners: map[int32]*nodePortListener{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	defer p.close()

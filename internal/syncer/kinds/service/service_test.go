@@ -115,9 +115,9 @@ func TestServiceRecordsIncludeServicesWithoutHostCopies(t *testing.T) {
 	bare := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "bare"}, Spec: corev1.ServiceSpec{ClusterIP: "10.96.6.6"}}
 	hostCopy := &corev1.Service{ObjectMeta: testutil.CopyMeta(tr.HostNamespace, "alpha", "web"), Spec: corev1.ServiceSpec{ClusterIP: "10.96.9.9"}}
 	s := &Syncer{tr: tr,
-		tenantServices: corelisters.NewServiceLister(indexerOf(t, copied, bare)),
-		tenantSlices:   discoverylisters.NewEndpointSliceLister(indexerOf(t)),
-		hostServices:   corelisters.NewServiceLister(indexerOf(t, hostCopy)).Services(tr.HostNamespace)}
+		tenantServices: corelisters.NewServiceLister(testutil.Indexer(t, copied, bare)),
+		tenantSlices:   discoverylisters.NewEndpointSliceLister(testutil.Indexer(t)),
+		hostServices:   corelisters.NewServiceLister(testutil.Indexer(t, hostCopy)).Services(tr.HostNamespace)}
 	got := map[string]string{}
 	for _, r := range s.Records() {
 		got[r.Name] = r.IP
@@ -176,9 +176,9 @@ func TestKubeDNSRecordAndAddress(t *testing.T) {
 				host = append(host, tt.hostCopy)
 			}
 			s := &Syncer{tr: tr,
-				tenantServices: corelisters.NewServiceLister(indexerOf(t, tt.tenant)),
-				tenantSlices:   discoverylisters.NewEndpointSliceLister(indexerOf(t)),
-				hostServices:   corelisters.NewServiceLister(indexerOf(t, host...)).Services(tr.HostNamespace)}
+				tenantServices: corelisters.NewServiceLister(testutil.Indexer(t, tt.tenant)),
+				tenantSlices:   discoverylisters.NewEndpointSliceLister(testutil.Indexer(t)),
+				hostServices:   corelisters.NewServiceLister(testutil.Indexer(t, host...)).Services(tr.HostNamespace)}
 			got := ""
 			for _, r := range s.Records() {
 				if r.Name == name {
@@ -201,7 +201,7 @@ func TestKubeDNSRecordAndAddress(t *testing.T) {
 func TestZoneSerialGrowsAcrossWriters(t *testing.T) {
 	s := newTestServiceSyncer(t, fake.NewClientset(), record.NewFakeRecorder(1))
 	s.dnsDir = t.TempDir()
-	s.tenantSlices = discoverylisters.NewEndpointSliceLister(indexerOf(t))
+	s.tenantSlices = discoverylisters.NewEndpointSliceLister(testutil.Indexer(t))
 	ahead := uint32(time.Now().Unix()) + 1000
 	if err := os.WriteFile(filepath.Join(s.dnsDir, contract.ZoneFileName), contract.ClusterZone(tr.ClusterDomain, ahead, []string{"old"}), 0o644); err != nil {
 		t.Fatal(err)
@@ -360,8 +360,8 @@ func TestServiceCopyIsNotWrittenOverAForeignService(t *testing.T) {
 	if _, err := s.SyncService(context.Background(), "shop/web"); !kindsync.IsTerminal(err) {
 		t.Errorf("sync = %v, want a terminal error: retrying cannot free the name", err)
 	}
-	s.tenantServices = corelisters.NewServiceLister(indexerOf(t))
-	s.hostServices = corelisters.NewServiceLister(indexerOf(t, foreign)).Services(tr.HostNamespace)
+	s.tenantServices = corelisters.NewServiceLister(testutil.Indexer(t))
+	s.hostServices = corelisters.NewServiceLister(testutil.Indexer(t, foreign)).Services(tr.HostNamespace)
 	_, _ = s.SyncService(context.Background(), "shop/web")
 	got, err := host.CoreV1().Services(tr.HostNamespace).Get(context.Background(), foreign.Name, metav1.GetOptions{})
 	if err != nil || got.Spec.Selector["app"] != "host-thing" {
@@ -382,7 +382,7 @@ func TestServiceCopyIsNotWrittenOverAForeignService(t *testing.T) {
 func newTestServiceSyncer(t *testing.T, host *fake.Clientset, recorder record.EventRecorder, services ...runtime.Object) *Syncer {
 	return New(Config{
 		Translator: tr, Host: host, Recorder: recorder,
-		TenantServices: corelisters.NewServiceLister(indexerOf(t, services...)),
-		HostServices:   corelisters.NewServiceLister(indexerOf(t)).Services(tr.HostNamespace),
+		TenantServices: corelisters.NewServiceLister(testutil.Indexer(t, services...)),
+		HostServices:   corelisters.NewServiceLister(testutil.Indexer(t)).Services(tr.HostNamespace),
 	})
 }
