@@ -198,17 +198,23 @@ func TestNamespaceHolder(t *testing.T) {
 		return nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(time.Unix(int64(sec), 0))}}
 	}
 	tests := []struct {
-		name string
-		vcs  []nestv1.VirtualCluster
-		want string
+		name    string
+		claimed string
+		vcs     []nestv1.VirtualCluster
+		want    string
 	}{
-		{"none", nil, ""},
-		{"alone", []nestv1.VirtualCluster{at("b", 5)}, "b"},
-		{"oldest wins", []nestv1.VirtualCluster{at("a", 9), at("z", 3), at("m", 5)}, "z"},
-		{"same second: first by name", []nestv1.VirtualCluster{at("b", 3), at("a", 3), at("d", 4)}, "a"},
+		{"none", "", nil, ""},
+		{"claimed but none left", "b", nil, ""},
+		{"alone", "", []nestv1.VirtualCluster{at("b", 5)}, "b"},
+		{"oldest wins", "", []nestv1.VirtualCluster{at("a", 9), at("z", 3), at("m", 5)}, "z"},
+		{"same second: first by name", "", []nestv1.VirtualCluster{at("b", 3), at("a", 3), at("d", 4)}, "a"},
+		// The claim settles a race the order cannot: "b" claimed before
+		// "a" was created in the same second.
+		{"claimed wins over older and first by name", "b", []nestv1.VirtualCluster{at("b", 3), at("a", 3), at("c", 1)}, "b"},
+		{"a claim by one that is gone falls back to the order", "gone", []nestv1.VirtualCluster{at("b", 3), at("a", 3)}, "a"},
 	}
 	for _, tt := range tests {
-		if got := NamespaceHolder(tt.vcs); got != tt.want {
+		if got := NamespaceHolder(tt.claimed, tt.vcs); got != tt.want {
 			t.Errorf("%s: %q, want %q", tt.name, got, tt.want)
 		}
 	}

@@ -174,7 +174,7 @@ func checkNamespaceFree(ctx context.Context, c client.Client, key types.Namespac
 			return nil // already there: Create reports it
 		}
 	}
-	if holder := controlplane.NamespaceHolder(list.Items); holder != "" {
+	if holder := controlplane.NamespaceHolder("", list.Items); holder != "" {
 		return &FieldError{Field: FieldNamespace, Value: key.Namespace, Reason: controlplane.NamespaceInUseMessage(key.Namespace, holder, key.Name)}
 	}
 	return nil

@@ -93,6 +93,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=nest.dev,resources=virtualclusters/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=nest.dev,resources=virtualclusters/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 
 // Reconcile sets up, renews and removes the grants of one VirtualCluster
 // and writes how each stands to status.members.
@@ -104,7 +105,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	deleting := !vc.DeletionTimestamp.IsZero()
 	refused := false
 	if !deleting {
-		holder, err := controlplane.NamespaceHolderOf(ctx, r.Client, vc.Namespace)
+		holder, err := controlplane.NamespaceHolderOf(ctx, r.APIReader, vc.Namespace)
 		if err != nil {
 			return ctrl.Result{}, err
 		}

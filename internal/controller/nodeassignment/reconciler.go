@@ -69,6 +69,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=nest.dev,resources=virtualclusters,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=nest.dev,resources=virtualclusters/status,verbs=get;patch
 // +kubebuilder:rbac:groups=nest.dev,resources=virtualclusters/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 // +kubebuilder:rbac:groups=nest.dev,resources=globalnodes,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=nest.dev,resources=globalnodes/status,verbs=get;patch
 
@@ -89,7 +90,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if !vc.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.reconcileDelete(ctx, vc, nodes)
 	}
-	nsHolder, err := controlplane.NamespaceHolderOf(ctx, r.Client, vc.Namespace)
+	nsHolder, err := controlplane.NamespaceHolderOf(ctx, r.APIReader, vc.Namespace)
 	if err != nil {
 		return ctrl.Result{}, err
 	}

@@ -47,6 +47,9 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, vc *nestv1.VirtualClus
 		// this at once when one goes.
 		return ctrl.Result{RequeueAfter: waitedRequeue(vc.DeletionTimestamp.Time, time.Now())}, nil
 	}
+	if err := controlplane.ReleaseNamespace(ctx, r.APIReader, r.Client, vc); err != nil {
+		return ctrl.Result{}, err
+	}
 	controllerutil.RemoveFinalizer(vc, Finalizer)
 	if err := r.Update(ctx, vc); err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, fmt.Errorf("remove finalizer from %s: %w", klog.KObj(vc), err)

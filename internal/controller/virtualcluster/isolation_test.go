@@ -271,3 +271,75 @@ func TestSecondVirtualClusterInNamespaceIsRefused(t *testing.T) {
 		return k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: "second"}, &appsv1.StatefulSet{})
 	})
 }
+
+// TestNamespaceClaimKeepsALaterVirtualClusterFromCreatingAnything: the
+// holder claims the namespace before anything is made for it, and a
+// VirtualCluster created after the claim is refused and gets no host
+// object, even when it sorts first by name and was created in the same
+// second (the creation-time order alone would hand it the namespace).
+func TestNamespaceClaimKeepsALaterVirtualClusterFromCreatingAnything(t *testing.T) {
+	ensureNode(t)
+	ns := newNamespace(t)
+	ctx := context.Background()
+	createVC(t, ns, "zz")
+	eventually(t, "zz claims the namespace", func() error {
+		var n corev1.Namespace
+		if err := k8sClient.Get(ctx, client.ObjectKey{Name: ns}, &n); err != nil {
+			return err
+		}
+		if got := n.Annotations[controlplane.AnnotationNamespaceHolder]; got != "zz" {
+			return fmt.Errorf("claim %q", got)
+		}
+		return nil
+	})
+	createVC(t, ns, "aa")
+	eventually(t, "aa refused with NamespaceInUse", func() error {
+		ready := meta.FindStatusCondition(getVC(t, ns, "aa").Status.Conditions, nestv1.ConditionReady)
+		if ready == nil || ready.Reason != ReasonNamespaceInUse || !strings.Contains(ready.Message, "VirtualCluster zz") {
+			return fmt.Errorf("Ready = %+v", ready)
+		}
+		return nil
+	})
+	eventually(t, "zz gets its StatefulSet", func() error {
+		return k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: "zz"}, &appsv1.StatefulSet{})
+	})
+	for _, obj := range createdIn(ns) {
+		if _, name, _ := strings.Cut(obj, "/"); strings.HasPrefix(name, "aa") {
+			t.Errorf("%s was created for the refused VirtualCluster", obj)
+		}
+	}
+	if n := len(createdIn(ns)); n == 0 {
+		t.Fatal("the reconciler recorded nothing created in the namespace: the check above would pass for nothing")
+	}
+}
+
+// TestDeletedHolderReleasesItsClaim: the claim goes with the holder, so the
+// namespace holds no claim naming a VirtualCluster that is gone.
+func TestDeletedHolderReleasesItsClaim(t *testing.T) {
+	ensureNode(t)
+	ns := newNamespace(t)
+	ctx := context.Background()
+	createVC(t, ns, "gone")
+	claim := func() string {
+		var n corev1.Namespace
+		if err := k8sClient.Get(ctx, client.ObjectKey{Name: ns}, &n); err != nil {
+			t.Fatal(err)
+		}
+		return n.Annotations[controlplane.AnnotationNamespaceHolder]
+	}
+	eventually(t, "gone claims the namespace", func() error {
+		if c := claim(); c != "gone" {
+			return fmt.Errorf("claim %q", c)
+		}
+		return nil
+	})
+	if err := k8sClient.Delete(ctx, getVC(t, ns, "gone")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the claim is released", func() error {
+		if c := claim(); c != "" {
+			return fmt.Errorf("claim %q", c)
+		}
+		return nil
+	})
+}

@@ -136,7 +136,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if !vc.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, vc)
 	}
-	holder, err := controlplane.NamespaceHolderOf(ctx, r.Client, vc.Namespace)
+	// Nothing is created for a VirtualCluster before it holds the namespace.
+	holder, err := controlplane.ClaimNamespace(ctx, r.APIReader, r.Client, vc)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
