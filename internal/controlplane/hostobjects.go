@@ -112,7 +112,11 @@ var HostObjects = []HostObject{
 		New:   func() client.Object { return &corev1.ConfigMap{} },
 		Names: Names.ConfigMaps,
 		Build: func(vc *nestv1.VirtualCluster, _ Options, _ ServiceIPs) ([]client.Object, error) {
-			return []client.Object{DNSConfigMapFor(vc), DedicatedNodesConfigMapFor(vc, nil), EtcdBootstrapConfigMapFor(vc, true)}, nil
+			admission, err := AdmissionConfigMapFor(vc)
+			if err != nil {
+				return nil, err
+			}
+			return []client.Object{DNSConfigMapFor(vc), DedicatedNodesConfigMapFor(vc, nil), EtcdBootstrapConfigMapFor(vc, true), admission}, nil
 		},
 		MadeBy: MadeByNest, Deletion: DeleteRest, Watched: true, CachedByLabel: true,
 	},

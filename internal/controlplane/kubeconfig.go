@@ -22,6 +22,10 @@ const (
 	SyncerKubeconfig = "nest-syncer.conf"
 	// AdminUser is the tenant administrator's user name (group system:masters).
 	AdminUser = "nest-admin"
+	// SyncerUser is nest-syncer's user name in the tenant (group
+	// system:masters): the one writer of the virtual and member nodes'
+	// endpoints (addons.NodeEndpoints).
+	SyncerUser = "nest:syncer"
 )
 
 // loopbackServer is where the controller-manager and scheduler reach the API
@@ -40,7 +44,7 @@ func ReconcileComponentKubeconfigs(existing map[string][]byte, pkiData map[strin
 	for file, subject := range map[string]pki.CertSpec{
 		ControllerManagerKubeconfig: components.ControllerManagerClient(),
 		SchedulerKubeconfig:         components.SchedulerClient(),
-		SyncerKubeconfig:            components.Client("nest:syncer", components.MastersGroup),
+		SyncerKubeconfig:            components.Client(SyncerUser, components.MastersGroup),
 	} {
 		if kubeconfigValid(existing[file], ca.CertPEM, loopbackServer) {
 			out[file] = existing[file]

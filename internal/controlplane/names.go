@@ -187,9 +187,13 @@ func (n Names) DedicatedNodesConfigMap() string {
 // cluster (EtcdBootstrapConfigMapFor).
 func (n Names) EtcdBootstrapConfigMap() string { return n.VirtualCluster + "-etcd-bootstrap" }
 
+// AdmissionConfigMap holds the tenant API server's static admission
+// configuration (AdmissionConfigMapFor).
+func (n Names) AdmissionConfigMap() string { return n.VirtualCluster + "-admission" }
+
 // ConfigMaps are the ConfigMaps Nest itself keeps in the namespace.
 func (n Names) ConfigMaps() []string {
-	return []string{n.DNSConfigMap(), n.DedicatedNodesConfigMap(), n.EtcdBootstrapConfigMap()}
+	return []string{n.DNSConfigMap(), n.DedicatedNodesConfigMap(), n.EtcdBootstrapConfigMap(), n.AdmissionConfigMap()}
 }
 
 // Services are the Services Nest itself keeps in the namespace.

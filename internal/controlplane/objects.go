@@ -129,6 +129,7 @@ func StatefulSetFor(vc *nestv1.VirtualCluster, o Options, ips ServiceIPs) *appsv
 			{Name: etcdBootstrapVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 				LocalObjectReference: corev1.LocalObjectReference{Name: n.EtcdBootstrapConfigMap()}, Optional: ptr.To(true),
 			}}},
+			admissionVolumeFor(n),
 		}, virtualNodeVolumes(n)...),
 		TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
 			MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.DoNotSchedule,
@@ -387,9 +388,11 @@ func apiServerContainer(vc *nestv1.VirtualCluster, o Options) corev1.Container {
 		// the Service's tenant ClusterIP, which the host need not route.
 		components.Flag{Name: "enable-aggregator-routing", Value: "true"},
 	)
+	// Tenant only: policies the tenant cannot remove (AdmissionConfigMapFor).
+	args = append(args, admissionFlags()...)
 	c := container(apiServerName, o, r, args.Args())
 	c.Env = append(c.Env, podIPEnv())
-	c.VolumeMounts = mounts(false)
+	c.VolumeMounts = append(mounts(false), admissionMount())
 	c.Ports = []corev1.ContainerPort{{Name: "https", ContainerPort: Port}}
 	c.StartupProbe = httpProbe("/readyz", Port, corev1.URISchemeHTTPS, 1, 120)
 	c.ReadinessProbe = httpProbe("/readyz", Port, corev1.URISchemeHTTPS, 2, 3)
