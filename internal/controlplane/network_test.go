@@ -3,6 +3,7 @@ package controlplane
 import (
 	"fmt"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/ipblock"
+	"github.com/nestdev/nest/internal/syncer/kinds/networkpolicy"
 )
 
 // devNetwork is the local host cluster's addressing.
@@ -284,6 +286,65 @@ func TestNetworkPoliciesWithMemberGrantsAdmitMemberTrafficToTheViewsAndNodePorts
 	for i := range plain {
 		if i != cp && !slices.Equal(rules(plain[i]), rules(with[i])) {
 			t.Errorf("%s changed with a grant", plain[i].Name)
+		}
+	}
+}
+
+// nest-syncer cuts tenant ipBlocks with the facts the base policies are
+// made of: the egress blocks of <vc>-tenant-egress, and the host's pod
+// ranges, which those blocks leave out and where the tenant's pods have
+// their addresses. Both reach it through its flags, from the one
+// HostNetwork nest-manager holds; if either stopped coming, or came from
+// elsewhere, a tenant's "from anywhere" would stop meaning its own pods.
+func TestTheSyncerCutsIPBlocksWithTheBasePoliciesRanges(t *testing.T) {
+	host := devNetwork
+	host.PodCIDRs = append(slices.Clone(host.PodCIDRs), netip.MustParsePrefix("fd00:10:244::/56"))
+	o := Options{HostNetwork: host, ManagerNamespace: "nest-system"}
+	got := syncerFlags(t, vc(nil), o)
+	if !slices.Equal(got.HostPodCIDRs, host.PodCIDRs) {
+		t.Errorf("the syncer's pod CIDRs %v, want the manager's %v", got.HostPodCIDRs, host.PodCIDRs)
+	}
+	policies, err := NetworkPoliciesFor(vc(nil), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const openEgress = 2 // in Names.NetworkPolicies' order
+	var base []networkingv1.IPBlock
+	for _, r := range policies[openEgress].Spec.Egress {
+		for _, peer := range r.To {
+			if peer.IPBlock != nil {
+				base = append(base, *peer.IPBlock)
+			}
+		}
+	}
+	if !reflect.DeepEqual(got.EgressBlocks, base) {
+		t.Errorf("the syncer's egress blocks %v, want the base policy's %v", got.EgressBlocks, base)
+	}
+	for _, pods := range got.HostPodCIDRs {
+		for _, b := range got.EgressBlocks {
+			outer := netip.MustParsePrefix(b.CIDR)
+			if outer.Overlaps(pods) && !slices.ContainsFunc(b.Except, func(e string) bool { return ipblock.Covers(netip.MustParsePrefix(e), pods) }) {
+				t.Errorf("egress block %v reaches the pod range %s", b, pods)
+			}
+		}
+	}
+
+	// The translator nest-syncer makes from those flags: 0.0.0.0/0 and
+	// ::/0 are the tenant's own pods and the outside.
+	translator := networkpolicy.Translator{VirtualCluster: "alpha", HostNamespace: "tenant-a", Outside: got.EgressBlocks, PodCIDRs: got.HostPodCIDRs}
+	for _, cidr := range []string{"0.0.0.0/0", "::/0"} {
+		p := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "shop"}, Spec: networkingv1.NetworkPolicySpec{
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress:     []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: cidr}}}}},
+		}}
+		copied, _, err := translator.Translate(p, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(copied.Spec.Ingress) != 1 || !slices.ContainsFunc(copied.Spec.Ingress[0].From, func(peer networkingv1.NetworkPolicyPeer) bool {
+			return peer.PodSelector != nil && labels.Set(peer.PodSelector.MatchLabels).String() == labels.Set(NamesOf(vc(nil)).TenantPodLabels()).String()
+		}) {
+			t.Errorf("from %s: host rules %+v, want one with the tenant's pods", cidr, copied.Spec.Ingress)
 		}
 	}
 }

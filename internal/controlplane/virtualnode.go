@@ -165,6 +165,9 @@ func syncerOptions(vc *nestv1.VirtualCluster, opts Options, ips ServiceIPs) cont
 	// spec.network.egressCIDRs is checked by the CRD; a value that is no
 	// CIDR leaves no block, so every tenant ipBlock is cut.
 	o.EgressBlocks, _ = EgressBlocks(vc, opts)
+	// The ranges the base policies keep out of EgressBlocks: a tenant
+	// ipBlock that covers them also means the tenant's own pods.
+	o.HostPodCIDRs = slices.Clone(opts.HostNetwork.PodCIDRs)
 	o.StorageClasses, _ = StorageClassesFor(vc, opts.HostStorageClasses)
 	if o.LeaderElect {
 		o.Identity = "$(POD_NAME)"

@@ -68,7 +68,7 @@ func kindTable() []kindRow {
 		{"members", kinds.VirtualNode, (*syncer).registerMembers},
 		{"heldpods", kinds.Member, (*syncer).registerGatekeeper},
 		{"networkpolicies", kinds.VirtualNode, func(s *syncer, c *kinds.Context) (kinds.Registration, error) {
-			reg, podLabels := networkpolicy.Register(c, s.o.EgressBlocks)
+			reg, podLabels := networkpolicy.Register(c, s.o.EgressBlocks, s.o.HostPodCIDRs)
 			s.provider.policyLabels = podLabels
 			return reg, nil
 		}},

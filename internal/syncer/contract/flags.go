@@ -58,6 +58,7 @@ const (
 	flagImageDenylist    = "image-registry-denylist"
 	flagAlwaysPullImages = "always-pull-images"
 	flagEgressBlocks     = "egress-blocks"
+	flagHostPodCIDRs     = "host-pod-cidrs"
 	flagStorageClasses   = "storage-classes"
 )
 
@@ -173,6 +174,11 @@ func (o *Flags) BindFlags(fs *flag.FlagSet) {
 		o.EgressBlocks = b
 		return err
 	})
+	fs.Func(flagHostPodCIDRs, "comma-separated pod CIDRs of the host cluster, nest-manager's --host-pod-cidrs: a tenant NetworkPolicy ipBlock that covers them also matches the tenant's own pods (default none: only 0.0.0.0/0 and ::/0 without exceptions do)", func(s string) error {
+		l, err := components.ParseCIDRs(flagHostPodCIDRs, s)
+		o.HostPodCIDRs = l
+		return err
+	})
 	fs.Func(flagStorageClasses, "comma-separated host StorageClasses the tenant sees, each name=hostName:reclaimPolicy:bindingMode:expand:default (default none: tenant claims get no volume)", func(s string) error {
 		c, err := ParseClasses(s)
 		o.StorageClasses = c
@@ -182,6 +188,16 @@ func (o *Flags) BindFlags(fs *flag.FlagSet) {
 	o.KubeletAddr, o.HealthAddr = DefaultKubeletAddr, DefaultHealthAddr
 	o.KubeletClientName = KubeletClientName
 	o.APIServerPort = 6443
+}
+
+// formatCIDRs writes prefixes separated by commas, as components.ParseCIDRs
+// reads them.
+func formatCIDRs(prefixes []netip.Prefix) string {
+	out := make([]string, len(prefixes))
+	for i, p := range prefixes {
+		out[i] = p.String()
+	}
+	return strings.Join(out, ",")
 }
 
 // Args renders o as nest-syncer flags.
@@ -230,6 +246,9 @@ func (o Flags) Args() []string {
 	if len(o.EgressBlocks) > 0 {
 		args = append(args, "--"+flagEgressBlocks+"="+FormatIPBlocks(o.EgressBlocks))
 	}
+	if len(o.HostPodCIDRs) > 0 {
+		args = append(args, "--"+flagHostPodCIDRs+"="+formatCIDRs(o.HostPodCIDRs))
+	}
 	if o.ConfinePrivileged {
 		args = append(args, "--"+flagPrivileged+"="+privilegedConfine)
 	}
@@ -243,11 +262,7 @@ func (o Flags) Args() []string {
 		args = append(args, "--"+flagIdentity+"="+o.Identity)
 	}
 	if len(o.HostServiceCIDRs) > 0 {
-		cidrs := make([]string, len(o.HostServiceCIDRs))
-		for i, c := range o.HostServiceCIDRs {
-			cidrs[i] = c.String()
-		}
-		args = append(args, "--"+flagHostServiceCIDRs+"="+strings.Join(cidrs, ","))
+		args = append(args, "--"+flagHostServiceCIDRs+"="+formatCIDRs(o.HostServiceCIDRs))
 	}
 	if len(o.DefaultLimits) > 0 {
 		args = append(args, "--"+flagDefaultLimits+"="+FormatResourceList(o.DefaultLimits))
@@ -452,6 +467,11 @@ type Flags struct {
 	// may reach, as the VirtualCluster's base egress policy has them: the
 	// ipBlocks of tenant NetworkPolicies are cut to them.
 	EgressBlocks []networkingv1.IPBlock
+	// HostPodCIDRs are the host's pod ranges, which the base policies keep
+	// outside EgressBlocks: a tenant NetworkPolicy ipBlock that covers them
+	// also matches the tenant's own pods, whose addresses lie there. nil
+	// when the platform did not give them to nest-manager.
+	HostPodCIDRs []netip.Prefix
 	// Identity is this syncer's name in the election: its pod's name; ""
 	// is the host name. A random suffix is added (electionIdentity), so a
 	// replacement pod of the same name never takes its predecessor's lease.

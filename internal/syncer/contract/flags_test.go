@@ -34,7 +34,8 @@ func TestFlagsRoundTrip(t *testing.T) {
 	want := Flags{Translation: withLimits, NodeIP: "10.244.0.3", Capacity: corev1.ResourceList{"cpu": resource.MustParse("4"), "nvidia.com/gpu": resource.MustParse("1")},
 		PodSecurityLevel: "restricted", TokenMaxAge: 15 * time.Second, TenantKubeconfig: "/k", DNSDir: "/d",
 		HostMetadata:    MetadataAllowList{Labels: []string{"app", "example.com/*"}, Annotations: []string{"example.com/owner"}},
-		DataBudgetBytes: 64 << 20}
+		DataBudgetBytes: 64 << 20,
+		HostPodCIDRs:    []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/56")}}
 	var got Flags
 	fs := newFlagSet()
 	got.BindFlags(fs)
@@ -47,6 +48,9 @@ func TestFlagsRoundTrip(t *testing.T) {
 		t.Errorf("host Service CIDRs %v, want %v", got.HostServiceCIDRs, withLimits.HostServiceCIDRs)
 	}
 	got.HostServiceCIDRs = nil
+	if !slices.Equal(got.HostPodCIDRs, want.HostPodCIDRs) {
+		t.Errorf("host pod CIDRs %v, want %v", got.HostPodCIDRs, want.HostPodCIDRs)
+	}
 	if got.HelperImage != withLimits.HelperImage || got.HelperImagePullPolicy != corev1.PullNever {
 		t.Errorf("helper image %q %q", got.HelperImage, got.HelperImagePullPolicy)
 	}

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/nestdev/nest/internal/syncer/kinds/networkpolicy"
 	"github.com/nestdev/nest/internal/testutil"
@@ -22,6 +23,8 @@ func (e *env) networkPolicies() []testCase {
 		{"tenant-default-deny-blocks-and-an-allow-policy-opens-again", e.defaultDenyThenAllow},
 		{"tenant-policy-cannot-widen-egress-to-the-host-or-another-tenant", e.policyCannotWidenEgress},
 		{"tenant-policy-cannot-widen-ingress-from-another-tenant", e.policyCannotWidenIngress},
+		{"tenant-policy-from-every-address-admits-the-tenants-own-pods", e.fromAnywhereAdmitsOwnPods},
+		{"tenant-policy-from-anyone-admits-the-tenants-own-pods", e.fromAnyoneAdmitsOwnPods},
 	}
 }
 
@@ -29,6 +32,18 @@ func (e *env) networkPolicies() []testCase {
 // service account, and starts testapp server pods of the given names
 // (label app=<name>); it returns their pod IPs.
 func (e *env) namespaceWithPods(t *testing.T, tn *framework.Tenant, ns string, names ...string) map[string]string {
+	t.Helper()
+	return e.namespaceWithPodsLike(t, tn, ns, func(*corev1.Pod) {}, names...)
+}
+
+// withoutToken makes a pod mount no service account token, so its
+// namespace takes no host copy of kube-root-ca.crt from alpha's small
+// ConfigMap budget, which the other cases' namespaces share.
+func withoutToken(p *corev1.Pod) { p.Spec.AutomountServiceAccountToken = ptr.To(false) }
+
+// namespaceWithPodsLike is namespaceWithPods with mutate applied to each
+// pod before it is created.
+func (e *env) namespaceWithPodsLike(t *testing.T, tn *framework.Tenant, ns string, mutate func(*corev1.Pod), names ...string) map[string]string {
 	t.Helper()
 	cs := tn.Clientset(t)
 	if _, err := cs.CoreV1().Namespaces().Create(e.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
@@ -42,7 +57,7 @@ func (e *env) namespaceWithPods(t *testing.T, tn *framework.Tenant, ns string, n
 	})
 	ips := map[string]string{}
 	for _, name := range names {
-		p := testPod(name)
+		p := testPod(name, mutate)
 		p.Namespace = ns
 		e.create(t, tn, p)
 	}
@@ -185,6 +200,72 @@ func (e *env) policyCannotWidenIngress(t *testing.T) {
 	})
 	_, err := e.beta.KubectlErr(e.ctx, "exec", "web", "--", "/testapp", "dial", hostPort(ips["open"], 8080))
 	if err == nil {
+		t.Errorf("beta's pod reached alpha's pod through alpha's policy")
+	}
+}
+
+// fromAnywhereAdmitsOwnPods: a policy admitting ipBlock 0.0.0.0/0 to a pod
+// admits the tenant's own pods too, as users and every enforcer read
+// "anywhere", though their addresses lie in the host's pod range, which
+// the ipBlock itself is cut from; the tenant is told so.
+func (e *env) fromAnywhereAdmitsOwnPods(t *testing.T) {
+	const ns = "np-anywhere"
+	e.ownPodsAdmittedBy(t, ns, networkingv1.NetworkPolicyIngressRule{From: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0"}}}})
+	testutil.Eventually(t, time.Minute, "a NetworkPolicyCut event naming the tenant's pods", func() error {
+		if ev := e.tenantEvents(t, e.alpha, ns, "allow-server"); !strings.Contains(ev, networkpolicy.ReasonCut+": spec.ingress[0].from[0].ipBlock 0.0.0.0/0: matches all the tenant's own pods") {
+			return fmt.Errorf("events: %s", ev)
+		}
+		return nil
+	})
+}
+
+// fromAnyoneAdmitsOwnPods: a rule without peers (ingress: [{}]) admits
+// the tenant's own pods, in its namespace and in others.
+func (e *env) fromAnyoneAdmitsOwnPods(t *testing.T) {
+	e.ownPodsAdmittedBy(t, "np-anyone", networkingv1.NetworkPolicyIngressRule{})
+}
+
+// ownPodsAdmittedBy starts a server and a client pod of alpha in a new
+// namespace ns, isolates the server with a default-deny ingress policy,
+// then admits with the policy allow-server, whose only rule is allow, and
+// checks that the client and alpha's prober in namespace default reach the
+// server again, and beta's pod still does not. The default deny comes
+// first so that a connection after allow-server proves allow-server: until
+// the enforcer applies it the server is open, and a dial then would pass
+// whatever the rule means.
+func (e *env) ownPodsAdmittedBy(t *testing.T, ns string, allow networkingv1.NetworkPolicyIngressRule) {
+	t.Helper()
+	ips := e.namespaceWithPodsLike(t, e.alpha, ns, withoutToken, "server", "client")
+	server := hostPort(ips["server"], 8080)
+	if err := e.dialFrom(e.alpha, ns, "client", server); err != nil {
+		t.Fatalf("before any policy the client cannot reach the server: %v", err)
+	}
+	e.applyPolicy(t, e.alpha, &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "default-deny", Namespace: ns},
+		Spec:       networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}},
+	})
+	testutil.Eventually(t, time.Minute, "default deny enforced", func() error {
+		if err := e.dialFrom(e.alpha, ns, "client", server); err == nil {
+			return fmt.Errorf("the client still connects")
+		}
+		return nil
+	})
+	e.applyPolicy(t, e.alpha, &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "allow-server", Namespace: ns},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "server"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress:     []networkingv1.NetworkPolicyIngressRule{allow},
+		},
+	})
+	testutil.Eventually(t, time.Minute, "the client in the server's namespace admitted", func() error {
+		return e.dialFrom(e.alpha, ns, "client", server)
+	})
+	testutil.Eventually(t, time.Minute, "alpha's prober in namespace default admitted", func() error {
+		_, err := exec(e.ctx, e.alpha, "prober", "dial", server)
+		return err
+	})
+	if _, err := e.beta.KubectlErr(e.ctx, "exec", "web", "--", "/testapp", "dial", server); err == nil {
 		t.Errorf("beta's pod reached alpha's pod through alpha's policy")
 	}
 }

@@ -2,6 +2,7 @@ package networkpolicy
 
 import (
 	"maps"
+	"net/netip"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -19,7 +20,8 @@ const workers = 2
 
 // Register makes the kind's two queues: "networkpolicies" keeps the host
 // copies, "networkpolicypods" the policy labels of host pods. outside are
-// the VirtualCluster's egress blocks (Translator.Outside). It returns the
+// the VirtualCluster's egress blocks (Translator.Outside), podCIDRs the
+// host's pod ranges (Translator.PodCIDRs). It returns the
 // policy labels pod translation puts on a new host pod, so a pod is
 // isolated from its first packet. Virtual-node syncer only: member clusters
 // enforce no tenant policy.
@@ -27,9 +29,9 @@ const workers = 2
 // A policy is queued when it, its host copy or any namespace (namespace
 // selectors) changes; a pod's labels when the pod's labels or any policy
 // change, or its host pod appears.
-func Register(c *kinds.Context, outside []networkingv1.IPBlock) (kinds.Registration, func(*corev1.Pod) map[string]string) {
+func Register(c *kinds.Context, outside []networkingv1.IPBlock, podCIDRs []netip.Prefix) (kinds.Registration, func(*corev1.Pod) map[string]string) {
 	s := &Syncer{
-		Translator: Translator{VirtualCluster: c.VirtualCluster, HostNamespace: c.HostNamespace, Outside: outside},
+		Translator: Translator{VirtualCluster: c.VirtualCluster, HostNamespace: c.HostNamespace, Outside: outside, PodCIDRs: podCIDRs},
 		Host:       c.Host, Recorder: c.Recorder,
 		TenantPolicies:   c.TenantInformers.Networking().V1().NetworkPolicies().Lister(),
 		TenantNamespaces: c.TenantInformers.Core().V1().Namespaces().Lister(),

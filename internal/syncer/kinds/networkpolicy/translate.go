@@ -70,6 +70,14 @@ type Translator struct {
 	// blocks of Nest's base egress policy. A tenant ipBlock is cut to them,
 	// for ingress and egress alike.
 	Outside []networkingv1.IPBlock
+	// PodCIDRs are the host's pod ranges (contract.Flags.HostPodCIDRs),
+	// where the tenant's pods have their addresses; nil when the platform
+	// did not give them. Outside never holds them, so an ipBlock alone
+	// would never match a tenant pod. A tenant ipBlock that covers every
+	// pod address of its family (0.0.0.0/0 above all) therefore also
+	// matches all the tenant's own pods, as users and enforcers read
+	// "anywhere" (podCoverage).
+	PodCIDRs []netip.Prefix
 }
 
 // Cut is something of a tenant policy the host copy leaves out, for the
@@ -161,15 +169,30 @@ func (t Translator) podsIn(namespace string, selector *metav1.LabelSelector) (*m
 func (t Translator) peers(namespace string, in []networkingv1.NetworkPolicyPeer, namespaces []*corev1.Namespace, field string) ([]networkingv1.NetworkPolicyPeer, []Cut, error) {
 	var out []networkingv1.NetworkPolicyPeer
 	var cuts []Cut
+	allPods := false
 	for i, peer := range in {
 		at := fmt.Sprintf("%s[%d]", field, i)
 		switch {
 		case peer.IPBlock != nil:
-			blocks, cut, err := t.cutBlock(*peer.IPBlock)
+			want, except, err := parseBlock(*peer.IPBlock)
 			if err != nil {
 				return nil, nil, fmt.Errorf("%s.ipBlock: %w", at, err)
 			}
-			if cut {
+			blocks, cut := t.cutBlock(want, except)
+			pods := t.podCoverage(want, except)
+			if pods == allPodAddresses && !allPods {
+				// One such peer per rule is enough: the first ipBlock
+				// that covers the pod range brings it.
+				out = append(out, networkingv1.NetworkPolicyPeer{PodSelector: t.allTenantPods()})
+				allPods = true
+			}
+			switch {
+			case !cut:
+			case pods == allPodAddresses:
+				cuts = append(cuts, Cut(fmt.Sprintf("%s.ipBlock %s: matches all the tenant's own pods and, of other addresses, only those outside the host cluster that the VirtualCluster's egress allows (%s)", at, peer.IPBlock.CIDR, describe(blocks))))
+			case pods == somePodAddresses:
+				cuts = append(cuts, Cut(fmt.Sprintf("%s.ipBlock %s: only the addresses outside the host cluster that the VirtualCluster's egress allows are kept (%s); pod addresses are not matched by ipBlock, so select the tenant's pods with a podSelector or namespaceSelector", at, peer.IPBlock.CIDR, describe(blocks))))
+			default:
 				cuts = append(cuts, Cut(fmt.Sprintf("%s.ipBlock %s: only the addresses outside the host cluster that the VirtualCluster's egress allows are kept (%s)", at, peer.IPBlock.CIDR, describe(blocks))))
 			}
 			out = append(out, ipblock.Peers(blocks)...)
@@ -269,27 +292,94 @@ func SelectedKeys(p *networkingv1.NetworkPolicy) []string {
 	return slices.Compact(keys)
 }
 
-// cutBlock intersects a tenant ipBlock with Outside: each part of the
-// tenant's range inside an allowed block, minus the tenant's and the
-// block's exceptions. cut reports whether any address of the tenant's
-// range, less its own exceptions, was left out.
-func (t Translator) cutBlock(b networkingv1.IPBlock) (out []networkingv1.IPBlock, cut bool, err error) {
-	want, err := netip.ParsePrefix(b.CIDR)
+// parseBlock reads a tenant ipBlock: its range and its exceptions, masked.
+func parseBlock(b networkingv1.IPBlock) (want netip.Prefix, except []netip.Prefix, err error) {
+	want, err = netip.ParsePrefix(b.CIDR)
 	if err != nil {
-		return nil, false, fmt.Errorf("cidr %q: %w", b.CIDR, err)
+		return netip.Prefix{}, nil, fmt.Errorf("cidr %q: %w", b.CIDR, err)
 	}
 	if want.Addr().Is4In6() {
-		return nil, false, fmt.Errorf("cidr %q: write IPv4 ranges as IPv4, not IPv4-mapped IPv6", b.CIDR)
+		return netip.Prefix{}, nil, fmt.Errorf("cidr %q: write IPv4 ranges as IPv4, not IPv4-mapped IPv6", b.CIDR)
 	}
-	want = want.Masked()
-	var tenantExcept []netip.Prefix
 	for _, e := range b.Except {
 		p, err := netip.ParsePrefix(e)
 		if err != nil {
-			return nil, false, fmt.Errorf("except %q: %w", e, err)
+			return netip.Prefix{}, nil, fmt.Errorf("except %q: %w", e, err)
 		}
-		tenantExcept = append(tenantExcept, p.Masked())
+		except = append(except, p.Masked())
 	}
+	return want.Masked(), except, nil
+}
+
+// podCover is how much of the tenant's pod addresses an ipBlock holds.
+type podCover int
+
+const (
+	// noPodAddresses: the block, less its exceptions, holds no pod address.
+	noPodAddresses podCover = iota
+	// somePodAddresses: it holds some, or may (the pod ranges are not
+	// known), but not surely all of its family.
+	somePodAddresses
+	// allPodAddresses: it holds every pod address of its family.
+	allPodAddresses
+)
+
+// podCoverage says how much of the pod range the tenant block want, less
+// except, holds. A block that holds all of it is "everyone" to users and to
+// enforcers that see pod addresses (Calico, Cilium, kube-network-policies),
+// so it earns the tenant's own pods; one that holds only part of it must
+// not: Nest cannot tell which tenant pods have which addresses when it
+// translates, and those addresses change as pods come and go.
+//
+// Without PodCIDRs the pod addresses could be anywhere in the family: only
+// the whole family (0.0.0.0/0, ::/0) with no exception surely holds them,
+// and any other block may hold some. A family with no pod range (IPv6 on
+// an IPv4 host) holds no pod address, so ::/0 there matches no tenant pod,
+// as upstream. Once earned, the pods are matched whatever family they
+// connect over: the selector cannot name a family.
+func (t Translator) podCoverage(want netip.Prefix, except []netip.Prefix) podCover {
+	if len(t.PodCIDRs) == 0 {
+		if want.Bits() == 0 && len(except) == 0 {
+			return allPodAddresses
+		}
+		return somePodAddresses
+	}
+	inFamily, covered, touched := 0, 0, false
+	for _, p := range t.PodCIDRs {
+		if p.Addr().Is4() != want.Addr().Is4() {
+			continue
+		}
+		inFamily++
+		if !want.Overlaps(p) {
+			continue
+		}
+		// Prefixes that overlap nest: their common part is the smaller.
+		common := want
+		if ipblock.Covers(want, p) {
+			common = p
+		}
+		if !slices.ContainsFunc(except, func(e netip.Prefix) bool { return ipblock.Covers(e, common) }) {
+			touched = true
+		}
+		if common == p && !slices.ContainsFunc(except, p.Overlaps) {
+			covered++
+		}
+	}
+	switch {
+	case inFamily > 0 && covered == inFamily:
+		return allPodAddresses
+	case touched:
+		return somePodAddresses
+	}
+	return noPodAddresses
+}
+
+// cutBlock intersects a tenant ipBlock, the range want less
+// tenantExcept, with Outside: each part of the tenant's range inside an
+// allowed block, minus the tenant's and the block's exceptions. cut
+// reports whether any address of the tenant's range, less its own
+// exceptions, was left out.
+func (t Translator) cutBlock(want netip.Prefix, tenantExcept []netip.Prefix) (out []networkingv1.IPBlock, cut bool) {
 	cut = true
 	for _, allowed := range t.Outside {
 		a, err := netip.ParsePrefix(allowed.CIDR)
@@ -318,7 +408,7 @@ func (t Translator) cutBlock(b networkingv1.IPBlock) (out []networkingv1.IPBlock
 		}
 		out = append(out, ipblock.Subtract([]netip.Prefix{part}, slices.Concat(tenantExcept, allowedExcept))...)
 	}
-	return out, cut, nil
+	return out, cut
 }
 
 func describe(blocks []networkingv1.IPBlock) string {

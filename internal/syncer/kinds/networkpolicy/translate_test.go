@@ -2,6 +2,7 @@ package networkpolicy
 
 import (
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
+	"github.com/nestdev/nest/internal/ipblock"
 	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
@@ -20,7 +22,10 @@ import (
 // private ranges, which hold the host's own.
 var outside = []networkingv1.IPBlock{{CIDR: "0.0.0.0/0", Except: []string{"10.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12", "192.168.0.0/16"}}}
 
-var tr = Translator{VirtualCluster: "alpha", HostNamespace: "vc-alpha", Outside: outside}
+// podCIDRs is the local host cluster's pod range, inside 10.0.0.0/8.
+var podCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}
+
+var tr = Translator{VirtualCluster: "alpha", HostNamespace: "vc-alpha", Outside: outside, PodCIDRs: podCIDRs}
 
 func namespaces(nameLabels map[string]map[string]string) []*corev1.Namespace {
 	var out []*corev1.Namespace
@@ -198,6 +203,168 @@ func TestTranslate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A rule without peers means anyone (ingress: [{}]) or anywhere
+// (egress: [{}]): every pod of the tenant, in any of its namespaces, and
+// the outside; never another tenant's pods.
+func TestTranslateRuleWithoutPeers(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		spec networkingv1.NetworkPolicySpec
+	}{
+		{"ingress", networkingv1.NetworkPolicySpec{PolicyTypes: ingress, Ingress: []networkingv1.NetworkPolicyIngressRule{{}}}},
+		{"egress", networkingv1.NetworkPolicySpec{PolicyTypes: egress, Egress: []networkingv1.NetworkPolicyEgressRule{{}}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			host, cuts, err := tr.Translate(policy(tt.spec), tenantNamespaces)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkConfined(t, host)
+			if len(cuts) > 0 {
+				t.Errorf("cuts %v, want none", cuts)
+			}
+			want := append([]networkingv1.NetworkPolicyPeer{{PodSelector: tr.allTenantPods()}}, ipblock.Peers(outside)...)
+			if got := rulePeersOf(host); !equality(got, want) {
+				t.Errorf("peers %+v, want %+v", got, want)
+			}
+		})
+	}
+}
+
+// An ipBlock that covers every pod address of its family means everyone,
+// as users and enforcers read it: it matches all the tenant's own pods
+// besides the outside. One that covers only part of the pod range cannot
+// name the pods that hold those addresses: it keeps only the outside, and
+// the cut tells the tenant to select pods instead. Ingress and egress
+// alike.
+func TestTranslateIPBlockOverThePodRange(t *testing.T) {
+	v4v6 := append(slices.Clone(podCIDRs), netip.MustParsePrefix("fd00:10:244::/56"))
+	outside6 := append(slices.Clone(outside), networkingv1.IPBlock{CIDR: "::/0", Except: []string{"fc00::/7", "fe80::/10"}})
+	tests := []struct {
+		name     string
+		block    networkingv1.IPBlock
+		podCIDRs []netip.Prefix
+		outside  []networkingv1.IPBlock
+		// allPods: the copy's rule has the all-tenant-pods peer; blocks
+		// are its ipBlock peers.
+		allPods bool
+		blocks  []networkingv1.IPBlock
+		// cut is in the Cut message ("" for no Cut); hint says whether it
+		// tells the tenant to select pods instead.
+		cut  string
+		hint bool
+	}{
+		{name: "0.0.0.0/0: the tenant's pods and the outside",
+			block: networkingv1.IPBlock{CIDR: "0.0.0.0/0"}, allPods: true, blocks: outside, cut: "matches all the tenant's own pods"},
+		{name: "10.0.0.0/8 around the pod range: the tenant's pods, nothing outside",
+			block: networkingv1.IPBlock{CIDR: "10.0.0.0/8"}, allPods: true, cut: "nothing is left"},
+		{name: "exactly the pod range",
+			block: networkingv1.IPBlock{CIDR: "10.244.0.0/16"}, allPods: true, cut: "matches all the tenant's own pods"},
+		{name: "0.0.0.0/0 with an exception outside the pod range",
+			block:   networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: []string{"203.0.113.0/24"}},
+			allPods: true, blocks: []networkingv1.IPBlock{{CIDR: "0.0.0.0/0", Except: []string{"10.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12", "192.168.0.0/16", "203.0.113.0/24"}}},
+			cut: "matches all the tenant's own pods"},
+		{name: "0.0.0.0/0 with an exception taking part of the pod range: no pods",
+			block:  networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: []string{"10.244.1.0/24"}},
+			blocks: outside, cut: "only the addresses outside the host cluster", hint: true},
+		{name: "0.0.0.0/0 except the whole pod range: no pods, no hint",
+			block:  networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: []string{"10.0.0.0/8"}},
+			blocks: outside, cut: "only the addresses outside the host cluster"},
+		{name: "part of the pod range: no pods, the rule dropped",
+			block: networkingv1.IPBlock{CIDR: "10.244.1.0/24"}, cut: "10.244.1.0/24", hint: true},
+		{name: "one pod's address: no pods",
+			block: networkingv1.IPBlock{CIDR: "10.244.1.5/32"}, cut: "10.244.1.5/32", hint: true},
+		{name: "a private range beside the pod range: no pods, no hint",
+			block: networkingv1.IPBlock{CIDR: "192.168.0.0/16"}, cut: "192.168.0.0/16"},
+		{name: "a public /32: unchanged",
+			block: networkingv1.IPBlock{CIDR: "203.0.113.7/32"}, blocks: []networkingv1.IPBlock{{CIDR: "203.0.113.7/32"}}},
+		{name: "::/0 on an IPv4 host holds no pod",
+			block: networkingv1.IPBlock{CIDR: "::/0"}, cut: "::/0"},
+		{name: "0.0.0.0/0 on a dual-stack host holds the IPv4 pods",
+			block: networkingv1.IPBlock{CIDR: "0.0.0.0/0"}, podCIDRs: v4v6, outside: outside6, allPods: true, blocks: outside, cut: "matches all the tenant's own pods"},
+		{name: "::/0 on a dual-stack host holds the IPv6 pods",
+			block: networkingv1.IPBlock{CIDR: "::/0"}, podCIDRs: v4v6, outside: outside6, allPods: true, blocks: outside6[1:], cut: "matches all the tenant's own pods"},
+		{name: "pod ranges not known: 0.0.0.0/0 holds them whatever they are",
+			block: networkingv1.IPBlock{CIDR: "0.0.0.0/0"}, podCIDRs: []netip.Prefix{}, allPods: true, blocks: outside, cut: "matches all the tenant's own pods"},
+		{name: "pod ranges not known: an exception may take some",
+			block: networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: []string{"10.0.0.0/8"}}, podCIDRs: []netip.Prefix{},
+			blocks: outside, cut: "only the addresses outside the host cluster", hint: true},
+		{name: "pod ranges not known: a public /32 unchanged",
+			block: networkingv1.IPBlock{CIDR: "203.0.113.7/32"}, podCIDRs: []netip.Prefix{}, blocks: []networkingv1.IPBlock{{CIDR: "203.0.113.7/32"}}},
+	}
+	for _, tt := range tests {
+		for _, direction := range []string{"ingress", "egress"} {
+			t.Run(tt.name+"/"+direction, func(t *testing.T) {
+				tr := tr
+				if tt.podCIDRs != nil {
+					tr.PodCIDRs = tt.podCIDRs
+				}
+				if tt.outside != nil {
+					tr.Outside = tt.outside
+				}
+				peers := []networkingv1.NetworkPolicyPeer{{IPBlock: tt.block.DeepCopy()}}
+				spec := networkingv1.NetworkPolicySpec{PolicyTypes: ingress, Ingress: []networkingv1.NetworkPolicyIngressRule{{From: peers}}}
+				field := "spec.ingress[0].from[0].ipBlock " + tt.block.CIDR + ": "
+				if direction == "egress" {
+					spec = networkingv1.NetworkPolicySpec{PolicyTypes: egress, Egress: []networkingv1.NetworkPolicyEgressRule{{To: peers}}}
+					field = "spec.egress[0].to[0].ipBlock " + tt.block.CIDR + ": "
+				}
+				host, cuts, err := tr.Translate(policy(spec), tenantNamespaces)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var want []networkingv1.NetworkPolicyPeer
+				if tt.allPods {
+					want = append(want, networkingv1.NetworkPolicyPeer{PodSelector: tr.allTenantPods()})
+				}
+				want = append(want, ipblock.Peers(tt.blocks)...)
+				if got := rulePeersOf(host); !equality(got, want) {
+					t.Errorf("peers %+v, want %+v", got, want)
+				}
+				if len(want) == 0 && len(host.Spec.Ingress)+len(host.Spec.Egress) > 0 {
+					t.Errorf("a rule whose peers were all cut is kept: %+v", host.Spec)
+				}
+				var text []string
+				for _, c := range cuts {
+					text = append(text, string(c))
+				}
+				got := strings.Join(text, "; ")
+				switch {
+				case tt.cut == "" && got != "":
+					t.Errorf("cuts %q, want none", got)
+				case tt.cut != "" && (!strings.HasPrefix(got, field) || !strings.Contains(got, tt.cut)):
+					t.Errorf("cuts %q, want %q naming %q", got, field, tt.cut)
+				}
+				if hint := strings.Contains(got, "pod addresses are not matched by ipBlock") && strings.Contains(got, "podSelector or namespaceSelector"); hint != tt.hint {
+					t.Errorf("cuts %q: hint to select pods %v, want %v", got, hint, tt.hint)
+				}
+				if tt.allPods && slices.ContainsFunc(rulePeersOf(host), func(p networkingv1.NetworkPolicyPeer) bool {
+					return p.PodSelector != nil && selects(p.PodSelector, map[string]string{contract.LabelTenantOf: "beta", contract.LabelTenantNamespace: "shop"})
+				}) {
+					t.Error("a peer admits another tenant's pod")
+				}
+			})
+		}
+	}
+}
+
+// rulePeersOf returns the peers of the host copy's first rule, nil when it
+// has none.
+func rulePeersOf(host *networkingv1.NetworkPolicy) []networkingv1.NetworkPolicyPeer {
+	switch {
+	case len(host.Spec.Ingress) > 0:
+		return host.Spec.Ingress[0].From
+	case len(host.Spec.Egress) > 0:
+		return host.Spec.Egress[0].To
+	}
+	return nil
+}
+
+// equality compares peers, an empty list and nil alike.
+func equality(a, b []networkingv1.NetworkPolicyPeer) bool {
+	return len(a) == len(b) && (len(a) == 0 || reflect.DeepEqual(a, b))
 }
 
 // The policy's own selector picks the tenant pods it isolates, through the
