@@ -75,6 +75,7 @@ func TestTenantIsolation(t *testing.T) {
 		{"translation", e.translation()},
 		{"network-policies", e.networkPolicies()},
 		{"storage", e.storage()},
+		{"steering", e.steering()},
 	} {
 		t.Run(g.name, func(t *testing.T) {
 			for _, c := range g.cases {
