@@ -30,4 +30,9 @@
 // The syncer's host credentials reach only its own host namespace, and it
 // writes or deletes a host object only if it is the copy of the same tenant
 // object.
+//
+// What the tenant reads of the host, in events, statuses and conditions,
+// goes through tenantmsg (tenantscope.go for pods): the host's reason and
+// the tenant's own names and field paths, never the host's namespaces,
+// names, quotas or addresses, which stay in the syncer's log.
 package syncer

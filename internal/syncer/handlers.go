@@ -18,7 +18,9 @@ func unwrap(obj any) any {
 
 // forwardEvent repeats a host event about a host pod (image pulled, container
 // started, probe failed) on the tenant pod, image pull failures reduced to
-// their kind (TenantEventMessage). Events older than this syncer
+// their kind (TenantEventMessage) and the host's names of the pod, its
+// namespace and what it mounts turned into the tenant's (podScope): a
+// kubelet's BackOff or FailedMount names them. Events older than this syncer
 // are not repeated, so a restart does not replay history, and events about
 // a helper init container are not either (reportHelperFailures tells the
 // tenant what matters of those).
@@ -34,7 +36,8 @@ func (s *syncer) forwardEvent(ev *corev1.Event) {
 	switch {
 	case !ok, aboutHelper(ev):
 	case fromHostKubelet(ev):
-		s.recorder.Event(tenant, ev.Type, ev.Reason, TenantEventMessage(ev.Message))
+		scope := s.provider.scope(tenant, host)
+		s.recorder.Event(tenant, ev.Type, ev.Reason, scope.Scrub(TenantEventMessage(ev.Message)))
 	case ev.Reason == "FailedScheduling":
 		s.recorder.Event(tenant, corev1.EventTypeWarning, ReasonWaitingForHost, "The host cluster has no room for this pod yet: it starts once the host has")
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -14,16 +15,42 @@ import (
 
 // alwaysDenied are the registries every tenant is denied: addresses of the
 // node itself and of its link (cloud metadata services), and the names RFC
-// 6761 reserves for loopback.
-var alwaysDenied = []string{"localhost", "*.localhost", "127.0.0.0/8", "::1/128", "169.254.0.0/16", "fe80::/10", "0.0.0.0/8", "::/128", "224.0.0.0/4", "ff00::/8"}
+// 6761 reserves for loopback. Each has what the tenant is told it is: these
+// are the same on every host, so naming them tells nothing of this one.
+var alwaysDenied = []deniedRegistry{
+	{"localhost", "the node itself (localhost)"}, {"*.localhost", "the node itself (a localhost name)"},
+	{"127.0.0.0/8", "the node itself (loopback)"}, {"::1/128", "the node itself (loopback)"},
+	{"169.254.0.0/16", "the node's link (link-local, where cloud metadata services answer)"},
+	{"fe80::/10", "the node's link (link-local)"},
+	{"0.0.0.0/8", "an unspecified address, which reaches the node itself"}, {"::/128", "an unspecified address, which reaches the node itself"},
+	{"224.0.0.0/4", "a multicast address"}, {"ff00::/8", "a multicast address"},
+}
+
+// deniedRegistry is a registry entry every tenant is denied, and what it
+// is, in the tenant's words.
+type deniedRegistry struct{ entry, what string }
+
+// alwaysDeniedEntries are the entries of alwaysDenied, as matchRegistry
+// takes them.
+var alwaysDeniedEntries = func() []string {
+	out := make([]string, len(alwaysDenied))
+	for i, d := range alwaysDenied {
+		out[i] = d.entry
+	}
+	return out
+}()
 
 // dockerHub is how go-containerregistry names Docker Hub's registry; image
 // references and contract.ImagePolicy entries say docker.io.
 const dockerHub = "index.docker.io"
 
-// Check refuses image, with a reason for the tenant, when its registry is
-// denied or not allowed. field names where the image was given, such as
-// spec.containers[0].image.
+// checkImage refuses image, with a reason for the tenant, when its
+// registry is denied or not allowed. field names where the image was
+// given, such as spec.containers[0].image. The reason names the registry
+// the tenant wrote and, for the registries every host denies, what they
+// are; never the deny list entry that matched one of the host's own ranges
+// or the platform's list, which would tell the tenant the host's layout.
+// The allowed registries are the VirtualCluster's, the tenant's to use.
 func checkImage(p contract.ImagePolicy, field, image string) error {
 	ref, err := name.ParseReference(image)
 	if err != nil {
@@ -33,14 +60,16 @@ func checkImage(p contract.ImagePolicy, field, image string) error {
 	if host, _ := splitRegistry(registry); isOddNumericHost(host) {
 		return fmt.Errorf("%s: registry %s is an IP address in a non-standard form, which resolvers read as any address: write the registry's name", field, registry)
 	}
-	for _, list := range [][]string{alwaysDenied, p.Denied} {
-		if entry, ok := matchRegistry(list, registry); ok {
-			return fmt.Errorf("%s: images from %s are not allowed on the virtual node (the host denies %s): use another registry", field, registryName(registry), entry)
-		}
+	if entry, ok := matchRegistry(alwaysDeniedEntries, registry); ok {
+		what := alwaysDenied[slices.IndexFunc(alwaysDenied, func(d deniedRegistry) bool { return d.entry == entry })].what
+		return fmt.Errorf("%s: images from %s are not allowed on the virtual node: the registry is %s; use another registry", field, registryName(registry), what)
+	}
+	if _, ok := matchRegistry(p.Denied, registry); ok {
+		return fmt.Errorf("%s: images from %s are not allowed on the virtual node: the registry is in the host's networks or on the platform's deny list; use another registry", field, registryName(registry))
 	}
 	if len(p.Allowed) > 0 {
 		if _, ok := matchRegistry(p.Allowed, registry); !ok {
-			return fmt.Errorf("%s: images from %s are not allowed on the virtual node: use one of the allowed registries %s", field, registryName(registry), strings.Join(p.Allowed, ", "))
+			return fmt.Errorf("%s: images from %s are not allowed on the virtual node: use one of the registries the VirtualCluster allows (spec.virtualNode.imageRegistries): %s", field, registryName(registry), strings.Join(p.Allowed, ", "))
 		}
 	}
 	return nil

@@ -2,6 +2,7 @@ package syncer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/client-go/transport/spdy"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+	utilexec "k8s.io/utils/exec"
 
 	"github.com/nestdev/nest/internal/syncer/contract"
 )
@@ -24,6 +26,9 @@ import (
 // The virtual node's kubelet API (logs, exec, attach, port-forward) is served
 // by relaying each request to the host API server for the host pod. The
 // syncer's host Role grants exactly these subresources in its namespace.
+// virtual-kubelet answers the tenant's API server with the error it gets,
+// which kubectl prints: the host's words in it (the host pod's name and
+// namespace) are the tenant's pod's (tellKubelet).
 
 // GetContainerLogs streams a container's log from the host pod.
 func (p *podProvider) GetContainerLogs(ctx context.Context, namespace, podName, container string, o api.ContainerLogOpts) (io.ReadCloser, error) {
@@ -40,23 +45,46 @@ func (p *podProvider) GetContainerLogs(ctx context.Context, namespace, podName, 
 	if !o.SinceTime.IsZero() {
 		opts.SinceTime = &metav1.Time{Time: o.SinceTime}
 	}
-	return p.host.CoreV1().Pods(p.tr.HostNamespace).GetLogs(contract.HostName(p.tr.VirtualCluster, namespace, podName), opts).Stream(ctx)
+	logs, err := p.host.CoreV1().Pods(p.tr.HostNamespace).GetLogs(contract.HostName(p.tr.VirtualCluster, namespace, podName), opts).Stream(ctx)
+	if err != nil {
+		return nil, p.tellKubelet(ctx, namespace, podName, err)
+	}
+	return logs, nil
+}
+
+// tellKubelet is the error of a kubelet API call on the tenant pod
+// namespace/podName as the tenant reads it (tell). A command's exit status
+// is left as it is: the tenant's kubectl exits with its code.
+func (p *podProvider) tellKubelet(ctx context.Context, namespace, podName string, err error) error {
+	var exit utilexec.ExitError
+	if err == nil || errors.As(err, &exit) {
+		return err
+	}
+	tenant, terr := p.tenantPods.Pods(namespace).Get(podName)
+	if terr != nil {
+		tenant = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: podName}}
+	}
+	host, herr := p.hostPods.Get(contract.HostName(p.tr.VirtualCluster, namespace, podName))
+	if herr != nil {
+		host = nil
+	}
+	return p.tell(ctx, tenant, host, err)
 }
 
 // RunInContainer runs a command in the host pod's container.
 func (p *podProvider) RunInContainer(ctx context.Context, namespace, podName, container string, cmd []string, attach api.AttachIO) error {
-	return p.stream(ctx, "exec", namespace, podName, &corev1.PodExecOptions{
+	return p.tellKubelet(ctx, namespace, podName, p.stream(ctx, "exec", namespace, podName, &corev1.PodExecOptions{
 		Container: container, Command: cmd,
 		Stdin: attach.Stdin() != nil, Stdout: attach.Stdout() != nil, Stderr: attach.Stderr() != nil, TTY: attach.TTY(),
-	}, attach)
+	}, attach))
 }
 
 // AttachToContainer attaches to the host pod's container.
 func (p *podProvider) AttachToContainer(ctx context.Context, namespace, podName, container string, attach api.AttachIO) error {
-	return p.stream(ctx, "attach", namespace, podName, &corev1.PodAttachOptions{
+	return p.tellKubelet(ctx, namespace, podName, p.stream(ctx, "attach", namespace, podName, &corev1.PodAttachOptions{
 		Container: container,
 		Stdin:     attach.Stdin() != nil, Stdout: attach.Stdout() != nil, Stderr: attach.Stderr() != nil, TTY: attach.TTY(),
-	}, attach)
+	}, attach))
 }
 
 // stream runs an exec or attach session against the host pod and copies the
@@ -117,6 +145,11 @@ func (p *podProvider) GetMetricsResource(context.Context) ([]*dto.MetricFamily, 
 // PortForward relays one forwarded connection to a port of the host pod,
 // speaking the port-forward protocol to the host API server.
 func (p *podProvider) PortForward(ctx context.Context, namespace, podName string, port int32, stream io.ReadWriteCloser) error {
+	return p.tellKubelet(ctx, namespace, podName, p.portForward(ctx, namespace, podName, port, stream))
+}
+
+// portForward is PortForward with the error in the host's words.
+func (p *podProvider) portForward(ctx context.Context, namespace, podName string, port int32, stream io.ReadWriteCloser) error {
 	defer stream.Close()
 	url := p.host.CoreV1().RESTClient().Post().Resource("pods").Namespace(p.tr.HostNamespace).
 		Name(contract.HostName(p.tr.VirtualCluster, namespace, podName)).SubResource("portforward").URL()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/syncer/kinds/hostcopy"
+	"github.com/nestdev/nest/internal/syncer/tenantmsg"
 )
 
 // objectSyncer makes the host copies of the ConfigMaps and Secrets a pod
@@ -39,7 +40,8 @@ func (o *objectSyncer) ensureFor(ctx context.Context, namespace string, pt *PodT
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("configmap %s/%s: %w", namespace, name, err)
+			// The tenant's own cache: its words are the tenant's.
+			return tenantmsg.AsIs(fmt.Errorf("configmap %s/%s: %w", namespace, name, err))
 		}
 		if err := o.configMaps.Apply(ctx, cm); err != nil {
 			return err
@@ -51,7 +53,8 @@ func (o *objectSyncer) ensureFor(ctx context.Context, namespace string, pt *PodT
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("secret %s/%s: %w", namespace, name, err)
+			// The tenant's own cache: its words are the tenant's.
+			return tenantmsg.AsIs(fmt.Errorf("secret %s/%s: %w", namespace, name, err))
 		}
 		if err := o.secrets.Apply(ctx, s); err != nil {
 			return err

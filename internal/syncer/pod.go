@@ -204,7 +204,7 @@ func (t Translator) TranslatePod(tenant *corev1.Pod, metadata contract.MetadataA
 	}
 	if g := t.GracePeriod(spec.TerminationGracePeriodSeconds); g != nil && *g != *spec.TerminationGracePeriodSeconds {
 		out.Warnings = append(out.Warnings, PodWarning{ReasonGracePeriodCut, fmt.Sprintf(
-			"terminationGracePeriodSeconds %d is above the virtual node's bound: the pod gets %d seconds to stop", *spec.TerminationGracePeriodSeconds, *g)})
+			"spec.terminationGracePeriodSeconds %d is above the virtual node's bound (the VirtualCluster's spec.virtualNode.maxTerminationGracePeriodSeconds): the pod gets %d seconds to stop", *spec.TerminationGracePeriodSeconds, *g)})
 		spec.TerminationGracePeriodSeconds = g
 	}
 	hardenRuntime(spec)

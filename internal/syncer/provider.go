@@ -29,6 +29,7 @@ import (
 	"github.com/nestdev/nest/internal/syncer/kinds/hostcopy"
 	"github.com/nestdev/nest/internal/syncer/kinds/service"
 	"github.com/nestdev/nest/internal/syncer/kinds/serviceaccounttoken"
+	"github.com/nestdev/nest/internal/syncer/tenantmsg"
 )
 
 // podProvider is the virtual-kubelet pod lifecycle handler: it runs tenant
@@ -71,43 +72,58 @@ type podProvider struct {
 	// nodeNetwork is the node network annotation of a virtual node's
 	// hostNetwork pods (nodenetwork.go); nil without Options.NodeNetwork.
 	nodeNetwork func(node string) (string, error)
+	// member is the member cluster a member syncer runs pods in, "" on
+	// the host: what the tenant is told of a full quota names its grant.
+	member string
 }
 
 // CreatePod checks the tenant pod against the Pod Security level,
 // translates it, admits it to the tenant's share of the host, copies what it
 // references, issues its tokens and creates the host pod. A refused pod never
 // reaches the host; the error becomes the tenant pod's status message and an
-// event. A pod that does not fit the node is rejected as a kubelet rejects
-// it: it ends Failed, so its controller replaces it. A finished pod is never
-// started again.
+// event, so it names the tenant's pod and fields only (tell): what the host
+// said goes to the log. A pod that does not fit the node is rejected as a
+// kubelet rejects it: it ends Failed, so its controller replaces it. A
+// finished pod is never started again.
 func (p *podProvider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
+	pt, err := p.createPod(ctx, pod)
+	var host *corev1.Pod
+	if pt != nil {
+		host = pt.Pod
+	}
+	return p.tell(ctx, pod, host, err)
+}
+
+// createPod is CreatePod with the error in the host's words, and the
+// translation, nil when translation did not get that far.
+func (p *podProvider) createPod(ctx context.Context, pod *corev1.Pod) (*PodTranslation, error) {
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-		return nil
+		return nil, nil
 	}
 	if err := p.security.Check(pod); err != nil {
-		return refused(err)
+		return nil, refused(err)
 	}
 	pt, err := p.translate(pod, p.services(pod.Namespace))
 	if err != nil {
-		return refused(err)
+		return nil, refused(err)
 	}
 	if err := p.withNodeNetwork(pod, pt.Pod); err != nil {
-		return err
+		return pt, err
 	}
 	if err := p.checkClaims(ctx, pod, pt.Claims); err != nil {
-		return err
+		return pt, err
 	}
 	if err := p.capacity.admit(pod); err != nil {
 		var r *Rejection
 		switch {
 		case errors.As(err, &r) && p.gate != nil:
 			p.holdPod(pod, r, p.retryHeld)
-			return nil
+			return pt, nil
 		case errors.As(err, &r):
 			p.reject(pod, r)
-			return nil
+			return pt, nil
 		}
-		return refused(err)
+		return pt, refused(err)
 	}
 	if p.gate != nil {
 		p.gate.release(pod.Namespace + "/" + pod.Name)
@@ -123,23 +139,23 @@ func (p *podProvider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 		// LimitRange's default requests, pods still terminating there):
 		// the pod waits for room as one over the grant does.
 		p.capacity.forget(pod.UID)
-		p.holdPod(pod, &Rejection{Reason: ReasonQuotaExceeded, Message: err.Error()}, p.retryHeld)
-		return nil
+		p.holdPod(pod, &Rejection{Reason: ReasonQuotaExceeded, Message: p.tell(ctx, pod, pt.Pod, err).Error()}, p.retryHeld)
+		return pt, nil
 	}
 	if p.gate != nil && isWebhookUnavailable(err) {
 		// With the injector's failurePolicy Fail, a member that cannot
 		// reach it refuses the pod; a pod with restartPolicy Never would
 		// fail for good if this were an error.
 		p.capacity.forget(pod.UID)
-		p.holdPod(pod, &Rejection{Reason: ReasonInjectorUnavailable, Message: err.Error()}, p.retryHeld)
-		return nil
+		p.holdPod(pod, &Rejection{Reason: ReasonInjectorUnavailable, Message: p.tell(ctx, pod, pt.Pod, err).Error()}, p.retryHeld)
+		return pt, nil
 	}
 	if err == nil {
 		for _, w := range pt.Warnings {
 			p.recorder.Event(pod, corev1.EventTypeWarning, w.Reason, w.Message)
 		}
 	}
-	return err
+	return pt, err
 }
 
 // checkClaims refuses a pod whose claims are not backed by host claims the
@@ -202,7 +218,7 @@ func (p *podProvider) start(ctx context.Context, pod *corev1.Pod, pt *PodTransla
 			return err
 		}
 		if undo, err = p.objects.budget.Reserve(hostcopy.KindSecret, tokenSecret, hostcopy.IdentitySize(tokenSecret.Data)); err != nil {
-			return fmt.Errorf("the pod's labels and annotations for its downward API files: %w", err)
+			return tenantmsg.Wrap(err, "the pod's labels and annotations for its downward API files")
 		}
 	}
 	host, err := p.createOrAdopt(ctx, pod, pt.Pod)
@@ -242,7 +258,7 @@ func (p *podProvider) ensureNodeDisk(ctx context.Context, claim string) error {
 		return err
 	}
 	if err != nil {
-		return fmt.Errorf("create the virtual node's disk %s: %w", claim, err)
+		return tenantmsg.Wrap(fmt.Errorf("create the virtual node's disk %s: %w", claim, err), "the virtual node's disk, where hostPath volumes live, could not be made")
 	}
 	klog.FromContext(ctx).Info("Created the virtual node's disk", "claim", klog.KRef(p.tr.HostNamespace, claim))
 	return nil
@@ -253,7 +269,9 @@ func (p *podProvider) ensureNodeDisk(ctx context.Context, claim string) error {
 // namespace "node-disk" gives its claims the names disks have.
 func notTenantClaim(c *corev1.PersistentVolumeClaim) error {
 	if ns, name, ok := contract.TenantKey(c.Annotations); ok {
-		return errdefs.AsInvalidInput(fmt.Errorf("the virtual node's disk %s cannot be made: the tenant claim %s/%s holds its host name; delete or rename that claim", c.Name, ns, name))
+		return errdefs.AsInvalidInput(tenantmsg.WithText(
+			fmt.Errorf("the virtual node's disk %s cannot be made: the tenant claim %s/%s holds its host name; delete or rename that claim", c.Name, ns, name),
+			fmt.Sprintf("the virtual node's disk, where hostPath volumes live, cannot be made: the claim %s/%s holds its name on the host; delete or rename that claim", ns, name)))
 	}
 	return nil
 }
@@ -285,9 +303,10 @@ func (p *podProvider) deleteNodeDisk(ctx context.Context, node string) error {
 }
 
 // refused marks err as the tenant's to fix: the pod controller reports it on
-// the tenant pod.
+// the tenant pod. Its text is the tenant's already: it names the pod's
+// fields, and what the tenant wrote in them.
 func refused(err error) error {
-	return errdefs.AsInvalidInput(fmt.Errorf("refused by the virtual node: %w", err))
+	return errdefs.AsInvalidInput(tenantmsg.AsIs(fmt.Errorf("refused by the virtual node: %w", err)))
 }
 
 // createOrAdopt creates the host pod, or returns the one that already runs
@@ -302,11 +321,11 @@ func (p *podProvider) createOrAdopt(ctx context.Context, pod, want *corev1.Pod) 
 		return created, nil
 	}
 	if !apierrors.IsAlreadyExists(err) {
-		return nil, fmt.Errorf("create host pod %s/%s: %w", p.tr.HostNamespace, want.Name, err)
+		return nil, tenantmsg.Wrap(fmt.Errorf("create host pod %s/%s: %w", p.tr.HostNamespace, want.Name, err), "the host did not create the pod")
 	}
 	existing, err := pods.Get(ctx, want.Name, metav1.GetOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("get host pod %s: %w", want.Name, err)
+		return nil, tenantmsg.Wrap(fmt.Errorf("get host pod %s: %w", want.Name, err), "the pod could not be read on the host")
 	}
 	if !contract.IsCopyOf(existing, p.tr.VirtualCluster, pod.Namespace, pod.Name) {
 		return nil, contract.NotOurCopy("pod", existing, pod.Namespace+"/"+pod.Name)
@@ -321,7 +340,8 @@ func (p *podProvider) createOrAdopt(ctx context.Context, pod, want *corev1.Pod) 
 			return nil, fmt.Errorf("delete stale host pod %s: %w", want.Name, err)
 		}
 	}
-	return nil, fmt.Errorf("host pod %s of an earlier pod named %s is still terminating", want.Name, klog.KObj(pod))
+	return nil, tenantmsg.WithText(fmt.Errorf("host pod %s of an earlier pod named %s is still terminating", want.Name, klog.KObj(pod)),
+		fmt.Sprintf("an earlier pod named %s is still stopping on the virtual node: this one starts once it is gone", klog.KObj(pod)))
 }
 
 // writeTokenSecret creates the pod's token Secret, owned by the host pod, or
@@ -343,7 +363,7 @@ func (p *podProvider) writeTokenSecret(ctx context.Context, s *corev1.Secret, ow
 		},
 	}
 	if err := secrets.Apply(ctx, s); err != nil {
-		return fmt.Errorf("write token Secret %s: %w", s.Name, err)
+		return tenantmsg.Wrap(fmt.Errorf("write token Secret %s: %w", s.Name, err), "the pod's service account tokens could not be stored on the host")
 	}
 	return nil
 }
@@ -383,10 +403,10 @@ func (p *podProvider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 			return err
 		})
 	if errdefs.IsInvalidInput(err) {
-		p.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonUpdateRefused, "update refused by the virtual node: %v", err)
+		p.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonUpdateRefused, "update refused by the virtual node: %v", p.tell(ctx, pod, pt.Pod, err))
 		return nil
 	}
-	return err
+	return p.tell(ctx, pod, pt.Pod, err)
 }
 
 // translate is TranslatePod with the labels the tenant's NetworkPolicies
@@ -412,6 +432,7 @@ func (p *podProvider) translateUpdate(pod *corev1.Pod) *PodTranslation {
 	}
 	without := pod.DeepCopy()
 	without.Spec.EphemeralContainers = nil
+	// Translation's refusals name the pod's fields only.
 	if pt, errWithout := p.translate(without, nil); errWithout == nil {
 		p.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonEphemeralContainerRefused, "refused by the virtual node: %v", err)
 		return pt
@@ -436,7 +457,7 @@ func (p *podProvider) updateHostPod(ctx context.Context, pod *corev1.Pod, pt *Po
 		case errdefs.IsInvalidInput(err):
 			// Refused: the tenant hears why, and the pod's other changes
 			// still reach the host.
-			p.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonEphemeralContainerRefused, "refused by the virtual node: %v", err)
+			p.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonEphemeralContainerRefused, "refused by the virtual node: %v", p.tell(ctx, pod, host, err))
 		case err != nil:
 			return err
 		default:
@@ -446,13 +467,13 @@ func (p *podProvider) updateHostPod(ctx context.Context, pod *corev1.Pod, pt *Po
 	if err := p.refreshIdentity(ctx, pt); errdefs.IsInvalidInput(err) {
 		// Past the object budget: the downward API files keep their
 		// values, and the pod's other changes still reach the host.
-		p.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonUpdateRefused, "update refused by the virtual node: %v", err)
+		p.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonUpdateRefused, "update refused by the virtual node: %v", p.tell(ctx, pod, host, err))
 	} else if err != nil {
 		return err
 	}
 	if resized := resizedContainers(host, pt.Pod); resized != nil {
 		if host, err = p.host.CoreV1().Pods(p.tr.HostNamespace).UpdateResize(ctx, host.Name, resized, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("resize host pod %s: %w", resized.Name, err)
+			return tenantmsg.Wrap(fmt.Errorf("resize host pod %s: %w", resized.Name, err), "the host did not resize the pod")
 		}
 	}
 	upd := host.DeepCopy()
@@ -461,7 +482,7 @@ func (p *podProvider) updateHostPod(ctx context.Context, pod *corev1.Pod, pt *Po
 	copyImages(upd.Spec.InitContainers, pt.Pod.Spec.InitContainers)
 	copyImages(upd.Spec.Containers, pt.Pod.Spec.Containers)
 	if _, err := p.host.CoreV1().Pods(p.tr.HostNamespace).Update(ctx, upd, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("update host pod %s: %w", upd.Name, err)
+		return tenantmsg.Wrap(fmt.Errorf("update host pod %s: %w", upd.Name, err), "the host did not update the pod")
 	}
 	return nil
 }
@@ -472,7 +493,7 @@ func (p *podProvider) updateHostPod(ctx context.Context, pod *corev1.Pod, pt *Po
 // It returns the updated host pod.
 func (p *podProvider) addEphemeralContainers(ctx context.Context, pod *corev1.Pod, pt *PodTranslation, host *corev1.Pod) (*corev1.Pod, error) {
 	if err := p.security.Check(pod); err != nil {
-		return nil, errdefs.AsInvalidInput(err)
+		return nil, errdefs.AsInvalidInput(tenantmsg.AsIs(err))
 	}
 	if err := p.objects.ensureFor(ctx, pod.Namespace, pt); err != nil {
 		return nil, err
@@ -481,7 +502,7 @@ func (p *podProvider) addEphemeralContainers(ctx context.Context, pod *corev1.Po
 	upd.Spec.EphemeralContainers = pt.EphemeralContainers
 	updated, err := p.host.CoreV1().Pods(p.tr.HostNamespace).UpdateEphemeralContainers(ctx, upd.Name, upd, metav1.UpdateOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("add ephemeral containers to host pod %s: %w", upd.Name, err)
+		return nil, tenantmsg.Wrap(fmt.Errorf("add ephemeral containers to host pod %s: %w", upd.Name, err), "the host did not add the ephemeral containers")
 	}
 	// kubectl debug --profile=sysadmin asks for privileged.
 	if w, ok := p.tr.confinedWarning(pod); ok {
@@ -517,7 +538,7 @@ func (p *podProvider) refreshIdentity(ctx context.Context, pt *PodTranslation) e
 	}
 	undo, err := p.objects.budget.Reserve(hostcopy.KindSecret, upd, hostcopy.IdentitySize(upd.Data))
 	if err != nil {
-		return errdefs.AsInvalidInput(fmt.Errorf("the pod's labels and annotations for its downward API files: %w", err))
+		return errdefs.AsInvalidInput(tenantmsg.Wrap(err, "the pod's labels and annotations for its downward API files"))
 	}
 	if _, err := p.host.CoreV1().Secrets(p.tr.HostNamespace).Update(ctx, upd, metav1.UpdateOptions{}); err != nil {
 		undo()
@@ -587,6 +608,12 @@ func copyImages(dst, src []corev1.Container) {
 // one, the live object is checked, and a host pod under the name that is not
 // this tenant pod's is left alone.
 func (p *podProvider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
+	// virtual-kubelet records the error on the tenant pod.
+	return p.tell(ctx, pod, nil, p.deletePod(ctx, pod))
+}
+
+// deletePod is DeletePod with the error in the host's words.
+func (p *podProvider) deletePod(ctx context.Context, pod *corev1.Pod) error {
 	name := contract.HostName(p.tr.VirtualCluster, pod.Namespace, pod.Name)
 	pods := p.host.CoreV1().Pods(p.tr.HostNamespace)
 	host, err := p.hostPods.Get(name)
@@ -598,7 +625,7 @@ func (p *podProvider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("get host pod %s: %w", name, err)
+		return tenantmsg.Wrap(fmt.Errorf("get host pod %s: %w", name, err), "the pod could not be read on the host")
 	}
 	if !p.isHostPodOf(host, pod) {
 		klog.FromContext(ctx).Info("Host pod under the name runs another pod; not deleting it", "pod", klog.KObj(pod), "hostPod", klog.KObj(host))
@@ -612,7 +639,7 @@ func (p *podProvider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 		p.notifyTerminated(pod, "Deleted")
 		return nil
 	}
-	return err
+	return tenantmsg.Wrap(err, "the host did not delete the pod")
 }
 
 // tenantPodGone reports whether pod is no longer in the tenant API, as far

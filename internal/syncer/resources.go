@@ -41,7 +41,7 @@ func checkKnownResources(spec *corev1.PodSpec, capacity corev1.ResourceList) err
 		}{{"requests", r.Requests}, {"limits", r.Limits}} {
 			for _, name := range slices.Sorted(maps.Keys(l.list)) {
 				if !known(name) {
-					return fmt.Errorf("%s.%s[%s]: %s is not in the tenant's share of the host (the virtual node has %s): remove it, or ask the host administrator to add it to the VirtualCluster's share",
+					return fmt.Errorf("%s.%s[%s]: %s is not in the tenant's share of the host (the virtual node has %s): remove it, or ask the platform team to add it to the VirtualCluster's share (spec.promoteResources.resources)",
 						field, l.kind, name, name, contract.FormatResourceList(capacity))
 				}
 			}
@@ -79,7 +79,7 @@ func podRequests(pod *corev1.Pod) corev1.ResourceList {
 // one against "pods".
 func checkFits(pod *corev1.Pod, others []*corev1.Pod, capacity corev1.ResourceList) error {
 	if limit, ok := capacity[corev1.ResourcePods]; ok && int64(len(others)+1) > limit.Value() {
-		return outOf(corev1.ResourcePods, fmt.Sprintf("the virtual node already runs %d pods, its most: wait for pods to finish, or ask the host administrator for a larger share", len(others)))
+		return outOf(corev1.ResourcePods, fmt.Sprintf("the virtual node already runs %d pods, its most: wait for pods to finish, or ask the platform team for a larger share (the VirtualCluster's spec.promoteResources.resources.pods)", len(others)))
 	}
 	want := podRequests(pod)
 	used := corev1.ResourceList{}

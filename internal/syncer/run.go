@@ -203,6 +203,7 @@ func newSyncerFor(ctx context.Context, o Options, tenant, host kubernetes.Interf
 		recorder:   s.recorder,
 		tenantPods: tenantPods,
 		hostPods:   s.hostF.Core().V1().Pods().Lister().Pods(o.HostNamespace),
+		member:     o.Member,
 	}
 	s.provider.capacity = &admission{capacity: map[string]corev1.ResourceList{}, pods: tenantPods, onHost: s.provider.runsOnHost,
 		nodes: s.tenantF.Core().V1().Nodes().Lister()}

@@ -5,6 +5,9 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nestdev/nest/internal/syncer/contract"
+	"github.com/nestdev/nest/internal/syncer/tenantmsg"
 )
 
 // TenantStatus returns the tenant pod's status from its host pod's: phase,
@@ -12,7 +15,9 @@ import (
 // image pull failures reduced to their kind (tenantWaiting).
 // The QoS class stays the tenant's, which the tenant API server computed from
 // the tenant's own spec. Observed generations are the tenant's (see
-// tenantGeneration).
+// tenantGeneration). The host kubelet's and runtime's messages name the
+// host pod, its namespace and the host copies of what it mounts: the
+// tenant reads them in its own names (tenantMessages).
 func TenantStatus(tenant, host *corev1.Pod) corev1.PodStatus {
 	s := *host.Status.DeepCopy()
 	s.QOSClass = tenant.Status.QOSClass
@@ -30,8 +35,36 @@ func TenantStatus(tenant, host *corev1.Pod) corev1.PodStatus {
 		s.Conditions[i] = initializedWithoutHelpers(s.Conditions[i])
 		s.Conditions[i].ObservedGeneration = tenantGeneration(s.Conditions[i].ObservedGeneration, tenant, host)
 	}
+	tenantMessages(&s, podScope(host.Labels[contract.LabelTenantOf], host.Namespace, tenant, host))
 	s.Conditions = withTenantConditions(s.Conditions, tenant)
 	return s
+}
+
+// tenantMessages rewrites the host's words in a status for the tenant
+// (tenantmsg.Scope.Scrub): the pod's message, its conditions' and its
+// containers' waiting and terminated messages, but for image pull
+// failures, which tenantWaiting wrote. A terminated container's
+// message may be its own termination log, whose addresses are the
+// tenant's: only host names are rewritten there.
+func tenantMessages(s *corev1.PodStatus, scope tenantmsg.Scope) {
+	s.Message = scope.Scrub(s.Message)
+	for i := range s.Conditions {
+		s.Conditions[i].Message = scope.Scrub(s.Conditions[i].Message)
+	}
+	for _, statuses := range [][]corev1.ContainerStatus{s.InitContainerStatuses, s.ContainerStatuses, s.EphemeralContainerStatuses} {
+		for i := range statuses {
+			for _, state := range []*corev1.ContainerState{&statuses[i].State, &statuses[i].LastTerminationState} {
+				// An image pull failure is its kind and the image already
+				// (tenantWaiting): the image's registry is the tenant's.
+				if w := state.Waiting; w != nil && w.Message != "" && !imagePullReasons[w.Reason] {
+					w.Message = scope.Scrub(w.Message)
+				}
+				if t := state.Terminated; t != nil && t.Message != "" {
+					t.Message = scope.ScrubNames(t.Message)
+				}
+			}
+		}
+	}
 }
 
 // withTenantConditions adds to the host's conditions those of the tenant

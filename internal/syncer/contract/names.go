@@ -129,10 +129,24 @@ func IsCopyOfUID(host metav1.Object, vc, namespace, name, uid string) bool {
 
 // NotOurCopy is the error for a host object that holds the name of the copy
 // of the tenant object tenantKey ("namespace/name") but is not that copy. It
-// is terminal: retrying cannot change whose object it is.
+// is terminal: retrying cannot change whose object it is. It wraps a
+// *NotOurCopyError, so what the tenant is told of it (tenantmsg) leaves the
+// host object's namespace and name out.
 func NotOurCopy(kind string, host metav1.Object, tenantKey string) error {
-	return kindsync.Terminal(fmt.Errorf("host %s %s/%s already exists and is not the copy of %s: refusing to overwrite or delete it; rename the tenant object, or ask the host administrator to remove the host %s",
-		kind, host.GetNamespace(), host.GetName(), tenantKey, kind))
+	return kindsync.Terminal(&NotOurCopyError{Kind: kind, HostNamespace: host.GetNamespace(), HostName: host.GetName(), TenantKey: tenantKey})
+}
+
+// NotOurCopyError says that the host object HostNamespace/HostName, of
+// Kind, holds the name of the copy of the tenant object TenantKey
+// ("namespace/name") but is not that copy.
+type NotOurCopyError struct {
+	Kind, HostNamespace, HostName, TenantKey string
+}
+
+// Error is the full story, for the syncer's log and the host administrator.
+func (e *NotOurCopyError) Error() string {
+	return fmt.Sprintf("host %s %s/%s already exists and is not the copy of %s: refusing to overwrite or delete it; rename the tenant object, or ask the host administrator to remove the host %s",
+		e.Kind, e.HostNamespace, e.HostName, e.TenantKey, e.Kind)
 }
 
 // TenantKey returns the tenant namespace and name a host object stands for,

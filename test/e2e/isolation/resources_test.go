@@ -217,7 +217,9 @@ func (e *env) dataFlood(t *testing.T) {
 }
 
 // waitOverBudget waits until the tenant pod's status or events say the
-// object budget stopped it, and checks it does not run.
+// object budget stopped it, naming the VirtualCluster's budget (its data
+// bytes, or the count of copies its quota holds) and not the host's quota,
+// and checks it does not run.
 func (e *env) waitOverBudget(t *testing.T, name string) {
 	t.Helper()
 	testutil.Eventually(t, time.Minute, name+" stopped by the object budget", func() error {
@@ -226,8 +228,13 @@ func (e *env) waitOverBudget(t *testing.T, name string) {
 			t.Fatalf("%s runs past the object budget", name)
 		}
 		seen := p.Status.Message + "\n" + e.tenantEvents(t, e.alpha, "default", name)
-		if !strings.Contains(seen, "budget") && !strings.Contains(seen, "exceeded quota") {
+		if !strings.Contains(seen, "object budget") && !strings.Contains(seen, "spec.virtualNode.objectBudget.configMaps quota is full") {
 			return errorf("status and events: %s", seen)
+		}
+		for _, leak := range []string{e.alpha.Namespace, "alpha-object-budget", "exceeded quota"} {
+			if strings.Contains(seen, leak) {
+				t.Errorf("the tenant reads the host's %q:\n%s", leak, seen)
+			}
 		}
 		return nil
 	})
@@ -250,8 +257,11 @@ func (e *env) serviceFlood(t *testing.T) {
 	testutil.Eventually(t, time.Minute, "a tenant Service told the host refused it", func() error {
 		for i := range n {
 			if ev := e.tenantEvents(t, e.alpha, "default", fmt.Sprintf("flood-%d", i)); strings.Contains(ev, "HostServiceFailed") {
-				if !strings.Contains(ev, "exceeded quota") {
+				if !strings.Contains(ev, "the VirtualCluster's spec.virtualNode.objectBudget.services quota is full") {
 					t.Errorf("event does not say why: %s", ev)
+				}
+				if strings.Contains(ev, e.alpha.Namespace) || strings.Contains(ev, "alpha-object-budget") {
+					t.Errorf("event names the host namespace or quota: %s", ev)
 				}
 				return nil
 			}

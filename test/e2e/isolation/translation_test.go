@@ -45,6 +45,7 @@ func (e *env) translation() []testCase {
 			e.refused(t, testPod("image-numeric", image("2130706433:10250/pods:latest")), "non-standard form")
 		}},
 		{"image-pull-errors-reach-the-tenant-as-their-kind", e.pullErrorKind},
+		{"refusals-name-nothing-of-the-host", e.refusalsNameNothingOfTheHost},
 		{"grace-period-is-cut-and-force-delete-ends-the-host-pod", e.gracePeriodCut},
 		{"dns-config-past-the-limits-is-told", e.dnsConfigTold},
 		{"image-pulled-with-another-tenants-credentials-is-not-run", e.pulledWithCredentials},
@@ -119,6 +120,60 @@ func (e *env) pullErrorKind(t *testing.T) {
 		if strings.Contains(seen, leak) {
 			t.Errorf("the tenant sees %q of the host's pull error (host: %q):\n%s", leak, hostMessage, seen)
 		}
+	}
+}
+
+// refusalsNameNothingOfTheHost: a pod whose image's registry is in the
+// host's node range, and one the host refuses to create (a preStop sleep
+// longer than the grace period its host pod gets), are told why in their
+// own terms: their status and events name their fields and the registry
+// the tenant wrote, never the host namespace, the host pod or a host range.
+func (e *env) refusalsNameNothingOfTheHost(t *testing.T) {
+	a := devcluster.DefaultAddressing()
+	ranges := []string{a.ClusterCIDR.String(), a.ServiceCIDR.String(), a.NodeSubnet.String()}
+	// told checks what the tenant reads of its pod name, which the
+	// caller waited for.
+	told := func(t *testing.T, name string) {
+		t.Helper()
+		seen := e.tenantPod(t, e.alpha, "default", name).Status.Message + "\n" + e.tenantEvents(t, e.alpha, "default", name)
+		for _, leak := range append([]string{e.alpha.Namespace, contract.HostName(e.alpha.Name, "default", name)}, ranges...) {
+			if strings.Contains(seen, leak) {
+				t.Errorf("the tenant reads the host's %q:\n%s", leak, seen)
+			}
+		}
+	}
+
+	registry := hostPort(e.nodeIPs[0], 5000)
+	denied := testPod("refused-host-range", func(p *corev1.Pod) { p.Spec.Containers[0].Image = registry + "/app:1" })
+	e.refused(t, denied, "spec.containers[0].image: images from "+registry+" are not allowed on the virtual node")
+	testutil.Eventually(t, time.Minute, "the refusal's event", func() error {
+		if ev := e.tenantEvents(t, e.alpha, "default", denied.Name); !strings.Contains(ev, "ProviderCreateFailed: "+refusedPrefix) {
+			return fmt.Errorf("events: %s", ev)
+		}
+		return nil
+	})
+	told(t, denied.Name)
+
+	year := int64(365 * 24 * 3600)
+	sleeps := testPod("refused-by-the-host", func(p *corev1.Pod) {
+		p.Spec.TerminationGracePeriodSeconds = &year
+		p.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 3600}}}
+	})
+	e.create(t, e.alpha, sleeps)
+	const want = "the host did not create the pod: spec.containers[0].lifecycle.preStop.sleep.seconds: "
+	testutil.Eventually(t, time.Minute, "the host's refusal told", func() error {
+		p := e.tenantPod(t, e.alpha, "default", sleeps.Name)
+		if p.Status.Reason != "ProviderFailed" || !strings.Contains(p.Status.Message, want) {
+			return fmt.Errorf("status reason %q message %q", p.Status.Reason, p.Status.Message)
+		}
+		if ev := e.tenantEvents(t, e.alpha, "default", sleeps.Name); !strings.Contains(ev, "ProviderCreateFailed: "+want) {
+			return fmt.Errorf("events: %s", ev)
+		}
+		return nil
+	})
+	told(t, sleeps.Name)
+	if p, ok := e.findHostPod(t, e.alpha, "default", sleeps.Name); ok {
+		t.Errorf("host pod %s exists for a pod the host refused", p.Name)
 	}
 }
 

@@ -64,6 +64,7 @@ func New(cfg Config) *hostcopy.Kind[*corev1.ConfigMap] {
 		Budget:     cfg.Budget,
 		Referenced: cfg.Referenced,
 		Recorder:   cfg.Recorder,
+		Scope:      cfg.Scope(),
 	}
 }
 

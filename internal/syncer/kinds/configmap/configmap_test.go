@@ -89,7 +89,7 @@ func TestDataBudget(t *testing.T) {
 		{name: "no bound", budget: 0, host: []runtime.Object{existing}, size: 10_000},
 		{name: "within the budget", budget: 1000, host: []runtime.Object{existing}, size: 400},
 		{name: "past the budget", budget: 1000, host: []runtime.Object{existing}, size: 401,
-			wantErr: "object budget exceeded: the host copy needs 401 bytes, and the other host copies of this virtual cluster's ConfigMaps and Secrets already hold 600 of its 1000-byte object budget"},
+			wantErr: "object budget exceeded: the copy needs 401 bytes, and the other copies of this VirtualCluster's ConfigMaps and Secrets already hold 600 of its 1000-byte object budget (spec.virtualNode.objectBudget.dataBytes)"},
 		{name: "growing a copy counts only the growth", budget: 1000, host: []runtime.Object{existing, grown}, size: 400},
 		{name: "growing a copy past the budget", budget: 1000, host: []runtime.Object{existing, grown}, size: 401, wantErr: "already hold 600 of"},
 		{name: "shrinking a copy over the budget", budget: 500, host: []runtime.Object{existing, grown}, size: 200},
@@ -147,8 +147,8 @@ func TestRefusedRefreshIsAnEventOnTheTenantObject(t *testing.T) {
 	}
 	select {
 	case ev := <-k.Recorder.(*record.FakeRecorder).Events:
-		if !strings.Contains(ev, "Warning HostCopyFailed") || !strings.Contains(ev, "object budget") {
-			t.Errorf("event %q", ev)
+		if !strings.Contains(ev, "Warning HostCopyFailed") || !strings.Contains(ev, "object budget") || strings.Contains(ev, hostNamespace) {
+			t.Errorf("event %q: want the budget named, and not the host namespace", ev)
 		}
 	default:
 		t.Error("no event on the tenant ConfigMap")

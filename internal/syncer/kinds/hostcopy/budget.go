@@ -11,6 +11,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 
 	"github.com/nestdev/nest/internal/syncer/contract"
+	"github.com/nestdev/nest/internal/syncer/tenantmsg"
 )
 
 // Kinds of tenant objects whose copies the Budget counts, as it and the
@@ -53,8 +54,9 @@ func NewBudget(limit int64, vc string, configMaps corelisters.ConfigMapNamespace
 // bytes of data, if that does not take all copies past the limit. A copy that
 // stays the same size or shrinks is always admitted, so a tenant over budget
 // (after the limit was lowered) can still shrink. The returned undo forgets
-// the admission when the write then fails. The error says "object budget"
-// and gives the numbers.
+// the admission when the write then fails. The error says "object budget",
+// gives the numbers, which are all the tenant's, and names the
+// VirtualCluster field that sets the budget; its text is for the tenant.
 func (b *Budget) Reserve(kind string, hostCopy metav1.Object, size int64) (undo func(), err error) {
 	if b == nil || b.limit <= 0 {
 		return func() {}, nil
@@ -66,8 +68,8 @@ func (b *Budget) Reserve(kind string, hostCopy metav1.Object, size int64) (undo 
 	current := sizes[key]
 	others := sum(sizes) - current
 	if size > current && others+size > b.limit {
-		return nil, fmt.Errorf("object budget exceeded: the host copy needs %d bytes, and the other host copies of this virtual cluster's ConfigMaps and Secrets already hold %d of its %d-byte object budget: delete ConfigMaps or Secrets that pods no longer use, or ask the host administrator for a larger budget",
-			size, others, b.limit)
+		return nil, tenantmsg.AsIs(fmt.Errorf("object budget exceeded: the copy needs %d bytes, and the other copies of this VirtualCluster's ConfigMaps and Secrets already hold %d of its %d-byte object budget (spec.virtualNode.objectBudget.dataBytes): delete ConfigMaps or Secrets that pods no longer use, or ask the platform team for a larger budget",
+			size, others, b.limit))
 	}
 	previous, had := b.admitted[key]
 	b.admitted[key] = size

@@ -18,6 +18,7 @@ import (
 	"github.com/nestdev/nest/internal/kindsync"
 	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/syncer/kinds"
+	"github.com/nestdev/nest/internal/syncer/tenantmsg"
 )
 
 // Kind is one kind of tenant object copied to the host while a pod on the
@@ -43,12 +44,18 @@ type Kind[T interface {
 	// object.
 	Referenced func(namespace, name string) bool
 	Recorder   record.EventRecorder
+	// Scope is what the tenant may read of the host (Target.Scope): the
+	// events of a copy that cannot be written name the tenant's object,
+	// not its copy.
+	Scope tenantmsg.Scope
 }
 
-// Apply writes the host copy of obj now, for a pod about to use it.
+// Apply writes the host copy of obj now, for a pod about to use it. The
+// error tells the tenant which of its objects was not copied.
 func (k *Kind[T]) Apply(ctx context.Context, obj T) error {
 	if err := k.Copies.Apply(ctx, k.Translate(obj)); err != nil {
-		return fmt.Errorf("host copy of %s %s: %w", k.Copies.Kind, klog.KObj(obj), err)
+		return tenantmsg.Wrap(fmt.Errorf("host copy of %s %s: %w", k.Copies.Kind, klog.KObj(obj), err),
+			fmt.Sprintf("%s %s could not be copied to the virtual node", k.Copies.Kind, obj.GetName()))
 	}
 	return nil
 }
@@ -82,7 +89,7 @@ func (k *Kind[T]) Sync(ctx context.Context, key string) (time.Duration, error) {
 		return 0, nil
 	}
 	if err := k.Copies.Apply(ctx, k.Translate(obj)); err != nil {
-		k.Recorder.Eventf(obj, corev1.EventTypeWarning, "HostCopyFailed", "Pods on the virtual node keep the previous data until the host copy is written: %v", err)
+		k.Recorder.Eventf(obj, corev1.EventTypeWarning, "HostCopyFailed", "Pods on the virtual node keep the previous data until its copy is written: %s", k.Scope.In(namespace).Error(err))
 		return 0, fmt.Errorf("host copy of %s %s: %w", k.Name, key, err)
 	}
 	return 0, nil
@@ -99,12 +106,21 @@ type Target struct {
 	Budget     *Budget
 	Referenced func(namespace, name string) bool
 	Recorder   record.EventRecorder
+	// Member is the member cluster the copies are written to, "" for the
+	// host: a full quota there is the member grant's.
+	Member string
 }
 
 // TargetOf is the Target of a copied kind registered in c.
 func TargetOf(c *kinds.Context, budget *Budget, referenced func(namespace, name string) bool) Target {
 	return Target{VirtualCluster: c.VirtualCluster, HostNamespace: c.HostNamespace, Host: c.Host,
-		Budget: budget, Referenced: referenced, Recorder: c.Recorder}
+		Budget: budget, Referenced: referenced, Recorder: c.Recorder, Member: c.Member}
+}
+
+// Scope is what the tenant may read of the host where t writes
+// (tenantmsg).
+func (t Target) Scope() tenantmsg.Scope {
+	return tenantmsg.Scope{VirtualCluster: t.VirtualCluster, HostNamespace: t.HostNamespace, Member: t.Member}
 }
 
 // Informers are the tenant and host informers of a copied kind, and the

@@ -23,6 +23,7 @@ import (
 
 	"github.com/nestdev/nest/internal/kindsync"
 	"github.com/nestdev/nest/internal/syncer/contract"
+	"github.com/nestdev/nest/internal/syncer/tenantmsg"
 )
 
 // Reasons of the Warning events a tenant policy gets.
@@ -143,7 +144,10 @@ func (s *Syncer) Sync(ctx context.Context, key string) (time.Duration, error) {
 		_, err = policies.Update(ctx, upd, metav1.UpdateOptions{})
 	}
 	if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
-		s.Recorder.Eventf(tenant, corev1.EventTypeWarning, ReasonNotEnforced, "The selected pods are isolated, but the host refused the policy's rules: %v", err)
+		// The host's words name the copy and the host namespace; the
+		// tenant reads the reason (tenantmsg), the log the rest.
+		told := tenantmsg.Scope{VirtualCluster: s.VirtualCluster, HostNamespace: s.HostNamespace}.In(namespace).Error(err)
+		s.Recorder.Eventf(tenant, corev1.EventTypeWarning, ReasonNotEnforced, "The selected pods are isolated, but the host refused the policy's rules: %s", told)
 		err = errors.Join(err, s.deleteCopy(ctx, existing))
 	}
 	if err != nil {

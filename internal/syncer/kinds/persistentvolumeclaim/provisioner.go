@@ -14,6 +14,7 @@ package persistentvolumeclaim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -23,10 +24,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 
 	"github.com/nestdev/nest/internal/syncer/contract"
+	"github.com/nestdev/nest/internal/syncer/tenantmsg"
 )
 
 // ProvisionerName is the provisioner of the tenant StorageClasses Nest
@@ -52,15 +55,32 @@ type Provisioner struct {
 var _ controller.Provisioner = (*Provisioner)(nil)
 
 // refuse is a final provisioning failure: the library reports it on the
-// tenant claim (ProvisioningFailed) and does not retry the same claim.
+// tenant claim (ProvisioningFailed) and does not retry the same claim. It
+// names the claim's fields, in the tenant's words.
 func refuse(format string, args ...any) (*corev1.PersistentVolume, controller.ProvisioningState, error) {
-	return nil, controller.ProvisioningFinished, fmt.Errorf("refused by the virtual node: "+format, args...)
+	return nil, controller.ProvisioningFinished, tenantmsg.AsIs(fmt.Errorf("refused by the virtual node: "+format, args...))
 }
 
 // Provision creates the host claim of a tenant claim and returns the
 // tenant volume that stands for it: a CSI volume of DriverName whose handle
-// is the host claim's name, with the claim's request as capacity.
+// is the host claim's name, with the claim's request as capacity. The
+// library puts the error on the tenant claim (ProvisioningFailed), so it is
+// in the tenant's words (tenantmsg); the host's go to the log.
 func (p *Provisioner) Provision(ctx context.Context, o controller.ProvisionOptions) (*corev1.PersistentVolume, controller.ProvisioningState, error) {
+	pv, state, err := p.provision(ctx, o)
+	if err != nil {
+		scope := tenantmsg.Scope{VirtualCluster: p.VirtualCluster, HostNamespace: p.HostNamespace}.In(o.PVC.Namespace)
+		told := scope.Tell(err)
+		if told.Error() != err.Error() {
+			klog.FromContext(ctx).Info("The tenant is told less than the host said", "claim", klog.KObj(o.PVC), "told", told.Error(), "err", err)
+		}
+		err = told
+	}
+	return pv, state, err
+}
+
+// provision is Provision with the error in the host's words.
+func (p *Provisioner) provision(ctx context.Context, o controller.ProvisionOptions) (*corev1.PersistentVolume, controller.ProvisioningState, error) {
 	claim := o.PVC
 	class, ok := p.class(o.StorageClass.Name)
 	if !ok {
@@ -87,15 +107,16 @@ func (p *Provisioner) Provision(ctx context.Context, o controller.ProvisionOptio
 		if err == nil && (existing.Annotations[contract.AnnotationTenantUID] != string(claim.UID) || existing.DeletionTimestamp != nil) {
 			// An earlier claim's volume, retained or still going: its
 			// data is not this claim's to take.
-			return nil, controller.ProvisioningNoChange, fmt.Errorf("the host still holds the volume of an earlier claim %s/%s: delete that claim's PersistentVolume (reclaim policy Retain) or wait for it to go", claim.Namespace, claim.Name)
+			return nil, controller.ProvisioningNoChange, tenantmsg.AsIs(fmt.Errorf("the host still holds the volume of an earlier claim %s/%s: delete that claim's PersistentVolume (reclaim policy Retain) or wait for it to go", claim.Namespace, claim.Name))
 		}
 	}
 	if apierrors.IsForbidden(err) {
 		// Past the host quota: the claim waits, and the tenant reads why.
-		return nil, controller.ProvisioningNoChange, fmt.Errorf("the host refused the claim (the VirtualCluster's spec.virtualNode.storage bounds claims and requests): %w", err)
+		return nil, controller.ProvisioningNoChange, tenantmsg.Wrap(fmt.Errorf("create host claim %s: %w", want.Name, err),
+			"the host refused the claim")
 	}
 	if err != nil {
-		return nil, controller.ProvisioningInBackground, fmt.Errorf("create host claim %s: %w", want.Name, err)
+		return nil, controller.ProvisioningInBackground, tenantmsg.Wrap(fmt.Errorf("create host claim %s: %w", want.Name, err), "the claim's volume could not be made on the host")
 	}
 	return &corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: o.PVName},
@@ -133,8 +154,25 @@ func (p *Provisioner) hostClaim(claim *corev1.PersistentVolumeClaim, class contr
 // released. The host claim is found from the volume's claim reference, not
 // from anything else the volume says, and deleted only if it is the copy
 // of that claim, with its UID: a volume a tenant writes cannot name
-// another host claim.
+// another host claim. A failure is an event on the tenant volume
+// (VolumeFailedDelete), in the tenant's words; an IgnoredError, which the
+// library only logs, is returned as it is.
 func (p *Provisioner) Delete(ctx context.Context, pv *corev1.PersistentVolume) error {
+	err := p.delete(ctx, pv)
+	var ignored *controller.IgnoredError
+	if err == nil || errors.As(err, &ignored) {
+		return err
+	}
+	namespace := ""
+	if ref := pv.Spec.ClaimRef; ref != nil {
+		namespace = ref.Namespace
+	}
+	klog.FromContext(ctx).Info("Deleting the host claim of a tenant volume failed", "volume", pv.Name, "err", err)
+	return tenantmsg.Scope{VirtualCluster: p.VirtualCluster, HostNamespace: p.HostNamespace}.In(namespace).Tell(tenantmsg.Wrap(err, "the volume's storage on the host could not be deleted"))
+}
+
+// delete is Delete with the error in the host's words.
+func (p *Provisioner) delete(ctx context.Context, pv *corev1.PersistentVolume) error {
 	ref := pv.Spec.ClaimRef
 	if ref == nil {
 		return nil

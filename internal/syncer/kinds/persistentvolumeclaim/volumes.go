@@ -19,6 +19,7 @@ import (
 
 	"github.com/nestdev/nest/internal/kindsync"
 	"github.com/nestdev/nest/internal/syncer/contract"
+	"github.com/nestdev/nest/internal/syncer/tenantmsg"
 )
 
 // ReasonResizeFailed is the Warning event of a tenant claim whose larger
@@ -124,7 +125,7 @@ func (v *Volumes) resize(ctx context.Context, claim, host *corev1.PersistentVolu
 		// disks) hold: the tenant is told the bound, not the host's figures.
 		v.Recorder.Eventf(claim, corev1.EventTypeWarning, ReasonResizeFailed, "The host refused to resize the volume to %s: the VirtualCluster's storage quota (spec.virtualNode.storage.requests, all claims together) has no room for it", want.String())
 	} else {
-		v.Recorder.Eventf(claim, corev1.EventTypeWarning, ReasonResizeFailed, "The host refused to resize the volume to %s: %v", want.String(), err)
+		v.Recorder.Eventf(claim, corev1.EventTypeWarning, ReasonResizeFailed, "The host refused to resize the volume to %s: %s", want.String(), claimScope(v.VirtualCluster, v.HostNamespace, claim, host).Error(err))
 	}
 	err = fmt.Errorf("resize host claim %s to %s: %w", host.Name, want.String(), err)
 	if apierrors.IsInvalid(err) {
@@ -147,7 +148,7 @@ func (v *Volumes) mirror(ctx context.Context, claim *corev1.PersistentVolumeClai
 			return fmt.Errorf("set the capacity of volume %s to %s: %w", pv.Name, capacity.String(), err)
 		}
 	}
-	want := tenantClaimStatus(claim.Status, host.Status, capacity)
+	want := tenantClaimStatus(claim.Status, host.Status, capacity, claimScope(v.VirtualCluster, v.HostNamespace, claim, host))
 	if apiequality.Semantic.DeepEqual(claim.Status, want) {
 		return nil
 	}
@@ -161,8 +162,10 @@ func (v *Volumes) mirror(ctx context.Context, claim *corev1.PersistentVolumeClai
 
 // tenantClaimStatus is the tenant claim's status with the host claim's
 // capacity, resize conditions and allocated resources. Phase and access
-// modes stay the tenant's own binder's.
-func tenantClaimStatus(tenant, host corev1.PersistentVolumeClaimStatus, capacity resource.Quantity) corev1.PersistentVolumeClaimStatus {
+// modes stay the tenant's own binder's. The conditions' messages are the
+// host resizer's and kubelet's, which name the host claim and volume: the
+// tenant reads them as scope has them.
+func tenantClaimStatus(tenant, host corev1.PersistentVolumeClaimStatus, capacity resource.Quantity, scope tenantmsg.Scope) corev1.PersistentVolumeClaimStatus {
 	out := *tenant.DeepCopy()
 	out.Capacity = corev1.ResourceList{corev1.ResourceStorage: capacity}
 	out.Conditions = nil
@@ -173,6 +176,7 @@ func tenantClaimStatus(tenant, host corev1.PersistentVolumeClaimStatus, capacity
 	}
 	for _, c := range host.Conditions {
 		if isResizeCondition(c.Type) {
+			c.Message = scope.Scrub(c.Message)
 			out.Conditions = append(out.Conditions, c)
 		}
 	}
@@ -184,6 +188,19 @@ func tenantClaimStatus(tenant, host corev1.PersistentVolumeClaimStatus, capacity
 		out.AllocatedResourceStatuses = map[corev1.ResourceName]corev1.ClaimResourceStatus{corev1.ResourceStorage: s}
 	}
 	return out
+}
+
+// claimScope is what the tenant may read of host, the host claim of the
+// tenant claim (tenantmsg): the host claim, its UID and its volume read as
+// the tenant's claim, UID and volume.
+func claimScope(vc, hostNamespace string, claim, host *corev1.PersistentVolumeClaim) tenantmsg.Scope {
+	s := tenantmsg.Scope{VirtualCluster: vc, HostNamespace: hostNamespace}.In(claim.Namespace).
+		WithName(host.Name, claim.Name).
+		WithName(host.Spec.VolumeName, claim.Spec.VolumeName)
+	if host.UID != "" && claim.UID != "" {
+		s = s.WithName(string(host.UID), string(claim.UID))
+	}
+	return s
 }
 
 // isResizeCondition reports whether a claim condition is one a resizer or

@@ -66,6 +66,7 @@ func New(cfg Config) *hostcopy.Kind[*corev1.Secret] {
 		Budget:     cfg.Budget,
 		Referenced: cfg.Referenced,
 		Recorder:   cfg.Recorder,
+		Scope:      cfg.Scope(),
 	}
 }
 

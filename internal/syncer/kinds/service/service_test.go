@@ -333,7 +333,8 @@ func TestHeadlessRecords(t *testing.T) {
 func TestServiceCopyFailureIsAnEventOnTheTenantService(t *testing.T) {
 	host := fake.NewClientset()
 	host.PrependReactor("create", "services", func(k8stesting.Action) (bool, runtime.Object, error) {
-		return true, nil, apierrors.NewForbidden(corev1.Resource("services"), "x", errors.New("exceeded quota: tenant-share, requested: services=1, used: services=20, limited: services=20"))
+		return true, nil, apierrors.NewForbidden(corev1.Resource("services"), contract.HostName(tr.VirtualCluster, "shop", "web"),
+			errors.New("exceeded quota: alpha-object-budget, requested: services=1, used: services=20, limited: services=20"))
 	})
 	recorder := record.NewFakeRecorder(10)
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop"}, Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"}}}
@@ -343,8 +344,13 @@ func TestServiceCopyFailureIsAnEventOnTheTenantService(t *testing.T) {
 	}
 	select {
 	case ev := <-recorder.Events:
-		if !strings.HasPrefix(ev, "Warning HostServiceFailed") || !strings.Contains(ev, "exceeded quota") {
-			t.Errorf("event %q: want a warning with the host's reason", ev)
+		if !strings.HasPrefix(ev, "Warning HostServiceFailed") || !strings.Contains(ev, "the VirtualCluster's spec.virtualNode.objectBudget.services quota is full") {
+			t.Errorf("event %q: want a warning naming the VirtualCluster's quota", ev)
+		}
+		for _, leak := range []string{tr.HostNamespace, contract.HostName(tr.VirtualCluster, "shop", "web"), "alpha-object-budget", "used: "} {
+			if strings.Contains(ev, leak) {
+				t.Errorf("event %q names the host's %q", ev, leak)
+			}
 		}
 	default:
 		t.Error("no event on the tenant Service")
@@ -369,8 +375,8 @@ func TestServiceCopyIsNotWrittenOverAForeignService(t *testing.T) {
 	}
 	select {
 	case ev := <-recorder.Events:
-		if !strings.Contains(ev, "is not the copy of shop/web") {
-			t.Errorf("event %q does not say the host name is taken", ev)
+		if !strings.Contains(ev, "another object on the host holds the name of this Service's copy: rename the Service") || strings.Contains(ev, tr.HostNamespace) {
+			t.Errorf("event %q does not say the name is taken, or names the host namespace", ev)
 		}
 	default:
 		t.Error("no event on the tenant Service")

@@ -18,11 +18,13 @@ import (
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
 
 	"github.com/nestdev/nest/internal/atomicfile"
 	"github.com/nestdev/nest/internal/kindsync"
 	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/syncer/kinds/hostcopy"
+	"github.com/nestdev/nest/internal/syncer/tenantmsg"
 )
 
 // Syncer mirrors tenant Services on the host and keeps the tenant's
@@ -141,16 +143,26 @@ func (s *Syncer) SyncService(ctx context.Context, key string) (time.Duration, er
 	if err != nil && apierrors.IsInvalid(err) && want.Spec.ClusterIP != "" && want.Spec.ClusterIP != corev1.ClusterIPNone {
 		// The host has given the tenant's ClusterIP to another Service: the
 		// copy takes an address of its own, which DNS and service variables
-		// give, while spec.clusterIP in the tenant does not route.
-		s.recorder.Eventf(svc, corev1.EventTypeWarning, "ClusterIPTaken", "The host cluster has given ClusterIP %s to another Service; the Service's name resolves to another address: %v", want.Spec.ClusterIP, err)
+		// give, while spec.clusterIP in the tenant does not route. The
+		// host's words (its namespace, the copy's name) go to the log.
+		klog.FromContext(ctx).Info("The tenant Service's ClusterIP is taken on the host", "service", key, "clusterIP", want.Spec.ClusterIP, "err", err)
+		s.recorder.Eventf(svc, corev1.EventTypeWarning, "ClusterIPTaken", "The host cluster has given ClusterIP %s to another Service: the Service's name resolves to another address, and spec.clusterIP does not route", want.Spec.ClusterIP)
 		want.Spec.ClusterIP = ""
 		err = s.copies().Apply(ctx, want)
 	}
 	if err != nil {
-		s.recorder.Eventf(svc, corev1.EventTypeWarning, "HostServiceFailed", "Writing host Service %s/%s failed, so the Service's name may not resolve or may be out of date: %v", want.Namespace, want.Name, err)
-		return 0, fmt.Errorf("host Service of %s: %w", key, err)
+		s.recorder.Eventf(svc, corev1.EventTypeWarning, "HostServiceFailed", "The Service's copy on the host could not be written, so its name may not resolve or may be out of date: %s", s.scope(svc).Error(err))
+		return 0, fmt.Errorf("host Service %s/%s of %s: %w", want.Namespace, want.Name, key, err)
 	}
 	return 0, nil
+}
+
+// scope is what an event on the tenant Service svc may name of the host
+// (tenantmsg): its own ClusterIPs, not the host's names.
+func (s *Syncer) scope(svc *corev1.Service) tenantmsg.Scope {
+	sc := tenantmsg.Scope{VirtualCluster: s.tr.VirtualCluster, HostNamespace: s.tr.HostNamespace}.In(svc.Namespace)
+	sc.Addresses = svc.Spec.ClusterIPs
+	return sc.WithName(contract.HostName(s.tr.VirtualCluster, svc.Namespace, svc.Name), svc.Name)
 }
 
 // hostsKey is the one key of the DNS syncer: the hosts file is written whole.
