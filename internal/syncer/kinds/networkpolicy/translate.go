@@ -22,6 +22,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -415,17 +416,19 @@ func describe(blocks []networkingv1.IPBlock) string {
 	if len(blocks) == 0 {
 		return "nothing is left"
 	}
-	s := ""
-	for i, b := range blocks {
-		if i > 0 {
-			s += ", "
-		}
-		s += b.CIDR
-		if len(b.Except) > 0 {
-			s += fmt.Sprintf(" except %v", b.Except)
-		}
+	// The exceptions are the host's own ranges (pods, Services, nodes) and
+	// those the VirtualCluster's egress leaves out: a tenant is told how
+	// many, never which, so its events name no host address.
+	cidrs, excepted := make([]string, 0, len(blocks)), 0
+	for _, b := range blocks {
+		cidrs = append(cidrs, b.CIDR)
+		excepted += len(b.Except)
 	}
-	return "kept: " + s
+	s := "kept: " + strings.Join(cidrs, ", ")
+	if excepted > 0 {
+		s += fmt.Sprintf(", less %d ranges of the host and of the VirtualCluster's egress exceptions", excepted)
+	}
+	return s
 }
 
 // View is what host pod labels depend on of the tenant's policies: the

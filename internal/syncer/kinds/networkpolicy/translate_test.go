@@ -418,3 +418,31 @@ func TestLabelKeyIsReservedAndValid(t *testing.T) {
 		t.Error("IsPolicyLabel claims labels it does not manage")
 	}
 }
+
+// A cut's text names the kept ranges, never the host's ranges excepted
+// from them.
+func TestCutsNameNoHostRange(t *testing.T) {
+	p := policy(networkingv1.NetworkPolicySpec{PolicyTypes: egress, Egress: []networkingv1.NetworkPolicyEgressRule{
+		{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/1"}}}},
+		{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0"}}}},
+	}})
+	_, cuts, err := tr.Translate(p, tenantNamespaces)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cuts) == 0 {
+		t.Fatal("no cut for a block that takes host ranges")
+	}
+	for _, c := range cuts {
+		for _, b := range tr.Outside {
+			for _, e := range b.Except {
+				if strings.Contains(string(c), e) {
+					t.Errorf("cut %q names host range %s", c, e)
+				}
+			}
+		}
+		if !strings.Contains(string(c), "less ") {
+			t.Errorf("cut %q does not say ranges were taken out", c)
+		}
+	}
+}
