@@ -9,6 +9,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"slices"
@@ -108,6 +109,7 @@ func main() {
 	})
 	var hostVerifiesPullCredentials bool
 	flag.BoolVar(&hostVerifiesPullCredentials, "host-verifies-pull-credentials", true, "the host's kubelets check that a pod may use an image another pod pulled with credentials (KubeletEnsureSecretPulledImages, on by default since Kubernetes 1.35); false makes every tenant container pull its image (imagePullPolicy Always), as the AlwaysPullImages admission plugin does")
+	flag.StringVar(&cp.NetworkFence, "pod-network-fence", hostAPIService(), "HOST:PORT that the tenant isolation NetworkPolicies refuse (default: the host API server's Service, from this pod's environment): every tenant pod's first init container waits until it is refused, so nothing of a tenant's runs before its pod is isolated; empty turns the fence off, for a host whose network plugin does not enforce NetworkPolicy (tenant pods are then not isolated at all)")
 	flag.BoolVar(&cp.NodeNetwork, "node-network-agent", true, "the node network agent (the nest-node-network DaemonSet) runs on the host nodes: hostNetwork tenant pods get the virtual node's address and host ports; false leaves them on the pod network only")
 	flag.StringVar(&agentCASecret, "agent-ca-secret", nodepromotion.DefaultAgentCASecret, "Secret in --manager-namespace holding the nest-agent CA (tls.crt, tls.key), from which the manager issues its own agent client certificate; empty turns node promotion off")
 	flag.StringVar(&hostAPIServer, "host-api-server", "", "the host API server's URL as host nodes reach it, such as https://192.0.2.10:6443; a released node joins the host there (default: discovered at start from kube-public/cluster-info, else the default/kubernetes EndpointSlice; node promotion is off when neither has one)")
@@ -243,4 +245,14 @@ func must(err error) {
 		ctrl.Log.Error(err, "Setup failed")
 		os.Exit(1)
 	}
+}
+
+// hostAPIService is the host API server's Service as pods reach it, from
+// the environment the kubelet gives every pod; "" outside a pod.
+func hostAPIService() string {
+	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
+	if host == "" || port == "" {
+		return ""
+	}
+	return net.JoinHostPort(host, port)
 }

@@ -6,11 +6,16 @@
 //
 // It sends one GET to the http URL and exits 0 on a 2xx answer, 1 with a
 // one-line reason on stderr on any other answer or error, and 2 on bad usage.
+//
+// With -fence HOST:PORT it is the network fence of tenant host pods
+// instead (fence.go): it exits 0 once HOST:PORT refuses the pod twice in a
+// row, and 1 when -timeout (default 2m) passes first.
 // It uses the standard library only and is built static, to sit in images
 // that have nothing else.
 package main
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
 	"io"
@@ -36,11 +41,26 @@ func main() {
 func run(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("nest-probe", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	timeout := fs.Duration("timeout", defaultTimeout, "give up after this long")
-	fs.Usage = func() { fmt.Fprintln(stderr, "usage: nest-probe [-timeout 5s] http://127.0.0.1:PORT/PATH") }
+	timeout := fs.Duration("timeout", 0, "give up after this long (default 5s, or 2m with -fence)")
+	fenceAddr := fs.String("fence", "", "HOST:PORT the pod's isolation refuses: wait until it refuses twice in a row, then exit 0")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: nest-probe [-timeout 5s] http://127.0.0.1:PORT/PATH\n       nest-probe -fence HOST:PORT [-timeout 2m]")
+	}
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	if *fenceAddr != "" {
+		if fs.NArg() != 0 {
+			fs.Usage()
+			return 2
+		}
+		if err := runFence(*fenceAddr, cmp.Or(*timeout, defaultFenceBy)); err != nil {
+			fmt.Fprintln(stderr, "nest-probe:", oneLine(err.Error()))
+			return 1
+		}
+		return 0
+	}
+	*timeout = cmp.Or(*timeout, defaultTimeout)
 	if fs.NArg() != 1 {
 		fs.Usage()
 		return 2

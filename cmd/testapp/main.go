@@ -25,6 +25,8 @@
 //	                             first failure: a token rotated in place keeps
 //	                             every call working
 //	testapp dial HOST:PORT       open a TCP connection within 3 seconds
+//	testapp first-dial ADDR...   dial each address once, at once, and print
+//	                             "connected ADDR" or "refused ADDR: ERROR"
 //	testapp wait-dial HOST:PORT  dial every 20 ms for up to a minute; on the
 //	                             first connection print the wall clock in
 //	                             Unix nanoseconds
@@ -135,6 +137,7 @@ var clients = map[string]func(args []string) error{
 	},
 	"kube-watch": kubeWatch,
 	"dial":       dial,
+	"first-dial": firstDial,
 	"wait-dial":  waitDial,
 	"dns":        lookup,
 	"statfs":     statfs,
@@ -157,6 +160,22 @@ func dial(args []string) error {
 	}
 	fmt.Println("connected", conn.RemoteAddr())
 	return conn.Close()
+}
+
+// firstDial dials each address once, as the program's first instruction,
+// and prints "connected ADDR" or "refused ADDR: ERROR" for each: a hostile
+// pod that races its own isolation.
+func firstDial(args []string) error {
+	for _, addr := range args {
+		conn, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			fmt.Println("refused", addr+":", err)
+			continue
+		}
+		fmt.Println("connected", addr)
+		_ = conn.Close()
+	}
+	return nil
 }
 
 func waitDial(args []string) error {

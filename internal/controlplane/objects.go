@@ -54,6 +54,10 @@ type Options struct {
 	// kubelets that do not check pull credentials of cached images
 	// (contract.Translation.AlwaysPullImages).
 	AlwaysPullImages bool
+	// NetworkFence is HOST:PORT, the host API server's Service, which the
+	// isolation policies refuse tenant pods; "" runs no fence
+	// (contract.Translation.NetworkFence).
+	NetworkFence string
 }
 
 // controlPlaneNodeLabel marks host nodes meant for control planes; tenant

@@ -147,6 +147,7 @@ func syncerOptions(vc *nestv1.VirtualCluster, opts Options, ips ServiceIPs) cont
 			MaxGracePeriodSeconds: ptr.Deref(vc.Spec.VirtualNode.MaxTerminationGracePeriodSeconds, contract.DefaultMaxGracePeriodSeconds),
 			Images:                contract.ImagePolicy{Allowed: slices.Clone(vc.Spec.VirtualNode.ImageRegistries), Denied: imageDenylist(opts)},
 			AlwaysPullImages:      opts.AlwaysPullImages,
+			NetworkFence:          opts.NetworkFence,
 		},
 		// The kubelet substitutes the pod IP: the virtual node's address.
 		NodeIP:           "$(POD_IP)",

@@ -233,7 +233,7 @@ func (t Translator) helperContainer(name string, command []string, asRoot bool, 
 
 // helperNames are the names of the helper init containers and their
 // volumes: tenant pods may use none of them.
-var helperNames = []string{etcHostsName, nodeDiskName, nodeNetworkName}
+var helperNames = []string{etcHostsName, nodeDiskName, nodeNetworkName, networkFenceName}
 
 func isHelper(name string) bool { return slices.Contains(helperNames, name) }
 

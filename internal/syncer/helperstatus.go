@@ -17,6 +17,23 @@ import (
 // kubelet gives a volume it cannot set up.
 const ReasonFailedMount = "FailedMount"
 
+// ReasonNetworkNotReady is the tenant event of a pod whose network fence
+// (fenceNetwork) failed: its isolation was not in force in time, so none of
+// its containers started. The kubelet gives the same reason a pod whose
+// network is not set up.
+const ReasonNetworkNotReady = "NetworkNotReady"
+
+// helperEvent is a tenant event about a failed helper.
+type helperEvent struct{ reason, message string }
+
+// helperEventOf is the event of helper's failure with message msg.
+func helperEventOf(helper, msg string) helperEvent {
+	if helper == networkFenceName {
+		return helperEvent{ReasonNetworkNotReady, "the pod's network isolation is not in force yet, so its containers wait: " + msg}
+	}
+	return helperEvent{ReasonFailedMount, "MountVolume.SetUp failed on the virtual node: " + msg}
+}
+
 // helperMessageBudget caps a failed helper's message on the tenant event, in
 // bytes: it repeats paths the tenant chose.
 const helperMessageBudget = 1024
@@ -29,7 +46,7 @@ const helperMessageBudget = 1024
 // Each message is the helper's own, or the kubelet's reason, without the
 // helper's name. A pod being deleted has none: the kubelet marks what it
 // stops as failed.
-func newHelperFailures(was, is *corev1.Pod) []string {
+func newHelperFailures(was, is *corev1.Pod) []helperEvent {
 	if is.DeletionTimestamp != nil {
 		return nil
 	}
@@ -39,10 +56,10 @@ func newHelperFailures(was, is *corev1.Pod) []string {
 			seen[key] = true
 		}
 	}
-	var out []string
+	var out []helperEvent
 	for _, s := range is.Status.InitContainerStatuses {
 		if key, msg := helperFailure(s); key != "" && !seen[key] {
-			out = append(out, "MountVolume.SetUp failed on the virtual node: "+msg)
+			out = append(out, helperEventOf(s.Name, msg))
 		}
 	}
 	return out

@@ -47,9 +47,9 @@ func TestNewHelperFailuresCountsEachFailedRunOnce(t *testing.T) {
 			t.Errorf("%s: %d failures %q, want %d", c.name, len(got), got, c.want)
 			continue
 		}
-		for _, msg := range got {
-			if msg != want {
-				t.Errorf("%s: message %q, want %q", c.name, msg, want)
+		for _, e := range got {
+			if e.reason != ReasonFailedMount || e.message != want {
+				t.Errorf("%s: %s %q, want %s %q", c.name, e.reason, e.message, ReasonFailedMount, want)
 			}
 		}
 	}
@@ -81,7 +81,11 @@ func TestNewHelperFailuresReportsAHelperThatCannotStart(t *testing.T) {
 		{"", "ContainerCreating", nil},
 		{"PodInitializing", "CrashLoopBackOff", nil},
 	} {
-		if got := newHelperFailures(waiting(c.was), waiting(c.is)); !slices.Equal(got, c.want) {
+		var got []string
+		for _, e := range newHelperFailures(waiting(c.was), waiting(c.is)) {
+			got = append(got, e.message)
+		}
+		if !slices.Equal(got, c.want) {
 			t.Errorf("%s to %s: %q, want %q", c.was, c.is, got, c.want)
 		}
 	}
@@ -214,5 +218,15 @@ func TestTranslatePodRunsFailedHelpersAgainWhateverThePodsRestartPolicy(t *testi
 	}
 	if helpers != 2 {
 		t.Errorf("%d helpers in %v, want the disk's and /etc/hosts'", helpers, containerNames(spec.InitContainers))
+	}
+}
+
+// A fence that gave up is a NetworkNotReady event, not a volume's.
+func TestNetworkFenceFailureIsNetworkNotReady(t *testing.T) {
+	const helperLog = "nest-probe: the pod's network still reached the host after 2400 attempts: its isolation NetworkPolicy is not in force\n"
+	failed := withInitStatuses(corev1.ContainerStatus{Name: networkFenceName, State: corev1.ContainerState{Terminated: failedRun("containerd://f", helperLog, 1)}})
+	got := newHelperFailures(withInitStatuses(), failed)
+	if len(got) != 1 || got[0].reason != ReasonNetworkNotReady || !strings.Contains(got[0].message, "isolation NetworkPolicy is not in force") {
+		t.Errorf("fence failure: %+v, want one %s event with the fence's reason", got, ReasonNetworkNotReady)
 	}
 }

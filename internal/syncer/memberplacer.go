@@ -323,8 +323,10 @@ func memberOptions(host Options, p contract.MemberPlacement, port int32, token o
 	// The host's Service ranges, priority class and LimitRange mean
 	// nothing in the member.
 	o.HostServiceCIDRs, o.PriorityClassName, o.DefaultLimits = nil, "", nil
-	// The helper image is the host's; a member may not have it.
-	o.HelperImage = ""
+	// The helper image is the host's; a member may not have it. The fence
+	// address is the host's API server too: a member's pods are isolated
+	// by the member's policies, which the fence does not know.
+	o.HelperImage, o.NetworkFence = "", ""
 	o.Capacity, o.VirtualNodes = p.Allocatable, 1
 	o.Member, o.KubeletPort = p.Name, port
 	o.Host = &rest.Config{

@@ -255,6 +255,8 @@ func (t Translator) TranslatePod(tenant *corev1.Pod, metadata contract.MetadataA
 		return nil, err
 	}
 	t.waitForNodeNetwork(spec, hostNetworkNode)
+	// Last, so it runs first.
+	t.fenceNetwork(spec)
 	for i, s := range spec.ImagePullSecrets {
 		// Optional: a kubelet pulls without a pull Secret it cannot find.
 		spec.ImagePullSecrets[i].Name = out.secret(s.Name, ptr.To(true))

@@ -778,7 +778,8 @@ func (p *podProvider) hostPodChanged(host *corev1.Pod) {
 // reportHelperFailures tells the tenant pod, with a FailedMount event, why a
 // helper init container of its host pod failed since the host pod's last
 // update: a hostPath volume's path that is not of the type it asks for, as
-// the kubelet reports a volume it cannot set up.
+// the kubelet reports a volume it cannot set up; a NetworkNotReady event
+// for the network fence.
 func (p *podProvider) reportHelperFailures(was, is *corev1.Pod) {
 	failures := newHelperFailures(was, is)
 	if len(failures) == 0 {
@@ -788,8 +789,8 @@ func (p *podProvider) reportHelperFailures(was, is *corev1.Pod) {
 	if !ok {
 		return
 	}
-	for _, msg := range failures {
-		p.recorder.Event(tenant, corev1.EventTypeWarning, ReasonFailedMount, msg)
+	for _, e := range failures {
+		p.recorder.Event(tenant, corev1.EventTypeWarning, e.reason, e.message)
 	}
 }
 

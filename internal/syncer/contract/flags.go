@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -51,6 +52,7 @@ const (
 	flagNodeDiskClass    = "node-disk-storage-class"
 	flagPrivileged       = "privileged-containers"
 	flagNodeNetwork      = "node-network"
+	flagNetworkFence     = "network-fence"
 	flagLeaderElect      = "leader-elect"
 	flagIdentity         = "identity"
 	flagMaxGracePeriod   = "max-termination-grace-period"
@@ -162,6 +164,7 @@ func (o *Flags) BindFlags(fs *flag.FlagSet) {
 		}
 		return fmt.Errorf("%q: use %s or %s", s, privilegedRefuse, privilegedConfine)
 	})
+	fs.StringVar(&o.NetworkFence, flagNetworkFence, "", "HOST:PORT the isolation NetworkPolicy refuses tenant pods (the host API server's Service): each host pod's first init container waits until it is refused, so no tenant container runs before its pod is isolated (needs --"+flagHelperImage+"); empty: no fence")
 	fs.BoolVar(&o.NodeNetwork, flagNodeNetwork, false, "give hostNetwork pods the virtual node's address and host ports through the node network agent on host nodes (needs --"+flagHelperImage+" and --"+flagNodeIP+")")
 	fs.BoolVar(&o.LeaderElect, flagLeaderElect, false, "elect, through the host Lease <virtual-cluster>-syncer, the one syncer of the control plane's replicas that runs the virtual node; the others keep their CoreDNS' records current")
 	fs.StringVar(&o.Identity, flagIdentity, "", "this syncer's name in the election (default: the host name)")
@@ -254,6 +257,9 @@ func (o Flags) Args() []string {
 	}
 	if o.NodeNetwork {
 		args = append(args, "--"+flagNodeNetwork)
+	}
+	if o.NetworkFence != "" {
+		args = append(args, "--"+flagNetworkFence+"="+o.NetworkFence)
 	}
 	if o.LeaderElect {
 		args = append(args, "--"+flagLeaderElect)
@@ -379,6 +385,14 @@ func (o Flags) Validate() error {
 	}
 	if o.NodeDisk != nil && o.HelperImage == "" {
 		return fmt.Errorf("--%s is required with --%s: the disk's helper runs from it", flagHelperImage, flagNodeDiskSize)
+	}
+	if o.NetworkFence != "" {
+		if o.HelperImage == "" {
+			return fmt.Errorf("--%s needs --%s: the fence runs from it", flagNetworkFence, flagHelperImage)
+		}
+		if _, _, err := net.SplitHostPort(o.NetworkFence); err != nil {
+			return fmt.Errorf("--%s=%s: want HOST:PORT, the host API server's Service: %w", flagNetworkFence, o.NetworkFence, err)
+		}
 	}
 	if o.NodeNetwork && (o.HelperImage == "" || o.NodeIP == "") {
 		return fmt.Errorf("--%s needs --%s (the helper that waits for the agent runs from it) and --%s (the address it forwards)", flagNodeNetwork, flagHelperImage, flagNodeIP)
@@ -524,6 +538,14 @@ type Translation struct {
 	// host ports through the node network agent; it needs
 	// HelperImage. Off: such a pod has its pod network only.
 	NodeNetwork bool
+	// NetworkFence is HOST:PORT, an address the tenant's isolation
+	// NetworkPolicy refuses its pods (the host API server's Service). Each
+	// host pod's first init container, nest-probe -fence from HelperImage,
+	// dials it until it is refused: a network plugin applies a pod's
+	// policies only once it has seen the pod, a second or so after its
+	// network is up, and no tenant container may run in that second.
+	// Empty: no fence.
+	NetworkFence string
 	// MaxGracePeriodSeconds bounds how long a host pod may take to stop: its
 	// terminationGracePeriodSeconds and the grace period of a deletion
 	// 0 stands for DefaultMaxGracePeriodSeconds.

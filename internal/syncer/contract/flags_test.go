@@ -28,6 +28,7 @@ func TestFlagsRoundTrip(t *testing.T) {
 	withLimits.HelperImage, withLimits.HelperImagePullPolicy = "nest.local/nest-syncer:dev", corev1.PullNever
 	withLimits.NodeDisk = &NodeDisk{Size: resource.MustParse("2Gi"), StorageClassName: "fast"}
 	withLimits.ConfinePrivileged, withLimits.NodeNetwork = true, true
+	withLimits.NetworkFence = "10.96.0.1:443"
 	withLimits.Images = ImagePolicy{Allowed: []string{"registry.example.com:5000", "*.example.org"}, Denied: []string{"10.0.0.0/8", "evil.example"}}
 	withLimits.AlwaysPullImages = true
 	withLimits.MaxGracePeriodSeconds = 45
@@ -72,6 +73,21 @@ func TestFlagsRoundTrip(t *testing.T) {
 	if !got.NodeNetwork {
 		t.Error("--node-network did not come back")
 	}
+	if got.NetworkFence != "10.96.0.1:443" {
+		t.Errorf("--network-fence came back as %q", got.NetworkFence)
+	}
+	for fence, want := range map[string]string{"10.96.0.1": "HOST:PORT", "": ""} {
+		bad := got
+		bad.NetworkFence = fence
+		if err := bad.Validate(); want == "" && err != nil || want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
+			t.Errorf("--network-fence=%q: Validate = %v, want %q named", fence, err, want)
+		}
+	}
+	noFenceImage := got
+	noFenceImage.HelperImage, noFenceImage.NodeDisk, noFenceImage.NodeNetwork = "", nil, false
+	if err := noFenceImage.Validate(); err == nil || !strings.Contains(err.Error(), "--network-fence needs --helper-image") {
+		t.Errorf("a fence without a helper image: Validate = %v, want --helper-image named", err)
+	}
 	noAddress := got
 	noAddress.NodeIP = ""
 	if err := noAddress.Validate(); err == nil || !strings.Contains(err.Error(), "--node-ip") {
@@ -85,7 +101,7 @@ func TestFlagsRoundTrip(t *testing.T) {
 	if err := noGrace.Validate(); err == nil || !strings.Contains(err.Error(), "--max-termination-grace-period") {
 		t.Errorf("a zero grace bound: Validate = %v, want --max-termination-grace-period named", err)
 	}
-	got.HelperImage, got.HelperImagePullPolicy, got.NodeDisk, got.ConfinePrivileged, got.NodeNetwork = "", "", nil, false, false
+	got.HelperImage, got.HelperImagePullPolicy, got.NodeDisk, got.ConfinePrivileged, got.NodeNetwork, got.NetworkFence = "", "", nil, false, false, ""
 	got.Images, got.AlwaysPullImages, got.MaxGracePeriodSeconds = ImagePolicy{}, false, DefaultMaxGracePeriodSeconds
 	if gotLimits != "cpu=500m,memory=512Mi" || !reflect.DeepEqual(got.Translation, tr) || FormatResourceList(got.Capacity) != "cpu=4,nvidia.com/gpu=1" || got.TokenMaxAge != want.TokenMaxAge || got.PodSecurityLevel != "restricted" {
 		t.Errorf("round trip: %+v", got)

@@ -76,6 +76,7 @@ func TestTenantIsolation(t *testing.T) {
 		{"network-policies", e.networkPolicies()},
 		{"storage", e.storage()},
 		{"steering", e.steering()},
+		{"fail-closed", e.failClosed()},
 	} {
 		t.Run(g.name, func(t *testing.T) {
 			for _, c := range g.cases {
