@@ -7,9 +7,10 @@
 // It sends one GET to the http URL and exits 0 on a 2xx answer, 1 with a
 // one-line reason on stderr on any other answer or error, and 2 on bad usage.
 //
-// With -fence HOST:PORT it is the network fence of tenant host pods
-// instead (fence.go): it exits 0 once HOST:PORT refuses the pod twice in a
-// row, and 1 when -timeout (default 2m) passes first.
+// With -fence HOST:PORT -allowed HOST:PORT it is the network fence of
+// tenant host pods instead (fence.go): it exits 0 once the -fence address
+// refuses the pod while the -allowed one answers, twice in a row, and 1
+// when -timeout (default 2m) passes first.
 // It uses the standard library only and is built static, to sit in images
 // that have nothing else.
 package main
@@ -42,19 +43,20 @@ func run(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("nest-probe", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	timeout := fs.Duration("timeout", 0, "give up after this long (default 5s, or 2m with -fence)")
-	fenceAddr := fs.String("fence", "", "HOST:PORT the pod's isolation refuses: wait until it refuses twice in a row, then exit 0")
+	fenceAddr := fs.String("fence", "", "HOST:PORT the pod's isolation refuses: wait until it is refused while -allowed connects, twice in a row, then exit 0")
+	allowedAddr := fs.String("allowed", "", "with -fence: HOST:PORT the pod's isolation allows (its own API server)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: nest-probe [-timeout 5s] http://127.0.0.1:PORT/PATH\n       nest-probe -fence HOST:PORT [-timeout 2m]")
+		fmt.Fprintln(stderr, "usage: nest-probe [-timeout 5s] http://127.0.0.1:PORT/PATH\n       nest-probe -fence HOST:PORT -allowed HOST:PORT [-timeout 2m]")
 	}
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if *fenceAddr != "" {
-		if fs.NArg() != 0 {
+		if fs.NArg() != 0 || *allowedAddr == "" {
 			fs.Usage()
 			return 2
 		}
-		if err := runFence(*fenceAddr, cmp.Or(*timeout, defaultFenceBy)); err != nil {
+		if err := runFence(*fenceAddr, *allowedAddr, cmp.Or(*timeout, defaultFenceBy)); err != nil {
 			fmt.Fprintln(stderr, "nest-probe:", oneLine(err.Error()))
 			return 1
 		}

@@ -1,6 +1,9 @@
 package syncer
 
 import (
+	"net"
+	"strconv"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -23,13 +26,16 @@ var networkFenceResources = corev1.ResourceList{corev1.ResourceCPU: resource.Mus
 // applies a pod's NetworkPolicies only once it has seen the pod, which can
 // be a second after the pod's network is up, and a connection opened in
 // that second outlives the policy. The fence dials NetworkFence, an address
-// the policy refuses, until it is refused (nest-probe -fence). Nothing is
-// done without a helper image or a fence address.
+// the policy refuses, until it is refused while the tenant's own API server
+// (APIServerHost), which the policy allows, answers (nest-probe -fence):
+// a network that is not up yet refuses everything too. Nothing is done
+// without a helper image or a fence address.
 func (t Translator) fenceNetwork(spec *corev1.PodSpec) {
 	if t.NetworkFence == "" || t.HelperImage == "" {
 		return
 	}
-	c := t.helperContainer(networkFenceName, []string{images.ProbePath, "-fence=" + t.NetworkFence}, false)
+	allowed := net.JoinHostPort(t.APIServerHost, strconv.Itoa(int(t.APIServerPort)))
+	c := t.helperContainer(networkFenceName, []string{images.ProbePath, "-fence=" + t.NetworkFence, "-allowed=" + allowed}, false)
 	c.Resources = corev1.ResourceRequirements{Requests: networkFenceResources, Limits: networkFenceResources}
 	spec.InitContainers = append([]corev1.Container{c}, spec.InitContainers...)
 }

@@ -1,7 +1,9 @@
 package syncer
 
 import (
+	"net"
 	"slices"
+	"strconv"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -29,7 +31,8 @@ func TestTranslatePodFencesTheNetworkFirst(t *testing.T) {
 		t.Fatalf("init containers %v, want %v", names, want)
 	}
 	fence := pt.Pod.Spec.InitContainers[0]
-	if want := []string{images.ProbePath, "-fence=10.96.0.1:443"}; !slices.Equal(fence.Command, want) {
+	allowed := net.JoinHostPort(fenced.APIServerHost, strconv.Itoa(int(fenced.APIServerPort)))
+	if want := []string{images.ProbePath, "-fence=10.96.0.1:443", "-allowed=" + allowed}; !slices.Equal(fence.Command, want) {
 		t.Errorf("fence command %v, want %v", fence.Command, want)
 	}
 	if fence.Image != fenced.HelperImage || fence.RestartPolicy == nil || *fence.RestartPolicy != corev1.ContainerRestartPolicyOnFailure {
