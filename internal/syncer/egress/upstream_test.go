@@ -1,9 +1,6 @@
-//go:build egressupstream
-
-// These tests use kube-apiserver's own egress selector package, which
-// imports modules go.mod does not list (konnectivity-client, the OTLP
-// exporters). TestRealClient runs them with a copy of go.mod that lists
-// them; see there.
+// These tests drive the proxy with kube-apiserver's own egress selector
+// package, so they fail when the proxy and the API server's client
+// disagree.
 
 package egress
 
