@@ -30,7 +30,7 @@ func decodeConfig(t *testing.T, data []byte) *apiserver.EgressSelectorConfigurat
 }
 
 // TestEgressSelectorConfiguration decodes the file as kube-apiserver does
-// and checks its selections; TestUpstreamConfig (run by TestRealClient)
+// and checks its selections; TestUpstreamConfig
 // also runs kube-apiserver's own reader and validation on it.
 func TestEgressSelectorConfiguration(t *testing.T) {
 	sock := "/var/run/nest/egress.sock"
