@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -62,6 +63,7 @@ const (
 	flagEgressBlocks     = "egress-blocks"
 	flagHostPodCIDRs     = "host-pod-cidrs"
 	flagStorageClasses   = "storage-classes"
+	flagEgressProxy      = "egress-proxy-socket"
 )
 
 // Values of --privileged-containers, the VirtualCluster's
@@ -187,6 +189,7 @@ func (o *Flags) BindFlags(fs *flag.FlagSet) {
 		o.StorageClasses = c
 		return err
 	})
+	fs.StringVar(&o.EgressProxySocket, flagEgressProxy, "", "Unix socket where every replica serves the egress proxy of the tenant API server in its pod (its --egress-selector-config-file names it): CONNECT only to what this syncer published from the host (control-plane pods' kubelet ports, tenant host pods, dedicated nodes' kubelets and pod CIDRs); empty: no proxy")
 	fs.Int64Var(&o.DataBudgetBytes, flagDataBudget, 0, "most bytes of data all host copies of tenant ConfigMaps and Secrets may hold together; 0 is no bound")
 	o.KubeletAddr, o.HealthAddr = DefaultKubeletAddr, DefaultHealthAddr
 	o.KubeletClientName = KubeletClientName
@@ -266,6 +269,9 @@ func (o Flags) Args() []string {
 	}
 	if o.Identity != "" {
 		args = append(args, "--"+flagIdentity+"="+o.Identity)
+	}
+	if o.EgressProxySocket != "" {
+		args = append(args, "--"+flagEgressProxy+"="+o.EgressProxySocket)
 	}
 	if len(o.HostServiceCIDRs) > 0 {
 		args = append(args, "--"+flagHostServiceCIDRs+"="+formatCIDRs(o.HostServiceCIDRs))
@@ -397,6 +403,9 @@ func (o Flags) Validate() error {
 	if o.NodeNetwork && (o.HelperImage == "" || o.NodeIP == "") {
 		return fmt.Errorf("--%s needs --%s (the helper that waits for the agent runs from it) and --%s (the address it forwards)", flagNodeNetwork, flagHelperImage, flagNodeIP)
 	}
+	if p := o.EgressProxySocket; p != "" && (!filepath.IsAbs(p) || filepath.Clean(p) != p) {
+		return fmt.Errorf("--%s=%s: want an absolute, clean path, such as /run/nest-egress/proxy.sock", flagEgressProxy, p)
+	}
 	return nil
 }
 
@@ -490,6 +499,13 @@ type Flags struct {
 	// is the host name. A random suffix is added (electionIdentity), so a
 	// replacement pod of the same name never takes its predecessor's lease.
 	Identity string
+	// EgressProxySocket is the absolute path of the Unix socket where
+	// nest-syncer serves the egress proxy (package egress) of the tenant
+	// API server in its own pod, in every replica, leader or not. The
+	// proxy dials only destinations nest-syncer published from the host:
+	// the control-plane pods' kubelet API ports, the tenant's host pods,
+	// and its dedicated nodes' kubelets and pod CIDRs. Empty: no proxy.
+	EgressProxySocket string
 }
 
 // Translation is what nest-syncer's pod translation is told about the

@@ -34,9 +34,10 @@ func TestFlagsRoundTrip(t *testing.T) {
 	withLimits.MaxGracePeriodSeconds = 45
 	want := Flags{Translation: withLimits, NodeIP: "10.244.0.3", Capacity: corev1.ResourceList{"cpu": resource.MustParse("4"), "nvidia.com/gpu": resource.MustParse("1")},
 		PodSecurityLevel: "restricted", TokenMaxAge: 15 * time.Second, TenantKubeconfig: "/k", DNSDir: "/d",
-		HostMetadata:    MetadataAllowList{Labels: []string{"app", "example.com/*"}, Annotations: []string{"example.com/owner"}},
-		DataBudgetBytes: 64 << 20,
-		HostPodCIDRs:    []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/56")}}
+		HostMetadata:      MetadataAllowList{Labels: []string{"app", "example.com/*"}, Annotations: []string{"example.com/owner"}},
+		DataBudgetBytes:   64 << 20,
+		HostPodCIDRs:      []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/56")},
+		EgressProxySocket: "/run/nest-egress/proxy.sock"}
 	var got Flags
 	fs := newFlagSet()
 	got.BindFlags(fs)
@@ -108,6 +109,16 @@ func TestFlagsRoundTrip(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got.HostMetadata, want.HostMetadata) || got.DataBudgetBytes != 64<<20 {
 		t.Errorf("round trip: host metadata %+v, data budget %d", got.HostMetadata, got.DataBudgetBytes)
+	}
+	if got.EgressProxySocket != want.EgressProxySocket {
+		t.Errorf("--egress-proxy-socket came back as %q, want %q", got.EgressProxySocket, want.EgressProxySocket)
+	}
+	for _, sock := range []string{"proxy.sock", "/run/nest-egress/../proxy.sock", "/run/nest-egress/"} {
+		bad := got
+		bad.EgressProxySocket = sock
+		if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "--egress-proxy-socket") {
+			t.Errorf("--egress-proxy-socket=%q: Validate = %v, want it named", sock, err)
+		}
 	}
 	if err := got.Validate(); err != nil {
 		t.Error(err)
