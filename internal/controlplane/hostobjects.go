@@ -112,11 +112,11 @@ var HostObjects = []HostObject{
 		New:   func() client.Object { return &corev1.ConfigMap{} },
 		Names: Names.ConfigMaps,
 		Build: func(vc *nestv1.VirtualCluster, _ Options, _ ServiceIPs) ([]client.Object, error) {
-			admission, err := AdmissionConfigMapFor(vc)
+			apiServer, err := APIServerConfigMapFor(vc)
 			if err != nil {
 				return nil, err
 			}
-			return []client.Object{DNSConfigMapFor(vc), DedicatedNodesConfigMapFor(vc, nil), EtcdBootstrapConfigMapFor(vc, true), admission}, nil
+			return []client.Object{DNSConfigMapFor(vc), DedicatedNodesConfigMapFor(vc, nil), EtcdBootstrapConfigMapFor(vc, true), apiServer}, nil
 		},
 		MadeBy: MadeByNest, Deletion: DeleteRest, Watched: true, CachedByLabel: true,
 	},

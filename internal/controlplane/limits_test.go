@@ -189,7 +189,7 @@ func TestObjectQuotaFor(t *testing.T) {
 		configMaps, secrets, service string
 		dataBytes                    int64
 	}{
-		// 500 + the DNS, dedicated-nodes, etcd bootstrap, admission and member usage ConfigMaps + kube-root-ca.crt;
+		// 500 + the DNS, dedicated-nodes, etcd bootstrap, API server and member usage ConfigMaps + kube-root-ca.crt;
 		// 500 + 4 Nest Secrets (the members Secret too) + 110 token Secrets; 200 + the API server,
 		// DNS and peer Services.
 		{"defaults", nil, "506", "614", "203", 64 << 20},

@@ -187,13 +187,14 @@ func (n Names) DedicatedNodesConfigMap() string {
 // cluster (EtcdBootstrapConfigMapFor).
 func (n Names) EtcdBootstrapConfigMap() string { return n.VirtualCluster + "-etcd-bootstrap" }
 
-// AdmissionConfigMap holds the tenant API server's static admission
-// configuration (AdmissionConfigMapFor).
-func (n Names) AdmissionConfigMap() string { return n.VirtualCluster + "-admission" }
+// APIServerConfigMap holds the files the tenant API server reads at start:
+// its static admission configuration and its egress selector configuration
+// (APIServerConfigMapFor).
+func (n Names) APIServerConfigMap() string { return n.VirtualCluster + "-apiserver-config" }
 
 // ConfigMaps are the ConfigMaps Nest itself keeps in the namespace.
 func (n Names) ConfigMaps() []string {
-	return []string{n.DNSConfigMap(), n.DedicatedNodesConfigMap(), n.EtcdBootstrapConfigMap(), n.AdmissionConfigMap()}
+	return []string{n.DNSConfigMap(), n.DedicatedNodesConfigMap(), n.EtcdBootstrapConfigMap(), n.APIServerConfigMap()}
 }
 
 // Services are the Services Nest itself keeps in the namespace.

@@ -133,7 +133,8 @@ func StatefulSetFor(vc *nestv1.VirtualCluster, o Options, ips ServiceIPs) *appsv
 			{Name: etcdBootstrapVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 				LocalObjectReference: corev1.LocalObjectReference{Name: n.EtcdBootstrapConfigMap()}, Optional: ptr.To(true),
 			}}},
-			admissionVolumeFor(n),
+			apiServerConfigVolumeFor(n),
+			egressVolumeFor(),
 		}, virtualNodeVolumes(n)...),
 		TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
 			MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.DoNotSchedule,
@@ -392,11 +393,12 @@ func apiServerContainer(vc *nestv1.VirtualCluster, o Options) corev1.Container {
 		// the Service's tenant ClusterIP, which the host need not route.
 		components.Flag{Name: "enable-aggregator-routing", Value: "true"},
 	)
-	// Tenant only: policies the tenant cannot remove (AdmissionConfigMapFor).
-	args = append(args, admissionFlags()...)
+	// Tenant only: policies the tenant cannot remove, and egress to nodes
+	// and pods through nest-syncer's proxy (APIServerConfigMapFor).
+	args = append(args, apiServerConfigFlags()...)
 	c := container(apiServerName, o, r, args.Args())
 	c.Env = append(c.Env, podIPEnv())
-	c.VolumeMounts = append(mounts(false), admissionMount())
+	c.VolumeMounts = append(mounts(false), apiServerConfigMount(), egressMount(true))
 	c.Ports = []corev1.ContainerPort{{Name: "https", ContainerPort: Port}}
 	c.StartupProbe = httpProbe("/readyz", Port, corev1.URISchemeHTTPS, 1, 120)
 	c.ReadinessProbe = httpProbe("/readyz", Port, corev1.URISchemeHTTPS, 2, 3)

@@ -162,6 +162,8 @@ func syncerOptions(vc *nestv1.VirtualCluster, opts Options, ips ServiceIPs) cont
 		DNSDir:          dnsDir,
 		HostMetadata:    hostMetadata(vc, opts),
 		DataBudgetBytes: BudgetOf(vc).DataBytes,
+		// The socket the API server's egress selector configuration names.
+		EgressProxySocket: EgressProxySocket,
 	}
 	// spec.network.egressCIDRs is checked by the CRD; a value that is no
 	// CIDR leaves no block, so every tenant ipBlock is cut.
@@ -221,6 +223,7 @@ func syncerContainer(vc *nestv1.VirtualCluster, o Options, ips ServiceIPs) corev
 	c.VolumeMounts = append(mounts(false),
 		corev1.VolumeMount{Name: "dns", MountPath: dnsDir},
 		corev1.VolumeMount{Name: "host-token", MountPath: hostTokenDir, ReadOnly: true},
+		egressMount(false),
 	)
 	// Liveness only, no startup or readiness probe: the pod's readiness gates
 	// the tenant API server's Service, and the syncer must never cut tenants

@@ -119,15 +119,15 @@ func hostNodeIPs(nodes []corev1.Node, globalNodes []nestv1.GlobalNode) []string 
 }
 
 // reconcileVirtualNodeObjects creates what the virtual node needs on the host:
-// the tenant CoreDNS' ConfigMap and Service, the API server's static
-// admission ConfigMap, and the syncer's ServiceAccount and RoleBinding. The
-// quotas are reconcileLimits'.
+// the tenant CoreDNS' ConfigMap and Service, the ConfigMap of the API
+// server's static admission and egress selector files, and the syncer's
+// ServiceAccount and RoleBinding. The quotas are reconcileLimits'.
 func (r *Reconciler) reconcileVirtualNodeObjects(ctx context.Context, s *reconcileState) (bool, error) {
-	admission, err := controlplane.AdmissionConfigMapFor(s.vc)
+	apiServer, err := controlplane.APIServerConfigMapFor(s.vc)
 	if err != nil {
 		return false, err
 	}
-	for _, wantCM := range []*corev1.ConfigMap{controlplane.DNSConfigMapFor(s.vc), admission} {
+	for _, wantCM := range []*corev1.ConfigMap{controlplane.DNSConfigMapFor(s.vc), apiServer} {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: wantCM.Name, Namespace: wantCM.Namespace}}
 		if err := r.ensure(ctx, s, cm, func() { cm.Labels, cm.Data = wantCM.Labels, wantCM.Data }); err != nil {
 			return false, err
