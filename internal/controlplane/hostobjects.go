@@ -116,7 +116,7 @@ var HostObjects = []HostObject{
 			if err != nil {
 				return nil, err
 			}
-			return []client.Object{DNSConfigMapFor(vc), DedicatedNodesConfigMapFor(vc, nil), EtcdBootstrapConfigMapFor(vc, true), apiServer}, nil
+			return []client.Object{DNSConfigMapFor(vc), DedicatedNodesConfigMapFor(vc, nil, nil), EtcdBootstrapConfigMapFor(vc, true), apiServer}, nil
 		},
 		MadeBy: MadeByNest, Deletion: DeleteRest, Watched: true, CachedByLabel: true,
 	},

@@ -177,8 +177,9 @@ func (n Names) MemberSecrets() []string { return []string{n.MembersSecret()} }
 // MemberSecrets.
 func (n Names) MemberConfigMaps() []string { return []string{n.MemberUsageConfigMap()} }
 
-// DedicatedNodesConfigMap holds the pod CIDRs of the VirtualCluster's
-// dedicated nodes, which nest-syncer admits behind host Services.
+// DedicatedNodesConfigMap holds the pod CIDRs and node IPs of the
+// VirtualCluster's dedicated nodes, which nest-syncer admits behind host
+// Services and through the tenant API server's egress proxy.
 func (n Names) DedicatedNodesConfigMap() string {
 	return contract.DedicatedNodesConfigMap(n.VirtualCluster)
 }

@@ -273,13 +273,18 @@ func ports(protocol corev1.Protocol, numbers ...int32) []networkingv1.NetworkPol
 }
 
 // DedicatedNodesConfigMapFor returns the ConfigMap that tells nest-syncer
-// the pod CIDRs of vc's dedicated nodes, the same ranges
-// NetworkPoliciesWith admits: the syncer names pods in them behind the host
-// copies of the tenant's Services.
-func DedicatedNodesConfigMapFor(vc *nestv1.VirtualCluster, dedicatedPodCIDRs []netip.Prefix) *corev1.ConfigMap {
+// about vc's dedicated nodes: their pod CIDRs, the same ranges
+// NetworkPoliciesWith admits, where the syncer names pods behind the host
+// copies of the tenant's Services and the tenant API server may dial any
+// port; and their node IPs in the host network, where it may dial their
+// kubelets (contract.DedicatedKubeletPort) through the egress proxy.
+func DedicatedNodesConfigMapFor(vc *nestv1.VirtualCluster, dedicatedPodCIDRs []netip.Prefix, dedicatedNodeIPs []netip.Addr) *corev1.ConfigMap {
 	n := NamesOf(vc)
 	return &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: n.DedicatedNodesConfigMap(), Namespace: n.Namespace, Labels: n.Labels()},
-		Data:       map[string]string{contract.DedicatedPodCIDRsKey: contract.FormatPodCIDRs(dedicatedPodCIDRs)},
+		Data: map[string]string{
+			contract.DedicatedPodCIDRsKey: contract.FormatPodCIDRs(dedicatedPodCIDRs),
+			contract.DedicatedNodeIPsKey:  contract.FormatNodeIPs(dedicatedNodeIPs),
+		},
 	}
 }

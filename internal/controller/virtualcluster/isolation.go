@@ -98,15 +98,18 @@ func (r *Reconciler) reconcileLimits(ctx context.Context, s *reconcileState) (bo
 }
 
 // reconcileDedicatedNodes keeps the ConfigMap that gives nest-syncer the
-// dedicated pod CIDRs the NetworkPolicies admit. It runs after the quotas
-// (reconcileLimits), which count the ConfigMap, and after the policies,
-// which a failure here must not hold back.
+// dedicated pod CIDRs the NetworkPolicies admit and the dedicated node IPs,
+// whose kubelets the tenant API server reaches through the egress proxy. It
+// runs after the quotas (reconcileLimits), which count the ConfigMap, and
+// after the policies, which a failure here must not hold back.
 func (r *Reconciler) reconcileDedicatedNodes(ctx context.Context, s *reconcileState) (bool, error) {
-	dedicated, err := r.dedicatedPodCIDRs(ctx, s.vc)
+	nodes, err := r.globalNodes(ctx)
 	if err != nil {
 		return false, err
 	}
-	cm, want := &corev1.ConfigMap{}, controlplane.DedicatedNodesConfigMapFor(s.vc, dedicated)
+	holder := holderKey(s.vc)
+	cm := &corev1.ConfigMap{}
+	want := controlplane.DedicatedNodesConfigMapFor(s.vc, podCIDRsOf(nodes, holder, r.ControlPlane.HostNetwork.PodCIDRs), nodeIPsOf(nodes, holder))
 	cm.ObjectMeta = metav1.ObjectMeta{Name: want.Name, Namespace: want.Namespace}
 	if err := r.ensure(ctx, s, cm, func() { cm.Labels, cm.Data = want.Labels, want.Data }); err != nil {
 		return false, err
@@ -117,15 +120,34 @@ func (r *Reconciler) reconcileDedicatedNodes(ctx context.Context, s *reconcileSt
 // dedicatedPodCIDRs are the pod subnets of the nodes node promotion moved
 // out of the host for vc (GlobalNode status.podCIDR), sorted.
 func (r *Reconciler) dedicatedPodCIDRs(ctx context.Context, vc *nestv1.VirtualCluster) ([]netip.Prefix, error) {
+	nodes, err := r.globalNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return podCIDRsOf(nodes, holderKey(vc), r.ControlPlane.HostNetwork.PodCIDRs), nil
+}
+
+// globalNodes are every GlobalNode, from the cache.
+func (r *Reconciler) globalNodes(ctx context.Context) ([]nestv1.GlobalNode, error) {
 	var list nestv1.GlobalNodeList
 	if err := r.List(ctx, &list); err != nil {
 		return nil, fmt.Errorf("list GlobalNodes: %w", err)
 	}
-	return podCIDRsOf(list.Items, vc.Namespace+"/"+vc.Name, r.ControlPlane.HostNetwork.PodCIDRs), nil
+	return list.Items, nil
+}
+
+// holderKey is vc as a GlobalNode's status.virtualCluster names its holder.
+func holderKey(vc *nestv1.VirtualCluster) string { return vc.Namespace + "/" + vc.Name }
+
+// holdsPodsOf reports whether gn is a dedicated node of holder whose pods
+// are the tenant's (HoldsTenantPods): only then do its pod CIDR and node IP
+// belong to the tenant.
+func holdsPodsOf(gn *nestv1.GlobalNode, holder string) bool {
+	return gn.Status.VirtualCluster == holder && gn.HoldsTenantPods()
 }
 
 // podCIDRsOf are the status.podCIDRs of the GlobalNodes whose status names
-// holder and that hold its pods (HoldsTenantPods), sorted. Only a range
+// holder and that hold its pods (holdsPodsOf), sorted. Only a range
 // inside one of the host's pod ranges counts: status.podCIDR comes from
 // the node's agent, on a node its last tenant had root on, and must never
 // admit node, Service or other addresses to a tenant.
@@ -133,7 +155,7 @@ func podCIDRsOf(nodes []nestv1.GlobalNode, holder string, hostPodCIDRs []netip.P
 	var out []netip.Prefix
 	for i := range nodes {
 		gn := &nodes[i]
-		if gn.Status.VirtualCluster != holder || !gn.HoldsTenantPods() {
+		if !holdsPodsOf(gn, holder) {
 			continue
 		}
 		p, err := netip.ParsePrefix(gn.Status.PodCIDR)
@@ -146,5 +168,24 @@ func podCIDRsOf(nodes []nestv1.GlobalNode, holder string, hostPodCIDRs []netip.P
 		}
 	}
 	slices.SortFunc(out, func(a, b netip.Prefix) int { return strings.Compare(a.String(), b.String()) })
+	return out
+}
+
+// nodeIPsOf are the spec.nodeIPs of the GlobalNodes that hold holder's pods
+// (holdsPodsOf), sorted: the addresses the tenant's dedicated kubelets
+// serve at, which nest-manager took from the host Node before the move. A
+// value that is no IP address is left out.
+func nodeIPsOf(nodes []nestv1.GlobalNode, holder string) []netip.Addr {
+	var out []netip.Addr
+	for i := range nodes {
+		gn := &nodes[i]
+		if !holdsPodsOf(gn, holder) {
+			continue
+		}
+		if a, err := netip.ParseAddr(gn.Spec.NodeIP); err == nil {
+			out = append(out, a.Unmap())
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
 	return out
 }

@@ -74,3 +74,33 @@ func TestPodCIDRsOfMovedNodesOfTheHolder(t *testing.T) {
 		t.Errorf("podCIDRsOf = %v, want %v", got, want)
 	}
 }
+
+// The egress proxy lets the tenant API server reach the kubelets of the
+// nodes that hold its pods, at their spec.nodeIP: the holder's only, in the
+// phases its pods are there, and only what parses as an address.
+func TestNodeIPsOfMovedNodesOfTheHolder(t *testing.T) {
+	gn := func(name, holder string, phase nestv1.NodePhase, ip string) nestv1.GlobalNode {
+		return nestv1.GlobalNode{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: nestv1.GlobalNodeSpec{NodeIP: ip},
+			Status: nestv1.GlobalNodeStatus{VirtualCluster: holder, Phase: phase}}
+	}
+	nodes := []nestv1.GlobalNode{
+		gn("a", "vc-a/a", nestv1.NodePhaseTenant, "172.18.0.9"),
+		gn("b", "vc-a/a", nestv1.NodePhaseJoining, "172.18.0.3"),
+		gn("c", "vc-b/b", nestv1.NodePhaseTenant, "172.18.0.4"),
+		gn("d", "vc-a/a", nestv1.NodePhaseHost, "172.18.0.5"),
+		gn("e", "vc-a/a", nestv1.NodePhaseTenant, "not an address"),
+		gn("f", "vc-a/a", nestv1.NodePhaseLeaving, "172.18.0.6"),
+		gn("g", "vc-a/a", nestv1.NodePhaseReturning, "172.18.0.7"),
+		gn("h", "vc-a/a", nestv1.NodePhaseReleasing, "::ffff:172.18.0.8"),
+		gn("i", "vc-a/a", nestv1.NodePhaseFailed, "fc00::10"),
+		gn("j", "", nestv1.NodePhaseTenant, "172.18.0.11"),
+		gn("k", "vc-a/a", nestv1.NodePhaseTenant, ""),
+	}
+	var got []string
+	for _, a := range nodeIPsOf(nodes, "vc-a/a") {
+		got = append(got, a.String())
+	}
+	if want := []string{"172.18.0.3", "172.18.0.8", "172.18.0.9", "fc00::10"}; !slices.Equal(got, want) {
+		t.Errorf("nodeIPsOf = %v, want %v", got, want)
+	}
+}

@@ -13,15 +13,52 @@ import (
 // only addresses in the pod CIDRs of the nodes the tenant holds. Those
 // ranges come from nest-manager, which writes them to a host ConfigMap in
 // the tenant's namespace, never from the tenant, whose Node objects are its
-// own to write.
+// own to write. The same ConfigMap holds the nodes' IPs: nest-syncer's
+// egress proxy lets the tenant API server reach their kubelets there, and
+// their pod CIDRs, for logs, exec, webhooks and the proxy subresources.
 
 // DedicatedNodesConfigMap is the name of that host ConfigMap for the
-// VirtualCluster vc; DedicatedPodCIDRsKey is its key, which holds the pod
-// CIDRs one a line (FormatPodCIDRs).
+// VirtualCluster vc; DedicatedPodCIDRsKey and DedicatedNodeIPsKey are its
+// keys.
 func DedicatedNodesConfigMap(vc string) string { return vc + "-dedicated-nodes" }
 
-// DedicatedPodCIDRsKey is the ConfigMap key of the dedicated nodes' pod CIDRs.
+// DedicatedPodCIDRsKey is the ConfigMap key of the dedicated nodes' pod
+// CIDRs, one a line (FormatPodCIDRs).
 const DedicatedPodCIDRsKey = "podCIDRs"
+
+// DedicatedNodeIPsKey is the ConfigMap key of the dedicated nodes' IPs in
+// the host network (GlobalNode spec.nodeIP), one a line (FormatNodeIPs).
+const DedicatedNodeIPsKey = "nodeIPs"
+
+// DedicatedKubeletPort is the port of a dedicated node's kubelet API at its
+// node IP: the kubelet's default, which node promotion keeps (the node's
+// kubelet runs with its own configuration, only its clients and
+// certificates changed).
+const DedicatedKubeletPort = 10250
+
+// FormatNodeIPs writes addrs one a line, sorted and without repeats, as
+// ParseNodeIPs reads them.
+func FormatNodeIPs(addrs []netip.Addr) string {
+	sorted := slices.Clone(addrs)
+	slices.SortFunc(sorted, netip.Addr.Compare)
+	lines := make([]string, 0, len(sorted))
+	for _, a := range slices.Compact(sorted) {
+		lines = append(lines, a.String())
+	}
+	return strings.Join(lines, "\n")
+}
+
+// ParseNodeIPs reads what FormatNodeIPs wrote. A line that is no IP
+// address is skipped: it admits nothing.
+func ParseNodeIPs(data string) []netip.Addr {
+	var out []netip.Addr
+	for line := range strings.Lines(data) {
+		if a, err := netip.ParseAddr(strings.TrimSpace(line)); err == nil {
+			out = append(out, a)
+		}
+	}
+	return out
+}
 
 // FormatPodCIDRs writes prefixes one a line, sorted, as ParsePodCIDRs reads them.
 func FormatPodCIDRs(prefixes []netip.Prefix) string {

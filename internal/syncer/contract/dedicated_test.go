@@ -60,3 +60,26 @@ func TestParsePodCIDRs(t *testing.T) {
 		})
 	}
 }
+
+func TestNodeIPsRoundTrip(t *testing.T) {
+	in := []netip.Addr{netip.MustParseAddr("fd00::12"), netip.MustParseAddr("172.18.0.3"), netip.MustParseAddr("172.18.0.2"), netip.MustParseAddr("172.18.0.3")}
+	data := FormatNodeIPs(in)
+	if data != "172.18.0.2\n172.18.0.3\nfd00::12" {
+		t.Errorf("FormatNodeIPs = %q, want sorted, one a line, without repeats", data)
+	}
+	want := []netip.Addr{netip.MustParseAddr("172.18.0.2"), netip.MustParseAddr("172.18.0.3"), netip.MustParseAddr("fd00::12")}
+	if got := ParseNodeIPs(data); !slices.Equal(got, want) {
+		t.Errorf("ParseNodeIPs(%q) = %v, want %v", data, got, want)
+	}
+	if got := FormatNodeIPs(nil); got != "" {
+		t.Errorf("FormatNodeIPs(nil) = %q, want empty", got)
+	}
+}
+
+func TestParseNodeIPsSkipsJunk(t *testing.T) {
+	data := "\n 172.18.0.2 \r\nnot an IP\n172.18.0.0/16\n172.18.0.3:10250\n256.1.1.1\n172.18.0.4 # comment\nfd00::12\n"
+	want := []netip.Addr{netip.MustParseAddr("172.18.0.2"), netip.MustParseAddr("fd00::12")}
+	if got := ParseNodeIPs(data); !slices.Equal(got, want) {
+		t.Errorf("ParseNodeIPs(%q) = %v, want %v", data, got, want)
+	}
+}
