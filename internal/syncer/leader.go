@@ -181,21 +181,28 @@ func clients(o Options) (tenant, host kubernetes.Interface, err error) {
 		return nil, nil, fmt.Errorf("tenant kubeconfig %s: %w", o.TenantKubeconfig, err)
 	}
 	tenantCfg.QPS, tenantCfg.Burst = 200, 400
+	if tenant, err = kubernetes.NewForConfig(tenantCfg); err != nil {
+		return nil, nil, err
+	}
+	if host, err = hostClient(o); err != nil {
+		return nil, nil, err
+	}
+	return tenant, host, nil
+}
+
+// hostClient is the host client of o: o.Host, or the in-cluster
+// configuration when it is nil.
+func hostClient(o Options) (kubernetes.Interface, error) {
 	hostCfg := o.Host
 	if hostCfg == nil {
+		var err error
 		if hostCfg, err = rest.InClusterConfig(); err != nil {
-			return nil, nil, fmt.Errorf("host credentials: %w", err)
+			return nil, fmt.Errorf("host credentials: %w", err)
 		}
 	}
 	hostCfg = rest.CopyConfig(hostCfg)
 	hostCfg.QPS, hostCfg.Burst = 200, 400
-	if tenant, err = kubernetes.NewForConfig(tenantCfg); err != nil {
-		return nil, nil, err
-	}
-	if host, err = kubernetes.NewForConfig(hostCfg); err != nil {
-		return nil, nil, err
-	}
-	return tenant, host, nil
+	return kubernetes.NewForConfig(hostCfg)
 }
 
 // runDNSFollower keeps the tenant CoreDNS' files of this replica current

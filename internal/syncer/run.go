@@ -69,9 +69,48 @@ func (o Options) translator() Translator {
 func (s *syncer) kubeletPort() int32 { return cmp.Or(s.o.KubeletPort, contract.VirtualNodeKubeletPort) }
 
 // Run runs the syncer until ctx ends; with o.LeaderElect, only while this
-// replica holds the syncer lease (runElected).
+// replica holds the syncer lease (runElected). With o.EgressProxySocket it
+// also serves the egress proxy of the API server in its pod
+// (runWithEgressProxy).
 func Run(ctx context.Context, o Options) error {
 	vklog.L = newVKLogger()
+	if o.EgressProxySocket != "" {
+		return runWithEgressProxy(ctx, o)
+	}
+	return runSyncer(ctx, o)
+}
+
+// runWithEgressProxy runs the egress proxy (runEgressProxy) beside the
+// syncer, in every replica whether it leads or not: each replica's API
+// server dials through its own pod's proxy. A proxy that stops while the
+// syncer runs ends both with its error, so the kubelet restarts the
+// container rather than leave the API server without a way to nodes and
+// pods.
+func runWithEgressProxy(ctx context.Context, o Options) error {
+	host, err := hostClient(o)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	proxied := make(chan struct{})
+	var proxyErr error
+	go func() {
+		defer close(proxied)
+		err := runEgressProxy(ctx, o, host)
+		if ctx.Err() == nil {
+			proxyErr = fmt.Errorf("egress proxy stopped: %w", cmp.Or(err, errors.New("no error")))
+			cancel()
+		}
+	}()
+	err = runSyncer(ctx, o)
+	cancel()
+	<-proxied
+	return cmp.Or(proxyErr, err)
+}
+
+// runSyncer runs the syncer until ctx ends, elected or not.
+func runSyncer(ctx context.Context, o Options) error {
 	if o.LeaderElect {
 		if o.Host == nil {
 			var err error
