@@ -1,19 +1,24 @@
 package isolation
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
@@ -29,6 +34,7 @@ func (e *env) steering() []testCase {
 	return []testCase{
 		{"virtual-node-address-patch-is-refused-and-the-node-proxy-reaches-the-syncer", e.nodeAddressPatch},
 		{"node-created-with-a-host-kubelet-address-is-refused", e.forgedNode},
+		{"webhook-aimed-at-a-host-kubelet-is-refused-by-the-egress-proxy", e.webhookAtHostKubelet},
 		{"refused-virtual-cluster-creates-nothing-and-reads-no-secret", e.refusedVirtualCluster},
 	}
 }
@@ -84,6 +90,67 @@ func (e *env) forgedNode(t *testing.T) {
 	}
 	if err == nil || !strings.Contains(out+err.Error(), addons.NodeEndpointsName) {
 		t.Errorf("create of a Node at host kubelet %s: %v\n%s\nwant refused by %s", e.nodeIPs[1], err, out, addons.NodeEndpointsName)
+	}
+}
+
+// webhookAtHostKubelet: alpha's admin registers a validating webhook whose
+// URL is a host kubelet, as a way to make its API server dial the host.
+// The API server dials through nest-syncer's egress proxy, which refuses
+// the address: the request the webhook guards fails with the proxy's 403,
+// never with a TLS or HTTP answer from the kubelet. The node proxy case
+// shows that what the syncer published still gets through.
+func (e *env) webhookAtHostKubelet(t *testing.T) {
+	const ns, name = "steering-webhook", "host-kubelet.steering.nest.dev"
+	cs := e.alpha.Clientset(t)
+	if _, err := cs.CoreV1().Namespaces().Create(e.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	kubelet := net.JoinHostPort(e.nodeIPs[0], "10250")
+	webhook := hostKubeletWebhook(name, ns, "https://"+kubelet+"/")
+	if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(e.ctx, webhook, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), webhook.Name, metav1.DeleteOptions{})
+	})
+	// The API server calls the webhook once its informer has it: until
+	// then a create succeeds, and is undone.
+	want := "proxy error from " + controlplane.EgressProxySocket + " while dialing " + kubelet + ", code 403"
+	testutil.Eventually(t, time.Minute, "a ConfigMap create refused by the egress proxy", func() error {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "guarded", Namespace: ns}}
+		_, err := cs.CoreV1().ConfigMaps(ns).Create(e.ctx, cm, metav1.CreateOptions{})
+		switch {
+		case err == nil:
+			_ = cs.CoreV1().ConfigMaps(ns).Delete(e.ctx, cm.Name, metav1.DeleteOptions{})
+			return errors.New("created: the webhook is not called yet")
+		case !strings.Contains(err.Error(), name):
+			return fmt.Errorf("refused, but not by the webhook yet: %w", err)
+		case !strings.Contains(err.Error(), want):
+			t.Fatalf("the webhook at host kubelet %s failed with %q, want the egress proxy's refusal %q: the API server dialled the host", kubelet, err, want)
+		}
+		return nil
+	})
+}
+
+// hostKubeletWebhook is a validating webhook configuration that sends
+// every ConfigMap create in namespace ns to url, failing closed.
+func hostKubeletWebhook(name, ns, url string) *admissionregistrationv1.ValidatingWebhookConfiguration {
+	return &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "steering-host-kubelet"},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name:                    name,
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &url},
+			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			AdmissionReviewVersions: []string{"v1"},
+			TimeoutSeconds:          ptr.To[int32](10),
+			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}},
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+				Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}},
+			}},
+		}},
 	}
 }
 
