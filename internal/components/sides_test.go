@@ -39,7 +39,9 @@ func TestHostAndTenantDifferOnlyByTheirOwnFlags(t *testing.T) {
 		// A tenant member takes its initial cluster from the environment
 		// (EtcdMember) and admits peers by the peer certificate's name.
 		{"etcd", []string{"initial-cluster"}, append(etcdTLS, "snapshot-count", "peer-skip-client-san-verification", "peer-cert-allowed-cn")},
-		{"kube-apiserver", []string{"kubelet-certificate-authority"}, []string{"etcd-cafile", "etcd-certfile", "etcd-keyfile", "max-requests-inflight", "max-mutating-requests-inflight", "enable-aggregator-routing"}},
+		{"kube-apiserver", []string{"kubelet-certificate-authority"}, []string{"etcd-cafile", "etcd-certfile", "etcd-keyfile", "max-requests-inflight", "max-mutating-requests-inflight", "enable-aggregator-routing",
+			// The static admission policies (controlplane.AdmissionConfigMapFor).
+			"feature-gates", "admission-control-config-file"}},
 		{"kube-controller-manager", []string{"allocate-node-cidrs", "cluster-name"}, nil},
 		{"kube-scheduler", nil, []string{"kube-api-qps", "kube-api-burst"}},
 	} {
