@@ -58,18 +58,9 @@ func NodeAdmission() []client.Object {
 		&admissionregistrationv1.ValidatingAdmissionPolicy{
 			ObjectMeta: metav1.ObjectMeta{Name: AssignedNodesName},
 			Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
-				ParamKind:     &admissionregistrationv1.ParamKind{APIVersion: "v1", Kind: "ConfigMap"},
-				FailurePolicy: ptr.To(admissionregistrationv1.Fail),
-				MatchConstraints: &admissionregistrationv1.MatchResources{
-					ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
-						RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-							Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-							Rule: admissionregistrationv1.Rule{
-								APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"nodes", "nodes/status"},
-							},
-						},
-					}},
-				},
+				ParamKind:        &admissionregistrationv1.ParamKind{APIVersion: "v1", Kind: "ConfigMap"},
+				FailurePolicy:    ptr.To(admissionregistrationv1.Fail),
+				MatchConstraints: nodeWrites(),
 				MatchConditions: []admissionregistrationv1.MatchCondition{{
 					Name: "kubelets", Expression: nodeAdmissionMatch,
 				}},
@@ -92,6 +83,21 @@ func NodeAdmission() []client.Object {
 				ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
 			},
 		},
+	}
+}
+
+// nodeWrites matches every create and update of a Node and of its status,
+// where kubelets write addresses and conditions.
+func nodeWrites() *admissionregistrationv1.MatchResources {
+	return &admissionregistrationv1.MatchResources{
+		ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+			RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+				Rule: admissionregistrationv1.Rule{
+					APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"nodes", "nodes/status"},
+				},
+			},
+		}},
 	}
 }
 

@@ -37,15 +37,7 @@ func TestKubeletsRegisterOnlyTheNodesNestAssigned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// envtest authorizes with RBAC alone; a real API server's Node
-	// authorizer lets kubelets write their Node.
-	if err := admin.Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "test:nodes"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:node"},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "system:nodes"}},
-	}); err != nil {
-		t.Fatal(err)
-	}
+	letKubeletsWriteNodes(t, admin)
 	if err := Apply(ctx, admin, NodeAdmission()); err != nil {
 		t.Fatal(err)
 	}
@@ -195,4 +187,18 @@ func requireListed(t *testing.T, c client.Client, want map[string]string) {
 func eventually(t *testing.T, what string, check func() error) {
 	t.Helper()
 	testutil.Eventually(t, 30*time.Second, what, check)
+}
+
+// letKubeletsWriteNodes binds the system:node role to the kubelets' group:
+// envtest authorizes with RBAC alone, where a real API server's Node
+// authorizer lets kubelets write their Node.
+func letKubeletsWriteNodes(t *testing.T, admin client.Client) {
+	t.Helper()
+	if err := admin.Create(context.Background(), &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "test:nodes"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:node"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "system:nodes"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -58,17 +58,8 @@ func NodeEndpoints(r NodeEndpointsRules) (*admissionregistrationv1.ValidatingAdm
 		TypeMeta:   metav1.TypeMeta{APIVersion: typeGroup, Kind: "ValidatingAdmissionPolicy"},
 		ObjectMeta: metav1.ObjectMeta{Name: NodeEndpointsName},
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
-			MatchConstraints: &admissionregistrationv1.MatchResources{
-				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
-					RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-						Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-						Rule: admissionregistrationv1.Rule{
-							APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"nodes", "nodes/status"},
-						},
-					},
-				}},
-			},
+			FailurePolicy:    ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: nodeWrites(),
 			MatchConditions: []admissionregistrationv1.MatchCondition{{
 				Name: "not-the-owner", Expression: fmt.Sprintf("request.userInfo.username != %s", celString(r.Owner)),
 			}},

@@ -11,7 +11,6 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -79,15 +78,7 @@ func TestOnlyNestSyncerWritesNodeEndpoints(t *testing.T) {
 	// The tenant's admin is not the owner: it is another system:masters user.
 	tenant := as(t, cfg, "nest-admin", "system:masters")
 	syncer := as(t, cfg, testRules.Owner, "system:masters")
-	// envtest authorizes with RBAC alone; a real API server's Node
-	// authorizer lets kubelets write their Node.
-	if err := admin.Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "test:nodes"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:node"},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "system:nodes"}},
-	}); err != nil {
-		t.Fatal(err)
-	}
+	letKubeletsWriteNodes(t, admin)
 	hostKubelet := []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "198.51.100.11"}}
 
 	// The policy is there from the API server's first request, and no

@@ -102,20 +102,8 @@ func (e *env) defaultDenyThenAllow(t *testing.T) {
 	const ns = "np-deny"
 	ips := e.namespaceWithPods(t, e.alpha, ns, "server", "client", "bystander")
 	server, bystander := hostPort(ips["server"], 8080), hostPort(ips["bystander"], 8080)
-	if err := e.dialFrom(e.alpha, ns, "client", server); err != nil {
-		t.Fatalf("before any policy the client cannot reach the server: %v", err)
-	}
 	start := time.Now()
-	e.applyPolicy(t, e.alpha, &networkingv1.NetworkPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: "default-deny", Namespace: ns},
-		Spec:       networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}},
-	})
-	testutil.Eventually(t, time.Minute, "default deny enforced", func() error {
-		if err := e.dialFrom(e.alpha, ns, "client", server); err == nil {
-			return fmt.Errorf("the client still connects")
-		}
-		return nil
-	})
+	e.denyIngress(t, ns, server)
 	t.Logf("default deny enforced %v after the policy was created", time.Since(start).Round(time.Millisecond))
 	e.blockedFrom(t, e.alpha, ns, "client", bystander)
 
@@ -237,19 +225,7 @@ func (e *env) ownPodsAdmittedBy(t *testing.T, ns string, allow networkingv1.Netw
 	t.Helper()
 	ips := e.namespaceWithPodsLike(t, e.alpha, ns, withoutToken, "server", "client")
 	server := hostPort(ips["server"], 8080)
-	if err := e.dialFrom(e.alpha, ns, "client", server); err != nil {
-		t.Fatalf("before any policy the client cannot reach the server: %v", err)
-	}
-	e.applyPolicy(t, e.alpha, &networkingv1.NetworkPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: "default-deny", Namespace: ns},
-		Spec:       networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}},
-	})
-	testutil.Eventually(t, time.Minute, "default deny enforced", func() error {
-		if err := e.dialFrom(e.alpha, ns, "client", server); err == nil {
-			return fmt.Errorf("the client still connects")
-		}
-		return nil
-	})
+	e.denyIngress(t, ns, server)
 	e.applyPolicy(t, e.alpha, &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "allow-server", Namespace: ns},
 		Spec: networkingv1.NetworkPolicySpec{
@@ -268,4 +244,24 @@ func (e *env) ownPodsAdmittedBy(t *testing.T, ns string, allow networkingv1.Netw
 	if _, err := e.beta.KubectlErr(e.ctx, "exec", "web", "--", "/testapp", "dial", server); err == nil {
 		t.Errorf("beta's pod reached alpha's pod through alpha's policy")
 	}
+}
+
+// denyIngress checks that alpha's client pod in ns reaches server, applies a
+// default-deny ingress policy in ns and waits until the client no longer
+// does.
+func (e *env) denyIngress(t *testing.T, ns, server string) {
+	t.Helper()
+	if err := e.dialFrom(e.alpha, ns, "client", server); err != nil {
+		t.Fatalf("before any policy the client cannot reach the server: %v", err)
+	}
+	e.applyPolicy(t, e.alpha, &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "default-deny", Namespace: ns},
+		Spec:       networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}},
+	})
+	testutil.Eventually(t, time.Minute, "default deny enforced", func() error {
+		if err := e.dialFrom(e.alpha, ns, "client", server); err == nil {
+			return fmt.Errorf("the client still connects")
+		}
+		return nil
+	})
 }
