@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	apiserverconfig "k8s.io/apiserver/pkg/apis/apiserver"
 	"k8s.io/apiserver/pkg/server/egressselector"
 )
 
@@ -21,18 +22,7 @@ import (
 // startup, from the file EgressSelectorConfiguration writes for sock.
 func upstreamSelector(t *testing.T, sock string) *egressselector.EgressSelector {
 	t.Helper()
-	data, err := EgressSelectorConfiguration(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(t.TempDir(), "egress-selector.yaml")
-	if err := os.WriteFile(file, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := egressselector.ReadEgressSelectorConfiguration(file)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, _ := readUpstream(t, sock)
 	sel, err := egressselector.NewEgressSelector(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -40,11 +30,10 @@ func upstreamSelector(t *testing.T, sock string) *egressselector.EgressSelector 
 	return sel
 }
 
-// TestUpstreamConfig reads the file with kube-apiserver's own reader and
-// runs the validation kube-apiserver runs at startup
-// (EgressSelectorOptions.ApplyTo), then builds its dialers from it.
-func TestUpstreamConfig(t *testing.T) {
-	sock := "/var/run/nest/egress.sock"
+// readUpstream writes EgressSelectorConfiguration(sock) to a file and reads
+// it back with kube-apiserver's own reader, as at its startup.
+func readUpstream(t *testing.T, sock string) (*apiserverconfig.EgressSelectorConfiguration, []byte) {
+	t.Helper()
 	data, err := EgressSelectorConfiguration(sock)
 	if err != nil {
 		t.Fatal(err)
@@ -57,6 +46,15 @@ func TestUpstreamConfig(t *testing.T) {
 	if err != nil {
 		t.Fatalf("kube-apiserver cannot read\n%s: %v", data, err)
 	}
+	return cfg, data
+}
+
+// TestUpstreamConfig reads the file with kube-apiserver's own reader and
+// runs the validation kube-apiserver runs at startup
+// (EgressSelectorOptions.ApplyTo), then builds its dialers from it.
+func TestUpstreamConfig(t *testing.T) {
+	sock := "/var/run/nest/egress.sock"
+	cfg, data := readUpstream(t, sock)
 	if errs := egressselector.ValidateEgressSelectorConfiguration(cfg); len(errs) > 0 {
 		t.Fatalf("kube-apiserver refuses\n%s: %v", data, errs.ToAggregate())
 	}
