@@ -30,14 +30,7 @@ func startProxy(t *testing.T, p *Proxy) string {
 	go func() { served <- p.Serve(ctx, l) }()
 	t.Cleanup(func() {
 		cancel()
-		select {
-		case err := <-served:
-			if err != nil {
-				t.Errorf("Serve = %v, want nil", err)
-			}
-		case <-time.After(testTimeout):
-			t.Error("Serve did not return after its context ended")
-		}
+		requireServeReturned(t, served)
 	})
 	return sock
 }
@@ -200,5 +193,19 @@ func eventually(t *testing.T, what string, cond func() error) {
 			t.Fatalf("%s: %v", what, err)
 		}
 		<-tick.C
+	}
+}
+
+// requireServeReturned checks that Serve, whose result served carries,
+// returns nil within testTimeout of its context's end.
+func requireServeReturned(t *testing.T, served <-chan error) {
+	t.Helper()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Errorf("Serve = %v, want nil", err)
+		}
+	case <-time.After(testTimeout):
+		t.Error("Serve did not return after its context ended")
 	}
 }

@@ -255,13 +255,9 @@ func TestProxyShutdown(t *testing.T) {
 	_ = idle.SetDeadline(time.Now().Add(testTimeout))
 
 	cancel()
-	select {
-	case err := <-served:
-		if err != nil {
-			t.Errorf("Serve = %v, want nil", err)
-		}
-	case <-time.After(testTimeout):
-		t.Fatal("Serve did not return after its context ended")
+	requireServeReturned(t, served)
+	if t.Failed() {
+		t.FailNow()
 	}
 	// The open tunnel and the idle connection are closed, not left open.
 	_ = tun.SetDeadline(time.Now().Add(testTimeout))
