@@ -24,6 +24,7 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -130,13 +131,23 @@ func BusyboxApplets(ctx context.Context, busyboxPath string) ([]string, error) {
 }
 
 // Build writes the image's tarball into dir unless the one there was built from
-// the same spec and inputs. It returns the tarball's path.
+// the same spec and inputs. It returns the tarball's path. Local clusters
+// started side by side share dir: an exclusive lock on dir/.lock makes
+// each tarball and its recorded fingerprint one step to the others.
 func Build(s Spec, dir string) (string, error) {
 	out := filepath.Join(dir, s.TarballName())
 	sum, err := Fingerprint(s)
 	if err != nil {
 		return "", err
 	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
 	if recorded, err := os.ReadFile(out + ".sum"); err == nil && string(recorded) == sum {
 		if _, err := os.Stat(out); err == nil {
 			return out, nil
@@ -150,9 +161,6 @@ func Build(s Spec, dir string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("image name %q: %w", s.Name, err)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
 	tmp := out + ".tmp"
 	if err := tarball.WriteToFile(tmp, ref, img); err != nil {
 		os.Remove(tmp)
@@ -162,6 +170,20 @@ func Build(s Spec, dir string) (string, error) {
 		return "", err
 	}
 	return out, os.WriteFile(out+".sum", []byte(sum), 0o644)
+}
+
+// lockDir takes an exclusive flock on dir/.lock, waiting for other
+// processes, and returns its release.
+func lockDir(dir string) (func(), error) {
+	f, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
+	}
+	return func() { f.Close() }, nil
 }
 
 // Fingerprint hashes the spec and the content of every input file. A missing

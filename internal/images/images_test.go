@@ -107,6 +107,35 @@ func TestBuildIsIncremental(t *testing.T) {
 	}
 }
 
+// TestBuildSideBySide: local clusters started at once share the images
+// directory; every concurrent Build of the same image succeeds, and one
+// tarball is written (the others find it built).
+func TestBuildSideBySide(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "pause")
+	if err := os.WriteFile(bin, []byte("v1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	spec := Spec{Name: "nest.local/pause:test", Files: []File{{Path: "/pause", Source: bin, Mode: 0o755}}}
+	out := filepath.Join(dir, "images")
+	const builders = 8
+	errs := make(chan error, builders)
+	for range builders {
+		go func() {
+			_, err := Build(spec, out)
+			errs <- err
+		}()
+	}
+	for range builders {
+		if err := <-errs; err != nil {
+			t.Errorf("a concurrent build: %v", err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(out, spec.TarballName()+".tmp")); !os.IsNotExist(err) {
+		t.Errorf("a temporary tarball is left: %v", err)
+	}
+}
+
 func TestBuildNamesMissingInput(t *testing.T) {
 	spec := Spec{Name: "nest.local/x:1", Files: []File{{Path: "/x", Source: "/nonexistent/x"}}}
 	if _, err := Build(spec, t.TempDir()); err == nil {
