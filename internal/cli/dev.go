@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -22,10 +23,17 @@ type devFlags struct {
 	slot              int
 }
 
-// addressing is the cluster's addressing from --cluster and --slot; a named
-// cluster's slot defaults to 1.
+// addressing is the cluster's addressing from --cluster and --slot (or
+// $NEST_DEV_CLUSTER and $NEST_DEV_SLOT); a named cluster's slot defaults to 1.
 func (f *devFlags) addressing() (devcluster.Addressing, error) {
 	slot := f.slot
+	if env := os.Getenv(devcluster.SlotEnv); slot == 0 && env != "" {
+		n, err := strconv.Atoi(env)
+		if err != nil {
+			return devcluster.Addressing{}, fmt.Errorf("$%s=%q: want a slot number from 1 to %d", devcluster.SlotEnv, env, devcluster.MaxSlot)
+		}
+		slot = n
+	}
 	if f.cluster != "" && slot == 0 {
 		slot = 1
 	}
@@ -58,10 +66,10 @@ kube-proxy and CNI bridge, plus CoreDNS and a default StorageClass. Needs root.`
 	}
 	dev.PersistentFlags().StringVar(&f.stateDir, "state-dir", "",
 		fmt.Sprintf("directory holding the cluster's state (default $%s, else %s; %s-NAME with --cluster NAME)", devcluster.StateDirEnv, devcluster.DefaultStateDir, devcluster.DefaultStateDir))
-	dev.PersistentFlags().StringVar(&f.cluster, "cluster", "",
-		"name of a second, independent local cluster (1 to 6 lowercase letters or digits), e.g. a member cluster; empty for the default cluster")
+	dev.PersistentFlags().StringVar(&f.cluster, "cluster", os.Getenv(devcluster.ClusterEnv),
+		fmt.Sprintf("name of a second, independent local cluster (1 to 6 lowercase letters or digits), e.g. a member cluster; empty for the default cluster (default $%s)", devcluster.ClusterEnv))
 	dev.PersistentFlags().IntVar(&f.slot, "slot", 0,
-		fmt.Sprintf("address slot of a named cluster, 1 to %d (default 1): node subnet 198.18.SLOT.0/24, pods 10.(244+SLOT).0.0/16, services 10.(96+SLOT).0.0/16", devcluster.MaxSlot))
+		fmt.Sprintf("address slot of a named cluster, 1 to %d (default $%s, else 1): node subnet 198.18.SLOT.0/24, pods 10.(244+SLOT).0.0/16, services 10.(96+SLOT).0.0/16", devcluster.MaxSlot, devcluster.SlotEnv))
 	dev.AddCommand(newDevUpCommand(f), newDevDownCommand(f), newDevStatusCommand(f),
 		newDevKubeconfigCommand(f), newDevInstallNestCommand(f), newDevProvisionerCommand(), newDevAgentCommand(f))
 	return dev

@@ -164,13 +164,22 @@ func nft(ctx context.Context, script string) error {
 // subnetFree fails when another link already holds an address of a's node
 // subnet: a cluster in the same slot from a run that was not torn down,
 // whose routes would fight ours.
-func subnetFree(a Addressing) error {
+func subnetFree(a Addressing) error { return linksOutside(a, a.Bridge) }
+
+// SlotFree fails, naming the link, when any link of this machine (a's own
+// bridge included) holds an address of a's node subnet: some local cluster,
+// running or left over, uses the slot.
+func SlotFree(a Addressing) error { return linksOutside(a, "") }
+
+// linksOutside fails when a link other than skip holds an address of a's
+// node subnet.
+func linksOutside(a Addressing, skip string) error {
 	ifaces, err := net.Interfaces()
 	if err != nil {
 		return err
 	}
 	for _, iface := range ifaces {
-		if iface.Name == a.Bridge {
+		if iface.Name == skip {
 			continue
 		}
 		addrs, err := iface.Addrs()

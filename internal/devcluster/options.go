@@ -148,6 +148,13 @@ func addressingOf(l Layout, fallback Addressing) (Addressing, error) {
 	return AddressingFor(rec.Cluster, rec.Slot)
 }
 
+// StateAddressing is the addressing of the cluster whose state is in
+// stateDir, as `nest dev up` recorded it, or the default cluster's when
+// nothing is recorded there.
+func StateAddressing(stateDir string) (Addressing, error) {
+	return addressingOf(Layout{Root: stateDir}, Addressing{})
+}
+
 func readRecord(l Layout) (record, error) {
 	var r record
 	data, err := os.ReadFile(l.StateFile())

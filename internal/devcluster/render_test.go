@@ -86,6 +86,22 @@ func TestStateDir(t *testing.T) {
 	if got := StateDir("/from/flag"); got != "/from/flag" {
 		t.Errorf("flag = %s", got)
 	}
+	// A cluster named by the environment: its own directory, or the one
+	// the environment gives with it.
+	t.Setenv(ClusterEnv, "gpu")
+	if got, want := StateDir(""), "/from/env"; got != want {
+		t.Errorf("named cluster with %s = %s, want %s", StateDirEnv, got, want)
+	}
+	t.Setenv(StateDirEnv, "")
+	if got, want := StateDir(""), DefaultStateDir+"-gpu"; got != want {
+		t.Errorf("named cluster = %s, want %s", got, want)
+	}
+	// --cluster alone never takes a directory the environment gives for
+	// another cluster.
+	t.Setenv(StateDirEnv, "/from/env")
+	if got, want := (Addressing{Cluster: "other"}).StateDir(""), DefaultStateDir+"-other"; got != want {
+		t.Errorf("--cluster other under %s=gpu = %s, want %s", ClusterEnv, got, want)
+	}
 }
 
 // TestContainerdConfig has the containerd that `make build` builds read the

@@ -133,6 +133,10 @@ func (a Addressing) BridgeIP() netip.Addr { return nthAddr(a.NodeSubnet.Addr(), 
 // DNSIP is the ClusterIP of the cluster DNS Service.
 func (a Addressing) DNSIP() netip.Addr { return nthAddr(a.ServiceCIDR.Addr(), 10) }
 
+// KubernetesServiceIP is the ClusterIP of the cluster's kubernetes Service
+// (the API server), the first address of ServiceCIDR as upstream allocates it.
+func (a Addressing) KubernetesServiceIP() netip.Addr { return nthAddr(a.ServiceCIDR.Addr(), 1) }
+
 // DefaultStateDir is where the cluster keeps its state unless told otherwise.
 func (a Addressing) DefaultStateDir() string {
 	if a.Cluster == "" {
@@ -163,11 +167,16 @@ func (a Addressing) ownerFiles() []string {
 	return []string{ownerFile + "-" + a.Cluster, fmt.Sprintf("%s-slot%d", ownerFile, a.Slot)}
 }
 
-// Default locations. The state directory can be changed with --state-dir or
-// the environment variable named by StateDirEnv.
+// Default locations and the environment variables that stand in for the
+// flags of `nest dev`, so a script (hack/demo.sh) can be pointed at another
+// cluster without editing it. The state directory can be changed with
+// --state-dir or StateDirEnv; the cluster with --cluster or ClusterEnv, its
+// slot with --slot or SlotEnv.
 const (
 	DefaultStateDir = "/var/lib/nest/dev"
 	StateDirEnv     = "NEST_DEV_DIR"
+	ClusterEnv      = "NEST_DEV_CLUSTER"
+	SlotEnv         = "NEST_DEV_SLOT"
 )
 
 // Node is one node of the local host cluster and everything derived from its
@@ -259,21 +268,23 @@ func nthAddr(base netip.Addr, n int) netip.Addr {
 	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }
 
-// StateDir resolves the default cluster's state directory: the flag value
-// when set, else the environment variable StateDirEnv, else DefaultStateDir.
+// StateDir resolves the state directory of the cluster the environment
+// names (ClusterEnv; the default cluster when unset): the flag value when
+// set, else StateDirEnv, else that cluster's default directory.
 func StateDir(flag string) string {
-	return DefaultAddressing().StateDir(flag)
+	return Addressing{Cluster: os.Getenv(ClusterEnv)}.StateDir(flag)
 }
 
 // StateDir resolves the cluster's state directory: the flag value when set,
-// else, for the default cluster only, the environment variable StateDirEnv,
-// else DefaultStateDir. A named cluster ignores the variable, which names the
-// default cluster's directory.
+// else the environment variable StateDirEnv when it is about this cluster
+// (the one ClusterEnv names, the default cluster when that is unset), else
+// DefaultStateDir. A cluster named by --cluster alone ignores the variable,
+// which names another cluster's directory.
 func (a Addressing) StateDir(flag string) string {
 	if flag != "" {
 		return flag
 	}
-	if env := os.Getenv(StateDirEnv); env != "" && a.Cluster == "" {
+	if env := os.Getenv(StateDirEnv); env != "" && a.Cluster == os.Getenv(ClusterEnv) {
 		return env
 	}
 	return a.DefaultStateDir()

@@ -43,6 +43,7 @@ const dedicatedLabel = "e2e.nest.dev/pool"
 // with bootstrap tokens, and the tenant's and the host's API servers.
 func TestDedicatedNodes(t *testing.T) {
 	framework.RequireRoot(t)
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	stateDir := framework.StartHostCluster(t, ctx, "--with-nest", "--nodes", "3")
@@ -232,10 +233,7 @@ func restarts(p corev1.Pod) int32 {
 func workerWithoutControlPlane(t testing.TB, ctx context.Context, host client.Client, stateDir string, tn *framework.Tenant) string {
 	t.Helper()
 	pod := controlPlanePod(t, ctx, host, tn)
-	nodes, err := devcluster.Topology(stateDir, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nodes := framework.Topology(t, stateDir, 3)
 	var candidates []string
 	for _, n := range nodes {
 		if n.ControlPlane() || n.Name == pod.Spec.NodeName {
@@ -665,10 +663,7 @@ func mountsOf(t *testing.T, uid string) []string {
 // node is the local host cluster's node name.
 func node(t *testing.T, stateDir, name string) devcluster.Node {
 	t.Helper()
-	nodes, err := devcluster.Topology(stateDir, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nodes := framework.Topology(t, stateDir, 3)
 	for _, n := range nodes {
 		if n.Name == name {
 			return n

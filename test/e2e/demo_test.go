@@ -18,8 +18,12 @@ import (
 // and kubectl logs and exec answering.
 func TestDemo(t *testing.T) {
 	framework.RequireRoot(t)
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	// Leased before the cleanup below is registered, so it is released
+	// after the cluster is down.
+	cluster := framework.LeaseCluster(t, ctx)
 	stateDir := filepath.Join(os.TempDir(), "nest-e2e-demo-"+strings.ReplaceAll(t.Name(), "/", "-"))
 	t.Cleanup(func() {
 		if out, err := framework.Run(context.Background(), t, "nest", "dev", "down", "--state-dir", stateDir); err != nil {
@@ -27,7 +31,7 @@ func TestDemo(t *testing.T) {
 		}
 	})
 	cmd := exec.CommandContext(ctx, mustAbs(t, "../../hack/demo.sh"))
-	cmd.Env = append(os.Environ(), "BIN="+framework.BinDir(), "OUT="+t.TempDir(), "NODES=2", "NEST_DEV_DIR="+stateDir, "KUBECONFIG=")
+	cmd.Env = append(append(os.Environ(), framework.ClusterEnv(cluster, stateDir)...), "BIN="+framework.BinDir(), "OUT="+t.TempDir(), "NODES=2", "KUBECONFIG=")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("hack/demo.sh: %v\n%s", err, out)
@@ -52,8 +56,12 @@ func TestDemo(t *testing.T) {
 // name.
 func TestDemoDedicated(t *testing.T) {
 	framework.RequireRoot(t)
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
+	// Leased before the cleanup below is registered, so it is released
+	// after the cluster is down.
+	cluster := framework.LeaseCluster(t, ctx)
 	stateDir := filepath.Join(os.TempDir(), "nest-e2e-demo-"+strings.ReplaceAll(t.Name(), "/", "-"))
 	t.Cleanup(func() {
 		if out, err := framework.Run(context.Background(), t, "nest", "dev", "down", "--state-dir", stateDir); err != nil {
@@ -61,7 +69,7 @@ func TestDemoDedicated(t *testing.T) {
 		}
 	})
 	cmd := exec.CommandContext(ctx, mustAbs(t, "../../hack/demo-dedicated.sh"))
-	cmd.Env = append(os.Environ(), "BIN="+framework.BinDir(), "OUT="+t.TempDir(), "NEST_DEV_DIR="+stateDir, "KUBECONFIG=")
+	cmd.Env = append(append(os.Environ(), framework.ClusterEnv(cluster, stateDir)...), "BIN="+framework.BinDir(), "OUT="+t.TempDir(), "KUBECONFIG=")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("hack/demo-dedicated.sh: %v\n%s", err, out)

@@ -34,6 +34,7 @@ const testNamespace = "e2e"
 // issue 2 asks of it, then that `nest dev down` leaves nothing behind.
 func TestLocalHostCluster(t *testing.T) {
 	framework.RequireRoot(t)
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	stateDir := filepath.Join(os.TempDir(), fmt.Sprintf("nest-e2e-devcluster-%d", os.Getpid()))

@@ -34,6 +34,7 @@ import (
 // to 3 with objects in it.
 func TestHAControlPlane(t *testing.T) {
 	framework.RequireRoot(t)
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	// Three nodes: a replica on each, so losing a node loses one member.

@@ -42,8 +42,8 @@ const (
 	rotationWatch = 100 * time.Second
 )
 
-// gpuMember is the name of the member cluster TestMemberCluster starts
-// (and of its MemberCluster).
+// gpuMember is the name of the MemberCluster TestMemberCluster registers
+// (the local cluster standing in for it is named by its slot lease).
 const gpuMember = "e2emem"
 
 // TestMemberCluster runs a tenant's GPU work in a member cluster: a second
@@ -53,6 +53,7 @@ const gpuMember = "e2emem"
 // containerd and CNI, and nest-syncer placing pods across them.
 func TestMemberCluster(t *testing.T) {
 	framework.RequireRoot(t)
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	e := startMemberEnv(t, ctx, framework.StartHostCluster(t, ctx, "--with-nest"))
@@ -313,7 +314,7 @@ func TestMemberCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitTenantPodRunning(t, ctx, tenant, "on-host")
-		startLocalClusterAgain(t, ctx, memberDir, "--cluster", gpuMember, "--nodes", "2", "--gpus", "2")
+		startLocalClusterAgain(t, ctx, memberDir, append(framework.ClusterFlags(framework.Addressing(t, memberDir)), "--nodes", "2", "--gpus", "2")...)
 		waitMemberNodeReady(t, ctx, tenant, nodeName, true, 4*time.Minute)
 	})
 }
@@ -336,7 +337,7 @@ type memberEnv struct {
 func startMemberEnv(t testing.TB, ctx context.Context, hostDir string) *memberEnv {
 	t.Helper()
 	e := &memberEnv{memberDir: filepath.Join(os.TempDir(), fmt.Sprintf("nest-e2e-membercluster-member-%d", os.Getpid()))}
-	startLocalCluster(t, ctx, e.memberDir, "--cluster", gpuMember, "--nodes", "2", "--gpus", "2")
+	startLocalCluster(t, ctx, e.memberDir, append(framework.ClusterFlags(framework.LeaseCluster(t, ctx)), "--nodes", "2", "--gpus", "2")...)
 	memberKubeconfig := devcluster.Layout{Root: e.memberDir}.AdminKubeconfig()
 	e.member = clientset(t, memberKubeconfig)
 
@@ -366,7 +367,7 @@ func startMemberEnv(t testing.TB, ctx context.Context, hostDir string) *memberEn
 	// server's host NodePort, which the member's nodes reach across the
 	// two bridges; the host node's address is in the API server's
 	// certificate.
-	lb := tenantNodePortAddress(t, ctx, host, e.vc)
+	lb := tenantNodePortAddress(t, ctx, host, e.vc, hostDir)
 	e.lb = lb
 	if out, err := framework.Run(ctx, t, "nest", "member", "add", gpuMember, "--kubeconfig", memberKubeconfig, "--host-kubeconfig", hostKubeconfig,
 		"--api-server-address", lb, "--dns-address", strings.Split(lb, ":")[0], "--node-port-address", strings.Split(lb, ":")[0],
@@ -486,8 +487,8 @@ func waitMemberNodeReady(t testing.TB, ctx context.Context, tenant kubernetes.In
 }
 
 // tenantNodePortAddress is host:port of the tenant API server's NodePort on
-// the host's first node.
-func tenantNodePortAddress(t testing.TB, ctx context.Context, host client.Client, vc *nestv1.VirtualCluster) string {
+// the first node of the host cluster in hostDir.
+func tenantNodePortAddress(t testing.TB, ctx context.Context, host client.Client, vc *nestv1.VirtualCluster, hostDir string) string {
 	t.Helper()
 	svc := &corev1.Service{}
 	if err := host.Get(ctx, client.ObjectKey{Namespace: vc.Namespace, Name: controlplane.NamesOf(vc).Service()}, svc); err != nil {
@@ -496,10 +497,7 @@ func tenantNodePortAddress(t testing.TB, ctx context.Context, host client.Client
 	if len(svc.Spec.Ports) == 0 || svc.Spec.Ports[0].NodePort == 0 {
 		t.Fatalf("the tenant API server's Service %s has no NodePort: %+v", svc.Name, svc.Spec.Ports)
 	}
-	nodes, err := devcluster.DefaultAddressing().Topology("", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nodes := framework.Topology(t, hostDir, 1)
 	return fmt.Sprintf("%s:%d", nodes[0].IP, svc.Spec.Ports[0].NodePort)
 }
 

@@ -34,14 +34,12 @@ import (
 // will move nodes.
 func TestNodeAgent(t *testing.T) {
 	framework.RequireRoot(t)
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	stateDir := framework.StartHostCluster(t, ctx)
 	l := devcluster.Layout{Root: stateDir}
-	nodes, err := devcluster.Topology(stateDir, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nodes := framework.Topology(t, stateDir, 2)
 	cp, worker := nodes[0], nodes[1]
 	ca := loadAgentCA(t, l)
 	manager := agentClient(t, ca, worker.Name, worker, agent.ManagerIdentity)

@@ -21,30 +21,26 @@ import (
 	"github.com/nestdev/nest/test/e2e/framework"
 )
 
-// memberCluster is the name TestTwoLocalClusters gives its second cluster.
-const memberCluster = "e2egpu"
-
-// TestTwoLocalClusters starts the default local cluster and, beside it, a
+// TestTwoLocalClusters starts a local cluster and, beside it, a second
 // named one standing in for a member cluster (a remote GPU pool): its
-// workers advertise fake GPUs, its pods reach the default cluster's API
-// server across the two bridges, and its teardown leaves the default
+// workers advertise fake GPUs, its pods reach the first cluster's API
+// server across the two bridges, and its teardown leaves the first
 // cluster running.
 func TestTwoLocalClusters(t *testing.T) {
 	framework.RequireRoot(t)
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	pid := os.Getpid()
 	hostDir := filepath.Join(os.TempDir(), fmt.Sprintf("nest-e2e-twolocalclusters-host-%d", pid))
 	memberDir := filepath.Join(os.TempDir(), fmt.Sprintf("nest-e2e-twolocalclusters-member-%d", pid))
-	member, err := devcluster.AddressingFor(memberCluster, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	host := devcluster.DefaultAddressing()
+	host := framework.LeaseCluster(t, ctx)
+	member := framework.LeaseCluster(t, ctx)
+	memberCluster := member.Cluster
 
-	hostUp := startLocalCluster(t, ctx, hostDir, "--nodes", "1")
-	memberUp := startLocalCluster(t, ctx, memberDir, "--cluster", memberCluster, "--nodes", "2", "--gpus", "2")
-	t.Logf("nest dev up: default cluster (1 node) in %s, member cluster (2 nodes, --gpus 2) in %s", hostUp, memberUp)
+	hostUp := startLocalCluster(t, ctx, hostDir, append(framework.ClusterFlags(host), "--nodes", "1")...)
+	memberUp := startLocalCluster(t, ctx, memberDir, append(framework.ClusterFlags(member), "--nodes", "2", "--gpus", "2")...)
+	t.Logf("nest dev up: host cluster %s (1 node) in %s, member cluster %s (2 nodes, --gpus 2) in %s", host.Cluster, hostUp, memberCluster, memberUp)
 
 	hostKubeconfig := devcluster.Layout{Root: hostDir}.AdminKubeconfig()
 	memberKubeconfig := devcluster.Layout{Root: memberDir}.AdminKubeconfig()
@@ -64,7 +60,7 @@ func TestTwoLocalClusters(t *testing.T) {
 		if err != nil {
 			t.Fatalf("status: %v\n%s", err, out)
 		}
-		for _, want := range []string{"cluster: " + memberCluster + " (slot 1)", "198.18.1.10", "198.18.1.11", "kube-apiserver ready: true"} {
+		for _, want := range []string{fmt.Sprintf("cluster: %s (slot %d)", memberCluster, member.Slot), memberNodes[0].IP.String(), memberNodes[1].IP.String(), "kube-apiserver ready: true"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("status of the member lacks %q:\n%s", want, out)
 			}
@@ -126,15 +122,15 @@ func TestTwoLocalClusters(t *testing.T) {
 	hostPod := runProbePod(t, hostC, "probe", hostNodes[0].Name)
 	memberPod := runProbePod(t, memberC, "probe", memberNodes[1].Name)
 
-	t.Run("a member pod reaches the default cluster's API server on its node IP", func(t *testing.T) {
+	t.Run("a member pod reaches the host cluster's API server on its node IP", func(t *testing.T) {
 		assertReachesAPIServer(t, memberC, memberPod, hostNodes[0])
 	})
 
-	t.Run("a default-cluster pod reaches the member's API server on its node IP", func(t *testing.T) {
+	t.Run("a host-cluster pod reaches the member's API server on its node IP", func(t *testing.T) {
 		assertReachesAPIServer(t, hostC, hostPod, memberNodes[0])
 	})
 
-	t.Run("down of the member leaves the default cluster working", func(t *testing.T) {
+	t.Run("down of the member leaves the host cluster working", func(t *testing.T) {
 		start := time.Now()
 		if out, err := framework.Run(ctx, t, "nest", "dev", "down", "--cluster", memberCluster, "--state-dir", memberDir); err != nil {
 			t.Fatalf("nest dev down --cluster %s: %v\n%s", memberCluster, err, out)
@@ -144,15 +140,15 @@ func TestTwoLocalClusters(t *testing.T) {
 		assertClusterLinks(t, ctx, host, hostNodes)
 		out, err := framework.Run(ctx, t, "nest", "dev", "status", "--state-dir", hostDir)
 		if err != nil {
-			t.Fatalf("status of the default cluster after the member's down: %v\n%s", err, out)
+			t.Fatalf("status of the host cluster after the member's down: %v\n%s", err, out)
 		}
 		body, err := hostC.cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 		if err != nil || string(body) != "ok" {
-			t.Fatalf("default cluster /readyz = %q, %v", body, err)
+			t.Fatalf("host cluster /readyz = %q, %v", body, err)
 		}
 		// Its pods still run and its node network still carries traffic.
 		if got, err := hostC.execErr(hostPod, "/testapp", "get", fmt.Sprintf("http://%s:8080/hostname", podIP(t, hostC, hostPod))); err != nil || got != hostPod {
-			t.Errorf("the default cluster's pod answered %q (%v), want %q", got, err, hostPod)
+			t.Errorf("the host cluster's pod answered %q (%v), want %q", got, err, hostPod)
 		}
 	})
 }

@@ -32,6 +32,7 @@ import (
 // deletion and validation.
 func TestVirtualClusters(t *testing.T) {
 	framework.RequireRoot(t)
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	host, hostKubeconfig, nest := framework.StartNest(t, ctx)

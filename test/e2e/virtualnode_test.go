@@ -38,6 +38,7 @@ const testImage = "nest.local/testapp:dev"
 // syncer restart and isolation between two tenants.
 func TestVirtualNode(t *testing.T) {
 	framework.RequireRoot(t)
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	host, _, nest := framework.StartNest(t, ctx)
@@ -480,8 +481,12 @@ func TestVirtualNode(t *testing.T) {
 		if err := host.Get(ctx, client.ObjectKey{Namespace: "vc-beta", Name: "beta"}, betaAPI); err != nil {
 			t.Fatal(err)
 		}
+		hostAPI := &corev1.Service{}
+		if err := host.Get(ctx, client.ObjectKey{Namespace: "default", Name: "kubernetes"}, hostAPI); err != nil {
+			t.Fatal(err)
+		}
 		for _, target := range []struct{ name, server, path string }{
-			{"host", "https://10.96.0.1:443", "/api/v1/namespaces/vc-beta/pods"},
+			{"host", fmt.Sprintf("https://%s:443", hostAPI.Spec.ClusterIP), "/api/v1/namespaces/vc-beta/pods"},
 			{"beta", fmt.Sprintf("https://%s:%d", betaAPI.Spec.ClusterIP, controlplane.Port), "/api/v1/namespaces/default/secrets"},
 		} {
 			out, err := alpha.KubectlErr(ctx, "exec", "client", "--", "/testapp", "kube", target.path, target.server)

@@ -6,6 +6,8 @@
 // from outside), and then checks that the host and the tenant agree exactly
 // and that the tenant's data survived.
 //
-// The suite starts its own local host cluster; run it as root with
+// Faults that stop a part every tenant shares (TestHostFaults) run one
+// after another on a host cluster of their own; faults confined to one
+// tenant (TestTenantFaults) run side by side on another. Run it as root with
 // `go test ./test/e2e/faults` after `make build`, or through `make e2e`.
 package faults

@@ -47,34 +47,58 @@ type fault struct {
 	inject func(t *testing.T, e *env, tn *framework.Tenant, w *workload)
 }
 
-// TestFaults runs each fault against a virtual cluster of its own, one after
-// another: several faults stop host-wide parts (the host API server, a node,
-// nest-manager) that every tenant shares.
-func TestFaults(t *testing.T) {
+// TestHostFaults stops, one after another, parts of the host that every
+// tenant shares (nest-manager, the host API server, a node), each against a
+// virtual cluster of its own on a host cluster of this test's own.
+func TestHostFaults(t *testing.T) {
 	framework.RequireRoot(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
-	defer cancel()
+	t.Parallel()
+	e := startEnv(t)
+	for i, f := range []fault{
+		{"kill nest-manager", killManager},
+		{"stop the host kube-apiserver for 20s", stopHostAPIServer},
+		{"restart a host node's kubelet and containerd", restartNode},
+	} {
+		t.Run(f.name, func(t *testing.T) { e.run(t, fmt.Sprintf("host%d", i), f) })
+	}
+}
+
+// TestTenantFaults injects faults that touch one tenant only, each against
+// a virtual cluster of its own, side by side on one host cluster (as many
+// at once as go test's -parallel allows).
+func TestTenantFaults(t *testing.T) {
+	framework.RequireRoot(t)
+	t.Parallel()
+	e := startEnv(t)
+	for i, f := range []fault{
+		{"kill nest-syncer", killControlPlaneContainer(syncerContainer)},
+		{"kill the tenant kube-apiserver", killControlPlaneContainer("kube-apiserver")},
+		{"kill the tenant etcd", killControlPlaneContainer("etcd")},
+		{"delete the control-plane pod", deleteControlPlanePod},
+		{"the host refuses the syncer's writes for 30s", refuseSyncerWrites},
+		{"fill the tenant's quota and free it", fillQuota},
+		{"delete the host copies from outside", deleteHostCopies},
+	} {
+		t.Run(f.name, func(t *testing.T) {
+			t.Parallel()
+			e.run(t, fmt.Sprintf("fault%d", i), f)
+		})
+	}
+}
+
+// startEnv starts a local host cluster with Nest for one test; it and its
+// tenants are gone when the test ends.
+func startEnv(t *testing.T) *env {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	t.Cleanup(cancel)
 	stateDir := framework.StartHostCluster(t, ctx, "--with-nest")
 	host, hostKubeconfig, nest := framework.NestOn(t, ctx, stateDir)
 	cfg, err := clientcmd.BuildConfigFromFlags("", hostKubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{ctx: ctx, host: host, hostCfg: cfg, nest: nest, stateDir: stateDir, layout: devcluster.Layout{Root: stateDir}, dir: t.TempDir()}
-	for i, f := range []fault{
-		{"kill nest-syncer", killControlPlaneContainer(syncerContainer)},
-		{"kill the tenant kube-apiserver", killControlPlaneContainer("kube-apiserver")},
-		{"kill the tenant etcd", killControlPlaneContainer("etcd")},
-		{"kill nest-manager", killManager},
-		{"stop the host kube-apiserver for 20s", stopHostAPIServer},
-		{"delete the control-plane pod", deleteControlPlanePod},
-		{"the host refuses the syncer's writes for 30s", refuseSyncerWrites},
-		{"restart a host node's kubelet and containerd", restartNode},
-		{"fill the tenant's quota and free it", fillQuota},
-		{"delete the host copies from outside", deleteHostCopies},
-	} {
-		t.Run(f.name, func(t *testing.T) { e.run(t, fmt.Sprintf("fault%d", i), f) })
-	}
+	return &env{ctx: ctx, host: host, hostCfg: cfg, nest: nest, stateDir: stateDir, layout: devcluster.Layout{Root: stateDir}, dir: t.TempDir()}
 }
 
 // syncerContainer is the nest-syncer container of the control-plane pod.

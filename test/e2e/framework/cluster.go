@@ -26,11 +26,24 @@ import (
 )
 
 // StartHostCluster starts a two-node local host cluster with `nest dev up`
-// and extra flags, in a state directory named for the test, and stops it with
-// `nest dev down` when the test ends. It returns the state directory.
+// and extra flags, on a slot it leases (LeaseCluster) and in a state
+// directory named for the test, and stops it with `nest dev down` when the
+// test ends. It returns the state directory; Addressing tells its ranges.
 func StartHostCluster(t testing.TB, ctx context.Context, flags ...string) string {
 	t.Helper()
-	stateDir := filepath.Join(os.TempDir(), fmt.Sprintf("nest-e2e-%s-%d", strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")), os.Getpid()))
+	return StartHostClusterOn(t, ctx, LeaseCluster(t, ctx), "", flags...)
+}
+
+// StartHostClusterOn is StartHostCluster on the cluster a the test leased,
+// in a state directory named for the test and role (which tells apart two
+// clusters of one test).
+func StartHostClusterOn(t testing.TB, ctx context.Context, a devcluster.Addressing, role string, flags ...string) string {
+	t.Helper()
+	name := strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
+	if role != "" {
+		name += "-" + role
+	}
+	stateDir := filepath.Join(os.TempDir(), fmt.Sprintf("nest-e2e-%s-%d", name, os.Getpid()))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
@@ -38,7 +51,7 @@ func StartHostCluster(t testing.TB, ctx context.Context, flags ...string) string
 			t.Errorf("cleanup: nest dev down: %v\n%s", err, out)
 		}
 	})
-	args := append([]string{"dev", "up", "--nodes", "2", "--state-dir", stateDir}, flags...)
+	args := append(append([]string{"dev", "up", "--nodes", "2", "--state-dir", stateDir}, ClusterFlags(a)...), flags...)
 	out, err := Run(ctx, t, "nest", args...)
 	if err != nil {
 		t.Fatalf("nest %s: %v\n%s", strings.Join(args, " "), err, out)

@@ -112,10 +112,12 @@ func KillRecorded(t testing.TB, stateDir string, names ...string) {
 }
 
 // StartAgain runs `nest dev up --with-nest` on the local host cluster of
-// nodes nodes in stateDir, which starts what is no longer running.
+// nodes nodes in stateDir (with the cluster name and slot it was started
+// with), which starts what is no longer running.
 func StartAgain(t testing.TB, ctx context.Context, stateDir string, nodes int) {
 	t.Helper()
-	if out, err := Run(ctx, t, "nest", "dev", "up", "--nodes", fmt.Sprint(nodes), "--state-dir", stateDir, "--with-nest"); err != nil {
+	args := append([]string{"dev", "up", "--nodes", fmt.Sprint(nodes), "--state-dir", stateDir, "--with-nest"}, ClusterFlags(Addressing(t, stateDir))...)
+	if out, err := Run(ctx, t, "nest", args...); err != nil {
 		t.Fatalf("nest dev up: %v\n%s", err, out)
 	}
 }

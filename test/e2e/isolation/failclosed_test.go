@@ -31,7 +31,7 @@ const burstPods = 20
 // server as the control that the dial itself works.
 func (e *env) burstDialsHost(t *testing.T) {
 	own := hostPort(e.own.controlPlanePod, apiServerPort)
-	targets := []string{hostAPIServer, hostPort(e.nodeIPs[0], 10250), hostPort(e.nodeIPs[1], 10250)}
+	targets := []string{e.hostAPIServer, hostPort(e.nodeIPs[0], 10250), hostPort(e.nodeIPs[1], 10250)}
 	cs := e.alpha.Clientset(t)
 	var wg sync.WaitGroup
 	errs := make(chan error, burstPods)

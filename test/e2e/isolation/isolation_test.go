@@ -30,6 +30,10 @@ type env struct {
 	alpha, beta *framework.Tenant
 	// nodeIPs are the host nodes' InternalIPs.
 	nodeIPs []string
+	// net is the host cluster's addressing; hostAPIServer (host:port) and
+	// hostDNS are its own kubernetes and DNS Services.
+	net                    devcluster.Addressing
+	hostAPIServer, hostDNS string
 	// own are alpha's API server and DNS addresses as its pods see them;
 	// betaTargets are beta's addresses on the host network.
 	own, betaTargets targets
@@ -101,6 +105,9 @@ func setup(t *testing.T, ctx context.Context) *env {
 	host, hostKubeconfig, nest := framework.NestOn(t, ctx, stateDir)
 	dir := t.TempDir()
 	e := &env{ctx: ctx, host: host, hostKubeconfig: hostKubeconfig, stateDir: stateDir, alpha: &framework.Tenant{Name: "alpha", Dir: dir}, beta: &framework.Tenant{Name: "beta", Dir: dir}}
+	e.net = framework.Addressing(t, stateDir)
+	e.hostAPIServer = hostPort(e.net.KubernetesServiceIP().String(), 443)
+	e.hostDNS = e.net.DNSIP().String()
 	createAlpha(t, ctx, host)
 	// Beta confines privileged containers, where alpha refuses them: the
 	// escape cases check both.
@@ -186,11 +193,5 @@ func (e *env) tenantTargets(t *testing.T, tn *framework.Tenant) targets {
 
 func hostPort(ip string, port int) string { return net.JoinHostPort(ip, fmt.Sprint(port)) }
 
-// apiServerPort and dnsPort are where the control-plane pod serves.
-const (
-	apiServerPort = int(controlplane.Port)
-	hostAPIServer = "10.96.0.1:443"
-)
-
-// hostDNS is the local host cluster's own DNS Service.
-var hostDNS = devcluster.DNSIP().String()
+// apiServerPort is where the control-plane pod serves.
+const apiServerPort = int(controlplane.Port)

@@ -155,7 +155,7 @@ func (e *env) policyCannotWidenEgress(t *testing.T) {
 	if out, err := e.alpha.KubectlErr(e.ctx, "exec", "-n", ns, "wide", "--", "/testapp", "kube", "/version"); err != nil || !strings.Contains(out, "gitVersion") {
 		t.Errorf("the pod cannot reach its own API server: %v\n%s", err, out)
 	}
-	for _, addr := range []string{hostAPIServer, hostPort(e.nodeIPs[0], 6443), hostPort(e.nodeIPs[0], 10250), hostPort(e.betaTargets.webPod, 8080), hostPort(e.betaTargets.webService, 8080), hostPort(e.betaTargets.controlPlanePod, 2379)} {
+	for _, addr := range []string{e.hostAPIServer, hostPort(e.nodeIPs[0], 6443), hostPort(e.nodeIPs[0], 10250), hostPort(e.betaTargets.webPod, 8080), hostPort(e.betaTargets.webService, 8080), hostPort(e.betaTargets.controlPlanePod, 2379)} {
 		e.blockedFrom(t, e.alpha, ns, "wide", addr)
 	}
 }

@@ -24,7 +24,7 @@ func (e *env) reaches() []testCase {
 	}
 	return []testCase{
 		{"own-api-server-and-dns-are-reachable", e.ownReachable},
-		dial("host-api-server", hostAPIServer, hostPort(e.nodeIPs[0], 6443)),
+		dial("host-api-server", e.hostAPIServer, hostPort(e.nodeIPs[0], 6443)),
 		dial("host-kubelets", kubelets...),
 		dial("kube-proxy-metrics-and-health", proxies...),
 		dial("other-tenant-api-server", hostPort(b.controlPlanePod, apiServerPort), hostPort(b.apiServer, apiServerPort)),
@@ -35,8 +35,8 @@ func (e *env) reaches() []testCase {
 			e.blocked(t, hostPort(b.controlPlanePod, 1053))
 		}},
 		{"host-cluster-dns", func(t *testing.T) {
-			e.dnsBlocked(t, hostPort(hostDNS, 53))
-			e.blocked(t, hostPort(hostDNS, 53))
+			e.dnsBlocked(t, hostPort(e.hostDNS, 53))
+			e.blocked(t, hostPort(e.hostDNS, 53))
 		}},
 		dial("other-tenant-pods-and-services", hostPort(b.webPod, 8080), hostPort(b.webService, 8080)),
 		dial("own-control-plane-ports-other-than-api-and-dns", hostPort(e.own.controlPlanePod, 2381), hostPort(e.own.controlPlanePod, 10248), hostPort(e.own.controlPlanePod, 10250)),

@@ -129,7 +129,7 @@ func (e *env) pullErrorKind(t *testing.T) {
 // own terms: their status and events name their fields and the registry
 // the tenant wrote, never the host namespace, the host pod or a host range.
 func (e *env) refusalsNameNothingOfTheHost(t *testing.T) {
-	a := devcluster.DefaultAddressing()
+	a := e.net
 	ranges := []string{a.ClusterCIDR.String(), a.ServiceCIDR.String(), a.NodeSubnet.String()}
 	// told checks what the tenant reads of its pod name, which the
 	// caller waited for.
