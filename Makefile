@@ -41,8 +41,9 @@ build-k8s:
 build-nest:
 	go build -ldflags '-s -w' -o $(BIN)/ ./cmd/nest ./cmd/nest-manager ./cmd/nest-syncer ./cmd/nest-probe ./cmd/pause ./cmd/testapp ./cmd/nest-agent ./cmd/nest-node-network-agent
 
-## test: every test CI runs: lint, unit tests, then end-to-end tests on a real local host cluster
-test: deps build lint unit e2e
+## test: every test CI runs: lint, unit tests, then end-to-end tests on real local host clusters; ends with each step's and each end-to-end test's wall time
+test:
+	OUT=$(OUT) hack/steps.sh deps build lint unit e2e
 
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
@@ -72,11 +73,20 @@ generate:
 	go tool controller-gen rbac:roleName=nest-syncer paths=./internal/syncer/... output:rbac:artifacts:config=config/syncer
 	go run ./hack/chartgen/cmd/chartgen
 
+# End-to-end packages run side by side (-p), and within a package the tests
+# and cases marked parallel (-parallel at a time). Each test leases a local
+# host cluster slot of its own (test/e2e/framework/lease.go), at most
+# E2E_CLUSTERS at once. gotestsum prints a line per finished test and, at the
+# end, the output of every failed one under "=== Failed"; the whole event
+# stream is kept in $(E2E_JSON) for the time table (hack/steps.sh).
+GOTESTSUM := gotest.tools/gotestsum@v1.13.0
+E2E_PACKAGES := ./test/e2e/faults/ ./test/e2e/ ./test/conformance/ ./test/e2e/isolation/ ./test/e2e/dashboard/
+E2E_PARALLEL ?= 3
+E2E_CLUSTERS ?= 9
+E2E_JSON := $(OUT)/e2e.json
 e2e: conformance-build
-	# -p 1: each package starts its own local host cluster, and one runs per machine.
-	# test/e2e/faults, the fault-injection suite, is the longest (about 15 minutes);
-	# test/conformance runs the conformance smoke subset (smoke.txt).
-	NEST_BIN_DIR=$(BIN) go test -p 1 -count=1 -timeout 80m -v ./test/e2e/... ./test/conformance/
+	NEST_BIN_DIR=$(BIN) NEST_E2E_CLUSTERS=$(E2E_CLUSTERS) go run $(GOTESTSUM) --format testname --jsonfile $(E2E_JSON) -- \
+		-p 5 -parallel $(E2E_PARALLEL) -count=1 -timeout 80m $(E2E_PACKAGES)
 
 ## e2e-faults: the fault-injection suite alone (root, about 15 minutes; also part of make e2e): ten faults against a churning 200-object workload each
 e2e-faults: build
