@@ -69,6 +69,9 @@ func Up(ctx context.Context, o Options) error {
 	if err := writeRecord(l, newRecord); err != nil {
 		return err
 	}
+	if err := raiseKernelLimits("/proc/sys", o.Out); err != nil {
+		return err
+	}
 	u := &upRun{o: o, l: l, nodes: nodes, start: time.Now()}
 	if err := u.run(ctx); err != nil {
 		fmt.Fprintf(o.Out, "up failed, stopping what was started: %v\n", err)

@@ -26,7 +26,7 @@ func TestDemo(t *testing.T) {
 	cluster := framework.LeaseCluster(t, ctx)
 	stateDir := filepath.Join(os.TempDir(), "nest-e2e-demo-"+strings.ReplaceAll(t.Name(), "/", "-"))
 	t.Cleanup(func() {
-		if out, err := framework.Run(context.Background(), t, "nest", "dev", "down", "--state-dir", stateDir); err != nil {
+		if out, err := framework.Run(context.Background(), t, "nest", append([]string{"dev", "down", "--state-dir", stateDir}, framework.ClusterFlags(cluster)...)...); err != nil {
 			t.Errorf("nest dev down: %v\n%s", err, out)
 		}
 	})
@@ -61,10 +61,12 @@ func TestDemoDedicated(t *testing.T) {
 	defer cancel()
 	// Leased before the cleanup below is registered, so it is released
 	// after the cluster is down.
-	cluster := framework.LeaseCluster(t, ctx)
+	// The default cluster: a dedicated node reaches tenant Services only
+	// where the tenant's Service range is the host's (see docs/dedicated-nodes.md).
+	cluster := framework.LeaseDefaultCluster(t, ctx)
 	stateDir := filepath.Join(os.TempDir(), "nest-e2e-demo-"+strings.ReplaceAll(t.Name(), "/", "-"))
 	t.Cleanup(func() {
-		if out, err := framework.Run(context.Background(), t, "nest", "dev", "down", "--state-dir", stateDir); err != nil {
+		if out, err := framework.Run(context.Background(), t, "nest", append([]string{"dev", "down", "--state-dir", stateDir}, framework.ClusterFlags(cluster)...)...); err != nil {
 			t.Errorf("nest dev down: %v\n%s", err, out)
 		}
 	})

@@ -37,6 +37,8 @@ func TestLocalHostCluster(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
+	// The default cluster, on purpose: its names and ranges are checked.
+	framework.LeaseDefaultCluster(t, ctx)
 	stateDir := filepath.Join(os.TempDir(), fmt.Sprintf("nest-e2e-devcluster-%d", os.Getpid()))
 	down := func() (string, error) {
 		// Its own context: cleanup runs after ctx is cancelled.

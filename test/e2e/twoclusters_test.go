@@ -154,14 +154,14 @@ func TestTwoLocalClusters(t *testing.T) {
 }
 
 // startLocalCluster runs `nest dev up` with the state directory and args,
-// stops the cluster with `nest dev down` (with the same --cluster) when the
+// stops the cluster with `nest dev down` (with the same --cluster and --slot) when the
 // test ends, and returns how long up took.
 func startLocalCluster(t testing.TB, ctx context.Context, stateDir string, args ...string) time.Duration {
 	t.Helper()
 	down := []string{"dev", "down", "--state-dir", stateDir}
 	for i, a := range args {
-		if a == "--cluster" && i+1 < len(args) {
-			down = append(down, "--cluster", args[i+1])
+		if (a == "--cluster" || a == "--slot") && i+1 < len(args) {
+			down = append(down, a, args[i+1])
 		}
 	}
 	t.Cleanup(func() {

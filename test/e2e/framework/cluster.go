@@ -47,7 +47,7 @@ func StartHostClusterOn(t testing.TB, ctx context.Context, a devcluster.Addressi
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		if out, err := Run(ctx, t, "nest", "dev", "down", "--state-dir", stateDir); err != nil {
+		if out, err := Run(ctx, t, "nest", append([]string{"dev", "down", "--state-dir", stateDir}, ClusterFlags(a)...)...); err != nil {
 			t.Errorf("cleanup: nest dev down: %v\n%s", err, out)
 		}
 	})

@@ -74,6 +74,37 @@ func LeaseCluster(t testing.TB, ctx context.Context) devcluster.Addressing {
 	}
 }
 
+// LeaseDefaultCluster leases the default cluster's slot (0) for the test,
+// waiting while another test holds it, and returns its addressing. Tests
+// that run the default cluster on purpose (its names and ranges, or a flow
+// that only works when a tenant's Service range is the host's) take it, one
+// at a time; the lease is held like LeaseCluster's.
+func LeaseDefaultCluster(t testing.TB, ctx context.Context) devcluster.Addressing {
+	t.Helper()
+	if err := os.MkdirAll(LeaseDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(leaseWait)
+	for logged := false; ; logged = true {
+		if f := tryLock(0); f != nil {
+			t.Cleanup(func() { f.Close() })
+			t.Logf("leased the default local cluster (slot 0)")
+			return devcluster.DefaultAddressing()
+		}
+		if !logged {
+			t.Logf("another test holds the default local cluster; waiting for it")
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the default local cluster stayed leased for %s", leaseWait)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waiting for the default local cluster: %v", ctx.Err())
+		case <-time.After(time.Second):
+		}
+	}
+}
+
 // leaseSlots is how many slots leases may use: $NEST_E2E_CLUSTERS, else
 // every slot.
 func leaseSlots() (int, error) {
@@ -104,8 +135,14 @@ func tryLock(slot int) *os.File {
 	return f
 }
 
-// ClusterFlags are the `nest dev up` flags that start the cluster a.
+// ClusterFlags are the `nest dev` flags that name the cluster a: none for
+// the default cluster. `nest dev down` needs them too: in a state directory
+// with no record (an up that failed early) they keep it to a's links and
+// routes.
 func ClusterFlags(a devcluster.Addressing) []string {
+	if a.Cluster == "" {
+		return nil
+	}
 	return []string{"--cluster", a.Cluster, "--slot", strconv.Itoa(a.Slot)}
 }
 
