@@ -75,14 +75,15 @@ generate:
 
 # End-to-end packages run side by side (-p), and within a package the tests
 # and cases marked parallel (-parallel at a time). Each test leases a local
-# host cluster slot of its own (test/e2e/framework/lease.go), at most
-# E2E_CLUSTERS at once. gotestsum prints a line per finished test and, at the
+# host cluster of its own (test/e2e/framework/lease.go), at most E2E_CLUSTERS
+# at once on the machine: the suites are CPU-bound, and on two cores more
+# clusters at once only slow every one of them down. gotestsum prints a line per finished test and, at the
 # end, the output of every failed one under "=== Failed"; the whole event
 # stream is kept in $(E2E_JSON) for the time table (hack/steps.sh).
 GOTESTSUM := gotest.tools/gotestsum@v1.13.0
 E2E_PACKAGES := ./test/e2e/faults/ ./test/e2e/ ./test/conformance/ ./test/e2e/isolation/ ./test/e2e/dashboard/
-E2E_PARALLEL ?= 3
-E2E_CLUSTERS ?= 9
+E2E_PARALLEL ?= 4
+E2E_CLUSTERS ?= 3
 E2E_JSON := $(OUT)/e2e.json
 e2e: conformance-build
 	NEST_BIN_DIR=$(BIN) NEST_E2E_CLUSTERS=$(E2E_CLUSTERS) go run $(GOTESTSUM) --format testname --jsonfile $(E2E_JSON) -- \

@@ -107,11 +107,12 @@ func focusOf(names []string) string {
 func TestConformance(t *testing.T) {
 	framework.RequireRoot(t)
 	r := runFromEnv(t)
+	cluster := framework.LeaseCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Hour)
 	defer cancel()
 	e2e := filepath.Join(framework.BinDir(), "e2e.test")
 	checkImageNames(t, ctx, e2e)
-	stateDir := framework.StartHostCluster(t, ctx, "--with-nest")
+	stateDir := framework.StartHostCluster(t, ctx, cluster, "", "--with-nest")
 	if err := os.MkdirAll(r.reportDir, 0o755); err != nil {
 		t.Fatal(err)
 	}

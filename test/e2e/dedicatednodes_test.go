@@ -44,11 +44,12 @@ const dedicatedLabel = "e2e.nest.dev/pool"
 func TestDedicatedNodes(t *testing.T) {
 	framework.RequireRoot(t)
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
-	defer cancel()
 	// The default cluster: a dedicated node reaches tenant Services only
 	// where the tenant's Service range is the host's (see docs/dedicated-nodes.md).
-	stateDir := framework.StartHostClusterOn(t, ctx, framework.LeaseDefaultCluster(t, ctx), "", "--with-nest", "--nodes", "3")
+	cluster := framework.LeaseDefaultCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	defer cancel()
+	stateDir := framework.StartHostCluster(t, ctx, cluster, "", "--with-nest", "--nodes", "3")
 	host, _, nest := framework.NestOn(t, ctx, stateDir)
 	tn := &framework.Tenant{Name: "gamma", Dir: t.TempDir()}
 	if out, err := nest("create", tn.Name, "--wait", "--timeout", "4m"); err != nil {

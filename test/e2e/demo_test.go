@@ -19,11 +19,11 @@ import (
 func TestDemo(t *testing.T) {
 	framework.RequireRoot(t)
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
 	// Leased before the cleanup below is registered, so it is released
 	// after the cluster is down.
-	cluster := framework.LeaseCluster(t, ctx)
+	cluster := framework.LeaseCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
 	stateDir := filepath.Join(os.TempDir(), "nest-e2e-demo-"+strings.ReplaceAll(t.Name(), "/", "-"))
 	t.Cleanup(func() {
 		if out, err := framework.Run(context.Background(), t, "nest", append([]string{"dev", "down", "--state-dir", stateDir}, framework.ClusterFlags(cluster)...)...); err != nil {
@@ -57,13 +57,13 @@ func TestDemo(t *testing.T) {
 func TestDemoDedicated(t *testing.T) {
 	framework.RequireRoot(t)
 	t.Parallel()
+	// Leased before the cleanup below is registered, so it is released
+	// after the cluster is down. The default cluster: a dedicated node
+	// reaches tenant Services only where the tenant's Service range is the
+	// host's (see docs/dedicated-nodes.md).
+	cluster := framework.LeaseDefaultCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	// Leased before the cleanup below is registered, so it is released
-	// after the cluster is down.
-	// The default cluster: a dedicated node reaches tenant Services only
-	// where the tenant's Service range is the host's (see docs/dedicated-nodes.md).
-	cluster := framework.LeaseDefaultCluster(t, ctx)
 	stateDir := filepath.Join(os.TempDir(), "nest-e2e-demo-"+strings.ReplaceAll(t.Name(), "/", "-"))
 	t.Cleanup(func() {
 		if out, err := framework.Run(context.Background(), t, "nest", append([]string{"dev", "down", "--state-dir", stateDir}, framework.ClusterFlags(cluster)...)...); err != nil {

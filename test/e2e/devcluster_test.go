@@ -35,10 +35,10 @@ const testNamespace = "e2e"
 func TestLocalHostCluster(t *testing.T) {
 	framework.RequireRoot(t)
 	t.Parallel()
+	// The default cluster, on purpose: its names and ranges are checked.
+	framework.LeaseDefaultCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	// The default cluster, on purpose: its names and ranges are checked.
-	framework.LeaseDefaultCluster(t, ctx)
 	stateDir := filepath.Join(os.TempDir(), fmt.Sprintf("nest-e2e-devcluster-%d", os.Getpid()))
 	down := func() (string, error) {
 		// Its own context: cleanup runs after ctx is cancelled.

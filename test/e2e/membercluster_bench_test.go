@@ -29,7 +29,7 @@ const memberBenchPods = 50
 func BenchmarkMemberPodStartup(b *testing.B) {
 	framework.RequireRoot(b)
 	ctx := context.Background()
-	e := startMemberEnv(b, ctx, startBenchClusterOf(b, ctx, "member", 2))
+	e := startMemberEnv(b, ctx, startBenchClusterOf(b, ctx, "member", 2), framework.LeaseCluster(b))
 	tenant := e.tn.Clientset(b)
 	e.tn.WaitDefaultServiceAccount(b, ctx)
 	direct := directNamespace(b, ctx, e.member)

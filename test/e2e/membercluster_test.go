@@ -54,9 +54,10 @@ const gpuMember = "e2emem"
 func TestMemberCluster(t *testing.T) {
 	framework.RequireRoot(t)
 	t.Parallel()
+	clusters := framework.LeaseClusters(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
-	e := startMemberEnv(t, ctx, framework.StartHostCluster(t, ctx, "--with-nest"))
+	e := startMemberEnv(t, ctx, framework.StartHostCluster(t, ctx, clusters[0], "", "--with-nest"), clusters[1])
 	tn, vc, host, grant, memberCS, memberDir := e.tn, e.vc, e.host, e.grant, e.member, e.memberDir
 	tenant := tn.Clientset(t)
 	nodeName := contract.MemberNodeName(gpuMember)
@@ -332,12 +333,12 @@ type memberEnv struct {
 	lb string
 }
 
-// startMemberEnv starts the member cluster beside the host cluster in
-// hostDir, creates the tenant and grants it a GPU of the member.
-func startMemberEnv(t testing.TB, ctx context.Context, hostDir string) *memberEnv {
+// startMemberEnv starts the member cluster, leased as member, beside the
+// host cluster in hostDir, creates the tenant and grants it a GPU of the member.
+func startMemberEnv(t testing.TB, ctx context.Context, hostDir string, member devcluster.Addressing) *memberEnv {
 	t.Helper()
 	e := &memberEnv{memberDir: filepath.Join(os.TempDir(), fmt.Sprintf("nest-e2e-membercluster-member-%d", os.Getpid()))}
-	startLocalCluster(t, ctx, e.memberDir, append(framework.ClusterFlags(framework.LeaseCluster(t, ctx)), "--nodes", "2", "--gpus", "2")...)
+	startLocalCluster(t, ctx, e.memberDir, append(framework.ClusterFlags(member), "--nodes", "2", "--gpus", "2")...)
 	memberKubeconfig := devcluster.Layout{Root: e.memberDir}.AdminKubeconfig()
 	e.member = clientset(t, memberKubeconfig)
 

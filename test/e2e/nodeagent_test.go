@@ -35,9 +35,10 @@ import (
 func TestNodeAgent(t *testing.T) {
 	framework.RequireRoot(t)
 	t.Parallel()
+	cluster := framework.LeaseCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	stateDir := framework.StartHostCluster(t, ctx)
+	stateDir := framework.StartHostCluster(t, ctx, cluster, "")
 	l := devcluster.Layout{Root: stateDir}
 	nodes := framework.Topology(t, stateDir, 2)
 	cp, worker := nodes[0], nodes[1]

@@ -29,13 +29,13 @@ import (
 func TestTwoLocalClusters(t *testing.T) {
 	framework.RequireRoot(t)
 	t.Parallel()
+	clusters := framework.LeaseClusters(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	pid := os.Getpid()
 	hostDir := filepath.Join(os.TempDir(), fmt.Sprintf("nest-e2e-twolocalclusters-host-%d", pid))
 	memberDir := filepath.Join(os.TempDir(), fmt.Sprintf("nest-e2e-twolocalclusters-member-%d", pid))
-	host := framework.LeaseCluster(t, ctx)
-	member := framework.LeaseCluster(t, ctx)
+	host, member := clusters[0], clusters[1]
 	memberCluster := member.Cluster
 
 	hostUp := startLocalCluster(t, ctx, hostDir, append(framework.ClusterFlags(host), "--nodes", "1")...)

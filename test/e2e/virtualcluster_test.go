@@ -33,9 +33,10 @@ import (
 func TestVirtualClusters(t *testing.T) {
 	framework.RequireRoot(t)
 	t.Parallel()
+	cluster := framework.LeaseCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
-	host, hostKubeconfig, nest := framework.StartNest(t, ctx)
+	host, hostKubeconfig, nest := framework.StartNest(t, ctx, cluster)
 
 	t.Run("the GlobalNode inventory lists the host's worker nodes and not its control-plane node", func(t *testing.T) {
 		checkInventory(t, ctx, host, nest)

@@ -39,9 +39,10 @@ const testImage = "nest.local/testapp:dev"
 func TestVirtualNode(t *testing.T) {
 	framework.RequireRoot(t)
 	t.Parallel()
+	cluster := framework.LeaseCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
-	host, _, nest := framework.StartNest(t, ctx)
+	host, _, nest := framework.StartNest(t, ctx, cluster)
 	dir := t.TempDir()
 	alpha := &framework.Tenant{Name: "alpha", Dir: dir}
 	beta := &framework.Tenant{Name: "beta", Dir: dir}

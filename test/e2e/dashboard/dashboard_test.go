@@ -53,9 +53,10 @@ func TestDashboard(t *testing.T) {
 	if _, err := os.Stat(chromiumPath); err != nil {
 		t.Fatalf("%s: %v: install Debian's chromium with `make deps`", chromiumPath, err)
 	}
+	cluster := framework.LeaseCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	host, hostKubeconfig, nest := framework.StartNest(t, ctx)
+	host, hostKubeconfig, nest := framework.StartNest(t, ctx, cluster)
 	e := &env{ctx: ctx, host: host, hostKubeconfig: hostKubeconfig, nest: nest, artifacts: artifactsDir(t)}
 	e.url, e.dashboardPID = startDashboard(t, ctx, hostKubeconfig)
 	e.allocator = browserAllocator(t, ctx)

@@ -90,9 +90,10 @@ func TestTenantFaults(t *testing.T) {
 // tenants are gone when the test ends.
 func startEnv(t *testing.T) *env {
 	t.Helper()
+	cluster := framework.LeaseCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	t.Cleanup(cancel)
-	stateDir := framework.StartHostCluster(t, ctx, "--with-nest")
+	stateDir := framework.StartHostCluster(t, ctx, cluster, "", "--with-nest")
 	host, hostKubeconfig, nest := framework.NestOn(t, ctx, stateDir)
 	cfg, err := clientcmd.BuildConfigFromFlags("", hostKubeconfig)
 	if err != nil {

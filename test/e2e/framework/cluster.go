@@ -26,18 +26,11 @@ import (
 )
 
 // StartHostCluster starts a two-node local host cluster with `nest dev up`
-// and extra flags, on a slot it leases (LeaseCluster) and in a state
-// directory named for the test, and stops it with `nest dev down` when the
-// test ends. It returns the state directory; Addressing tells its ranges.
-func StartHostCluster(t testing.TB, ctx context.Context, flags ...string) string {
-	t.Helper()
-	return StartHostClusterOn(t, ctx, LeaseCluster(t, ctx), "", flags...)
-}
-
-// StartHostClusterOn is StartHostCluster on the cluster a the test leased,
-// in a state directory named for the test and role (which tells apart two
-// clusters of one test).
-func StartHostClusterOn(t testing.TB, ctx context.Context, a devcluster.Addressing, role string, flags ...string) string {
+// and extra flags, as the cluster a the test leased (LeaseCluster), in a
+// state directory named for the test and role (which tells apart two
+// clusters of one test), and stops it with `nest dev down` when the test
+// ends. It returns the state directory; Addressing tells its ranges.
+func StartHostCluster(t testing.TB, ctx context.Context, a devcluster.Addressing, role string, flags ...string) string {
 	t.Helper()
 	name := strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
 	if role != "" {
@@ -63,12 +56,12 @@ func StartHostClusterOn(t testing.TB, ctx context.Context, a devcluster.Addressi
 // Nest runs the nest CLI against one host cluster and returns its combined output.
 type Nest func(args ...string) (string, error)
 
-// StartNest starts a local host cluster with Nest installed. It returns a
-// client of the host cluster, the host's admin kubeconfig and the nest CLI
-// bound to it.
-func StartNest(t testing.TB, ctx context.Context) (client.Client, string, Nest) {
+// StartNest starts the leased local host cluster a with Nest installed. It
+// returns a client of the host cluster, the host's admin kubeconfig and the
+// nest CLI bound to it.
+func StartNest(t testing.TB, ctx context.Context, a devcluster.Addressing) (client.Client, string, Nest) {
 	t.Helper()
-	return NestOn(t, ctx, StartHostCluster(t, ctx, "--with-nest"))
+	return NestOn(t, ctx, StartHostCluster(t, ctx, a, "", "--with-nest"))
 }
 
 // NestOn returns, for the local host cluster in stateDir, what StartNest

@@ -1,7 +1,6 @@
 package framework
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,104 +12,161 @@ import (
 	"github.com/nestdev/nest/internal/devcluster"
 )
 
-// Slot leases let end-to-end tests of every package run side by side, each
-// on a named local host cluster of its own: a lease is an exclusive flock on
-// one file per slot, so two test processes never take the same slot, and
-// the kernel releases it when the process dies.
+// Leases let end-to-end tests of every package run side by side on local
+// host clusters of their own, as many at once as the machine carries. A
+// lease is two exclusive flocks: one of ClustersEnv budget tokens (the
+// machine's share: the suites are CPU-bound, and past about three clusters
+// at once on two cores they only slow each other down), and one slot (the
+// cluster's name and address ranges). flock locks belong to their open
+// file, so parallel tests of one process exclude each other like separate
+// processes do, and the kernel releases them when a test process dies.
 const (
-	// LeaseDir holds one lock file per slot.
+	// LeaseDir holds the lock files.
 	LeaseDir = "/run/nest-e2e-slots"
-	// ClustersEnv caps how many slots (1 to devcluster.MaxSlot) the tests of
-	// all packages use at once; unset means every slot.
+	// ClustersEnv is how many local clusters the tests of all packages run
+	// at once, 1 to devcluster.MaxSlot; defaultClusters when unset.
 	ClustersEnv = "NEST_E2E_CLUSTERS"
-	// leaseWait bounds how long a test waits for a free slot.
-	leaseWait = 45 * time.Minute
+	// defaultClusters suits the two-core machines CI runs on.
+	defaultClusters = 3
+	// leaseWait bounds how long a test waits for its lease.
+	leaseWait = 60 * time.Minute
 )
 
-// LeaseCluster leases a free slot for the test and returns the addressing of
-// the named cluster "e2e<slot>" in it. The lease is held until the test and
-// every cleanup registered after this call have ended, so the cluster's
-// `nest dev down` runs before another test can take the slot. A slot whose
-// node subnet some link already holds (a cluster started by hand, or left
-// over) is passed over. It fails the test when no slot frees up within
-// leaseWait.
-func LeaseCluster(t testing.TB, ctx context.Context) devcluster.Addressing {
+// LeaseCluster waits for a free share of the cluster budget and a free slot
+// and returns the addressing of the named cluster "e2e<slot>" there. Call
+// it before the test's deadline starts: the wait can be long. The lease is
+// held until the test and every cleanup registered after this call have
+// ended, so the cluster's `nest dev down` runs before another test can
+// take it. A slot whose node subnet some link already holds (a cluster
+// started by hand, or left over) is passed over. It fails the test when no
+// lease frees up within leaseWait.
+func LeaseCluster(t testing.TB) devcluster.Addressing {
 	t.Helper()
-	slots, err := leaseSlots()
+	return LeaseClusters(t, 1)[0]
+}
+
+// LeaseClusters is LeaseCluster for n clusters at once (a host and a
+// member): it takes n budget shares together or none, so two such tests
+// never each hold one share and wait for the other's.
+func LeaseClusters(t testing.TB, n int) []devcluster.Addressing {
+	t.Helper()
+	tokens := waitFor(t, fmt.Sprintf("%d of the local cluster budget", n), func() []*os.File { return takeTokens(t, n) })
+	out := make([]devcluster.Addressing, 0, n)
+	for len(out) < n {
+		a, f := freeSlot(t)
+		if f == nil {
+			t.Fatalf("no free local cluster slot of %d for a leased budget share: a cluster started by hand or left over holds them", devcluster.MaxSlot)
+		}
+		t.Cleanup(func() { f.Close() })
+		out = append(out, a)
+		t.Logf("leased local cluster %s (slot %d)", a.Cluster, a.Slot)
+	}
+	releaseLast(t, tokens)
+	return out
+}
+
+// LeaseDefaultCluster waits for the default cluster's slot (0), which one
+// test holds at a time, and a share of the cluster budget, and returns its
+// addressing. Tests that need the default cluster on purpose (its names and
+// ranges, or a flow that only works where a tenant's Service range is the
+// host's) take it. The lease is held like LeaseCluster's.
+func LeaseDefaultCluster(t testing.TB) devcluster.Addressing {
+	t.Helper()
+	slot := waitFor(t, "the default local cluster", func() []*os.File {
+		if f := tryLock("slot-0"); f != nil {
+			return []*os.File{f}
+		}
+		return nil
+	})
+	tokens := waitFor(t, "a share of the local cluster budget", func() []*os.File { return takeTokens(t, 1) })
+	releaseLast(t, append(tokens, slot...))
+	t.Logf("leased the default local cluster (slot 0)")
+	return devcluster.DefaultAddressing()
+}
+
+// waitFor polls take every second until it returns locks, and fails the
+// test after leaseWait.
+func waitFor(t testing.TB, what string, take func() []*os.File) []*os.File {
+	t.Helper()
+	if err := os.MkdirAll(LeaseDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for {
+		if locks := take(); locks != nil {
+			if waited := time.Since(start); waited > time.Second {
+				t.Logf("waited %s for %s", waited.Round(time.Second), what)
+			}
+			return locks
+		}
+		if time.Since(start) > leaseWait {
+			t.Fatalf("waited %s for %s; lower go test's -parallel or raise $%s", leaseWait, what, ClustersEnv)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// takeTokens takes n of the budget's token locks, or none.
+func takeTokens(t testing.TB, n int) []*os.File {
+	t.Helper()
+	budget, err := clusterBudget()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.MkdirAll(LeaseDir, 0o755); err != nil {
-		t.Fatal(err)
+	if n > budget {
+		t.Fatalf("the test needs %d local clusters at once and $%s allows %d", n, ClustersEnv, budget)
 	}
-	deadline := time.Now().Add(leaseWait)
-	for logged := false; ; logged = true {
-		for slot := 1; slot <= slots; slot++ {
-			a, err := devcluster.AddressingFor(fmt.Sprintf("e2e%d", slot), slot)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if f := tryLock(slot); f != nil {
-				if devcluster.SlotFree(a) != nil {
-					f.Close()
-					continue
-				}
-				t.Cleanup(func() { f.Close() })
-				t.Logf("leased local cluster %s (slot %d)", a.Cluster, slot)
-				return a
-			}
-		}
-		if !logged {
-			t.Logf("all %d slots are leased; waiting for one", slots)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no free local cluster slot of %d after %s; lower the parallelism or raise $%s", slots, leaseWait, ClustersEnv)
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("waiting for a local cluster slot: %v", ctx.Err())
-		case <-time.After(time.Second):
+	var held []*os.File
+	for i := 1; i <= budget && len(held) < n; i++ {
+		if f := tryLock(fmt.Sprintf("token-%d", i)); f != nil {
+			held = append(held, f)
 		}
 	}
+	if len(held) < n {
+		for _, f := range held {
+			f.Close()
+		}
+		return nil
+	}
+	return held
 }
 
-// LeaseDefaultCluster leases the default cluster's slot (0) for the test,
-// waiting while another test holds it, and returns its addressing. Tests
-// that run the default cluster on purpose (its names and ranges, or a flow
-// that only works when a tenant's Service range is the host's) take it, one
-// at a time; the lease is held like LeaseCluster's.
-func LeaseDefaultCluster(t testing.TB, ctx context.Context) devcluster.Addressing {
+// freeSlot locks the first free named slot and returns its addressing.
+func freeSlot(t testing.TB) (devcluster.Addressing, *os.File) {
 	t.Helper()
-	if err := os.MkdirAll(LeaseDir, 0o755); err != nil {
-		t.Fatal(err)
+	for slot := 1; slot <= devcluster.MaxSlot; slot++ {
+		a, err := devcluster.AddressingFor(fmt.Sprintf("e2e%d", slot), slot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := tryLock(fmt.Sprintf("slot-%d", slot))
+		if f == nil {
+			continue
+		}
+		if devcluster.SlotFree(a) != nil {
+			f.Close()
+			continue
+		}
+		return a, f
 	}
-	deadline := time.Now().Add(leaseWait)
-	for logged := false; ; logged = true {
-		if f := tryLock(0); f != nil {
-			t.Cleanup(func() { f.Close() })
-			t.Logf("leased the default local cluster (slot 0)")
-			return devcluster.DefaultAddressing()
-		}
-		if !logged {
-			t.Logf("another test holds the default local cluster; waiting for it")
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the default local cluster stayed leased for %s", leaseWait)
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("waiting for the default local cluster: %v", ctx.Err())
-		case <-time.After(time.Second):
-		}
-	}
+	return devcluster.Addressing{}, nil
 }
 
-// leaseSlots is how many slots leases may use: $NEST_E2E_CLUSTERS, else
-// every slot.
-func leaseSlots() (int, error) {
+// releaseLast releases locks when the test ends, after every cleanup
+// registered later (t.Cleanup runs last-registered first).
+func releaseLast(t testing.TB, locks []*os.File) {
+	t.Cleanup(func() {
+		for _, f := range locks {
+			f.Close()
+		}
+	})
+}
+
+// clusterBudget is $NEST_E2E_CLUSTERS, else defaultClusters.
+func clusterBudget() (int, error) {
 	env := os.Getenv(ClustersEnv)
 	if env == "" {
-		return devcluster.MaxSlot, nil
+		return defaultClusters, nil
 	}
 	n, err := strconv.Atoi(env)
 	if err != nil || n < 1 || n > devcluster.MaxSlot {
@@ -119,10 +175,10 @@ func leaseSlots() (int, error) {
 	return n, nil
 }
 
-// tryLock takes slot's lock without waiting; nil when another process or
-// test holds it.
-func tryLock(slot int) *os.File {
-	f, err := os.OpenFile(filepath.Join(LeaseDir, fmt.Sprintf("slot-%d.lock", slot)), os.O_CREATE|os.O_RDWR, 0o644)
+// tryLock takes the lock LeaseDir/name.lock without waiting; nil when
+// another process or test holds it.
+func tryLock(name string) *os.File {
+	f, err := os.OpenFile(filepath.Join(LeaseDir, name+".lock"), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil
 	}

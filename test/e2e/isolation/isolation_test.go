@@ -62,9 +62,10 @@ const (
 // other: each makes its own pods and objects.
 func TestTenantIsolation(t *testing.T) {
 	framework.RequireRoot(t)
+	cluster := framework.LeaseCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
-	e := setup(t, ctx)
+	e := setup(t, ctx, cluster)
 	for _, g := range []struct {
 		name  string
 		cases []testCase
@@ -99,9 +100,9 @@ type testCase struct {
 	run  func(t *testing.T)
 }
 
-func setup(t *testing.T, ctx context.Context) *env {
+func setup(t *testing.T, ctx context.Context, cluster devcluster.Addressing) *env {
 	t.Helper()
-	stateDir := framework.StartHostCluster(t, ctx, "--with-nest")
+	stateDir := framework.StartHostCluster(t, ctx, cluster, "", "--with-nest")
 	host, hostKubeconfig, nest := framework.NestOn(t, ctx, stateDir)
 	dir := t.TempDir()
 	e := &env{ctx: ctx, host: host, hostKubeconfig: hostKubeconfig, stateDir: stateDir, alpha: &framework.Tenant{Name: "alpha", Dir: dir}, beta: &framework.Tenant{Name: "beta", Dir: dir}}
