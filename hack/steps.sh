@@ -17,7 +17,7 @@ total_start=$SECONDS
 for step in "$@"; do
 	start=$SECONDS
 	echo "=== make $step"
-	make "$step"
+	make OUT="$OUT" "$step"
 	rc=$?
 	names+=("$step")
 	secs+=($((SECONDS - start)))
