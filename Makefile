@@ -83,7 +83,7 @@ generate:
 GOTESTSUM := gotest.tools/gotestsum@v1.13.0
 E2E_PACKAGES ?= ./test/e2e/faults/ ./test/e2e/ ./test/conformance/ ./test/e2e/isolation/ ./test/e2e/dashboard/
 E2E_PARALLEL ?= 4
-E2E_CLUSTERS ?= 3
+E2E_CLUSTERS ?= 2
 E2E_JSON := $(OUT)/e2e.json
 e2e: conformance-build
 	$(MAKE) e2e-run

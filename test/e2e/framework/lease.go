@@ -15,11 +15,14 @@ import (
 // Leases let end-to-end tests of every package run side by side on local
 // host clusters of their own, as many at once as the machine carries. A
 // lease is two exclusive flocks: one of ClustersEnv budget tokens (the
-// machine's share: the suites are CPU-bound, and past about three clusters
-// at once on two cores they only slow each other down), and one slot (the
+// machine's share: the suites are CPU-bound, and past two clusters at once
+// on two cores they only slow each other down), and one slot (the
 // cluster's name and address ranges). flock locks belong to their open
 // file, so parallel tests of one process exclude each other like separate
 // processes do, and the kernel releases them when a test process dies.
+// The budget's default is measured: three clusters at once (one of them
+// churning four tenants) ran the fault suites three times slower than
+// alone, past their deadlines; two at once keep each near its own pace.
 const (
 	// LeaseDir holds the lock files.
 	LeaseDir = "/run/nest-e2e-slots"
@@ -27,7 +30,7 @@ const (
 	// at once, 1 to devcluster.MaxSlot; defaultClusters when unset.
 	ClustersEnv = "NEST_E2E_CLUSTERS"
 	// defaultClusters suits the two-core machines CI runs on.
-	defaultClusters = 3
+	defaultClusters = 2
 	// leaseWait bounds how long a test waits for its lease.
 	leaseWait = 60 * time.Minute
 )
