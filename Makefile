@@ -77,9 +77,10 @@ generate:
 # and cases marked parallel (-parallel at a time). Each test leases a local
 # host cluster of its own (test/e2e/framework/lease.go), at most E2E_CLUSTERS
 # at once on the machine: the suites are CPU-bound, and on two cores more
-# clusters at once only slow every one of them down. gotestsum prints a line per finished test and, at the
-# end, the output of every failed one under "=== Failed"; the whole event
-# stream is kept in $(E2E_JSON) for the time table (hack/steps.sh).
+# clusters at once only slow every one of them down. gotestsum prints a line
+# per finished test and, at the end, the output of every failed one under
+# "=== Failed"; the whole event stream is kept in $(E2E_JSON) for the time
+# table (hack/steps.sh).
 GOTESTSUM := gotest.tools/gotestsum@v1.13.0
 E2E_PACKAGES ?= ./test/e2e/faults/ ./test/e2e/ ./test/conformance/ ./test/e2e/isolation/ ./test/e2e/dashboard/
 E2E_PARALLEL ?= 4

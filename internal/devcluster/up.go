@@ -66,10 +66,10 @@ func Up(ctx context.Context, o Options) error {
 		return err
 	}
 	newRecord := record{Nodes: o.Nodes, BinDir: o.BinDir, Cluster: o.Net.Cluster, Slot: o.Net.Slot, GPUs: o.GPUs}
-	if err := writeRecord(l, newRecord); err != nil {
+	if err := raiseKernelLimits("/proc/sys", o.Out); err != nil {
 		return err
 	}
-	if err := raiseKernelLimits("/proc/sys", o.Out); err != nil {
+	if err := writeRecord(l, newRecord); err != nil {
 		return err
 	}
 	u := &upRun{o: o, l: l, nodes: nodes, start: time.Now()}

@@ -66,14 +66,21 @@ func TestImageLayerAndConfig(t *testing.T) {
 	}
 }
 
-func TestBuildIsIncremental(t *testing.T) {
+// pauseSpec writes a one-file input into a new directory and returns a
+// Spec of it, the input's path and an images directory beside it.
+func pauseSpec(t *testing.T) (spec Spec, bin, out string) {
+	t.Helper()
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "pause")
+	bin = filepath.Join(dir, "pause")
 	if err := os.WriteFile(bin, []byte("v1"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	spec := Spec{Name: "nest.local/pause:test", Files: []File{{Path: "/pause", Source: bin, Mode: 0o755}}}
-	out := filepath.Join(dir, "images")
+	spec = Spec{Name: "nest.local/pause:test", Files: []File{{Path: "/pause", Source: bin, Mode: 0o755}}}
+	return spec, bin, filepath.Join(dir, "images")
+}
+
+func TestBuildIsIncremental(t *testing.T) {
+	spec, bin, out := pauseSpec(t)
 	path, err := Build(spec, out)
 	if err != nil {
 		t.Fatal(err)
@@ -111,13 +118,7 @@ func TestBuildIsIncremental(t *testing.T) {
 // directory; every concurrent Build of the same image succeeds, and one
 // tarball is written (the others find it built).
 func TestBuildSideBySide(t *testing.T) {
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "pause")
-	if err := os.WriteFile(bin, []byte("v1"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	spec := Spec{Name: "nest.local/pause:test", Files: []File{{Path: "/pause", Source: bin, Mode: 0o755}}}
-	out := filepath.Join(dir, "images")
+	spec, _, out := pauseSpec(t)
 	const builders = 8
 	errs := make(chan error, builders)
 	for range builders {

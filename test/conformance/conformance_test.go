@@ -116,7 +116,7 @@ func TestConformance(t *testing.T) {
 	defer cancel()
 	e2e := filepath.Join(framework.BinDir(), "e2e.test")
 	checkImageNames(t, ctx, e2e)
-	stateDir := framework.StartHostCluster(t, ctx, cluster, "", "--with-nest")
+	stateDir := framework.StartHostCluster(t, ctx, cluster, "--with-nest")
 	if err := os.MkdirAll(r.reportDir, 0o755); err != nil {
 		t.Fatal(err)
 	}

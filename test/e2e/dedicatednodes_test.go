@@ -49,7 +49,7 @@ func TestDedicatedNodes(t *testing.T) {
 	cluster := framework.LeaseDefaultCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
-	stateDir := framework.StartHostCluster(t, ctx, cluster, "", "--with-nest", "--nodes", "3")
+	stateDir := framework.StartHostCluster(t, ctx, cluster, "--with-nest", "--nodes", "3")
 	host, _, nest := framework.NestOn(t, ctx, stateDir)
 	tn := &framework.Tenant{Name: "gamma", Dir: t.TempDir()}
 	if out, err := nest("create", tn.Name, "--wait", "--timeout", "4m"); err != nil {

@@ -39,7 +39,7 @@ func TestHAControlPlane(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	// Three nodes: a replica on each, so losing a node loses one member.
-	stateDir := framework.StartHostCluster(t, ctx, cluster, "", "--with-nest", "--nodes", strconv.Itoa(haNodes))
+	stateDir := framework.StartHostCluster(t, ctx, cluster, "--with-nest", "--nodes", strconv.Itoa(haNodes))
 	host, hostKubeconfig, nest := framework.NestOn(t, ctx, stateDir)
 	dir := t.TempDir()
 

@@ -57,7 +57,7 @@ func TestMemberCluster(t *testing.T) {
 	clusters := framework.LeaseClusters(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
-	e := startMemberEnv(t, ctx, framework.StartHostCluster(t, ctx, clusters[0], "", "--with-nest"), clusters[1])
+	e := startMemberEnv(t, ctx, framework.StartHostCluster(t, ctx, clusters[0], "--with-nest"), clusters[1])
 	tn, vc, host, grant, memberCS, memberDir := e.tn, e.vc, e.host, e.grant, e.member, e.memberDir
 	tenant := tn.Clientset(t)
 	nodeName := contract.MemberNodeName(gpuMember)

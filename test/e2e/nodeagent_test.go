@@ -38,7 +38,7 @@ func TestNodeAgent(t *testing.T) {
 	cluster := framework.LeaseCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	stateDir := framework.StartHostCluster(t, ctx, cluster, "")
+	stateDir := framework.StartHostCluster(t, ctx, cluster)
 	l := devcluster.Layout{Root: stateDir}
 	nodes := framework.Topology(t, stateDir, 2)
 	cp, worker := nodes[0], nodes[1]

@@ -8,6 +8,7 @@
 //
 // Faults that stop a part every tenant shares (TestHostFaults) run one
 // after another on a host cluster of their own; faults confined to one
-// tenant (TestTenantFaults) run side by side on another. Run it as root with
+// tenant (TestTenantFaults) run one after another on a second host cluster,
+// beside the first. Run it as root with
 // `go test ./test/e2e/faults` after `make build`, or through `make e2e`.
 package faults

@@ -93,7 +93,7 @@ func startEnv(t *testing.T) *env {
 	cluster := framework.LeaseCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	t.Cleanup(cancel)
-	stateDir := framework.StartHostCluster(t, ctx, cluster, "", "--with-nest")
+	stateDir := framework.StartHostCluster(t, ctx, cluster, "--with-nest")
 	host, hostKubeconfig, nest := framework.NestOn(t, ctx, stateDir)
 	cfg, err := clientcmd.BuildConfigFromFlags("", hostKubeconfig)
 	if err != nil {

@@ -27,16 +27,11 @@ import (
 
 // StartHostCluster starts a two-node local host cluster with `nest dev up`
 // and extra flags, as the cluster a the test leased (LeaseCluster), in a
-// state directory named for the test and role (which tells apart two
-// clusters of one test), and stops it with `nest dev down` when the test
-// ends. It returns the state directory; Addressing tells its ranges.
-func StartHostCluster(t testing.TB, ctx context.Context, a devcluster.Addressing, role string, flags ...string) string {
+// state directory named for the test, and stops it with `nest dev down` when
+// the test ends. It returns the state directory; Addressing tells its ranges.
+func StartHostCluster(t testing.TB, ctx context.Context, a devcluster.Addressing, flags ...string) string {
 	t.Helper()
-	name := strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
-	if role != "" {
-		name += "-" + role
-	}
-	stateDir := filepath.Join(os.TempDir(), fmt.Sprintf("nest-e2e-%s-%d", name, os.Getpid()))
+	stateDir := filepath.Join(os.TempDir(), fmt.Sprintf("nest-e2e-%s-%d", strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")), os.Getpid()))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
@@ -61,7 +56,7 @@ type Nest func(args ...string) (string, error)
 // nest CLI bound to it.
 func StartNest(t testing.TB, ctx context.Context, a devcluster.Addressing) (client.Client, string, Nest) {
 	t.Helper()
-	return NestOn(t, ctx, StartHostCluster(t, ctx, a, "", "--with-nest"))
+	return NestOn(t, ctx, StartHostCluster(t, ctx, a, "--with-nest"))
 }
 
 // NestOn returns, for the local host cluster in stateDir, what StartNest

@@ -54,17 +54,17 @@ func LeaseCluster(t testing.TB) devcluster.Addressing {
 func LeaseClusters(t testing.TB, n int) []devcluster.Addressing {
 	t.Helper()
 	tokens := waitFor(t, fmt.Sprintf("%d of the local cluster budget", n), func() []*os.File { return takeTokens(t, n) })
+	releaseLast(t, tokens)
 	out := make([]devcluster.Addressing, 0, n)
 	for len(out) < n {
 		a, f := freeSlot(t)
 		if f == nil {
 			t.Fatalf("no free local cluster slot of %d for a leased budget share: a cluster started by hand or left over holds them", devcluster.MaxSlot)
 		}
-		t.Cleanup(func() { f.Close() })
+		releaseLast(t, []*os.File{f})
 		out = append(out, a)
 		t.Logf("leased local cluster %s (slot %d)", a.Cluster, a.Slot)
 	}
-	releaseLast(t, tokens)
 	return out
 }
 

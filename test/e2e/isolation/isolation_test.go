@@ -102,7 +102,7 @@ type testCase struct {
 
 func setup(t *testing.T, ctx context.Context, cluster devcluster.Addressing) *env {
 	t.Helper()
-	stateDir := framework.StartHostCluster(t, ctx, cluster, "", "--with-nest")
+	stateDir := framework.StartHostCluster(t, ctx, cluster, "--with-nest")
 	host, hostKubeconfig, nest := framework.NestOn(t, ctx, stateDir)
 	dir := t.TempDir()
 	e := &env{ctx: ctx, host: host, hostKubeconfig: hostKubeconfig, stateDir: stateDir, alpha: &framework.Tenant{Name: "alpha", Dir: dir}, beta: &framework.Tenant{Name: "beta", Dir: dir}}
