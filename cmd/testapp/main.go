@@ -30,6 +30,13 @@
 //	testapp wait-dial HOST:PORT  dial every 20 ms for up to a minute; on the
 //	                             first connection print the wall clock in
 //	                             Unix nanoseconds
+//	testapp hold HOST:PORT      open one TCP connection and, every 250 ms
+//	                             for up to an hour, send GET /echo over it
+//	                             and print "ok N" for each answer; at the
+//	                             first request not answered within 2 s,
+//	                             print "cut after N: ERROR" and sleep,
+//	                             never dialling again (a pod's command: a
+//	                             connection held since before a policy)
 //	testapp dns NAME [SERVER]    resolve NAME, through SERVER (host:port,
 //	                             UDP) instead of resolv.conf if given
 //	testapp statfs PATH          print the size in bytes of PATH's file system
@@ -41,6 +48,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -139,6 +147,7 @@ var clients = map[string]func(args []string) error{
 	"dial":       dial,
 	"first-dial": firstDial,
 	"wait-dial":  waitDial,
+	"hold":       hold,
 	"dns":        lookup,
 	"statfs":     statfs,
 	"spawn":      spawn,
@@ -191,6 +200,52 @@ func waitDial(args []string) error {
 		}
 		time.Sleep(20 * time.Millisecond) // the polling interval
 	}
+}
+
+// hold keeps one connection and uses it until it fails, then waits for
+// the pod's end without dialling again, so its log tells what that one
+// connection did.
+func hold(args []string) error {
+	conn, err := net.DialTimeout("tcp", args[0], 3*time.Second)
+	if err != nil {
+		return err
+	}
+	fmt.Println("connected", conn.RemoteAddr())
+	r := bufio.NewReader(conn)
+	for n := 1; n <= 4*3600; n++ {
+		err := echoOver(conn, r, n)
+		if err != nil {
+			fmt.Println("cut after", n-1, err)
+			time.Sleep(time.Hour) // the pod's end; never a second connection
+			return nil
+		}
+		fmt.Println("ok", n)
+		time.Sleep(250 * time.Millisecond) // the request interval
+	}
+	return nil
+}
+
+// echoOver sends GET /echo?msg=n over conn and reads the answer within 2 s.
+func echoOver(conn net.Conn, r *bufio.Reader, n int) error {
+	if err := conn.SetDeadline(time.Now().Add(2 * time.Second)); err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(conn, "GET /echo?msg=%d HTTP/1.1\r\nHost: hold\r\n\r\n", n); err != nil {
+		return err
+	}
+	resp, err := http.ReadResponse(r, nil)
+	if err != nil {
+		return err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return err
+	}
+	if string(body) != strconv.Itoa(n) {
+		return fmt.Errorf("answer %q, want %d", body, n)
+	}
+	return nil
 }
 
 func lookup(args []string) error {

@@ -7,6 +7,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -20,7 +21,8 @@ func newNodeNetworkAgentCommand() *cobra.Command { return NewNodeNetworkAgentCom
 
 // NewNodeNetworkAgentCommand is `nest node-network-agent`, also built alone
 // as cmd/nest-node-network-agent: the DaemonSet that gives hostNetwork
-// tenant pods the virtual node's network.
+// tenant pods the virtual node's network and cuts tenant pods' connections
+// when their NetworkPolicies change.
 func NewNodeNetworkAgentCommand() *cobra.Command {
 	var nodeName, netnsDir string
 	cmd := &cobra.Command{
@@ -32,9 +34,14 @@ the host pods nest-syncer made on this node for tenants' hostNetwork pods and
 sets up each one's own network namespace, found by the pod's IP under
 --netns-dir, as the pod's nest.dev/node-network annotation says: the virtual
 node's host ports forwarded from its address and from 127.0.0.1, and the
-virtual node's address bindable. It changes no host node's network and reads
-pods only. It runs until SIGTERM or SIGINT, with the pod's in-cluster
-credentials.`,
+virtual node's address bindable. It also ends the node's tracked connections
+(conntrack entries) of a tenant pod on this node when a tenant-owned
+NetworkPolicy selecting it is created, changed or deleted, or its labels
+change, so the host's NetworkPolicy enforcer judges them again by today's
+policies (docs/isolation.md); for that it runs in the node's network
+namespace. It changes no host node's network otherwise and reads pods and
+NetworkPolicies only. It runs until SIGTERM or SIGINT, with the pod's
+in-cluster credentials.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if msgs := validation.IsDNS1123Subdomain(nodeName); len(msgs) > 0 {
@@ -52,7 +59,11 @@ credentials.`,
 			defer stop()
 			ctx = klog.NewContext(ctx, klog.Background())
 			a := &netagent.Agent{Client: client, NodeName: nodeName, NetnsDir: netnsDir, FindNetns: netagent.FindPodNetns, Apply: nodenet.Apply}
-			return a.Run(ctx)
+			c := &netagent.ConnectionCutter{Client: client, NodeName: nodeName, Forget: netagent.ForgetConnections, Again: netagent.DefaultCutAgain}
+			g, ctx := errgroup.WithContext(ctx)
+			g.Go(func() error { return a.Run(ctx) })
+			g.Go(func() error { return c.Run(ctx) })
+			return g.Wait()
 		},
 	}
 	cmd.Flags().StringVar(&nodeName, "node-name", "", "this host node's name (required)")

@@ -25,6 +25,7 @@ func (e *env) networkPolicies() []testCase {
 		{"tenant-policy-cannot-widen-ingress-from-another-tenant", e.policyCannotWidenIngress},
 		{"tenant-policy-from-every-address-admits-the-tenants-own-pods", e.fromAnywhereAdmitsOwnPods},
 		{"tenant-policy-from-anyone-admits-the-tenants-own-pods", e.fromAnyoneAdmitsOwnPods},
+		{"tenant-policy-cuts-a-connection-it-forbids-opened-before-it", e.policyCutsOpenConnection},
 	}
 }
 
@@ -264,4 +265,75 @@ func (e *env) denyIngress(t *testing.T, ns, server string) {
 		}
 		return nil
 	})
+}
+
+// policyCutsOpenConnection: two alpha pods hold one connection each to a
+// server, opened before any policy; a policy admitting only one of them
+// ends the other's connection (the node network agent's conntrack cut,
+// for enforcers that judge a connection's first packet only), while the
+// admitted one goes on over the same connection.
+func (e *env) policyCutsOpenConnection(t *testing.T) {
+	const ns = "np-cut"
+	ips := e.namespaceWithPodsLike(t, e.alpha, ns, withoutToken, "server")
+	server := hostPort(ips["server"], 8080)
+	for _, name := range []string{"held-denied", "held-admitted"} {
+		p := testPod(name, withoutToken)
+		p.Namespace = ns
+		p.Spec.Containers[0].Command = []string{"/testapp", "hold", server}
+		e.create(t, e.alpha, p)
+	}
+	for _, name := range []string{"held-denied", "held-admitted"} {
+		e.waitRunning(t, e.alpha, ns, name)
+		testutil.Eventually(t, time.Minute, name+" using its connection", func() error {
+			if n := e.heldAnswers(t, ns, name); n < 3 {
+				return fmt.Errorf("%d answers", n)
+			}
+			return nil
+		})
+	}
+	start := time.Now()
+	e.applyPolicy(t, e.alpha, &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "admit-one", Namespace: ns},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "server"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{
+				{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "held-admitted"}}},
+			}}},
+		},
+	})
+	testutil.Eventually(t, time.Minute, "held-denied's connection cut", func() error {
+		if log := e.alpha.Kubectl(t, e.ctx, "logs", "-n", ns, "held-denied"); !strings.Contains(log, "cut after") {
+			return fmt.Errorf("still answered: %d answers", e.heldAnswers(t, ns, "held-denied"))
+		}
+		return nil
+	})
+	t.Logf("an open connection the new policy forbids was cut %v after the policy was created", time.Since(start).Round(time.Millisecond))
+	// The admitted connection outlives every cut of the series (the last
+	// DefaultCutAgain after the first): 12 s of answers after the denied
+	// one ended.
+	from := e.heldAnswers(t, ns, "held-admitted")
+	testutil.Eventually(t, time.Minute, "held-admitted answered 48 more times over its connection", func() error {
+		log := e.alpha.Kubectl(t, e.ctx, "logs", "-n", ns, "held-admitted")
+		if strings.Contains(log, "cut after") {
+			t.Fatalf("the admitted pod's connection was cut too:\n%s", lastLines(log, 5))
+		}
+		if n := strings.Count(log, "\nok "); n < from+48 {
+			return fmt.Errorf("%d answers, want %d", n, from+48)
+		}
+		return nil
+	})
+}
+
+// heldAnswers counts the answers a testapp hold pod logged.
+func (e *env) heldAnswers(t *testing.T, ns, pod string) int {
+	t.Helper()
+	out, _ := e.alpha.KubectlErr(e.ctx, "logs", "-n", ns, pod)
+	return strings.Count(out, "\nok ")
+}
+
+// lastLines is the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
