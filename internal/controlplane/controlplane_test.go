@@ -248,6 +248,19 @@ func TestStatefulSetForThreeReplicas(t *testing.T) {
 	}
 }
 
+func TestASingleReplicaStaysBehindItsServicesWhenNotReady(t *testing.T) {
+	for _, replicas := range []int32{1, 3} {
+		v := vc(func(v *nestv1.VirtualCluster) { v.Spec.ControlPlane.Replicas = ptr.To(replicas) })
+		want := replicas == 1
+		for _, svc := range []*corev1.Service{ServiceFor(v), DNSServiceFor(v)} {
+			if svc.Spec.PublishNotReadyAddresses != want {
+				t.Errorf("%d replicas: Service %s publishes pods not ready = %v, want %v (only a single replica, which has no other to hand over to)",
+					replicas, svc.Name, svc.Spec.PublishNotReadyAddresses, want)
+			}
+		}
+	}
+}
+
 func TestNthServiceIP(t *testing.T) {
 	if ip, _ := NthServiceIP("10.96.0.0/16", 10); ip.String() != "10.96.0.10" {
 		t.Errorf("dns ip = %s", ip)

@@ -80,14 +80,24 @@ func ServiceFor(vc *nestv1.VirtualCluster) *corev1.Service {
 	return &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: n.Service(), Namespace: n.Namespace, Labels: n.Labels()},
 		Spec: corev1.ServiceSpec{
-			Type:     typ,
-			Selector: n.Labels(),
+			Type:                     typ,
+			Selector:                 n.Labels(),
+			PublishNotReadyAddresses: publishNotReady(vc),
 			Ports: []corev1.ServicePort{{
 				Name: "https", Port: Port, TargetPort: intstr.FromInt32(Port), Protocol: corev1.ProtocolTCP,
 			}},
 		},
 	}
 }
+
+// publishNotReady says whether the control plane's Services keep a pod
+// that is not ready among their endpoints: with a single replica. Its
+// readiness then only decides between a slow answer and "connection
+// refused" (the Service has no other endpoint), and an API server
+// starved of CPU misses its readiness probe before it stops answering, so
+// it stays reachable, slower. With several replicas a pod that is not
+// ready leaves them, for the others to answer.
+func publishNotReady(vc *nestv1.VirtualCluster) bool { return Replicas(vc) == 1 }
 
 // MaxReplicas is the most control-plane replicas a VirtualCluster has
 // (spec.controlPlane.replicas is 1 or 3).

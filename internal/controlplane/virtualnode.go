@@ -92,8 +92,9 @@ func DNSServiceFor(vc *nestv1.VirtualCluster) *corev1.Service {
 	return &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: n.DNSService(), Namespace: n.Namespace, Labels: n.Labels()},
 		Spec: corev1.ServiceSpec{
-			Type:     corev1.ServiceTypeClusterIP,
-			Selector: n.Labels(),
+			Type:                     corev1.ServiceTypeClusterIP,
+			Selector:                 n.Labels(),
+			PublishNotReadyAddresses: publishNotReady(vc),
 			Ports: []corev1.ServicePort{
 				{Name: "dns", Port: 53, TargetPort: target, Protocol: corev1.ProtocolUDP},
 				{Name: "dns-tcp", Port: 53, TargetPort: target, Protocol: corev1.ProtocolTCP},

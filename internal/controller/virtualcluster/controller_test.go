@@ -489,3 +489,32 @@ func TestWritingTheKubeconfigLeavesTheStatusPatchUnrefused(t *testing.T) {
 		t.Errorf("%d status patches locked on a version the reconciler had patched away, want none", c)
 	}
 }
+
+// A single replica stays behind its Services while not ready (it has no
+// other to hand over to); raising replicas to 3 takes pods that are not
+// ready out again.
+func TestServicesPublishASingleReplicaNotReady(t *testing.T) {
+	n := newCluster(t, "single")
+	ctx := context.Background()
+	publishes := func(want bool) func() error {
+		return func() error {
+			for _, name := range []string{n.Service(), n.DNSService()} {
+				var svc corev1.Service
+				if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: n.Namespace, Name: name}, &svc); err != nil {
+					return err
+				}
+				if svc.Spec.PublishNotReadyAddresses != want {
+					return fmt.Errorf("Service %s publishNotReadyAddresses = %v, want %v", name, svc.Spec.PublishNotReadyAddresses, want)
+				}
+			}
+			return nil
+		}
+	}
+	eventually(t, "one replica published when not ready", publishes(true))
+	vc := getVC(t, n.Namespace, "single")
+	vc.Spec.ControlPlane.Replicas = ptr.To[int32](3)
+	if err := k8sClient.Update(ctx, vc); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "three replicas published only when ready", publishes(false))
+}

@@ -36,6 +36,7 @@ func (r *Reconciler) reconcileService(ctx context.Context, s *reconcileState) (b
 		svc.Labels = desired.Labels
 		svc.Spec.Type = desired.Spec.Type
 		svc.Spec.Selector = desired.Spec.Selector
+		svc.Spec.PublishNotReadyAddresses = desired.Spec.PublishNotReadyAddresses
 		svc.Spec.Ports = mergePorts(svc.Spec.Ports, desired.Spec.Ports)
 		return controllerutil.SetControllerReference(s.vc, svc, r.Scheme)
 	}); err != nil {
@@ -137,6 +138,7 @@ func (r *Reconciler) reconcileVirtualNodeObjects(ctx context.Context, s *reconci
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: dns.Name, Namespace: dns.Namespace}}
 	if err := r.ensure(ctx, s, svc, func() {
 		svc.Labels, svc.Spec.Type, svc.Spec.Selector = dns.Labels, dns.Spec.Type, dns.Spec.Selector
+		svc.Spec.PublishNotReadyAddresses = dns.Spec.PublishNotReadyAddresses
 		svc.Spec.Ports = mergePorts(svc.Spec.Ports, dns.Spec.Ports)
 	}); err != nil {
 		return false, err
