@@ -59,7 +59,7 @@ envtest-assets: build-k8s
 	for c in kube-apiserver etcd kubectl; do ln -sfn ../bin/kube $(ENVTEST_ASSETS)/$$c; done
 
 unit: envtest-assets
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 ./api/... ./internal/... ./cmd/... ./hack/...
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 ./api/... ./internal/... ./cmd/... ./hack/... ./test/e2e/framework/
 	cd charts/nest/test && go test -count=1 ./...
 
 ## generate: regenerate deepcopy, CRDs and RBAC from the Go markers, then the chart's copies of config/
@@ -74,16 +74,19 @@ generate:
 	go run ./hack/chartgen/cmd/chartgen
 
 # End-to-end packages run side by side (-p), and within a package the tests
-# and cases marked parallel (-parallel at a time). Each test leases a local
-# host cluster of its own (test/e2e/framework/lease.go), at most E2E_CLUSTERS
-# at once on the machine: the suites are CPU-bound, and on two cores more
-# clusters at once only slow every one of them down. gotestsum prints a line
+# and cases marked parallel (-parallel at a time: more than any package has
+# top-level tests, so all of them queue for their leases together; the
+# isolation suite bounds its own cases). Each test leases a local host
+# cluster of its own (test/e2e/framework/lease.go), at most E2E_CLUSTERS at
+# once on the machine, longest expected test first (durations.tsv there):
+# the suites are CPU-bound, and on two cores more clusters at once only
+# slow every one of them down. gotestsum prints a line
 # per finished test and, at the end, the output of every failed one under
 # "=== Failed"; the whole event stream is kept in $(E2E_JSON) for the time
 # table (hack/steps.sh).
 GOTESTSUM := gotest.tools/gotestsum@v1.13.0
 E2E_PACKAGES ?= ./test/e2e/faults/ ./test/e2e/ ./test/conformance/ ./test/e2e/isolation/ ./test/e2e/dashboard/
-E2E_PARALLEL ?= 4
+E2E_PARALLEL ?= 16
 E2E_CLUSTERS ?= 2
 E2E_JSON := $(OUT)/e2e.json
 e2e: conformance-build

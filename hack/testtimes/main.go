@@ -1,10 +1,17 @@
 // Command testtimes prints the wall time of every package and top-level test
 // in a `go test -json` event stream (test2json's format, as gotestsum's
-// --jsonfile keeps it), slowest first within each package, with its result.
-// make test (hack/steps.sh) prints it at the end of every run, so each note
-// can report where the end-to-end time went.
+// --jsonfile keeps it), slowest first within each package, with its result
+// and how much of it the test waited for its local cluster lease (from the
+// test's start to the framework's "leased ..." line). make test
+// (hack/steps.sh) prints it at the end of every run, so each note can
+// report where the end-to-end time went.
 //
-// Usage: testtimes FILE
+// With -durations it prints instead, for each passed top-level test, its
+// wall time without the lease wait, in whole seconds, as
+// test/e2e/framework/durations.tsv keeps it for the leases' longest-first
+// order.
+//
+// Usage: testtimes [-durations] FILE
 package main
 
 import (
@@ -15,15 +22,22 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"time"
 )
 
 // event is the part of a test2json event testtimes reads.
 type event struct {
+	Time    time.Time
 	Action  string
 	Package string
 	Test    string
+	Output  string
 	Elapsed float64 // seconds
 }
+
+// leasedMark begins the line the end-to-end framework logs when a test has
+// its local cluster lease (framework.LeaseCluster and friends).
+const leasedMark = "leased "
 
 // result is one package's or test's outcome: Action "pass", "fail" or
 // "skip", and its wall time in seconds; Action "" when it never ended (the
@@ -32,6 +46,8 @@ type result struct {
 	Name    string
 	Action  string
 	Elapsed float64
+	// Waited is how long, in seconds, the test waited for its lease.
+	Waited float64
 }
 
 // pkgResult is a package's result and its top-level tests'.
@@ -41,11 +57,16 @@ type pkgResult struct {
 }
 
 func main() {
-	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: testtimes FILE (a go test -json event stream)")
+	args := os.Args[1:]
+	durations := len(args) == 2 && args[0] == "-durations"
+	if durations {
+		args = args[1:]
+	}
+	if len(args) != 1 {
+		fmt.Fprintln(os.Stderr, "usage: testtimes [-durations] FILE (a go test -json event stream)")
 		os.Exit(2)
 	}
-	f, err := os.Open(os.Args[1])
+	f, err := os.Open(args[0])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -55,6 +76,10 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
+	}
+	if durations {
+		printDurations(os.Stdout, pkgs)
+		return
 	}
 	printTable(os.Stdout, pkgs)
 }
@@ -75,6 +100,9 @@ func summarize(r io.Reader) ([]pkgResult, error) {
 		}
 		return p
 	}
+	// started and waited are per "package test": the test's run event, and
+	// the lease wait once its leased line came.
+	started, waited := map[string]time.Time{}, map[string]float64{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
@@ -88,9 +116,15 @@ func summarize(r io.Reader) ([]pkgResult, error) {
 			p.Action, p.Elapsed = e.Action, e.Elapsed
 		case e.Test != "" && !strings.Contains(e.Test, "/") && isEnd(e.Action):
 			p := pkgOf(e.Package)
-			p.Tests = append(p.Tests, result{Name: e.Test, Action: e.Action, Elapsed: e.Elapsed})
+			p.Tests = append(p.Tests, result{Name: e.Test, Action: e.Action, Elapsed: e.Elapsed, Waited: waited[e.Package+" "+e.Test]})
 		case e.Test != "" && e.Action == "run":
 			pkgOf(e.Package)
+			started[e.Package+" "+e.Test] = e.Time
+		case e.Test != "" && e.Action == "output" && strings.Contains(e.Output, leasedMark):
+			key := e.Package + " " + e.Test
+			if _, done := waited[key]; !done && !started[key].IsZero() {
+				waited[key] = e.Time.Sub(started[key]).Seconds()
+			}
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -108,12 +142,29 @@ func summarize(r io.Reader) ([]pkgResult, error) {
 func isEnd(action string) bool { return action == "pass" || action == "fail" || action == "skip" }
 
 func printTable(w io.Writer, pkgs []pkgResult) {
-	fmt.Fprintf(w, "%-60s %8s  %s\n", "end-to-end package / test", "seconds", "result")
+	fmt.Fprintf(w, "%-60s %8s %8s  %s\n", "end-to-end package / test", "seconds", "waited", "result")
 	for _, p := range pkgs {
-		fmt.Fprintf(w, "%-60s %8.0f  %s\n", p.Name, p.Elapsed, outcome(p.Action))
+		fmt.Fprintf(w, "%-60s %8.0f %8s  %s\n", p.Name, p.Elapsed, "", outcome(p.Action))
 		for _, t := range p.Tests {
-			fmt.Fprintf(w, "  %-58s %8.0f  %s\n", t.Name, t.Elapsed, outcome(t.Action))
+			fmt.Fprintf(w, "  %-58s %8.0f %8.0f  %s\n", t.Name, t.Elapsed, t.Waited, outcome(t.Action))
 		}
+	}
+}
+
+// printDurations prints "Test<TAB>seconds" for each passed top-level test,
+// its wall time less its lease wait, sorted by name.
+func printDurations(w io.Writer, pkgs []pkgResult) {
+	var lines []string
+	for _, p := range pkgs {
+		for _, t := range p.Tests {
+			if t.Action == "pass" {
+				lines = append(lines, fmt.Sprintf("%s\t%.0f", t.Name, t.Elapsed-t.Waited))
+			}
+		}
+	}
+	sort.Strings(lines)
+	for _, l := range lines {
+		fmt.Fprintln(w, l)
 	}
 }
 

@@ -42,3 +42,27 @@ func TestSummarizeKeepsPackagesAndTopLevelTestsSlowestFirst(t *testing.T) {
 		t.Errorf("table lists a subtest:\n%s", out.String())
 	}
 }
+
+func TestDurationsLeaveOutTheLeaseWait(t *testing.T) {
+	stream := strings.Join([]string{
+		`{"Time":"2026-11-28T10:00:00Z","Action":"run","Package":"p/a","Test":"TestWaits"}`,
+		`{"Time":"2026-11-28T10:00:01Z","Action":"run","Package":"p/a","Test":"TestFails"}`,
+		`{"Time":"2026-11-28T10:05:00Z","Action":"output","Package":"p/a","Test":"TestWaits","Output":"    lease.go:66: leased local cluster e2e1 (slot 1)\n"}`,
+		`{"Time":"2026-11-28T10:06:00Z","Action":"output","Package":"p/a","Test":"TestWaits","Output":"    x_test.go:9: leased nothing, a later line\n"}`,
+		`{"Time":"2026-11-28T10:07:00Z","Action":"pass","Package":"p/a","Test":"TestWaits","Elapsed":420}`,
+		`{"Time":"2026-11-28T10:07:00Z","Action":"fail","Package":"p/a","Test":"TestFails","Elapsed":419}`,
+		`{"Time":"2026-11-28T10:07:00Z","Action":"fail","Package":"p/a","Elapsed":421}`,
+	}, "\n")
+	pkgs, err := summarize(strings.NewReader(stream))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pkgs[0].Tests[0]; got.Name != "TestWaits" || got.Waited != 300 {
+		t.Errorf("TestWaits = %+v, want 300 s waited (its first leased line)", got)
+	}
+	var out bytes.Buffer
+	printDurations(&out, pkgs)
+	if out.String() != "TestWaits\t120\n" {
+		t.Errorf("durations = %q, want TestWaits' 120 s alone and no failed test", out.String())
+	}
+}

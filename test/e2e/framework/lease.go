@@ -16,7 +16,8 @@ import (
 // host clusters of their own, as many at once as the machine carries. A
 // lease is two exclusive flocks: one of ClustersEnv budget tokens (the
 // machine's share: the suites are CPU-bound, and past two clusters at once
-// on two cores they only slow each other down), and one slot (the
+// on two cores they only slow each other down; they go to the waiting
+// tests longest first, queue.go), and one slot (the
 // cluster's name and address ranges). flock locks belong to their open
 // file, so parallel tests of one process exclude each other like separate
 // processes do, and the kernel releases them when a test process dies.
@@ -53,7 +54,7 @@ func LeaseCluster(t testing.TB) devcluster.Addressing {
 // never each hold one share and wait for the other's.
 func LeaseClusters(t testing.TB, n int) []devcluster.Addressing {
 	t.Helper()
-	tokens := waitFor(t, fmt.Sprintf("%d of the local cluster budget", n), func() []*os.File { return takeTokens(t, n) })
+	tokens := waitForTokens(t, fmt.Sprintf("%d of the local cluster budget", n), n)
 	releaseLast(t, tokens)
 	out := make([]devcluster.Addressing, 0, n)
 	for len(out) < n {
@@ -81,10 +82,26 @@ func LeaseDefaultCluster(t testing.TB) devcluster.Addressing {
 		}
 		return nil
 	})
-	tokens := waitFor(t, "a share of the local cluster budget", func() []*os.File { return takeTokens(t, 1) })
+	tokens := waitForTokens(t, "a share of the local cluster budget", 1)
 	releaseLast(t, append(tokens, slot...))
 	t.Logf("leased the default local cluster (slot 0)")
 	return devcluster.DefaultAddressing()
+}
+
+// waitForTokens waits for n budget tokens, in the queue's order (queue.go).
+func waitForTokens(t testing.TB, what string, n int) []*os.File {
+	t.Helper()
+	if err := os.MkdirAll(LeaseDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mine, leave := joinQueue(t)
+	defer leave()
+	return waitFor(t, what, func() []*os.File {
+		if !firstInQueue(mine) {
+			return nil
+		}
+		return takeTokens(t, n)
+	})
 }
 
 // waitFor polls take every second until it returns locks, and fails the

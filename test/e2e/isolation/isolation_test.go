@@ -66,6 +66,10 @@ func TestTenantIsolation(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
 	e := setup(t, ctx, cluster)
+	// At most casesAtOnce cases run at once, whatever go test's -parallel
+	// (which make e2e sets high, for the top-level tests of every package
+	// to queue for their leases together).
+	running := make(chan struct{}, casesAtOnce)
 	for _, g := range []struct {
 		name  string
 		cases []testCase
@@ -87,12 +91,19 @@ func TestTenantIsolation(t *testing.T) {
 			for _, c := range g.cases {
 				t.Run(c.name, func(t *testing.T) {
 					t.Parallel()
+					running <- struct{}{}
+					defer func() { <-running }()
 					c.run(t)
 				})
 			}
 		})
 	}
 }
+
+// casesAtOnce is how many isolation cases run at once against the two
+// tenants: four kept the suite's cases within their deadlines on a 2-core
+// machine beside another local cluster.
+const casesAtOnce = 4
 
 // testCase is one named check.
 type testCase struct {

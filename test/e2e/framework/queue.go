@@ -1,0 +1,146 @@
+package framework
+
+import (
+	_ "embed"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+)
+
+// Budget tokens go to the waiting tests longest first: of the tests of all
+// packages waiting for a share of the budget, only the one expected to run
+// longest (durations.tsv) may take tokens, the others wait behind it. So
+// the run's longest tests start first and the short ones fill the end
+// (longest-processing-time-first), and a test that needs two clusters at
+// once is never starved by tests that need one. Each waiter is a file in
+// queueDir named after its process, which the kernel's pid check ages out
+// when a test process dies.
+
+// durationsTSV is each top-level end-to-end test's wall time alone, in
+// seconds, without its lease wait ("Test<TAB>seconds" per line), as
+// `go run ./hack/testtimes -durations _output/e2e.json` prints it after a
+// full run. A test it does not name is expected to be short and goes last.
+//
+//go:embed durations.tsv
+var durationsTSV string
+
+// queueDir holds the waiters' files.
+var queueDir = filepath.Join(LeaseDir, "queue")
+
+var waiterSeq atomic.Int64
+
+// waiter is one test waiting for budget tokens.
+type waiter struct {
+	path    string
+	pid     int
+	seconds int
+	name    string
+}
+
+// expectedSeconds is the test's line of durationsTSV, 0 when it has none.
+func expectedSeconds(name string) int {
+	for _, line := range strings.Split(durationsTSV, "\n") {
+		test, secs, ok := strings.Cut(strings.TrimSpace(line), "\t")
+		if ok && test == name {
+			if n, err := strconv.Atoi(secs); err == nil {
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+// joinQueue registers the test t as waiting for budget tokens and returns
+// its file; leave removes it.
+func joinQueue(t testing.TB) (mine string, leave func()) {
+	t.Helper()
+	if err := os.MkdirAll(queueDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mine = filepath.Join(queueDir, fmt.Sprintf("%d-%d.wait", os.Getpid(), waiterSeq.Add(1)))
+	body := fmt.Sprintf("%d %s\n", expectedSeconds(t.Name()), t.Name())
+	if err := os.WriteFile(mine, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return mine, func() { _ = os.Remove(mine) }
+}
+
+// firstInQueue says whether the waiter mine is the one to serve now.
+// Waiters of processes that are gone are removed on the way.
+func firstInQueue(mine string) bool {
+	entries, err := os.ReadDir(queueDir)
+	if err != nil {
+		return false
+	}
+	var live []waiter
+	for _, e := range entries {
+		w, ok := readWaiter(filepath.Join(queueDir, e.Name()))
+		if !ok {
+			continue
+		}
+		if !alive(w.pid) {
+			_ = os.Remove(w.path)
+			continue
+		}
+		live = append(live, w)
+	}
+	next, ok := nextWaiter(live)
+	return ok && next.path == mine
+}
+
+// nextWaiter is the waiter expected to run longest; ties go by test name,
+// then by file, so every process picks the same one.
+func nextWaiter(ws []waiter) (waiter, bool) {
+	if len(ws) == 0 {
+		return waiter{}, false
+	}
+	sorted := append([]waiter(nil), ws...)
+	sort.Slice(sorted, func(i, j int) bool {
+		a, b := sorted[i], sorted[j]
+		if a.seconds != b.seconds {
+			return a.seconds > b.seconds
+		}
+		if a.name != b.name {
+			return a.name < b.name
+		}
+		return a.path < b.path
+	})
+	return sorted[0], true
+}
+
+// readWaiter parses a waiter's file "<pid>-<seq>.wait" holding
+// "<seconds> <test name>".
+func readWaiter(path string) (waiter, bool) {
+	base := filepath.Base(path)
+	pidText, _, ok := strings.Cut(base, "-")
+	if !ok || !strings.HasSuffix(base, ".wait") {
+		return waiter{}, false
+	}
+	pid, err := strconv.Atoi(pidText)
+	if err != nil {
+		return waiter{}, false
+	}
+	body, err := os.ReadFile(path)
+	if err != nil {
+		return waiter{}, false
+	}
+	secs, name, _ := strings.Cut(strings.TrimSpace(string(body)), " ")
+	n, err := strconv.Atoi(secs)
+	if err != nil {
+		return waiter{}, false
+	}
+	return waiter{path: path, pid: pid, seconds: n, name: name}, true
+}
+
+// alive says whether process pid exists (signal 0 checks without sending).
+func alive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || !errors.Is(err, syscall.ESRCH)
+}

@@ -1,0 +1,115 @@
+package framework
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+func TestNextWaiterIsTheLongestExpectedThenByName(t *testing.T) {
+	ws := []waiter{
+		{path: "/q/1-1.wait", seconds: 100, name: "TestShort"},
+		{path: "/q/2-1.wait", seconds: 600, name: "TestTwins"},
+		{path: "/q/3-1.wait", seconds: 600, name: "TestLong"},
+		{path: "/q/4-1.wait", seconds: 0, name: "TestUnknown"},
+	}
+	if next, ok := nextWaiter(ws); !ok || next.name != "TestLong" {
+		t.Errorf("next = %+v, want TestLong (600 s, before TestTwins by name)", next)
+	}
+	if _, ok := nextWaiter(nil); ok {
+		t.Error("an empty queue has a next waiter")
+	}
+}
+
+func TestFirstInQueueServesTheLongestLiveWaiter(t *testing.T) {
+	dir := t.TempDir()
+	old := queueDir
+	queueDir = dir
+	t.Cleanup(func() { queueDir = old })
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	self := os.Getpid()
+	short := write(fmt.Sprintf("%d-1.wait", self), "100 TestShort\n")
+	long := write(fmt.Sprintf("%d-2.wait", self), "600 TestLong\n")
+	// A waiter whose process is gone (pid 0x7ffffffe is above any pid_max)
+	// is removed, not waited for.
+	dead := write("2147483646-1.wait", "9999 TestDead\n")
+	write("garbage.wait", "x")
+	if firstInQueue(short) {
+		t.Error("the short test was served before the long one")
+	}
+	if !firstInQueue(long) {
+		t.Error("the long test was not served")
+	}
+	if _, err := os.Stat(dead); !os.IsNotExist(err) {
+		t.Errorf("the dead process' waiter is still queued: %v", err)
+	}
+	os.Remove(long)
+	if !firstInQueue(short) {
+		t.Error("the short test was not served once the long one left")
+	}
+}
+
+// durations.tsv names every top-level end-to-end test (one that requires
+// root, to run local clusters), and nothing else: a test left out would
+// always go last.
+func TestDurationsNameEveryLeasingTest(t *testing.T) {
+	root := filepath.Join("..", "..")
+	topLevel := regexp.MustCompile(`(?m)^func (Test\w+)\(t \*testing\.T\)`)
+	leasing := map[string]bool{}
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && d.Name() == "framework" {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		// A test function's body runs to the next top-level func.
+		funcs := topLevel.FindAllSubmatchIndex(src, -1)
+		for i, m := range funcs {
+			end := len(src)
+			if i+1 < len(funcs) {
+				end = funcs[i+1][0]
+			}
+			if strings.Contains(string(src[m[0]:end]), "framework.RequireRoot(t)") {
+				leasing[string(src[m[2]:m[3]])] = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(leasing) < 10 {
+		t.Fatalf("found only %d end-to-end tests under %s: %v", len(leasing), root, leasing)
+	}
+	listed := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(durationsTSV), "\n") {
+		name, _, _ := strings.Cut(line, "\t")
+		listed[name] = true
+		if !leasing[name] {
+			t.Errorf("durations.tsv names %s, which is no top-level end-to-end test", name)
+		}
+	}
+	for name := range leasing {
+		if !listed[name] || expectedSeconds(name) <= 0 {
+			t.Errorf("durations.tsv has no duration for %s (go run ./hack/testtimes -durations _output/e2e.json)", name)
+		}
+	}
+}
