@@ -31,8 +31,8 @@ func TestMakeTestNamesTheFailedCase(t *testing.T) {
 		regexp.MustCompile(`=== FAIL: hack/testtimes/testdata/suite TestDeliberateFailure`),
 		regexp.MustCompile(`deliberate failure: the case a broken suite would report`),
 		regexp.MustCompile(`(?m)^e2e-run\s+\d+\s+FAILED`),
-		regexp.MustCompile(`(?m)^  TestDeliberateFailure\s+\d+\s+FAIL$`),
-		regexp.MustCompile(`(?m)^  TestPasses\s+\d+\s+pass$`),
+		regexp.MustCompile(`(?m)^  TestDeliberateFailure\s+\d+\s+\d+\s+FAIL$`),
+		regexp.MustCompile(`(?m)^  TestPasses\s+\d+\s+\d+\s+pass$`),
 		regexp.MustCompile(`make e2e-run failed`),
 	} {
 		if !want.Match(out) {
