@@ -26,6 +26,7 @@ func (e *env) networkPolicies() []testCase {
 		{"tenant-policy-from-every-address-admits-the-tenants-own-pods", e.fromAnywhereAdmitsOwnPods},
 		{"tenant-policy-from-anyone-admits-the-tenants-own-pods", e.fromAnyoneAdmitsOwnPods},
 		{"tenant-policy-cuts-a-connection-it-forbids-opened-before-it", e.policyCutsOpenConnection},
+		{"tenant-policy-from-one-pods-address-admits-that-pod-only", e.fromOnePodsAddress},
 	}
 }
 
@@ -336,4 +337,29 @@ func (e *env) heldAnswers(t *testing.T, ns, pod string) int {
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// fromOnePodsAddress: after a default deny, a policy admitting ipBlock
+// <client's address>/32 lets the client in and not another pod of the same
+// namespace, as enforcers that see pod addresses read it (the syncer marks
+// the host pod whose address the block holds).
+func (e *env) fromOnePodsAddress(t *testing.T) {
+	const ns = "np-by-address"
+	ips := e.namespaceWithPodsLike(t, e.alpha, ns, withoutToken, "server", "client", "other")
+	server := hostPort(ips["server"], 8080)
+	e.denyIngress(t, ns, server)
+	e.applyPolicy(t, e.alpha, &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "admit-client-address", Namespace: ns},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "server"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{
+				{IPBlock: &networkingv1.IPBlock{CIDR: ips["client"] + "/32"}},
+			}}},
+		},
+	})
+	testutil.Eventually(t, time.Minute, "the client admitted by its address", func() error {
+		return e.dialFrom(e.alpha, ns, "client", server)
+	})
+	e.blockedFrom(t, e.alpha, ns, "other", server)
 }

@@ -3,6 +3,7 @@ package networkpolicy
 import (
 	"maps"
 	"net/netip"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -28,7 +29,7 @@ const workers = 2
 //
 // A policy is queued when it, its host copy or any namespace (namespace
 // selectors) changes; a pod's labels when the pod's labels or any policy
-// change, or its host pod appears.
+// change, or its host pod appears or gets its addresses (ipBlocks).
 func Register(c *kinds.Context, outside []networkingv1.IPBlock, podCIDRs []netip.Prefix) (kinds.Registration, func(*corev1.Pod) map[string]string) {
 	s := &Syncer{
 		Translator: Translator{VirtualCluster: c.VirtualCluster, HostNamespace: c.HostNamespace, Outside: outside, PodCIDRs: podCIDRs},
@@ -66,10 +67,16 @@ func Register(c *kinds.Context, outside []networkingv1.IPBlock, podCIDRs []netip
 			}
 		},
 	})
+	hostPod := func(obj any) {
+		if ns, name, ok := contract.TenantKey(obj.(*corev1.Pod).Annotations); ok {
+			pods.Add(ns + "/" + name)
+		}
+	}
 	_, _ = c.HostInformers.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if ns, name, ok := contract.TenantKey(obj.(*corev1.Pod).Annotations); ok {
-				pods.Add(ns + "/" + name)
+		AddFunc: hostPod,
+		UpdateFunc: func(old, obj any) {
+			if !slices.Equal(old.(*corev1.Pod).Status.PodIPs, obj.(*corev1.Pod).Status.PodIPs) {
+				hostPod(obj)
 			}
 		},
 	})

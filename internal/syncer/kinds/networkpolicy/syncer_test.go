@@ -2,6 +2,7 @@ package networkpolicy
 
 import (
 	"context"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -164,5 +165,43 @@ func TestSyncPodLabels(t *testing.T) {
 	}
 	if l := read(client); l[LabelIngressIsolated] != "" || l[LabelKey("app")] != "" {
 		t.Errorf("labels %v, want the stale policy labels gone", l)
+	}
+}
+
+// An ipBlock over a pod's address marks the host pod by the host's own
+// status, never by the tenant pod's, which the tenant may write.
+func TestSyncPodLabelsMarksTheHostPodsAddressInABlock(t *testing.T) {
+	ctx := context.Background()
+	admit := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "by-address"},
+		Spec: networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{
+				{IPBlock: &networkingv1.IPBlock{CIDR: "10.244.1.0/24", Except: []string{"10.244.1.128/25"}}}}}}}}
+	key := BlockLabelKey(netip.MustParsePrefix("10.244.1.0/24"), []netip.Prefix{netip.MustParsePrefix("10.244.1.128/25")})
+	for _, tt := range []struct {
+		name, hostIP, tenantIP string
+		in                     bool
+	}{
+		{"in the block", "10.244.1.5", "203.0.113.9", true},
+		{"in its exception", "10.244.1.200", "10.244.1.5", false},
+		{"outside it, whatever the tenant pod's status says", "10.244.2.5", "10.244.1.5", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tenantPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web", UID: "uid-web"},
+				Status: corev1.PodStatus{PodIP: tt.tenantIP, PodIPs: []corev1.PodIP{{IP: tt.tenantIP}}}}
+			host := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "vc-alpha", Name: contract.HostName("alpha", "shop", "web"),
+				Labels: contract.HostLabels("alpha", "shop"), Annotations: contract.HostAnnotations("shop", "web", "uid-web")},
+				Status: corev1.PodStatus{PodIP: tt.hostIP, PodIPs: []corev1.PodIP{{IP: tt.hostIP}}}}
+			s, client, _ := newSyncer(t, []runtime.Object{tenantPod, admit}, []runtime.Object{host})
+			if _, err := s.SyncPodLabels(ctx, "shop/web"); err != nil {
+				t.Fatal(err)
+			}
+			p, err := client.CoreV1().Pods("vc-alpha").Get(ctx, host.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := p.Labels[key] == "in"; got != tt.in {
+				t.Errorf("host pod at %s marked in the block = %v, want %v (labels %v)", tt.hostIP, got, tt.in, p.Labels)
+			}
+		})
 	}
 }

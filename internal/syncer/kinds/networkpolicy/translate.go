@@ -46,7 +46,26 @@ const (
 	// labelKeyPrefix starts the host label that mirrors one tenant label
 	// key a policy selects on (LabelKey).
 	labelKeyPrefix = contract.ReservedPrefix + "label-"
+	// blockKeyPrefix starts the host label on a pod whose address an
+	// ipBlock of the tenant's policies holds (BlockLabelKey).
+	blockKeyPrefix = contract.ReservedPrefix + "ipblock-"
+	// inBlock is that label's value.
+	inBlock = "in"
 )
+
+// BlockLabelKey is the host pod label that says the pod's address lies in
+// the tenant ipBlock b, less its exceptions: "nest.dev/ipblock-" and a
+// 64-bit hash of the range and its sorted exceptions, as parseBlock reads
+// them.
+func BlockLabelKey(want netip.Prefix, except []netip.Prefix) string {
+	parts := []string{want.String()}
+	for _, e := range except {
+		parts = append(parts, e.String())
+	}
+	slices.Sort(parts[1:])
+	sum := sha256.Sum256([]byte(strings.Join(parts, ",")))
+	return blockKeyPrefix + hex.EncodeToString(sum[:8])
+}
 
 // LabelKey is the host pod label that carries the value of the tenant pod
 // label key: "nest.dev/label-" and a 64-bit hash of the key, a valid label
@@ -59,7 +78,9 @@ func LabelKey(key string) string {
 // IsPolicyLabel reports whether a host pod label key is one this package
 // manages (mirrored keys and isolation labels).
 func IsPolicyLabel(key string) bool {
-	return key == LabelIngressIsolated || key == LabelEgressIsolated || len(key) > len(labelKeyPrefix) && key[:len(labelKeyPrefix)] == labelKeyPrefix
+	return key == LabelIngressIsolated || key == LabelEgressIsolated ||
+		len(key) > len(labelKeyPrefix) && strings.HasPrefix(key, labelKeyPrefix) ||
+		len(key) > len(blockKeyPrefix) && strings.HasPrefix(key, blockKeyPrefix)
 }
 
 // Translator makes host NetworkPolicies from tenant ones.
@@ -192,9 +213,16 @@ func (t Translator) peers(namespace string, in []networkingv1.NetworkPolicyPeer,
 			case pods == allPodAddresses:
 				cuts = append(cuts, Cut(fmt.Sprintf("%s.ipBlock %s: matches all the tenant's own pods and, of other addresses, only those outside the host cluster that the VirtualCluster's egress allows (%s)", at, peer.IPBlock.CIDR, describe(blocks))))
 			case pods == somePodAddresses:
-				cuts = append(cuts, Cut(fmt.Sprintf("%s.ipBlock %s: only the addresses outside the host cluster that the VirtualCluster's egress allows are kept (%s); pod addresses are not matched by ipBlock, so select the tenant's pods with a podSelector or namespaceSelector", at, peer.IPBlock.CIDR, describe(blocks))))
+				cuts = append(cuts, Cut(fmt.Sprintf("%s.ipBlock %s: matches the tenant's own pods whose addresses it holds and, of other addresses, only those outside the host cluster that the VirtualCluster's egress allows (%s)", at, peer.IPBlock.CIDR, describe(blocks))))
 			default:
 				cuts = append(cuts, Cut(fmt.Sprintf("%s.ipBlock %s: only the addresses outside the host cluster that the VirtualCluster's egress allows are kept (%s)", at, peer.IPBlock.CIDR, describe(blocks))))
+			}
+			if pods == somePodAddresses {
+				// The tenant's pods whose addresses the block holds now:
+				// the syncer labels each host pod by its address.
+				out = append(out, networkingv1.NetworkPolicyPeer{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{
+					contract.LabelTenantOf: t.VirtualCluster, BlockLabelKey(want, except): inBlock,
+				}}})
 			}
 			out = append(out, ipblock.Peers(blocks)...)
 		case peer.NamespaceSelector == nil:
@@ -328,9 +356,9 @@ const (
 // podCoverage says how much of the pod range the tenant block want, less
 // except, holds. A block that holds all of it is "everyone" to users and to
 // enforcers that see pod addresses (Calico, Cilium, kube-network-policies),
-// so it earns the tenant's own pods; one that holds only part of it must
-// not: Nest cannot tell which tenant pods have which addresses when it
-// translates, and those addresses change as pods come and go.
+// so it earns the tenant's own pods; one that holds only part of it earns
+// the tenant's pods whose addresses it holds, which the syncer marks on
+// their host pods (BlockLabelKey), as those addresses come and go.
 //
 // Without PodCIDRs the pod addresses could be anywhere in the family: only
 // the whole family (0.0.0.0/0, ::/0) with no exception surely holds them,
@@ -432,32 +460,102 @@ func describe(blocks []networkingv1.IPBlock) string {
 }
 
 // View is what host pod labels depend on of the tenant's policies: the
-// label keys their pod selectors use, and which pods they isolate.
+// label keys their pod selectors use, which pods they isolate, and the
+// ipBlocks pod addresses are checked against.
 type View struct {
 	keys     []string
 	policies []*networkingv1.NetworkPolicy
+	blocks   []block
+}
+
+// MaxBlockLabels bounds the ipBlock labels on one host pod (PodLabels),
+// so a tenant's policies cannot grow its host pods without end: the blocks
+// past it, in the order of their labels, do not match the pod (fewer
+// allowed, never more), and BlocksPast says so.
+const MaxBlockLabels = 32
+
+// BlocksPast is how many ipBlocks that hold one of ips match no pod for
+// MaxBlockLabels: 0 normally.
+func (v *View) BlocksPast(ips ...netip.Addr) int {
+	n := 0
+	for _, b := range v.blocks {
+		if slices.ContainsFunc(ips, b.holds) {
+			n++
+		}
+	}
+	return max(0, n-MaxBlockLabels)
+}
+
+// block is one tenant ipBlock, parsed, with its host pod label.
+type block struct {
+	want   netip.Prefix
+	except []netip.Prefix
+	key    string
+}
+
+// holds says whether the block, less its exceptions, holds ip.
+func (b block) holds(ip netip.Addr) bool {
+	return b.want.Contains(ip) && !slices.ContainsFunc(b.except, func(e netip.Prefix) bool { return e.Contains(ip) })
 }
 
 // NewView is the View of the tenant's policies.
 func NewView(policies []*networkingv1.NetworkPolicy) *View {
 	v := &View{policies: policies}
+	seen := map[string]bool{}
 	for _, p := range policies {
 		v.keys = append(v.keys, SelectedKeys(p)...)
+		for _, b := range ipBlocks(p) {
+			want, except, err := parseBlock(b)
+			if key := BlockLabelKey(want, except); err == nil && !seen[key] {
+				seen[key] = true
+				v.blocks = append(v.blocks, block{want: want, except: except, key: key})
+			}
+		}
 	}
 	slices.Sort(v.keys)
 	v.keys = slices.Compact(v.keys)
+	slices.SortFunc(v.blocks, func(a, b block) int { return strings.Compare(a.key, b.key) })
 	return v
+}
+
+// ipBlocks lists the ipBlock peers of the policy's rules.
+func ipBlocks(p *networkingv1.NetworkPolicy) []networkingv1.IPBlock {
+	var out []networkingv1.IPBlock
+	for _, r := range p.Spec.Ingress {
+		for _, peer := range r.From {
+			if peer.IPBlock != nil {
+				out = append(out, *peer.IPBlock)
+			}
+		}
+	}
+	for _, r := range p.Spec.Egress {
+		for _, peer := range r.To {
+			if peer.IPBlock != nil {
+				out = append(out, *peer.IPBlock)
+			}
+		}
+	}
+	return out
 }
 
 // PodLabels returns the labels the host pod of the tenant pod carries for
 // the tenant's policies: the mirror of each label key a policy selects on
-// (LabelKey), and LabelIngressIsolated or LabelEgressIsolated when a policy
-// of that type selects the pod.
-func (v *View) PodLabels(pod *corev1.Pod) map[string]string {
+// (LabelKey), LabelIngressIsolated or LabelEgressIsolated when a policy of
+// that type selects the pod, and the label of each ipBlock that holds one
+// of ips, the host pod's own addresses (none before it has one; never the
+// tenant pod's status, which the tenant may write).
+func (v *View) PodLabels(pod *corev1.Pod, ips ...netip.Addr) map[string]string {
 	out := map[string]string{}
 	for _, k := range v.keys {
 		if value, ok := pod.Labels[k]; ok {
 			out[LabelKey(k)] = value
+		}
+	}
+	marked := 0
+	for _, b := range v.blocks {
+		if slices.ContainsFunc(ips, b.holds) && marked < MaxBlockLabels {
+			out[b.key] = inBlock
+			marked++
 		}
 	}
 	for _, p := range v.policies {

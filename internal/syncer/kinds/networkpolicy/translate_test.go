@@ -1,6 +1,7 @@
 package networkpolicy
 
 import (
+	"fmt"
 	"net/netip"
 	"reflect"
 	"slices"
@@ -137,9 +138,12 @@ func TestTranslate(t *testing.T) {
 		{name: "namespaces that match none: the rule is dropped, not left open", wantRules: 0, wantCut: "every peer was cut",
 			spec: networkingv1.NetworkPolicySpec{PolicyTypes: ingress,
 				Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "none"}}}}}}}},
-		{name: "ipBlock of the host's pod range: cut, the rule dropped", wantRules: 0, wantCut: "10.244.1.5/32",
+		{name: "ipBlock of a pod's address: the tenant's pod there, by address", wantRules: 1, wantCut: "10.244.1.5/32",
 			spec: networkingv1.NetworkPolicySpec{PolicyTypes: egress,
 				Egress: []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "10.244.1.5/32"}}}}}}},
+		{name: "ipBlock of a private range the host keeps: cut, the rule dropped", wantRules: 0, wantCut: "192.168.0.0/16",
+			spec: networkingv1.NetworkPolicySpec{PolicyTypes: egress,
+				Egress: []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "192.168.0.0/16"}}}}}}},
 		{name: "ipBlock of everywhere: cut to the outside", wantRules: 1, wantCut: "0.0.0.0/0",
 			spec: networkingv1.NetworkPolicySpec{PolicyTypes: egress,
 				Egress: []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0"}}}}}}},
@@ -235,9 +239,9 @@ func TestTranslateRuleWithoutPeers(t *testing.T) {
 
 // An ipBlock that covers every pod address of its family means everyone,
 // as users and enforcers read it: it matches all the tenant's own pods
-// besides the outside. One that covers only part of the pod range cannot
-// name the pods that hold those addresses: it keeps only the outside, and
-// the cut tells the tenant to select pods instead. Ingress and egress
+// besides the outside. One that covers only part of the pod range matches
+// the tenant's pods whose addresses it holds, by the label the syncer puts
+// on their host pods, and the outside it may keep. Ingress and egress
 // alike.
 func TestTranslateIPBlockOverThePodRange(t *testing.T) {
 	v4v6 := append(slices.Clone(podCIDRs), netip.MustParsePrefix("fd00:10:244::/56"))
@@ -251,10 +255,11 @@ func TestTranslateIPBlockOverThePodRange(t *testing.T) {
 		// are its ipBlock peers.
 		allPods bool
 		blocks  []networkingv1.IPBlock
-		// cut is in the Cut message ("" for no Cut); hint says whether it
-		// tells the tenant to select pods instead.
-		cut  string
-		hint bool
+		// cut is in the Cut message ("" for no Cut); byAddress says whether
+		// the rule has the peer of the tenant's pods whose addresses the
+		// block holds, and the cut says so.
+		cut       string
+		byAddress bool
 	}{
 		{name: "0.0.0.0/0: the tenant's pods and the outside",
 			block: networkingv1.IPBlock{CIDR: "0.0.0.0/0"}, allPods: true, blocks: outside, cut: "matches all the tenant's own pods"},
@@ -266,16 +271,16 @@ func TestTranslateIPBlockOverThePodRange(t *testing.T) {
 			block:   networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: []string{"203.0.113.0/24"}},
 			allPods: true, blocks: []networkingv1.IPBlock{{CIDR: "0.0.0.0/0", Except: []string{"10.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12", "192.168.0.0/16", "203.0.113.0/24"}}},
 			cut: "matches all the tenant's own pods"},
-		{name: "0.0.0.0/0 with an exception taking part of the pod range: no pods",
+		{name: "0.0.0.0/0 with an exception taking part of the pod range: the pods by address",
 			block:  networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: []string{"10.244.1.0/24"}},
-			blocks: outside, cut: "only the addresses outside the host cluster", hint: true},
+			blocks: outside, cut: "only those outside the host cluster", byAddress: true},
 		{name: "0.0.0.0/0 except the whole pod range: no pods, no hint",
 			block:  networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: []string{"10.0.0.0/8"}},
 			blocks: outside, cut: "only the addresses outside the host cluster"},
-		{name: "part of the pod range: no pods, the rule dropped",
-			block: networkingv1.IPBlock{CIDR: "10.244.1.0/24"}, cut: "10.244.1.0/24", hint: true},
-		{name: "one pod's address: no pods",
-			block: networkingv1.IPBlock{CIDR: "10.244.1.5/32"}, cut: "10.244.1.5/32", hint: true},
+		{name: "part of the pod range: the pods by address",
+			block: networkingv1.IPBlock{CIDR: "10.244.1.0/24"}, cut: "10.244.1.0/24", byAddress: true},
+		{name: "one pod's address: that pod by address",
+			block: networkingv1.IPBlock{CIDR: "10.244.1.5/32"}, cut: "10.244.1.5/32", byAddress: true},
 		{name: "a private range beside the pod range: no pods, no hint",
 			block: networkingv1.IPBlock{CIDR: "192.168.0.0/16"}, cut: "192.168.0.0/16"},
 		{name: "a public /32: unchanged",
@@ -290,9 +295,9 @@ func TestTranslateIPBlockOverThePodRange(t *testing.T) {
 			block: networkingv1.IPBlock{CIDR: "0.0.0.0/0"}, podCIDRs: []netip.Prefix{}, allPods: true, blocks: outside, cut: "matches all the tenant's own pods"},
 		{name: "pod ranges not known: an exception may take some",
 			block: networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: []string{"10.0.0.0/8"}}, podCIDRs: []netip.Prefix{},
-			blocks: outside, cut: "only the addresses outside the host cluster", hint: true},
-		{name: "pod ranges not known: a public /32 unchanged",
-			block: networkingv1.IPBlock{CIDR: "203.0.113.7/32"}, podCIDRs: []netip.Prefix{}, blocks: []networkingv1.IPBlock{{CIDR: "203.0.113.7/32"}}},
+			blocks: outside, cut: "only those outside the host cluster", byAddress: true},
+		{name: "pod ranges not known: a public /32 unchanged, and a pod there matched",
+			block: networkingv1.IPBlock{CIDR: "203.0.113.7/32"}, podCIDRs: []netip.Prefix{}, blocks: []networkingv1.IPBlock{{CIDR: "203.0.113.7/32"}}, byAddress: true},
 	}
 	for _, tt := range tests {
 		for _, direction := range []string{"ingress", "egress"} {
@@ -319,6 +324,11 @@ func TestTranslateIPBlockOverThePodRange(t *testing.T) {
 				if tt.allPods {
 					want = append(want, networkingv1.NetworkPolicyPeer{PodSelector: tr.allTenantPods()})
 				}
+				if tt.byAddress {
+					b, except, _ := parseBlock(tt.block)
+					want = append(want, networkingv1.NetworkPolicyPeer{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{
+						contract.LabelTenantOf: "alpha", BlockLabelKey(b, except): "in"}}})
+				}
 				want = append(want, ipblock.Peers(tt.blocks)...)
 				if got := rulePeersOf(host); !equality(got, want) {
 					t.Errorf("peers %+v, want %+v", got, want)
@@ -337,8 +347,8 @@ func TestTranslateIPBlockOverThePodRange(t *testing.T) {
 				case tt.cut != "" && (!strings.HasPrefix(got, field) || !strings.Contains(got, tt.cut)):
 					t.Errorf("cuts %q, want %q naming %q", got, field, tt.cut)
 				}
-				if hint := strings.Contains(got, "pod addresses are not matched by ipBlock") && strings.Contains(got, "podSelector or namespaceSelector"); hint != tt.hint {
-					t.Errorf("cuts %q: hint to select pods %v, want %v", got, hint, tt.hint)
+				if told := strings.Contains(got, "the tenant's own pods whose addresses it holds"); told != (tt.byAddress && tt.cut != "") {
+					t.Errorf("cuts %q: tells of the pods by address %v, want %v", got, told, tt.byAddress && tt.cut != "")
 				}
 				if tt.allPods && slices.ContainsFunc(rulePeersOf(host), func(p networkingv1.NetworkPolicyPeer) bool {
 					return p.PodSelector != nil && selects(p.PodSelector, map[string]string{contract.LabelTenantOf: "beta", contract.LabelTenantNamespace: "shop"})
@@ -444,5 +454,30 @@ func TestCutsNameNoHostRange(t *testing.T) {
 		if !strings.Contains(string(c), "less ") {
 			t.Errorf("cut %q does not say ranges were taken out", c)
 		}
+	}
+}
+
+// A pod in more ipBlocks than MaxBlockLabels carries the first labels
+// only: the others do not match it, and BlocksPast counts them.
+func TestPodLabelsBoundTheBlocksOfOnePod(t *testing.T) {
+	var policies []*networkingv1.NetworkPolicy
+	for i := range MaxBlockLabels + 3 {
+		policies = append(policies, &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: fmt.Sprint("p", i)},
+			Spec: networkingv1.NetworkPolicySpec{Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{
+				{IPBlock: &networkingv1.IPBlock{CIDR: fmt.Sprintf("10.244.1.0/%d", 24+i%6), Except: []string{fmt.Sprintf("10.244.1.%d/32", 100+i)}}}}}}}})
+	}
+	v := NewView(policies)
+	ip := netip.MustParseAddr("10.244.1.5")
+	n := 0
+	for k := range v.PodLabels(&corev1.Pod{}, ip) {
+		if strings.HasPrefix(k, blockKeyPrefix) {
+			n++
+		}
+	}
+	if n != MaxBlockLabels || v.BlocksPast(ip) != 3 {
+		t.Errorf("%d block labels and %d past the bound, want %d and 3", n, v.BlocksPast(ip), MaxBlockLabels)
+	}
+	if v.BlocksPast(netip.MustParseAddr("10.244.2.5")) != 0 {
+		t.Error("a pod in no block is counted past the bound")
 	}
 }
