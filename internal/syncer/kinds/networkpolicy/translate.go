@@ -54,9 +54,9 @@ const (
 )
 
 // BlockLabelKey is the host pod label that says the pod's address lies in
-// the tenant ipBlock b, less its exceptions: "nest.dev/ipblock-" and a
-// 64-bit hash of the range and its sorted exceptions, as parseBlock reads
-// them.
+// a tenant ipBlock, the range want less except (as parseBlock reads them):
+// "nest.dev/ipblock-" and a 64-bit hash of the range and its sorted
+// exceptions.
 func BlockLabelKey(want netip.Prefix, except []netip.Prefix) string {
 	parts := []string{want.String()}
 	for _, e := range except {
