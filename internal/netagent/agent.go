@@ -15,6 +15,10 @@
 // pod's. A pod with hostNetwork on the host is refused (that would be the
 // host node's namespace), and pods without nest-syncer's label and tenant
 // UID annotation, which only its host pods carry, are ignored.
+//
+// Beside the Agent, a ConnectionCutter (cut.go) in the same process ends
+// the node's tracked connections of tenant pods whose NetworkPolicies may
+// have narrowed, so the host's enforcer judges them again.
 package netagent
 
 import (
