@@ -213,8 +213,9 @@ func stopHostAPIServer(t *testing.T, e *env, _ *framework.Tenant, _ *workload) {
 }
 
 // restartNode kills the kubelet and containerd of the node that runs the
-// first workload pod, and starts them again with `nest dev up`. Containers
-// outlive containerd: their shims keep them.
+// first workload pod, and starts those two again and nothing else
+// (devcluster.RestartNodeRuntime), as a node's runtime restarting does.
+// Containers outlive containerd: their shims keep them.
 func restartNode(t *testing.T, e *env, tn *framework.Tenant, _ *workload) {
 	pods := tn.HostPods(t, e.ctx, e.host)
 	if len(pods) == 0 || pods[0].Spec.NodeName == "" {
@@ -222,7 +223,9 @@ func restartNode(t *testing.T, e *env, tn *framework.Tenant, _ *workload) {
 	}
 	node := pods[0].Spec.NodeName
 	e.killRecorded(t, node+".kubelet", node+".containerd")
-	e.up(t)
+	if err := devcluster.RestartNodeRuntime(e.ctx, e.stateDir, node); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (e *env) killRecorded(t *testing.T, names ...string) {
