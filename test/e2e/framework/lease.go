@@ -12,6 +12,10 @@ import (
 	"github.com/nestdev/nest/internal/devcluster"
 )
 
+// LeaseDir holds the lock files and the queue (a variable for the
+// framework's own tests).
+var LeaseDir = "/run/nest-e2e-slots"
+
 // Leases let end-to-end tests of every package run side by side on local
 // host clusters of their own, as many at once as the machine carries. A
 // lease is two exclusive flocks: one of ClustersEnv budget tokens (the
@@ -25,8 +29,6 @@ import (
 // churning four tenants) ran the fault suites three times slower than
 // alone, past their deadlines; two at once keep each near its own pace.
 const (
-	// LeaseDir holds the lock files.
-	LeaseDir = "/run/nest-e2e-slots"
 	// ClustersEnv is how many local clusters the tests of all packages run
 	// at once, 1 to devcluster.MaxSlot; defaultClusters when unset.
 	ClustersEnv = "NEST_E2E_CLUSTERS"
@@ -34,6 +36,9 @@ const (
 	defaultClusters = 2
 	// leaseWait bounds how long a test waits for its lease.
 	leaseWait = 60 * time.Minute
+	// queueSettle is how long a test waits in the queue before it may be
+	// served: test processes start within a second or two of each other.
+	queueSettle = 2 * time.Second
 )
 
 // LeaseCluster waits for a free share of the cluster budget and a free slot
@@ -54,7 +59,7 @@ func LeaseCluster(t testing.TB) devcluster.Addressing {
 // never each hold one share and wait for the other's.
 func LeaseClusters(t testing.TB, n int) []devcluster.Addressing {
 	t.Helper()
-	tokens := waitForTokens(t, fmt.Sprintf("%d of the local cluster budget", n), n)
+	tokens := waitForTokens(t, fmt.Sprintf("%d of the local cluster budget", n), n, false)
 	releaseLast(t, tokens)
 	out := make([]devcluster.Addressing, 0, n)
 	for len(out) < n {
@@ -74,33 +79,55 @@ func LeaseClusters(t testing.TB, n int) []devcluster.Addressing {
 // addressing. Tests that need the default cluster on purpose (its names and
 // ranges, or a flow that only works where a tenant's Service range is the
 // host's) take it. The lease is held like LeaseCluster's.
+//
+// It takes the slot and the share together, in the queue's order, and
+// waits in the queue only while the slot is free: a test holding the slot
+// while it waited for a share would keep the other default-cluster tests
+// out of the queue, however long they are.
 func LeaseDefaultCluster(t testing.TB) devcluster.Addressing {
 	t.Helper()
-	slot := waitFor(t, "the default local cluster", func() []*os.File {
-		if f := tryLock("slot-0"); f != nil {
-			return []*os.File{f}
-		}
-		return nil
-	})
-	tokens := waitForTokens(t, "a share of the local cluster budget", 1)
-	releaseLast(t, append(tokens, slot...))
+	locks := waitForTokens(t, "the default local cluster and a share of the local cluster budget", 1, true)
+	releaseLast(t, locks)
 	t.Logf("leased the default local cluster (slot 0)")
 	return devcluster.DefaultAddressing()
 }
 
-// waitForTokens waits for n budget tokens, in the queue's order (queue.go).
-func waitForTokens(t testing.TB, what string, n int) []*os.File {
+// defaultSlot is the lock of the default cluster's slot.
+const defaultSlot = "slot-0"
+
+// waitForTokens waits for n budget tokens, in the queue's order
+// (queue.go), and with defaultCluster for the default cluster's slot too,
+// taken with them.
+func waitForTokens(t testing.TB, what string, n int, defaultCluster bool) []*os.File {
 	t.Helper()
 	if err := os.MkdirAll(LeaseDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	mine, leave := joinQueue(t)
+	mine, leave := joinQueue(t, defaultCluster)
 	defer leave()
+	// Tests started together (every top-level test of a package) all join
+	// before the first is served, or the first to look would go first.
+	time.Sleep(queueSettle)
 	return waitFor(t, what, func() []*os.File {
 		if !firstInQueue(mine) {
 			return nil
 		}
-		return takeTokens(t, n)
+		var slot []*os.File
+		if defaultCluster {
+			f := tryLock(defaultSlot)
+			if f == nil {
+				return nil
+			}
+			slot = []*os.File{f}
+		}
+		tokens := takeTokens(t, n)
+		if tokens == nil {
+			for _, f := range slot {
+				f.Close()
+			}
+			return nil
+		}
+		return append(tokens, slot...)
 	})
 }
 

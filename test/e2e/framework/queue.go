@@ -19,9 +19,11 @@ import (
 // longest (durations.tsv) may take tokens, the others wait behind it. So
 // the run's longest tests start first and the short ones fill the end
 // (longest-processing-time-first), and a test that needs two clusters at
-// once is never starved by tests that need one. Each waiter is a file in
-// queueDir named after its process, which the kernel's pid check ages out
-// when a test process dies.
+// once is never starved by tests that need one. A test that waits for the
+// default cluster's slot too is passed over while another test holds that
+// slot, so it holds up no one. Each waiter is a file in queueDir named
+// after its process, which the kernel's pid check ages out when a test
+// process dies.
 
 // durationsTSV is each top-level end-to-end test's wall time alone, in
 // seconds, without its lease wait ("Test<TAB>seconds" per line), as
@@ -32,7 +34,7 @@ import (
 var durationsTSV string
 
 // queueDir holds the waiters' files.
-var queueDir = filepath.Join(LeaseDir, "queue")
+func queueDir() string { return filepath.Join(LeaseDir, "queue") }
 
 var waiterSeq atomic.Int64
 
@@ -42,7 +44,13 @@ type waiter struct {
 	pid     int
 	seconds int
 	name    string
+	// defaultCluster: it waits for the default cluster's slot too.
+	defaultCluster bool
 }
+
+// defaultMark ends a waiter's line when it waits for the default
+// cluster's slot too.
+const defaultMark = " +default"
 
 // expectedSeconds is the test's line of durationsTSV, 0 when it has none.
 func expectedSeconds(name string) int {
@@ -59,13 +67,17 @@ func expectedSeconds(name string) int {
 
 // joinQueue registers the test t as waiting for budget tokens and returns
 // its file; leave removes it.
-func joinQueue(t testing.TB) (mine string, leave func()) {
+func joinQueue(t testing.TB, defaultCluster bool) (mine string, leave func()) {
 	t.Helper()
-	if err := os.MkdirAll(queueDir, 0o755); err != nil {
+	if err := os.MkdirAll(queueDir(), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	mine = filepath.Join(queueDir, fmt.Sprintf("%d-%d.wait", os.Getpid(), waiterSeq.Add(1)))
-	body := fmt.Sprintf("%d %s\n", expectedSeconds(t.Name()), t.Name())
+	mine = filepath.Join(queueDir(), fmt.Sprintf("%d-%d.wait", os.Getpid(), waiterSeq.Add(1)))
+	body := fmt.Sprintf("%d %s", expectedSeconds(t.Name()), t.Name())
+	if defaultCluster {
+		body += defaultMark
+	}
+	body += "\n"
 	if err := os.WriteFile(mine, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -73,20 +85,26 @@ func joinQueue(t testing.TB) (mine string, leave func()) {
 }
 
 // firstInQueue says whether the waiter mine is the one to serve now.
-// Waiters of processes that are gone are removed on the way.
+// Waiters of processes that are gone are removed on the way, and those
+// that wait for the default cluster's slot are passed over while it is
+// held.
 func firstInQueue(mine string) bool {
-	entries, err := os.ReadDir(queueDir)
+	entries, err := os.ReadDir(queueDir())
 	if err != nil {
 		return false
 	}
+	slotHeld := !defaultSlotFree()
 	var live []waiter
 	for _, e := range entries {
-		w, ok := readWaiter(filepath.Join(queueDir, e.Name()))
+		w, ok := readWaiter(filepath.Join(queueDir(), e.Name()))
 		if !ok {
 			continue
 		}
 		if !alive(w.pid) {
 			_ = os.Remove(w.path)
+			continue
+		}
+		if w.defaultCluster && slotHeld {
 			continue
 		}
 		live = append(live, w)
@@ -115,8 +133,20 @@ func nextWaiter(ws []waiter) (waiter, bool) {
 	return sorted[0], true
 }
 
+// defaultSlotFree says whether no test holds the default cluster's slot,
+// by taking its lock for a moment (another waiter that tries it in that
+// moment tries again a second later).
+func defaultSlotFree() bool {
+	f := tryLock(defaultSlot)
+	if f == nil {
+		return false
+	}
+	f.Close()
+	return true
+}
+
 // readWaiter parses a waiter's file "<pid>-<seq>.wait" holding
-// "<seconds> <test name>".
+// "<seconds> <test name>[ +default]".
 func readWaiter(path string) (waiter, bool) {
 	base := filepath.Base(path)
 	pidText, _, ok := strings.Cut(base, "-")
@@ -131,12 +161,14 @@ func readWaiter(path string) (waiter, bool) {
 	if err != nil {
 		return waiter{}, false
 	}
-	secs, name, _ := strings.Cut(strings.TrimSpace(string(body)), " ")
+	line := strings.TrimSpace(string(body))
+	line, defaultCluster := strings.CutSuffix(line, defaultMark)
+	secs, name, _ := strings.Cut(line, " ")
 	n, err := strconv.Atoi(secs)
 	if err != nil {
 		return waiter{}, false
 	}
-	return waiter{path: path, pid: pid, seconds: n, name: name}, true
+	return waiter{path: path, pid: pid, seconds: n, name: name, defaultCluster: defaultCluster}, true
 }
 
 // alive says whether process pid exists (signal 0 checks without sending).

@@ -26,10 +26,11 @@ func TestNextWaiterIsTheLongestExpectedThenByName(t *testing.T) {
 }
 
 func TestFirstInQueueServesTheLongestLiveWaiter(t *testing.T) {
-	dir := t.TempDir()
-	old := queueDir
-	queueDir = dir
-	t.Cleanup(func() { queueDir = old })
+	useLeaseDir(t)
+	dir := queueDir()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	write := func(name, body string) string {
 		p := filepath.Join(dir, name)
 		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
@@ -56,6 +57,42 @@ func TestFirstInQueueServesTheLongestLiveWaiter(t *testing.T) {
 	os.Remove(long)
 	if !firstInQueue(short) {
 		t.Error("the short test was not served once the long one left")
+	}
+}
+
+// useLeaseDir points the leases at a directory of the test's own.
+func useLeaseDir(t *testing.T) {
+	old := LeaseDir
+	LeaseDir = t.TempDir()
+	t.Cleanup(func() { LeaseDir = old })
+}
+
+// A test that waits for the default cluster too is passed over while
+// another holds that cluster's slot, and served first once it is free.
+func TestFirstInQueuePassesOverTheDefaultClusterWhileItIsHeld(t *testing.T) {
+	useLeaseDir(t)
+	if err := os.MkdirAll(queueDir(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	self := os.Getpid()
+	long := filepath.Join(queueDir(), fmt.Sprintf("%d-1.wait", self))
+	short := filepath.Join(queueDir(), fmt.Sprintf("%d-2.wait", self))
+	if err := os.WriteFile(long, []byte("600 TestConformance"+defaultMark+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(short, []byte("100 TestShort\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	held := tryLock(defaultSlot)
+	if held == nil {
+		t.Fatal("cannot take the default slot's lock")
+	}
+	if !firstInQueue(short) || firstInQueue(long) {
+		t.Error("while the default cluster is held, the test waiting for it was not passed over")
+	}
+	held.Close()
+	if !firstInQueue(long) || firstInQueue(short) {
+		t.Error("once the default cluster is free, the longer test waiting for it was not first")
 	}
 }
 
