@@ -70,9 +70,11 @@ import (
 )
 
 func main() {
-	if len(os.Args) > 2 {
+	// A command word, with or without arguments (ignore-term takes none:
+	// it must never fall through to the server, which stops on SIGTERM).
+	if len(os.Args) > 1 {
 		if cmd, ok := clients[os.Args[1]]; ok {
-			if err := cmd(os.Args[2:]); err != nil {
+			if err := run(cmd, os.Args[2:]); err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				os.Exit(1)
 			}
@@ -84,6 +86,17 @@ func main() {
 	if err := serve(*addr); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// run runs a client command; one given too few arguments fails with an
+// error rather than a panic.
+func run(cmd func([]string) error, args []string) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%s: missing arguments (%v); see the package comment", os.Args[1], r)
+		}
+	}()
+	return cmd(args)
 }
 
 func serve(addr string) error {
