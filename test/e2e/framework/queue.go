@@ -21,9 +21,10 @@ import (
 // (longest-processing-time-first), and a test that needs two clusters at
 // once is never starved by tests that need one. A test that waits for the
 // default cluster's slot too is passed over while another test holds that
-// slot, so it holds up no one. Each waiter is a file in queueDir named
-// after its process, which the kernel's pid check ages out when a test
-// process dies.
+// slot, so it holds up no one. Each waiter is a file in queueDir that its
+// test holds an exclusive flock on while it waits: a file no one holds
+// (its test process died) is removed by the next reader, and a reused pid
+// cannot keep it alive.
 
 // durationsTSV is each top-level end-to-end test's wall time alone, in
 // seconds, without its lease wait ("Test<TAB>seconds" per line), as
@@ -41,7 +42,6 @@ var waiterSeq atomic.Int64
 // waiter is one test waiting for budget tokens.
 type waiter struct {
 	path    string
-	pid     int
 	seconds int
 	name    string
 	// defaultCluster: it waits for the default cluster's slot too.
@@ -69,19 +69,47 @@ func expectedSeconds(name string) int {
 // its file; leave removes it.
 func joinQueue(t testing.TB, defaultCluster bool) (mine string, leave func()) {
 	t.Helper()
-	if err := os.MkdirAll(queueDir(), 0o755); err != nil {
+	mine, leave, err := enqueue(expectedSeconds(t.Name()), t.Name(), defaultCluster)
+	if err != nil {
 		t.Fatal(err)
 	}
+	return mine, leave
+}
+
+// enqueue writes a waiter's file, "<seconds> <name>[ +default]", and
+// holds its lock until leave.
+func enqueue(seconds int, name string, defaultCluster bool) (mine string, leave func(), err error) {
+	if err := os.MkdirAll(queueDir(), 0o755); err != nil {
+		return "", nil, err
+	}
 	mine = filepath.Join(queueDir(), fmt.Sprintf("%d-%d.wait", os.Getpid(), waiterSeq.Add(1)))
-	body := fmt.Sprintf("%d %s", expectedSeconds(t.Name()), t.Name())
+	body := fmt.Sprintf("%d %s", seconds, name)
 	if defaultCluster {
 		body += defaultMark
 	}
-	body += "\n"
-	if err := os.WriteFile(mine, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
+	// Written and locked under another name first, so no reader ever sees
+	// the waiter unlocked and takes it for a dead one.
+	tmp := mine + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", nil, err
 	}
-	return mine, func() { _ = os.Remove(mine) }
+	err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+	if err == nil {
+		_, err = f.WriteString(body + "\n")
+	}
+	if err == nil {
+		err = os.Rename(tmp, mine)
+	}
+	if err != nil {
+		f.Close()
+		_ = os.Remove(tmp)
+		return "", nil, err
+	}
+	return mine, func() {
+		_ = os.Remove(mine)
+		f.Close()
+	}, nil
 }
 
 // firstInQueue says whether the waiter mine is the one to serve now.
@@ -100,7 +128,7 @@ func firstInQueue(mine string) bool {
 		if !ok {
 			continue
 		}
-		if !alive(w.pid) {
+		if w.path != mine && !held(w.path) {
 			_ = os.Remove(w.path)
 			continue
 		}
@@ -146,15 +174,10 @@ func defaultSlotFree() bool {
 }
 
 // readWaiter parses a waiter's file "<pid>-<seq>.wait" holding
-// "<seconds> <test name>[ +default]".
+// "<seconds> <test name>[ +default]"; other names (a file being written)
+// are not waiters.
 func readWaiter(path string) (waiter, bool) {
-	base := filepath.Base(path)
-	pidText, _, ok := strings.Cut(base, "-")
-	if !ok || !strings.HasSuffix(base, ".wait") {
-		return waiter{}, false
-	}
-	pid, err := strconv.Atoi(pidText)
-	if err != nil {
+	if !strings.HasSuffix(path, ".wait") {
 		return waiter{}, false
 	}
 	body, err := os.ReadFile(path)
@@ -168,11 +191,18 @@ func readWaiter(path string) (waiter, bool) {
 	if err != nil {
 		return waiter{}, false
 	}
-	return waiter{path: path, pid: pid, seconds: n, name: name, defaultCluster: defaultCluster}, true
+	return waiter{path: path, seconds: n, name: name, defaultCluster: defaultCluster}, true
 }
 
-// alive says whether process pid exists (signal 0 checks without sending).
-func alive(pid int) bool {
-	err := syscall.Kill(pid, 0)
-	return err == nil || !errors.Is(err, syscall.ESRCH)
+// held says whether a waiter's test still holds the lock on its file.
+func held(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return errors.Is(err, syscall.EWOULDBLOCK)
+	}
+	return false
 }

@@ -27,37 +27,47 @@ func TestNextWaiterIsTheLongestExpectedThenByName(t *testing.T) {
 
 func TestFirstInQueueServesTheLongestLiveWaiter(t *testing.T) {
 	useLeaseDir(t)
-	dir := queueDir()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	short := queued(t, 100, "TestShort", false)
+	long := queued(t, 600, "TestLong", false)
+	// A waiter whose test is gone holds no lock on its file: it is
+	// removed, not waited for, whatever its pid is now.
+	dead := filepath.Join(queueDir(), fmt.Sprintf("%d-999.wait", os.Getpid()))
+	if err := os.WriteFile(dead, []byte("9999 TestDead\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	write := func(name, body string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
+	if err := os.WriteFile(filepath.Join(queueDir(), "garbage.wait"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	self := os.Getpid()
-	short := write(fmt.Sprintf("%d-1.wait", self), "100 TestShort\n")
-	long := write(fmt.Sprintf("%d-2.wait", self), "600 TestLong\n")
-	// A waiter whose process is gone (pid 0x7ffffffe is above any pid_max)
-	// is removed, not waited for.
-	dead := write("2147483646-1.wait", "9999 TestDead\n")
-	write("garbage.wait", "x")
-	if firstInQueue(short) {
+	if firstInQueue(short.path) {
 		t.Error("the short test was served before the long one")
 	}
-	if !firstInQueue(long) {
+	if !firstInQueue(long.path) {
 		t.Error("the long test was not served")
 	}
 	if _, err := os.Stat(dead); !os.IsNotExist(err) {
-		t.Errorf("the dead process' waiter is still queued: %v", err)
+		t.Errorf("the dead test's waiter is still queued: %v", err)
 	}
-	os.Remove(long)
-	if !firstInQueue(short) {
+	long.leave()
+	if !firstInQueue(short.path) {
 		t.Error("the short test was not served once the long one left")
 	}
+}
+
+// queuedWaiter is a waiter a test queued with enqueue.
+type queuedWaiter struct {
+	path  string
+	leave func()
+}
+
+// queued enqueues a waiter for the test's duration.
+func queued(t *testing.T, seconds int, name string, defaultCluster bool) queuedWaiter {
+	t.Helper()
+	path, leave, err := enqueue(seconds, name, defaultCluster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(leave)
+	return queuedWaiter{path, leave}
 }
 
 // useLeaseDir points the leases at a directory of the test's own.
@@ -71,27 +81,17 @@ func useLeaseDir(t *testing.T) {
 // another holds that cluster's slot, and served first once it is free.
 func TestFirstInQueuePassesOverTheDefaultClusterWhileItIsHeld(t *testing.T) {
 	useLeaseDir(t)
-	if err := os.MkdirAll(queueDir(), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	self := os.Getpid()
-	long := filepath.Join(queueDir(), fmt.Sprintf("%d-1.wait", self))
-	short := filepath.Join(queueDir(), fmt.Sprintf("%d-2.wait", self))
-	if err := os.WriteFile(long, []byte("600 TestConformance"+defaultMark+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(short, []byte("100 TestShort\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	long := queued(t, 600, "TestConformance", true)
+	short := queued(t, 100, "TestShort", false)
 	held := tryLock(defaultSlot)
 	if held == nil {
 		t.Fatal("cannot take the default slot's lock")
 	}
-	if !firstInQueue(short) || firstInQueue(long) {
+	if !firstInQueue(short.path) || firstInQueue(long.path) {
 		t.Error("while the default cluster is held, the test waiting for it was not passed over")
 	}
 	held.Close()
-	if !firstInQueue(long) || firstInQueue(short) {
+	if !firstInQueue(long.path) || firstInQueue(short.path) {
 		t.Error("once the default cluster is free, the longer test waiting for it was not first")
 	}
 }
