@@ -15,8 +15,10 @@ import (
 )
 
 // Budget tokens go to the waiting tests longest first: of the tests of all
-// packages waiting for a share of the budget, only the one expected to run
-// longest (durations.tsv) may take tokens, the others wait behind it. So
+// packages waiting for a share of the budget, only the one at the head of
+// the longest work still to do (durations.tsv; the default-cluster tests
+// count as one chain, nextWaiter) may take tokens, the others wait behind
+// it. So
 // the run's longest tests start first and the short ones fill the end
 // (longest-processing-time-first), and a test that needs two clusters at
 // once is never starved by tests that need one. A test that waits for the
@@ -132,24 +134,46 @@ func firstInQueue(mine string) bool {
 			_ = os.Remove(w.path)
 			continue
 		}
-		if w.defaultCluster && slotHeld {
-			continue
-		}
 		live = append(live, w)
 	}
-	next, ok := nextWaiter(live)
+	next, ok := nextWaiter(live, slotHeld)
 	return ok && next.path == mine
 }
 
-// nextWaiter is the waiter expected to run longest; ties go by test name,
-// then by file, so every process picks the same one.
-func nextWaiter(ws []waiter) (waiter, bool) {
-	if len(ws) == 0 {
+// nextWaiter is the waiter at the head of the longest work still to do:
+// for a test that waits for the default cluster, the sum of every such
+// test's expected time, since they run one after another on its slot (so
+// that chain starts early and never ends the run alone); for any other,
+// its own. Default-cluster waiters are passed over while slotHeld. Ties go
+// by the test's own time, then its name, then its file, so every process
+// picks the same one.
+func nextWaiter(ws []waiter, slotHeld bool) (waiter, bool) {
+	chain := 0
+	for _, w := range ws {
+		if w.defaultCluster {
+			chain += w.seconds
+		}
+	}
+	work := func(w waiter) int {
+		if w.defaultCluster {
+			return chain
+		}
+		return w.seconds
+	}
+	var sorted []waiter
+	for _, w := range ws {
+		if !(w.defaultCluster && slotHeld) {
+			sorted = append(sorted, w)
+		}
+	}
+	if len(sorted) == 0 {
 		return waiter{}, false
 	}
-	sorted := append([]waiter(nil), ws...)
 	sort.Slice(sorted, func(i, j int) bool {
 		a, b := sorted[i], sorted[j]
+		if work(a) != work(b) {
+			return work(a) > work(b)
+		}
 		if a.seconds != b.seconds {
 			return a.seconds > b.seconds
 		}

@@ -17,11 +17,31 @@ func TestNextWaiterIsTheLongestExpectedThenByName(t *testing.T) {
 		{path: "/q/3-1.wait", seconds: 600, name: "TestLong"},
 		{path: "/q/4-1.wait", seconds: 0, name: "TestUnknown"},
 	}
-	if next, ok := nextWaiter(ws); !ok || next.name != "TestLong" {
+	if next, ok := nextWaiter(ws, false); !ok || next.name != "TestLong" {
 		t.Errorf("next = %+v, want TestLong (600 s, before TestTwins by name)", next)
 	}
-	if _, ok := nextWaiter(nil); ok {
+	if _, ok := nextWaiter(nil, false); ok {
 		t.Error("an empty queue has a next waiter")
+	}
+}
+
+// The default-cluster tests run one after another: their chain's sum is
+// what competes, headed by its longest test, and it is passed over while
+// the slot is held.
+func TestNextWaiterCountsTheDefaultClusterTestsAsOneChain(t *testing.T) {
+	ws := []waiter{
+		{path: "/q/1-1.wait", seconds: 600, name: "TestFaults"},
+		{path: "/q/2-1.wait", seconds: 420, name: "TestConformance", defaultCluster: true},
+		{path: "/q/3-1.wait", seconds: 200, name: "TestDedicatedNodes", defaultCluster: true},
+	}
+	if next, _ := nextWaiter(ws, false); next.name != "TestConformance" {
+		t.Errorf("next = %s, want TestConformance at the head of the 620 s chain", next.name)
+	}
+	if next, _ := nextWaiter(ws, true); next.name != "TestFaults" {
+		t.Errorf("with the slot held, next = %s, want TestFaults", next.name)
+	}
+	if next, _ := nextWaiter(ws[:2], false); next.name != "TestFaults" {
+		t.Errorf("next = %s, want TestFaults (600 s) before a 420 s chain", next.name)
 	}
 }
 
