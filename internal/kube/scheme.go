@@ -1,5 +1,6 @@
 // Package kube holds small helpers shared by Nest's clients of the Kubernetes
-// API: the runtime.Scheme that knows every type Nest reads or writes.
+// API: the runtime.Scheme that knows every type Nest reads or writes, status
+// patches, and a pod's addresses (PodAddrs).
 package kube
 
 import (

@@ -135,22 +135,13 @@ func (a *Agent) enqueue(obj any) {
 // sync sets up the network namespace of the pod key, if it wants one and
 // it differs from what was set up last.
 func (a *Agent) sync(ctx context.Context, key string) (time.Duration, error) {
-	ns, name, err := cache.SplitMetaNamespaceKey(key)
-	if err != nil {
-		return 0, nil
-	}
-	pod, err := a.pods.Pods(ns).Get(name)
-	if apierrors.IsNotFound(err) {
-		// Its network namespace goes with its sandbox.
-		a.forget(key)
-		return 0, nil
-	}
+	pod, err := nodePod(a.pods, a.NodeName, key)
 	if err != nil {
 		return 0, err
 	}
-	if pod.Spec.NodeName != a.NodeName {
-		// The field selector keeps these away; a pod of another node is
-		// never set up here, whatever the API server sends.
+	if pod == nil {
+		// Its network namespace goes with its sandbox.
+		a.forget(key)
 		return 0, nil
 	}
 	ip, c, err := Wanted(pod)
@@ -175,6 +166,28 @@ func (a *Agent) sync(ctx context.Context, key string) (time.Duration, error) {
 	a.remember(key, done)
 	klog.FromContext(ctx).Info("Pod's node network set up", "pod", key, "netns", path, "mappings", len(c.Mappings))
 	return 0, nil
+}
+
+// nodePod is the pod of key ("namespace/name") in pods when it runs on
+// node; nil when it is gone, its key does not parse, or it is another
+// node's: the informers' field selector keeps those away, and a pod of
+// another node is never touched here, whatever the API server sends.
+func nodePod(pods corelisters.PodLister, node, key string) (*corev1.Pod, error) {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil, nil
+	}
+	pod, err := pods.Pods(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if pod.Spec.NodeName != node {
+		return nil, nil
+	}
+	return pod, nil
 }
 
 // retrying logs err where an operator looks first (the pod's helper waits

@@ -10,7 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -22,6 +21,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nestdev/nest/internal/kindsync"
+	"github.com/nestdev/nest/internal/kube"
 	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
@@ -149,15 +149,15 @@ func (c *ConnectionCutter) policyChanged(obj any) {
 	if !ok {
 		return
 	}
-	for _, key := range c.Selected(p) {
+	for _, key := range c.selected(p) {
 		c.cut(key)
 	}
 }
 
-// Selected lists the keys ("namespace/name") of the node's pods that the
+// selected lists the keys ("namespace/name") of the node's pods that the
 // policy's pod selector selects; none for a selector that does not parse,
 // which no enforcer applies either.
-func (c *ConnectionCutter) Selected(p *networkingv1.NetworkPolicy) []string {
+func (c *ConnectionCutter) selected(p *networkingv1.NetworkPolicy) []string {
 	sel, err := metav1.LabelSelectorAsSelector(&p.Spec.PodSelector)
 	if err != nil {
 		return nil
@@ -183,26 +183,17 @@ func (c *ConnectionCutter) cut(key string) {
 
 // sync cuts the pod key's connections and asks for the series' next cut.
 func (c *ConnectionCutter) sync(ctx context.Context, key string) (time.Duration, error) {
-	ns, name, err := cache.SplitMetaNamespaceKey(key)
-	if err != nil {
-		return 0, nil
-	}
-	pod, err := c.pods.Pods(ns).Get(name)
-	if apierrors.IsNotFound(err) {
-		// Its connections went with its sandbox.
-		c.done(key)
-		return 0, nil
-	}
+	pod, err := nodePod(c.pods, c.NodeName, key)
 	if err != nil {
 		return 0, err
 	}
-	if pod.Spec.NodeName != c.NodeName || pod.Spec.HostNetwork {
-		// The field selector keeps these away; the node's own addresses
-		// are never cut, whatever the API server sends.
+	if pod == nil || pod.Spec.HostNetwork {
+		// Gone (its connections went with its sandbox), or on the node's
+		// own addresses, which are never cut.
 		c.done(key)
 		return 0, nil
 	}
-	ips := PodIPs(pod)
+	ips := kube.PodAddrs(pod)
 	if len(ips) > 0 {
 		n, err := c.Forget(ips)
 		if err != nil {
@@ -230,22 +221,4 @@ func (c *ConnectionCutter) done(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.round, key)
-}
-
-// PodIPs are the pod's addresses (status.podIPs, else status.podIP) that
-// parse.
-func PodIPs(pod *corev1.Pod) []netip.Addr {
-	var out []netip.Addr
-	add := func(s string) {
-		if ip, err := netip.ParseAddr(s); err == nil && !ip.IsUnspecified() {
-			out = append(out, ip.Unmap())
-		}
-	}
-	for _, ip := range pod.Status.PodIPs {
-		add(ip.IP)
-	}
-	if len(out) == 0 {
-		add(pod.Status.PodIP)
-	}
-	return out
 }

@@ -135,17 +135,3 @@ func TestConnectionCutterCutsAtStartForPoliciesMadeWhileItWasDown(t *testing.T) 
 	go func() { _ = c.Run(ctx) }()
 	eventually(t, "the server cut at start", func() bool { return f.count("10.1.0.40") == 1 })
 }
-
-func TestPodIPsReadsBothFamiliesAndFallsBackToPodIP(t *testing.T) {
-	p := &corev1.Pod{Status: corev1.PodStatus{PodIP: "10.1.0.5", PodIPs: []corev1.PodIP{{IP: "10.1.0.5"}, {IP: "fd00::5"}, {IP: "garbage"}}}}
-	if got := PodIPs(p); len(got) != 2 || got[0].String() != "10.1.0.5" || got[1].String() != "fd00::5" {
-		t.Errorf("PodIPs = %v, want 10.1.0.5 and fd00::5", got)
-	}
-	p.Status.PodIPs = nil
-	if got := PodIPs(p); len(got) != 1 || got[0].String() != "10.1.0.5" {
-		t.Errorf("PodIPs without podIPs = %v, want 10.1.0.5", got)
-	}
-	if got := PodIPs(&corev1.Pod{}); len(got) != 0 {
-		t.Errorf("PodIPs of a pod without addresses = %v", got)
-	}
-}

@@ -76,6 +76,27 @@ func (e *env) applyPolicy(t *testing.T, tn *framework.Tenant, p *networkingv1.Ne
 	}
 }
 
+// admitToServer is the policy name in namespace ns that isolates the pods
+// labelled app=server for ingress and admits only what rule allows.
+func admitToServer(name, ns string, rule networkingv1.NetworkPolicyIngressRule) *networkingv1.NetworkPolicy {
+	return &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "server"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress:     []networkingv1.NetworkPolicyIngressRule{rule},
+		},
+	}
+}
+
+// fromApp is an ingress rule admitting the pods labelled app=<app> of the
+// policy's namespace.
+func fromApp(app string) networkingv1.NetworkPolicyIngressRule {
+	return networkingv1.NetworkPolicyIngressRule{From: []networkingv1.NetworkPolicyPeer{
+		{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}}},
+	}}
+}
+
 // dialFrom opens a TCP connection from a tenant pod, returning the error.
 func (e *env) dialFrom(tn *framework.Tenant, ns, pod, addr string) error {
 	_, err := tn.KubectlErr(e.ctx, "exec", "-n", ns, pod, "--", "/testapp", "dial", addr)
@@ -110,16 +131,7 @@ func (e *env) defaultDenyThenAllow(t *testing.T) {
 	e.blockedFrom(t, e.alpha, ns, "client", bystander)
 
 	start = time.Now()
-	e.applyPolicy(t, e.alpha, &networkingv1.NetworkPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: "allow-client", Namespace: ns},
-		Spec: networkingv1.NetworkPolicySpec{
-			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "server"}},
-			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
-			Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{
-				{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "client"}}},
-			}}},
-		},
-	})
+	e.applyPolicy(t, e.alpha, admitToServer("allow-client", ns, fromApp("client")))
 	testutil.Eventually(t, time.Minute, "the allow policy enforced", func() error {
 		return e.dialFrom(e.alpha, ns, "client", server)
 	})
@@ -228,14 +240,7 @@ func (e *env) ownPodsAdmittedBy(t *testing.T, ns string, allow networkingv1.Netw
 	ips := e.namespaceWithPodsLike(t, e.alpha, ns, withoutToken, "server", "client")
 	server := hostPort(ips["server"], 8080)
 	e.denyIngress(t, ns, server)
-	e.applyPolicy(t, e.alpha, &networkingv1.NetworkPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: "allow-server", Namespace: ns},
-		Spec: networkingv1.NetworkPolicySpec{
-			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "server"}},
-			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
-			Ingress:     []networkingv1.NetworkPolicyIngressRule{allow},
-		},
-	})
+	e.applyPolicy(t, e.alpha, admitToServer("allow-server", ns, allow))
 	testutil.Eventually(t, time.Minute, "the client in the server's namespace admitted", func() error {
 		return e.dialFrom(e.alpha, ns, "client", server)
 	})
@@ -293,16 +298,7 @@ func (e *env) policyCutsOpenConnection(t *testing.T) {
 		})
 	}
 	start := time.Now()
-	e.applyPolicy(t, e.alpha, &networkingv1.NetworkPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: "admit-one", Namespace: ns},
-		Spec: networkingv1.NetworkPolicySpec{
-			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "server"}},
-			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
-			Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{
-				{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "held-admitted"}}},
-			}}},
-		},
-	})
+	e.applyPolicy(t, e.alpha, admitToServer("admit-one", ns, fromApp("held-admitted")))
 	testutil.Eventually(t, time.Minute, "held-denied's connection cut", func() error {
 		if log := e.alpha.Kubectl(t, e.ctx, "logs", "-n", ns, "held-denied"); !strings.Contains(log, "cut after") {
 			return fmt.Errorf("still answered: %d answers", e.heldAnswers(t, ns, "held-denied"))
@@ -348,16 +344,9 @@ func (e *env) fromOnePodsAddress(t *testing.T) {
 	ips := e.namespaceWithPodsLike(t, e.alpha, ns, withoutToken, "server", "client", "other")
 	server := hostPort(ips["server"], 8080)
 	e.denyIngress(t, ns, server)
-	e.applyPolicy(t, e.alpha, &networkingv1.NetworkPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: "admit-client-address", Namespace: ns},
-		Spec: networkingv1.NetworkPolicySpec{
-			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "server"}},
-			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
-			Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{
-				{IPBlock: &networkingv1.IPBlock{CIDR: ips["client"] + "/32"}},
-			}}},
-		},
-	})
+	e.applyPolicy(t, e.alpha, admitToServer("admit-client-address", ns, networkingv1.NetworkPolicyIngressRule{
+		From: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: ips["client"] + "/32"}}},
+	}))
 	testutil.Eventually(t, time.Minute, "the client admitted by its address", func() error {
 		return e.dialFrom(e.alpha, ns, "client", server)
 	})

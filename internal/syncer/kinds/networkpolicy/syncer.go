@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net/netip"
 	"strings"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nestdev/nest/internal/kindsync"
+	"github.com/nestdev/nest/internal/kube"
 	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/syncer/tenantmsg"
 )
@@ -207,7 +207,7 @@ func (s *Syncer) SyncPodLabels(ctx context.Context, key string) (time.Duration, 
 	if !contract.IsCopyOfUID(host, s.VirtualCluster, namespace, name, string(tenant.UID)) {
 		return 0, nil
 	}
-	view, ips := s.View(), hostPodIPs(host)
+	view, ips := s.View(), kube.PodAddrs(host)
 	if past := view.BlocksPast(ips...); past > 0 {
 		s.Recorder.Eventf(tenant, corev1.EventTypeWarning, ReasonNotEnforced, "The pod's address lies in more than %d ipBlocks of the namespace's policies: %d of them do not match it; select the pod with a podSelector instead", MaxBlockLabels, past)
 	}
@@ -221,15 +221,4 @@ func (s *Syncer) SyncPodLabels(ctx context.Context, key string) (time.Duration, 
 		return 0, fmt.Errorf("update the policy labels of host pod %s: %w", host.Name, err)
 	}
 	return 0, nil
-}
-
-// hostPodIPs are the host pod's addresses that parse (status.podIPs).
-func hostPodIPs(pod *corev1.Pod) []netip.Addr {
-	var out []netip.Addr
-	for _, ip := range pod.Status.PodIPs {
-		if a, err := netip.ParseAddr(ip.IP); err == nil {
-			out = append(out, a.Unmap())
-		}
-	}
-	return out
 }
