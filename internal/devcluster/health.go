@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -15,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	remote "k8s.io/cri-client/pkg"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nestdev/nest/internal/kube"
@@ -52,13 +52,24 @@ func apiServerReady(ctx context.Context, l Layout) bool {
 	return err == nil && string(body) == "ok"
 }
 
-func containerdReady(ctx context.Context, binDir string, n Node) bool {
+// containerdReady reports whether n's containerd answers on its CRI socket
+// the way a kubelet starting checks it (cri-client's connection
+// validation, a CRI Version call). containerd answers its own API before
+// its CRI plugin has loaded its state, and a kubelet started in between
+// exits with "server is not initialized yet": after a restart with
+// running containers that gap is seconds long.
+func containerdReady(ctx context.Context, n Node) bool {
 	if _, err := os.Stat(n.ContainerdSocket()); err != nil {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	return exec.CommandContext(ctx, ctrPath(binDir), "--address", n.ContainerdSocket(), "version").Run() == nil
+	svc, err := remote.NewRemoteRuntimeService(ctx, "unix://"+n.ContainerdSocket(), 2*time.Second, nil, false)
+	if err != nil {
+		return false
+	}
+	_ = svc.Close(ctx)
+	return true
 }
 
 func nodesReady(ctx context.Context, c client.Client, nodes []Node) bool {

@@ -329,7 +329,7 @@ func (u *upRun) startContainerd(ctx context.Context, n Node, tarballs []string) 
 		return err
 	}
 	if err := waitFor(ctx, 30*time.Second, "containerd on "+n.Name, u.l, []string{name}, func(ctx context.Context) bool {
-		return containerdReady(ctx, u.o.BinDir, n)
+		return containerdReady(ctx, n)
 	}); err != nil {
 		return err
 	}
