@@ -2,10 +2,13 @@ package devcluster
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -13,6 +16,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/nestdev/nest/internal/netagent"
 )
 
 func TestMirrorServesWhatIsPushedUnderTheRegistrysName(t *testing.T) {
@@ -101,5 +106,35 @@ func TestContainerdReadsHostsFromTheNodesCertsDir(t *testing.T) {
 	}
 	if want := `config_path = "/state/nodes/n1/containerd/certs.d"`; !strings.Contains(string(cfg), want) {
 		t.Errorf("containerd config lacks %s:\n%s", want, cfg)
+	}
+}
+
+// Every node's containerd pulls registries without a hosts.toml of their
+// own through the pull proxy, at the address the node network agent
+// listens on by default, and through nothing else.
+func TestNodesPullThroughThePullProxyByDefault(t *testing.T) {
+	dir := t.TempDir()
+	l := Layout{Root: dir}
+	nodes, err := Topology(dir, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := nodes[1]
+	if err := os.MkdirAll(filepath.Dir(l.Kubeconfig("kubelet-"+n.Name)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(l.Kubeconfig("kubelet-"+n.Name), []byte("kubeconfig"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeNodeFiles(l, n, "/usr/lib/cni"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(n.Dir, containerdCertsDir, "_default", "hosts.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + netagent.DefaultPullProxyAddress
+	if !strings.Contains(string(got), fmt.Sprintf("server = %q", url)) || strings.Count(string(got), "[host.") != 1 || !strings.Contains(string(got), fmt.Sprintf("[host.%q]", url)) {
+		t.Errorf("_default/hosts.toml = %q, want the pull proxy %s as the one server and host", got, url)
 	}
 }

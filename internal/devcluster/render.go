@@ -51,7 +51,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   [plugins."io.containerd.cri.v1.images".pinned_images]
     sandbox = "{{.PauseImage}}"
 
-  # Per-registry hosts.toml files (a Mirror's); none by default.
+  # hosts.toml files: _default's sends every registry through the node's
+  # pull proxy (PullProxyHostsTOML); a Mirror adds its registry's own.
   [plugins."io.containerd.cri.v1.images".registry]
     config_path = "{{.Dir}}/{{.CertsDir}}"
 

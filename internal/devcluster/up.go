@@ -16,6 +16,7 @@ import (
 	"github.com/nestdev/nest/internal/addons"
 	"github.com/nestdev/nest/internal/agent"
 	"github.com/nestdev/nest/internal/images"
+	"github.com/nestdev/nest/internal/netagent"
 	"github.com/nestdev/nest/internal/provisioner"
 )
 
@@ -250,6 +251,7 @@ func writeNodeFiles(l Layout, n Node, cniBinDir string) error {
 		args["config"]:             kubelet,
 		KubeProxyArgs(n)["config"]: proxy,
 		resolv:                     nil,
+		filepath.Join(n.Dir, containerdCertsDir, "_default", "hosts.toml"): PullProxyHostsTOML(netagent.DefaultPullProxyAddress),
 	}
 	for path, data := range files {
 		if err := writeFileAtomic(path, data, 0o644); err != nil {

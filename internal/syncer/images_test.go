@@ -1,12 +1,14 @@
 package syncer
 
 import (
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/nestdev/nest/internal/pullproxy"
 	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
@@ -156,5 +158,26 @@ func TestAlwaysPullImages(t *testing.T) {
 	}
 	if pt, _ := tr.TranslatePod(p, defaultMetadata, nil); pt.Pod.Spec.Containers[0].ImagePullPolicy != corev1.PullIfNotPresent {
 		t.Error("the pod's own pull policy is not kept by default")
+	}
+}
+
+// TestAlwaysDeniedAddressesAreThePullProxys: the addresses nest-syncer
+// refuses as registries are the ones every node's pull proxy refuses to
+// dial, so a name that resolves to one fares as the address does.
+func TestAlwaysDeniedAddressesAreThePullProxys(t *testing.T) {
+	var ours []string
+	for _, d := range alwaysDenied {
+		if _, err := netip.ParsePrefix(d.entry); err == nil {
+			ours = append(ours, d.entry)
+		}
+	}
+	var proxy []string
+	for _, p := range pullproxy.AlwaysDenied {
+		proxy = append(proxy, p.String())
+	}
+	slices.Sort(ours)
+	slices.Sort(proxy)
+	if !slices.Equal(ours, proxy) {
+		t.Errorf("nest-syncer always denies the addresses %v, the pull proxy %v: keep them the same", ours, proxy)
 	}
 }

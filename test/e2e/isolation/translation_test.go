@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -45,6 +50,7 @@ func (e *env) translation() []testCase {
 			e.refused(t, testPod("image-numeric", image("2130706433:10250/pods:latest")), "non-standard form")
 		}},
 		{"image-pull-errors-reach-the-tenant-as-their-kind", e.pullErrorKind},
+		{"image-from-a-name-the-node-resolves-to-itself-is-refused-where-it-is-dialled", e.registryNameResolvingToTheNode},
 		{"refusals-name-nothing-of-the-host", e.refusalsNameNothingOfTheHost},
 		{"grace-period-is-cut-and-force-delete-shortens-the-host-deletion", e.gracePeriodCut},
 		{"dns-config-past-the-limits-is-told", e.dnsConfigTold},
@@ -121,6 +127,67 @@ func (e *env) pullErrorKind(t *testing.T) {
 			t.Errorf("the tenant sees %q of the host's pull error (host: %q):\n%s", leak, hostMessage, seen)
 		}
 	}
+}
+
+// registryNameResolvingToTheNode: a registry named by a name the node
+// resolves to its own loopback (this machine's host name, which /etc/hosts
+// maps there, and the hostNetwork agent's copy of /etc/hosts too) passes
+// nest-syncer, which cannot know what a name resolves to on the node, and is
+// refused by the node's pull proxy when it resolves it, before any
+// connection: the host pod's pull fails with the proxy's DENIED, and the
+// node network agent on the pod's node logs the refusal of that registry.
+// Without the proxy the node's containerd dials the kubelet's health port
+// on its loopback and reports what answered.
+func (e *env) registryNameResolvingToTheNode(t *testing.T) {
+	name, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs, err := net.DefaultResolver.LookupNetIP(e.ctx, "ip", name)
+	if err != nil || !slices.ContainsFunc(addrs, func(a netip.Addr) bool { return a.Unmap().IsLoopback() }) {
+		t.Fatalf("this case needs this machine's host name %q to resolve to a loopback address, as Debian's /etc/hosts makes it; it resolves to %v (%v)", name, addrs, err)
+	}
+	registry := strings.ToLower(name) + ":10248"
+	pod := testPod("image-by-the-nodes-name", func(p *corev1.Pod) {
+		p.Spec.Containers[0].Image, p.Spec.Containers[0].ImagePullPolicy = registry+"/pods:latest", corev1.PullAlways
+	})
+	e.create(t, e.alpha, pod)
+	var hp corev1.Pod
+	testutil.Eventually(t, 2*time.Minute, "the host pod's pull refused by the pull proxy", func() error {
+		var ok bool
+		hp, ok = e.findHostPod(t, e.alpha, "default", pod.Name)
+		if !ok || len(hp.Status.ContainerStatuses) == 0 || hp.Status.ContainerStatuses[0].State.Waiting == nil {
+			return errors.New("no waiting container on the host yet")
+		}
+		if msg := hp.Status.ContainerStatuses[0].State.Waiting.Message; !strings.Contains(msg, "403 Forbidden") {
+			return fmt.Errorf("host waiting message %q is not the pull proxy's refusal (403 Forbidden)", msg)
+		}
+		return nil
+	})
+	cfg, err := clientcmd.BuildConfigFromFlags("", e.hostKubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agents, err := cs.CoreV1().Pods("nest-node-network").List(e.ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + hp.Spec.NodeName})
+	if err != nil || len(agents.Items) != 1 {
+		t.Fatalf("the node network agent on %s: %d pods, %v", hp.Spec.NodeName, len(agents.Items), err)
+	}
+	testutil.Eventually(t, time.Minute, "the agent's log of the refusal", func() error {
+		body, err := cs.CoreV1().Pods("nest-node-network").GetLogs(agents.Items[0].Name, &corev1.PodLogOptions{}).DoRaw(e.ctx)
+		if err != nil {
+			return err
+		}
+		for _, line := range strings.Split(string(body), "\n") {
+			if strings.Contains(line, "refused a pull connection") && strings.Contains(line, `registry="`+registry+`"`) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no refusal of %s in the agent's log", registry)
+	})
 }
 
 // refusalsNameNothingOfTheHost: a pod whose image's registry is in the
