@@ -28,13 +28,17 @@ build: build-k8s build-nest
 
 # The Kubernetes components live in their own module (k8s/) so the main module
 # does not inherit k8s.io/kubernetes' replace lines; CoreDNS, the
-# NetworkPolicy enforcer (kube-network-policies) and containerd in one more
-# each. containerd's version is the one k8s/containerd/go.mod pins.
+# NetworkPolicy enforcer (kube-network-policies), the LoadBalancer
+# implementation (MetalLB) and containerd in one more each. containerd's
+# version is the one k8s/containerd/go.mod pins.
 CONTAINERD := github.com/containerd/containerd/v2
 build-k8s:
 	cd k8s && go build -ldflags '$(K8S_LDFLAGS)' -o $(BIN)/kube ./cmd/kube
 	cd k8s/coredns && go build -ldflags '-s -w' -o $(BIN)/coredns .
 	cd k8s/netpol && go build -ldflags '-s -w' -o $(BIN)/kube-network-policies sigs.k8s.io/kube-network-policies/cmd/kube-network-policies/standard
+	# Static: MetalLB runs from an image that has no C library.
+	cd k8s/metallb && CGO_ENABLED=0 go build -ldflags '-s -w' -o $(BIN)/metallb-controller go.universe.tf/metallb/controller && \
+		CGO_ENABLED=0 go build -ldflags '-s -w' -o $(BIN)/metallb-speaker go.universe.tf/metallb/speaker
 	cd k8s/containerd && v=$$(go list -m -f '{{.Version}}' $(CONTAINERD)) && \
 		go build -ldflags "-s -w -X $(CONTAINERD)/version.Version=$$v" -o $(BIN)/ $(addprefix $(CONTAINERD)/cmd/,containerd containerd-shim-runc-v2 ctr)
 
@@ -72,6 +76,8 @@ generate:
 		rbac:roleName=nest-manager paths=./internal/controller/... output:rbac:artifacts:config=config/rbac
 	go tool controller-gen rbac:roleName=nest-syncer paths=./internal/syncer/... output:rbac:artifacts:config=config/syncer
 	go run ./hack/chartgen/cmd/chartgen
+	d=$$(cd k8s/metallb && go list -m -f '{{.Dir}}' go.universe.tf/metallb) && \
+		install -m 0644 $$d/config/crd/bases/*.yaml internal/devcluster/metallb/
 
 # End-to-end packages run side by side (-p), and within a package the tests
 # and cases marked parallel (-parallel at a time: more than any package has

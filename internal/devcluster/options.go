@@ -86,7 +86,8 @@ func (o Options) preflight() error {
 	for _, f := range []string{
 		filepath.Join(o.BinDir, "kube"), filepath.Join(o.BinDir, "coredns"), filepath.Join(o.BinDir, "pause"),
 		filepath.Join(o.BinDir, "testapp"), filepath.Join(o.BinDir, "nest-manager"), filepath.Join(o.BinDir, "nest-probe"),
-		filepath.Join(o.BinDir, "kube-network-policies"), filepath.Join(o.CNIBinDir, "bridge"), filepath.Join(o.CNIBinDir, "host-local"), o.BusyboxPath,
+		filepath.Join(o.BinDir, "kube-network-policies"), filepath.Join(o.BinDir, "metallb-controller"), filepath.Join(o.BinDir, "metallb-speaker"),
+		filepath.Join(o.CNIBinDir, "bridge"), filepath.Join(o.CNIBinDir, "host-local"), o.BusyboxPath,
 		containerdPath(o.BinDir), filepath.Join(o.BinDir, containerdShim), ctrPath(o.BinDir),
 	} {
 		if _, err := os.Stat(f); err != nil {

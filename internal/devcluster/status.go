@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"text/tabwriter"
 
 	corev1 "k8s.io/api/core/v1"
@@ -37,7 +38,12 @@ type ClusterStatus struct {
 	Processes      []ProcessStatus
 	APIServerReady bool
 	Nodes          []NodeStatus
-	Kubeconfig     string
+	// LoadBalancer says what gives LoadBalancer Services their addresses,
+	// and LoadBalancerServices lists those Services, as
+	// "namespace/name address[,address]" ("<pending>" before one is given).
+	LoadBalancer         string
+	LoadBalancerServices []string
+	Kubeconfig           string
 }
 
 // Running reports whether the cluster is up: recorded, every process alive and
@@ -62,6 +68,9 @@ func Status(ctx context.Context, stateDir string) (ClusterStatus, error) {
 	rec, err := readRecord(l)
 	st.Recorded = err == nil && rec.complete()
 	st.Cluster, st.Slot, st.GPUs = rec.Cluster, rec.Slot, rec.GPUs
+	if a, err := AddressingFor(rec.Cluster, rec.Slot); err == nil && st.Recorded {
+		st.LoadBalancer = a.describeLoadBalancer()
+	}
 	procs, err := RecordedProcesses(l)
 	if err != nil {
 		return st, err
@@ -97,6 +106,23 @@ func Status(ctx context.Context, stateDir string) (ClusterStatus, error) {
 		}
 		st.Nodes = append(st.Nodes, ns)
 	}
+	var services corev1.ServiceList
+	if err := c.List(ctx, &services); err != nil {
+		return st, err
+	}
+	for _, svc := range services.Items {
+		if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+			continue
+		}
+		var addrs []string
+		for _, in := range svc.Status.LoadBalancer.Ingress {
+			addrs = append(addrs, in.IP)
+		}
+		if len(addrs) == 0 {
+			addrs = []string{"<pending>"}
+		}
+		st.LoadBalancerServices = append(st.LoadBalancerServices, svc.Namespace+"/"+svc.Name+" "+strings.Join(addrs, ","))
+	}
 	return st, nil
 }
 
@@ -131,6 +157,12 @@ func (s ClusterStatus) Print(w io.Writer) {
 			fmt.Fprintf(tw, "%s\t%v\t%s\t%s\n", n.Name, n.Ready, n.Roles, n.IP)
 		}
 		tw.Flush()
+	}
+	if s.LoadBalancer != "" {
+		fmt.Fprintf(w, "\nload balancer: %s\n", s.LoadBalancer)
+		for _, svc := range s.LoadBalancerServices {
+			fmt.Fprintf(w, "  %s\n", svc)
+		}
 	}
 	fmt.Fprintf(w, "\nkubeconfig: %s\n", s.Kubeconfig)
 }

@@ -50,7 +50,15 @@ const (
 	NestSyncer = "nest.local/nest-syncer:dev"
 	// Nest is the nest CLI; the chart's dashboard runs `nest dashboard` from it.
 	Nest = "nest.local/nest:dev"
+	// MetalLB holds MetalLB's /controller and /speaker, the local host
+	// cluster's LoadBalancer implementation, built from the module
+	// k8s/metallb pins at MetalLBVersion.
+	MetalLB = "nest.local/metallb:" + MetalLBVersion
 )
+
+// MetalLBVersion is the go.universe.tf/metallb version k8s/metallb/go.mod
+// pins (internal/devcluster's test fails when they differ).
+const MetalLBVersion = "v0.15.2"
 
 // ProbePath is where the kube, nest-syncer and CoreDNS images hold
 // nest-probe, which exec probes run to check servers that listen on loopback only.
@@ -116,6 +124,9 @@ func Specs(binDir, busyboxPath string, busyboxApplets []string) []Spec {
 		{Name: NestManager, Files: []File{tmpDir(), {Path: "/nest-manager", Source: filepath.Join(binDir, "nest-manager"), Mode: 0o755}}, Entrypoint: []string{"/nest-manager"}},
 		{Name: NestSyncer, Files: []File{tmpDir(), {Path: "/nest-syncer", Source: filepath.Join(binDir, "nest-syncer"), Mode: 0o755}, probe}, Entrypoint: []string{"/nest-syncer"}},
 		{Name: Nest, Files: []File{tmpDir(), {Path: "/nest", Source: filepath.Join(binDir, "nest"), Mode: 0o755}}, Entrypoint: []string{"/nest"}},
+		{Name: MetalLB, Files: []File{tmpDir(),
+			{Path: "/controller", Source: filepath.Join(binDir, "metallb-controller"), Mode: 0o755},
+			{Path: "/speaker", Source: filepath.Join(binDir, "metallb-speaker"), Mode: 0o755}}},
 	}
 }
 

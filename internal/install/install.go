@@ -71,6 +71,12 @@ func decodeFile(name string) ([]*unstructured.Unstructured, error) {
 	if err != nil {
 		return nil, err
 	}
+	return Decode(name, data)
+}
+
+// Decode reads every object of a YAML or JSON stream (documents separated
+// by "---"); name is the stream's, for errors. Empty documents are skipped.
+func Decode(name string, data []byte) ([]*unstructured.Unstructured, error) {
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
 	var out []*unstructured.Unstructured
 	for {
@@ -112,11 +118,47 @@ func Apply(ctx context.Context, c client.Client, o Options, timeout time.Duratio
 				return err
 			}
 		}
+	}
+	if err := ApplyObjects(ctx, c, objs, timeout); err != nil {
+		return err
+	}
+	return waitInstalled(ctx, c, objs, timeout)
+}
+
+// ApplyObjects applies objs in order with server-side apply (field owner
+// FieldOwner, taking ownership of conflicting fields). Objects whose kind a
+// CRD earlier in objs defines are applied once that CRD is established (up
+// to timeout), as kubectl apply of a whole directory fails to do on a fresh
+// API server. It does not wait for what it applied to be ready.
+func ApplyObjects(ctx context.Context, c client.Client, objs []*unstructured.Unstructured, timeout time.Duration) error {
+	for i, u := range objs {
+		if crd := definitionIn(u, objs[:i]); crd != nil {
+			if err := waitInstalled(ctx, c, []*unstructured.Unstructured{crd}, timeout); err != nil {
+				return fmt.Errorf("wait for the definition of %s %s: %w", u.GetKind(), u.GetName(), err)
+			}
+		}
 		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
 			return fmt.Errorf("apply %s %s: %w", u.GetKind(), u.GetName(), err)
 		}
 	}
-	return waitInstalled(ctx, c, objs, timeout)
+	return nil
+}
+
+// definitionIn returns the CustomResourceDefinition in before that
+// defines u's kind, or nil.
+func definitionIn(u *unstructured.Unstructured, before []*unstructured.Unstructured) *unstructured.Unstructured {
+	gvk := u.GroupVersionKind()
+	for _, b := range before {
+		if b.GetKind() != "CustomResourceDefinition" {
+			continue
+		}
+		group, _, _ := unstructured.NestedString(b.Object, "spec", "group")
+		kind, _, _ := unstructured.NestedString(b.Object, "spec", "names", "kind")
+		if group == gvk.Group && kind == gvk.Kind {
+			return b
+		}
+	}
+	return nil
 }
 
 func customizeManager(u *unstructured.Unstructured, o Options) error {

@@ -2,9 +2,11 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -160,6 +162,43 @@ func TestLocalHostCluster(t *testing.T) {
 				}
 				return nil
 			})
+		}
+	})
+
+	t.Run("a LoadBalancer Service gets an address from the pool, reached from the machine", func(t *testing.T) {
+		c.createService("web-lb", corev1.ServiceTypeLoadBalancer)
+		first, last := devcluster.DefaultAddressing().LoadBalancerRange()
+		var ip netip.Addr
+		testutil.Eventually(t, time.Minute, "a LoadBalancer address", func() error {
+			svc, err := cs.CoreV1().Services(testNamespace).Get(ctx, "web-lb", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if len(svc.Status.LoadBalancer.Ingress) == 0 {
+				return errors.New("no ingress address yet")
+			}
+			ip, err = netip.ParseAddr(svc.Status.LoadBalancer.Ingress[0].IP)
+			return err
+		})
+		if ip.Less(first) || last.Less(ip) {
+			t.Fatalf("LoadBalancer address %s is outside the pool %s-%s", ip, first, last)
+		}
+		// The Service's port (80), which the node's kube-proxy forwards from
+		// the address the announcing node answers ARP for.
+		url := fmt.Sprintf("http://%s/hostname", ip)
+		testutil.Eventually(t, 30*time.Second, "the Service at its LoadBalancer address", func() error {
+			got, err := httpGet(ctx, url)
+			if err != nil {
+				return err
+			}
+			if got != a.Name && got != b.Name {
+				return fmt.Errorf("GET %s answered %q, not one of the pods", url, got)
+			}
+			return nil
+		})
+		out, err := framework.Run(ctx, t, "nest", "dev", "status", "--state-dir", stateDir)
+		if err != nil || !strings.Contains(out, "MetalLB") || !strings.Contains(out, testNamespace+"/web-lb "+ip.String()) {
+			t.Errorf("status does not show the load balancer and the Service's address %s (%v):\n%s", ip, err, out)
 		}
 	})
 
