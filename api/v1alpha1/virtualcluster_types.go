@@ -204,9 +204,14 @@ type ControlPlaneSpec struct {
 
 // ServiceSpec configures the Service in front of the tenant API server.
 type ServiceSpec struct {
-	// Type of the Service: NodePort (default), LoadBalancer or ClusterIP.
+	// Type of the Service: NodePort, LoadBalancer or ClusterIP. Unset,
+	// nest-manager's --default-service-type decides (NodePort unless the
+	// platform says its host has a LoadBalancer implementation; the local
+	// host cluster's has). A LoadBalancer tenant's kubeconfig names the
+	// Service's LoadBalancer address, and the VirtualCluster waits in phase
+	// Pending until it has one; a NodePort tenant's names a host node's
+	// address, so it is cut off while that node is down.
 	// +optional
-	// +kubebuilder:default=NodePort
 	Type ServiceType `json:"type,omitempty"`
 }
 

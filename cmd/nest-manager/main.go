@@ -107,6 +107,14 @@ func main() {
 		cp.ImageRegistryDenylist = l
 		return err
 	})
+	flag.Func("default-service-type", "type of the tenant API server Service of VirtualClusters that set no spec.controlPlane.service.type: NodePort (the default), LoadBalancer (where the host has a LoadBalancer implementation: the kubeconfig then names an address that survives a host node) or ClusterIP", func(s string) error {
+		switch t := corev1.ServiceType(s); t {
+		case corev1.ServiceTypeNodePort, corev1.ServiceTypeLoadBalancer, corev1.ServiceTypeClusterIP:
+			cp.DefaultServiceType = t
+			return nil
+		}
+		return fmt.Errorf("%q: want NodePort, LoadBalancer or ClusterIP", s)
+	})
 	var hostVerifiesPullCredentials bool
 	flag.BoolVar(&hostVerifiesPullCredentials, "host-verifies-pull-credentials", true, "the host's kubelets check that a pod may use an image another pod pulled with credentials (KubeletEnsureSecretPulledImages, on by default since Kubernetes 1.35); false makes every tenant container pull its image (imagePullPolicy Always), as the AlwaysPullImages admission plugin does")
 	flag.StringVar(&cp.NetworkFence, "pod-network-fence", hostAPIService(), "HOST:PORT that the tenant isolation NetworkPolicies refuse (default: the host API server's Service, from this pod's environment): every tenant pod's first init container waits until it is refused, so nothing of a tenant's runs before its pod is isolated; empty turns the fence off, for a host whose network plugin does not enforce NetworkPolicy (tenant pods are then not isolated at all)")

@@ -96,6 +96,7 @@ type shareFlags struct {
 	virtualNodes     int
 	nodeDisk         string
 	replicas         int
+	serviceType      string
 	storage          string
 	storageClaims    int
 	nodes
@@ -156,6 +157,16 @@ func (f *shareFlags) spec() (nestv1.VirtualClusterSpec, error) {
 			return spec, fmt.Errorf("--virtual-nodes %d: want 1 to %d", f.virtualNodes, contract.MaxVirtualNodes)
 		}
 		spec.VirtualNode.Count = ptr.To(int32(f.virtualNodes))
+	}
+	if f.serviceType != "" {
+		typ, err := oneOf("--service-type", f.serviceType,
+			choice[nestv1.ServiceType]{"NodePort", "a port on every host node, which the kubeconfig names on one of them"},
+			choice[nestv1.ServiceType]{"LoadBalancer", "an address from the host's load balancer, which survives a host node"},
+			choice[nestv1.ServiceType]{"ClusterIP", "reachable inside the host cluster only"})
+		if err != nil {
+			return spec, err
+		}
+		spec.ControlPlane.Service.Type = typ
 	}
 	if f.replicas != 0 {
 		if f.replicas != 1 && f.replicas != 3 {
@@ -247,6 +258,7 @@ func newCreateCommand(host *hostFlags) *cobra.Command {
 	cmd.Flags().IntVar(&share.pods, "pods", 0, "pods the virtual node holds (default 110)")
 	cmd.Flags().StringVar(&share.podSecurity, "pod-security", "baseline", "Pod Security Standard level of tenant pods: baseline or restricted")
 	cmd.Flags().IntVar(&share.virtualNodes, "virtual-nodes", 0, "how many virtual nodes split the share (default 1)")
+	cmd.Flags().StringVar(&share.serviceType, "service-type", "", "how the tenant API server is exposed: NodePort, LoadBalancer or ClusterIP (default: the host's, nest-manager's --default-service-type)")
 	cmd.Flags().IntVar(&share.replicas, "replicas", 0, "control-plane replicas: 1, or 3 for a highly available control plane spread over host nodes (default 1)")
 	cmd.Flags().StringVar(&share.containerLimits, "container-limits", "default", "default: tenant containers without cpu or memory limits get the host's default limits; none: they run without, as upstream conformance expects")
 	cmd.Flags().StringVar(&share.privileged, "privileged-containers", "refuse", "refuse: pods with privileged containers are refused; confine: such containers run without host privileges (no host devices, no capabilities beyond the Pod Security level), for workloads that ask for privileged without needing it")
@@ -365,7 +377,13 @@ func waitReachable(ctx context.Context, c client.Client, key types.NamespacedNam
 	if err := c.Get(ctx, key, vc); err != nil {
 		return err
 	}
-	if controlplane.ServiceFor(vc).Spec.Type == corev1.ServiceTypeClusterIP {
+	// The Service's own type: an unset spec type is nest-manager's default.
+	n := controlplane.NamesOf(vc)
+	svc := &corev1.Service{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: n.Namespace, Name: n.Service()}, svc); err != nil {
+		return fmt.Errorf("the tenant API server's Service: %w", err)
+	}
+	if svc.Spec.Type == corev1.ServiceTypeClusterIP {
 		return nil
 	}
 	kubeconfig, err := vcops.ReadKubeconfig(ctx, c, key, false)

@@ -163,3 +163,17 @@ func TestScaleNeedsNodes(t *testing.T) {
 		t.Errorf("nest scale with a set-based selector: %v", err)
 	}
 }
+
+// --service-type sets the spec in any case, leaves it unset (the host's
+// default) when not given, and names its choices when wrong.
+func TestServiceTypeFlag(t *testing.T) {
+	if spec, err := (&shareFlags{serviceType: "loadbalancer"}).spec(); err != nil || spec.ControlPlane.Service.Type != "LoadBalancer" {
+		t.Errorf("--service-type loadbalancer: %q, %v", spec.ControlPlane.Service.Type, err)
+	}
+	if spec, err := (&shareFlags{}).spec(); err != nil || spec.ControlPlane.Service.Type != "" {
+		t.Errorf("no --service-type: %q, %v; want it unset", spec.ControlPlane.Service.Type, err)
+	}
+	if _, err := (&shareFlags{serviceType: "Ingress"}).spec(); err == nil || !strings.Contains(err.Error(), "--service-type") || !strings.Contains(err.Error(), "loadbalancer") {
+		t.Errorf("--service-type Ingress: %v", err)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/controlplane"
 	"github.com/nestdev/nest/internal/kube"
 )
 
@@ -58,7 +60,7 @@ func kubeconfigFor(t *testing.T, srv *httptest.Server) string {
 func TestWaitReachablePollsTheKubeconfigEndpointUntilItAnswers(t *testing.T) {
 	srv, calls := readyzServer(t, 3)
 	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "vc-demo"}, Spec: nestv1.VirtualClusterSpec{Kubeconfig: kubeconfigFor(t, srv)}}
-	c := fake.NewClientBuilder().WithScheme(kube.NewScheme()).WithObjects(vc).Build()
+	c := fake.NewClientBuilder().WithScheme(kube.NewScheme()).WithObjects(vc, controlplane.ServiceFor(vc, "")).Build()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var out bytes.Buffer
@@ -76,7 +78,7 @@ func TestWaitReachablePollsTheKubeconfigEndpointUntilItAnswers(t *testing.T) {
 func TestWaitReachableNamesTheEndpointWhenItNeverAnswers(t *testing.T) {
 	srv, _ := readyzServer(t, 1<<40)
 	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "vc-demo"}, Spec: nestv1.VirtualClusterSpec{Kubeconfig: kubeconfigFor(t, srv)}}
-	c := fake.NewClientBuilder().WithScheme(kube.NewScheme()).WithObjects(vc).Build()
+	c := fake.NewClientBuilder().WithScheme(kube.NewScheme()).WithObjects(vc, controlplane.ServiceFor(vc, "")).Build()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	err := waitReachable(ctx, c, client.ObjectKeyFromObject(vc), time.Now(), &bytes.Buffer{})
@@ -85,11 +87,13 @@ func TestWaitReachableNamesTheEndpointWhenItNeverAnswers(t *testing.T) {
 	}
 }
 
+// The Service's own type decides, not the spec's, which nest-manager's
+// --default-service-type fills when unset.
 func TestWaitReachableSkipsAClusterIPEndpoint(t *testing.T) {
 	srv, calls := readyzServer(t, 0)
 	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "vc-demo"}, Spec: nestv1.VirtualClusterSpec{Kubeconfig: kubeconfigFor(t, srv)}}
-	vc.Spec.ControlPlane.Service.Type = nestv1.ServiceType("ClusterIP")
-	c := fake.NewClientBuilder().WithScheme(kube.NewScheme()).WithObjects(vc).Build()
+	svc := controlplane.ServiceFor(vc, corev1.ServiceTypeClusterIP)
+	c := fake.NewClientBuilder().WithScheme(kube.NewScheme()).WithObjects(vc, svc).Build()
 	if err := waitReachable(context.Background(), c, client.ObjectKeyFromObject(vc), time.Now(), &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
 	}

@@ -252,7 +252,7 @@ func TestASingleReplicaStaysBehindItsServicesWhenNotReady(t *testing.T) {
 	for _, replicas := range []int32{1, 3} {
 		v := vc(func(v *nestv1.VirtualCluster) { v.Spec.ControlPlane.Replicas = ptr.To(replicas) })
 		want := replicas == 1
-		for _, svc := range []*corev1.Service{ServiceFor(v), DNSServiceFor(v)} {
+		for _, svc := range []*corev1.Service{ServiceFor(v, ""), DNSServiceFor(v)} {
 			if svc.Spec.PublishNotReadyAddresses != want {
 				t.Errorf("%d replicas: Service %s publishes pods not ready = %v, want %v (only a single replica, which has no other to hand over to)",
 					replicas, svc.Name, svc.Spec.PublishNotReadyAddresses, want)
@@ -339,5 +339,25 @@ func TestTenantQuotaFor(t *testing.T) {
 	sel := q.Spec.ScopeSelector.MatchExpressions
 	if len(sel) != 1 || sel[0].ScopeName != corev1.ResourceQuotaScopePriorityClass || sel[0].Values[0] != TenantPriorityClass {
 		t.Errorf("scope selector %v: want the tenant priority class only", sel)
+	}
+}
+
+// The spec's type wins; unset, nest-manager's default; with neither,
+// NodePort.
+func TestServiceTypeIsTheSpecsElseTheManagersDefault(t *testing.T) {
+	lb := vc(func(v *nestv1.VirtualCluster) { v.Spec.ControlPlane.Service.Type = "LoadBalancer" })
+	for _, c := range []struct {
+		vc   *nestv1.VirtualCluster
+		def  corev1.ServiceType
+		want corev1.ServiceType
+	}{
+		{vc(nil), "", corev1.ServiceTypeNodePort},
+		{vc(nil), corev1.ServiceTypeLoadBalancer, corev1.ServiceTypeLoadBalancer},
+		{lb, corev1.ServiceTypeClusterIP, corev1.ServiceTypeLoadBalancer},
+		{lb, "", corev1.ServiceTypeLoadBalancer},
+	} {
+		if got := ServiceFor(c.vc, c.def).Spec.Type; got != c.want {
+			t.Errorf("spec type %q, default %q: Service type %s, want %s", c.vc.Spec.ControlPlane.Service.Type, c.def, got, c.want)
+		}
 	}
 }

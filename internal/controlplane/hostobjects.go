@@ -98,9 +98,11 @@ var HostObjects = []HostObject{
 		MadeBy: MadeByStatefulSet, Deletion: DeleteRest, CachedByLabel: true,
 	},
 	{
-		New:    func() client.Object { return &corev1.Service{} },
-		Names:  Names.Services,
-		Build:  eachOf(ServiceFor, DNSServiceFor, PeerServiceFor),
+		New:   func() client.Object { return &corev1.Service{} },
+		Names: Names.Services,
+		Build: func(vc *nestv1.VirtualCluster, o Options, _ ServiceIPs) ([]client.Object, error) {
+			return []client.Object{ServiceFor(vc, o.DefaultServiceType), DNSServiceFor(vc), PeerServiceFor(vc)}, nil
+		},
 		MadeBy: MadeByNest, Deletion: DeleteRest, Watched: true, CachedByLabel: true,
 	},
 	{

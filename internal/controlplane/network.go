@@ -168,7 +168,7 @@ func NetworkPoliciesWith(vc *nestv1.VirtualCluster, o Options, dedicatedPodCIDRs
 			Ports: slices.Concat(apiPort, ports(corev1.ProtocolTCP, controllerManagerPort, schedulerPort)),
 		})
 	}
-	if typ := ServiceFor(vc).Spec.Type; typ == corev1.ServiceTypeNodePort || typ == corev1.ServiceTypeLoadBalancer {
+	if typ := ServiceFor(vc, o.DefaultServiceType).Spec.Type; typ == corev1.ServiceTypeNodePort || typ == corev1.ServiceTypeLoadBalancer {
 		// Tenants' clients come from anywhere outside the host cluster; a
 		// LoadBalancer with externalTrafficPolicy Local keeps their address.
 		cpIngress = append(cpIngress, networkingv1.NetworkPolicyIngressRule{

@@ -23,6 +23,10 @@ import (
 
 // Options are the operator-wide settings the builders need.
 type Options struct {
+	// DefaultServiceType is the tenant API server Service's type for
+	// VirtualClusters that set no spec.controlPlane.service.type; empty
+	// means NodePort.
+	DefaultServiceType corev1.ServiceType
 	// KubeImage is the Kubernetes multi-call image (etcd and every control-plane binary).
 	KubeImage string
 	// SyncerImage runs nest-syncer; CoreDNSImage the tenant's CoreDNS.
@@ -70,10 +74,15 @@ const etcdDataDir = "/var/lib/etcd"
 // controlPlaneUID is the user and group the control-plane containers run as.
 const controlPlaneUID int64 = 65532
 
-// ServiceFor returns the Service in front of the tenant API server.
-func ServiceFor(vc *nestv1.VirtualCluster) *corev1.Service {
+// ServiceFor returns the Service in front of the tenant API server: of
+// spec.controlPlane.service.type, or defaultType when that is unset
+// (Options.DefaultServiceType), or NodePort when both are.
+func ServiceFor(vc *nestv1.VirtualCluster, defaultType corev1.ServiceType) *corev1.Service {
 	n := NamesOf(vc)
 	typ := corev1.ServiceType(vc.Spec.ControlPlane.Service.Type)
+	if typ == "" {
+		typ = defaultType
+	}
 	if typ == "" {
 		typ = corev1.ServiceTypeNodePort
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,6 +46,9 @@ func TestVirtualClusters(t *testing.T) {
 
 	dir := t.TempDir()
 	tenants := map[string]*framework.Tenant{"alpha": {Name: "alpha", Dir: dir}, "beta": {Name: "beta", Dir: dir}}
+	// beta is reached through the local host cluster's load balancer,
+	// alpha through a node port.
+	serviceType := map[string]string{"alpha": "NodePort", "beta": "LoadBalancer"}
 	t.Run("two virtual clusters created at once both become Ready", func(t *testing.T) {
 		var wg sync.WaitGroup
 		errs := make(chan error, len(tenants))
@@ -51,7 +56,7 @@ func TestVirtualClusters(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if out, err := nest("create", name, "--wait", "--timeout", "4m"); err != nil {
+				if out, err := nest("create", name, "--service-type", serviceType[name], "--wait", "--timeout", "4m"); err != nil {
 					errs <- fmt.Errorf("create %s: %v\n%s", name, err, out)
 				}
 			}()
@@ -80,6 +85,26 @@ func TestVirtualClusters(t *testing.T) {
 				t.Errorf("%s reads owner %q from its ConfigMap", tn.Name, got)
 			}
 		}
+	})
+
+	t.Run("a LoadBalancer tenant's kubeconfig names its address from the host's pool, and a NodePort tenant's a host node", func(t *testing.T) {
+		first, last := cluster.LoadBalancerRange()
+		for _, tn := range tenants {
+			u, err := url.Parse(tn.Config.Host)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ip, err := netip.ParseAddr(u.Hostname())
+			if err != nil {
+				t.Fatalf("%s's kubeconfig names %s, not an address: %v", tn.Name, tn.Config.Host, err)
+			}
+			inPool := !ip.Less(first) && !last.Less(ip)
+			if want := serviceType[tn.Name] == "LoadBalancer"; inPool != want || !cluster.NodeSubnet.Contains(ip) {
+				t.Errorf("%s (%s) is reached at %s: in the pool %s-%s %v, want %v", tn.Name, serviceType[tn.Name], tn.Config.Host, first, last, inPool, want)
+			}
+		}
+		// Through the address: the kubectl calls above went there too.
+		beta.Kubectl(t, ctx, "get", "--raw", "/readyz")
 	})
 
 	t.Run("a tenant's credentials are rejected elsewhere", func(t *testing.T) {

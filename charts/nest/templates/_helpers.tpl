@@ -22,6 +22,7 @@ by `make generate`; these follow its args.
 - --coredns-image={{ .Values.controlPlane.corednsImage }}
 - --syncer-image={{ .Values.controlPlane.syncerImage }}
 - --image-pull-policy={{ .Values.controlPlane.imagePullPolicy }}
+- --default-service-type={{ .Values.controlPlane.serviceType }}
 - --host-cluster-domain={{ .Values.hostClusterDomain }}
 - --manager-namespace={{ .Release.Namespace }}
 - --node-network-agent={{ .Values.nodeNetwork.enabled }}

@@ -30,7 +30,7 @@ import (
 // reconcileService creates or updates the Service and gathers the host node
 // IPs, which the serving certificate and a NodePort endpoint need.
 func (r *Reconciler) reconcileService(ctx context.Context, s *reconcileState) (bool, error) {
-	desired := controlplane.ServiceFor(s.vc)
+	desired := controlplane.ServiceFor(s.vc, r.ControlPlane.DefaultServiceType)
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: desired.Name, Namespace: desired.Namespace}}
 	if _, err := controllerutil.CreateOrPatch(ctx, r.Client, svc, func() error {
 		svc.Labels = desired.Labels
