@@ -3,6 +3,9 @@ package framework
 import (
 	"context"
 	"fmt"
+	"maps"
+	"regexp"
+	"slices"
 	"sync"
 	"time"
 
@@ -28,6 +31,8 @@ type APIProber struct {
 	written       []string
 	lastErr       error
 	lastFailed    bool
+	// errors counts failed calls by their error, probe names blanked.
+	errors map[string]int
 	// lastOK and longestGap measure the longest time without a successful call.
 	lastOK, started time.Time
 	longestGap      time.Duration
@@ -94,6 +99,10 @@ func (p *APIProber) record(err error, written string) {
 	if err != nil {
 		p.failed++
 		p.lastErr = err
+		if p.errors == nil {
+			p.errors = map[string]int{}
+		}
+		p.errors[probeName.ReplaceAllString(err.Error(), "probe-N")]++
 		return
 	}
 	if gap := now.Sub(p.lastOK); gap > p.longestGap {
@@ -114,6 +123,9 @@ type ProbeResult struct {
 	Written []string
 	// LastErr is the last failed call's error.
 	LastErr error
+	// Errors counts the failed calls by error, probe names written
+	// probe-N.
+	Errors map[string]int
 }
 
 // FailedPercent is the share of failed calls, in percent.
@@ -126,8 +138,24 @@ func (r ProbeResult) FailedPercent() float64 {
 
 // String is the result as the notes report it.
 func (r ProbeResult) String() string {
-	return fmt.Sprintf("%d calls, %d failed (%.2f%%), longest gap %s, last error %v", r.Calls, r.Failed, r.FailedPercent(), r.LongestGap.Round(time.Millisecond), r.LastErr)
+	s := fmt.Sprintf("%d calls, %d failed (%.2f%%), longest gap %s, last error %v", r.Calls, r.Failed, r.FailedPercent(), r.LongestGap.Round(time.Millisecond), r.LastErr)
+	kinds := make([]string, 0, len(r.Errors))
+	for k := range r.Errors {
+		kinds = append(kinds, k)
+	}
+	slices.SortFunc(kinds, func(a, b string) int { return r.Errors[b] - r.Errors[a] })
+	for i, k := range kinds {
+		if i == 3 {
+			s += fmt.Sprintf("; %d more kinds", len(kinds)-3)
+			break
+		}
+		s += fmt.Sprintf("; %dx %s", r.Errors[k], k)
+	}
+	return s
 }
+
+// probeName matches the prober's ConfigMap names in errors.
+var probeName = regexp.MustCompile(`probe-\d{5}`)
 
 // Stop ends the probing and returns what it saw.
 func (p *APIProber) Stop() ProbeResult {
@@ -138,7 +166,7 @@ func (p *APIProber) Stop() ProbeResult {
 	if gap := time.Since(p.lastOK); gap > p.longestGap && p.lastFailed {
 		p.longestGap = gap
 	}
-	return ProbeResult{Calls: p.calls, Failed: p.failed, LongestGap: p.longestGap, Written: append([]string(nil), p.written...), LastErr: p.lastErr}
+	return ProbeResult{Calls: p.calls, Failed: p.failed, LongestGap: p.longestGap, Written: append([]string(nil), p.written...), LastErr: p.lastErr, Errors: maps.Clone(p.errors)}
 }
 
 // Calls is how many calls the prober made so far.
