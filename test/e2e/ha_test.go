@@ -70,12 +70,15 @@ func TestHAControlPlane(t *testing.T) {
 		t.Run("the PodDisruptionBudget lets one replica go, and refuses a second while it is away", func(t *testing.T) {
 			checkDisruptionBudget(t, ctx, host, tn)
 		})
-		t.Run("restarting the kubelet and containerd of the node announcing the tenant's LoadBalancer address: the tenant answers again (failed calls reported)", func(t *testing.T) {
+		t.Run("restarting the kubelet and containerd of the node announcing the tenant's LoadBalancer address fails at most 2% of calls", func(t *testing.T) {
 			// The worst node to lose: it holds a replica and answers for
-			// the address every client uses. The goal, at most 1%
-			// failed calls, is not met yet with 3 replicas: the figure is
-			// reported (see the closing note).
-			restartNodeUnderLoad(t, ctx, stateDir, host, tn, announcingNode(t, ctx, host, tn))
+			// the address every client uses. The bound is looser than the
+			// goal (1%, no gap over 2 s) for a loaded machine; the figures
+			// are logged.
+			res := restartNodeUnderLoad(t, ctx, stateDir, host, tn, announcingNode(t, ctx, host, tn))
+			if res.FailedPercent() > 2 || res.LongestGap > 5*time.Second {
+				t.Errorf("the restart failed %.2f%% of calls with a longest gap of %s, want at most 2%% and 5s: %s", res.FailedPercent(), res.LongestGap, res)
+			}
 			testutil.Eventually(t, 2*time.Minute, "the tenant API answers after the restart", func() error {
 				_, err := tn.Clientset(t).CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{Limit: 1})
 				return err

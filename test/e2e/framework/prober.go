@@ -6,6 +6,7 @@ import (
 	"maps"
 	"regexp"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -62,8 +63,12 @@ func (p *APIProber) run(ctx context.Context) {
 	defer close(p.done)
 	t := time.NewTicker(p.period)
 	defer t.Stop()
+	// Names of this prober's own: another prober on the same tenant
+	// (an earlier case's) left its ConfigMaps, and a create under one of
+	// their names fails as "already exists", which is no outage.
+	run := strconv.FormatInt(p.started.UnixNano(), 36)
 	for i := 0; ; i++ {
-		p.probe(ctx, fmt.Sprintf("probe-%05d", i))
+		p.probe(ctx, fmt.Sprintf("probe-%s-%05d", run, i))
 		select {
 		case <-ctx.Done():
 			return
@@ -155,7 +160,7 @@ func (r ProbeResult) String() string {
 }
 
 // probeName matches the prober's ConfigMap names in errors.
-var probeName = regexp.MustCompile(`probe-\d{5}`)
+var probeName = regexp.MustCompile(`probe-[0-9a-z]+-\d{5}`)
 
 // Stop ends the probing and returns what it saw.
 func (p *APIProber) Stop() ProbeResult {

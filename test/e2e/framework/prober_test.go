@@ -10,7 +10,7 @@ import (
 // two failures of one kind count together.
 func TestProbeResultCountsErrorsByKind(t *testing.T) {
 	p := &APIProber{}
-	for _, e := range []string{"configmaps \"probe-00001\" already exists", "configmaps \"probe-00002\" already exists", "connection refused"} {
+	for _, e := range []string{"configmaps \"probe-k3x9-00001\" already exists", "configmaps \"probe-k3x9-00002\" already exists", "connection refused"} {
 		p.record(errors.New(e), "")
 	}
 	got := ProbeResult{Calls: 3, Failed: 3, Errors: p.errors}.String()
