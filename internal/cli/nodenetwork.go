@@ -46,10 +46,11 @@ namespace. And it serves the node's pull proxy at --pull-proxy-address, the
 registry mirror the node's containerd is configured to pull every image
 through (docs/isolation.md, "Image registries"): it dials registries, their
 redirects and token realms itself and refuses any that resolve to the host's
-own addresses (every node's addresses and pod CIDRs, every ServiceCIDR, read
-from the API), loopback, link-local, multicast or --pull-proxy-deny. It
-changes no host node's network otherwise and reads pods, nodes,
-ServiceCIDRs and NetworkPolicies only. It runs until SIGTERM or SIGINT, with
+own addresses (every node's addresses and pod CIDRs, every ServiceCIDR and
+every Service's external and LoadBalancer addresses, read from the API),
+loopback, link-local, multicast or --pull-proxy-deny. It changes no host
+node's network otherwise and reads pods, nodes, Services, ServiceCIDRs and
+NetworkPolicies only. It runs until SIGTERM or SIGINT, with
 the pod's in-cluster credentials.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -23,10 +25,12 @@ import (
 const DefaultPullProxyAddress = "127.0.0.1:5015"
 
 // PullGuard serves the node's pull proxy (package pullproxy) with the host's
-// own addresses as its deny list: every node's addresses and pod CIDRs and
-// every ServiceCIDR, read from the API and kept current, plus Extra. It
-// listens only once it has read them, so no pull is served unchecked.
+// own addresses as its deny list: every node's addresses and pod CIDRs,
+// every ServiceCIDR, and every Service's external IPs and LoadBalancer
+// addresses, read from the API and kept current, plus Extra. It listens
+// only once it has read them, so no pull is served unchecked.
 type PullGuard struct {
+	// Client reads nodes, ServiceCIDRs and Services.
 	Client kubernetes.Interface
 	// Address is host:port to listen on.
 	Address string
@@ -38,16 +42,28 @@ type PullGuard struct {
 	PlainHTTP []string
 }
 
+// syncTimeout bounds the first read of the host's ranges: past it, Run
+// fails (the agent restarts) rather than serve nothing without saying why.
+const syncTimeout = 2 * time.Minute
+
 // Run serves until ctx ends; it returns an error when it cannot read the
-// host's nodes or ServiceCIDRs or cannot listen.
+// host's nodes, ServiceCIDRs or Services within syncTimeout, or cannot
+// listen.
 func (g *PullGuard) Run(ctx context.Context) error {
 	log := klog.FromContext(ctx).WithName("pull-proxy")
 	proxy := pullproxy.New(pullproxy.Config{Deny: g.Extra, PlainHTTP: g.PlainHTTP, Log: log})
 	factory := informers.NewSharedInformerFactory(g.Client, 0)
 	nodes := factory.Core().V1().Nodes()
 	cidrs := factory.Networking().V1().ServiceCIDRs()
+	services := factory.Core().V1().Services()
+	// Handlers run on each informer's goroutine: without the lock an older
+	// snapshot could be stored after a newer one.
+	var mu sync.Mutex
 	update := func() {
-		deny := hostRanges(listAll[*corev1.Node](nodes.Informer().GetStore()), listAll[*networkingv1.ServiceCIDR](cidrs.Informer().GetStore()))
+		mu.Lock()
+		defer mu.Unlock()
+		deny := hostRanges(listAll[*corev1.Node](nodes.Informer().GetStore()), listAll[*networkingv1.ServiceCIDR](cidrs.Informer().GetStore()),
+			listAll[*corev1.Service](services.Informer().GetStore()))
 		proxy.SetDeny(slices.Concat(g.Extra, deny))
 	}
 	handler := cache.ResourceEventHandlerFuncs{
@@ -55,15 +71,17 @@ func (g *PullGuard) Run(ctx context.Context) error {
 		UpdateFunc: func(any, any) { update() },
 		DeleteFunc: func(any) { update() },
 	}
-	for _, inf := range []cache.SharedIndexInformer{nodes.Informer(), cidrs.Informer()} {
+	for _, inf := range []cache.SharedIndexInformer{nodes.Informer(), cidrs.Informer(), services.Informer()} {
 		if _, err := inf.AddEventHandler(handler); err != nil {
 			return err
 		}
 	}
 	factory.Start(ctx.Done())
-	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+	syncCtx, cancel := context.WithTimeout(ctx, syncTimeout)
+	defer cancel()
+	for typ, ok := range factory.WaitForCacheSync(syncCtx.Done()) {
 		if !ok {
-			return fmt.Errorf("pull proxy: read the host's %v: %w", typ, context.Cause(ctx))
+			return fmt.Errorf("pull proxy: could not read the host's %v within %s (RBAC list/watch, or the API serving it): %w", typ, syncTimeout, context.Cause(syncCtx))
 		}
 	}
 	update()
@@ -85,14 +103,21 @@ func listAll[T any](s cache.Store) []T {
 	return out
 }
 
-// hostRanges are the host's own destinations: each node's addresses (as
-// single-address prefixes) and pod CIDRs, and each ServiceCIDR's CIDRs.
-// Entries that do not parse are left out.
-func hostRanges(nodes []*corev1.Node, cidrs []*networkingv1.ServiceCIDR) []netip.Prefix {
+// hostRanges are the host's own destinations: each node's addresses and
+// pod CIDRs, each ServiceCIDR's CIDRs, and each Service's external IPs and
+// LoadBalancer addresses, which the nodes' kube-proxies forward to host
+// pods as they do ClusterIPs. Single addresses are single-address
+// prefixes; entries that do not parse are left out.
+func hostRanges(nodes []*corev1.Node, cidrs []*networkingv1.ServiceCIDR, services []*corev1.Service) []netip.Prefix {
 	var out []netip.Prefix
 	add := func(p netip.Prefix, err error) {
 		if err == nil {
 			out = append(out, p.Masked())
+		}
+	}
+	addAddr := func(s string) {
+		if addr, err := netip.ParseAddr(s); err == nil {
+			add(addr.Unmap().Prefix(addr.Unmap().BitLen()))
 		}
 	}
 	for _, n := range nodes {
@@ -100,9 +125,7 @@ func hostRanges(nodes []*corev1.Node, cidrs []*networkingv1.ServiceCIDR) []netip
 			if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
 				continue
 			}
-			if addr, err := netip.ParseAddr(a.Address); err == nil {
-				add(addr.Unmap().Prefix(addr.Unmap().BitLen()))
-			}
+			addAddr(a.Address)
 		}
 		for _, c := range n.Spec.PodCIDRs {
 			add(netip.ParsePrefix(c))
@@ -111,6 +134,14 @@ func hostRanges(nodes []*corev1.Node, cidrs []*networkingv1.ServiceCIDR) []netip
 	for _, sc := range cidrs {
 		for _, c := range sc.Spec.CIDRs {
 			add(netip.ParsePrefix(c))
+		}
+	}
+	for _, svc := range services {
+		for _, ip := range svc.Spec.ExternalIPs {
+			addAddr(ip)
+		}
+		for _, in := range svc.Status.LoadBalancer.Ingress {
+			addAddr(in.IP)
 		}
 	}
 	slices.SortFunc(out, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })

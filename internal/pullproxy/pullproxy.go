@@ -11,14 +11,17 @@
 // name in the "ns" query parameter (containerd's mirror protocol), and the
 // proxy makes the upstream request: it resolves the name, refuses any
 // address in its deny list at dial time, follows redirects itself (each
-// dial checked the same way) and points the token realm of an
-// authentication challenge back at itself, so no connection containerd's
-// pull leads to escapes the check. The proxy answers a refusal with the
-// registry API's DENIED error (HTTP 403) and a log line naming the
-// registry; it serves pulls only (GET and HEAD).
+// dial checked the same way; one it does not follow is never passed on),
+// points the token realm of an authentication challenge back at itself,
+// and refuses manifests with foreign layer URLs (which containerd fetches
+// itself), so no connection containerd's pull leads to escapes the check.
+// The proxy answers a refusal with the registry API's DENIED error (HTTP
+// 403) and a log line naming the registry; it serves pulls only (GET and
+// HEAD, and POST to its token path).
 package pullproxy
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -87,8 +90,9 @@ type Proxy struct {
 
 // New returns a Proxy for cfg. Its upstream client uses no environment
 // proxy (HTTP_PROXY would carry requests past the check), follows up to 10
-// redirects as Go's client does, and drops Authorization on a redirect to
-// another host (upstream net/http behaviour, as registry clients expect).
+// redirects as Go's client does (a token POST's body too, which the proxy
+// holds in memory), and drops Authorization on a redirect to another host
+// (upstream net/http behaviour, as registry clients expect).
 func New(cfg Config) *Proxy {
 	if cfg.DialTimeout == 0 {
 		cfg.DialTimeout = 30 * time.Second
@@ -97,8 +101,11 @@ func New(cfg Config) *Proxy {
 	p.SetDeny(cfg.Deny)
 	dialer := &net.Dialer{Timeout: cfg.DialTimeout, Control: p.control}
 	transport := &http.Transport{
-		Proxy:                 nil,
-		DialContext:           dialer.DialContext,
+		Proxy:       nil,
+		DialContext: dialer.DialContext,
+		// Bodies pass as the registry sent them, with their length and
+		// digest-checked bytes.
+		DisableCompression:    true,
 		ForceAttemptHTTP2:     true,
 		MaxIdleConns:          32,
 		IdleConnTimeout:       90 * time.Second,
@@ -137,16 +144,30 @@ func (p *Proxy) SetDeny(deny []netip.Prefix) {
 	p.deny.Store(&all)
 }
 
-// Denied reports whether addr is in the deny list or AlwaysDenied.
+// Denied reports whether addr is in the deny list or AlwaysDenied. A zone
+// is dropped first (a prefix contains no zoned address), an IPv4-mapped
+// address is compared as IPv4, and an address of the NAT64 well-known
+// prefix 64:ff9b::/96 (RFC 6052), which a NAT64 gateway turns into the
+// IPv4 address in its last 32 bits, is denied when either form is.
 func (p *Proxy) Denied(addr netip.Addr) bool {
-	addr = addr.Unmap()
+	addr = addr.WithZone("").Unmap()
+	forms := []netip.Addr{addr}
+	if nat64.Contains(addr) {
+		b := addr.As16()
+		forms = append(forms, netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]}))
+	}
 	for _, prefix := range *p.deny.Load() {
-		if prefix.Contains(addr) {
-			return true
+		for _, a := range forms {
+			if prefix.Contains(a) {
+				return true
+			}
 		}
 	}
 	return false
 }
+
+// nat64 is the NAT64 well-known prefix.
+var nat64 = netip.MustParsePrefix("64:ff9b::/96")
 
 // ServeHTTP serves /v2/... for the registry its ns parameter names, and
 // TokenPath for the realms it rewrote.
@@ -181,6 +202,10 @@ func (p *Proxy) serveRegistry(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer resp.Body.Close()
+	if r.Method == http.MethodGet && resp.StatusCode == http.StatusOK && strings.Contains(r.URL.Path, "/manifests/") {
+		p.serveManifest(w, resp, registry)
+		return
+	}
 	if resp.StatusCode == http.StatusUnauthorized {
 		for i, c := range resp.Header.Values("Www-Authenticate") {
 			if i == 0 {
@@ -190,6 +215,52 @@ func (p *Proxy) serveRegistry(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	copyResponse(w, resp)
+}
+
+// maxManifest bounds the manifests the proxy reads: containerd itself
+// refuses manifests over 4 MiB.
+const maxManifest = 4 << 20
+
+// serveManifest passes on a manifest or index unless a descriptor in it
+// names URLs (a foreign layer): containerd fetches those itself, with no
+// mirror, before it checks their digest.
+func (p *Proxy) serveManifest(w http.ResponseWriter, resp *http.Response, registry string) {
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxManifest+1))
+	if err != nil || len(body) > maxManifest {
+		writeError(w, http.StatusBadGateway, "MANIFEST_INVALID", fmt.Sprintf("the node's pull proxy could not read a manifest of %s under %d bytes", registry, maxManifest))
+		return
+	}
+	if foreignURLs(body) {
+		p.cfg.Log.Info("refused a manifest with foreign layer URLs", "registry", registry)
+		writeError(w, http.StatusForbidden, "DENIED", fmt.Sprintf("the node's pull proxy refuses a manifest of %s that names layers at other URLs, which the node would fetch past it", registry))
+		return
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	copyResponse(w, resp)
+}
+
+// foreignURLs reports whether a manifest or index (OCI or Docker) has a
+// descriptor with urls: its config, a layer, a manifest or its subject.
+func foreignURLs(manifest []byte) bool {
+	type descriptor struct {
+		URLs []string `json:"urls"`
+	}
+	var m struct {
+		Config    *descriptor  `json:"config"`
+		Subject   *descriptor  `json:"subject"`
+		Layers    []descriptor `json:"layers"`
+		Manifests []descriptor `json:"manifests"`
+	}
+	if json.Unmarshal(manifest, &m) != nil {
+		return false
+	}
+	all := slices.Concat(m.Layers, m.Manifests)
+	for _, d := range []*descriptor{m.Config, m.Subject} {
+		if d != nil {
+			all = append(all, *d)
+		}
+	}
+	return slices.ContainsFunc(all, func(d descriptor) bool { return len(d.URLs) > 0 })
 }
 
 // serveToken forwards a token request (GET with basic credentials, or an
@@ -222,12 +293,18 @@ func (p *Proxy) serveToken(w http.ResponseWriter, r *http.Request) {
 // and answers the client itself when it fails: DENIED when the proxy
 // refused a connection, a gateway error otherwise.
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, up *url.URL, registry string) (*http.Response, bool) {
-	req, err := http.NewRequestWithContext(r.Context(), r.Method, up.String(), r.Body)
+	// The body (a token POST's form) is read whole, so the client can send
+	// it again after a 307 or 308 redirect it follows itself.
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBody+1))
+	if err != nil || len(body) > maxRequestBody {
+		writeError(w, http.StatusBadRequest, "UNSUPPORTED", fmt.Sprintf("the request body is over %d bytes or unreadable", maxRequestBody))
+		return nil, false
+	}
+	req, err := http.NewRequestWithContext(r.Context(), r.Method, up.String(), bytes.NewReader(body))
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "UNSUPPORTED", err.Error())
 		return nil, false
 	}
-	req.ContentLength = r.ContentLength
 	for k, vs := range r.Header {
 		if hopByHop[http.CanonicalHeaderKey(k)] {
 			continue
@@ -287,13 +364,24 @@ func rewriteRealm(challenge, tokenURL string) string {
 	})
 }
 
+// maxRequestBody bounds what the proxy reads of a request body: token
+// requests carry a short form.
+const maxRequestBody = 64 << 10
+
 // hopByHop are the headers a proxy does not forward (RFC 9110, 7.6.1).
 var hopByHop = map[string]bool{
 	"Connection": true, "Proxy-Connection": true, "Keep-Alive": true, "Proxy-Authenticate": true,
 	"Proxy-Authorization": true, "Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
 }
 
+// copyResponse passes resp on to the client, except a redirect: the
+// client would follow it itself, past the proxy's check. The client only
+// sees one when the proxy did not follow it (too many, or no Location).
 func copyResponse(w http.ResponseWriter, resp *http.Response) {
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 && resp.StatusCode != http.StatusNotModified {
+		writeError(w, http.StatusBadGateway, "UNAVAILABLE", "the registry answered with a redirect the node's pull proxy did not follow")
+		return
+	}
 	for k, vs := range resp.Header {
 		if hopByHop[k] {
 			continue

@@ -222,9 +222,68 @@ func TestDeniedComparesMappedAddressesAsIPv4AndAlwaysDeniesTheNode(t *testing.T)
 	for addr, want := range map[string]bool{
 		"10.96.0.1": true, "::ffff:10.96.0.1": true, "10.97.0.1": false, "2001:db8::1": false,
 		"127.0.0.1": true, "::ffff:127.0.0.1": true, "::1": true, "169.254.169.254": true, "0.0.0.0": true,
+		// A zone does not hide an address, nor does NAT64 (RFC 6052).
+		"::1%lo": true, "fe80::1%eth0": true, "64:ff9b::a60:1": true, "64:ff9b::7f00:1": true, "64:ff9b::c633:6401": false,
 	} {
 		if got := p.Denied(netip.MustParseAddr(addr)); got != want {
 			t.Errorf("Denied(%s) = %v, want %v", addr, got, want)
+		}
+	}
+}
+
+// A token POST redirected (307, which keeps the body) to a denied address
+// is refused, not handed back for containerd to follow with the
+// credentials in its body.
+func TestARedirectedTokenPostIsFollowedAndChecked(t *testing.T) {
+	var hits atomic.Int32
+	denied := listenOn(t, "127.0.0.2", counting(&hits))
+	realm := listenOn(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "http://"+denied+"/token", http.StatusTemporaryRedirect)
+	}))
+	proxy := newProxy(t, []string{"127.0.0.2/32"})
+	resp, err := http.Post("http://"+proxy+TokenPath+"?realm="+url.QueryEscape("http://"+realm+"/token"), "application/x-www-form-urlencoded",
+		strings.NewReader("grant_type=password&username=u&password=secret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusForbidden || resp.Header.Get("Location") != "" || hits.Load() != 0 {
+		t.Fatalf("got %s (Location %q) %q and %d hits at the denied address, want 403 and none", resp.Status, resp.Header.Get("Location"), body, hits.Load())
+	}
+}
+
+// A redirect the proxy does not follow never reaches containerd, which
+// would follow it past the check.
+func TestPassesNoRedirectOn(t *testing.T) {
+	reg := listenOn(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Location", "")
+		w.WriteHeader(http.StatusFound)
+	}))
+	proxy := newProxy(t, []string{"127.0.0.2/32"}, reg)
+	resp, body := get(t, http.MethodGet, "http://"+proxy+"/v2/x/blobs/sha256:00?ns="+reg, nil)
+	if resp.StatusCode != http.StatusBadGateway || resp.Header.Get("Location") != "" {
+		t.Fatalf("got %s %q, want 502 and no Location", resp.Status, body)
+	}
+}
+
+// A manifest whose layer names other URLs (a foreign layer, which
+// containerd fetches itself, past any mirror) is refused; one without is
+// passed as it came.
+func TestRefusesManifestsWithForeignLayerURLs(t *testing.T) {
+	manifests := map[string]string{
+		"foreign": `{"schemaVersion":2,"config":{"digest":"sha256:00"},"layers":[{"digest":"sha256:01","urls":["http://169.254.169.254/latest"]}]}`,
+		"index":   `{"schemaVersion":2,"manifests":[{"digest":"sha256:02","urls":["http://10.96.0.1/"]}]}`,
+		"plain":   `{"schemaVersion":2,"config":{"digest":"sha256:00"},"layers":[{"digest":"sha256:01"}]}`,
+	}
+	reg := listenOn(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, manifests[strings.TrimPrefix(r.URL.Path, "/v2/x/manifests/")])
+	}))
+	proxy := newProxy(t, []string{"127.0.0.2/32"}, reg)
+	for tag, want := range map[string]int{"foreign": http.StatusForbidden, "index": http.StatusForbidden, "plain": http.StatusOK} {
+		resp, body := get(t, http.MethodGet, "http://"+proxy+"/v2/x/manifests/"+tag+"?ns="+reg, nil)
+		if resp.StatusCode != want || (want == http.StatusOK && body != manifests[tag]) {
+			t.Errorf("%s: %s %q, want %d", tag, resp.Status, body, want)
 		}
 	}
 }
