@@ -205,9 +205,9 @@ type ControlPlaneSpec struct {
 // ServiceSpec configures the Service in front of the tenant API server.
 type ServiceSpec struct {
 	// Type of the Service: NodePort, LoadBalancer or ClusterIP. Unset,
-	// nest-manager's --default-service-type decides (NodePort unless the
-	// platform says its host has a LoadBalancer implementation; the local
-	// host cluster's has). A LoadBalancer tenant's kubeconfig names the
+	// nest-manager's --default-service-type decides, now and whenever it
+	// changes (NodePort unless the platform sets it, as for a host with a
+	// LoadBalancer implementation). A LoadBalancer tenant's kubeconfig names the
 	// Service's LoadBalancer address, and the VirtualCluster waits in phase
 	// Pending until it has one; a NodePort tenant's names a host node's
 	// address, so it is cut off while that node is down.

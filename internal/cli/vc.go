@@ -378,12 +378,16 @@ func waitReachable(ctx context.Context, c client.Client, key types.NamespacedNam
 		return err
 	}
 	// The Service's own type: an unset spec type is nest-manager's default.
+	// A user who may not read Services gets the spec's type.
 	n := controlplane.NamesOf(vc)
 	svc := &corev1.Service{}
-	if err := c.Get(ctx, types.NamespacedName{Namespace: n.Namespace, Name: n.Service()}, svc); err != nil {
+	typ := corev1.ServiceType(vc.Spec.ControlPlane.Service.Type)
+	if err := c.Get(ctx, types.NamespacedName{Namespace: n.Namespace, Name: n.Service()}, svc); err == nil {
+		typ = svc.Spec.Type
+	} else if !apierrors.IsForbidden(err) {
 		return fmt.Errorf("the tenant API server's Service: %w", err)
 	}
-	if svc.Spec.Type == corev1.ServiceTypeClusterIP {
+	if typ == corev1.ServiceTypeClusterIP {
 		return nil
 	}
 	kubeconfig, err := vcops.ReadKubeconfig(ctx, c, key, false)

@@ -259,16 +259,21 @@ type createForm struct {
 func newCreateView(f createForm, errs map[string]string) createView {
 	return createView{Form: f, Errors: errs,
 		Levels:       []string{string(nestv1.PodSecurityBaseline), string(nestv1.PodSecurityRestricted)},
-		ServiceTypes: []string{"NodePort", "LoadBalancer", "ClusterIP"},
+		ServiceTypes: []string{hostDefaultServiceType, "NodePort", "LoadBalancer", "ClusterIP"},
 		Replicas:     []string{"1", "3"}}
 }
+
+// hostDefaultServiceType is the form's choice that leaves
+// spec.controlPlane.service.type unset, for nest-manager's
+// --default-service-type.
+const hostDefaultServiceType = "host default"
 
 func (s *Server) createForm(w http.ResponseWriter, r *http.Request) {
 	if _, err := s.o.Clients.ClientFor(r); err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	f := createForm{Replicas: "1", PodSecurity: string(nestv1.PodSecurityBaseline), ServiceType: "NodePort", Namespace: r.URL.Query().Get("namespace")}
+	f := createForm{Replicas: "1", PodSecurity: string(nestv1.PodSecurityBaseline), ServiceType: hostDefaultServiceType, Namespace: r.URL.Query().Get("namespace")}
 	s.render(w, r, http.StatusOK, "create", "Create a virtual cluster", newCreateView(f, nil), nil)
 }
 
@@ -312,7 +317,9 @@ func virtualClusterOf(f createForm) (*nestv1.VirtualCluster, error) {
 		vc.Spec.ControlPlane.Replicas = ptr.To(int32(n))
 	}
 	vc.Spec.VirtualNode.PodSecurityLevel = nestv1.PodSecurityLevel(f.PodSecurity)
-	vc.Spec.ControlPlane.Service.Type = nestv1.ServiceType(f.ServiceType)
+	if f.ServiceType != hostDefaultServiceType {
+		vc.Spec.ControlPlane.Service.Type = nestv1.ServiceType(f.ServiceType)
+	}
 	vc.Spec.ExternalIPs = strings.FieldsFunc(f.ExternalIPs, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\t' })
 	return vc, nil
 }

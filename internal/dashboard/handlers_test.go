@@ -452,3 +452,24 @@ func TestLiveStreamsAreCapped(t *testing.T) {
 		t.Errorf("a stream past the cap = %d, want 503", w.Code)
 	}
 }
+
+// The form offers the host's default Service type first, and choosing it
+// leaves the spec's type unset for nest-manager's --default-service-type.
+func TestCreateWithTheHostDefaultServiceTypeLeavesItUnset(t *testing.T) {
+	c := newFake().Build()
+	h := testServer(t, c)
+	if page := do(t, h, "GET", "/new", nil).Body.String(); !strings.Contains(page, `<option value="host default" selected>`) {
+		t.Errorf("the form does not preselect the host default:\n%s", page)
+	}
+	w := do(t, h, "POST", "/new", url.Values{"name": {"team-a"}, "podSecurity": {"baseline"}, "serviceType": {"host default"}})
+	if w.Code != http.StatusSeeOther {
+		t.Fatalf("POST /new = %d\n%s", w.Code, w.Body)
+	}
+	vc := &nestv1.VirtualCluster{}
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: "vc-team-a", Name: "team-a"}, vc); err != nil {
+		t.Fatal(err)
+	}
+	if vc.Spec.ControlPlane.Service.Type != "" {
+		t.Errorf("service type %q, want it unset", vc.Spec.ControlPlane.Service.Type)
+	}
+}

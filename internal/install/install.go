@@ -16,6 +16,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -137,7 +138,20 @@ func ApplyObjects(ctx context.Context, c client.Client, objs []*unstructured.Uns
 				return fmt.Errorf("wait for the definition of %s %s: %w", u.GetKind(), u.GetName(), err)
 			}
 		}
-		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		// Discovery may lag an established CRD by a moment.
+		var noMatch error
+		err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+			err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership)
+			if meta.IsNoMatchError(err) {
+				noMatch = err
+				return false, nil
+			}
+			return true, err
+		})
+		if err != nil && noMatch != nil {
+			err = noMatch
+		}
+		if err != nil {
 			return fmt.Errorf("apply %s %s: %w", u.GetKind(), u.GetName(), err)
 		}
 	}

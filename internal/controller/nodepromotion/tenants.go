@@ -77,7 +77,13 @@ func (a APITenants) For(ctx context.Context, key types.NamespacedName) (*Tenant,
 	if err != nil {
 		return nil, err
 	}
-	t := &Tenant{Client: cs, Objects: objects, Unreachable: nodesReachable(vc), Join: agent.JoinRequest{
+	// The Service's own type: an unset spec type is nest-manager's
+	// --default-service-type.
+	svc := &corev1.Service{}
+	if err := a.Client.Get(ctx, types.NamespacedName{Namespace: vc.Namespace, Name: n.Service()}, svc); client.IgnoreNotFound(err) != nil {
+		return nil, err
+	}
+	t := &Tenant{Client: cs, Objects: objects, Unreachable: nodesReachable(vc, svc.Spec.Type), Join: agent.JoinRequest{
 		Server:             vc.Status.Endpoint,
 		CACertPEM:          pkiSecret.Data[controlplane.CACert],
 		KubeletClientCAPEM: pkiSecret.Data[controlplane.KubeletClientCACert],
@@ -106,14 +112,17 @@ func clusterDNS(ctx context.Context, cs kubernetes.Interface) ([]string, error) 
 	return nil, fmt.Errorf("the tenant's cluster DNS Service %s/%s has no ClusterIP, which nodes give their pods as their DNS server", contract.ClusterDNSNamespace, contract.ClusterDNSName)
 }
 
-// nodesReachable checks that nodes can reach vc's API server: they are
+// nodesReachable checks that nodes can reach vc's API server, whose
+// Service is of type svcType ("" while it is not made yet): they are
 // outside the host's Services, so only a NodePort or LoadBalancer address
 // (status.endpoint) will do.
-func nodesReachable(vc *nestv1.VirtualCluster) error {
-	switch corev1.ServiceType(vc.Spec.ControlPlane.Service.Type) {
-	case "", corev1.ServiceTypeNodePort, corev1.ServiceTypeLoadBalancer:
+func nodesReachable(vc *nestv1.VirtualCluster, svcType corev1.ServiceType) error {
+	switch svcType {
+	case corev1.ServiceTypeNodePort, corev1.ServiceTypeLoadBalancer:
+	case "":
+		return errors.New("the tenant API server has no Service yet, where nodes reach it")
 	default:
-		return fmt.Errorf("spec.controlPlane.service.type: dedicated nodes need NodePort or LoadBalancer, where a node outside the host reaches the tenant API server; it is %s", vc.Spec.ControlPlane.Service.Type)
+		return fmt.Errorf("spec.controlPlane.service.type: dedicated nodes need NodePort or LoadBalancer, where a node outside the host reaches the tenant API server; it is %s (unset: nest-manager's --default-service-type)", svcType)
 	}
 	if vc.Status.Endpoint == "" {
 		return errors.New("the VirtualCluster has no status.endpoint yet, where nodes reach its API server")

@@ -37,7 +37,7 @@ func (r *Reconciler) reconcileService(ctx context.Context, s *reconcileState) (b
 		svc.Spec.Type = desired.Spec.Type
 		svc.Spec.Selector = desired.Spec.Selector
 		svc.Spec.PublishNotReadyAddresses = desired.Spec.PublishNotReadyAddresses
-		svc.Spec.Ports = mergePorts(svc.Spec.Ports, desired.Spec.Ports)
+		svc.Spec.Ports = mergePorts(svc.Spec.Ports, desired.Spec.Ports, desired.Spec.Type)
 		return controllerutil.SetControllerReference(s.vc, svc, r.Scheme)
 	}); err != nil {
 		return false, fmt.Errorf("reconcile Service %s: %w", klog.KObj(svc), err)
@@ -50,9 +50,15 @@ func (r *Reconciler) reconcileService(ctx context.Context, s *reconcileState) (b
 	return true, nil
 }
 
-// mergePorts keeps the node port the host assigned when the port is otherwise unchanged.
-func mergePorts(current, desired []corev1.ServicePort) []corev1.ServicePort {
+// mergePorts keeps the node port the host assigned when the port is otherwise
+// unchanged, unless the Service becomes a ClusterIP (typ).
+func mergePorts(current, desired []corev1.ServicePort, typ corev1.ServiceType) []corev1.ServicePort {
 	out := slices.Clone(desired)
+	if typ == corev1.ServiceTypeClusterIP {
+		// A ClusterIP Service has no node ports; the API server refuses
+		// one kept from a NodePort or LoadBalancer past.
+		return out
+	}
 	for i := range out {
 		for _, c := range current {
 			if c.Name == out[i].Name && out[i].NodePort == 0 {
@@ -139,7 +145,7 @@ func (r *Reconciler) reconcileVirtualNodeObjects(ctx context.Context, s *reconci
 	if err := r.ensure(ctx, s, svc, func() {
 		svc.Labels, svc.Spec.Type, svc.Spec.Selector = dns.Labels, dns.Spec.Type, dns.Spec.Selector
 		svc.Spec.PublishNotReadyAddresses = dns.Spec.PublishNotReadyAddresses
-		svc.Spec.Ports = mergePorts(svc.Spec.Ports, dns.Spec.Ports)
+		svc.Spec.Ports = mergePorts(svc.Spec.Ports, dns.Spec.Ports, dns.Spec.Type)
 	}); err != nil {
 		return false, err
 	}

@@ -144,3 +144,16 @@ func TestMayBootstrap(t *testing.T) {
 		}
 	}
 }
+
+// Node ports the host assigned are kept, unless the Service becomes a
+// ClusterIP, which the API server refuses with node ports.
+func TestMergePortsKeepsNodePortsButNotForClusterIP(t *testing.T) {
+	current := []corev1.ServicePort{{Name: "https", Port: 6443, NodePort: 31000}}
+	desired := []corev1.ServicePort{{Name: "https", Port: 6443}}
+	if got := mergePorts(current, desired, corev1.ServiceTypeLoadBalancer); got[0].NodePort != 31000 {
+		t.Errorf("LoadBalancer: node port %d, want the assigned 31000 kept", got[0].NodePort)
+	}
+	if got := mergePorts(current, desired, corev1.ServiceTypeClusterIP); got[0].NodePort != 0 {
+		t.Errorf("ClusterIP: node port %d, want none", got[0].NodePort)
+	}
+}

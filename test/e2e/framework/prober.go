@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -148,7 +149,12 @@ func (r ProbeResult) String() string {
 	for k := range r.Errors {
 		kinds = append(kinds, k)
 	}
-	slices.SortFunc(kinds, func(a, b string) int { return r.Errors[b] - r.Errors[a] })
+	slices.SortFunc(kinds, func(a, b string) int {
+		if d := r.Errors[b] - r.Errors[a]; d != 0 {
+			return d
+		}
+		return strings.Compare(a, b)
+	})
 	for i, k := range kinds {
 		if i == 3 {
 			s += fmt.Sprintf("; %d more kinds", len(kinds)-3)
