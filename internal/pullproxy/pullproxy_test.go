@@ -42,6 +42,15 @@ func counting(n *atomic.Int32) http.Handler {
 	})
 }
 
+// redirecting serves, on 127.0.0.1, a 307 redirect to target for every
+// request (307 keeps a POST's method and body), and returns host:port.
+func redirecting(t *testing.T, target string) string {
+	t.Helper()
+	return listenOn(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, target, http.StatusTemporaryRedirect)
+	}))
+}
+
 // newProxy serves a Proxy that denies deny, and not AlwaysDenied (the
 // registries here stand on loopback), and reaches plain over HTTP.
 func newProxy(t *testing.T, deny []string, plain ...string) string {
@@ -134,9 +143,7 @@ func TestRefusesANameThatResolvesToADeniedAddress(t *testing.T) {
 func TestFollowsNoRedirectIntoADeniedAddress(t *testing.T) {
 	var hits atomic.Int32
 	denied := listenOn(t, "127.0.0.2", counting(&hits))
-	reg := listenOn(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, "http://"+denied+"/blob", http.StatusTemporaryRedirect)
-	}))
+	reg := redirecting(t, "http://"+denied+"/blob")
 	proxy := newProxy(t, []string{"127.0.0.2/32"}, reg)
 	resp, body := get(t, http.MethodGet, "http://"+proxy+"/v2/x/blobs/sha256:00?ns="+reg, nil)
 	if resp.StatusCode != http.StatusForbidden || errorCode(t, body) != "DENIED" {
@@ -150,9 +157,7 @@ func TestFollowsNoRedirectIntoADeniedAddress(t *testing.T) {
 func TestFollowsAnAllowedRedirectItself(t *testing.T) {
 	var hits atomic.Int32
 	storage := listenOn(t, "127.0.0.3", counting(&hits))
-	reg := listenOn(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, "http://"+storage+"/blob", http.StatusTemporaryRedirect)
-	}))
+	reg := redirecting(t, "http://"+storage+"/blob")
 	proxy := newProxy(t, []string{"127.0.0.2/32"}, reg)
 	resp, body := get(t, http.MethodGet, "http://"+proxy+"/v2/x/blobs/sha256:00?ns="+reg, nil)
 	if resp.StatusCode != http.StatusOK || body != "forbidden fruit" || hits.Load() != 1 {
@@ -237,9 +242,7 @@ func TestDeniedComparesMappedAddressesAsIPv4AndAlwaysDeniesTheNode(t *testing.T)
 func TestARedirectedTokenPostIsFollowedAndChecked(t *testing.T) {
 	var hits atomic.Int32
 	denied := listenOn(t, "127.0.0.2", counting(&hits))
-	realm := listenOn(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, "http://"+denied+"/token", http.StatusTemporaryRedirect)
-	}))
+	realm := redirecting(t, "http://"+denied+"/token")
 	proxy := newProxy(t, []string{"127.0.0.2/32"})
 	resp, err := http.Post("http://"+proxy+TokenPath+"?realm="+url.QueryEscape("http://"+realm+"/token"), "application/x-www-form-urlencoded",
 		strings.NewReader("grant_type=password&username=u&password=secret"))

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -151,17 +152,7 @@ func TestLocalHostCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, n := range nodes {
-			url := fmt.Sprintf("http://%s:%d/hostname", n.IP, port)
-			testutil.Eventually(t, 30*time.Second, "NodePort on "+n.Name, func() error {
-				got, err := httpGet(ctx, url)
-				if err != nil {
-					return err
-				}
-				if got != a.Name && got != b.Name {
-					return fmt.Errorf("GET %s answered %q, not one of the pods", url, got)
-				}
-				return nil
-			})
+			waitAnsweredByPods(t, ctx, "NodePort on "+n.Name, fmt.Sprintf("http://%s:%d/hostname", n.IP, port), a, b)
 		}
 	})
 
@@ -185,17 +176,7 @@ func TestLocalHostCluster(t *testing.T) {
 		}
 		// The Service's port (80), which the node's kube-proxy forwards from
 		// the address the announcing node answers ARP for.
-		url := fmt.Sprintf("http://%s/hostname", ip)
-		testutil.Eventually(t, 30*time.Second, "the Service at its LoadBalancer address", func() error {
-			got, err := httpGet(ctx, url)
-			if err != nil {
-				return err
-			}
-			if got != a.Name && got != b.Name {
-				return fmt.Errorf("GET %s answered %q, not one of the pods", url, got)
-			}
-			return nil
-		})
+		waitAnsweredByPods(t, ctx, "the Service at its LoadBalancer address", fmt.Sprintf("http://%s/hostname", ip), a, b)
 		out, err := framework.Run(ctx, t, "nest", "dev", "status", "--state-dir", stateDir)
 		if err != nil || !strings.Contains(out, "MetalLB") || !strings.Contains(out, testNamespace+"/web-lb "+ip.String()) {
 			t.Errorf("status does not show the load balancer and the Service's address %s (%v):\n%s", ip, err, out)
@@ -586,4 +567,20 @@ func assertNothingLeft(t *testing.T, stateDir string, pids map[string]devcluster
 	if _, err := os.Stat(stateDir); err == nil {
 		t.Errorf("state directory %s remains", stateDir)
 	}
+}
+
+// waitAnsweredByPods polls url from this machine until it answers with the
+// name of one of pods (testapp's /hostname), for at most 30 s.
+func waitAnsweredByPods(t *testing.T, ctx context.Context, what, url string, pods ...corev1.Pod) {
+	t.Helper()
+	testutil.Eventually(t, 30*time.Second, what, func() error {
+		got, err := httpGet(ctx, url)
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(pods, func(p corev1.Pod) bool { return p.Name == got }) {
+			return fmt.Errorf("GET %s answered %q, not one of the pods", url, got)
+		}
+		return nil
+	})
 }
