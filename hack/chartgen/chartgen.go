@@ -77,6 +77,10 @@ type chartTemplate struct {
 type imageBinding struct {
 	kind, name, container string
 	values                string
+	// args, if set, names a _helpers.tpl template whose list items are
+	// appended to the container's args: flags the chart derives from
+	// values.yaml.
+	args string
 }
 
 // templates lists every generated template. Each config/ file outside crd/
@@ -94,7 +98,7 @@ var templates = []chartTemplate{
 	// The node network agent lives in a namespace of its own, which admits
 	// privileged pods, whatever the release namespace.
 	{out: "templates/node-network.yaml", from: []string{"nodenetwork/node-network.yaml"}, verbatim: true, when: ".Values.nodeNetwork.enabled",
-		images: []imageBinding{{kind: "DaemonSet", name: "nest-node-network", container: "agent", values: "nodeNetwork.image"}}},
+		images: []imageBinding{{kind: "DaemonSet", name: "nest-node-network", container: "agent", values: "nodeNetwork.image", args: "nest.nodeNetworkArgs"}}},
 }
 
 // notInChart lists the config/ files the chart leaves out on purpose, with why.
@@ -478,6 +482,13 @@ func (g *generator) images(where string, bindings []imageBinding, obj *yaml.Node
 		}
 		if err := g.image(where+": container "+b.container, c, b.values); err != nil {
 			return err
+		}
+		if b.args != "" {
+			args := lookup(c, "args")
+			if args == nil || args.Kind != yaml.SequenceNode {
+				return fmt.Errorf("%s: container %s: no args to append %s to", where, b.container, b.args)
+			}
+			args.Content = append(args.Content, g.placeholder(seqItems, fmt.Sprintf("include %q .", b.args)))
 		}
 		bound[b] = true
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -78,13 +79,19 @@ func installNest(ctx context.Context, l Layout, nodes []Node, o Options) error {
 		return err
 	}
 	a := nodes[0].Net
+	pods, services, nodeSubnet := a.ClusterCIDR.String(), a.ServiceCIDR.String(), a.NodeSubnet.String()
 	start := time.Now()
 	if err := install.Apply(ctx, c, install.Options{
 		ManagerPodAnnotations: map[string]string{"nest.dev/image-fingerprint": manager},
 		// The host ranges tenant pods must not reach; see controlplane.HostNetwork.
-		ManagerArgs: []string{"--host-pod-cidrs=" + a.ClusterCIDR.String(), "--host-service-cidrs=" + a.ServiceCIDR.String(), "--host-node-cidrs=" + a.NodeSubnet.String(),
+		ManagerArgs: []string{"--host-pod-cidrs=" + pods, "--host-service-cidrs=" + services, "--host-node-cidrs=" + nodeSubnet,
 			// Where a node that a tenant releases joins the host again.
 			"--host-api-server=" + APIServerURL(nodes[0])},
+		// The same ranges, which the pull proxies must not dial: the API
+		// names the nodes' own addresses, not the rest of their subnet
+		// (the bridge address above all), as the chart's
+		// nest.nodeNetworkArgs passes values.yaml's hostNetwork.
+		NodeNetworkArgs: []string{"--pull-proxy-deny=" + strings.Join([]string{pods, services, nodeSubnet}, ",")},
 	}, 3*time.Minute); err != nil {
 		return err
 	}

@@ -32,6 +32,10 @@ const FieldOwner = "nest-install"
 // Namespace is where the manifests install nest-manager.
 const Namespace = "nest-system"
 
+// NodeNetworkAgent names the node network agent's DaemonSet and namespace
+// (config/nodenetwork).
+const NodeNetworkAgent = "nest-node-network"
+
 // Manifests returns the objects to install, in apply order.
 func Manifests() ([]*unstructured.Unstructured, error) {
 	var out []*unstructured.Unstructured
@@ -104,6 +108,10 @@ type Options struct {
 	// the host cluster's address ranges (--host-pod-cidrs=10.244.0.0/16); a
 	// flag given again overrides the manifest's.
 	ManagerArgs []string
+	// NodeNetworkArgs are appended to the node network agent's arguments
+	// (the DaemonSet nest-node-network), such as host ranges its pull proxy
+	// must also refuse (--pull-proxy-deny=198.51.100.0/24).
+	NodeNetworkArgs []string
 }
 
 // Apply installs or upgrades Nest in the cluster c talks to, then waits (up to
@@ -113,12 +121,8 @@ func Apply(ctx context.Context, c client.Client, o Options, timeout time.Duratio
 	if err != nil {
 		return err
 	}
-	for _, u := range objs {
-		if u.GetKind() == "Deployment" && u.GetName() == "nest-manager" {
-			if err := customizeManager(u, o); err != nil {
-				return err
-			}
-		}
+	if err := customize(objs, o); err != nil {
+		return err
 	}
 	if err := ApplyObjects(ctx, c, objs, timeout); err != nil {
 		return err
@@ -175,6 +179,24 @@ func definitionIn(u *unstructured.Unstructured, before []*unstructured.Unstructu
 	return nil
 }
 
+// customize applies o to the manager Deployment and the node network agent
+// DaemonSet among objs.
+func customize(objs []*unstructured.Unstructured, o Options) error {
+	for _, u := range objs {
+		if u.GetKind() == "Deployment" && u.GetName() == "nest-manager" {
+			if err := customizeManager(u, o); err != nil {
+				return err
+			}
+		}
+		if u.GetKind() == "DaemonSet" && u.GetName() == NodeNetworkAgent && len(o.NodeNetworkArgs) > 0 {
+			if err := appendArgs(u, o.NodeNetworkArgs); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 func customizeManager(u *unstructured.Unstructured, o Options) error {
 	if o.ManagerImage != "" {
 		if err := setImage(u, o.ManagerImage); err != nil {
@@ -194,10 +216,11 @@ func customizeManager(u *unstructured.Unstructured, o Options) error {
 	return nil
 }
 
+// appendArgs appends args to the first container of workload u.
 func appendArgs(u *unstructured.Unstructured, args []string) error {
 	containers, _, err := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
 	if err != nil || len(containers) == 0 {
-		return fmt.Errorf("nest-manager Deployment has no containers: %v", err)
+		return fmt.Errorf("%s %s has no containers: %v", u.GetKind(), u.GetName(), err)
 	}
 	c := containers[0].(map[string]any)
 	have, _ := c["args"].([]any)

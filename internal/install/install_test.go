@@ -73,3 +73,31 @@ func TestManagerArgsAreAppended(t *testing.T) {
 	}
 	t.Fatal("no nest-manager Deployment")
 }
+
+func TestNodeNetworkArgsAreAppendedToTheAgentOnly(t *testing.T) {
+	objs, err := Manifests()
+	if err != nil {
+		t.Fatal(err)
+	}
+	argsOf := func(kind, name string) []any {
+		for _, u := range objs {
+			if u.GetKind() == kind && u.GetName() == name {
+				containers, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+				return containers[0].(map[string]any)["args"].([]any)
+			}
+		}
+		t.Fatalf("no %s %s in the manifests", kind, name)
+		return nil
+	}
+	agentBefore, managerBefore := len(argsOf("DaemonSet", NodeNetworkAgent)), len(argsOf("Deployment", "nest-manager"))
+	if err := customize(objs, Options{NodeNetworkArgs: []string{"--pull-proxy-deny=198.51.100.0/24"}}); err != nil {
+		t.Fatal(err)
+	}
+	agent := argsOf("DaemonSet", NodeNetworkAgent)
+	if len(agent) != agentBefore+1 || agent[agentBefore] != "--pull-proxy-deny=198.51.100.0/24" {
+		t.Errorf("agent args = %v: want the manifest's %d then the one given", agent, agentBefore)
+	}
+	if n := len(argsOf("Deployment", "nest-manager")); n != managerBefore {
+		t.Errorf("the manager's args changed from %d to %d entries: NodeNetworkArgs are the agent's", managerBefore, n)
+	}
+}

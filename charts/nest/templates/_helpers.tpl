@@ -48,3 +48,19 @@ by `make generate`; these follow its args.
 - --host-annotation-allowlist={{ join "," .Values.hostMetadata.annotations }}
 {{- end }}
 {{- end -}}
+
+{{- /*
+The node network agent's flags the chart derives from values.yaml: its pull
+proxy refuses to dial the host's ranges (hostNetwork) and the registry deny
+list's CIDRs, besides the addresses it reads from the API. Names in the deny
+list are refused in tenant pod specs by nest-syncer, not here.
+*/ -}}
+{{- define "nest.nodeNetworkArgs" -}}
+{{- $deny := concat .Values.hostNetwork.podCIDRs .Values.hostNetwork.serviceCIDRs .Values.hostNetwork.nodeCIDRs -}}
+{{- range .Values.tenantImages.registryDenylist -}}
+{{- if contains "/" . }}{{ $deny = append $deny . }}{{ end -}}
+{{- end -}}
+{{- if $deny }}
+- --pull-proxy-deny={{ join "," $deny }}
+{{- end }}
+{{- end -}}

@@ -217,7 +217,17 @@ func compareArgs(t *testing.T, got, want *unstructured.Unstructured) {
 
 func managerArgs(t *testing.T, values map[string]any) []string {
 	t.Helper()
-	d := find(render(t, values), "Deployment", "nest-manager")
+	return containerArgs(t, values, "Deployment", "nest-manager")
+}
+
+// containerArgs are the args of the first container of the workload kind
+// name rendered with values.
+func containerArgs(t *testing.T, values map[string]any, kind, name string) []string {
+	t.Helper()
+	d := find(render(t, values), kind, name)
+	if d == nil {
+		t.Fatalf("no %s %s rendered", kind, name)
+	}
 	containers, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
 	var args []string
 	for _, a := range containers[0].(map[string]any)["args"].([]any) {
@@ -260,6 +270,34 @@ func TestChartPassesHostNetworkAndMetadata(t *testing.T) {
 		if v, ok := has(set, flag); !ok || v != want {
 			t.Errorf("%s%q (present %v), want %q", flag, v, ok, want)
 		}
+	}
+}
+
+// The node network agent's pull proxy refuses the host ranges values.yaml
+// names and the registry deny list's CIDRs (its names are nest-syncer's to
+// refuse); with none, its args are config/'s.
+func TestChartPassesHostRangesToThePullProxy(t *testing.T) {
+	deny := func(args []string) []string {
+		var out []string
+		for _, a := range args {
+			if v, ok := strings.CutPrefix(a, "--pull-proxy-deny="); ok {
+				out = append(out, v)
+			}
+		}
+		return out
+	}
+	if got := deny(containerArgs(t, nil, "DaemonSet", "nest-node-network")); got != nil {
+		t.Errorf("default values render --pull-proxy-deny=%v; want none", got)
+	}
+	got := deny(containerArgs(t, map[string]any{
+		"hostNetwork":  map[string]any{"podCIDRs": []any{"10.244.0.0/16", "fd00:10:244::/56"}, "serviceCIDRs": []any{"10.96.0.0/16"}, "nodeCIDRs": []any{"192.0.2.0/24"}},
+		"tenantImages": map[string]any{"registryDenylist": []any{"registry.internal", "*.corp.example", "10.0.0.0/8", "registry.internal:5000"}},
+	}, "DaemonSet", "nest-node-network"))
+	if want := []string{"10.244.0.0/16,fd00:10:244::/56,10.96.0.0/16,192.0.2.0/24,10.0.0.0/8"}; !slices.Equal(got, want) {
+		t.Errorf("--pull-proxy-deny=%v, want %v", got, want)
+	}
+	if got := deny(containerArgs(t, map[string]any{"tenantImages": map[string]any{"registryDenylist": []any{"registry.internal"}}}, "DaemonSet", "nest-node-network")); got != nil {
+		t.Errorf("a deny list of names only renders --pull-proxy-deny=%v; want none", got)
 	}
 }
 

@@ -1,13 +1,17 @@
 package isolation
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,7 +23,11 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/vishvananda/netns"
+
 	"github.com/nestdev/nest/internal/devcluster"
+	"github.com/nestdev/nest/internal/netagent"
+	"github.com/nestdev/nest/internal/nodenet"
 	"github.com/nestdev/nest/internal/syncer"
 	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/testutil"
@@ -51,6 +59,7 @@ func (e *env) translation() []testCase {
 		}},
 		{"image-pull-errors-reach-the-tenant-as-their-kind", e.pullErrorKind},
 		{"image-from-a-name-the-node-resolves-to-itself-is-refused-where-it-is-dialled", e.registryNameResolvingToTheNode},
+		{"pull-proxy-refuses-the-node-subnet-beyond-the-nodes", e.pullProxyRefusesTheNodeSubnet},
 		{"refusals-name-nothing-of-the-host", e.refusalsNameNothingOfTheHost},
 		{"grace-period-is-cut-and-force-delete-shortens-the-host-deletion", e.gracePeriodCut},
 		{"dns-config-past-the-limits-is-told", e.dnsConfigTold},
@@ -188,6 +197,52 @@ func (e *env) registryNameResolvingToTheNode(t *testing.T) {
 		}
 		return fmt.Errorf("no refusal of %s in the agent's log", registry)
 	})
+}
+
+// pullProxyRefusesTheNodeSubnet: the node's pull proxy refuses to dial an
+// address of the host's node subnet that is no node's (the bridge, the
+// local host cluster's gateway), which only the ranges the platform gives
+// (here `nest dev up`'s --pull-proxy-deny, the chart's hostNetwork values)
+// name: the API lists node addresses, not their subnet. Asked as containerd
+// asks it, from the node's own network namespace, it answers DENIED before
+// any connection; without the range it would dial the bridge and answer
+// UNAVAILABLE (nothing listens on port 1 there).
+func (e *env) pullProxyRefusesTheNodeSubnet(t *testing.T) {
+	nodes, err := e.net.Topology(e.stateDir, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := netns.GetFromPath(nodes[0].NetnsPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (c net.Conn, err error) {
+			err = nodenet.InNetNS(ns, func() error {
+				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+				return err
+			})
+			return c, err
+		},
+	}}
+	registry := hostPort(e.net.BridgeIP().String(), 1)
+	url := "http://" + netagent.DefaultPullProxyAddress + "/v2/pods/manifests/latest?ns=" + registry
+	// The agent's pod may still be starting on the node: only a refused
+	// connection to the proxy itself is waited out.
+	var resp *http.Response
+	testutil.Eventually(t, 2*time.Minute, "the node's pull proxy answering", func() error {
+		resp, err = client.Get(url)
+		if err != nil && !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Fatalf("GET %s on %s: %v; want 403 DENIED at once, the node subnet %s refused before it is dialled", url, nodes[0].Name, err, e.net.NodeSubnet)
+		}
+		return err
+	})
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(body), "DENIED") {
+		t.Fatalf("GET %s on %s: %s %s; want 403 DENIED, the node subnet %s refused before it is dialled", url, nodes[0].Name, resp.Status, body, e.net.NodeSubnet)
+	}
 }
 
 // refusalsNameNothingOfTheHost: a pod whose image's registry is in the
