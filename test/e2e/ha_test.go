@@ -15,14 +15,11 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
-	"github.com/nestdev/nest/internal/addons"
 	"github.com/nestdev/nest/internal/controlplane"
 	"github.com/nestdev/nest/internal/devcluster"
 	"github.com/nestdev/nest/internal/etcdmember"
@@ -75,7 +72,7 @@ func TestHAControlPlane(t *testing.T) {
 			// the address every client uses. The bound is looser than the
 			// goal (1%, no gap over 2 s) for a loaded machine; the figures
 			// are logged.
-			res := restartNodeUnderLoad(t, ctx, stateDir, host, tn, announcingNode(t, ctx, host, tn))
+			res := restartNodeUnderLoad(t, ctx, stateDir, host, tn, tn.AnnouncingNode(t, ctx, host))
 			if res.FailedPercent() > 2 || res.LongestGap > 5*time.Second {
 				t.Errorf("the restart failed %.2f%% of calls with a longest gap of %s, want at most 2%% and 5s: %s", res.FailedPercent(), res.LongestGap, res)
 			}
@@ -241,7 +238,7 @@ func etcdMembers(ctx context.Context, host client.Client, hostKubeconfig string,
 // nodes: each node takes one before any takes a second.
 func checkReplicasOnEveryNode(t *testing.T, ctx context.Context, host client.Client, tn *framework.Tenant) {
 	t.Helper()
-	pods := controlPlanePods(t, ctx, host, tn)
+	pods := tn.ControlPlanePods(t, ctx, host)
 	perNode := map[string]int{}
 	for _, p := range pods {
 		perNode[p.Spec.NodeName]++
@@ -255,16 +252,6 @@ func checkReplicasOnEveryNode(t *testing.T, ctx context.Context, host client.Cli
 			t.Errorf("no replica on host node %s: %v", node.Name, perNode)
 		}
 	}
-}
-
-func controlPlanePods(t *testing.T, ctx context.Context, host client.Client, tn *framework.Tenant) []corev1.Pod {
-	t.Helper()
-	n := controlplane.Names{VirtualCluster: tn.Name, Namespace: tn.Namespace}
-	var pods corev1.PodList
-	if err := host.List(ctx, &pods, client.InNamespace(tn.Namespace), client.MatchingLabels(n.Labels())); err != nil {
-		t.Fatal(err)
-	}
-	return pods.Items
 }
 
 // deleteLeaderUnderLoad deletes the replica whose syncer leads while a
@@ -420,7 +407,7 @@ func busiestNode(t *testing.T, ctx context.Context, host client.Client, tn *fram
 	t.Helper()
 	perNode := map[string]int{}
 	best := ""
-	for _, p := range controlPlanePods(t, ctx, host, tn) {
+	for _, p := range tn.ControlPlanePods(t, ctx, host) {
 		perNode[p.Spec.NodeName]++
 		if best == "" || perNode[p.Spec.NodeName] > perNode[best] {
 			best = p.Spec.NodeName
@@ -485,7 +472,7 @@ func deleteEveryReplica(t *testing.T, ctx context.Context, host client.Client, t
 	}
 	n := controlplane.Names{VirtualCluster: tn.Name, Namespace: tn.Namespace}
 	old := map[string]bool{}
-	for _, p := range controlPlanePods(t, ctx, host, tn) {
+	for _, p := range tn.ControlPlanePods(t, ctx, host) {
 		old[string(p.UID)] = true
 	}
 	if err := host.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(n.Namespace), client.MatchingLabels(n.Labels())); err != nil {
@@ -494,7 +481,7 @@ func deleteEveryReplica(t *testing.T, ctx context.Context, host client.Client, t
 	start := time.Now()
 	testutil.Eventually(t, 6*time.Minute, "three new control-plane pods, all ready", func() error {
 		ready := 0
-		for _, p := range controlPlanePods(t, ctx, host, tn) {
+		for _, p := range tn.ControlPlanePods(t, ctx, host) {
 			if !old[string(p.UID)] && podReady(&p) {
 				ready++
 			}
@@ -515,36 +502,4 @@ func deleteEveryReplica(t *testing.T, ctx context.Context, host client.Client, t
 		return nil
 	})
 	t.Logf("every replica deleted -> 3 ready and answering: %s", time.Since(start).Round(100*time.Millisecond))
-}
-
-// announcingNode is the host node whose MetalLB speaker answers for the
-// tenant API Service's LoadBalancer address (its ServiceL2Status), which
-// must run one of the tenant's replicas.
-func announcingNode(t *testing.T, ctx context.Context, host client.Client, tn *framework.Tenant) string {
-	t.Helper()
-	n := controlplane.Names{VirtualCluster: tn.Name, Namespace: tn.Namespace}
-	var node string
-	testutil.Eventually(t, time.Minute, "the node announcing the tenant's LoadBalancer address", func() error {
-		list := &unstructured.UnstructuredList{}
-		list.SetGroupVersionKind(schema.GroupVersionKind{Group: "metallb.io", Version: "v1beta1", Kind: "ServiceL2StatusList"})
-		if err := host.List(ctx, list, client.InNamespace(addons.LoadBalancerNamespace)); err != nil {
-			return err
-		}
-		for _, s := range list.Items {
-			svc, _, _ := unstructured.NestedString(s.Object, "status", "serviceName")
-			ns, _, _ := unstructured.NestedString(s.Object, "status", "serviceNamespace")
-			if svc == n.Service() && ns == tn.Namespace {
-				node, _, _ = unstructured.NestedString(s.Object, "status", "node")
-				return nil
-			}
-		}
-		return fmt.Errorf("no ServiceL2Status for %s/%s among %d", tn.Namespace, n.Service(), len(list.Items))
-	})
-	for _, p := range controlPlanePods(t, ctx, host, tn) {
-		if p.Spec.NodeName == node {
-			return node
-		}
-	}
-	t.Fatalf("%s announces %s's address but runs none of its replicas", node, tn.Name)
-	return ""
 }

@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -45,6 +46,8 @@ type env struct {
 type fault struct {
 	name   string
 	inject func(t *testing.T, e *env, tn *framework.Tenant, w *workload)
+	// create are further `nest create` flags of the case's tenant.
+	create []string
 }
 
 // TestHostFaults stops, one after another, parts of the host that every
@@ -55,9 +58,11 @@ func TestHostFaults(t *testing.T) {
 	t.Parallel()
 	e := startEnv(t)
 	for i, f := range []fault{
-		{"kill nest-manager", killManager},
-		{"stop the host kube-apiserver for 20s", stopHostAPIServer},
-		{"restart a host node's kubelet and containerd", restartNode},
+		{name: "kill nest-manager", inject: killManager},
+		{name: "stop the host kube-apiserver for 20s", inject: stopHostAPIServer},
+		// Against three replicas reached through their LoadBalancer
+		// address, as a platform runs a tenant that must survive a node.
+		{name: "restart a host node's kubelet and containerd", inject: restartNode, create: []string{"--replicas", "3", "--service-type", "LoadBalancer"}},
 	} {
 		t.Run(f.name, func(t *testing.T) { e.run(t, fmt.Sprintf("host%d", i), f) })
 	}
@@ -74,13 +79,13 @@ func TestTenantFaults(t *testing.T) {
 	t.Parallel()
 	e := startEnv(t)
 	for i, f := range []fault{
-		{"kill nest-syncer", killControlPlaneContainer(syncerContainer)},
-		{"kill the tenant kube-apiserver", killControlPlaneContainer("kube-apiserver")},
-		{"kill the tenant etcd", killControlPlaneContainer("etcd")},
-		{"delete the control-plane pod", deleteControlPlanePod},
-		{"the host refuses the syncer's writes for 30s", refuseSyncerWrites},
-		{"fill the tenant's quota and free it", fillQuota},
-		{"delete the host copies from outside", deleteHostCopies},
+		{name: "kill nest-syncer", inject: killControlPlaneContainer(syncerContainer)},
+		{name: "kill the tenant kube-apiserver", inject: killControlPlaneContainer("kube-apiserver")},
+		{name: "kill the tenant etcd", inject: killControlPlaneContainer("etcd")},
+		{name: "delete the control-plane pod", inject: deleteControlPlanePod},
+		{name: "the host refuses the syncer's writes for 30s", inject: refuseSyncerWrites},
+		{name: "fill the tenant's quota and free it", inject: fillQuota},
+		{name: "delete the host copies from outside", inject: deleteHostCopies},
 	} {
 		t.Run(f.name, func(t *testing.T) { e.run(t, fmt.Sprintf("fault%d", i), f) })
 	}
@@ -106,7 +111,7 @@ func startEnv(t *testing.T) *env {
 const syncerContainer = "nest-syncer"
 
 func (e *env) run(t *testing.T, name string, f fault) {
-	tn := e.newTenant(t, name)
+	tn := e.newTenant(t, name, f.create...)
 	w := newWorkload(t, tn)
 	w.create(t, e.ctx)
 	e.waitAgree(t, w, "before the fault")
@@ -127,15 +132,15 @@ func (e *env) run(t *testing.T, name string, f fault) {
 		t.Errorf("the tenant holds %d workload objects, want %d", tenantCount, want)
 	}
 	w.survived(t, e.ctx)
-	t.Logf("FAULT %q: host and tenant agree %.1fs after the churn stopped; %d tenant objects, %d host objects; churn made %d calls, %d failed",
-		f.name, converged.Seconds(), tenantCount, hostCount, w.ops.Load(), w.failures.Load())
+	t.Logf("FAULT %q: host and tenant agree %.1fs after the churn stopped; %d tenant objects, %d host objects; churn made %d calls, %d failed (%s)",
+		f.name, converged.Seconds(), tenantCount, hostCount, w.ops.Load(), w.failures.Load(), w.failedCalls())
 }
 
 // newTenant creates a virtual cluster for one case and deletes it, with
 // all its data, when the case ends.
-func (e *env) newTenant(t *testing.T, name string) *framework.Tenant {
+func (e *env) newTenant(t *testing.T, name string, flags ...string) *framework.Tenant {
 	t.Helper()
-	if out, err := e.nest("create", name, "--cpu", "2", "--memory", "4Gi", "--pods", "30", "--wait"); err != nil {
+	if out, err := e.nest(append([]string{"create", name, "--cpu", "2", "--memory", "4Gi", "--pods", "30", "--wait"}, flags...)...); err != nil {
 		t.Fatalf("create %s: %v\n%s", name, err, out)
 	}
 	t.Cleanup(func() {
@@ -212,16 +217,16 @@ func stopHostAPIServer(t *testing.T, e *env, _ *framework.Tenant, _ *workload) {
 	e.up(t)
 }
 
-// restartNode kills the kubelet and containerd of the node that runs the
-// first workload pod, and starts those two again and nothing else
-// (devcluster.RestartNodeRuntime), as a node's runtime restarting does.
-// Containers outlive containerd: their shims keep them.
+// restartNode kills the kubelet and containerd of the node that announces
+// the tenant's LoadBalancer address and runs one of its replicas and, on a
+// two-node host, workload pods too; and starts those two again and nothing
+// else (devcluster.RestartNodeRuntime), as a node's runtime restarting
+// does. Containers outlive containerd: their shims keep them.
 func restartNode(t *testing.T, e *env, tn *framework.Tenant, _ *workload) {
-	pods := tn.HostPods(t, e.ctx, e.host)
-	if len(pods) == 0 || pods[0].Spec.NodeName == "" {
-		t.Fatal("no scheduled host pod of the workload")
+	node := tn.AnnouncingNode(t, e.ctx, e.host)
+	if !slices.ContainsFunc(tn.HostPods(t, e.ctx, e.host), func(p corev1.Pod) bool { return p.Spec.NodeName == node }) {
+		t.Fatalf("%s runs no workload pod of %s", node, tn.Name)
 	}
-	node := pods[0].Spec.NodeName
 	e.killRecorded(t, node+".kubelet", node+".containerd")
 	if err := devcluster.RestartNodeRuntime(e.ctx, e.stateDir, node); err != nil {
 		t.Fatal(err)

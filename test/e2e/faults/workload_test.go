@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"regexp"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -62,6 +63,8 @@ type workload struct {
 	before map[string]types.UID
 
 	ops, failures atomic.Int64
+	// errors counts the failed calls by error, numbers written N.
+	errors map[string]int
 }
 
 // newWorkload returns the workload of tenant tn. Its client is allowed 50
@@ -310,11 +313,32 @@ func (w *workload) replacePod(ctx context.Context, slot int) {
 }
 
 func (w *workload) count(err error) error {
+	// Calls cut by the churn's own end are not calls the tenant failed.
+	if errors.Is(err, context.Canceled) {
+		return err
+	}
 	w.ops.Add(1)
 	if err != nil {
 		w.failures.Add(1)
+		w.mu.Lock()
+		if w.errors == nil {
+			w.errors = map[string]int{}
+		}
+		w.errors[digits.ReplaceAllString(err.Error(), "N")]++
+		w.mu.Unlock()
 	}
 	return err
+}
+
+// digits are the numbers in an error's text (object names, addresses,
+// durations), which differ between errors of one kind.
+var digits = regexp.MustCompile(`[0-9]+`)
+
+// failedCalls lists the commonest errors of the failed calls.
+func (w *workload) failedCalls() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return framework.TopErrors(w.errors, 3)
 }
 
 func ignoreNotFound(err error) error {

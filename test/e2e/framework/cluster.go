@@ -12,6 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -19,6 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/addons"
+	"github.com/nestdev/nest/internal/controlplane"
 	"github.com/nestdev/nest/internal/devcluster"
 	"github.com/nestdev/nest/internal/kube"
 	"github.com/nestdev/nest/internal/syncer/contract"
@@ -180,4 +184,48 @@ func WaitReady(t testing.TB, ctx context.Context, c client.Client, tn *Tenant) {
 		}
 		return nil
 	})
+}
+
+// ControlPlanePods lists the tenant's control-plane replicas on the host.
+func (tn *Tenant) ControlPlanePods(t testing.TB, ctx context.Context, host client.Client) []corev1.Pod {
+	t.Helper()
+	n := controlplane.Names{VirtualCluster: tn.Name, Namespace: tn.Namespace}
+	var pods corev1.PodList
+	if err := host.List(ctx, &pods, client.InNamespace(tn.Namespace), client.MatchingLabels(n.Labels())); err != nil {
+		t.Fatal(err)
+	}
+	return pods.Items
+}
+
+// AnnouncingNode is the host node whose MetalLB speaker answers for the
+// tenant API Service's LoadBalancer address (its ServiceL2Status), which
+// must run one of the tenant's replicas; it fails t after a minute
+// without one.
+func (tn *Tenant) AnnouncingNode(t testing.TB, ctx context.Context, host client.Client) string {
+	t.Helper()
+	n := controlplane.Names{VirtualCluster: tn.Name, Namespace: tn.Namespace}
+	var node string
+	testutil.Eventually(t, time.Minute, "the node announcing the tenant's LoadBalancer address", func() error {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(schema.GroupVersionKind{Group: "metallb.io", Version: "v1beta1", Kind: "ServiceL2StatusList"})
+		if err := host.List(ctx, list, client.InNamespace(addons.LoadBalancerNamespace)); err != nil {
+			return err
+		}
+		for _, s := range list.Items {
+			svc, _, _ := unstructured.NestedString(s.Object, "status", "serviceName")
+			ns, _, _ := unstructured.NestedString(s.Object, "status", "serviceNamespace")
+			if svc == n.Service() && ns == tn.Namespace {
+				node, _, _ = unstructured.NestedString(s.Object, "status", "node")
+				return nil
+			}
+		}
+		return fmt.Errorf("no ServiceL2Status for %s/%s among %d", tn.Namespace, n.Service(), len(list.Items))
+	})
+	for _, p := range tn.ControlPlanePods(t, ctx, host) {
+		if p.Spec.NodeName == node {
+			return node
+		}
+	}
+	t.Fatalf("%s announces %s's address but runs none of its replicas", node, tn.Name)
+	return ""
 }

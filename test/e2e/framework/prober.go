@@ -145,24 +145,32 @@ func (r ProbeResult) FailedPercent() float64 {
 // String is the result as the notes report it.
 func (r ProbeResult) String() string {
 	s := fmt.Sprintf("%d calls, %d failed (%.2f%%), longest gap %s, last error %v", r.Calls, r.Failed, r.FailedPercent(), r.LongestGap.Round(time.Millisecond), r.LastErr)
-	kinds := make([]string, 0, len(r.Errors))
-	for k := range r.Errors {
-		kinds = append(kinds, k)
+	if top := TopErrors(r.Errors, 3); top != "" {
+		s += "; " + top
 	}
+	return s
+}
+
+// TopErrors lists the n commonest errors of counts (error text to count),
+// commonest first, as "5x text; 2x text; 3 more kinds"; "" when counts is
+// empty.
+func TopErrors(counts map[string]int, n int) string {
+	kinds := slices.Collect(maps.Keys(counts))
 	slices.SortFunc(kinds, func(a, b string) int {
-		if d := r.Errors[b] - r.Errors[a]; d != 0 {
+		if d := counts[b] - counts[a]; d != 0 {
 			return d
 		}
 		return strings.Compare(a, b)
 	})
+	var parts []string
 	for i, k := range kinds {
-		if i == 3 {
-			s += fmt.Sprintf("; %d more kinds", len(kinds)-3)
+		if i == n {
+			parts = append(parts, fmt.Sprintf("%d more kinds", len(kinds)-n))
 			break
 		}
-		s += fmt.Sprintf("; %dx %s", r.Errors[k], k)
+		parts = append(parts, fmt.Sprintf("%dx %s", counts[k], k))
 	}
-	return s
+	return strings.Join(parts, "; ")
 }
 
 // probeName matches the prober's ConfigMap names in errors.
