@@ -86,7 +86,11 @@ func installNest(ctx context.Context, l Layout, nodes []Node, o Options) error {
 		// The host ranges tenant pods must not reach; see controlplane.HostNetwork.
 		ManagerArgs: []string{"--host-pod-cidrs=" + pods, "--host-service-cidrs=" + services, "--host-node-cidrs=" + nodeSubnet,
 			// Where a node that a tenant releases joins the host again.
-			"--host-api-server=" + APIServerURL(nodes[0])},
+			"--host-api-server=" + APIServerURL(nodes[0]),
+			// The cluster runs MetalLB (loadbalancer.go): tenants get an
+			// address that survives a node, as a platform with a load
+			// balancer would give them.
+			"--default-service-type=LoadBalancer"},
 		// The same ranges, which the pull proxies must not dial: the API
 		// names the nodes' own addresses, not the rest of their subnet
 		// (the bridge address above all), as the chart's

@@ -46,9 +46,9 @@ func TestVirtualClusters(t *testing.T) {
 
 	dir := t.TempDir()
 	tenants := map[string]*framework.Tenant{"alpha": {Name: "alpha", Dir: dir}, "beta": {Name: "beta", Dir: dir}}
-	// beta is reached through the local host cluster's load balancer,
-	// alpha through a node port.
-	serviceType := map[string]string{"alpha": "NodePort", "beta": "LoadBalancer"}
+	// beta is reached through the local host cluster's load balancer, its
+	// default (it names no type), alpha through a node port.
+	createFlags := map[string][]string{"alpha": {"--service-type", "NodePort"}, "beta": nil}
 	t.Run("two virtual clusters created at once both become Ready", func(t *testing.T) {
 		var wg sync.WaitGroup
 		errs := make(chan error, len(tenants))
@@ -56,7 +56,7 @@ func TestVirtualClusters(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if out, err := nest("create", name, "--service-type", serviceType[name], "--wait", "--timeout", "4m"); err != nil {
+				if out, err := nest(append([]string{"create", name, "--wait", "--timeout", "4m"}, createFlags[name]...)...); err != nil {
 					errs <- fmt.Errorf("create %s: %v\n%s", name, err, out)
 				}
 			}()
@@ -87,8 +87,9 @@ func TestVirtualClusters(t *testing.T) {
 		}
 	})
 
-	t.Run("a LoadBalancer tenant's kubeconfig names its address from the host's pool, and a NodePort tenant's a host node", func(t *testing.T) {
+	t.Run("a tenant of the host's default type has a kubeconfig naming its address from the host's pool, and a NodePort tenant's a host node", func(t *testing.T) {
 		first, last := cluster.LoadBalancerRange()
+		serviceType := map[string]string{"alpha": "NodePort", "beta": "LoadBalancer (the host's default)"}
 		for _, tn := range tenants {
 			u, err := url.Parse(tn.Config.Host)
 			if err != nil {
@@ -99,7 +100,7 @@ func TestVirtualClusters(t *testing.T) {
 				t.Fatalf("%s's kubeconfig names %s, not an address: %v", tn.Name, tn.Config.Host, err)
 			}
 			inPool := !ip.Less(first) && !last.Less(ip)
-			if want := serviceType[tn.Name] == "LoadBalancer"; inPool != want || !cluster.NodeSubnet.Contains(ip) {
+			if want := tn.Name == "beta"; inPool != want || !cluster.NodeSubnet.Contains(ip) {
 				t.Errorf("%s (%s) is reached at %s: in the pool %s-%s %v, want %v", tn.Name, serviceType[tn.Name], tn.Config.Host, first, last, inPool, want)
 			}
 		}
