@@ -224,10 +224,17 @@ func TestStatefulSetForThreeReplicas(t *testing.T) {
 		"nest-syncer":             "--leader-elect --identity=$(POD_NAME)",
 		"etcd-member": "--member-client-urls=https://alpha-0.alpha-peers.tenant-a.svc:2379,https://alpha-1.alpha-peers.tenant-a.svc:2379,https://alpha-2.alpha-peers.tenant-a.svc:2379" +
 			" --bootstrap-file=/etc/nest/etcd-bootstrap/member",
-		"etcd": "--initial-advertise-peer-urls=https://$(POD_NAME).alpha-peers.tenant-a.svc:2380",
+		"etcd":           "--initial-advertise-peer-urls=https://$(POD_NAME).alpha-peers.tenant-a.svc:2380",
+		"kube-apiserver": "--goaway-chance=0.001",
 	} {
 		if !strings.Contains(args[name], want) {
 			t.Errorf("%s lacks %s in %s", name, want, args[name])
+		}
+	}
+	single := StatefulSetFor(vc(nil), Options{}, ServiceIPs{})
+	for _, c := range single.Spec.Template.Spec.Containers {
+		if c.Name == "kube-apiserver" && strings.Contains(strings.Join(c.Args, " "), "--goaway-chance") {
+			t.Error("a single API server closes connections (--goaway-chance): its clients have no other replica to go to")
 		}
 	}
 	if strings.Contains(args["etcd"], "--initial-cluster=") {

@@ -389,6 +389,10 @@ func etcdContainer(n Names, o Options) corev1.Container {
 	return c
 }
 
+// goawayChance is --goaway-chance of replicated API servers: the share of
+// requests whose HTTP/2 connection is closed after its answer.
+const goawayChance = "0.001"
+
 func apiServerContainer(vc *nestv1.VirtualCluster, o Options) corev1.Container {
 	r := apiServerResources(vc)
 	readOnly, mutating := APIServerInflight(r.Limits[corev1.ResourceMemory])
@@ -415,6 +419,14 @@ func apiServerContainer(vc *nestv1.VirtualCluster, o Options) corev1.Container {
 	// Tenant only: policies the tenant cannot remove, and egress to nodes
 	// and pods through nest-syncer's proxy (APIServerConfigMapFor).
 	args = append(args, apiServerConfigFlags()...)
+	if Replicas(vc) > 1 {
+		// HTTP/2 clients keep one connection, so those that connected while
+		// a replica was away would stay on the others for good: a GOAWAY
+		// on one request in a thousand (upstream's suggested start for
+		// servers behind a load balancer) has them connect again, through
+		// the Service, spread over every replica.
+		args = append(args, components.Flag{Name: "goaway-chance", Value: goawayChance})
+	}
 	c := container(apiServerName, o, r, args.Args())
 	c.Env = append(c.Env, podIPEnv())
 	c.VolumeMounts = append(mounts(false), apiServerConfigMount(), egressMount(true))
