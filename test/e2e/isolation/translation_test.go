@@ -26,8 +26,8 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/nestdev/nest/internal/devcluster"
-	"github.com/nestdev/nest/internal/netagent"
 	"github.com/nestdev/nest/internal/nodenet"
+	"github.com/nestdev/nest/internal/pullproxy"
 	"github.com/nestdev/nest/internal/syncer"
 	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/testutil"
@@ -227,7 +227,7 @@ func (e *env) pullProxyRefusesTheNodeSubnet(t *testing.T) {
 		},
 	}}
 	registry := hostPort(e.net.BridgeIP().String(), 1)
-	url := "http://" + netagent.DefaultPullProxyAddress + "/v2/pods/manifests/latest?ns=" + registry
+	url := "http://" + pullproxy.DefaultAddress + "/v2/pods/manifests/latest?ns=" + registry
 	// The agent's pod may still be starting on the node: only a refused
 	// connection to the proxy itself is waited out.
 	var resp *http.Response
