@@ -208,9 +208,9 @@ func imageDenylist(o Options) []string {
 // registry deny list nest-syncer gets (the platform's denied CIDRs and the
 // host's own ranges, or every private range while those are not known),
 // as masked CIDR strings such as "10.244.0.0/16". Registry names in the
-// list are left out: the proxy checks the addresses it dials.
+// list are left out: the proxy checks the addresses it dials. Never nil.
 func PullProxyDeny(o Options) []string {
-	var out []string
+	out := []string{}
 	for _, e := range imageDenylist(o) {
 		if p, err := netip.ParsePrefix(e); err == nil {
 			out = append(out, p.Masked().String())
