@@ -140,3 +140,14 @@ func TestJoinRequestStringHidesTheTokenSecret(t *testing.T) {
 		}
 	}
 }
+
+func TestJoinRequestStringSaysWhetherItAsksForAPullProxy(t *testing.T) {
+	r := validJoinRequest(t)
+	if s := r.String(); !strings.Contains(s, "no pull proxy") {
+		t.Errorf("String() = %q, want it to say the join asks for no pull proxy", s)
+	}
+	r.PullProxy = &PullProxy{Deny: []string{"10.244.0.0/16"}}
+	if s := r.String(); !strings.Contains(s, "pull proxy denying [10.244.0.0/16]") {
+		t.Errorf("String() = %q, want it to name the pull proxy's deny list", s)
+	}
+}
