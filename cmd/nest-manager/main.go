@@ -198,7 +198,7 @@ func main() {
 	}
 	if agentCASecret == "" {
 		log.Info("Node promotion is off: --agent-ca-secret is empty")
-	} else if err := setupNodePromotion(mgr, client.ObjectKey{Namespace: cp.ManagerNamespace, Name: agentCASecret}, hostAPIServer); err != nil {
+	} else if err := setupNodePromotion(mgr, client.ObjectKey{Namespace: cp.ManagerNamespace, Name: agentCASecret}, hostAPIServer, pullProxyDeny(cp)); err != nil {
 		log.Error(err, "Unable to set up controller", "controller", "nodepromotion")
 		os.Exit(1)
 	}
@@ -211,9 +211,21 @@ func main() {
 	}
 }
 
+// pullProxyDeny is what the agent of a node in a tenant denies its pull
+// proxy (nodepromotion.Reconciler.PullProxyDeny): nil, no proxy, when the
+// host runs no node network agent, whose proxy the nodes' containerd would
+// name.
+func pullProxyDeny(cp controlplane.Options) []string {
+	if !cp.NodeNetwork {
+		return nil
+	}
+	return controlplane.PullProxyDeny(cp)
+}
+
 // setupNodePromotion registers the node promotion controller, which reaches
-// agents with a certificate from the agent CA in caSecret.
-func setupNodePromotion(mgr ctrl.Manager, caSecret client.ObjectKey, hostAPIServer string) error {
+// agents with a certificate from the agent CA in caSecret, and asks the
+// agents of nodes in tenants to serve a pull proxy denying pullDeny.
+func setupNodePromotion(mgr ctrl.Manager, caSecret client.ObjectKey, hostAPIServer string, pullDeny []string) error {
 	cfg := mgr.GetConfig()
 	hostCA := cfg.CAData
 	if len(hostCA) == 0 && cfg.CAFile != "" {
@@ -240,11 +252,12 @@ func setupNodePromotion(mgr ctrl.Manager, caSecret client.ObjectKey, hostAPIServ
 		log.Info("Released nodes join the host at the discovered API server", "server", hostAPIServer)
 	}
 	return (&nodepromotion.Reconciler{
-		Client:     mgr.GetClient(),
-		HostClient: cs,
-		Agents:     &nodepromotion.SecretAgents{Client: mgr.GetAPIReader(), Secret: caSecret},
-		Tenants:    nodepromotion.APITenants{Client: mgr.GetClient()},
-		Host:       nodepromotion.HostJoin{Server: hostAPIServer, CACertPEM: hostCA},
+		Client:        mgr.GetClient(),
+		HostClient:    cs,
+		Agents:        &nodepromotion.SecretAgents{Client: mgr.GetAPIReader(), Secret: caSecret},
+		Tenants:       nodepromotion.APITenants{Client: mgr.GetClient()},
+		Host:          nodepromotion.HostJoin{Server: hostAPIServer, CACertPEM: hostCA},
+		PullProxyDeny: pullDeny,
 	}).SetupWithManager(mgr)
 }
 

@@ -16,10 +16,14 @@
 //   - Stop: stop kube-proxy, then the kubelet.
 //   - Reset: remove every pod sandbox through the CRI, unmount what the kubelet
 //     mounted, wipe its credentials and state, and put back the node's own
-//     kubelet, kube-proxy and CNI configuration (saved when the agent first ran).
-//   - Join: write a bootstrap kubeconfig (a bootstrap token, never an admin
-//     credential), the kubelet and kube-proxy configuration and, if asked, the
-//     CNI configuration for a pod CIDR of the target cluster.
+//     kubelet, kube-proxy and CNI configuration (saved when the agent first
+//     ran), and stop the agent's pull proxy.
+//   - Join: serve the node's pull proxy (package pullproxy) if asked, since
+//     the host's node network agent serving it is gone while the node is
+//     out of the host, or stop it; then write a bootstrap kubeconfig (a
+//     bootstrap token, never an admin credential), the kubelet and
+//     kube-proxy configuration and, if asked, the CNI configuration for a
+//     pod CIDR of the target cluster.
 //   - Start: start the kubelet, wait for its TLS bootstrap to finish, then
 //     start kube-proxy with the node's own client certificate.
 //
@@ -32,6 +36,7 @@ package agent
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"strings"
@@ -116,6 +121,36 @@ type JoinRequest struct {
 	// ServerTLSBootstrap makes the kubelet ask the target cluster to sign its
 	// serving certificate, instead of the one its own configuration names.
 	ServerTLSBootstrap bool `json:"serverTLSBootstrap,omitempty"`
+	// PullProxy, when set, makes the agent serve the node's pull proxy
+	// (package pullproxy) at pullproxy.DefaultAddress while the node is in
+	// the target cluster: the host's node network agent, which serves it
+	// while the node is in the host, is gone with the host's pods. Nil stops
+	// the agent's proxy, as when the node returns home.
+	PullProxy *PullProxy `json:"pullProxy,omitempty"`
+}
+
+// PullProxy is how the agent's pull proxy checks and reaches registries
+// (pullproxy.Config).
+type PullProxy struct {
+	// Deny are CIDRs (such as 10.244.0.0/16) no registry, redirect or token
+	// realm may resolve to, besides pullproxy.AlwaysDenied: the host's own
+	// ranges and the platform's denied registry ranges.
+	Deny []string `json:"deny,omitempty"`
+	// PlainHTTP are registries (host or host:port) reached over HTTP.
+	PlainHTTP []string `json:"plainHTTP,omitempty"`
+}
+
+// denyPrefixes parses Deny; the error names the entry and the fix.
+func (p PullProxy) denyPrefixes() ([]netip.Prefix, error) {
+	out := make([]netip.Prefix, 0, len(p.Deny))
+	for i, c := range p.Deny {
+		prefix, err := netip.ParsePrefix(c)
+		if err != nil {
+			return nil, fmt.Errorf("pullProxy.deny[%d]: must be a CIDR such as 10.244.0.0/16, got %q", i, c)
+		}
+		out = append(out, prefix.Masked())
+	}
+	return out, nil
 }
 
 // ErrorResponse is the body of every failed request.
@@ -159,6 +194,16 @@ func (r JoinRequest) Validate() error {
 			return fmt.Errorf("%s: must be a CIDR such as 10.244.1.0/24, got %q", f.name, f.cidr)
 		}
 	}
+	if r.PullProxy != nil {
+		if _, err := r.PullProxy.denyPrefixes(); err != nil {
+			return err
+		}
+		for i, reg := range r.PullProxy.PlainHTTP {
+			if reg == "" || strings.ContainsAny(reg, "/?#@ ") {
+				return fmt.Errorf("pullProxy.plainHTTP[%d]: must be a registry host or host:port such as registry.example.com:5000, got %q", i, reg)
+			}
+		}
+	}
 	return nil
 }
 
@@ -170,5 +215,9 @@ func (r JoinRequest) String() string {
 		id, _, _ := strings.Cut(r.BootstrapToken, ".")
 		token = id + ".<secret>"
 	}
-	return fmt.Sprintf("join %s with bootstrap token %s, pod CIDR %q", r.Server, token, r.PodCIDR)
+	proxy := "no pull proxy"
+	if r.PullProxy != nil {
+		proxy = fmt.Sprintf("a pull proxy denying %v", r.PullProxy.Deny)
+	}
+	return fmt.Sprintf("join %s with bootstrap token %s, pod CIDR %q, %s", r.Server, token, r.PodCIDR, proxy)
 }

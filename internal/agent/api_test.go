@@ -57,6 +57,10 @@ func TestJoinRequestValidateAcceptsValidRequests(t *testing.T) {
 		{"server without a port", func(r *JoinRequest) { r.Server = "https://api.target.example" }},
 		{"IPv6 server", func(r *JoinRequest) { r.Server = "https://[2001:db8::1]:6443" }},
 		{"IPv6 pod CIDR", func(r *JoinRequest) { r.PodCIDR = "fd00:10:244:1::/64" }},
+		{"pull proxy", func(r *JoinRequest) {
+			r.PullProxy = &PullProxy{Deny: []string{"10.244.0.0/16", "fd00::/8"}, PlainHTTP: []string{"registry.local:5000"}}
+		}},
+		{"pull proxy denying nothing more", func(r *JoinRequest) { r.PullProxy = &PullProxy{} }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -101,6 +105,13 @@ func TestJoinRequestValidateNamesTheBadField(t *testing.T) {
 		{"clusterCIDR prefix too long", "clusterCIDR", func(r *JoinRequest) { r.ClusterCIDR = "10.120.0.0/33" }},
 		{"podCIDR an address", "podCIDR", func(r *JoinRequest) { r.PodCIDR = "10.120.3.0" }},
 		{"podCIDR garbage", "podCIDR", func(r *JoinRequest) { r.PodCIDR = "pods" }},
+		{"pullProxy.deny[1] an address", "pullProxy.deny[1]", func(r *JoinRequest) {
+			r.PullProxy = &PullProxy{Deny: []string{"10.244.0.0/16", "192.0.2.1"}}
+		}},
+		{"pullProxy.deny[0] a name", "pullProxy.deny[0]", func(r *JoinRequest) { r.PullProxy = &PullProxy{Deny: []string{"registry.example.com"}} }},
+		{"pullProxy.plainHTTP[0] a URL", "pullProxy.plainHTTP[0]", func(r *JoinRequest) {
+			r.PullProxy = &PullProxy{PlainHTTP: []string{"http://registry.local:5000/"}}
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -127,5 +138,16 @@ func TestJoinRequestStringHidesTheTokenSecret(t *testing.T) {
 		if !strings.Contains(s, want) {
 			t.Errorf("String() = %q, want it to contain %q", s, want)
 		}
+	}
+}
+
+func TestJoinRequestStringSaysWhetherItAsksForAPullProxy(t *testing.T) {
+	r := validJoinRequest(t)
+	if s := r.String(); !strings.Contains(s, "no pull proxy") {
+		t.Errorf("String() = %q, want it to say the join asks for no pull proxy", s)
+	}
+	r.PullProxy = &PullProxy{Deny: []string{"10.244.0.0/16"}}
+	if s := r.String(); !strings.Contains(s, "pull proxy denying [10.244.0.0/16]") {
+		t.Errorf("String() = %q, want it to name the pull proxy's deny list", s)
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/nestdev/nest/internal/atomicfile"
 	"github.com/nestdev/nest/internal/nodeclean"
+	"github.com/nestdev/nest/internal/pullproxy"
 )
 
 // Service names one of the node's services.
@@ -90,7 +91,12 @@ type Node struct {
 	runtime          Runtime
 	unmount          func(root string) error
 	bootstrapTimeout time.Duration
-	mu               sync.Mutex
+	// pullAddress is where the node's pull proxy listens: always
+	// pullproxy.DefaultAddress but in tests.
+	pullAddress string
+	// pull is the running pull proxy; nil when none runs.
+	pull *pullServer
+	mu   sync.Mutex
 }
 
 // NewNode returns the operations of the node cfg describes, whose services
@@ -102,6 +108,7 @@ func NewNode(cfg Config, services Services) *Node {
 		runtime:          criRuntime{socket: cfg.ContainerRuntimeSocket},
 		unmount:          nodeclean.UnmountUnder,
 		bootstrapTimeout: DefaultBootstrapTimeout,
+		pullAddress:      pullproxy.DefaultAddress,
 	}
 }
 
@@ -262,8 +269,9 @@ func (n *Node) requireStopped(ctx context.Context, op string) error {
 
 // Reset takes the node out of whatever cluster it is in: it removes every
 // pod sandbox, unmounts what the kubelet mounted, removes the kubelet's
-// state and every credential, and puts back the node's own configuration.
-// It refuses while the kubelet or kube-proxy runs.
+// state and every credential, puts back the node's own configuration, and
+// stops the agent's pull proxy (the host's takes its address again when the
+// node returns home). It refuses while the kubelet or kube-proxy runs.
 func (n *Node) Reset(ctx context.Context) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -299,13 +307,16 @@ func (n *Node) Reset(ctx context.Context) error {
 			return err
 		}
 	}
-	return nil
+	return n.setPullProxy(ctx, nil)
 }
 
 // Join writes what the kubelet and kube-proxy need to join the cluster req
-// names; Start then starts them. It refuses while they run, and while the
-// kubelet holds a kubeconfig of another cluster (Reset first). Repeating it
-// with the same request changes nothing.
+// names; Start then starts them. Before it writes a file it serves the
+// node's pull proxy as req.PullProxy says, or stops it when that is nil
+// (setPullProxy), and fails when the proxy cannot listen. It refuses while
+// the kubelet and kube-proxy run, and while the kubelet holds a kubeconfig
+// of another cluster (Reset first). Repeating it with the same request
+// changes nothing.
 func (n *Node) Join(ctx context.Context, req JoinRequest) error {
 	if err := req.Validate(); err != nil {
 		return &BadRequestError{Err: err}
@@ -320,6 +331,9 @@ func (n *Node) Join(ctx context.Context, req JoinRequest) error {
 	}
 	files, err := n.joinFiles(req)
 	if err != nil {
+		return err
+	}
+	if err := n.setPullProxy(ctx, req.PullProxy); err != nil {
 		return err
 	}
 	for _, f := range files {

@@ -140,9 +140,11 @@ func ServerTLSConfig(files TLSFiles) (*tls.Config, error) {
 }
 
 // Run serves the agent for cfg until ctx ends. It first saves the node's own
-// configuration (SaveOwnConfig) and refuses a kubelet.clientCAFile that the
-// node's own kubelet reads (checkKubeletClientCA). Both `nest agent` (real
-// hosts, RunSystemd) and the local host cluster's agents come here.
+// configuration (SaveOwnConfig), refuses a kubelet.clientCAFile that the
+// node's own kubelet reads (checkKubeletClientCA), and serves the pull proxy
+// again if the last Join asked for one (restartPullProxy); it stops the
+// proxy when it returns. Both `nest agent` (real hosts, RunSystemd) and the
+// local host cluster's agents come here.
 func Run(ctx context.Context, cfg Config, services Services) error {
 	node := NewNode(cfg, services)
 	if err := node.SaveOwnConfig(); err != nil {
@@ -151,6 +153,10 @@ func Run(ctx context.Context, cfg Config, services Services) error {
 	if err := node.checkKubeletClientCA(); err != nil {
 		return err
 	}
+	if err := node.restartPullProxy(ctx); err != nil {
+		return err
+	}
+	defer node.Close()
 	tlsConfig, err := ServerTLSConfig(cfg.TLS)
 	if err != nil {
 		return err

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nestdev/nest/internal/netagent"
 	"github.com/nestdev/nest/internal/nodenet"
+	"github.com/nestdev/nest/internal/pullproxy"
 )
 
 func newNodeNetworkAgentCommand() *cobra.Command { return NewNodeNetworkAgentCommand() }
@@ -63,7 +64,7 @@ the pod's in-cluster credentials.`,
 			}
 			if pullAddress != "" {
 				if _, _, err := net.SplitHostPort(pullAddress); err != nil {
-					return fmt.Errorf("--pull-proxy-address: %q is not host:port, such as %s: %w", pullAddress, netagent.DefaultPullProxyAddress, err)
+					return fmt.Errorf("--pull-proxy-address: %q is not host:port, such as %s: %w", pullAddress, pullproxy.DefaultAddress, err)
 				}
 			}
 			cfg, err := rest.InClusterConfig()
@@ -91,7 +92,7 @@ the pod's in-cluster credentials.`,
 	}
 	cmd.Flags().StringVar(&nodeName, "node-name", "", "this host node's name (required)")
 	cmd.Flags().StringVar(&netnsDir, "netns-dir", netagent.DefaultNetnsDir, "where the container runtime bind-mounts pod network namespaces")
-	cmd.Flags().StringVar(&pullAddress, "pull-proxy-address", netagent.DefaultPullProxyAddress, "host:port where the node's pull proxy listens, in the node's network namespace; empty serves none (then the node's containerd must not name it)")
+	cmd.Flags().StringVar(&pullAddress, "pull-proxy-address", pullproxy.DefaultAddress, "host:port where the node's pull proxy listens, in the node's network namespace; empty serves none (then the node's containerd must not name it)")
 	cmd.Flags().StringSliceVar(&pullDeny, "pull-proxy-deny", nil, "comma-separated CIDRs the pull proxy also refuses to dial, besides the host's node addresses, pod CIDRs and ServiceCIDRs, loopback, link-local and multicast")
 	cmd.Flags().StringSliceVar(&pullPlainHTTP, "pull-proxy-plain-http", nil, "comma-separated registries (host or host:port) the pull proxy reaches over HTTP instead of HTTPS")
 	return cmd

@@ -382,3 +382,22 @@ func TestImagePolicyAndGracePeriodReachTheSyncer(t *testing.T) {
 		}
 	}
 }
+
+// A promoted node's pull proxy denies the CIDRs nest-syncer denies.
+func TestPullProxyDenyIsTheDenylistsCIDRs(t *testing.T) {
+	hostRanges := HostNetwork{
+		PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}, ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")},
+		NodeCIDRs: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")},
+	}
+	got := PullProxyDeny(Options{HostNetwork: hostRanges, ImageRegistryDenylist: []string{"registry.internal", "203.0.113.7/24", "*.example.org"}})
+	if want := []string{"203.0.113.0/24", "10.244.0.0/16", "10.96.0.0/12", "192.0.2.0/24"}; !slices.Equal(got, want) {
+		t.Errorf("PullProxyDeny() = %v, want %v", got, want)
+	}
+	// With the host's ranges unknown, every private range.
+	got = PullProxyDeny(Options{})
+	for _, private := range []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"} {
+		if !slices.Contains(got, private) {
+			t.Errorf("host ranges unknown: %s not denied (%v)", private, got)
+		}
+	}
+}

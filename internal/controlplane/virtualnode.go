@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"net/netip"
 	"path"
 	"slices"
 	"time"
@@ -198,6 +199,22 @@ func imageDenylist(o Options) []string {
 	out := slices.Clone(o.ImageRegistryDenylist)
 	for _, r := range ranges {
 		out = append(out, r.String())
+	}
+	return out
+}
+
+// PullProxyDeny is the deny list of the pull proxy a promoted node's
+// nest-agent serves (agent.PullProxy.Deny): the CIDRs of the image
+// registry deny list nest-syncer gets (the platform's denied CIDRs and the
+// host's own ranges, or every private range while those are not known),
+// as masked CIDR strings such as "10.244.0.0/16". Registry names in the
+// list are left out: the proxy checks the addresses it dials. Never nil.
+func PullProxyDeny(o Options) []string {
+	out := []string{}
+	for _, e := range imageDenylist(o) {
+		if p, err := netip.ParsePrefix(e); err == nil {
+			out = append(out, p.Masked().String())
+		}
 	}
 	return out
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
-	"github.com/nestdev/nest/internal/netagent"
+	"github.com/nestdev/nest/internal/pullproxy"
 )
 
 func TestMirrorServesWhatIsPushedUnderTheRegistrysName(t *testing.T) {
@@ -133,7 +133,7 @@ func TestNodesPullThroughThePullProxyByDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := "http://" + netagent.DefaultPullProxyAddress
+	url := "http://" + pullproxy.DefaultAddress
 	if !strings.Contains(string(got), fmt.Sprintf("server = %q", url)) || strings.Count(string(got), "[host.") != 1 || !strings.Contains(string(got), fmt.Sprintf("[host.%q]", url)) {
 		t.Errorf("_default/hosts.toml = %q, want the pull proxy %s as the one server and host", got, url)
 	}

@@ -16,8 +16,8 @@ import (
 	"github.com/nestdev/nest/internal/addons"
 	"github.com/nestdev/nest/internal/agent"
 	"github.com/nestdev/nest/internal/images"
-	"github.com/nestdev/nest/internal/netagent"
 	"github.com/nestdev/nest/internal/provisioner"
+	"github.com/nestdev/nest/internal/pullproxy"
 )
 
 // Up starts the local host cluster and returns when every node is Ready and
@@ -253,7 +253,7 @@ func writeNodeFiles(l Layout, n Node, cniBinDir string) error {
 		args["config"]:             kubelet,
 		KubeProxyArgs(n)["config"]: proxy,
 		resolv:                     nil,
-		filepath.Join(n.Dir, containerdCertsDir, "_default", "hosts.toml"): PullProxyHostsTOML(netagent.DefaultPullProxyAddress),
+		filepath.Join(n.Dir, containerdCertsDir, "_default", "hosts.toml"): PullProxyHostsTOML(pullproxy.DefaultAddress),
 	}
 	for path, data := range files {
 		if err := writeFileAtomic(path, data, 0o644); err != nil {

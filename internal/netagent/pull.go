@@ -19,11 +19,6 @@ import (
 	"github.com/nestdev/nest/internal/pullproxy"
 )
 
-// DefaultPullProxyAddress is where the pull proxy listens on every host
-// node, in the node's network namespace: the address the node's containerd
-// names as the server of every registry (certs.d/_default/hosts.toml).
-const DefaultPullProxyAddress = "127.0.0.1:5015"
-
 // PullGuard serves the node's pull proxy (package pullproxy) with the host's
 // own addresses as its deny list: every node's addresses and pod CIDRs,
 // every ServiceCIDR, and every Service's external IPs and LoadBalancer

@@ -41,6 +41,13 @@ import (
 	"github.com/go-logr/logr"
 )
 
+// DefaultAddress is where the pull proxy listens on every host node, in
+// the node's network namespace: the address the node's containerd names as
+// the server of every registry (certs.d/_default/hosts.toml). The host's
+// node network agent serves it while the node is in the host, and a
+// promoted node's nest-agent while it is in a tenant cluster.
+const DefaultAddress = "127.0.0.1:5015"
+
 // TokenPath is where the proxy serves the token realms it rewrites: a
 // challenge's realm R becomes http://<proxy>/TokenPath?realm=R, and the
 // proxy forwards the token request to R.

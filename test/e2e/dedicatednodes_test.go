@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -137,6 +139,9 @@ func TestDedicatedNodes(t *testing.T) {
 	})
 	t.Run("the promoted kubelet holds a node credential, not an admin one", func(t *testing.T) {
 		checkNodeCredential(t, ctx, tn, node(t, stateDir, worker), worker)
+	})
+	t.Run("the promoted node's agent serves its pull proxy, which refuses the host's node subnet", func(t *testing.T) {
+		checkPullProxyOn(t, node(t, stateDir, worker), cluster)
 	})
 	t.Run("a second VirtualCluster asking for the held node gets none and says why", func(t *testing.T) {
 		checkNodeHeld(t, ctx, host, nest, worker)
@@ -664,6 +669,21 @@ func mountsOf(t *testing.T, uid string) []string {
 }
 
 // node is the local host cluster's node name.
+// checkPullProxyOn checks that n, out of the host with the host's node
+// network agent gone from it, still has a pull proxy where its containerd
+// looks for one: its nest-agent's, which refuses the bridge of the host's
+// node subnet (a range only nest-manager's --host-node-cidrs names) before
+// it dials it. Without a proxy, the node's pulls of every registry without
+// a hosts.toml of its own would fail.
+func checkPullProxyOn(t *testing.T, n devcluster.Node, a devcluster.Addressing) {
+	t.Helper()
+	registry := net.JoinHostPort(a.BridgeIP().String(), "1")
+	status, body := framework.PullManifestFromNode(t, n, registry)
+	if status != http.StatusForbidden || !strings.Contains(body, "DENIED") {
+		t.Fatalf("a manifest of %s from %s's pull proxy: %d %s; want 403 DENIED, the host's node subnet %s refused before it is dialled", registry, n.Name, status, body, a.NodeSubnet)
+	}
+}
+
 func node(t *testing.T, stateDir, name string) devcluster.Node {
 	t.Helper()
 	nodes := framework.Topology(t, stateDir, 3)

@@ -139,6 +139,11 @@ func TestPromoteAndReleaseMoveTheNodeThroughBothClusters(t *testing.T) {
 	if len(joins) != 1 || joins[0].Server != tenantServer || !joins[0].ServerTLSBootstrap || string(joins[0].KubeletClientCAPEM) != "kubelet client CA" {
 		t.Fatalf("joins = %+v, want one to the tenant with its kubelet client CA and serving bootstrap", joins)
 	}
+	// In the tenant the node's agent serves the pull proxy the host's node
+	// network agent served.
+	if p := joins[0].PullProxy; p == nil || !slices.Equal(p.Deny, testPullProxyDeny) {
+		t.Errorf("the tenant join's pullProxy = %+v, want one denying %v", p, testPullProxyDeny)
+	}
 	requireBootstrapToken(t, tenant, node, joins[0].BootstrapToken)
 	csrs, err := tenantCS.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -193,6 +198,9 @@ func TestPromoteAndReleaseMoveTheNodeThroughBothClusters(t *testing.T) {
 	joins = node.joinList()
 	if len(joins) != 2 || joins[1].Server != hostServer || len(joins[1].KubeletClientCAPEM) != 0 || joins[1].ServerTLSBootstrap {
 		t.Fatalf("second join = %+v, want the host keeping the node's own kubelet client CA and serving certificate", joins[1:])
+	}
+	if p := joins[1].PullProxy; p != nil {
+		t.Errorf("the host join's pullProxy = %+v, want none: the host's node network agent serves it there", p)
 	}
 	requireBootstrapToken(t, host, node, joins[1].BootstrapToken)
 	eventually(t, "finalizer of a VirtualCluster that holds nothing", func() error {

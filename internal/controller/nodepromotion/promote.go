@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -207,7 +208,7 @@ func (r *Reconciler) joinTenant(ctx context.Context, gn *nestv1.GlobalNode) (ste
 		return step{}, err
 	}
 	approve := func(ctx context.Context) (int, error) { return ApproveNodeClient(ctx, t.Client, gn.Name) }
-	if err := join(ctx, a, t.Client, t.Join, gn.Name, "Nest: "+gn.Name+" joins "+key.String(), func(ctx context.Context) error {
+	if err := join(ctx, a, t.Client, r.tenantJoin(t), gn.Name, "Nest: "+gn.Name+" joins "+key.String(), func(ctx context.Context) error {
 		return addons.Apply(ctx, t.Objects, addons.NodeBootstrapRBAC())
 	}, approve); err != nil {
 		return step{}, err
@@ -218,6 +219,16 @@ func (r *Reconciler) joinTenant(ctx context.Context, gn *nestv1.GlobalNode) (ste
 		s.message = fmt.Sprintf("not Ready in the tenant after %s: see the node's kubelet log; still trying", r.joinTimeout())
 	}
 	return s, nil
+}
+
+// tenantJoin is t's join request with the node's pull proxy asked for,
+// unless the host serves none (PullProxyDeny nil).
+func (r *Reconciler) tenantJoin(t *Tenant) agent.JoinRequest {
+	req := t.Join
+	if r.PullProxyDeny != nil {
+		req.PullProxy = &agent.PullProxy{Deny: slices.Clone(r.PullProxyDeny)}
+	}
+	return req
 }
 
 // join has the agent join the cluster cs serves and start the kubelet and

@@ -89,6 +89,14 @@ type Reconciler struct {
 	Tenants Tenants
 	// Host says how a node joins the host cluster again.
 	Host HostJoin
+	// PullProxyDeny are the CIDRs (controlplane.PullProxyDeny) the pull
+	// proxy of a node in a tenant refuses to dial: its agent serves the
+	// proxy there, since the host's node network agent that serves it in
+	// the host is gone with the host's pods. A join of the host asks for no
+	// proxy, so the agent's stops and the host's takes its address again.
+	// Nil asks for no proxy in the tenant either: the host runs no node
+	// network agent, so its nodes' containerd names no pull proxy.
+	PullProxyDeny []string
 	// DrainTimeout and JoinTimeout bound the Draining and Joining phases;
 	// zero means the defaults.
 	DrainTimeout, JoinTimeout time.Duration

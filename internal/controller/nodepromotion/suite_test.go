@@ -54,6 +54,8 @@ var (
 	tenantEnv        *envtest.Environment
 	tenantCfg        *rest.Config
 	testDrainTimeout = 3 * time.Second
+	// testPullProxyDeny is the manager's controlplane.PullProxyDeny.
+	testPullProxyDeny = []string{"10.244.0.0/16", "192.0.2.0/24"}
 )
 
 func TestMain(m *testing.M) {
@@ -103,9 +105,10 @@ func TestMain(m *testing.M) {
 			}
 			return (&Reconciler{
 				Client: mgr.GetClient(), HostClient: hostCS, Agents: agents,
-				Tenants:      fakeTenants{},
-				Host:         HostJoin{Server: hostServer, CACertPEM: []byte("host CA")},
-				DrainTimeout: testDrainTimeout,
+				Tenants:       fakeTenants{},
+				Host:          HostJoin{Server: hostServer, CACertPEM: []byte("host CA")},
+				DrainTimeout:  testDrainTimeout,
+				PullProxyDeny: testPullProxyDeny,
 			}).SetupWithManager(mgr)
 		},
 		Started: func(_ *rest.Config, c client.Client) { host = c },

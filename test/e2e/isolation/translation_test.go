@@ -1,17 +1,14 @@
 package isolation
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,14 +20,11 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/vishvananda/netns"
-
 	"github.com/nestdev/nest/internal/devcluster"
-	"github.com/nestdev/nest/internal/netagent"
-	"github.com/nestdev/nest/internal/nodenet"
 	"github.com/nestdev/nest/internal/syncer"
 	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/testutil"
+	"github.com/nestdev/nest/test/e2e/framework"
 )
 
 // Translation: what a tenant writes in a pod spec that the host node would
@@ -212,36 +206,12 @@ func (e *env) pullProxyRefusesTheNodeSubnet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns, err := netns.GetFromPath(nodes[0].NetnsPath())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
-	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, network, addr string) (c net.Conn, err error) {
-			err = nodenet.InNetNS(ns, func() error {
-				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
-				return err
-			})
-			return c, err
-		},
-	}}
-	registry := hostPort(e.net.BridgeIP().String(), 1)
-	url := "http://" + netagent.DefaultPullProxyAddress + "/v2/pods/manifests/latest?ns=" + registry
 	// The agent's pod may still be starting on the node: only a refused
 	// connection to the proxy itself is waited out.
-	var resp *http.Response
-	testutil.Eventually(t, 2*time.Minute, "the node's pull proxy answering", func() error {
-		resp, err = client.Get(url)
-		if err != nil && !errors.Is(err, syscall.ECONNREFUSED) {
-			t.Fatalf("GET %s on %s: %v; want 403 DENIED at once, the node subnet %s refused before it is dialled", url, nodes[0].Name, err, e.net.NodeSubnet)
-		}
-		return err
-	})
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(body), "DENIED") {
-		t.Fatalf("GET %s on %s: %s %s; want 403 DENIED, the node subnet %s refused before it is dialled", url, nodes[0].Name, resp.Status, body, e.net.NodeSubnet)
+	registry := hostPort(e.net.BridgeIP().String(), 1)
+	status, body := framework.PullManifestFromNode(t, nodes[0], registry)
+	if status != http.StatusForbidden || !strings.Contains(body, "DENIED") {
+		t.Fatalf("a manifest of %s from %s's pull proxy: %d %s; want 403 DENIED, the node subnet %s refused before it is dialled", registry, nodes[0].Name, status, body, e.net.NodeSubnet)
 	}
 }
 
