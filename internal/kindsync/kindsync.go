@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -120,14 +121,18 @@ func New(kind string, workers int, sync Func, keys func() []string) *Syncer {
 // Add puts a key on the queue; a key already waiting is not added twice.
 func (k *Syncer) Add(key string) { k.Queue.Add(key) }
 
-// Run syncs until ctx ends, then shuts the queue down. Call it once the
-// informers the sync function reads have synced.
+// Run syncs until ctx ends, then shuts the queue down and returns once its
+// workers have finished the syncs under way, so nothing it started writes
+// after it returned. Call it once the informers the sync function reads
+// have synced.
 func (k *Syncer) Run(ctx context.Context) {
-	defer k.Queue.ShutDown()
+	var workers sync.WaitGroup
 	for range k.workers {
-		go wait.UntilWithContext(ctx, k.work, time.Second)
+		workers.Go(func() { wait.UntilWithContext(ctx, k.work, time.Second) })
 	}
 	wait.JitterUntilWithContext(ctx, k.resyncAll, k.Resync, 0.1, true)
+	k.Queue.ShutDown()
+	workers.Wait()
 }
 
 // SyncNow syncs key at once in the caller's goroutine, outside the queue

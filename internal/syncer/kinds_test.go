@@ -48,6 +48,9 @@ func runKindSyncers(t *testing.T, tenant, host *fake.Clientset, with ...func(*Op
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A sync under way when the test ends finishes writing before the
+	// directory goes.
+	t.Cleanup(func() { cancel(); s.waitSyncers() })
 	if err := s.startSyncers(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -205,6 +205,9 @@ func memberSyncer(t *testing.T, tenant, member *fake.Clientset) *syncer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Registered after the DNS directory's TempDir, so a sync under way
+	// when the test ends finishes writing before the directory goes.
+	t.Cleanup(func() { cancel(); s.waitSyncers() })
 	if err := s.startSyncers(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -128,7 +128,9 @@ func runSyncer(ctx context.Context, o Options) error {
 }
 
 type syncer struct {
-	o           Options
+	o Options
+	// running are the queues and runners startSyncers started.
+	running     sync.WaitGroup
 	provider    *podProvider
 	serviceSync *service.Syncer
 	// registration is what the rows of kindTable run in this syncer's mode.
@@ -299,13 +301,17 @@ func (s *syncer) startSyncers(ctx context.Context) error {
 		}
 	}
 	for _, q := range s.registration.Queues {
-		go q.Run(ctx)
+		s.running.Go(func() { q.Run(ctx) })
 	}
 	for _, run := range s.registration.Runners {
-		go run(ctx)
+		s.running.Go(func() { run(ctx) })
 	}
 	return nil
 }
+
+// waitSyncers returns once every queue and runner startSyncers started has
+// returned, after their context ended.
+func (s *syncer) waitSyncers() { s.running.Wait() }
 
 // podWorkers is how many tenant pods are translated at once.
 const podWorkers = 32
