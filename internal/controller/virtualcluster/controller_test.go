@@ -511,10 +511,7 @@ func TestServicesPublishASingleReplicaNotReady(t *testing.T) {
 		}
 	}
 	eventually(t, "one replica published when not ready", publishes(true))
-	vc := getVC(t, n.Namespace, "single")
-	vc.Spec.ControlPlane.Replicas = ptr.To[int32](3)
-	if err := k8sClient.Update(ctx, vc); err != nil {
-		t.Fatal(err)
-	}
+	// The controller writes the VirtualCluster too: retry on its conflicts.
+	updateVC(t, n.Namespace, "single", func(vc *nestv1.VirtualCluster) { vc.Spec.ControlPlane.Replicas = ptr.To[int32](3) })
 	eventually(t, "three replicas published only when ready", publishes(false))
 }
