@@ -231,11 +231,19 @@ func TestStatefulSetForThreeReplicas(t *testing.T) {
 			t.Errorf("%s lacks %s in %s", name, want, args[name])
 		}
 	}
-	single := StatefulSetFor(vc(nil), Options{}, ServiceIPs{})
-	for _, c := range single.Spec.Template.Spec.Containers {
-		if c.Name == "kube-apiserver" && strings.Contains(strings.Join(c.Args, " "), "--goaway-chance") {
+	single := StatefulSetFor(vc(nil), Options{}, ServiceIPs{}).Spec.Template.Spec
+	found := false
+	for _, c := range append(single.InitContainers, single.Containers...) {
+		if c.Name != "kube-apiserver" {
+			continue
+		}
+		found = true
+		if strings.Contains(strings.Join(c.Args, " "), "--goaway-chance") {
 			t.Error("a single API server closes connections (--goaway-chance): its clients have no other replica to go to")
 		}
+	}
+	if !found {
+		t.Error("no kube-apiserver container in a single replica's pod")
 	}
 	if strings.Contains(args["etcd"], "--initial-cluster=") {
 		t.Error("etcd has --initial-cluster on its command line: it must come from the helper's file, or etcd refuses the variable")
