@@ -31,6 +31,16 @@ type pullServer struct {
 	done chan struct{}
 }
 
+// stopped reports whether Serve has returned.
+func (s *pullServer) stopped() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
 func (n *Node) pullProxyFile() string { return filepath.Join(n.cfg.SavedDir, savedPullProxy) }
 
 // setPullProxy serves the node's pull proxy as p says, or stops it when p is
@@ -61,6 +71,10 @@ func (n *Node) servePullProxy(ctx context.Context, p PullProxy) error {
 	deny, err := p.denyPrefixes()
 	if err != nil {
 		return &BadRequestError{Err: err}
+	}
+	if n.pull != nil && n.pull.stopped() {
+		// Serve ended on its own (its error is logged): start it again.
+		n.stopPullProxy()
 	}
 	if n.pull != nil && slices.Equal(n.pull.setting.PlainHTTP, p.PlainHTTP) {
 		n.pull.proxy.SetDeny(deny)

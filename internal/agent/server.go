@@ -142,8 +142,9 @@ func ServerTLSConfig(files TLSFiles) (*tls.Config, error) {
 // Run serves the agent for cfg until ctx ends. It first saves the node's own
 // configuration (SaveOwnConfig), refuses a kubelet.clientCAFile that the
 // node's own kubelet reads (checkKubeletClientCA), and serves the pull proxy
-// again if the last Join asked for one (restartPullProxy); it stops the
-// proxy when it returns. Both `nest agent` (real hosts, RunSystemd) and the
+// again if the last Join asked for one (restartPullProxy; a failure is
+// logged, and the API served all the same); it stops the proxy when it
+// returns. Both `nest agent` (real hosts, RunSystemd) and the
 // local host cluster's agents come here.
 func Run(ctx context.Context, cfg Config, services Services) error {
 	node := NewNode(cfg, services)
@@ -153,8 +154,11 @@ func Run(ctx context.Context, cfg Config, services Services) error {
 	if err := node.checkKubeletClientCA(); err != nil {
 		return err
 	}
+	// The API serves even when the saved proxy cannot: without it the
+	// manager could not reset or release the node (the node's pulls
+	// through the proxy's address fail meanwhile, closed).
 	if err := node.restartPullProxy(ctx); err != nil {
-		return err
+		klog.FromContext(ctx).Error(err, "The node's pull proxy is not served; pulls of registries without a hosts.toml of their own fail until a join serves it again")
 	}
 	defer node.Close()
 	tlsConfig, err := ServerTLSConfig(cfg.TLS)

@@ -668,7 +668,6 @@ func mountsOf(t *testing.T, uid string) []string {
 	return out
 }
 
-// node is the local host cluster's node name.
 // checkPullProxyOn checks that n, out of the host with the host's node
 // network agent gone from it, still has a pull proxy where its containerd
 // looks for one: its nest-agent's, which refuses the bridge of the host's
@@ -684,6 +683,7 @@ func checkPullProxyOn(t *testing.T, n devcluster.Node, a devcluster.Addressing) 
 	}
 }
 
+// node is the local host cluster's node name.
 func node(t *testing.T, stateDir, name string) devcluster.Node {
 	t.Helper()
 	nodes := framework.Topology(t, stateDir, 3)

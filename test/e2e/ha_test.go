@@ -470,15 +470,21 @@ func startProber(t *testing.T, ctx context.Context, tn *framework.Tenant) *frame
 func drainNodeUnderLoad(t *testing.T, ctx context.Context, hostKubeconfig string, host client.Client, tn *framework.Tenant, node string) framework.ProbeResult {
 	t.Helper()
 	prober := startProber(t, ctx, tn)
+	uncordoned := false
 	uncordon := func() {
+		if uncordoned {
+			return
+		}
+		uncordoned = true
 		if out, err := framework.Kubectl(ctx, hostKubeconfig, "uncordon", node); err != nil {
 			t.Errorf("kubectl uncordon %s: %v\n%s", node, err, out)
 		}
 	}
+	// Also when the test fails on the way: later cases need the node.
+	t.Cleanup(uncordon)
 	start := time.Now()
 	out, err := framework.Kubectl(ctx, hostKubeconfig, "drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=3m")
 	if err != nil {
-		uncordon()
 		t.Fatalf("kubectl drain %s: %v\n%s", node, err, out)
 	}
 	drained := time.Since(start)
@@ -497,6 +503,9 @@ func drainNodeUnderLoad(t *testing.T, ctx context.Context, hostKubeconfig string
 const (
 	loadClients  = 12
 	loadDuration = time.Minute
+	// minLoadCalls is far below what one replica answers here in a
+	// minute (some 38,000): fewer means the load did not happen.
+	minLoadCalls = 1000
 )
 
 // loadOneReplica runs framework.RunLoad against a 1-replica tenant while
@@ -506,7 +515,10 @@ const (
 func loadOneReplica(t *testing.T, ctx context.Context, host client.Client, tn *framework.Tenant) {
 	t.Helper()
 	n := controlplane.Names{VirtualCluster: tn.Name, Namespace: tn.Namespace}
-	restartsBefore := podRestarts(tn.ControlPlanePods(t, ctx, host))
+	before := tn.ControlPlanePods(t, ctx, host)
+	if len(before) != 1 {
+		t.Fatalf("%s has %d control-plane pods, want the one replica", tn.Name, len(before))
+	}
 	loadCtx, stop := context.WithCancel(ctx)
 	var emptied []string
 	watched := make(chan struct{})
@@ -540,8 +552,14 @@ func loadOneReplica(t *testing.T, ctx context.Context, host client.Client, tn *f
 			break
 		}
 	}
-	if after := podRestarts(tn.ControlPlanePods(t, ctx, host)); after != restartsBefore {
-		t.Errorf("the control plane's containers restarted %d times under load", after-restartsBefore)
+	// Slower, not failing: a loose bound for a loaded machine; the
+	// figures are logged.
+	if res.Calls < minLoadCalls || 100*res.Failed > res.Calls {
+		t.Errorf("under load: %d calls (want at least %d), %d failed (want at most 1%%): %s", res.Calls, minLoadCalls, res.Failed, res)
+	}
+	after := tn.ControlPlanePods(t, ctx, host)
+	if len(after) != len(before) || after[0].UID != before[0].UID || podRestarts(after) != podRestarts(before) {
+		t.Errorf("the control-plane pod was replaced or its containers restarted under load: %d restarts before, %d after", podRestarts(before), podRestarts(after))
 	}
 	if len(res.Latencies["create"]) == 0 {
 		t.Errorf("no create succeeded under load: %s", res)

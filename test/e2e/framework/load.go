@@ -72,9 +72,14 @@ func RunLoad(ctx context.Context, cfg *rest.Config, namespace string, clients in
 	var mu sync.Mutex
 	record := func(verb string, start time.Time, err error) {
 		took := time.Since(start)
-		// A call cut by the load's own end is not a failure.
-		if ctx.Err() != nil && errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-			return
+		// A call the load's own end cut is not counted, unless it had
+		// waited past cutCallBound by then: a server that stopped
+		// answering near the end must show.
+		if ctx.Err() != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
+			if took < cutCallBound {
+				return
+			}
+			err = fmt.Errorf("%s unanswered for %s when the load ended", verb, took.Round(time.Second))
 		}
 		mu.Lock()
 		defer mu.Unlock()
@@ -90,6 +95,7 @@ func RunLoad(ctx context.Context, cfg *rest.Config, namespace string, clients in
 	for i := range clients {
 		c := rest.CopyConfig(cfg)
 		c.QPS, c.Burst = -1, 0
+		c.Timeout = callTimeout
 		// A connection of its own, as separate programs would have: a
 		// config with a Proxy function gets a transport client-go does
 		// not share. It names no proxy.
@@ -110,11 +116,15 @@ func RunLoad(ctx context.Context, cfg *rest.Config, namespace string, clients in
 				start = time.Now()
 				w, err := cms.Watch(ctx, metav1.ListOptions{TimeoutSeconds: ptrInt64(5)})
 				if err == nil {
-					// The first event (an ADDED for each existing object)
-					// or the watch's end.
+					// The first event: an ADDED for each existing object,
+					// and the namespace holds one (kube-root-ca.crt).
 					select {
-					case <-w.ResultChan():
+					case _, ok := <-w.ResultChan():
+						if !ok {
+							err = errors.New("watch ended with no event")
+						}
 					case <-ctx.Done():
+						err = ctx.Err()
 					}
 					w.Stop()
 				}
@@ -137,3 +147,11 @@ func RunLoad(ctx context.Context, cfg *rest.Config, namespace string, clients in
 }
 
 func ptrInt64(v int64) *int64 { return &v }
+
+// callTimeout bounds each call of RunLoad (rest.Config.Timeout), so a
+// call no answer comes to fails rather than waits out the load.
+const callTimeout = 30 * time.Second
+
+// cutCallBound is how long a call cut by the load's end may have waited
+// and still not count as failed.
+const cutCallBound = 5 * time.Second
