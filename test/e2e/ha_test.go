@@ -497,14 +497,14 @@ func drainNodeUnderLoad(t *testing.T, ctx context.Context, hostKubeconfig string
 }
 
 // loadClients and loadDuration bound the load test: as many clients as
-// the upstream conformance suite runs processes here, for a minute (some
-// 38,000 calls on this machine: two minutes showed nothing more and cost
-// CI a minute).
+// the upstream conformance suite runs processes here, for a minute (22,000
+// to 48,000 calls on this machine: two minutes showed nothing more and
+// cost CI a minute).
 const (
 	loadClients  = 12
 	loadDuration = time.Minute
 	// minLoadCalls is far below what one replica answers here in a
-	// minute (some 38,000): fewer means the load did not happen.
+	// minute (22,000 to 48,000): fewer means the load did not happen.
 	minLoadCalls = 1000
 )
 
