@@ -79,23 +79,27 @@ func joinWithPullProxy(t *testing.T, deny ...string) JoinRequest {
 	return req
 }
 
+// joinDenying joins env's node with a pull proxy denying cidr and checks
+// that the proxy at addr refuses registry, an address in it.
+func joinDenying(t *testing.T, env *testEnv, addr, cidr, registry string) {
+	t.Helper()
+	if err := env.node.Join(context.Background(), joinWithPullProxy(t, cidr)); err != nil {
+		t.Fatal(err)
+	}
+	assertDenies(t, addr, registry)
+}
+
 func TestJoinWithPullProxyServesItUntilAJoinWithout(t *testing.T) {
 	env := newResetEnv(t)
 	addr := withPullProxy(t, env)
 	ctx := context.Background()
 	assertNotServing(t, addr)
 
-	if err := env.node.Join(ctx, joinWithPullProxy(t, "192.0.2.0/24")); err != nil {
-		t.Fatal(err)
-	}
-	assertDenies(t, addr, "192.0.2.1:1")
+	joinDenying(t, env, addr, "192.0.2.0/24", "192.0.2.1:1")
 	assertExists(t, env.node.pullProxyFile())
 
 	// A new deny list applies to the running proxy.
-	if err := env.node.Join(ctx, joinWithPullProxy(t, "198.51.100.0/24")); err != nil {
-		t.Fatal(err)
-	}
-	assertDenies(t, addr, "198.51.100.1:1")
+	joinDenying(t, env, addr, "198.51.100.0/24", "198.51.100.1:1")
 
 	if err := env.node.Join(ctx, validJoinRequest(t)); err != nil {
 		t.Fatal(err)
@@ -108,10 +112,7 @@ func TestResetStopsThePullProxy(t *testing.T) {
 	env := newResetEnv(t)
 	addr := withPullProxy(t, env)
 	ctx := context.Background()
-	if err := env.node.Join(ctx, joinWithPullProxy(t, "192.0.2.0/24")); err != nil {
-		t.Fatal(err)
-	}
-	assertDenies(t, addr, "192.0.2.1:1")
+	joinDenying(t, env, addr, "192.0.2.0/24", "192.0.2.1:1")
 	if err := env.node.Reset(ctx); err != nil {
 		t.Fatal(err)
 	}
