@@ -16,15 +16,16 @@ const (
 	// Nodes. The reason says which step failed otherwise.
 	ConditionReachable = "Reachable"
 	// ConditionInjectorReady is True when every Ready grant on the member
-	// has a network injector that answers: a mutating webhook in the
-	// grant's namespace, registered by nest-manager and served by
-	// nest-syncer, that holds the tenant's pods there to its API server
-	// and DNS (a server-side dry-run pod came back with them set; see
-	// status.members[].injectorReady of the VirtualCluster). It is False
-	// with reason NoNodePortAddress when spec.network.nodePortAddress is
-	// unset (no injector is installed), NoGrants when no VirtualCluster
-	// has a Ready grant on the member, and NotReady naming the grants
-	// whose injector does not answer.
+	// that has a member network (status.members[].network NodePort or
+	// LoadBalancer of the VirtualCluster) has a network injector that
+	// answers: a mutating webhook in the grant's namespace, registered by
+	// nest-manager and served by nest-syncer, that holds the tenant's pods
+	// there to its API server and DNS (a server-side dry-run pod came back
+	// with them set; see status.members[].injectorReady). It is False with
+	// reason NoGrants when no VirtualCluster has a Ready grant on the
+	// member, NoMemberNetwork when no Ready grant has a member network (no
+	// injector is installed), and NotReady naming the grants whose injector
+	// does not answer.
 	ConditionInjectorReady = "InjectorReady"
 )
 
@@ -55,39 +56,52 @@ type SecretKeyRef struct {
 	Key string `json:"key,omitempty"`
 }
 
-// MemberNetwork is where tenant traffic reaches a member cluster: addresses
-// of the member's internal load balancer, which pods Nest places in the
-// member use to reach their tenant's API server and DNS: nest-syncer sets
-// them on every pod it places there. nest-manager does not probe them.
+// MemberNetwork is where pods Nest places in a member cluster reach their
+// tenant's API server, DNS and Services, when the tenant is not reached
+// through the host's load balancer. A tenant whose host Service is a
+// LoadBalancer is reached through LoadBalancer addresses by default: its
+// API server at its own address, and its DNS, the member's network
+// injector and its exposed Services at the address of one more
+// LoadBalancer Service per grant. These fields are the platform's own
+// paths, for hosts without a load balancer or members that cannot reach
+// its addresses, and each one set is used in place of that default.
+// nest-manager does not probe them.
 type MemberNetwork struct {
 	// APIServerAddress is host:port of the member's load balancer in front
 	// of tenant API servers, such as 10.20.0.5:6443 or [2001:db8::5]:6443.
-	// +required
+	// Unset: member pods reach each tenant's API server at its host
+	// LoadBalancer address, and a grant of a tenant without one is not
+	// Ready (NoPathToTenant).
+	// +optional
 	// +kubebuilder:validation:MinLength=3
 	// +kubebuilder:validation:MaxLength=261
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?([.][a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?)*|[[][0-9a-fA-F:.]+[]]):[0-9]{1,5}$')",message="network.apiServerAddress must be host:port, such as 10.20.0.5:6443, lb.member.example:6443 or [2001:db8::5]:6443"
 	// +kubebuilder:validation:XValidation:rule="!self.matches(':[0-9]{1,5}$') || (int(self.substring(self.lastIndexOf(':') + 1)) >= 1 && int(self.substring(self.lastIndexOf(':') + 1)) <= 65535)",message="network.apiServerAddress: the port must be 1 to 65535"
 	// +kubebuilder:validation:XValidation:rule="!self.startsWith('[') || self.indexOf(']') < 0 || isIP(self.substring(1, self.indexOf(']')))",message="network.apiServerAddress: an IPv6 host must be a valid address in brackets, such as [2001:db8::5]:6443"
-	APIServerAddress string `json:"apiServerAddress"`
+	APIServerAddress string `json:"apiServerAddress,omitempty"`
 
 	// DNSAddress is where pods in the member reach their tenant's DNS: an
-	// IP address (port 53), or host:port.
-	// +required
+	// IP address (port 53), or host:port. It is used only for a tenant
+	// reached neither through NodePortAddress nor through a host
+	// LoadBalancer; such a tenant's member pods reach no tenant Service
+	// but the API server, and get no network injector. A grant that needs
+	// it while it is unset is not Ready (NoPathToTenant).
+	// +optional
 	// +kubebuilder:validation:MinLength=2
 	// +kubebuilder:validation:MaxLength=261
 	// +kubebuilder:validation:XValidation:rule="isIP(self) || self.matches('^([a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?([.][a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?)*|[[][0-9a-fA-F:.]+[]]):[0-9]{1,5}$')",message="network.dnsAddress must be an IP address or host:port, such as 10.20.0.10, 10.20.0.10:53 or [2001:db8::a]:53"
 	// +kubebuilder:validation:XValidation:rule="isIP(self) || !self.matches(':[0-9]{1,5}$') || (int(self.substring(self.lastIndexOf(':') + 1)) >= 1 && int(self.substring(self.lastIndexOf(':') + 1)) <= 65535)",message="network.dnsAddress: the port must be 1 to 65535"
 	// +kubebuilder:validation:XValidation:rule="isIP(self) || !self.startsWith('[') || self.indexOf(']') < 0 || isIP(self.substring(1, self.indexOf(']')))",message="network.dnsAddress: an IPv6 host must be a valid address in brackets, such as [2001:db8::a]:53"
-	DNSAddress string `json:"dnsAddress"`
+	DNSAddress string `json:"dnsAddress,omitempty"`
 
 	// NodePortAddress is an IP address where the member's nodes reach the
 	// host cluster's node ports: a host node, or a load balancer that
 	// forwards the node-port range to host nodes. When it is set, Nest
-	// exposes each tenant's DNS, its API server's in-cluster name and its
-	// NodePort and LoadBalancer Services to the tenant's pods in the
-	// member through it, and those pods use that DNS instead of
-	// DNSAddress. Unset: member pods use DNSAddress and reach no tenant
-	// Service but the API server.
+	// exposes each tenant's DNS, its API server's in-cluster name, the
+	// member's network injector and the tenant's NodePort and LoadBalancer
+	// Services to the tenant's pods in the member through a host NodePort
+	// Service per grant, reached at this address, even for tenants with a
+	// host LoadBalancer.
 	// +optional
 	// +kubebuilder:validation:MaxLength=45
 	// +kubebuilder:validation:XValidation:rule="isIP(self)",message="network.nodePortAddress must be an IP address, such as 10.20.0.1 or 2001:db8::1"
@@ -103,9 +117,10 @@ type MemberClusterSpec struct {
 	// +required
 	KubeconfigSecretRef SecretKeyRef `json:"kubeconfigSecretRef"`
 
-	// Network is where tenant traffic reaches the member.
-	// +required
-	Network MemberNetwork `json:"network"`
+	// Network is where pods in the member reach their tenant when not
+	// through the host's load balancer. Unset: through it only.
+	// +optional
+	Network MemberNetwork `json:"network,omitempty"`
 
 	// VirtualClusterSelector chooses the VirtualClusters (by their labels)
 	// that may place pods in the member. Unset: none may. An empty selector

@@ -609,7 +609,7 @@ type MemberGrantStatus struct {
 	// exist in the member and nest-syncer has what it needs to place pods.
 	Ready bool `json:"ready"`
 	// Reason is a CamelCase word when Ready is false: MemberNotFound,
-	// NotSelected, MemberUnreachable or SetupFailed; Removing for a grant
+	// NotSelected, MemberUnreachable, NoPathToTenant or SetupFailed; Removing for a grant
 	// removed from the spec whose member namespace is still being deleted.
 	// +optional
 	Reason string `json:"reason,omitempty"`
@@ -627,11 +627,44 @@ type MemberGrantStatus struct {
 	Allocatable corev1.ResourceList `json:"allocatable,omitempty"`
 	// InjectorReady is true when the member's network injector admits pods
 	// into Namespace: a server-side dry run of a pod there came back with
-	// the tenant's API server and DNS set. Always false when the
-	// MemberCluster has no network.nodePortAddress (no injector).
+	// the tenant's API server and DNS set. Always false when Network is
+	// DNSAddress (no injector).
 	// +optional
 	InjectorReady bool `json:"injectorReady,omitempty"`
+	// APIServerAddress is host:port where the tenant's pods in the member
+	// reach its API server: the MemberCluster's network.apiServerAddress,
+	// else the tenant's host LoadBalancer address.
+	// +optional
+	APIServerAddress string `json:"apiServerAddress,omitempty"`
+	// Network is how the tenant's pods in the member reach its DNS, its
+	// exposed Services and the member's network injector: LoadBalancer
+	// (the address of a host LoadBalancer Service of the grant's own),
+	// NodePort (host node ports at the MemberCluster's
+	// network.nodePortAddress), or DNSAddress (the tenant's DNS at
+	// network.dnsAddress only: no Services, no injector).
+	// +optional
+	// +kubebuilder:validation:Enum=LoadBalancer;NodePort;DNSAddress
+	Network MemberNetworkPath `json:"network,omitempty"`
 }
+
+// MemberNetworkPath is how a tenant's pods in a member reach their tenant
+// (status.members[].network).
+type MemberNetworkPath string
+
+// The paths of MemberNetworkPath.
+const (
+	// MemberNetworkLoadBalancer: through a host LoadBalancer Service of the
+	// grant's own, used when the tenant's host Service is a LoadBalancer
+	// and the MemberCluster names no network.nodePortAddress.
+	MemberNetworkLoadBalancer MemberNetworkPath = "LoadBalancer"
+	// MemberNetworkNodePort: through a host NodePort Service of the
+	// grant's own, at the MemberCluster's network.nodePortAddress.
+	MemberNetworkNodePort MemberNetworkPath = "NodePort"
+	// MemberNetworkDNSAddress: member pods use the MemberCluster's
+	// network.dnsAddress as nameserver and reach no tenant Service but the
+	// API server.
+	MemberNetworkDNSAddress MemberNetworkPath = "DNSAddress"
+)
 
 // VirtualCluster is one tenant's Kubernetes cluster: a dedicated control plane
 // (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, CoreDNS) run

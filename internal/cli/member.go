@@ -69,11 +69,13 @@ func newMemberAddCommand() *cobra.Command {
 		host hostFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "add NAME --kubeconfig FILE --api-server-address HOST:PORT --dns-address ADDR",
+		Use:   "add NAME --kubeconfig FILE [--api-server-address HOST:PORT] [--dns-address ADDR] [--node-port-address IP]",
 		Short: "Register a member cluster: store its kubeconfig in a Secret in nest-system and create the MemberCluster",
 		Long: "Register a member cluster: store its kubeconfig (the current context only, with every file it names embedded) in the Secret " +
 			"nest-system/nest-member-NAME and create the MemberCluster NAME. nest-manager then probes it (docs/member-clusters.md). " +
-			"--kubeconfig here is the member's; --host-kubeconfig chooses the host cluster.",
+			"--kubeconfig here is the member's; --host-kubeconfig chooses the host cluster. " +
+			"Member pods of a tenant whose host Service is a LoadBalancer reach it through LoadBalancer addresses; " +
+			"the address flags name the platform's own paths instead, and are needed for tenants without one.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			a.name = args[0]
@@ -97,16 +99,14 @@ func newMemberAddCommand() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&a.kubeconfig, "kubeconfig", "", "the member cluster's kubeconfig file (its current context is used)")
 	f.StringVar(&host.kubeconfig, "host-kubeconfig", "", "host cluster kubeconfig (default $KUBECONFIG, else the local host cluster's, else ~/.kube/config)")
-	f.StringVar(&a.apiServerAddress, "api-server-address", "", "host:port of the member's internal load balancer for tenant API servers, such as 10.20.0.5:6443")
-	f.StringVar(&a.dnsAddress, "dns-address", "", "IP or host:port where pods in the member reach tenant DNS, such as 10.20.0.10")
-	f.StringVar(&a.nodePortAddress, "node-port-address", "", "IP where the member's nodes reach the host's node ports, such as a host node's; member pods then use the tenant's DNS and reach its NodePort Services through it")
+	f.StringVar(&a.apiServerAddress, "api-server-address", "", "host:port of the member's internal load balancer for tenant API servers, such as 10.20.0.5:6443 (default: each tenant's host LoadBalancer address)")
+	f.StringVar(&a.dnsAddress, "dns-address", "", "IP or host:port where pods in the member reach tenant DNS, such as 10.20.0.10, for tenants reached neither through --node-port-address nor a host LoadBalancer")
+	f.StringVar(&a.nodePortAddress, "node-port-address", "", "IP where the member's nodes reach the host's node ports, such as a host node's; member pods then use the tenant's DNS and reach its NodePort Services through it (default: through a host LoadBalancer, for tenants that have one)")
 	f.StringVar(&a.selector, "selector", "", "labels of the VirtualClusters that may use the member, such as team=ml,tier=gpu (default: none may)")
 	f.StringVar(&a.cpu, "cpu", "", "the most cpu Nest places in the member, such as 64 (default: no cap)")
 	f.StringVar(&a.memory, "memory", "", "the most memory Nest places in the member, such as 256Gi (default: no cap)")
 	f.StringVar(&a.gpu, "gpu", "", "the most nvidia.com/gpu Nest places in the member, such as 8 (default: no cap)")
-	for _, name := range []string{"kubeconfig", "api-server-address", "dns-address"} {
-		_ = cmd.MarkFlagRequired(name)
-	}
+	_ = cmd.MarkFlagRequired("kubeconfig")
 	return cmd
 }
 
@@ -121,12 +121,6 @@ func (a memberAdd) build() (*nestv1.MemberCluster, []byte, error) {
 	kubeconfig, err := memberKubeconfig(a.kubeconfig)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--kubeconfig %s: %w", a.kubeconfig, err)
-	}
-	if a.apiServerAddress == "" {
-		return nil, nil, errors.New("--api-server-address: required: the member's load balancer address for tenant API servers, such as 10.20.0.5:6443")
-	}
-	if a.dnsAddress == "" {
-		return nil, nil, errors.New("--dns-address: required: where pods in the member reach tenant DNS, such as 10.20.0.10")
 	}
 	if a.nodePortAddress != "" {
 		if _, err := netip.ParseAddr(a.nodePortAddress); err != nil {

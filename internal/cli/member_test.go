@@ -96,6 +96,12 @@ func TestMemberAddBuild(t *testing.T) {
 	if mc, _, err = a.build(); err != nil || mc.Spec.VirtualClusterSelector != nil || mc.Spec.Resources != nil {
 		t.Errorf("without --selector and caps: %v, selector %v, resources %v", err, mc.Spec.VirtualClusterSelector, mc.Spec.Resources)
 	}
+	// Without the address flags the network is empty: tenants are reached
+	// through their host LoadBalancer addresses.
+	a.apiServerAddress, a.dnsAddress, a.nodePortAddress = "", "", ""
+	if mc, _, err = a.build(); err != nil || mc.Spec.Network != (nestv1.MemberNetwork{}) {
+		t.Errorf("without address flags: %v, network %+v; want it empty", err, mc.Spec.Network)
+	}
 }
 
 func TestMemberAddRefusesBadFlags(t *testing.T) {
@@ -118,8 +124,6 @@ func TestMemberAddRefusesBadFlags(t *testing.T) {
 		{"no file", func(a *memberAdd) { a.kubeconfig = "" }, "--kubeconfig : required"},
 		{"exec", func(a *memberAdd) { a.kubeconfig = withExec }, "--kubeconfig " + withExec + ": users[gpu-admin].exec runs a command"},
 		{"bad name", func(a *memberAdd) { a.name = "GPU_pool" }, `NAME "GPU_pool"`},
-		{"no api server", func(a *memberAdd) { a.apiServerAddress = "" }, "--api-server-address: required"},
-		{"no dns", func(a *memberAdd) { a.dnsAddress = "" }, "--dns-address: required"},
 		{"node port address by name", func(a *memberAdd) { a.nodePortAddress = "lb.host.example" }, `--node-port-address "lb.host.example": want an IP address`},
 		{"bad selector", func(a *memberAdd) { a.selector = "team in (ml)" }, `--selector "team in (ml)"`},
 		{"bad cpu", func(a *memberAdd) { a.cpu = "lots" }, `--cpu "lots": want a positive quantity`},

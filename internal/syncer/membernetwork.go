@@ -32,21 +32,25 @@ import (
 	"github.com/nestdev/nest/internal/syncer/kinds/service"
 )
 
-// The path from a member's pods back to their tenant, when the
-// MemberCluster names a nodePortAddress (where the member's nodes reach the
-// host's node ports). Member pods cannot route to the tenant's ClusterIPs,
-// which are host addresses, so each member syncer keeps:
+// The path from a member's pods back to their tenant, when the placement
+// has a member network (contract.MemberPlacement.HasMemberNetwork): through
+// host node ports at the MemberCluster's nodePortAddress, or through the
+// address of a host LoadBalancer. Member pods cannot route to the tenant's
+// ClusterIPs, which are host addresses, so each member syncer keeps:
 //
-//   - on the host, a NodePort Service (contract.MemberHostService) fronting the
-//     control-plane pod: the tenant CoreDNS' view for this member, the
-//     member's network injector (injector.go), and each
-//     TCP node port of the tenant's NodePort and LoadBalancer Services,
-//     which nest-syncer already serves there (kinds/service's node-port proxy);
+//   - on the host, a NodePort or LoadBalancer Service
+//     (contract.MemberHostService) fronting the control-plane pod: the
+//     tenant CoreDNS' view for this member, the member's network injector
+//     (injector.go), and each TCP node port of the tenant's NodePort and
+//     LoadBalancer Services, which nest-syncer already serves there
+//     (kinds/service's node-port proxy);
 //   - in the member namespace, Services without selectors whose
-//     EndpointSlices point at those host node ports: nest-dns (the member
-//     pods' nameserver), nest-injector (the webhook), kubernetes (the tenant API server, when
-//     apiServerAddress is an IP) and one per exposed tenant Service, named
-//     as its host copy would be (HostName), so service variables name it;
+//     EndpointSlices point at that host Service (its node ports at
+//     nodePortAddress, or its ports at its LoadBalancer address):
+//     nest-dns (the member pods' nameserver), nest-injector (the webhook),
+//     kubernetes (the tenant API server, when apiServerAddress is an IP)
+//     and one per exposed tenant Service, named as its host copy would be
+//     (HostName), so service variables name it;
 //   - the view's hosts file (contract.MemberHostsFileName): the tenant names of
 //     those Services with their ClusterIPs in the member. Every other name
 //     under the cluster domain is NXDOMAIN there: member pods reach only
@@ -67,6 +71,10 @@ const (
 // tenant Service changed: a host node port reallocated, a member object
 // deleted by hand.
 const memberNetworkResync = 30 * time.Second
+
+// loadBalancerPoll is how soon the path is looked at again while the host
+// Service waits for its LoadBalancer address.
+const loadBalancerPoll = 2 * time.Second
 
 // nodePortName is the host Service port that carries tenant node port n.
 func nodePortName(n int32) string { return "np-" + strconv.Itoa(int(n)) }
@@ -133,21 +141,28 @@ type memberSideService struct {
 	targets map[string]int32
 }
 
+// hostPath is where member pods reach the member's host Service: one
+// address, and per port name of the Service the port there (its node port
+// at nodePortAddress, or its own port at its LoadBalancer address).
+type hostPath struct {
+	address string
+	ports   map[string]int32
+}
+
 // memberSideServices are the Services of the member namespace for the
 // exposed tenant Services, the tenant API server (when apiHost is an IP)
-// and DNS. hostNodePorts maps the member host Service's port names to the
-// node ports the host gave them; an exposed port without one yet is left
-// out until it has.
-func (t Translator) memberSideServices(nodePortAddress, apiHost string, apiPort int32, exposed []*corev1.Service, hostNodePorts map[string]int32) []memberSideService {
+// and DNS, all reached through host. An exposed port the host Service has
+// no port for yet is left out until it has.
+func (t Translator) memberSideServices(host hostPath, apiHost string, apiPort int32, exposed []*corev1.Service) []memberSideService {
 	out := []memberSideService{{
 		name: memberDNSService, tenant: "", ports: service.DNSPorts(intstr.IntOrString{}),
-		address: nodePortAddress, targets: map[string]int32{"dns": hostNodePorts["dns"], "dns-tcp": hostNodePorts["dns-tcp"]},
+		address: host.address, targets: map[string]int32{"dns": host.ports["dns"], "dns-tcp": host.ports["dns-tcp"]},
 	}}
-	if np := hostNodePorts["injector"]; np != 0 {
+	if np := host.ports["injector"]; np != 0 {
 		out = append(out, memberSideService{
 			name:    contract.MemberInjectorService,
 			ports:   []corev1.ServicePort{{Name: "https", Protocol: corev1.ProtocolTCP, Port: 443}},
-			address: nodePortAddress, targets: map[string]int32{"https": np},
+			address: host.address, targets: map[string]int32{"https": np},
 		})
 	}
 	if _, err := netip.ParseAddr(apiHost); err == nil {
@@ -159,9 +174,9 @@ func (t Translator) memberSideServices(nodePortAddress, apiHost string, apiPort 
 	}
 	for _, svc := range exposed {
 		s := memberSideService{name: contract.HostName(t.VirtualCluster, svc.Namespace, svc.Name), tenant: fmt.Sprintf("%s.%s.svc.%s", svc.Name, svc.Namespace, t.ClusterDomain),
-			address: nodePortAddress, targets: map[string]int32{}}
+			address: host.address, targets: map[string]int32{}}
 		for _, p := range svc.Spec.Ports {
-			np := hostNodePorts[nodePortName(p.NodePort)]
+			np := host.ports[nodePortName(p.NodePort)]
 			if np == 0 {
 				continue
 			}
@@ -178,10 +193,14 @@ func (t Translator) memberSideServices(nodePortAddress, apiHost string, apiPort 
 // memberNetwork keeps the path from one member's pods back to their tenant
 // (see the comment at the top of this file). It runs in the member syncer.
 type memberNetwork struct {
-	tr              Translator
-	member          string
-	slot            int
+	tr     Translator
+	member string
+	slot   int
+	// nodePortAddress is where the member reaches the host's node ports;
+	// empty with loadBalancer, when the host Service is a LoadBalancer and
+	// member pods reach it at its address.
 	nodePortAddress string
+	loadBalancer    bool
 	apiHost         string
 	apiPort         int32
 	// podIP is the control-plane pod's IP, where CoreDNS and the node-port
@@ -210,11 +229,15 @@ func (n *memberNetwork) sync(ctx context.Context, _ string) (time.Duration, erro
 	if dropped > 0 {
 		klog.FromContext(ctx).Info("Tenant node ports not exposed to the member: too many", "member", n.member, "dropped", dropped, "max", maxMemberExposedPorts)
 	}
-	hostNodePorts, err := n.applyHostService(ctx, exposed)
+	host, err := n.applyHostService(ctx, exposed)
 	if err != nil {
 		return 0, err
 	}
-	want := n.tr.memberSideServices(n.nodePortAddress, n.apiHost, n.apiPort, exposed, hostNodePorts)
+	if host.address == "" {
+		klog.FromContext(ctx).V(2).Info("Member host Service has no LoadBalancer address yet", "member", n.member)
+		return loadBalancerPoll, nil
+	}
+	want := n.tr.memberSideServices(host, n.apiHost, n.apiPort, exposed)
 	var records []service.DNSRecord
 	var errs []error
 	for _, s := range want {
@@ -241,29 +264,54 @@ func (n *memberNetwork) labels() map[string]string {
 }
 
 // applyHostService applies the member's host Service and its EndpointSlice
-// (the control-plane pod) and returns the node port of each port name.
-func (n *memberNetwork) applyHostService(ctx context.Context, exposed []*corev1.Service) (map[string]int32, error) {
+// (the control-plane pod) and returns where member pods reach it: a
+// LoadBalancer's address and ports (no address while the host's load
+// balancer has given none), or nodePortAddress and the node ports.
+func (n *memberNetwork) applyHostService(ctx context.Context, exposed []*corev1.Service) (hostPath, error) {
 	name := contract.MemberHostService(n.tr.VirtualCluster, n.member)
 	ports := memberHostPorts(n.slot, exposed)
+	typ := corev1.ServiceTypeNodePort
+	if n.loadBalancer {
+		typ = corev1.ServiceTypeLoadBalancer
+	}
 	svc, err := n.host.CoreV1().Services(n.hostNamespace).Apply(ctx,
 		corev1ac.Service(name, n.hostNamespace).WithLabels(n.labels()).
-			WithSpec(corev1ac.ServiceSpec().WithType(corev1.ServiceTypeNodePort).WithPorts(servicePortConfigs(ports)...)),
+			WithSpec(corev1ac.ServiceSpec().WithType(typ).WithPorts(servicePortConfigs(ports)...)),
 		metav1.ApplyOptions{FieldManager: fieldManager, Force: true})
 	if err != nil {
-		return nil, fmt.Errorf("host Service %s for member %s: %w", name, n.member, err)
-	}
-	nodePorts := map[string]int32{}
-	for _, p := range svc.Spec.Ports {
-		nodePorts[p.Name] = p.NodePort
+		return hostPath{}, fmt.Errorf("host Service %s for member %s: %w", name, n.member, err)
 	}
 	targets := map[string]int32{}
 	for _, p := range ports {
 		targets[p.Name] = p.TargetPort.IntVal
 	}
 	if err := applySlice(ctx, n.host, n.hostNamespace, svc, n.labels(), n.podIP, ports, targets); err != nil {
-		return nil, fmt.Errorf("host EndpointSlice of %s: %w", name, err)
+		return hostPath{}, fmt.Errorf("host EndpointSlice of %s: %w", name, err)
 	}
-	return nodePorts, nil
+	return pathTo(svc, n.nodePortAddress, n.loadBalancer), nil
+}
+
+// pathTo is where member pods reach host Service svc: with loadBalancer,
+// its first LoadBalancer IP at each Service port (no address while it has
+// none); else nodePortAddress at each node port.
+func pathTo(svc *corev1.Service, nodePortAddress string, loadBalancer bool) hostPath {
+	path := hostPath{address: nodePortAddress, ports: map[string]int32{}}
+	if loadBalancer {
+		path.address = ""
+		for _, ing := range svc.Status.LoadBalancer.Ingress {
+			if ing.IP != "" {
+				path.address = ing.IP
+				break
+			}
+		}
+	}
+	for _, p := range svc.Spec.Ports {
+		path.ports[p.Name] = p.NodePort
+		if loadBalancer {
+			path.ports[p.Name] = p.Port
+		}
+	}
+	return path
 }
 
 // applyMemberService applies one member-side Service and its EndpointSlice
@@ -358,8 +406,8 @@ func applySlice(ctx context.Context, c kubernetes.Interface, namespace string, s
 
 // ensureMemberDNSService makes the member namespace's nest-dns Service,
 // before any pod is placed, and returns its ClusterIP: member pods' only
-// nameserver. Its EndpointSlice follows once memberNetwork has the host's
-// node ports.
+// nameserver. Its EndpointSlice follows once memberNetwork has the host
+// Service's node ports or LoadBalancer address.
 func ensureMemberDNSService(ctx context.Context, member kubernetes.Interface, namespace string, lbls map[string]string) (string, error) {
 	svc, err := member.CoreV1().Services(namespace).Apply(ctx,
 		corev1ac.Service(memberDNSService, namespace).WithLabels(lbls).

@@ -78,7 +78,7 @@ func TestMemberHostPortsLeadToTheViewAndTheNodePorts(t *testing.T) {
 func TestMemberSideServicesPointAtTheHostNodePorts(t *testing.T) {
 	exposed, _ := MemberExposedServices(exposedTestServices())
 	nodePorts := map[string]int32{"dns": 31000, "dns-tcp": 31001, "injector": 31443, "np-30080": 32080}
-	got := tr.memberSideServices("198.51.100.10", "198.51.100.10", 31234, exposed, nodePorts)
+	got := tr.memberSideServices(hostPath{address: "198.51.100.10", ports: nodePorts}, "198.51.100.10", 31234, exposed)
 	byName := map[string]memberSideService{}
 	for _, s := range got {
 		byName[s.name] = s
@@ -106,8 +106,30 @@ func TestMemberSideServicesPointAtTheHostNodePorts(t *testing.T) {
 	}
 }
 
+// Through a LoadBalancer, member pods reach the host Service at its first
+// IP, on the Service's own ports; through node ports, at nodePortAddress on
+// the node ports.
+func TestPathToTheHostServiceIsItsLoadBalancerOrItsNodePorts(t *testing.T) {
+	svc := &corev1.Service{Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{
+		{Name: "dns", Port: 53, NodePort: 31000}, {Name: "np-30080", Port: 30080, NodePort: 32080},
+	}}}
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{Hostname: "lb.host.example"}, {IP: "198.51.100.200"}}
+	lb := pathTo(svc, "", true)
+	if lb.address != "198.51.100.200" || lb.ports["dns"] != 53 || lb.ports["np-30080"] != 30080 {
+		t.Errorf("through the LoadBalancer: %+v; want its IP (not its host name) on the Service ports", lb)
+	}
+	np := pathTo(svc, "10.0.0.11", false)
+	if np.address != "10.0.0.11" || np.ports["dns"] != 31000 || np.ports["np-30080"] != 32080 {
+		t.Errorf("through node ports: %+v; want nodePortAddress on the node ports", np)
+	}
+	svc.Status.LoadBalancer.Ingress = nil
+	if waiting := pathTo(svc, "", true); waiting.address != "" {
+		t.Errorf("a LoadBalancer with no address yet: %+v; want no address", waiting)
+	}
+}
+
 func TestMemberSideServicesLeaveOutAnAPIServerByName(t *testing.T) {
-	for _, s := range tr.memberSideServices("198.51.100.10", "lb.member.example", 6443, nil, nil) {
+	for _, s := range tr.memberSideServices(hostPath{address: "198.51.100.10"}, "lb.member.example", 6443, nil) {
 		if s.name == memberAPIService {
 			t.Fatal("an API server address by name got a member Service: an EndpointSlice takes IPs only")
 		}
@@ -195,5 +217,63 @@ func TestMemberNetworkSyncAppliesTheHostServiceAndTheMemberDNS(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, contract.MemberHostsFileName(1))); err != nil {
 		t.Errorf("the member's DNS view was not written: %v", err)
+	}
+}
+
+// Through a LoadBalancer, the host Service is of that type, and the member
+// Services point at its address once the host's load balancer gives it one:
+// nothing before, so no member pod is sent to a node port.
+func TestMemberNetworkSyncThroughALoadBalancerWaitsForItsAddress(t *testing.T) {
+	host, member := fake.NewClientset(), fake.NewClientset()
+	tenant := fake.NewClientset(exposedTestServices()[0])
+	f := informers.NewSharedInformerFactory(tenant, 0)
+	lister := f.Core().V1().Services().Lister()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f.Start(ctx.Done())
+	f.WaitForCacheSync(ctx.Done())
+	mtr := tr
+	mtr.HostNamespace = "nest-alpha-0123456789"
+	n := &memberNetwork{tr: mtr, member: "gpu", slot: 1, loadBalancer: true, apiHost: "198.51.100.201", apiPort: 443,
+		podIP: "10.244.0.7", hostNamespace: tr.HostNamespace, host: host, memberClient: member, tenantServices: lister, dnsDir: t.TempDir()}
+	after, err := n.sync(ctx, memberNetworkKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := contract.MemberHostService("alpha", "gpu")
+	svc, err := host.CoreV1().Services(tr.HostNamespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil || svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+		t.Fatalf("host Service %+v (%v); want a LoadBalancer", svc, err)
+	}
+	if after != loadBalancerPoll {
+		t.Errorf("without an address the path is looked at again after %s; want %s", after, loadBalancerPoll)
+	}
+	if slices, _ := member.DiscoveryV1().EndpointSlices(mtr.HostNamespace).List(ctx, metav1.ListOptions{}); len(slices.Items) != 0 {
+		t.Fatalf("member EndpointSlices %+v before the LoadBalancer has an address; want none", slices.Items)
+	}
+
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "198.51.100.200"}}
+	if _, err := host.CoreV1().Services(tr.HostNamespace).UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.sync(ctx, memberNetworkKey); err != nil {
+		t.Fatal(err)
+	}
+	// The API server is the tenant's own LoadBalancer address; DNS and the
+	// injector are the grant's.
+	for name, want := range map[string]string{memberDNSService: "198.51.100.200", contract.MemberInjectorService: "198.51.100.200", memberAPIService: "198.51.100.201"} {
+		slice, err := member.DiscoveryV1().EndpointSlices(mtr.HostNamespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil || len(slice.Endpoints) != 1 || slice.Endpoints[0].Addresses[0] != want {
+			t.Errorf("member EndpointSlice %s %+v (%v); want %s", name, slice, err, want)
+		}
+	}
+	slice, err := member.DiscoveryV1().EndpointSlices(mtr.HostNamespace).Get(ctx, memberDNSService, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range slice.Ports {
+		if *p.Port != 53 {
+			t.Errorf("nest-dns port %s goes to %d; want the LoadBalancer's port 53", *p.Name, *p.Port)
+		}
 	}
 }

@@ -163,7 +163,7 @@ func (m *memberPlacer) start(ctx context.Context, p contract.MemberPlacement) er
 	if err != nil {
 		return kindsync.Terminal(fmt.Errorf("client for member %s: %w", p.Name, err))
 	}
-	if p.NodePortAddress != "" {
+	if p.HasMemberNetwork() {
 		dctx, dcancel := context.WithTimeout(ctx, memberProbeInterval)
 		o.DNSServer, err = ensureMemberDNSService(dctx, member, p.Namespace, memberNetworkLabels(m.parent.o.VirtualCluster, p.Name))
 		dcancel()
@@ -177,7 +177,7 @@ func (m *memberPlacer) start(ctx context.Context, p contract.MemberPlacement) er
 		cancel()
 		return err
 	}
-	if p.NodePortAddress != "" {
+	if p.HasMemberNetwork() {
 		if err := ms.wireMemberNetwork(m.network(o, p, port, member)); err != nil {
 			cancel()
 			return err
@@ -227,7 +227,7 @@ func (m *memberPlacer) stop(ctx context.Context, name string, r *runningMember) 
 // on the kubelet port port.
 func (m *memberPlacer) network(o Options, p contract.MemberPlacement, port int32, member kubernetes.Interface) *memberNetwork {
 	return &memberNetwork{
-		tr: o.translator(), member: p.Name, slot: int(port - contract.FirstMemberKubeletPort), nodePortAddress: p.NodePortAddress,
+		tr: o.translator(), member: p.Name, slot: int(port - contract.FirstMemberKubeletPort), nodePortAddress: p.NodePortAddress, loadBalancer: p.LoadBalancer,
 		apiHost: o.APIServerHost, apiPort: o.APIServerPort,
 		podIP: m.parent.o.NodeIP, hostNamespace: m.parent.o.HostNamespace,
 		host: m.parent.provider.host, memberClient: member,
@@ -251,7 +251,7 @@ func (m *memberPlacer) deleteNode(ctx context.Context, member string, port int32
 
 // sweep deletes what revoked members left: tenant member nodes and host
 // Services of members the placements no longer name (or name without a
-// node-port address), such as those of a member revoked while nest-syncer
+// member network), such as those of a member revoked while nest-syncer
 // was down, or whose deletion failed before.
 func (m *memberPlacer) sweep(ctx context.Context, want map[string]contract.MemberPlacement) error {
 	var errs []error
@@ -275,7 +275,7 @@ func (m *memberPlacer) sweep(ctx context.Context, want map[string]contract.Membe
 		services = &corev1.ServiceList{}
 	}
 	for _, svc := range services.Items {
-		if p, ok := want[svc.Labels[contract.LabelMemberNetwork]]; ok && p.NodePortAddress != "" {
+		if p, ok := want[svc.Labels[contract.LabelMemberNetwork]]; ok && p.HasMemberNetwork() {
 			continue
 		}
 		if err := host.Delete(ctx, svc.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
@@ -308,10 +308,10 @@ func memberOptions(host Options, p contract.MemberPlacement, port int32, token o
 	if err != nil {
 		return o, fmt.Errorf("apiServerAddress %q: %w", p.APIServerAddress, err)
 	}
-	// With a node-port address, member pods' nameserver is the member
+	// With a member network, member pods' nameserver is the member
 	// Service in front of the tenant's DNS (ensureMemberDNSService).
 	dns := ""
-	if p.NodePortAddress == "" {
+	if !p.HasMemberNetwork() {
 		if dns, err = dnsServerIP(p.DNSAddress); err != nil {
 			return o, err
 		}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -13,6 +15,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -215,6 +218,35 @@ func TestMemberCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("member pods reach the tenant through LoadBalancer addresses, not host node ports", func(t *testing.T) {
+		memberLBIP := checkMemberPathIsLoadBalancers(t, ctx, host, vc, e.lb)
+		// Every Service Nest keeps in the member points at one of the two
+		// addresses: the tenant's for its API server, the grant's for the
+		// rest. A host node's address there would be a node port.
+		slices, err := memberCS.DiscoveryV1().EndpointSlices(grant.Namespace).List(ctx, metav1.ListOptions{LabelSelector: contract.LabelMemberNetwork})
+		if err != nil {
+			t.Fatal(err)
+		}
+		apiHost, _, _ := net.SplitHostPort(e.lb)
+		seen := map[string]bool{}
+		for _, s := range slices.Items {
+			svc := s.Labels[discoveryv1.LabelServiceName]
+			seen[svc] = true
+			want := memberLBIP
+			if svc == "kubernetes" {
+				want = apiHost
+			}
+			if len(s.Endpoints) != 1 || s.Endpoints[0].Addresses[0] != want {
+				t.Errorf("member EndpointSlice %s of %s points at %+v; want %s", s.Name, svc, s.Endpoints, want)
+			}
+		}
+		for _, svc := range []string{"nest-dns", contract.MemberInjectorService, "kubernetes"} {
+			if !seen[svc] {
+				t.Errorf("no member EndpointSlice for %s among %d", svc, len(slices.Items))
+			}
+		}
+	})
+
 	t.Run("the injector in the member points a pod made there at the tenant and refuses one without the tenant's labels", func(t *testing.T) {
 		testutil.Eventually(t, 3*time.Minute, "MemberCluster InjectorReady", func() error {
 			mc := &nestv1.MemberCluster{}
@@ -364,14 +396,12 @@ func startMemberEnv(t testing.TB, ctx context.Context, hostDir string, member de
 	framework.WaitReady(t, ctx, host, e.tn)
 	e.tn.Load(t, nest)
 
-	// The member's "load balancer" for this tenant is the tenant API
-	// server's host NodePort, which the member's nodes reach across the
-	// two bridges; the host node's address is in the API server's
-	// certificate.
-	lb := tenantNodePortAddress(t, ctx, host, e.vc, hostDir)
-	e.lb = lb
+	// The member is registered with no address of its own: the local host
+	// cluster has a load balancer (MetalLB on its bridge, which the
+	// member's nodes reach across the two bridges), so member pods reach
+	// the tenant through LoadBalancer addresses, not host node ports.
+	e.lb = tenantLoadBalancerAddress(t, ctx, host, e.vc)
 	if out, err := framework.Run(ctx, t, "nest", "member", "add", gpuMember, "--kubeconfig", memberKubeconfig, "--host-kubeconfig", hostKubeconfig,
-		"--api-server-address", lb, "--dns-address", strings.Split(lb, ":")[0], "--node-port-address", strings.Split(lb, ":")[0],
 		"--selector", "team=ml"); err != nil {
 		t.Fatalf("nest member add: %v\n%s", err, out)
 	}
@@ -487,19 +517,18 @@ func waitMemberNodeReady(t testing.TB, ctx context.Context, tenant kubernetes.In
 	t.Logf("member node Ready=%t after %.0fs", ready, time.Since(start).Seconds())
 }
 
-// tenantNodePortAddress is host:port of the tenant API server's NodePort on
-// the first node of the host cluster in hostDir.
-func tenantNodePortAddress(t testing.TB, ctx context.Context, host client.Client, vc *nestv1.VirtualCluster, hostDir string) string {
+// tenantLoadBalancerAddress is host:port of the tenant API server's
+// LoadBalancer address, which the tenant is Ready only with.
+func tenantLoadBalancerAddress(t testing.TB, ctx context.Context, host client.Client, vc *nestv1.VirtualCluster) string {
 	t.Helper()
 	svc := &corev1.Service{}
 	if err := host.Get(ctx, client.ObjectKey{Namespace: vc.Namespace, Name: controlplane.NamesOf(vc).Service()}, svc); err != nil {
 		t.Fatal(err)
 	}
-	if len(svc.Spec.Ports) == 0 || svc.Spec.Ports[0].NodePort == 0 {
-		t.Fatalf("the tenant API server's Service %s has no NodePort: %+v", svc.Name, svc.Spec.Ports)
+	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || len(svc.Status.LoadBalancer.Ingress) == 0 || svc.Status.LoadBalancer.Ingress[0].IP == "" {
+		t.Fatalf("the tenant API server's Service %s is %s with ingress %+v; want a LoadBalancer with an IP (nest dev up's default)", svc.Name, svc.Spec.Type, svc.Status.LoadBalancer.Ingress)
 	}
-	nodes := framework.Topology(t, hostDir, 1)
-	return fmt.Sprintf("%s:%d", nodes[0].IP, svc.Spec.Ports[0].NodePort)
+	return net.JoinHostPort(svc.Status.LoadBalancer.Ingress[0].IP, strconv.Itoa(int(svc.Spec.Ports[0].Port)))
 }
 
 // waitGrantReady waits for the VirtualCluster's one member grant to be set
@@ -620,4 +649,32 @@ func podSummary(ctx context.Context, tenant kubernetes.Interface, selector strin
 		out = append(out, fmt.Sprintf("%s %s %s %q", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.Message))
 	}
 	return strings.Join(out, "; ")
+}
+
+// checkMemberPathIsLoadBalancers checks that the grant's status says member
+// pods reach the tenant through LoadBalancer addresses, at tenantLB for its
+// API server, and that the grant's host Service is a LoadBalancer with an
+// address, which it returns.
+func checkMemberPathIsLoadBalancers(t testing.TB, ctx context.Context, host client.Client, vc *nestv1.VirtualCluster, tenantLB string) string {
+	t.Helper()
+	cur := &nestv1.VirtualCluster{}
+	if err := host.Get(ctx, client.ObjectKeyFromObject(vc), cur); err != nil {
+		t.Fatal(err)
+	}
+	if len(cur.Status.Members) != 1 || cur.Status.Members[0].Network != nestv1.MemberNetworkLoadBalancer || cur.Status.Members[0].APIServerAddress != tenantLB {
+		t.Errorf("status.members %+v; want network LoadBalancer and apiServerAddress %s", cur.Status.Members, tenantLB)
+	}
+	var ip string
+	testutil.Eventually(t, time.Minute, "the grant's host LoadBalancer has an address", func() error {
+		svc := &corev1.Service{}
+		if err := host.Get(ctx, client.ObjectKey{Namespace: vc.Namespace, Name: contract.MemberHostService(vc.Name, gpuMember)}, svc); err != nil {
+			return err
+		}
+		if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || len(svc.Status.LoadBalancer.Ingress) == 0 || svc.Status.LoadBalancer.Ingress[0].IP == "" {
+			return fmt.Errorf("%s is %s with ingress %+v", svc.Name, svc.Spec.Type, svc.Status.LoadBalancer.Ingress)
+		}
+		ip = svc.Status.LoadBalancer.Ingress[0].IP
+		return nil
+	})
+	return ip
 }

@@ -173,8 +173,8 @@ func TestReachableSumsReadySchedulableNodesCappedBySpec(t *testing.T) {
 		t.Errorf("observedGeneration %d (generation %d), lastProbeTime %v", mc.Status.ObservedGeneration, mc.Generation, mc.Status.LastProbeTime)
 	}
 	inj := meta.FindStatusCondition(mc.Status.Conditions, nestv1.ConditionInjectorReady)
-	if inj == nil || inj.Status != metav1.ConditionFalse || inj.Reason != ReasonNoNodePortAddress {
-		t.Errorf("InjectorReady = %+v, want False NoNodePortAddress", inj)
+	if inj == nil || inj.Status != metav1.ConditionFalse || inj.Reason != ReasonNoGrants {
+		t.Errorf("InjectorReady = %+v, want False NoGrants", inj)
 	}
 
 	// A spec change is probed at once: lifting the cpu cap.
@@ -323,6 +323,9 @@ func TestAPIValidation(t *testing.T) {
 		func(s *nestv1.MemberClusterSpec) {
 			s.Resources = res("cpu", "0", "nvidia.com/gpu", "8", "memory", "1Ti")
 		},
+		// No address: tenants are reached through their host LoadBalancers.
+		func(s *nestv1.MemberClusterSpec) { s.Network = nestv1.MemberNetwork{} },
+		func(s *nestv1.MemberClusterSpec) { s.Network.DNSAddress = "" },
 	} {
 		spec := valid()
 		good(&spec)
@@ -339,14 +342,12 @@ func TestAPIValidation(t *testing.T) {
 		{func(s *nestv1.MemberClusterSpec) { s.KubeconfigSecretRef.Name = "" }, "spec.kubeconfigSecretRef.name"},
 		{func(s *nestv1.MemberClusterSpec) { s.KubeconfigSecretRef.Name = "-member" }, "kubeconfigSecretRef.name must be a Secret name"},
 		{func(s *nestv1.MemberClusterSpec) { s.KubeconfigSecretRef.Key = "a/b" }, "kubeconfigSecretRef.key must be a Secret data key"},
-		{func(s *nestv1.MemberClusterSpec) { s.Network.APIServerAddress = "" }, "spec.network.apiServerAddress"},
 		{func(s *nestv1.MemberClusterSpec) { s.Network.APIServerAddress = "10.20.0.5" }, "network.apiServerAddress must be host:port"},
 		{func(s *nestv1.MemberClusterSpec) { s.Network.APIServerAddress = "https://10.20.0.5:6443" }, "network.apiServerAddress must be host:port"},
 		{func(s *nestv1.MemberClusterSpec) { s.Network.APIServerAddress = "10.20.0.5:0" }, "network.apiServerAddress: the port must be 1 to 65535"},
 		{func(s *nestv1.MemberClusterSpec) { s.Network.APIServerAddress = "10.20.0.5:70000" }, "network.apiServerAddress: the port must be 1 to 65535"},
 		{func(s *nestv1.MemberClusterSpec) { s.Network.APIServerAddress = "[2001:db8::zz]:6443" }, "network.apiServerAddress must be host:port"},
 		{func(s *nestv1.MemberClusterSpec) { s.Network.APIServerAddress = "[10.20.0.5:6443]:6443" }, "network.apiServerAddress: an IPv6 host"},
-		{func(s *nestv1.MemberClusterSpec) { s.Network.DNSAddress = "" }, "spec.network.dnsAddress"},
 		{func(s *nestv1.MemberClusterSpec) { s.Network.DNSAddress = "dns.gpu.example" }, "network.dnsAddress must be an IP address or host:port"},
 		{func(s *nestv1.MemberClusterSpec) { s.Network.DNSAddress = "10.20.0.10:99999" }, "network.dnsAddress: the port must be 1 to 65535"},
 		{func(s *nestv1.MemberClusterSpec) { s.Network.NodePortAddress = "lb.host.example" }, "network.nodePortAddress must be an IP address"},

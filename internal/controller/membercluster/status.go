@@ -35,9 +35,11 @@ const (
 
 // Reasons of the InjectorReady condition.
 const (
-	// ReasonNoNodePortAddress: the member has no network.nodePortAddress,
-	// through which the member reaches the injector: none is installed.
-	ReasonNoNodePortAddress = "NoNodePortAddress"
+	// ReasonNoMemberNetwork: no Ready grant on the member has a path back
+	// to its tenant through which the member reaches the injector (host node
+	// ports at network.nodePortAddress, or a host LoadBalancer): none is
+	// installed.
+	ReasonNoMemberNetwork = "NoMemberNetwork"
 	// ReasonNoGrants: no VirtualCluster has a Ready grant on the member;
 	// the injector is installed per grant.
 	ReasonNoGrants = "NoGrants"
@@ -134,28 +136,48 @@ func reachableCondition(mc *nestv1.MemberCluster, nodes []corev1.Node, usable in
 }
 
 // injectorCondition is the InjectorReady condition: True when every Ready
-// grant on the member has an injector that answers (its status entry's
-// injectorReady, from a dry-run pod in its namespace).
+// grant on the member that has an injector (a member network) has one
+// that answers (its status entry's injectorReady, from a dry-run pod in its
+// namespace).
 func injectorCondition(mc *nestv1.MemberCluster, grants []GrantOn) metav1.Condition {
 	c := metav1.Condition{Type: nestv1.ConditionInjectorReady, Status: metav1.ConditionFalse, ObservedGeneration: mc.Generation}
+	var injected int
 	var notReady []string
 	for _, g := range grants {
+		if !hasInjector(mc, g.Status) {
+			continue
+		}
+		injected++
 		if !g.Status.InjectorReady {
 			notReady = append(notReady, fmt.Sprintf("%s (namespace %s)", g.VirtualCluster, g.Status.Namespace))
 		}
 	}
 	switch {
-	case mc.Spec.Network.NodePortAddress == "":
-		c.Reason, c.Message = ReasonNoNodePortAddress, "the injector is reached through the host's node ports: set spec.network.nodePortAddress to install it with each grant"
 	case len(grants) == 0:
 		c.Reason, c.Message = ReasonNoGrants, "the injector is installed with each grant, and no VirtualCluster has a Ready grant on this member"
+	case injected == 0:
+		c.Reason, c.Message = ReasonNoMemberNetwork, "no grant on this member has a path back to its tenant, through which the member reaches the injector (status.members[].network is DNSAddress): set spec.network.nodePortAddress, or give the tenants LoadBalancer Services (spec.controlPlane.service.type), to install it with each grant"
 	case len(notReady) > 0:
 		c.Reason, c.Message = ReasonInjectorNotReady, "the injector does not answer for "+strings.Join(notReady, ", ")
 	default:
 		c.Status, c.Reason = metav1.ConditionTrue, ReasonInjectorReady
-		c.Message = fmt.Sprintf("the injector admits pods in the namespaces of %d grants", len(grants))
+		c.Message = fmt.Sprintf("the injector admits pods in the namespaces of %d grants", injected)
 	}
 	return c
+}
+
+// hasInjector says whether grant st on mc gets an injector: when its
+// tenant is reached through node ports or a LoadBalancer. A status written
+// before status.members[].network existed says so through mc's
+// nodePortAddress, as it was then.
+func hasInjector(mc *nestv1.MemberCluster, st nestv1.MemberGrantStatus) bool {
+	switch st.Network {
+	case nestv1.MemberNetworkNodePort, nestv1.MemberNetworkLoadBalancer:
+		return true
+	case "":
+		return mc.Spec.Network.NodePortAddress != ""
+	}
+	return false
 }
 
 // setStatus sets mc's status from a probe at now that listed nodes or

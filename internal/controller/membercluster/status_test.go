@@ -105,8 +105,8 @@ func TestSetStatus(t *testing.T) {
 				t.Errorf("Reachable = %+v, want %s %s saying %q", c, tt.wantStatus, tt.wantReason, tt.wantMessage)
 			}
 			inj := meta.FindStatusCondition(mc.Status.Conditions, nestv1.ConditionInjectorReady)
-			if inj == nil || inj.Status != metav1.ConditionFalse || inj.Reason != ReasonNoNodePortAddress {
-				t.Errorf("InjectorReady = %+v, want False NoNodePortAddress", inj)
+			if inj == nil || inj.Status != metav1.ConditionFalse || inj.Reason != ReasonNoGrants {
+				t.Errorf("InjectorReady = %+v, want False NoGrants", inj)
 			}
 			if mc.Status.Nodes != tt.wantNodes || (mc.Status.Allocatable != nil) != tt.wantOffering || (mc.Status.Capacity != nil) != tt.wantOffering {
 				t.Errorf("nodes %d, capacity %v, allocatable %v; want %d nodes, offering %v", mc.Status.Nodes, mc.Status.Capacity, mc.Status.Allocatable, tt.wantNodes, tt.wantOffering)
@@ -142,6 +142,11 @@ func TestInjectorConditionSumsUpTheGrants(t *testing.T) {
 	waiting := nestv1.MemberGrantStatus{Name: "gpu", Ready: true, Namespace: "nest-b-2"}
 	notSetUp := nestv1.MemberGrantStatus{Name: "gpu", Namespace: "nest-c-3"}
 	elsewhere := nestv1.MemberGrantStatus{Name: "other", Ready: true, Namespace: "nest-d-4"}
+	// Without a node-port address, the grant's own path decides.
+	viaLB := nestv1.MemberGrantStatus{Name: "gpu", Ready: true, Namespace: "nest-e-5", Network: nestv1.MemberNetworkLoadBalancer, InjectorReady: true}
+	viaLBWaiting := nestv1.MemberGrantStatus{Name: "gpu", Ready: true, Namespace: "nest-f-6", Network: nestv1.MemberNetworkLoadBalancer}
+	dnsOnly := nestv1.MemberGrantStatus{Name: "gpu", Ready: true, Namespace: "nest-g-7", Network: nestv1.MemberNetworkDNSAddress}
+	noAddress := &nestv1.MemberCluster{}
 	for _, tt := range []struct {
 		name   string
 		mc     *nestv1.MemberCluster
@@ -149,7 +154,10 @@ func TestInjectorConditionSumsUpTheGrants(t *testing.T) {
 		status metav1.ConditionStatus
 		reason string
 	}{
-		{"no node-port address", &nestv1.MemberCluster{}, []nestv1.VirtualCluster{vc("vc-a", "a", ready)}, metav1.ConditionFalse, ReasonNoNodePortAddress},
+		{"no grant has a member network", noAddress, []nestv1.VirtualCluster{vc("vc-a", "a", ready), vc("vc-g", "g", dnsOnly)}, metav1.ConditionFalse, ReasonNoMemberNetwork},
+		{"through a LoadBalancer, answering", noAddress, []nestv1.VirtualCluster{vc("vc-e", "e", viaLB), vc("vc-g", "g", dnsOnly)}, metav1.ConditionTrue, ReasonInjectorReady},
+		{"through a LoadBalancer, not answering", noAddress, []nestv1.VirtualCluster{vc("vc-e", "e", viaLB), vc("vc-f", "f", viaLBWaiting)}, metav1.ConditionFalse, ReasonInjectorNotReady},
+		{"no grant at all", noAddress, nil, metav1.ConditionFalse, ReasonNoGrants},
 		{"no Ready grant here", mc, []nestv1.VirtualCluster{vc("vc-c", "c", notSetUp), vc("vc-d", "d", elsewhere)}, metav1.ConditionFalse, ReasonNoGrants},
 		{"one not answering", mc, []nestv1.VirtualCluster{vc("vc-a", "a", ready), vc("vc-b", "b", waiting)}, metav1.ConditionFalse, ReasonInjectorNotReady},
 		{"all answering", mc, []nestv1.VirtualCluster{vc("vc-a", "a", ready), vc("vc-c", "c", notSetUp)}, metav1.ConditionTrue, ReasonInjectorReady},
@@ -158,7 +166,7 @@ func TestInjectorConditionSumsUpTheGrants(t *testing.T) {
 		if c.Status != tt.status || c.Reason != tt.reason {
 			t.Errorf("%s: %s %s (%s); want %s %s", tt.name, c.Status, c.Reason, c.Message, tt.status, tt.reason)
 		}
-		if tt.reason == ReasonInjectorNotReady && !strings.Contains(c.Message, "vc-b/b (namespace nest-b-2)") {
+		if tt.reason == ReasonInjectorNotReady && !strings.Contains(c.Message, "vc-b/b (namespace nest-b-2)") && !strings.Contains(c.Message, "vc-f/f (namespace nest-f-6)") {
 			t.Errorf("%s: message %q does not name the grant", tt.name, c.Message)
 		}
 	}

@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/controlplane"
 	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
@@ -792,4 +793,76 @@ func TestVirtualClusterRefusedTheNamespaceGetsNoGrants(t *testing.T) {
 	// grant: nothing but the resync wakes it.
 	deleteVC(t, holder)
 	waitGrant(t, refused, "refused-pool", true, "")
+}
+
+// A member that names no addresses reaches a tenant through the host's
+// load balancer: its API server at the tenant's LoadBalancer address, its
+// DNS, injector and Services through a LoadBalancer of the grant's own
+// (nest-syncer's). A tenant with no LoadBalancer gets no grant, told which
+// fields to set.
+func TestGrantReachesATenantThroughItsLoadBalancer(t *testing.T) {
+	ctx := context.Background()
+	createHostNamespace(t, "vc-lb")
+	createMember(t, "pool-lb", mlSelector, res("cpu", "8"))
+	mc := &nestv1.MemberCluster{}
+	if err := host.Get(ctx, client.ObjectKey{Name: "pool-lb"}, mc); err != nil {
+		t.Fatal(err)
+	}
+	mc.Spec.Network = nestv1.MemberNetwork{}
+	if err := host.Update(ctx, mc); err != nil {
+		t.Fatal(err)
+	}
+	vc := createVC(t, newVC("vc-lb", "ml", map[string]string{"team": "ml"}, nestv1.MemberGrant{Name: "pool-lb", Resources: res("cpu", "1")}))
+
+	// No Service in front of the API server yet: nothing stands in for the
+	// member's missing apiServerAddress.
+	waitGrant(t, vc, "pool-lb", false, ReasonNoPathToTenant, "names no spec.network.apiServerAddress", "spec.controlPlane.service.type must be LoadBalancer")
+
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "vc-lb", Name: "ml", Labels: controlplane.NamesOf(vc).Labels()},
+		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Name: "https", Port: 443}}},
+	}
+	if err := host.Create(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = host.Delete(context.Background(), svc) })
+	waitGrant(t, vc, "pool-lb", false, ReasonNoPathToTenant, "has no IP address yet")
+
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "198.51.100.200"}}
+	if err := host.Status().Update(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	st := waitGrant(t, vc, "pool-lb", true, "")
+	if st.APIServerAddress != "198.51.100.200:443" || st.Network != nestv1.MemberNetworkLoadBalancer {
+		t.Errorf("status apiServerAddress %q, network %q; want 198.51.100.200:443 through LoadBalancer", st.APIServerAddress, st.Network)
+	}
+	vc = getVC(t, vc)
+	p := waitPlacement(t, vc, "pool-lb", "")
+	if p.APIServerAddress != "198.51.100.200:443" || !p.LoadBalancer || p.NodePortAddress != "" || p.DNSAddress != "" || len(p.InjectorCert) == 0 {
+		t.Errorf("placement API server %q, loadBalancer %v, nodePortAddress %q, dnsAddress %q, injector certificate %d bytes; want the tenant's LoadBalancer address, through a LoadBalancer, with an injector",
+			p.APIServerAddress, p.LoadBalancer, p.NodePortAddress, p.DNSAddress, len(p.InjectorCert))
+	}
+	ns := NamespaceName(vc, "pool-lb")
+	if _, err := memberCS.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, InjectorConfigName(ns), metav1.GetOptions{}); err != nil {
+		t.Errorf("the injector's webhook configuration in the member: %v", err)
+	}
+
+	// What the platform names wins: its own API server address and node
+	// ports.
+	if err := host.Get(ctx, client.ObjectKey{Name: "pool-lb"}, mc); err != nil {
+		t.Fatal(err)
+	}
+	mc.Spec.Network = nestv1.MemberNetwork{APIServerAddress: "10.20.0.5:6443", NodePortAddress: "10.0.0.11"}
+	if err := host.Update(ctx, mc); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the platform's addresses in the placement", func() error {
+		p := placements(t, vc)["pool-lb"]
+		if p.APIServerAddress != "10.20.0.5:6443" || p.LoadBalancer || p.NodePortAddress != "10.0.0.11" {
+			return fmt.Errorf("placement API server %q, loadBalancer %v, nodePortAddress %q", p.APIServerAddress, p.LoadBalancer, p.NodePortAddress)
+		}
+		return nil
+	})
+	setGrants(t, vc)
+	finalizeNamespace(t, ns)
 }

@@ -94,6 +94,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=nest.dev,resources=virtualclusters/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch
 
 // Reconcile sets up, renews and removes the grants of one VirtualCluster
 // and writes how each stands to status.members.
@@ -251,6 +252,14 @@ func (r *Reconciler) setUpGrant(ctx context.Context, s *grantState, g nestv1.Mem
 	if f := selected(mc, s.vc); f != nil {
 		return grantStatus(g.Name, "", alloc, f), nil, time.Time{}, nil
 	}
+	svc, err := r.tenantService(ctx, s.vc)
+	if err != nil {
+		return nestv1.MemberGrantStatus{}, nil, time.Time{}, err
+	}
+	path, f := pathToTenant(mc, svc)
+	if f != nil {
+		return grantStatus(g.Name, "", alloc, f), nil, time.Time{}, nil
+	}
 	m, f, err := r.connect(ctx, mc)
 	if err != nil || f != nil {
 		return grantStatus(g.Name, "", alloc, f), nil, time.Time{}, err
@@ -271,15 +280,23 @@ func (r *Reconciler) setUpGrant(ctx context.Context, s *grantState, g nestv1.Mem
 		Name: g.Name, Namespace: ns,
 		Server: m.config.Host, CAData: m.config.CAData, TLSServerName: m.config.ServerName,
 		Token: token, TokenExpiry: expiry.UTC(),
-		APIServerAddress: mc.Spec.Network.APIServerAddress, DNSAddress: mc.Spec.Network.DNSAddress,
-		NodePortAddress: mc.Spec.Network.NodePortAddress,
-		Nodes:           mc.Status.Nodes, Allocatable: alloc,
+		APIServerAddress: path.apiServerAddress,
+		Nodes:            mc.Status.Nodes, Allocatable: alloc,
+	}
+	switch path.network {
+	case nestv1.MemberNetworkNodePort:
+		placement.NodePortAddress = mc.Spec.Network.NodePortAddress
+	case nestv1.MemberNetworkLoadBalancer:
+		placement.LoadBalancer = true
+	default:
+		placement.DNSAddress = mc.Spec.Network.DNSAddress
 	}
 	st := grantStatus(g.Name, ns, alloc, nil)
+	st.APIServerAddress, st.Network = path.apiServerAddress, path.network
 	if f := r.setUpInjector(ctx, m, s.vc, placement, old, &st); f != nil {
 		return grantStatus(g.Name, ns, alloc, f), nil, time.Time{}, nil
 	}
-	if mc.Spec.Network.NodePortAddress != "" && !st.InjectorReady {
+	if placement.HasMemberNetwork() && !st.InjectorReady {
 		// The path to the injector appears once nest-syncer has the
 		// placement: look again soon.
 		renewAt = minTime(renewAt, r.now().Add(r.retryInterval()))
@@ -287,11 +304,11 @@ func (r *Reconciler) setUpGrant(ctx context.Context, s *grantState, g nestv1.Mem
 	return st, placement, renewAt, nil
 }
 
-// setUpInjector registers the grant's network injector when the member has
-// a node-port address (its certificate goes into p), or removes it when it
+// setUpInjector registers the grant's network injector when the placement
+// has a member network (its certificate goes into p), or removes it when it
 // has none, and records in st whether it works.
 func (r *Reconciler) setUpInjector(ctx context.Context, m *memberConn, vc *nestv1.VirtualCluster, p, old *contract.MemberPlacement, st *nestv1.MemberGrantStatus) *grantFailure {
-	if p.NodePortAddress == "" {
+	if !p.HasMemberNetwork() {
 		return deleteInjector(ctx, m, vc, p.Namespace)
 	}
 	cert, key, err := injectorCert(old, p.Namespace, r.now())

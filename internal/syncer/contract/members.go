@@ -72,10 +72,15 @@ type MemberPlacement struct {
 	// reach member pods through it (nest-syncer's member network), and
 	// DNSAddress is not used.
 	NodePortAddress string `json:"nodePortAddress,omitempty"`
+	// LoadBalancer, set only without NodePortAddress, says that the member
+	// network goes through the address of a host LoadBalancer Service
+	// (MemberHostService) instead of node ports; DNSAddress is not used.
+	LoadBalancer bool `json:"loadBalancer,omitempty"`
 	// InjectorCert and InjectorKey (PEM) serve the member's network
 	// injector (nest-syncer serves it): a certificate for
 	// nest-injector.<Namespace>.svc followed by the CA that signed it, which
-	// the member's webhook configuration trusts. Set with NodePortAddress.
+	// the member's webhook configuration trusts. Set with a member network
+	// (HasMemberNetwork).
 	InjectorCert []byte `json:"injectorCert,omitempty"`
 	InjectorKey  []byte `json:"injectorKey,omitempty"`
 	// Nodes is how many of the member's Nodes were Ready and schedulable
@@ -88,6 +93,11 @@ type MemberPlacement struct {
 	// created in the member.
 	Allocatable corev1.ResourceList `json:"allocatable"`
 }
+
+// HasMemberNetwork says whether nest-syncer keeps a path from the member's
+// pods back to the tenant's DNS, injector and exposed Services, through
+// host node ports (NodePortAddress) or a host LoadBalancer (LoadBalancer).
+func (p MemberPlacement) HasMemberNetwork() bool { return p.NodePortAddress != "" || p.LoadBalancer }
 
 // ParseMemberPlacements reads MembersSecret's data and checks each entry,
 // naming the entry and field at fault.
