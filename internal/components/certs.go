@@ -9,12 +9,22 @@ import (
 	"github.com/nestdev/nest/internal/pki"
 )
 
-// Users and groups Kubernetes gives meaning to. The RBAC bootstrap policy
-// binds the system:kube-* users to their components' roles; the Node
-// authorizer and NodeRestriction know a kubelet by NodeUser and NodesGroup.
+// Users and groups Kubernetes gives meaning to, and Nest's
+// ClusterAdminsGroup. The RBAC bootstrap policy binds the system:kube-*
+// users to their components' roles; the Node authorizer and
+// NodeRestriction know a kubelet by NodeUser and NodesGroup.
 const (
-	// MastersGroup bypasses authorization.
-	MastersGroup          = "system:masters"
+	// MastersGroup bypasses authorization, and API Priority and Fairness
+	// exempts it (the mandatory "exempt" FlowSchema): only the control
+	// plane's own components belong in it.
+	MastersGroup = "system:masters"
+	// ClusterAdminsGroup is the group of a tenant's administrators, as
+	// kubeadm's "kubeadm:cluster-admins" is since v1.29: RBAC grants it
+	// cluster-admin (addons.ClusterAdmins) instead of MastersGroup, so API
+	// Priority and Fairness holds its requests in the global-default
+	// priority level, and a tenant's own flood cannot starve the control
+	// plane's components of the API server.
+	ClusterAdminsGroup    = "nest:cluster-admins"
 	NodesGroup            = "system:nodes"
 	ControllerManagerUser = "system:kube-controller-manager"
 	SchedulerUser         = "system:kube-scheduler"

@@ -42,11 +42,14 @@ func TestAPIServerReadsTheFilesTheConfigMapHolds(t *testing.T) {
 	}
 	policies := path.Join(APIServerConfigDir, addons.StaticPoliciesDir)
 	if !strings.Contains(cm.Data[addons.AdmissionConfigFile], "staticManifestsDir: "+policies) ||
-		!slices.Contains(mounted, path.Join(policies, addons.NodeEndpointsFile)) {
+		!slices.Contains(mounted, path.Join(policies, addons.NodeEndpointsFile)) ||
+		!slices.Contains(mounted, path.Join(policies, addons.ClusterAdminsGuardFile)) {
 		t.Errorf("the configuration %q does not point at the mounted policies %v", cm.Data[addons.AdmissionConfigFile], mounted)
 	}
-	if !strings.Contains(cm.Data[addons.NodeEndpointsFile], "request.userInfo.username != '"+SyncerUser+"'") {
-		t.Errorf("the node endpoints policy does not exempt nest-syncer's user %s:\n%s", SyncerUser, cm.Data[addons.NodeEndpointsFile])
+	for _, file := range []string{addons.NodeEndpointsFile, addons.ClusterAdminsGuardFile} {
+		if !strings.Contains(cm.Data[file], "request.userInfo.username != '"+SyncerUser+"'") {
+			t.Errorf("the policy %s does not exempt nest-syncer's user %s:\n%s", file, SyncerUser, cm.Data[file])
+		}
 	}
 }
 

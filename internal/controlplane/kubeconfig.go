@@ -3,6 +3,7 @@ package controlplane
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
@@ -18,15 +19,25 @@ const (
 	SchedulerKubeconfig         = "scheduler.conf"
 	// SyncerKubeconfig is nest-syncer's tenant credential. The syncer is part
 	// of the control plane, as the controller-manager is, and acts for the
-	// virtual node and for every namespace, so it is in system:masters.
+	// virtual node and for every namespace, so it is in system:masters:
+	// authorized without RBAC objects the tenant could delete, and exempt
+	// from API Priority and Fairness, so a tenant's flood never queues it.
 	SyncerKubeconfig = "nest-syncer.conf"
-	// AdminUser is the tenant administrator's user name (group system:masters).
+	// AdminUser is the tenant administrator's user name, in
+	// components.ClusterAdminsGroup (AdminClient): cluster-admin through
+	// RBAC, and held by API Priority and Fairness, where system:masters
+	// would be exempt from both.
 	AdminUser = "nest-admin"
 	// SyncerUser is nest-syncer's user name in the tenant (group
 	// system:masters): the one writer of the virtual and member nodes'
-	// endpoints (addons.NodeEndpoints).
+	// endpoints (addons.NodeEndpoints) and of the administrators' binding
+	// (addons.ClusterAdminsGuard).
 	SyncerUser = "nest:syncer"
 )
+
+// AdminClient is the tenant administrator's client certificate: AdminUser
+// in components.ClusterAdminsGroup, never system:masters.
+func AdminClient() pki.CertSpec { return components.Client(AdminUser, components.ClusterAdminsGroup) }
 
 // loopbackServer is where the controller-manager and scheduler reach the API
 // server: the same pod.
@@ -46,7 +57,7 @@ func ReconcileComponentKubeconfigs(existing map[string][]byte, pkiData map[strin
 		SchedulerKubeconfig:         components.SchedulerClient(),
 		SyncerKubeconfig:            components.Client(SyncerUser, components.MastersGroup),
 	} {
-		if kubeconfigValid(existing[file], ca.CertPEM, loopbackServer) {
+		if kubeconfigValid(existing[file], ca.CertPEM, loopbackServer, subject) {
 			out[file] = existing[file]
 			continue
 		}
@@ -61,16 +72,21 @@ func ReconcileComponentKubeconfigs(existing map[string][]byte, pkiData map[strin
 
 // ReconcileAdminKubeconfig returns the tenant admin kubeconfig for server (the
 // external endpoint) and its in-cluster variant, keeping existing ones that
-// still point at the right server and were signed by the current CA.
+// still point at the right server, were signed by the current CA and name
+// AdminClient's user and groups. One that names others, such as the
+// system:masters certificates Nest issued before, is issued anew; the old
+// certificate stays valid until it expires, as nothing revokes a
+// certificate.
 func ReconcileAdminKubeconfig(existing map[string][]byte, pkiData map[string][]byte, n Names, server string) (map[string][]byte, bool, error) {
 	ca, err := pki.LoadCA(pki.KeyPair{CertPEM: pkiData[CACert], KeyPEM: pkiData[CAKey]})
 	if err != nil {
 		return nil, false, fmt.Errorf("load tenant CA: %w", err)
 	}
-	if kubeconfigValid(existing[KubeconfigKey], ca.CertPEM, server) && kubeconfigValid(existing[KubeconfigInternalKey], ca.CertPEM, n.InternalServer()) {
+	admin := AdminClient()
+	if kubeconfigValid(existing[KubeconfigKey], ca.CertPEM, server, admin) && kubeconfigValid(existing[KubeconfigInternalKey], ca.CertPEM, n.InternalServer(), admin) {
 		return existing, false, nil
 	}
-	client, err := ca.Issue(pki.CertSpec{CommonName: AdminUser, Organizations: []string{"system:masters"}, Usage: pki.ClientAuth})
+	client, err := ca.Issue(admin)
 	if err != nil {
 		return nil, false, err
 	}
@@ -95,8 +111,9 @@ func issueKubeconfig(ca *pki.CA, cluster, server string, subject pki.CertSpec) (
 }
 
 // kubeconfigValid reports whether data is a kubeconfig for server whose CA is
-// caPEM and whose client certificate caPEM signed.
-func kubeconfigValid(data, caPEM []byte, server string) bool {
+// caPEM and whose client certificate caPEM signed, for subject's user and
+// groups (in any order), and not yet due for renewal.
+func kubeconfigValid(data, caPEM []byte, server string, subject pki.CertSpec) bool {
 	if len(data) == 0 {
 		return false
 	}
@@ -105,7 +122,8 @@ func kubeconfigValid(data, caPEM []byte, server string) bool {
 		return false
 	}
 	cert, err := pki.ParseCertificate(cfg.CertData)
-	if err != nil || DueForRenewal(cert, time.Now()) {
+	if err != nil || DueForRenewal(cert, time.Now()) || cert.Subject.CommonName != subject.CommonName ||
+		!slices.Equal(slices.Sorted(slices.Values(cert.Subject.Organization)), slices.Sorted(slices.Values(subject.Organizations))) {
 		return false
 	}
 	return cfg.Host == server && bytes.Equal(cfg.CAData, caPEM) && SignedBy(cfg.CertData, caPEM)

@@ -1,0 +1,81 @@
+package controlplane
+
+import (
+	"slices"
+	"testing"
+
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/nestdev/nest/internal/components"
+	"github.com/nestdev/nest/internal/pki"
+)
+
+// adminSubject is the user and groups of a kubeconfig's client certificate.
+func adminSubject(t *testing.T, kubeconfig []byte) (string, []string) {
+	t.Helper()
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := pki.ParseCertificate(cfg.CertData)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert.Subject.CommonName, cert.Subject.Organization
+}
+
+// The tenant's administrator is cluster-admin through RBAC, in Nest's group,
+// and never in system:masters, which API Priority and Fairness exempts.
+func TestAdminCertificateIsInClusterAdminsNotMasters(t *testing.T) {
+	pkiData, _, _ := ReconcilePKI(nil, names, endpoints())
+	admin, _, err := ReconcileAdminKubeconfig(nil, pkiData, names, "https://198.51.100.10:30001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{KubeconfigKey, KubeconfigInternalKey} {
+		user, groups := adminSubject(t, admin[key])
+		if user != AdminUser || !slices.Equal(groups, []string{components.ClusterAdminsGroup}) {
+			t.Errorf("%s: the admin certificate is %q in %v, want %q in [%s] only", key, user, groups, AdminUser, components.ClusterAdminsGroup)
+		}
+	}
+}
+
+// An admin kubeconfig Nest issued before, in system:masters, is issued anew
+// in the administrators' group; the components' stay as they are.
+func TestMastersAdminKubeconfigIsReissued(t *testing.T) {
+	pkiData, _, _ := ReconcilePKI(nil, names, endpoints())
+	ca, err := pki.LoadCA(pki.KeyPair{CertPEM: pkiData[CACert], KeyPEM: pkiData[CAKey]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const server = "https://198.51.100.10:30001"
+	old := map[string][]byte{}
+	for key, url := range map[string]string{KubeconfigKey: server, KubeconfigInternalKey: names.InternalServer()} {
+		if old[key], err = issueKubeconfig(ca, names.VirtualCluster, url, components.Client(AdminUser, components.MastersGroup)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	renewed, changed, err := ReconcileAdminKubeconfig(old, pkiData, names, server)
+	if err != nil || !changed {
+		t.Fatalf("a system:masters admin kubeconfig was kept: changed %v, %v", changed, err)
+	}
+	for _, key := range []string{KubeconfigKey, KubeconfigInternalKey} {
+		if _, groups := adminSubject(t, renewed[key]); slices.Contains(groups, components.MastersGroup) {
+			t.Errorf("%s: the reissued admin certificate is still in %v", key, groups)
+		}
+	}
+	if _, changed, _ := ReconcileAdminKubeconfig(renewed, pkiData, names, server); changed {
+		t.Error("the reissued admin kubeconfig was issued again")
+	}
+
+	comp, _, err := ReconcileComponentKubeconfigs(nil, pkiData, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, changed, _ := ReconcileComponentKubeconfigs(comp, pkiData, names); changed {
+		t.Error("component kubeconfigs naming their own users and groups were issued again")
+	}
+	if user, groups := adminSubject(t, comp[SyncerKubeconfig]); user != SyncerUser || !slices.Equal(groups, []string{components.MastersGroup}) {
+		t.Errorf("nest-syncer is %q in %v, want %q in system:masters, exempt from API Priority and Fairness", user, groups, SyncerUser)
+	}
+}
