@@ -25,7 +25,8 @@ const NodeEndpointsFeatureGate = "ManifestBasedAdmissionControlConfig"
 // NodeEndpointsRules are what NodeEndpoints needs to know of the cluster.
 type NodeEndpointsRules struct {
 	// Owner is the user name that writes the virtual nodes (nest-syncer's):
-	// the policy never applies to it.
+	// the policy never applies to it. It also keeps the ClusterAdmins
+	// binding, which ClusterAdminsGuard lets no one else change.
 	Owner string
 	// VirtualNode is the name of the virtual node, and MemberNodePrefix
 	// begins the names of member nodes: the nodes only Owner may point
@@ -108,14 +109,19 @@ const (
 	StaticPoliciesDir = "policies"
 	// NodeEndpointsFile is NodeEndpoints' manifest in StaticPoliciesDir.
 	NodeEndpointsFile = "node-endpoints.yaml"
+	// ClusterAdminsGuardFile is ClusterAdminsGuard's manifest in
+	// StaticPoliciesDir.
+	ClusterAdminsGuardFile = "cluster-admins.yaml"
 )
 
 // StaticAdmission returns the files of a tenant API server's static
 // admission configuration, by their path relative to dir, the directory
 // the API server reads them from: AdmissionConfigFile, which points the
-// ValidatingAdmissionPolicy plugin at dir/StaticPoliciesDir, and
-// NodeEndpoints' manifest there. The API server needs
-// NodeEndpointsFeatureGate, and refuses to start when a file is invalid.
+// ValidatingAdmissionPolicy plugin at dir/StaticPoliciesDir, and there the
+// manifests of NodeEndpoints and of ClusterAdminsGuard, whose owner is
+// r.Owner too (nest-syncer writes both the nodes and the binding). The API
+// server needs NodeEndpointsFeatureGate, and refuses to start when a file
+// is invalid.
 func StaticAdmission(dir string, r NodeEndpointsRules) (map[string][]byte, error) {
 	config, err := yaml.Marshal(map[string]any{
 		"apiVersion": "apiserver.config.k8s.io/v1",
@@ -132,20 +138,30 @@ func StaticAdmission(dir string, r NodeEndpointsRules) (map[string][]byte, error
 	if err != nil {
 		return nil, err
 	}
+	files := map[string][]byte{AdmissionConfigFile: config}
 	policy, binding := NodeEndpoints(r)
-	var manifest bytes.Buffer
-	for i, obj := range []any{policy, binding} {
+	if files[StaticPoliciesDir+"/"+NodeEndpointsFile], err = manifest(policy, binding); err != nil {
+		return nil, fmt.Errorf("manifest of %s: %w", NodeEndpointsName, err)
+	}
+	policy, binding = ClusterAdminsGuard(r.Owner)
+	if files[StaticPoliciesDir+"/"+ClusterAdminsGuardFile], err = manifest(policy, binding); err != nil {
+		return nil, fmt.Errorf("manifest of %s: %w", ClusterAdminsGuardName, err)
+	}
+	return files, nil
+}
+
+// manifest is objs as one YAML stream.
+func manifest(objs ...any) ([]byte, error) {
+	var out bytes.Buffer
+	for i, obj := range objs {
 		doc, err := yaml.Marshal(obj)
 		if err != nil {
-			return nil, fmt.Errorf("manifest of %s: %w", NodeEndpointsName, err)
+			return nil, err
 		}
 		if i > 0 {
-			manifest.WriteString("---\n")
+			out.WriteString("---\n")
 		}
-		manifest.Write(doc)
+		out.Write(doc)
 	}
-	return map[string][]byte{
-		AdmissionConfigFile:                         config,
-		StaticPoliciesDir + "/" + NodeEndpointsFile: manifest.Bytes(),
-	}, nil
+	return out.Bytes(), nil
 }
