@@ -11,6 +11,7 @@ import (
 	"github.com/nestdev/nest/internal/kindsync"
 	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/syncer/kinds"
+	"github.com/nestdev/nest/internal/syncer/kinds/clusteradmins"
 	"github.com/nestdev/nest/internal/syncer/kinds/configmap"
 	"github.com/nestdev/nest/internal/syncer/kinds/endpointslice"
 	"github.com/nestdev/nest/internal/syncer/kinds/hostcopy"
@@ -63,6 +64,9 @@ func kindTable() []kindRow {
 		}},
 		{"clusterdns", kinds.VirtualNode, func(s *syncer, c *kinds.Context) (kinds.Registration, error) {
 			return service.RegisterClusterDNS(c, service.Translator{Translation: s.o.Translation}, s.o.NodeIP), nil
+		}},
+		{"clusteradmins", kinds.VirtualNode, func(_ *syncer, c *kinds.Context) (kinds.Registration, error) {
+			return clusteradmins.Register(c), nil
 		}},
 		{"nodenetwork", kinds.VirtualNode, (*syncer).registerNodeNetwork},
 		{"members", kinds.VirtualNode, (*syncer).registerMembers},

@@ -43,7 +43,7 @@ func TestVirtualNodeSyncerRunsEveryKindOfItsMode(t *testing.T) {
 		o.StorageClasses = []contract.StorageClass{{HostName: "standard", Name: "standard", Default: true}}
 		o.EgressBlocks = []networkingv1.IPBlock{{CIDR: "0.0.0.0/0"}}
 	})
-	want := []string{"clusterdns", "configmaps", "dns", "endpointslices", "members", "networkpolicies", "networkpolicypods",
+	want := []string{"clusteradmins", "clusterdns", "configmaps", "dns", "endpointslices", "members", "networkpolicies", "networkpolicypods",
 		"nodeports", "orphanpods", "persistentvolumeclaims", "secrets", "services", "storageclasses", "tenantpoddeletes", "tokens"}
 	if got := queueNames(s); !slices.Equal(got, want) {
 		t.Errorf("virtual-node queues = %v, want %v", got, want)
