@@ -22,6 +22,7 @@ func (e *env) resources() []testCase {
 		return func(p *corev1.Pod) { p.Spec.Containers[0].Resources.Requests = l }
 	}
 	return []testCase{
+		{"tenant-admin-is-held-by-priority-and-fairness-and-keeps-its-binding", e.fairShare},
 		{"node-name-bypass-with-a-gpu", func(t *testing.T) {
 			e.refused(t, testPod("resources-gpu", func(p *corev1.Pod) {
 				p.Spec.Containers[0].Resources = corev1.ResourceRequirements{

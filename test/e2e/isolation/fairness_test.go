@@ -1,0 +1,149 @@
+package isolation
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nestdev/nest/internal/addons"
+	"github.com/nestdev/nest/internal/components"
+	"github.com/nestdev/nest/internal/controlplane"
+	"github.com/nestdev/nest/internal/pki"
+	"github.com/nestdev/nest/internal/testutil"
+)
+
+// priorityLevelHeader is where the API server names the API Priority and
+// Fairness priority level a request was classified into, by UID.
+const priorityLevelHeader = "X-Kubernetes-PF-PriorityLevel-UID"
+
+// fairShare: alpha's administrator is held by API Priority and Fairness,
+// in global-default, while nest-syncer and probes are exempt and the
+// tenant's service accounts land in workload-low; the administrator cannot
+// remove the binding that makes it cluster-admin, and nest-syncer puts back
+// a change made past the guard.
+func (e *env) fairShare(t *testing.T) {
+	cs := e.alpha.Clientset(t)
+	levels := map[string]string{}
+	for _, name := range []string{"global-default", "exempt", "workload-low"} {
+		pl, err := cs.FlowcontrolV1().PriorityLevelConfigurations().Get(e.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("alpha's priority level %s: %v", name, err)
+		}
+		levels[string(pl.UID)] = name
+	}
+	syncer := e.syncerConfig(t)
+	serviceAccount := rest.CopyConfig(e.alpha.Config)
+	serviceAccount.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:default:default",
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:default", "system:authenticated"}}
+	for _, c := range []struct {
+		who, path, want string
+		cfg             *rest.Config
+	}{
+		{"the administrator", "/api/v1/namespaces/default", "global-default", e.alpha.Config},
+		{"the administrator's probe", "/readyz", "exempt", e.alpha.Config},
+		{"nest-syncer", "/api/v1/namespaces/default", "exempt", syncer},
+		{"a tenant service account", "/api/v1/namespaces/default", "workload-low", serviceAccount},
+	} {
+		uid, err := priorityLevelOf(e.ctx, c.cfg, c.path)
+		if err != nil {
+			t.Errorf("%s GET %s: %v", c.who, c.path, err)
+		} else if levels[uid] != c.want {
+			t.Errorf("%s GET %s was classified into priority level %s (%q), want %s", c.who, c.path, uid, levels[uid], c.want)
+		}
+	}
+
+	out, err := e.alpha.KubectlErr(e.ctx, "delete", "clusterrolebinding", addons.ClusterAdminsName)
+	if err == nil || !strings.Contains(out+err.Error(), addons.ClusterAdminsGuardName) {
+		t.Errorf("the administrator deletes its own binding %s: %v\n%s\nwant refused by %s", addons.ClusterAdminsName, err, out, addons.ClusterAdminsGuardName)
+	}
+
+	// Past the guard, as a cluster-admin impersonating nest-syncer could:
+	// nest-syncer puts its binding back. Adding a subject leaves alpha's
+	// administrator, which other cases use, its rights throughout.
+	syncerCS, err := kubernetes.NewForConfig(syncer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bindings := syncerCS.RbacV1().ClusterRoleBindings()
+	b, err := bindings.Get(e.ctx, addons.ClusterAdminsName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("alpha's %s binding: %v", addons.ClusterAdminsName, err)
+	}
+	b.Subjects = append(b.Subjects, rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "fair-share-intruder"})
+	if _, err := bindings.Update(e.ctx, b, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("nest-syncer's credential changes the binding: %v", err)
+	}
+	testutil.Eventually(t, time.Minute, "nest-syncer puts the binding back", func() error {
+		b, err := bindings.Get(e.ctx, addons.ClusterAdminsName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if len(b.Subjects) != 1 || b.Subjects[0].Name != components.ClusterAdminsGroup || b.RoleRef.Name != addons.ClusterAdminRole {
+			return fmt.Errorf("binding to %s of %+v", b.RoleRef.Name, b.Subjects)
+		}
+		return nil
+	})
+}
+
+// priorityLevelOf GETs path with cfg's credentials and returns the UID of
+// the priority level the API server classified the request into.
+func priorityLevelOf(ctx context.Context, cfg *rest.Config, path string) (string, error) {
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(cfg.Host, "/")+path, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	uid := resp.Header.Get(priorityLevelHeader)
+	if uid == "" {
+		return "", fmt.Errorf("no %s header", priorityLevelHeader)
+	}
+	return uid, nil
+}
+
+// syncerConfig is alpha's nest-syncer credential, from its host Secret,
+// aimed at the API server the administrator reaches (the kubeconfig in the
+// Secret names the pod's loopback).
+func (e *env) syncerConfig(t *testing.T) *rest.Config {
+	t.Helper()
+	n := controlplane.Names{VirtualCluster: e.alpha.Name, Namespace: e.alpha.Namespace}
+	var s corev1.Secret
+	if err := e.host.Get(e.ctx, client.ObjectKey{Namespace: n.Namespace, Name: n.ComponentKubeconfigSecret()}, &s); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(s.Data[controlplane.SyncerKubeconfig])
+	if err != nil {
+		t.Fatalf("alpha's nest-syncer kubeconfig: %v", err)
+	}
+	cert, err := pki.ParseCertificate(cfg.CertData)
+	if err != nil || cert.Subject.CommonName != controlplane.SyncerUser || !slices.Contains(cert.Subject.Organization, components.MastersGroup) {
+		t.Fatalf("alpha's nest-syncer credential is %v (%v), want %s in %s", cert, err, controlplane.SyncerUser, components.MastersGroup)
+	}
+	cfg.Host = e.alpha.Config.Host
+	cfg.TLSClientConfig.ServerName = e.alpha.Config.TLSClientConfig.ServerName
+	return cfg
+}
