@@ -94,7 +94,9 @@ func ClusterAdminsGuard(owner string) (*admissionregistrationv1.ValidatingAdmiss
 			}},
 			MatchConditions: []admissionregistrationv1.MatchCondition{{
 				Name: "the-administrators-binding-or-role",
-				Expression: fmt.Sprintf("oldObject.metadata.name == (request.resource.resource == 'clusterrolebindings' ? %s : %s)",
+				// An error here would refuse (FailurePolicy Fail): an update
+				// that creates has no oldObject, and is a CREATE anyway.
+				Expression: fmt.Sprintf("oldObject != null && oldObject.metadata.name == (request.resource.resource == 'clusterrolebindings' ? %s : %s)",
 					celString(ClusterAdminsName), celString(ClusterAdminRole)),
 			}, {
 				Name: "not-the-owner", Expression: fmt.Sprintf("request.userInfo.username != %s", celString(owner)),
