@@ -54,7 +54,8 @@ func (e *env) fairShare(t *testing.T) {
 		{"the administrator", "/api/v1/namespaces/default", "global-default", e.alpha.Config},
 		{"the administrator's probe", "/readyz", "exempt", e.alpha.Config},
 		{"nest-syncer", "/api/v1/namespaces/default", "exempt", syncer},
-		{"a tenant service account", "/api/v1/namespaces/default", "workload-low", serviceAccount},
+		// /version: any service account may read it.
+		{"a tenant service account", "/version", "workload-low", serviceAccount},
 	} {
 		uid, err := priorityLevelOf(e.ctx, c.cfg, c.path)
 		if err != nil {
