@@ -29,14 +29,15 @@ import (
 const priorityLevelHeader = "X-Kubernetes-PF-PriorityLevel-UID"
 
 // fairShare: alpha's administrator is held by API Priority and Fairness,
-// in global-default, while nest-syncer and probes are exempt and the
-// tenant's service accounts land in workload-low; the administrator cannot
+// in global-default, while nest-syncer and probes are exempt, the
+// controllers land in workload-high and the tenant's service accounts in
+// workload-low; the administrator cannot
 // remove the binding that makes it cluster-admin, and nest-syncer puts back
 // a change made past the guard.
 func (e *env) fairShare(t *testing.T) {
 	cs := e.alpha.Clientset(t)
 	levels := map[string]string{}
-	for _, name := range []string{"global-default", "exempt", "workload-low"} {
+	for _, name := range []string{"global-default", "exempt", "workload-low", "workload-high"} {
 		pl, err := cs.FlowcontrolV1().PriorityLevelConfigurations().Get(e.ctx, name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatalf("alpha's priority level %s: %v", name, err)
@@ -44,9 +45,12 @@ func (e *env) fairShare(t *testing.T) {
 		levels[string(pl.UID)] = name
 	}
 	syncer := e.syncerConfig(t)
-	serviceAccount := rest.CopyConfig(e.alpha.Config)
-	serviceAccount.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:default:default",
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:default", "system:authenticated"}}
+	serviceAccount := func(namespace, name string) *rest.Config {
+		cfg := rest.CopyConfig(e.alpha.Config)
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + namespace + ":" + name,
+			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"}}
+		return cfg
+	}
 	for _, c := range []struct {
 		who, path, want string
 		cfg             *rest.Config
@@ -55,7 +59,10 @@ func (e *env) fairShare(t *testing.T) {
 		{"the administrator's probe", "/readyz", "exempt", e.alpha.Config},
 		{"nest-syncer", "/api/v1/namespaces/default", "exempt", syncer},
 		// /version: any service account may read it.
-		{"a tenant service account", "/version", "workload-low", serviceAccount},
+		{"a tenant service account", "/version", "workload-low", serviceAccount("default", "default")},
+		// kube-controller-manager runs each controller as its own service
+		// account (--use-service-account-credentials).
+		{"the controller-manager's Deployment controller", "/version", "workload-high", serviceAccount("kube-system", "deployment-controller")},
 	} {
 		uid, err := priorityLevelOf(e.ctx, c.cfg, c.path)
 		if err != nil {
