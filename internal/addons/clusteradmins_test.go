@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -17,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nestdev/nest/internal/components"
+	"github.com/nestdev/nest/internal/testutil"
 )
 
 // On a real API server with the tenant's static policies, a tenant
@@ -39,10 +41,12 @@ func TestClusterAdminsAreClusterAdminAndCannotUnbindThemselves(t *testing.T) {
 	}
 
 	// Cluster-admin things: every verb on every resource, impersonation,
-	// the node proxy, and granting cluster-admin to others.
-	if err := tenant.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}}); err != nil {
-		t.Errorf("the administrator creates a namespace: %v", err)
-	}
+	// the node proxy, and granting cluster-admin to others. The RBAC
+	// authorizer learns of the binding from its own watch, a moment after
+	// the create returns.
+	testutil.Eventually(t, 30*time.Second, "the administrator creates a namespace once its group is bound", func() error {
+		return tenant.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}})
+	})
 	if err := tenant.List(ctx, &corev1.SecretList{}); err != nil {
 		t.Errorf("the administrator lists every namespace's Secrets: %v", err)
 	}
