@@ -73,24 +73,32 @@ func TestTenantIsolation(t *testing.T) {
 	for _, g := range []struct {
 		name  string
 		cases []testCase
+		// serial runs the group's cases one at a time.
+		serial bool
 	}{
-		{"controls", e.controls()},
-		{"escape", e.escapes()},
-		{"reach", e.reaches()},
-		{"metadata", e.metadata()},
-		{"resources", e.resources()},
-		{"identity", e.identity()},
-		{"budgets", e.budgets()},
-		{"translation", e.translation()},
-		{"network-policies", e.networkPolicies()},
-		{"storage", e.storage()},
-		{"steering", e.steering()},
-		{"fail-closed", e.failClosed()},
+		{"controls", e.controls(), false},
+		{"escape", e.escapes(), false},
+		{"reach", e.reaches(), false},
+		{"metadata", e.metadata(), false},
+		{"resources", e.resources(), false},
+		{"identity", e.identity(), false},
+		// One at a time: they share alpha's object quota, and one case's
+		// deletions have the quota controller recount it from its caches,
+		// which can lag behind another case's flood of creations and let
+		// that flood past the quota by an object (seen once in CI).
+		{"budgets", e.budgets(), true},
+		{"translation", e.translation(), false},
+		{"network-policies", e.networkPolicies(), false},
+		{"storage", e.storage(), false},
+		{"steering", e.steering(), false},
+		{"fail-closed", e.failClosed(), false},
 	} {
 		t.Run(g.name, func(t *testing.T) {
 			for _, c := range g.cases {
 				t.Run(c.name, func(t *testing.T) {
-					t.Parallel()
+					if !g.serial {
+						t.Parallel()
+					}
 					running <- struct{}{}
 					defer func() { <-running }()
 					c.run(t)
