@@ -114,13 +114,5 @@ func ClusterAdminsGuard(owner string) (*admissionregistrationv1.ValidatingAdmiss
 			}},
 		},
 	}
-	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
-		TypeMeta:   metav1.TypeMeta{APIVersion: typeGroup, Kind: "ValidatingAdmissionPolicyBinding"},
-		ObjectMeta: metav1.ObjectMeta{Name: ClusterAdminsGuardName},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
-			PolicyName:        ClusterAdminsGuardName,
-			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
-		},
-	}
-	return policy, binding
+	return policy, denyBinding(ClusterAdminsGuardName)
 }

@@ -82,15 +82,20 @@ func NodeEndpoints(r NodeEndpointsRules) (*admissionregistrationv1.ValidatingAdm
 			}},
 		},
 	}
-	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
-		TypeMeta:   metav1.TypeMeta{APIVersion: typeGroup, Kind: "ValidatingAdmissionPolicyBinding"},
-		ObjectMeta: metav1.ObjectMeta{Name: NodeEndpointsName},
+	return policy, denyBinding(NodeEndpointsName)
+}
+
+// denyBinding binds the policy name to every request it matches, under
+// the same name, denying what it refuses.
+func denyBinding(name string) *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
+	return &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicyBinding"},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
-			PolicyName:        NodeEndpointsName,
+			PolicyName:        name,
 			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
 		},
 	}
-	return policy, binding
 }
 
 // celString quotes s as a CEL string literal.

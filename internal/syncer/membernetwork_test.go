@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/nestdev/nest/internal/syncer/contract"
@@ -175,18 +176,11 @@ func TestMemberNetworkSyncAppliesTheHostServiceAndTheMemberDNS(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	tenant := fake.NewClientset(exposedTestServices()[0])
-	f := informers.NewSharedInformerFactory(tenant, 0)
-	lister := f.Core().V1().Services().Lister()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	f.Start(ctx.Done())
-	f.WaitForCacheSync(ctx.Done())
-	mtr := tr
-	mtr.HostNamespace = "nest-alpha-0123456789"
-	dir := t.TempDir()
-	n := &memberNetwork{tr: mtr, member: "gpu", slot: 1, nodePortAddress: "198.51.100.10", apiHost: "198.51.100.10", apiPort: 31234,
-		podIP: "10.244.0.7", hostNamespace: tr.HostNamespace, host: host, memberClient: member, tenantServices: lister, dnsDir: dir}
+	n := testMemberNetwork(ctx, t, host, member)
+	n.nodePortAddress, n.apiHost, n.apiPort = "198.51.100.10", "198.51.100.10", 31234
+	mtr, dir := n.tr, n.dnsDir
 	if _, err := n.sync(ctx, memberNetworkKey); err != nil {
 		t.Fatal(err)
 	}
@@ -225,17 +219,11 @@ func TestMemberNetworkSyncAppliesTheHostServiceAndTheMemberDNS(t *testing.T) {
 // nothing before, so no member pod is sent to a node port.
 func TestMemberNetworkSyncThroughALoadBalancerWaitsForItsAddress(t *testing.T) {
 	host, member := fake.NewClientset(), fake.NewClientset()
-	tenant := fake.NewClientset(exposedTestServices()[0])
-	f := informers.NewSharedInformerFactory(tenant, 0)
-	lister := f.Core().V1().Services().Lister()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	f.Start(ctx.Done())
-	f.WaitForCacheSync(ctx.Done())
-	mtr := tr
-	mtr.HostNamespace = "nest-alpha-0123456789"
-	n := &memberNetwork{tr: mtr, member: "gpu", slot: 1, loadBalancer: true, apiHost: "198.51.100.201", apiPort: 443,
-		podIP: "10.244.0.7", hostNamespace: tr.HostNamespace, host: host, memberClient: member, tenantServices: lister, dnsDir: t.TempDir()}
+	n := testMemberNetwork(ctx, t, host, member)
+	n.loadBalancer, n.apiHost, n.apiPort = true, "198.51.100.201", 443
+	mtr := n.tr
 	after, err := n.sync(ctx, memberNetworkKey)
 	if err != nil {
 		t.Fatal(err)
@@ -276,4 +264,21 @@ func TestMemberNetworkSyncThroughALoadBalancerWaitsForItsAddress(t *testing.T) {
 			t.Errorf("nest-dns port %s goes to %d; want the LoadBalancer's port 53", *p.Name, *p.Port)
 		}
 	}
+}
+
+// testMemberNetwork is member "gpu"'s network syncer in slot 1 of tenant
+// alpha, whose one tenant Service is exposedTestServices' first, between
+// host and member, with the control-plane pod at 10.244.0.7 and a view
+// directory of its own; the caller sets its path to the tenant.
+func testMemberNetwork(ctx context.Context, t *testing.T, host, member kubernetes.Interface) *memberNetwork {
+	t.Helper()
+	tenant := fake.NewClientset(exposedTestServices()[0])
+	f := informers.NewSharedInformerFactory(tenant, 0)
+	lister := f.Core().V1().Services().Lister()
+	f.Start(ctx.Done())
+	f.WaitForCacheSync(ctx.Done())
+	mtr := tr
+	mtr.HostNamespace = "nest-alpha-0123456789"
+	return &memberNetwork{tr: mtr, member: "gpu", slot: 1,
+		podIP: "10.244.0.7", hostNamespace: tr.HostNamespace, host: host, memberClient: member, tenantServices: lister, dnsDir: t.TempDir()}
 }

@@ -82,6 +82,22 @@ func createMemberWithSecret(t *testing.T, name, secret string, selector *metav1.
 	}
 }
 
+// setMemberNetwork sets MemberCluster name's spec.network to network.
+func setMemberNetwork(t *testing.T, name string, network nestv1.MemberNetwork) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		mc := &nestv1.MemberCluster{}
+		if err := host.Get(context.Background(), client.ObjectKey{Name: name}, mc); err != nil {
+			return err
+		}
+		mc.Spec.Network = network
+		return host.Update(context.Background(), mc)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // newVC is VirtualCluster ns/name with labels and grants.
 func newVC(ns, name string, labels map[string]string, grants ...nestv1.MemberGrant) *nestv1.VirtualCluster {
 	return &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
@@ -701,14 +717,7 @@ func TestInjectorIsRegisteredForAMemberWithANodePortAddress(t *testing.T) {
 	ctx := context.Background()
 	createHostNamespace(t, "vc-inject")
 	createMember(t, "pool-inj", mlSelector, res("cpu", "8"))
-	mc := &nestv1.MemberCluster{}
-	if err := host.Get(ctx, client.ObjectKey{Name: "pool-inj"}, mc); err != nil {
-		t.Fatal(err)
-	}
-	mc.Spec.Network.NodePortAddress = "10.0.0.11"
-	if err := host.Update(ctx, mc); err != nil {
-		t.Fatal(err)
-	}
+	setMemberNetwork(t, "pool-inj", nestv1.MemberNetwork{APIServerAddress: "10.20.0.5:6443", DNSAddress: "10.20.0.10", NodePortAddress: "10.0.0.11"})
 	vc := createVC(t, newVC("vc-inject", "ml", map[string]string{"team": "ml"}, nestv1.MemberGrant{Name: "pool-inj", Resources: res("cpu", "1")}))
 	// Nothing serves the injector here (no nest-syncer): the dry run fails
 	// and the status says so.
@@ -804,14 +813,7 @@ func TestGrantReachesATenantThroughItsLoadBalancer(t *testing.T) {
 	ctx := context.Background()
 	createHostNamespace(t, "vc-lb")
 	createMember(t, "pool-lb", mlSelector, res("cpu", "8"))
-	mc := &nestv1.MemberCluster{}
-	if err := host.Get(ctx, client.ObjectKey{Name: "pool-lb"}, mc); err != nil {
-		t.Fatal(err)
-	}
-	mc.Spec.Network = nestv1.MemberNetwork{}
-	if err := host.Update(ctx, mc); err != nil {
-		t.Fatal(err)
-	}
+	setMemberNetwork(t, "pool-lb", nestv1.MemberNetwork{})
 	vc := createVC(t, newVC("vc-lb", "ml", map[string]string{"team": "ml"}, nestv1.MemberGrant{Name: "pool-lb", Resources: res("cpu", "1")}))
 
 	// No Service in front of the API server yet: nothing stands in for the
@@ -849,13 +851,7 @@ func TestGrantReachesATenantThroughItsLoadBalancer(t *testing.T) {
 
 	// What the platform names wins: its own API server address and node
 	// ports.
-	if err := host.Get(ctx, client.ObjectKey{Name: "pool-lb"}, mc); err != nil {
-		t.Fatal(err)
-	}
-	mc.Spec.Network = nestv1.MemberNetwork{APIServerAddress: "10.20.0.5:6443", NodePortAddress: "10.0.0.11"}
-	if err := host.Update(ctx, mc); err != nil {
-		t.Fatal(err)
-	}
+	setMemberNetwork(t, "pool-lb", nestv1.MemberNetwork{APIServerAddress: "10.20.0.5:6443", NodePortAddress: "10.0.0.11"})
 	eventually(t, "the platform's addresses in the placement", func() error {
 		p := placements(t, vc)["pool-lb"]
 		if p.APIServerAddress != "10.20.0.5:6443" || p.LoadBalancer || p.NodePortAddress != "10.0.0.11" {
