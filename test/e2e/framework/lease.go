@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -36,17 +37,24 @@ const (
 	defaultClusters = 2
 	// leaseWait bounds how long a test waits for its lease.
 	leaseWait = 60 * time.Minute
+	// PackagesEnv is how many test processes (packages) start side by
+	// side and join the queue together (make e2e-run sets it); unset, a
+	// test waits only queueSettle.
+	PackagesEnv = "NEST_E2E_PACKAGES"
+	// packagesWait bounds how long the first tests wait for the other
+	// packages to join: long enough for a package's test binary to link.
+	packagesWait = 3 * time.Minute
 	// queueSettle is how long a test waits in the queue before it may be
-	// served: test processes start within a second or two of each other.
+	// served: one process's tests join within moments of each other.
 	queueSettle = 2 * time.Second
 )
 
 // LeaseCluster waits for a free share of the cluster budget and a free slot
 // and returns the addressing of the named cluster "e2e<slot>" there. Call
-// it before the test's deadline starts: the wait can be long. The lease is
+// it before the test's deadline starts: the wait can be long. The slot is
 // held until the test and every cleanup registered after this call have
 // ended, so the cluster's `nest dev down` runs before another test can
-// take it. A slot whose node subnet some link already holds (a cluster
+// take it; the budget share goes when the cleanups begin. A slot whose node subnet some link already holds (a cluster
 // started by hand, or left over) is passed over. It fails the test when no
 // lease frees up within leaseWait.
 func LeaseCluster(t testing.TB) devcluster.Addressing {
@@ -60,7 +68,7 @@ func LeaseCluster(t testing.TB) devcluster.Addressing {
 func LeaseClusters(t testing.TB, n int) []devcluster.Addressing {
 	t.Helper()
 	tokens := waitForTokens(t, fmt.Sprintf("%d of the local cluster budget", n), n, false)
-	releaseLast(t, tokens)
+	releaseAtTeardown(t, tokens)
 	out := make([]devcluster.Addressing, 0, n)
 	for len(out) < n {
 		a, f := freeSlot(t)
@@ -78,7 +86,7 @@ func LeaseClusters(t testing.TB, n int) []devcluster.Addressing {
 // test holds at a time, and a share of the cluster budget, and returns its
 // addressing. Tests that need the default cluster on purpose (its names and
 // ranges, or a flow that only works where a tenant's Service range is the
-// host's) take it. The lease is held like LeaseCluster's.
+// host's) take it. The lease is held and released like LeaseCluster's.
 //
 // It takes the slot and the share together, in the queue's order, and
 // waits in the queue only while the slot is free: a test holding the slot
@@ -87,7 +95,9 @@ func LeaseClusters(t testing.TB, n int) []devcluster.Addressing {
 func LeaseDefaultCluster(t testing.TB) devcluster.Addressing {
 	t.Helper()
 	locks := waitForTokens(t, "the default local cluster and a share of the local cluster budget", 1, true)
-	releaseLast(t, locks)
+	// The budget token comes first, the slot last (waitForTokens).
+	releaseAtTeardown(t, locks[:1])
+	releaseLast(t, locks[1:])
 	t.Logf("leased the default local cluster (slot 0)")
 	return devcluster.DefaultAddressing()
 }
@@ -103,10 +113,12 @@ func waitForTokens(t testing.TB, what string, n int, defaultCluster bool) []*os.
 	if err := os.MkdirAll(LeaseDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	mine, leave := joinQueue(t, defaultCluster)
+	mine, leave := joinQueue(t, n, defaultCluster)
 	defer leave()
-	// Tests started together (every top-level test of a package) all join
-	// before the first is served, or the first to look would go first.
+	// Tests started together (every package's, every top-level test of a
+	// package) all join before the first is served, or the first to look
+	// would go first.
+	waitForPackages(t)
 	time.Sleep(queueSettle)
 	return waitFor(t, what, func() []*os.File {
 		if !firstInQueue(mine) {
@@ -197,6 +209,29 @@ func freeSlot(t testing.TB) (devcluster.Addressing, *os.File) {
 		return a, f
 	}
 	return devcluster.Addressing{}, nil
+}
+
+// releaseAtTeardown releases budget tokens as soon as the test's cleanups
+// begin (its context is cancelled just before them): tearing a cluster
+// down (`nest dev down`, 10 to 70 s) needs little of the machine, and the
+// next test can start meanwhile on another slot. The slot's lock, which
+// keeps the cluster's name and ranges, is held until every cleanup has
+// ended (releaseLast). Whatever happens first, the tokens go when the test
+// ends.
+func releaseAtTeardown(t testing.TB, tokens []*os.File) {
+	var once sync.Once
+	release := func() {
+		once.Do(func() {
+			for _, f := range tokens {
+				f.Close()
+			}
+		})
+	}
+	go func() {
+		<-t.Context().Done()
+		release()
+	}()
+	t.Cleanup(release)
 }
 
 // releaseLast releases locks when the test ends, after every cleanup

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // Budget tokens go to the waiting tests longest first: of the tests of all
@@ -20,8 +21,9 @@ import (
 // count as one chain, nextWaiter) may take tokens, the others wait behind
 // it. So
 // the run's longest tests start first and the short ones fill the end
-// (longest-processing-time-first), and a test that needs two clusters at
-// once is never starved by tests that need one. A test that waits for the
+// (longest-processing-time-first). Tests that need more than one cluster
+// at once go before all others: served at the start, while every share is
+// free, they never hold the queue up while the shares drain one by one. A test that waits for the
 // default cluster's slot too is passed over while another test holds that
 // slot, so it holds up no one. Each waiter is a file in queueDir that its
 // test holds an exclusive flock on while it waits: a file no one holds
@@ -46,13 +48,19 @@ type waiter struct {
 	path    string
 	seconds int
 	name    string
+	// clusters is how many budget shares it waits for (1 unless marked).
+	clusters int
 	// defaultCluster: it waits for the default cluster's slot too.
 	defaultCluster bool
 }
 
-// defaultMark ends a waiter's line when it waits for the default
-// cluster's slot too.
-const defaultMark = " +default"
+// Marks follow the test's name on a waiter's line: defaultMark when it
+// waits for the default cluster's slot too, clustersMark and a number when
+// it waits for more than one share.
+const (
+	defaultMark  = "+default"
+	clustersMark = "+clusters="
+)
 
 // expectedSeconds is the test's line of durationsTSV, 0 when it has none.
 func expectedSeconds(name string) int {
@@ -69,25 +77,28 @@ func expectedSeconds(name string) int {
 
 // joinQueue registers the test t as waiting for budget tokens and returns
 // its file; leave removes it.
-func joinQueue(t testing.TB, defaultCluster bool) (mine string, leave func()) {
+func joinQueue(t testing.TB, clusters int, defaultCluster bool) (mine string, leave func()) {
 	t.Helper()
-	mine, leave, err := enqueue(expectedSeconds(t.Name()), t.Name(), defaultCluster)
+	mine, leave, err := enqueue(waiter{seconds: expectedSeconds(t.Name()), name: t.Name(), clusters: clusters, defaultCluster: defaultCluster})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return mine, leave
 }
 
-// enqueue writes a waiter's file, "<seconds> <name>[ +default]", and
-// holds its lock until leave.
-func enqueue(seconds int, name string, defaultCluster bool) (mine string, leave func(), err error) {
+// enqueue writes w's file, "<seconds> <name>[ +default][ +clusters=<n>]",
+// and holds its lock until leave.
+func enqueue(w waiter) (mine string, leave func(), err error) {
 	if err := os.MkdirAll(queueDir(), 0o755); err != nil {
 		return "", nil, err
 	}
 	mine = filepath.Join(queueDir(), fmt.Sprintf("%d-%d.wait", os.Getpid(), waiterSeq.Add(1)))
-	body := fmt.Sprintf("%d %s", seconds, name)
-	if defaultCluster {
-		body += defaultMark
+	body := fmt.Sprintf("%d %s", w.seconds, w.name)
+	if w.defaultCluster {
+		body += " " + defaultMark
+	}
+	if w.clusters > 1 {
+		body += fmt.Sprintf(" %s%d", clustersMark, w.clusters)
 	}
 	// Written and locked under another name first, so no reader ever sees
 	// the waiter unlocked and takes it for a dead one.
@@ -144,7 +155,8 @@ func firstInQueue(mine string) bool {
 // for a test that waits for the default cluster, the sum of every such
 // test's expected time, since they run one after another on its slot (so
 // that chain starts early and never ends the run alone); for any other,
-// its own. Default-cluster waiters are passed over while slotHeld. Ties go
+// its own. Waiters for more than one cluster go first, most clusters
+// first. Default-cluster waiters are passed over while slotHeld. Ties go
 // by the test's own time, then its name, then its file, so every process
 // picks the same one.
 func nextWaiter(ws []waiter, slotHeld bool) (waiter, bool) {
@@ -171,6 +183,9 @@ func nextWaiter(ws []waiter, slotHeld bool) (waiter, bool) {
 	}
 	sort.Slice(sorted, func(i, j int) bool {
 		a, b := sorted[i], sorted[j]
+		if a.clusters != b.clusters {
+			return a.clusters > b.clusters
+		}
 		if work(a) != work(b) {
 			return work(a) > work(b)
 		}
@@ -198,8 +213,8 @@ func defaultSlotFree() bool {
 }
 
 // readWaiter parses a waiter's file "<pid>-<seq>.wait" holding
-// "<seconds> <test name>[ +default]"; other names (a file being written)
-// are not waiters.
+// "<seconds> <test name>[ +default][ +clusters=<n>]"; other names (a file
+// being written) are not waiters.
 func readWaiter(path string) (waiter, bool) {
 	if !strings.HasSuffix(path, ".wait") {
 		return waiter{}, false
@@ -208,14 +223,25 @@ func readWaiter(path string) (waiter, bool) {
 	if err != nil {
 		return waiter{}, false
 	}
-	line := strings.TrimSpace(string(body))
-	line, defaultCluster := strings.CutSuffix(line, defaultMark)
-	secs, name, _ := strings.Cut(line, " ")
-	n, err := strconv.Atoi(secs)
+	fields := strings.Fields(string(body))
+	if len(fields) < 2 {
+		return waiter{}, false
+	}
+	n, err := strconv.Atoi(fields[0])
 	if err != nil {
 		return waiter{}, false
 	}
-	return waiter{path: path, seconds: n, name: name, defaultCluster: defaultCluster}, true
+	w := waiter{path: path, seconds: n, name: fields[1], clusters: 1}
+	for _, mark := range fields[2:] {
+		if mark == defaultMark {
+			w.defaultCluster = true
+		} else if c, ok := strings.CutPrefix(mark, clustersMark); ok {
+			if n, err := strconv.Atoi(c); err == nil && n > 1 {
+				w.clusters = n
+			}
+		}
+	}
+	return w, true
 }
 
 // held says whether a waiter's test still holds the lock on its file.
@@ -229,4 +255,71 @@ func held(path string) bool {
 		return errors.Is(err, syscall.EWOULDBLOCK)
 	}
 	return false
+}
+
+// packagesJoined is set once as many processes as $NEST_E2E_PACKAGES have
+// joined the queue (or packagesWait passed): from then on this process's
+// tests never wait for them again, though packages that are done leave.
+var packagesJoined atomic.Bool
+
+// waitForPackages waits until as many test processes as $NEST_E2E_PACKAGES
+// have a waiter in the queue, at most packagesWait: a package whose test
+// binary linked first would otherwise be served first, whatever its tests'
+// length. No process is served before then, so none has left.
+func waitForPackages(t testing.TB) {
+	t.Helper()
+	want, err := expectedPackages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if packagesJoined.Load() {
+		return
+	}
+	if !waitForProcesses(want, packagesWait) {
+		t.Logf("only %d of $%s=%d test processes joined the local cluster queue in %s; going on", queuedProcesses(), PackagesEnv, want, packagesWait)
+	}
+	packagesJoined.Store(true)
+}
+
+// expectedPackages is $NEST_E2E_PACKAGES, 0 when unset.
+func expectedPackages() (int, error) {
+	env := os.Getenv(PackagesEnv)
+	if env == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(env)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("$%s=%q: want a number of test processes", PackagesEnv, env)
+	}
+	return n, nil
+}
+
+// waitForProcesses polls until want processes have live waiters queued
+// and says whether they did within bound.
+func waitForProcesses(want int, bound time.Duration) bool {
+	deadline := time.Now().Add(bound)
+	for queuedProcesses() < want {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return true
+}
+
+// queuedProcesses counts the processes with a live waiter queued (by the
+// pid its file is named for).
+func queuedProcesses() int {
+	entries, err := os.ReadDir(queueDir())
+	if err != nil {
+		return 0
+	}
+	pids := map[string]bool{}
+	for _, e := range entries {
+		pid, _, ok := strings.Cut(e.Name(), "-")
+		if ok && strings.HasSuffix(e.Name(), ".wait") && held(filepath.Join(queueDir(), e.Name())) {
+			pids[pid] = true
+		}
+	}
+	return len(pids)
 }

@@ -82,7 +82,7 @@ type queuedWaiter struct {
 // queued enqueues a waiter for the test's duration.
 func queued(t *testing.T, seconds int, name string, defaultCluster bool) queuedWaiter {
 	t.Helper()
-	path, leave, err := enqueue(seconds, name, defaultCluster)
+	path, leave, err := enqueue(waiter{seconds: seconds, name: name, clusters: 1, defaultCluster: defaultCluster})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,6 +167,41 @@ func TestDurationsNameEveryLeasingTest(t *testing.T) {
 	for name := range leasing {
 		if !listed[name] || expectedSeconds(name) <= 0 {
 			t.Errorf("durations.tsv has no duration for %s (go run ./hack/testtimes -durations _output/e2e.json)", name)
+		}
+	}
+}
+
+// A test that needs two clusters at once goes before longer ones that need
+// one, so it is served while both shares are free.
+func TestNextWaiterServesMultiClusterWaitersFirst(t *testing.T) {
+	ws := []waiter{
+		{path: "/q/1-1.wait", seconds: 900, name: "TestFaults", clusters: 1},
+		{path: "/q/2-1.wait", seconds: 60, name: "TestTwo", clusters: 2},
+		{path: "/q/3-1.wait", seconds: 400, name: "TestMember", clusters: 2},
+		{path: "/q/4-1.wait", seconds: 600, name: "TestConformance", clusters: 1, defaultCluster: true},
+	}
+	if next, _ := nextWaiter(ws, false); next.name != "TestMember" {
+		t.Errorf("next = %s, want TestMember, the longest of the two-cluster tests", next.name)
+	}
+}
+
+// A waiter's file keeps its marks.
+func TestReadWaiterReadsItsMarks(t *testing.T) {
+	useLeaseDir(t)
+	for _, w := range []waiter{
+		{seconds: 400, name: "TestMember", clusters: 2},
+		{seconds: 600, name: "TestConformance", clusters: 1, defaultCluster: true},
+		{seconds: 5, name: "TestShort", clusters: 1},
+	} {
+		path, leave, err := enqueue(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := readWaiter(path)
+		leave()
+		w.path = path
+		if !ok || got != w {
+			t.Errorf("read %+v back as %+v (ok %v)", w, got, ok)
 		}
 	}
 }
