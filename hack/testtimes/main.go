@@ -48,6 +48,8 @@ type result struct {
 	Elapsed float64
 	// Waited is how long, in seconds, the test waited for its lease.
 	Waited float64
+	// Leased: the test logged a lease (it ran on a local cluster).
+	Leased bool
 }
 
 // pkgResult is a package's result and its top-level tests'.
@@ -116,7 +118,8 @@ func summarize(r io.Reader) ([]pkgResult, error) {
 			p.Action, p.Elapsed = e.Action, e.Elapsed
 		case e.Test != "" && !strings.Contains(e.Test, "/") && isEnd(e.Action):
 			p := pkgOf(e.Package)
-			p.Tests = append(p.Tests, result{Name: e.Test, Action: e.Action, Elapsed: e.Elapsed, Waited: waited[e.Package+" "+e.Test]})
+			w, leased := waited[e.Package+" "+e.Test]
+			p.Tests = append(p.Tests, result{Name: e.Test, Action: e.Action, Elapsed: e.Elapsed, Waited: w, Leased: leased})
 		case e.Test != "" && e.Action == "run":
 			pkgOf(e.Package)
 			started[e.Package+" "+e.Test] = e.Time
@@ -151,13 +154,14 @@ func printTable(w io.Writer, pkgs []pkgResult) {
 	}
 }
 
-// printDurations prints "Test<TAB>seconds" for each passed top-level test,
-// its wall time less its lease wait, sorted by name.
+// printDurations prints "Test<TAB>seconds" for each passed top-level test
+// that leased a local cluster (the others do not queue), its wall time less
+// its lease wait, sorted by name.
 func printDurations(w io.Writer, pkgs []pkgResult) {
 	var lines []string
 	for _, p := range pkgs {
 		for _, t := range p.Tests {
-			if t.Action == "pass" {
+			if t.Action == "pass" && t.Leased {
 				lines = append(lines, fmt.Sprintf("%s\t%.0f", t.Name, t.Elapsed-t.Waited))
 			}
 		}

@@ -51,6 +51,7 @@ func TestDurationsLeaveOutTheLeaseWait(t *testing.T) {
 		`{"Time":"2026-11-28T10:06:00Z","Action":"output","Package":"p/a","Test":"TestWaits","Output":"    x_test.go:9: leased nothing, a later line\n"}`,
 		`{"Time":"2026-11-28T10:07:00Z","Action":"pass","Package":"p/a","Test":"TestWaits","Elapsed":420}`,
 		`{"Time":"2026-11-28T10:07:00Z","Action":"fail","Package":"p/a","Test":"TestFails","Elapsed":419}`,
+		`{"Time":"2026-11-28T10:07:00Z","Action":"pass","Package":"p/a","Test":"TestNoCluster","Elapsed":1}`,
 		`{"Time":"2026-11-28T10:07:00Z","Action":"fail","Package":"p/a","Elapsed":421}`,
 	}, "\n")
 	pkgs, err := summarize(strings.NewReader(stream))
@@ -63,6 +64,6 @@ func TestDurationsLeaveOutTheLeaseWait(t *testing.T) {
 	var out bytes.Buffer
 	printDurations(&out, pkgs)
 	if out.String() != "TestWaits\t120\n" {
-		t.Errorf("durations = %q, want TestWaits' 120 s alone and no failed test", out.String())
+		t.Errorf("durations = %q, want TestWaits' 120 s alone: no failed test, none that leased no cluster", out.String())
 	}
 }
