@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nestdev/nest/internal/addons"
@@ -27,7 +28,16 @@ func InstallNest(ctx context.Context, stateDir, binDir string, out io.Writer) er
 	if binDir == "" {
 		binDir = rec.BinDir
 	}
-	return installNest(ctx, Layout{Root: stateDir}, nodes, Options{BinDir: binDir, Out: out})
+	o := Options{BinDir: binDir, Out: out}
+	o.setDefaults()
+	tarballs, err := buildImages(ctx, o)
+	if err != nil {
+		return err
+	}
+	if err := importImages(ctx, ctrPath(o.BinDir), nodes, tarballs); err != nil {
+		return err
+	}
+	return installNest(ctx, Layout{Root: stateDir}, nodes, o)
 }
 
 // ImportImages imports image tarballs into the containerd of every node of
@@ -37,12 +47,19 @@ func ImportImages(ctx context.Context, stateDir string, tarballs []string) error
 	if err != nil {
 		return err
 	}
+	return importImages(ctx, ctrPath(rec.BinDir), nodes, tarballs)
+}
+
+// importImages imports the tarballs into the containerd of every node with
+// the ctr program at ctr, the nodes side by side: each node's containerd
+// unpacks into a store of its own, so one node's import need not wait for
+// another's.
+func importImages(ctx context.Context, ctr string, nodes []Node, tarballs []string) error {
+	g, ctx := errgroup.WithContext(ctx)
 	for _, n := range nodes {
-		if err := images.Import(ctx, ctrPath(rec.BinDir), n.ContainerdSocket(), tarballs); err != nil {
-			return err
-		}
+		g.Go(func() error { return images.Import(ctx, ctr, n.ContainerdSocket(), tarballs) })
 	}
-	return nil
+	return g.Wait()
 }
 
 // running reads the record and nodes of the local host cluster in stateDir.
@@ -59,17 +76,9 @@ func running(stateDir string) (record, []Node, error) {
 	return rec, nodes, err
 }
 
+// installNest installs or upgrades Nest in the cluster of nodes, whose
+// containerd already holds Nest's images.
 func installNest(ctx context.Context, l Layout, nodes []Node, o Options) error {
-	o.setDefaults()
-	tarballs, err := buildImages(ctx, o)
-	if err != nil {
-		return err
-	}
-	for _, n := range nodes {
-		if err := images.Import(ctx, ctrPath(o.BinDir), n.ContainerdSocket(), tarballs); err != nil {
-			return err
-		}
-	}
 	manager, err := managerFingerprint(o)
 	if err != nil {
 		return err

@@ -187,6 +187,8 @@ func (u *upRun) run(ctx context.Context) error {
 		phases = append(phases, upPhase{"advertise GPUs on workers", func(ctx context.Context) error { return advertiseGPUs(ctx, u.l, u.nodes, u.o.GPUs) }})
 	}
 	if u.o.WithNest {
+		// Nest's images are among those every node's containerd imported
+		// as it started (startControlPlaneAndRuntimes).
 		phases = append(phases, upPhase{"install Nest", func(ctx context.Context) error { return installNest(ctx, u.l, u.nodes, u.o) }})
 	}
 	for _, p := range phases {

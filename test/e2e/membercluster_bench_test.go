@@ -29,7 +29,9 @@ const memberBenchPods = 50
 func BenchmarkMemberPodStartup(b *testing.B) {
 	framework.RequireRoot(b)
 	ctx := context.Background()
-	e := startMemberEnv(b, ctx, startBenchClusterOf(b, ctx, "member", 2), framework.LeaseCluster(b))
+	hostDir := startBenchClusterOf(b, ctx, "member", 2)
+	startLocalCluster(b, ctx, memberStateDir(), memberClusterFlags(framework.LeaseCluster(b))...)
+	e := startMemberEnv(b, ctx, hostDir, memberStateDir())
 	tenant := e.tn.Clientset(b)
 	e.tn.WaitDefaultServiceAccount(b, ctx)
 	direct := directNamespace(b, ctx, e.member)

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -60,10 +59,15 @@ func TestMemberCluster(t *testing.T) {
 	clusters := framework.LeaseClusters(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
-	e := startMemberEnv(t, ctx, framework.StartHostCluster(t, ctx, clusters[0], "--with-nest"), clusters[1])
-	tn, vc, host, grant, memberCS, memberDir := e.tn, e.vc, e.host, e.grant, e.member, e.memberDir
+	hostDir, memberDir := startHostAndMember(t, ctx, clusters[0], clusters[1])
+	e := startMemberEnv(t, ctx, hostDir, memberDir)
+	tn, vc, host, grant, memberCS := e.tn, e.vc, e.host, e.grant, e.member
 	tenant := tn.Clientset(t)
 	nodeName := contract.MemberNodeName(gpuMember)
+	// The rotation check calls the tenant API for rotationWatch: its pod
+	// starts now and runs beside the subtests up to the one that reads its
+	// result.
+	startRotator(t, ctx, tn, tenant)
 
 	t.Run("the tenant sees the member as one tainted node sized to the grant", func(t *testing.T) {
 		testutil.Eventually(t, 3*time.Minute, "member node Ready with 1 GPU", func() error {
@@ -119,44 +123,6 @@ func TestMemberCluster(t *testing.T) {
 			t.Errorf("kubectl logs of the member pod = %q; want the PodList it read from the tenant API server", logs)
 		}
 		checkUsageRecorded(t, ctx, host, vc, pod)
-	})
-
-	t.Run("the projected token is rotated in place and every call with it succeeds", func(t *testing.T) {
-		tn.WaitDefaultServiceAccount(t, ctx)
-		if _, err := tenant.RbacV1().RoleBindings("default").Get(ctx, "train-view", metav1.GetOptions{}); apierrors.IsNotFound(err) {
-			tn.Kubectl(t, ctx, "create", "rolebinding", "train-view", "-n", "default", "--clusterrole=view", "--serviceaccount=default:default")
-		}
-		pod := memberPod("rotator", 0)
-		pod.Spec.RestartPolicy = corev1.RestartPolicyNever
-		pod.Spec.Containers[0].Args = []string{"kube-watch", "/api/v1/namespaces/default/pods", fmt.Sprint(int(rotationWatch.Seconds()))}
-		if _, err := tenant.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		testutil.Eventually(t, rotationWatch+3*time.Minute, "rotator done", func() error {
-			p, err := tenant.CoreV1().Pods("default").Get(ctx, "rotator", metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			switch p.Status.Phase {
-			case corev1.PodSucceeded:
-				return nil
-			case corev1.PodFailed:
-				t.Fatalf("a call with the rotated token failed: %s", tn.Kubectl(t, ctx, "logs", "-n", "default", "rotator", "--tail", "5"))
-			}
-			return fmt.Errorf("phase %s", p.Status.Phase)
-		})
-		tokens := map[string]bool{}
-		calls := 0
-		for line := range strings.Lines(tn.Kubectl(t, ctx, "logs", "-n", "default", "rotator")) {
-			if digest, ok := strings.CutPrefix(strings.TrimSpace(line), "ok "); ok {
-				tokens[digest] = true
-				calls++
-			}
-		}
-		t.Logf("%d calls, all successful, with %d tokens over %s (tokenMaxAge %s)", calls, len(tokens), rotationWatch, tokenMaxAge)
-		if len(tokens) < 4 {
-			t.Errorf("%d distinct tokens over %s, want at least 4 (3 rotations) with tokenMaxAge %s", len(tokens), rotationWatch, tokenMaxAge)
-		}
 	})
 
 	t.Run("exec reaches a pod in the member", func(t *testing.T) {
@@ -331,9 +297,39 @@ func TestMemberCluster(t *testing.T) {
 		}
 	})
 
+	// Before the member loses its node: the rotator runs there.
+	t.Run("the projected token is rotated in place and every call with it succeeds", func(t *testing.T) {
+		testutil.Eventually(t, rotationWatch+3*time.Minute, "rotator done", func() error {
+			p, err := tenant.CoreV1().Pods("default").Get(ctx, rotatorPod, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			switch p.Status.Phase {
+			case corev1.PodSucceeded:
+				return nil
+			case corev1.PodFailed:
+				t.Fatalf("a call with the rotated token failed: %s", tn.Kubectl(t, ctx, "logs", "-n", "default", rotatorPod, "--tail", "5"))
+			}
+			return fmt.Errorf("phase %s", p.Status.Phase)
+		})
+		tokens := map[string]bool{}
+		calls := 0
+		for line := range strings.Lines(tn.Kubectl(t, ctx, "logs", "-n", "default", rotatorPod)) {
+			if digest, ok := strings.CutPrefix(strings.TrimSpace(line), "ok "); ok {
+				tokens[digest] = true
+				calls++
+			}
+		}
+		t.Logf("%d calls, all successful, with %d tokens over %s (tokenMaxAge %s)", calls, len(tokens), rotationWatch, tokenMaxAge)
+		if len(tokens) < 4 {
+			t.Errorf("%d distinct tokens over %s, want at least 4 (3 rotations) with tokenMaxAge %s", len(tokens), rotationWatch, tokenMaxAge)
+		}
+	})
+
 	// Last: it takes the member's worker away and brings it back.
 	t.Run("losing the member's GPU node: the member node goes NotReady, the tenant keeps working, and comes back", func(t *testing.T) {
-		killMemberKubelet(t, ctx, memberDir, devcluster.NodeName(1))
+		worker := devcluster.NodeName(1)
+		framework.KillRecorded(t, memberDir, worker+".kubelet", worker+".containerd")
 		waitMemberNodeReady(t, ctx, tenant, nodeName, false, 4*time.Minute)
 		if reason := readyReason(t, ctx, tenant, nodeName); reason != "MemberLostNodes" {
 			t.Errorf("the member node is NotReady with reason %q, want MemberLostNodes: the member answers, but its only GPU node does not", reason)
@@ -347,31 +343,66 @@ func TestMemberCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitTenantPodRunning(t, ctx, tenant, "on-host")
-		startLocalClusterAgain(t, ctx, memberDir, append(framework.ClusterFlags(framework.Addressing(t, memberDir)), "--nodes", "2", "--gpus", "2")...)
+		// The worker's runtime starts again and nothing else, as a node's
+		// does: a whole `nest dev up` would first wait, for over a minute,
+		// on the deletion of the lost node's pods.
+		if err := devcluster.RestartNodeRuntime(ctx, memberDir, worker); err != nil {
+			t.Fatal(err)
+		}
 		waitMemberNodeReady(t, ctx, tenant, nodeName, true, 4*time.Minute)
+		// The restarted kubelet kept the worker's GPUs, so the grant's one is back.
+		n, err := tenant.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gpus := n.Status.Allocatable[devcluster.GPUResource]; gpus.Value() != 1 {
+			t.Errorf("the member node is back with allocatable %v, want 1 %s", n.Status.Allocatable, devcluster.GPUResource)
+		}
 	})
 }
 
 // memberEnv is a host cluster with Nest, a member cluster registered with
 // `nest member add`, and a tenant granted one of the member's GPUs.
 type memberEnv struct {
-	host      client.Client
-	tn        *framework.Tenant
-	vc        *nestv1.VirtualCluster
-	grant     nestv1.MemberGrantStatus
-	member    kubernetes.Interface
-	memberDir string
+	host   client.Client
+	tn     *framework.Tenant
+	vc     *nestv1.VirtualCluster
+	grant  nestv1.MemberGrantStatus
+	member kubernetes.Interface
 	// lb is host:port where member pods reach the tenant API server.
 	lb string
 }
 
-// startMemberEnv starts the member cluster, leased as member, beside the
-// host cluster in hostDir, creates the tenant and grants it a GPU of the member.
-func startMemberEnv(t testing.TB, ctx context.Context, hostDir string, member devcluster.Addressing) *memberEnv {
+// memberStateDir is the state directory of the member cluster of this
+// test process.
+func memberStateDir() string {
+	return filepath.Join(os.TempDir(), fmt.Sprintf("nest-e2e-membercluster-member-%d", os.Getpid()))
+}
+
+// memberClusterFlags are the `nest dev up` flags of a member cluster leased
+// as a: two nodes, the worker advertising two GPUs.
+func memberClusterFlags(a devcluster.Addressing) []string {
+	return append(framework.ClusterFlags(a), "--nodes", "2", "--gpus", "2")
+}
+
+// startHostAndMember starts the host cluster with Nest, leased as host, and
+// the member cluster, leased as member, side by side, and returns their
+// state directories.
+func startHostAndMember(t *testing.T, ctx context.Context, host, member devcluster.Addressing) (hostDir, memberDir string) {
 	t.Helper()
-	e := &memberEnv{memberDir: filepath.Join(os.TempDir(), fmt.Sprintf("nest-e2e-membercluster-member-%d", os.Getpid()))}
-	startLocalCluster(t, ctx, e.memberDir, append(framework.ClusterFlags(member), "--nodes", "2", "--gpus", "2")...)
-	memberKubeconfig := devcluster.Layout{Root: e.memberDir}.AdminKubeconfig()
+	memberDir = memberStateDir()
+	framework.Concurrently(t,
+		func() (err error) { hostDir, err = framework.UpHostCluster(t, ctx, host, "--with-nest"); return err },
+		func() error { _, err := upLocalCluster(t, ctx, memberDir, memberClusterFlags(member)...); return err })
+	return hostDir, memberDir
+}
+
+// startMemberEnv takes the running host cluster in hostDir and member
+// cluster in memberDir, creates the tenant and grants it a GPU of the member.
+func startMemberEnv(t testing.TB, ctx context.Context, hostDir, memberDir string) *memberEnv {
+	t.Helper()
+	e := &memberEnv{}
+	memberKubeconfig := devcluster.Layout{Root: memberDir}.AdminKubeconfig()
 	e.member = clientset(t, memberKubeconfig)
 
 	host, hostKubeconfig, nest := framework.NestOn(t, ctx, hostDir)
@@ -413,6 +444,25 @@ func startMemberEnv(t testing.TB, ctx context.Context, hostDir string, member de
 	return e
 }
 
+// rotatorPod is the tenant pod on the member that calls the tenant API
+// with its projected token for rotationWatch, printing a digest of the
+// token of every call.
+const rotatorPod = "rotator"
+
+// startRotator lets the tenant's default service account view the default
+// namespace and starts rotatorPod there.
+func startRotator(t *testing.T, ctx context.Context, tn *framework.Tenant, tenant kubernetes.Interface) {
+	t.Helper()
+	tn.WaitDefaultServiceAccount(t, ctx)
+	tn.Kubectl(t, ctx, "create", "rolebinding", "rotator-view", "-n", "default", "--clusterrole=view", "--serviceaccount=default:default")
+	pod := memberPod(rotatorPod, 0)
+	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+	pod.Spec.Containers[0].Args = []string{"kube-watch", "/api/v1/namespaces/default/pods", fmt.Sprint(int(rotationWatch.Seconds()))}
+	if _, err := tenant.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // checkUsageRecorded waits for nest-manager to record the finished member
 // pod's usage on the host: a record with its GPU and its end, and the
 // member's summary counting it.
@@ -447,44 +497,6 @@ func checkUsageRecorded(t testing.TB, ctx context.Context, host client.Client, v
 		}
 		return fmt.Errorf("no record of %s/%s among %d", pod.Namespace, pod.Name, len(book.Records))
 	})
-}
-
-// killMemberKubelet SIGKILLs the kubelet of a member node, by its recorded PID.
-func killMemberKubelet(t *testing.T, ctx context.Context, stateDir, node string) {
-	t.Helper()
-	procs, err := devcluster.RecordedProcesses(devcluster.Layout{Root: stateDir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range procs {
-		if p.Name != node+".kubelet" {
-			continue
-		}
-		if !p.Alive() {
-			t.Fatalf("the kubelet of %s (pid %d) is not running", node, p.PID)
-		}
-		if err := syscall.Kill(p.PID, syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		testutil.Eventually(t, 30*time.Second, "kubelet gone", func() error {
-			if p.Alive() {
-				return fmt.Errorf("pid %d still runs", p.PID)
-			}
-			return nil
-		})
-		return
-	}
-	t.Fatalf("no kubelet of %s recorded in %s", node, stateDir)
-}
-
-// startLocalClusterAgain runs `nest dev up` on a running cluster, which
-// starts what is missing.
-func startLocalClusterAgain(t *testing.T, ctx context.Context, stateDir string, args ...string) {
-	t.Helper()
-	up := append([]string{"dev", "up", "--state-dir", stateDir}, args...)
-	if out, err := framework.Run(ctx, t, "nest", up...); err != nil {
-		t.Fatalf("nest %s: %v\n%s", strings.Join(up, " "), err, out)
-	}
 }
 
 func readyReason(t testing.TB, ctx context.Context, tenant kubernetes.Interface, name string) string {

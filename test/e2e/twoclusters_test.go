@@ -38,9 +38,17 @@ func TestTwoLocalClusters(t *testing.T) {
 	host, member := clusters[0], clusters[1]
 	memberCluster := member.Cluster
 
-	hostUp := startLocalCluster(t, ctx, hostDir, append(framework.ClusterFlags(host), "--nodes", "1")...)
-	memberUp := startLocalCluster(t, ctx, memberDir, append(framework.ClusterFlags(member), "--nodes", "2", "--gpus", "2")...)
-	t.Logf("nest dev up: host cluster %s (1 node) in %s, member cluster %s (2 nodes, --gpus 2) in %s", host.Cluster, hostUp, memberCluster, memberUp)
+	var hostUp, memberUp time.Duration
+	framework.Concurrently(t,
+		func() (err error) {
+			hostUp, err = upLocalCluster(t, ctx, hostDir, append(framework.ClusterFlags(host), "--nodes", "1")...)
+			return err
+		},
+		func() (err error) {
+			memberUp, err = upLocalCluster(t, ctx, memberDir, memberClusterFlags(member)...)
+			return err
+		})
+	t.Logf("nest dev up, side by side: host cluster %s (1 node) in %s, member cluster %s (2 nodes, --gpus 2) in %s", host.Cluster, hostUp, memberCluster, memberUp)
 
 	hostKubeconfig := devcluster.Layout{Root: hostDir}.AdminKubeconfig()
 	memberKubeconfig := devcluster.Layout{Root: memberDir}.AdminKubeconfig()
@@ -158,6 +166,17 @@ func TestTwoLocalClusters(t *testing.T) {
 // test ends, and returns how long up took.
 func startLocalCluster(t testing.TB, ctx context.Context, stateDir string, args ...string) time.Duration {
 	t.Helper()
+	took, err := upLocalCluster(t, ctx, stateDir, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return took
+}
+
+// upLocalCluster is startLocalCluster returning its failure rather than
+// failing the test, for framework.Concurrently.
+func upLocalCluster(t testing.TB, ctx context.Context, stateDir string, args ...string) (time.Duration, error) {
+	t.Helper()
 	down := []string{"dev", "down", "--state-dir", stateDir}
 	for i, a := range args {
 		if (a == "--cluster" || a == "--slot") && i+1 < len(args) {
@@ -175,10 +194,10 @@ func startLocalCluster(t testing.TB, ctx context.Context, stateDir string, args 
 	start := time.Now()
 	out, err := framework.Run(ctx, t, "nest", up...)
 	if err != nil {
-		t.Fatalf("nest %s: %v\n%s", strings.Join(up, " "), err, out)
+		return 0, fmt.Errorf("nest %s: %w\n%s", strings.Join(up, " "), err, out)
 	}
 	t.Logf("nest %s:\n%s", strings.Join(up, " "), out)
-	return time.Since(start).Round(100 * time.Millisecond)
+	return time.Since(start).Round(100 * time.Millisecond), nil
 }
 
 func getNode(t *testing.T, c *cluster, name string) *corev1.Node {

@@ -2,10 +2,12 @@ package framework
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -35,6 +37,18 @@ import (
 // the test ends. It returns the state directory; Addressing tells its ranges.
 func StartHostCluster(t testing.TB, ctx context.Context, a devcluster.Addressing, flags ...string) string {
 	t.Helper()
+	stateDir, err := UpHostCluster(t, ctx, a, flags...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stateDir
+}
+
+// UpHostCluster is StartHostCluster returning its failure rather than
+// failing the test, so that it can run in a goroutine beside another
+// cluster's start (Concurrently), where t.Fatal must not be called.
+func UpHostCluster(t testing.TB, ctx context.Context, a devcluster.Addressing, flags ...string) (string, error) {
+	t.Helper()
 	stateDir := filepath.Join(os.TempDir(), fmt.Sprintf("nest-e2e-%s-%d", strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")), os.Getpid()))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -46,10 +60,28 @@ func StartHostCluster(t testing.TB, ctx context.Context, a devcluster.Addressing
 	args := append(append([]string{"dev", "up", "--nodes", "2", "--state-dir", stateDir}, ClusterFlags(a)...), flags...)
 	out, err := Run(ctx, t, "nest", args...)
 	if err != nil {
-		t.Fatalf("nest %s: %v\n%s", strings.Join(args, " "), err, out)
+		return "", fmt.Errorf("nest %s: %w\n%s", strings.Join(args, " "), err, out)
 	}
 	t.Logf("nest dev up:\n%s", out)
-	return stateDir
+	return stateDir, nil
+}
+
+// Concurrently runs steps each in a goroutine of its own, waits for all of
+// them, and fails the test with every error they returned. Tests start
+// their local clusters with it: a `nest dev up` mostly waits (on the API
+// server, the kubelets, cluster DNS), so two side by side take little
+// longer than one.
+func Concurrently(t testing.TB, steps ...func() error) {
+	t.Helper()
+	errs := make([]error, len(steps))
+	var wg sync.WaitGroup
+	for i, step := range steps {
+		wg.Go(func() { errs[i] = step() })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Nest runs the nest CLI against one host cluster and returns its combined output.
