@@ -7,6 +7,7 @@ package dashboard
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -230,6 +231,21 @@ func waitForNewDocument(timeout time.Duration) chromedp.Action {
 	})
 }
 
+// liveText reads the text of the element sel names in one evaluation in the
+// page. chromedp.Text cannot read elements the live stream replaces: it
+// finds the node, then reads it in a second call, and when htmx swaps the
+// fragment in between, it reads the detached node, whose text it reports as
+// "" (or it fails: the node id is gone). One evaluation runs between two of
+// the page's tasks, so it sees the fragment before a swap or after it.
+func liveText(sel string, text *string) chromedp.Action {
+	quoted, _ := json.Marshal(sel) // a string always marshals
+	return chromedp.Evaluate(fmt.Sprintf(`(() => {
+		const el = document.querySelector(%[1]s);
+		if (!el) throw new Error("no element " + %[1]s);
+		return el.innerText;
+	})()`, quoted), text)
+}
+
 func (e *env) stillSameDocument(t *testing.T, tab context.Context) {
 	t.Helper()
 	var same bool
@@ -257,7 +273,7 @@ func (e *env) createFromTheForm(t *testing.T) {
 		markDocument(),
 	)
 	var location, firstPhase string
-	e.run(t, tab, "read the new page", chromedp.Location(&location), chromedp.Text("#phase", &firstPhase, chromedp.ByQuery))
+	e.run(t, tab, "read the new page", chromedp.Location(&location), liveText("#phase", &firstPhase))
 	if !strings.HasSuffix(location, "/clusters/vc-formed/formed") {
 		t.Fatalf("after submit the browser is at %s, want the cluster's page", location)
 	}
@@ -385,7 +401,7 @@ func (e *env) changeShare(t *testing.T) {
 		markDocument(),
 	)
 	var capacity string
-	e.run(t, tab, "read the capacity", chromedp.Text("#capacity", &capacity, chromedp.ByQuery))
+	e.run(t, tab, "read the capacity", liveText("#capacity", &capacity))
 	if !strings.Contains(capacity, "cpu 3") {
 		t.Errorf("the page shows capacity %q, want cpu 3", capacity)
 	}
