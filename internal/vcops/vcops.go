@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
@@ -194,9 +195,17 @@ func ensureNamespace(ctx context.Context, c client.Client, name, createdBy strin
 
 // SetShare replaces spec.promoteResources.resources of the VirtualCluster
 // with res for cpu, memory, gpu and pods, keeping other resource names. It
-// patches with an optimistic lock, so a concurrent change is not overwritten:
-// the caller gets a Conflict and retries.
+// patches with an optimistic lock, so a concurrent change is not
+// overwritten, and on a Conflict (nest-manager writing the status between
+// the read and the patch is enough) reads again and retries, with
+// client-go's retry.DefaultRetry backoff: the new share is computed from
+// the fresh read, so a retry is safe.
 func SetShare(ctx context.Context, c client.Client, key types.NamespacedName, res corev1.ResourceList) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error { return setShareOnce(ctx, c, key, res) })
+}
+
+// setShareOnce is one read and optimistic-lock patch of SetShare.
+func setShareOnce(ctx context.Context, c client.Client, key types.NamespacedName, res corev1.ResourceList) error {
 	vc := &nestv1.VirtualCluster{}
 	if err := c.Get(ctx, key, vc); err != nil {
 		return fmt.Errorf("virtual cluster %s: %w", key, err)

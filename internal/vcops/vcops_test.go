@@ -161,6 +161,34 @@ func TestSetShareKeepsOtherResources(t *testing.T) {
 	}
 }
 
+// TestSetShareRetriesAConflict: nest-manager writing the status between
+// SetShare's read and its patch makes the patch conflict; SetShare reads
+// again and applies the share instead of handing the conflict to the user.
+func TestSetShareRetriesAConflict(t *testing.T) {
+	ctx := context.Background()
+	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "vc-demo"}}
+	conflicts := 0
+	c := fake.NewClientBuilder().WithScheme(kube.NewScheme()).WithObjects(vc).WithInterceptorFuncs(interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if conflicts == 0 {
+				conflicts++
+				return apierrors.NewConflict(schema.GroupResource{Group: nestv1.GroupVersion.Group, Resource: "virtualclusters"}, obj.GetName(), errors.New("the object has been modified"))
+			}
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+	}).Build()
+	if err := SetShare(ctx, c, client.ObjectKeyFromObject(vc), corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")}); err != nil {
+		t.Fatalf("SetShare after one conflict: %v", err)
+	}
+	got := &nestv1.VirtualCluster{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(vc), got); err != nil {
+		t.Fatal(err)
+	}
+	if cpu := got.Spec.PromoteResources.Resources.Cpu().String(); conflicts != 1 || cpu != "3" {
+		t.Errorf("conflicts %d, cpu %s: want one conflict, then cpu 3", conflicts, cpu)
+	}
+}
+
 func TestReadKubeconfig(t *testing.T) {
 	ctx := context.Background()
 	pending := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "vc-p"}, Status: nestv1.VirtualClusterStatus{Phase: nestv1.PhasePreparing}}
