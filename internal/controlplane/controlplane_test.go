@@ -376,3 +376,50 @@ func TestServiceTypeIsTheSpecsElseTheManagersDefault(t *testing.T) {
 		}
 	}
 }
+
+// A stopping replica drains: a replicated API server keeps serving while
+// the Service drops it and answers late requests with Retry-After, the pod
+// may take that long to stop, and etcd, an earlier sidecar, is stopped
+// after its API server (the kubelet stops sidecars in reverse order).
+func TestStatefulSetForDrainsAStoppingReplica(t *testing.T) {
+	for _, tc := range []struct {
+		replicas  int32
+		delay     string // "" is none
+		wantGrace int64
+	}{
+		{replicas: 1, delay: "", wantGrace: 10},
+		{replicas: 3, delay: "5s", wantGrace: 15},
+	} {
+		pod := StatefulSetFor(vc(func(v *nestv1.VirtualCluster) { v.Spec.ControlPlane.Replicas = ptr.To(tc.replicas) }), Options{}, ServiceIPs{}).Spec.Template.Spec
+		order := map[string]int{}
+		var api corev1.Container
+		for i, c := range pod.InitContainers {
+			order[c.Name] = i
+			if c.Name == "kube-apiserver" {
+				api = c
+			}
+		}
+		flags := map[string]string{}
+		for _, a := range api.Args {
+			name, value, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+			flags[name] = value
+		}
+		if got := flags["shutdown-delay-duration"]; got != tc.delay {
+			t.Errorf("%d replica(s): --shutdown-delay-duration=%q, want %q", tc.replicas, got, tc.delay)
+		}
+		if flags["shutdown-send-retry-after"] != "true" {
+			t.Errorf("%d replica(s): kube-apiserver lacks --shutdown-send-retry-after=true: requests during its drain would be refused, not retried", tc.replicas)
+		}
+		if got := ptr.Deref(pod.TerminationGracePeriodSeconds, 0); got != tc.wantGrace {
+			t.Errorf("%d replica(s): terminationGracePeriodSeconds %d, want %d (the shutdown delay and 10 s to stop)", tc.replicas, got, tc.wantGrace)
+		}
+		if order["etcd"] >= order["kube-apiserver"] || pod.InitContainers[order["etcd"]].RestartPolicy == nil {
+			t.Errorf("%d replica(s): etcd is not a sidecar before kube-apiserver (%v): the kubelet would stop it first", tc.replicas, order)
+		}
+		for _, c := range append(pod.InitContainers, pod.Containers...) {
+			if c.Lifecycle != nil && c.Lifecycle.PreStop != nil {
+				t.Errorf("%d replica(s): %s has a preStop hook: it runs before the sidecar order and eats the grace period", tc.replicas, c.Name)
+			}
+		}
+	}
+}
