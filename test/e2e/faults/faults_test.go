@@ -26,18 +26,21 @@ import (
 	"github.com/nestdev/nest/internal/kube"
 	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/testutil"
+	"github.com/nestdev/nest/internal/vcops"
 	"github.com/nestdev/nest/test/e2e/framework"
 )
 
 // env is what every case shares: the local host cluster with Nest.
 type env struct {
-	ctx      context.Context
-	host     client.Client
-	hostCfg  *rest.Config
-	nest     framework.Nest
-	stateDir string
-	layout   devcluster.Layout
-	dir      string
+	ctx     context.Context
+	host    client.Client
+	hostCfg *rest.Config
+	nest    framework.Nest
+	// hostKubeconfig is the host's admin kubeconfig file, for nestCtx.
+	hostKubeconfig string
+	stateDir       string
+	layout         devcluster.Layout
+	dir            string
 }
 
 // fault is one case: inject makes the fault happen while the workload
@@ -57,15 +60,15 @@ func TestHostFaults(t *testing.T) {
 	framework.RequireRoot(t)
 	t.Parallel()
 	e := startEnv(t)
-	for i, f := range []fault{
+	// Each case's tenant is created only after the case before it ended: a
+	// creation under way would live through, and share, the host fault.
+	e.runAll(t, "host", false, []fault{
 		{name: "kill nest-manager", inject: killManager},
 		{name: "stop the host kube-apiserver for 20s", inject: stopHostAPIServer},
 		// Against three replicas reached through their LoadBalancer
 		// address, as a platform runs a tenant that must survive a node.
 		{name: "restart a host node's kubelet and containerd", inject: restartNode, create: []string{"--replicas", "3", "--service-type", "LoadBalancer"}},
-	} {
-		t.Run(f.name, func(t *testing.T) { e.run(t, fmt.Sprintf("host%d", i), f) })
-	}
+	})
 }
 
 // TestTenantFaults injects faults that touch one tenant only, each against
@@ -73,12 +76,14 @@ func TestHostFaults(t *testing.T) {
 // test's own (side by side with TestHostFaults). Several at once on one
 // host were tried: each starts 20 pods and churns 200 objects, and on two
 // cores they starved each other's pod starts and churn past their
-// deadlines.
+// deadlines. What does overlap is the next case's tenant creation, mostly
+// a wait for its control-plane pod, with the current case's fault: these
+// faults touch their own tenant only.
 func TestTenantFaults(t *testing.T) {
 	framework.RequireRoot(t)
 	t.Parallel()
 	e := startEnv(t)
-	for i, f := range []fault{
+	e.runAll(t, "fault", true, []fault{
 		{name: "kill nest-syncer", inject: killControlPlaneContainer(syncerContainer)},
 		{name: "kill the tenant kube-apiserver", inject: killControlPlaneContainer("kube-apiserver")},
 		{name: "kill the tenant etcd", inject: killControlPlaneContainer("etcd")},
@@ -86,8 +91,36 @@ func TestTenantFaults(t *testing.T) {
 		{name: "the host refuses the syncer's writes for 30s", inject: refuseSyncerWrites},
 		{name: "fill the tenant's quota and free it", inject: fillQuota},
 		{name: "delete the host copies from outside", inject: deleteHostCopies},
-	} {
-		t.Run(f.name, func(t *testing.T) { e.run(t, fmt.Sprintf("fault%d", i), f) })
+	})
+}
+
+// runAll runs the cases one after another, each against a tenant of its
+// own named prefix and its index. With ahead, the next case's tenant is
+// created in the background while the current case injects its fault;
+// otherwise once the current case has ended. A case deletes its tenant
+// without waiting, and runAll checks at the end that every one is gone.
+func (e *env) runAll(t *testing.T, prefix string, ahead bool, faults []fault) {
+	names := make([]string, len(faults))
+	for i := range faults {
+		names[i] = fmt.Sprintf("%s%d", prefix, i)
+	}
+	t.Cleanup(func() { e.waitTenantsGone(t, names) })
+	next := e.startCreate(t, names[0], faults[0].create...)
+	for i, f := range faults {
+		current := next
+		prepareNext := func() {
+			if i+1 < len(faults) && next == current {
+				next = e.startCreate(t, names[i+1], faults[i+1].create...)
+			}
+		}
+		beforeFault := func() {}
+		if ahead {
+			beforeFault = prepareNext
+		}
+		t.Run(f.name, func(t *testing.T) { e.run(t, current, f, beforeFault) })
+		// A case that failed before its fault has not started the next
+		// creation.
+		prepareNext()
 	}
 }
 
@@ -104,14 +137,22 @@ func startEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{ctx: ctx, host: host, hostCfg: cfg, nest: nest, stateDir: stateDir, layout: devcluster.Layout{Root: stateDir}, dir: t.TempDir()}
+	return &env{ctx: ctx, host: host, hostCfg: cfg, nest: nest, hostKubeconfig: hostKubeconfig, stateDir: stateDir, layout: devcluster.Layout{Root: stateDir}, dir: t.TempDir()}
+}
+
+// nestCtx runs the nest CLI against the host, as e.nest does, until ctx
+// ends.
+func (e *env) nestCtx(ctx context.Context, t *testing.T, args ...string) (string, error) {
+	return framework.Run(ctx, t, "nest", append(args, "--kubeconfig", e.hostKubeconfig)...)
 }
 
 // syncerContainer is the nest-syncer container of the control-plane pod.
 const syncerContainer = "nest-syncer"
 
-func (e *env) run(t *testing.T, name string, f fault) {
-	tn := e.newTenant(t, name, f.create...)
+// run runs one case against the tenant creation c; beforeFault is called
+// once the churn is under way, just before the fault.
+func (e *env) run(t *testing.T, c *creation, f fault, beforeFault func()) {
+	tn := c.tenant(t, e)
 	w := newWorkload(t, tn)
 	w.create(t, e.ctx)
 	e.waitAgree(t, w, "before the fault")
@@ -120,6 +161,7 @@ func (e *env) run(t *testing.T, name string, f fault) {
 	done := w.churn(churnCtx)
 	defer func() { stop(); <-done }()
 	e.waitSucceeded(t, w, 100, "the churn under way")
+	beforeFault()
 	f.inject(t, e, tn, w)
 	// The churn goes on until the tenant takes writes again, so changes
 	// made just after the fault are in the comparison too.
@@ -136,22 +178,75 @@ func (e *env) run(t *testing.T, name string, f fault) {
 		f.name, converged.Seconds(), tenantCount, hostCount, w.ops.Load(), w.failures.Load(), w.failedCalls())
 }
 
-// newTenant creates a virtual cluster for one case and deletes it, with
-// all its data, when the case ends.
-func (e *env) newTenant(t *testing.T, name string, flags ...string) *framework.Tenant {
+// creation is one case's `nest create --wait`, run in the background so
+// it can overlap the case before.
+type creation struct {
+	name string
+	done chan struct{}
+	out  string
+	err  error
+}
+
+// startCreate starts creating the virtual cluster name. The test waits for
+// the creation before it ends, cutting it short then.
+func (e *env) startCreate(t *testing.T, name string, flags ...string) *creation {
+	ctx, cancel := context.WithCancel(e.ctx)
+	c := &creation{name: name, done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		c.out, c.err = e.nestCtx(ctx, t, append([]string{"create", name, "--cpu", "2", "--memory", "4Gi", "--pods", "30", "--wait"}, flags...)...)
+	}()
+	t.Cleanup(func() { cancel(); <-c.done })
+	return c
+}
+
+// tenant waits for the creation, failing the case with its error, and
+// returns the tenant with its kubeconfig loaded. The case deletes it
+// without waiting when it ends; runAll checks that it is gone.
+func (c *creation) tenant(t *testing.T, e *env) *framework.Tenant {
 	t.Helper()
-	if out, err := e.nest(append([]string{"create", name, "--cpu", "2", "--memory", "4Gi", "--pods", "30", "--wait"}, flags...)...); err != nil {
-		t.Fatalf("create %s: %v\n%s", name, err, out)
+	select {
+	case <-c.done:
+	case <-e.ctx.Done():
+		t.Fatalf("create %s: %v", c.name, e.ctx.Err())
+	}
+	if c.err != nil {
+		t.Fatalf("create %s: %v\n%s", c.name, c.err, c.out)
 	}
 	t.Cleanup(func() {
-		if out, err := e.nest("delete", name, "--wait"); err != nil {
-			t.Errorf("delete %s: %v\n%s", name, err, out)
+		if out, err := e.nest("delete", c.name); err != nil {
+			t.Errorf("delete %s: %v\n%s", c.name, err, out)
 		}
 	})
-	tn := &framework.Tenant{Name: name, Dir: e.dir}
+	tn := &framework.Tenant{Name: c.name, Dir: e.dir}
 	tn.Load(t, e.nest)
 	tn.WaitDefaultServiceAccount(t, e.ctx)
 	return tn
+}
+
+// waitTenantsGone checks that the virtual clusters names, deleted by their
+// cases, are gone (their host objects with them: the VirtualCluster's
+// finalizer waits for those), and then deletes their namespaces as `nest
+// delete --wait` would.
+func (e *env) waitTenantsGone(t *testing.T, names []string) {
+	t.Helper()
+	testutil.Eventually(t, 5*time.Minute, "every case's virtual cluster gone", func() error {
+		for _, name := range names {
+			err := e.host.Get(e.ctx, types.NamespacedName{Namespace: "vc-" + name, Name: name}, &nestv1.VirtualCluster{})
+			if err == nil {
+				return fmt.Errorf("%s is still there", name)
+			}
+			if !apierrors.IsNotFound(err) {
+				return err
+			}
+		}
+		return nil
+	})
+	for _, name := range names {
+		if err := vcops.DeleteOwnNamespace(e.ctx, e.host, "vc-"+name); err != nil {
+			t.Errorf("delete namespace vc-%s: %v", name, err)
+		}
+	}
 }
 
 // waitAgree polls until the host and the tenant agree, and fails the test
