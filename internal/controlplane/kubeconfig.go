@@ -33,7 +33,21 @@ const (
 	// endpoints (addons.NodeEndpoints) and of the administrators' binding
 	// (addons.ClusterAdminsGuard).
 	SyncerUser = "nest:syncer"
+	// ManagerUser is nest-manager's user name in the tenant (ManagerClient):
+	// its own, so the tenant's audit log tells nest-manager's health checks
+	// and node promotions from the administrator's requests.
+	ManagerUser = "nest:manager"
 )
+
+// ManagerClient is nest-manager's client certificate in the tenant:
+// ManagerUser in system:masters, as nest-syncer is. nest-manager is the
+// control plane's keeper, not the tenant's: its checks and node promotions
+// must neither queue behind a tenant flooding its API server (API Priority
+// and Fairness exempts system:masters through the mandatory "exempt"
+// FlowSchema, which the API server restores) nor depend on RBAC objects the
+// tenant could delete. Its credential stays on the host, in
+// Names.ManagerKubeconfigSecret, which the tenant never sees.
+func ManagerClient() pki.CertSpec { return components.Client(ManagerUser, components.MastersGroup) }
 
 // AdminClient is the tenant administrator's client certificate: AdminUser
 // in components.ClusterAdminsGroup, never system:masters.
@@ -99,6 +113,25 @@ func ReconcileAdminKubeconfig(existing map[string][]byte, pkiData map[string][]b
 		out[key] = data
 	}
 	return out, true, nil
+}
+
+// ReconcileManagerKubeconfig returns nest-manager's kubeconfig for the
+// tenant API server's in-cluster address (KubeconfigKey), keeping an
+// existing one that still points there, was signed by the current CA and
+// names ManagerClient's user and groups.
+func ReconcileManagerKubeconfig(existing map[string][]byte, pkiData map[string][]byte, n Names) (map[string][]byte, bool, error) {
+	ca, err := pki.LoadCA(pki.KeyPair{CertPEM: pkiData[CACert], KeyPEM: pkiData[CAKey]})
+	if err != nil {
+		return nil, false, fmt.Errorf("load tenant CA: %w", err)
+	}
+	if kubeconfigValid(existing[KubeconfigKey], ca.CertPEM, n.InternalServer(), ManagerClient()) {
+		return existing, false, nil
+	}
+	data, err := issueKubeconfig(ca, n.VirtualCluster, n.InternalServer(), ManagerClient())
+	if err != nil {
+		return nil, false, err
+	}
+	return map[string][]byte{KubeconfigKey: data}, true, nil
 }
 
 func issueKubeconfig(ca *pki.CA, cluster, server string, subject pki.CertSpec) ([]byte, error) {

@@ -79,3 +79,42 @@ func TestMastersAdminKubeconfigIsReissued(t *testing.T) {
 		t.Errorf("nest-syncer is %q in %v, want %q in system:masters, exempt from API Priority and Fairness", user, groups, SyncerUser)
 	}
 }
+
+// nest-manager's own kubeconfig is nest:manager in system:masters, for the
+// API server's in-cluster address; it is kept while valid and issued anew
+// from a replaced CA.
+func TestManagerKubeconfigIsItsOwnAndFollowsTheCA(t *testing.T) {
+	pkiData, _, _ := ReconcilePKI(nil, names, endpoints())
+	manager, changed, err := ReconcileManagerKubeconfig(nil, pkiData, names)
+	if err != nil || !changed {
+		t.Fatalf("issue: changed %v, %v", changed, err)
+	}
+	if user, groups := adminSubject(t, manager[KubeconfigKey]); user != ManagerUser || !slices.Equal(groups, []string{components.MastersGroup}) {
+		t.Errorf("nest-manager is %q in %v, want %q in [%s] only", user, groups, ManagerUser, components.MastersGroup)
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(manager[KubeconfigKey])
+	if err != nil || cfg.Host != names.InternalServer() {
+		t.Errorf("nest-manager's kubeconfig is for %v (%v), want %s", cfg, err, names.InternalServer())
+	}
+	if _, changed, _ := ReconcileManagerKubeconfig(manager, pkiData, names); changed {
+		t.Error("a valid manager kubeconfig was issued again")
+	}
+
+	// An admin certificate in its place, as a hand-edited Secret could hold,
+	// is replaced by nest-manager's own.
+	admin, _, _ := ReconcileAdminKubeconfig(nil, pkiData, names, "https://198.51.100.10:30001")
+	if renewed, changed, _ := ReconcileManagerKubeconfig(map[string][]byte{KubeconfigKey: admin[KubeconfigInternalKey]}, pkiData, names); !changed {
+		t.Error("an admin kubeconfig under the manager's key was kept")
+	} else if user, _ := adminSubject(t, renewed[KubeconfigKey]); user != ManagerUser {
+		t.Errorf("reissued as %q, want %q", user, ManagerUser)
+	}
+
+	replaced, _, _ := ReconcilePKI(map[string][]byte{}, names, endpoints())
+	renewed, changed, err := ReconcileManagerKubeconfig(manager, replaced, names)
+	if err != nil || !changed {
+		t.Fatalf("a new CA kept the old manager kubeconfig: changed %v, %v", changed, err)
+	}
+	if cfg, _ := clientcmd.RESTConfigFromKubeConfig(renewed[KubeconfigKey]); !SignedBy(cfg.CertData, replaced[CACert]) {
+		t.Error("the reissued manager certificate is not signed by the new CA")
+	}
+}

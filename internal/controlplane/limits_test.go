@@ -190,13 +190,13 @@ func TestObjectQuotaFor(t *testing.T) {
 		dataBytes                    int64
 	}{
 		// 500 + the DNS, dedicated-nodes, etcd bootstrap, API server and member usage ConfigMaps + kube-root-ca.crt;
-		// 500 + 4 Nest Secrets (the members Secret too) + 110 token Secrets; 200 + the API server,
+		// 500 + 5 Nest Secrets (the members Secret too) + 110 token Secrets; 200 + the API server,
 		// DNS and peer Services.
-		{"defaults", nil, "506", "614", "203", 64 << 20},
+		{"defaults", nil, "506", "615", "203", 64 << 20},
 		{"budget and pod count", func(v *nestv1.VirtualCluster) {
 			v.Spec.VirtualNode.ObjectBudget = nestv1.ObjectBudgetSpec{ConfigMaps: ptr.To[int32](10), Secrets: ptr.To[int32](0), Services: ptr.To[int32](5), DataBytes: ptr.To(resource.MustParse("1Mi"))}
 			v.Spec.PromoteResources.Resources = list("pods", "20")
-		}, "16", "24", "8", 1 << 20},
+		}, "16", "25", "8", 1 << 20},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

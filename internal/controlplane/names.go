@@ -78,6 +78,11 @@ func (n Names) ComponentKubeconfigSecret() string { return n.VirtualCluster + "-
 // KubeconfigSecret holds the tenant admin kubeconfig handed to users.
 func (n Names) KubeconfigSecret() string { return n.VirtualCluster + "-kubeconfig" }
 
+// ManagerKubeconfigSecret holds nest-manager's own kubeconfig for the
+// tenant (ReconcileManagerKubeconfig), kept apart from the admin kubeconfig
+// handed to users.
+func (n Names) ManagerKubeconfigSecret() string { return n.VirtualCluster + "-manager-kubeconfig" }
+
 // EtcdVolumeClaimTemplate names the StatefulSet's etcd volume claim template.
 const EtcdVolumeClaimTemplate = "etcd-data"
 
@@ -156,7 +161,7 @@ func (n Names) NetworkPolicies() []string {
 // Secrets are the Secrets Nest itself keeps in the namespace; the per-pod
 // token Secrets of nest-syncer are not among them.
 func (n Names) Secrets() []string {
-	return []string{n.PKISecret(), n.ComponentKubeconfigSecret(), n.KubeconfigSecret()}
+	return []string{n.PKISecret(), n.ComponentKubeconfigSecret(), n.KubeconfigSecret(), n.ManagerKubeconfigSecret()}
 }
 
 // MembersSecret holds what nest-syncer needs to place pods in the

@@ -32,7 +32,8 @@ var ErrTenantGone = errors.New("the VirtualCluster is gone or being deleted")
 
 // Tenant is one tenant cluster as node promotion uses it.
 type Tenant struct {
-	// Client is the tenant's admin client; Objects is the same as a
+	// Client is nest-manager's client of the tenant
+	// (controlplane.ManagerKubeconfig); Objects is the same as a
 	// controller-runtime client, for add-ons.
 	Client  kubernetes.Interface
 	Objects client.Client
@@ -46,8 +47,8 @@ type Tenant struct {
 }
 
 // APITenants builds Tenants from the VirtualCluster's host objects: its
-// status.endpoint (the address nodes reach), its PKI Secret and its
-// in-cluster admin kubeconfig.
+// status.endpoint (the address nodes reach), its PKI Secret and
+// nest-manager's kubeconfig for it (controlplane.ManagerKubeconfig).
 type APITenants struct {
 	Client client.Client
 }
@@ -69,11 +70,11 @@ func (a APITenants) For(ctx context.Context, key types.NamespacedName) (*Tenant,
 	if err != nil {
 		return nil, err
 	}
-	kubeconfig, err := a.secret(ctx, vc.Namespace, n.KubeconfigSecret())
+	kubeconfig, err := controlplane.ManagerKubeconfig(ctx, a.Client, vc)
 	if err != nil {
 		return nil, err
 	}
-	cs, objects, err := tenantClients(kubeconfig.Data[controlplane.KubeconfigInternalKey])
+	cs, objects, err := tenantClients(kubeconfig)
 	if err != nil {
 		return nil, err
 	}

@@ -158,6 +158,18 @@ func TestCreateMakesHostObjectsAndKubeconfig(t *testing.T) {
 	if vc.Status.KubeconfigSecretRef == nil || vc.Status.KubeconfigSecretRef.Name != n.KubeconfigSecret() {
 		t.Errorf("kubeconfigSecretRef = %v", vc.Status.KubeconfigSecretRef)
 	}
+	// nest-manager's own credential is in a Secret of its own, never in the
+	// one users are handed.
+	if user := clientUser(t, kc.Data[controlplane.KubeconfigInternalKey]); user != controlplane.AdminUser {
+		t.Errorf("the admin kubeconfig Secret holds %q's certificate, want %q's", user, controlplane.AdminUser)
+	}
+	var manager corev1.Secret
+	if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: n.ManagerKubeconfigSecret()}, &manager); err != nil {
+		t.Fatal(err)
+	}
+	if user := clientUser(t, manager.Data[controlplane.KubeconfigKey]); user != controlplane.ManagerUser || !metav1.IsControlledBy(&manager, vc) {
+		t.Errorf("nest-manager's kubeconfig Secret holds %q's certificate (owned by the VirtualCluster: %v), want %q's", user, metav1.IsControlledBy(&manager, vc), controlplane.ManagerUser)
+	}
 
 	var sts appsv1.StatefulSet
 	if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: n.StatefulSet()}, &sts); err != nil {
@@ -235,6 +247,7 @@ func TestDeletedHostObjectsAreRecreated(t *testing.T) {
 	objs := []client.Object{
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: n.PKISecret(), Namespace: ns}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: n.KubeconfigSecret(), Namespace: ns}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: n.ManagerKubeconfigSecret(), Namespace: ns}},
 		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: n.Service(), Namespace: ns}},
 		&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: n.StatefulSet(), Namespace: ns}},
 	}
@@ -514,4 +527,18 @@ func TestServicesPublishASingleReplicaNotReady(t *testing.T) {
 	// The controller writes the VirtualCluster too: retry on its conflicts.
 	updateVC(t, n.Namespace, "single", func(vc *nestv1.VirtualCluster) { vc.Spec.ControlPlane.Replicas = ptr.To[int32](3) })
 	eventually(t, "three replicas published only when ready", publishes(false))
+}
+
+// clientUser is the user name of kubeconfig's client certificate.
+func clientUser(t *testing.T, kubeconfig []byte) string {
+	t.Helper()
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := pki.ParseCertificate(cfg.CertData)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert.Subject.CommonName
 }

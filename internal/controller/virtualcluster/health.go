@@ -5,7 +5,6 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -120,14 +119,15 @@ func (p *HealthProber) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Re
 	return ctrl.Result{RequeueAfter: notReadyRequeue(vc, time.Now())}, nil
 }
 
-// probe asks the tenant API server for /readyz, then for its virtual node.
+// probe asks the tenant API server for /readyz, then for its virtual node,
+// then whether the administrators are cluster-admin yet: nest-manager asks
+// as itself (system:masters), so its own success no longer says that the
+// admin kubeconfig a Ready VirtualCluster hands out works.
 func (p *HealthProber) probe(ctx context.Context, vc *nestv1.VirtualCluster) TenantHealth {
-	var s corev1.Secret
-	key := types.NamespacedName{Namespace: vc.Namespace, Name: controlplane.NamesOf(vc).KubeconfigSecret()}
-	if err := p.Get(ctx, key, &s); err != nil || len(s.Data[controlplane.KubeconfigInternalKey]) == 0 {
-		return TenantHealth{AvailableMessage: "the tenant kubeconfig is not written yet"}
+	kubeconfig, err := controlplane.ManagerKubeconfig(ctx, p, vc)
+	if err != nil {
+		return TenantHealth{AvailableMessage: err.Error()}
 	}
-	kubeconfig := s.Data[controlplane.KubeconfigInternalKey]
 	timeout := p.ProbeTimeout
 	if timeout == 0 {
 		timeout = DefaultProbeTimeout
@@ -139,6 +139,10 @@ func (p *HealthProber) probe(ctx context.Context, vc *nestv1.VirtualCluster) Ten
 	}
 	th := TenantHealth{Available: true}
 	if err := p.Tenants.VirtualNodeReady(pctx, kubeconfig); err != nil {
+		th.NodesMessage = err.Error()
+		return th
+	}
+	if err := p.Tenants.AdministratorsAuthorized(pctx, kubeconfig); err != nil {
 		th.NodesMessage = err.Error()
 		return th
 	}

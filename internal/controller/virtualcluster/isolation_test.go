@@ -118,8 +118,8 @@ func TestIsolationObjectsFollowTheSpec(t *testing.T) {
 	if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: n.Namespace, Name: n.ObjectQuota()}, &quota); err != nil {
 		t.Fatal(err)
 	}
-	if got := quota.Spec.Hard["count/secrets"]; got.Value() != 9+4+7 {
-		t.Errorf("count/secrets = %s, want 20 (budget 9, 3 Nest Secrets and the members Secret, 7 pods' tokens)", got.String())
+	if got := quota.Spec.Hard["count/secrets"]; got.Value() != 9+5+7 {
+		t.Errorf("count/secrets = %s, want 21 (budget 9, 4 Nest Secrets and the members Secret, 7 pods' tokens)", got.String())
 	}
 
 	eventually(t, "nest-syncer gets the data budget", func() error {

@@ -197,6 +197,11 @@ func (r *Reconciler) reconcilePKI(ctx context.Context, s *reconcileState) (bool,
 	}); err != nil {
 		return false, err
 	}
+	if _, err := r.reconcileSecret(ctx, s, n.ManagerKubeconfigSecret(), func(existing map[string][]byte) (map[string][]byte, bool, error) {
+		return controlplane.ReconcileManagerKubeconfig(existing, pkiData, n)
+	}); err != nil {
+		return false, err
+	}
 	s.pki = pkiData
 	s.obs.certificates = true
 	return true, nil

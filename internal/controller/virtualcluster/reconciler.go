@@ -78,12 +78,14 @@ func waitedRequeue(since, now time.Time) time.Duration {
 	return startingRequeue
 }
 
-// TenantChecker checks a tenant API server and its virtual node, given the
-// tenant's in-cluster admin kubeconfig. Tests replace it; the default talks to
+// TenantChecker checks a tenant API server, its virtual node and the
+// administrators' rights, given nest-manager's kubeconfig for the tenant
+// (controlplane.ManagerKubeconfig). Tests replace it; the default talks to
 // the tenant API server.
 type TenantChecker interface {
 	Ready(ctx context.Context, kubeconfig []byte) error
 	VirtualNodeReady(ctx context.Context, kubeconfig []byte) error
+	AdministratorsAuthorized(ctx context.Context, kubeconfig []byte) error
 }
 
 // Reconciler reconciles VirtualClusters.

@@ -82,6 +82,10 @@ func (f *fakeTenants) VirtualNodeReady(ctx context.Context, kubeconfig []byte) e
 	return f.Ready(ctx, kubeconfig)
 }
 
+func (f *fakeTenants) AdministratorsAuthorized(ctx context.Context, kubeconfig []byte) error {
+	return f.Ready(ctx, kubeconfig)
+}
+
 // withoutWatch lets the interceptor wrap the manager's client, which does
 // not watch: the reconciler never calls Watch.
 type withoutWatch struct{ client.Client }

@@ -29,7 +29,7 @@ import (
 const priorityLevelHeader = "X-Kubernetes-PF-PriorityLevel-UID"
 
 // fairShare: alpha's administrator is held by API Priority and Fairness,
-// in global-default, while nest-syncer and probes are exempt, the
+// in global-default, while nest-syncer, nest-manager and probes are exempt, the
 // controllers land in workload-high and the tenant's service accounts in
 // workload-low; the administrator cannot
 // remove the binding that makes it cluster-admin, and nest-syncer puts back
@@ -58,6 +58,9 @@ func (e *env) fairShare(t *testing.T) {
 		{"the administrator", "/api/v1/namespaces/default", "global-default", e.alpha.Config},
 		{"the administrator's probe", "/readyz", "exempt", e.alpha.Config},
 		{"nest-syncer", "/api/v1/namespaces/default", "exempt", syncer},
+		// Its own credential, not the administrator's: it never queues
+		// behind the administrator's flood.
+		{"nest-manager", "/api/v1/namespaces/default", "exempt", e.managerConfig(t)},
 		// /version: any service account may read it.
 		{"a tenant service account", "/version", "workload-low", serviceAccount("default", "default")},
 		// kube-controller-manager runs each controller as its own service
@@ -139,17 +142,34 @@ func priorityLevelOf(ctx context.Context, cfg *rest.Config, path string) (string
 func (e *env) syncerConfig(t *testing.T) *rest.Config {
 	t.Helper()
 	n := controlplane.Names{VirtualCluster: e.alpha.Name, Namespace: e.alpha.Namespace}
+	return e.hostCredential(t, n.ComponentKubeconfigSecret(), controlplane.SyncerKubeconfig, controlplane.SyncerUser)
+}
+
+// managerConfig is nest-manager's credential for alpha, from its host
+// Secret, aimed at the API server the administrator reaches (the kubeconfig
+// in the Secret names the in-cluster Service).
+func (e *env) managerConfig(t *testing.T) *rest.Config {
+	t.Helper()
+	n := controlplane.Names{VirtualCluster: e.alpha.Name, Namespace: e.alpha.Namespace}
+	return e.hostCredential(t, n.ManagerKubeconfigSecret(), controlplane.KubeconfigKey, controlplane.ManagerUser)
+}
+
+// hostCredential is the kubeconfig under key of alpha's host Secret secret,
+// whose certificate must be user's in system:masters, aimed at the API
+// server the administrator reaches.
+func (e *env) hostCredential(t *testing.T, secret, key, user string) *rest.Config {
+	t.Helper()
 	var s corev1.Secret
-	if err := e.host.Get(e.ctx, client.ObjectKey{Namespace: n.Namespace, Name: n.ComponentKubeconfigSecret()}, &s); err != nil {
+	if err := e.host.Get(e.ctx, client.ObjectKey{Namespace: e.alpha.Namespace, Name: secret}, &s); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(s.Data[controlplane.SyncerKubeconfig])
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(s.Data[key])
 	if err != nil {
-		t.Fatalf("alpha's nest-syncer kubeconfig: %v", err)
+		t.Fatalf("alpha's %s kubeconfig: %v", user, err)
 	}
 	cert, err := pki.ParseCertificate(cfg.CertData)
-	if err != nil || cert.Subject.CommonName != controlplane.SyncerUser || !slices.Contains(cert.Subject.Organization, components.MastersGroup) {
-		t.Fatalf("alpha's nest-syncer credential is %v (%v), want %s in %s", cert, err, controlplane.SyncerUser, components.MastersGroup)
+	if err != nil || cert.Subject.CommonName != user || !slices.Contains(cert.Subject.Organization, components.MastersGroup) {
+		t.Fatalf("alpha's %s credential is %v (%v), want %s in %s", user, cert, err, user, components.MastersGroup)
 	}
 	cfg.Host = e.alpha.Config.Host
 	cfg.TLSClientConfig.ServerName = e.alpha.Config.TLSClientConfig.ServerName

@@ -4,9 +4,9 @@
 // system:masters, so that API Priority and Fairness holds them; their
 // rights then live in this one object, which nest-syncer creates as soon
 // as it leads and puts back whenever it is deleted or differs. Until it
-// exists the administrators' requests are refused; nest-manager checks the
-// virtual node with the administrator's credential, so it reports a new
-// VirtualCluster Ready only once the binding is there. The API server's static policy
+// exists the administrators' requests are refused; nest-manager's health
+// check asks the authorizer whether they are cluster-admin, so it reports a
+// new VirtualCluster Ready only once the binding is there. The API server's static policy
 // (addons.ClusterAdminsGuard) keeps everyone but nest-syncer from changing
 // it in the first place.
 package clusteradmins
