@@ -295,12 +295,35 @@ func removeCgroups(a Addressing) error {
 		})
 		sort.Slice(dirs, func(i, j int) bool { return len(dirs[i]) > len(dirs[j]) })
 		for _, d := range dirs {
-			if err := syscall.Rmdir(d); err != nil && !errors.Is(err, syscall.ENOENT) {
+			if err := rmdirCgroup(d, syscall.Rmdir, cgroupBusyWait); err != nil {
 				errs = append(errs, fmt.Errorf("remove cgroup %s: %w", d, err))
 			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// cgroupBusyWait bounds how long removeCgroups retries a cgroup that is
+// still busy.
+const cgroupBusyWait = 15 * time.Second
+
+// rmdirCgroup removes the cgroup directory d with rmdir, retrying while the
+// kernel answers EBUSY, for at most wait: a process killed by killTracked
+// has left cgroup.procs but keeps its cgroup populated until its parent
+// has reaped it, which on a loaded machine can take seconds (a CI run's
+// teardown failed so). A cgroup already gone is no error.
+func rmdirCgroup(d string, rmdir func(string) error, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for {
+		err := rmdir(d)
+		if err == nil || errors.Is(err, syscall.ENOENT) {
+			return nil
+		}
+		if !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // WorkingSetBytes is a memory cgroup's usage less its inactive file pages,

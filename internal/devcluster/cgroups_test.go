@@ -1,10 +1,12 @@
 package devcluster
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -157,5 +159,37 @@ func TestWorkingSetOnBothHierarchies(t *testing.T) {
 	}
 	if _, err := ParseCgroupLayout(unifiedMounts).WorkingSetBytes(v1); err == nil {
 		t.Error("a v1 cgroup read as v2 gave a figure instead of an error")
+	}
+}
+
+// TestRmdirCgroupWaitsOutABusyCgroup: a cgroup whose killed processes are
+// not yet reaped answers EBUSY for a while; removal retries until it goes,
+// gives up with the error after its wait, and does not retry other errors.
+func TestRmdirCgroupWaitsOutABusyCgroup(t *testing.T) {
+	busyFor := func(n int, then error) (func(string) error, *int) {
+		calls := 0
+		return func(string) error {
+			calls++
+			if calls <= n {
+				return syscall.EBUSY
+			}
+			return then
+		}, &calls
+	}
+	rmdir, calls := busyFor(3, nil)
+	if err := rmdirCgroup("cg", rmdir, 5*time.Second); err != nil || *calls != 4 {
+		t.Errorf("busy three times: err %v after %d calls, want nil after 4", err, *calls)
+	}
+	rmdir, _ = busyFor(1000, nil)
+	if err := rmdirCgroup("cg", rmdir, 300*time.Millisecond); !errors.Is(err, syscall.EBUSY) {
+		t.Errorf("busy past the wait: err %v, want EBUSY", err)
+	}
+	rmdir, calls = busyFor(0, syscall.EPERM)
+	if err := rmdirCgroup("cg", rmdir, 5*time.Second); !errors.Is(err, syscall.EPERM) || *calls != 1 {
+		t.Errorf("EPERM: err %v after %d calls, want EPERM at once", err, *calls)
+	}
+	rmdir, _ = busyFor(0, syscall.ENOENT)
+	if err := rmdirCgroup("cg", rmdir, 5*time.Second); err != nil {
+		t.Errorf("a cgroup already gone: err %v, want nil", err)
 	}
 }
