@@ -42,12 +42,9 @@ func TestHostAndTenantDifferOnlyByTheirOwnFlags(t *testing.T) {
 		// A tenant API server loads the node endpoints policy from files
 		// (feature-gates, admission-control-config-file) and dials nodes
 		// and pods through nest-syncer's egress proxy
-		// (egress-selector-config-file): controlplane.APIServerConfigMapFor;
-		// it answers requests during its shutdown with Retry-After
-		// (shutdown-send-retry-after): its clients have other replicas or a
-		// restarted one to retry on; the local host cluster's does not set it.
+		// (egress-selector-config-file): controlplane.APIServerConfigMapFor.
 		{"kube-apiserver", []string{"kubelet-certificate-authority"}, []string{"etcd-cafile", "etcd-certfile", "etcd-keyfile", "max-requests-inflight", "max-mutating-requests-inflight", "enable-aggregator-routing",
-			"feature-gates", "admission-control-config-file", "egress-selector-config-file", "shutdown-send-retry-after"}},
+			"feature-gates", "admission-control-config-file", "egress-selector-config-file"}},
 		{"kube-controller-manager", []string{"allocate-node-cidrs", "cluster-name"}, nil},
 		{"kube-scheduler", nil, []string{"kube-api-qps", "kube-api-burst"}},
 	} {

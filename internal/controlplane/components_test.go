@@ -37,7 +37,7 @@ func TestControlPlaneArgsAreTheSharedOnesPlusTenantOnlyFlags(t *testing.T) {
 	want := map[string][]string{
 		"etcd": etcd.Flags().Args(),
 		"kube-apiserver": append(api.Flags().Args(),
-			fmt.Sprintf("--max-requests-inflight=%d", readOnly), fmt.Sprintf("--max-mutating-requests-inflight=%d", mutating), "--enable-aggregator-routing=true", "--shutdown-send-retry-after=true",
+			fmt.Sprintf("--max-requests-inflight=%d", readOnly), fmt.Sprintf("--max-mutating-requests-inflight=%d", mutating), "--enable-aggregator-routing=true",
 			"--feature-gates=ManifestBasedAdmissionControlConfig=true", "--admission-control-config-file=/etc/nest/apiserver/admission.yaml",
 			"--egress-selector-config-file=/etc/nest/apiserver/egress-selector.yaml"),
 		"kube-controller-manager": components.ControllerManagerFlags(client("controller-manager.conf"), pkiDir).Args(),

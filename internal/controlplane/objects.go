@@ -128,14 +128,6 @@ func leaderElect(vc *nestv1.VirtualCluster) bool { return Replicas(vc) > 1 }
 // kube-controller-manager, kube-scheduler and CoreDNS. ips are the host
 // ClusterIPs of the API server's and CoreDNS' Services.
 //
-// A stopping pod drains: the kubelet stops the containers first, then the
-// sidecars in reverse order (upstream's sidecar termination order), so
-// kube-apiserver gets SIGTERM before etcd, and etcd only once its API
-// server has exited: no request in flight loses its member. A replicated
-// API server keeps serving for apiServerShutdownDelay after SIGTERM while
-// the Service drops it, and etcd hands its leadership to a peer on SIGTERM
-// by itself (etcd's server Stop), so no preStop hook is needed.
-//
 // Pods start together (the StatefulSet's Parallel policy), so a control
 // plane whose pods all went (a host restarted) comes back with a quorum:
 // each member restarts from its data. A new cluster is started by the
@@ -188,8 +180,9 @@ func StatefulSetFor(vc *nestv1.VirtualCluster, o Options, ips ServiceIPs) *appsv
 			FSGroup:        ptr.To(controlPlaneUID),
 			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		},
-		EnableServiceLinks:            ptr.To(false),
-		TerminationGracePeriodSeconds: ptr.To(int64(terminationGracePeriod(vc) / time.Second)),
+		EnableServiceLinks: ptr.To(false),
+		// kube-apiserver drains watches for a long time on SIGTERM.
+		TerminationGracePeriodSeconds: ptr.To[int64](10),
 	}
 	claim := corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: EtcdVolumeClaimTemplate, Labels: n.Labels()},
@@ -400,48 +393,6 @@ func etcdContainer(n Names, o Options) corev1.Container {
 // requests whose HTTP/2 connection is closed after its answer.
 const goawayChance = "0.001"
 
-// apiServerShutdownDelay is --shutdown-delay-duration of replicated API
-// servers: after SIGTERM the API server keeps serving for this long with
-// /readyz failing (upstream's behaviour), while the host takes the
-// terminating pod out of the API Service. That takes the EndpointSlice
-// controller, which marks a terminating pod's endpoint not ready as soon
-// as the pod is deleted (no batching by default), then every node's
-// kube-proxy, which rewrites its iptables rules at most once a second
-// (--iptables-min-sync-period's default 1 s) plus the rewrite itself.
-// MetalLB has no part in it: the Service's external traffic policy is
-// Cluster, so the node announcing the LoadBalancer address stays and its
-// kube-proxy forwards to the remaining endpoints. About 1 to 2 s in all;
-// 5 s leaves room for a loaded host. The kubelet sends SIGTERM to the API
-// server only once the pod's containers have exited (sidecar order), so
-// the endpoint is usually gone before the delay even starts.
-const apiServerShutdownDelay = 5 * time.Second
-
-// apiServerShutdownDelayOf is the shutdown delay of vc's API servers: none
-// for a single replica, whose Service keeps its endpoint while it
-// terminates (publishNotReady) and has no other for clients to go to, so a
-// delay would only lengthen its deletion.
-func apiServerShutdownDelayOf(vc *nestv1.VirtualCluster) time.Duration {
-	if Replicas(vc) > 1 {
-		return apiServerShutdownDelay
-	}
-	return 0
-}
-
-// stopBudget is how long a stopping control-plane pod has besides the API
-// server's shutdown delay: for its containers to exit, the API server's
-// requests in flight to finish (answered with 429 and Retry-After
-// meanwhile), and etcd to hand its leadership over. Long watches are not
-// waited for (--shutdown-watch-termination-grace-period's default 0):
-// upstream's would hold a stopping pod for a long time.
-const stopBudget = 10 * time.Second
-
-// terminationGracePeriod is the pod's terminationGracePeriodSeconds: the
-// shutdown delay plus stopBudget, after which the kubelet kills what is
-// left.
-func terminationGracePeriod(vc *nestv1.VirtualCluster) time.Duration {
-	return apiServerShutdownDelayOf(vc) + stopBudget
-}
-
 func apiServerContainer(vc *nestv1.VirtualCluster, o Options) corev1.Container {
 	r := apiServerResources(vc)
 	readOnly, mutating := APIServerInflight(r.Limits[corev1.ResourceMemory])
@@ -464,13 +415,6 @@ func apiServerContainer(vc *nestv1.VirtualCluster, o Options) corev1.Container {
 		// endpoints, host pod IPs the control-plane pod reaches, rather than
 		// the Service's tenant ClusterIP, which the host need not route.
 		components.Flag{Name: "enable-aggregator-routing", Value: "true"},
-		// Tenant only: a request that arrives while the API server drains
-		// its requests in flight on the way out is answered 429 with
-		// Retry-After and its connection closed (upstream's
-		// --shutdown-send-retry-after), so its client retries, through the
-		// Service, on another replica or the next one, rather than seeing
-		// the connection refused.
-		components.Flag{Name: "shutdown-send-retry-after", Value: "true"},
 	)
 	// Tenant only: policies the tenant cannot remove, and egress to nodes
 	// and pods through nest-syncer's proxy (APIServerConfigMapFor).
@@ -481,8 +425,7 @@ func apiServerContainer(vc *nestv1.VirtualCluster, o Options) corev1.Container {
 		// on one request in a thousand (upstream's suggested start for
 		// servers behind a load balancer) has them connect again, through
 		// the Service, spread over every replica.
-		args = append(args, components.Flag{Name: "goaway-chance", Value: goawayChance},
-			components.Flag{Name: "shutdown-delay-duration", Value: apiServerShutdownDelayOf(vc).String()})
+		args = append(args, components.Flag{Name: "goaway-chance", Value: goawayChance})
 	}
 	c := container(apiServerName, o, r, args.Args())
 	c.Env = append(c.Env, podIPEnv())
