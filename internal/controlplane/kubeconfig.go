@@ -2,10 +2,12 @@ package controlplane
 
 import (
 	"bytes"
+	"crypto/x509"
 	"fmt"
 	"slices"
 	"time"
 
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/nestdev/nest/internal/components"
@@ -150,14 +152,35 @@ func kubeconfigValid(data, caPEM []byte, server string, subject pki.CertSpec) bo
 	if len(data) == 0 {
 		return false
 	}
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
-	if err != nil {
-		return false
-	}
-	cert, err := pki.ParseCertificate(cfg.CertData)
+	cfg, cert, err := kubeconfigClient(data)
 	if err != nil || DueForRenewal(cert, time.Now()) || cert.Subject.CommonName != subject.CommonName ||
 		!slices.Equal(slices.Sorted(slices.Values(cert.Subject.Organization)), slices.Sorted(slices.Values(subject.Organizations))) {
 		return false
 	}
 	return cfg.Host == server && bytes.Equal(cfg.CAData, caPEM) && SignedBy(cfg.CertData, caPEM)
+}
+
+// KubeconfigSubject is the user (the common name) and the groups (the
+// organizations) of a kubeconfig's client certificate, as the API
+// server's x509 authenticator reads them. It fails when data is no
+// kubeconfig or holds no parsable client certificate.
+func KubeconfigSubject(data []byte) (user string, groups []string, err error) {
+	_, cert, err := kubeconfigClient(data)
+	if err != nil {
+		return "", nil, err
+	}
+	return cert.Subject.CommonName, cert.Subject.Organization, nil
+}
+
+// kubeconfigClient parses a kubeconfig and its client certificate.
+func kubeconfigClient(data []byte) (*rest.Config, *x509.Certificate, error) {
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
+	if err != nil {
+		return nil, nil, err
+	}
+	cert, err := pki.ParseCertificate(cfg.CertData)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cfg, cert, nil
 }

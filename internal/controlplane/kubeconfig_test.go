@@ -13,15 +13,11 @@ import (
 // adminSubject is the user and groups of a kubeconfig's client certificate.
 func adminSubject(t *testing.T, kubeconfig []byte) (string, []string) {
 	t.Helper()
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+	user, groups, err := KubeconfigSubject(kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert, err := pki.ParseCertificate(cfg.CertData)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cert.Subject.CommonName, cert.Subject.Organization
+	return user, groups
 }
 
 // The tenant's administrator is cluster-admin through RBAC, in Nest's group,

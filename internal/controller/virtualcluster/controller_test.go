@@ -532,13 +532,9 @@ func TestServicesPublishASingleReplicaNotReady(t *testing.T) {
 // clientUser is the user name of kubeconfig's client certificate.
 func clientUser(t *testing.T, kubeconfig []byte) string {
 	t.Helper()
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+	user, _, err := controlplane.KubeconfigSubject(kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert, err := pki.ParseCertificate(cfg.CertData)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cert.Subject.CommonName
+	return user
 }

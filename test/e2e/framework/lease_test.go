@@ -1,12 +1,15 @@
 package framework
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // A test's budget share is free while its cleanups run (`nest dev down`),
@@ -48,20 +51,18 @@ func TestLeaseReleasesTheShareWhenTeardownBegins(t *testing.T) {
 }
 
 // eventuallyLocks says whether the lock name can be taken (and lets it go)
-// within five seconds.
+// within five seconds, polling every 20 ms.
 func eventuallyLocks(t testing.TB, name string) bool {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if f := tryLock(name); f != nil {
-			f.Close()
-			return true
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		f := tryLock(name)
+		if f == nil {
+			return false, nil
 		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		f.Close()
+		return true, nil
+	})
+	return err == nil
 }
 
 // The first tests wait until every package's process has a waiter queued,
