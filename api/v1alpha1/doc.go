@@ -18,6 +18,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
+// Kinds of this package, as API objects and owner references name them.
+const (
+	VirtualClusterKind = "VirtualCluster"
+)
+
 var (
 	// GroupVersion is the API group and version of this package.
 	GroupVersion = schema.GroupVersion{Group: "nest.dev", Version: "v1alpha1"}

@@ -137,7 +137,7 @@ type ServiceIPs struct {
 func syncerOptions(vc *nestv1.VirtualCluster, opts Options, ips ServiceIPs) contract.Flags {
 	o := contract.Flags{
 		Translation: contract.Translation{
-			VirtualCluster: vc.Name, HostNamespace: vc.Namespace, ClusterDomain: ClusterDomain(vc),
+			VirtualCluster: vc.Name, VirtualClusterUID: vc.UID, HostNamespace: vc.Namespace, ClusterDomain: ClusterDomain(vc),
 			APIServerHost: ips.DNS, APIServerPort: KubernetesServicePort, DNSServer: ips.DNS,
 			NodeName: VirtualNodeName, PriorityClassName: TenantPriorityClass,
 			DefaultLimits:    DefaultContainerLimits(vc),

@@ -43,7 +43,7 @@ type ClientSource interface {
 func restMapper() meta.RESTMapper {
 	m := meta.NewDefaultRESTMapper(nil)
 	for _, gvk := range []schema.GroupVersionKind{
-		nestv1.GroupVersion.WithKind("VirtualCluster"),
+		nestv1.GroupVersion.WithKind(nestv1.VirtualClusterKind),
 		corev1.SchemeGroupVersion.WithKind("Pod"),
 		corev1.SchemeGroupVersion.WithKind("Event"),
 		corev1.SchemeGroupVersion.WithKind("ResourceQuota"),

@@ -181,7 +181,7 @@ func eventsOf(events []corev1.Event, vc *nestv1.VirtualCluster, now time.Time, l
 	var mine []corev1.Event
 	for _, e := range events {
 		o := e.InvolvedObject
-		if o.Kind == "VirtualCluster" && o.Name == vc.Name && (o.UID == "" || o.UID == vc.UID) {
+		if o.Kind == nestv1.VirtualClusterKind && o.Name == vc.Name && (o.UID == "" || o.UID == vc.UID) {
 			mine = append(mine, e)
 		}
 	}

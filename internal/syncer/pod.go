@@ -273,8 +273,9 @@ func (t Translator) TranslatePod(tenant *corev1.Pod, metadata contract.MetadataA
 	// change reaches UpdatePod.
 	annotations[contract.AnnotationSpecHash] = SpecHash(tenant)
 	out.Pod = &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: t.HostNamespace, Labels: labels, Annotations: annotations},
-		Spec:       *spec,
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: t.HostNamespace, Labels: labels, Annotations: annotations,
+			OwnerReferences: t.HostPodController(tenant)},
+		Spec: *spec,
 	}
 	return out, nil
 }

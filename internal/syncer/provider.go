@@ -478,6 +478,9 @@ func (p *podProvider) updateHostPod(ctx context.Context, pod *corev1.Pod, pt *Po
 	}
 	upd := host.DeepCopy()
 	upd.Labels, upd.Annotations = pt.Pod.Labels, keepNodeNetwork(pt.Pod.Annotations, host)
+	// A tenant pod adopted or orphaned since, or a host pod made before
+	// host pods had owners.
+	upd.OwnerReferences = pt.Pod.OwnerReferences
 	upd.Spec.ActiveDeadlineSeconds = pt.Pod.Spec.ActiveDeadlineSeconds
 	copyImages(upd.Spec.InitContainers, pt.Pod.Spec.InitContainers)
 	copyImages(upd.Spec.Containers, pt.Pod.Spec.Containers)

@@ -259,6 +259,40 @@ func TestUpdatePodCopiesOnlyAllowedMetadata(t *testing.T) {
 	}
 }
 
+// A host pod names the VirtualCluster as its controller while its tenant
+// pod has a controller, so kubectl drain evicts it, and follows the tenant
+// pod when it is orphaned.
+func TestHostPodControllerFollowsTheTenantPod(t *testing.T) {
+	pod := simplePod("web", "100m")
+	pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web", UID: "rs-uid", Controller: ptr.To(true)}}
+	p, client := newProvider(t, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}, nil, pod)
+	p.tr.VirtualClusterUID = "vc-uid"
+	if err := p.CreatePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	hostName := contract.HostName("alpha", "shop", "web")
+	controller := func() *metav1.OwnerReference {
+		t.Helper()
+		got, err := client.CoreV1().Pods(tr.HostNamespace).Get(context.Background(), hostName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return metav1.GetControllerOf(got)
+	}
+	if c := controller(); c == nil || c.Kind != "VirtualCluster" || c.UID != "vc-uid" {
+		t.Fatalf("host pod controller %+v, want the VirtualCluster (vc-uid)", c)
+	}
+	orphaned := pod.DeepCopy()
+	orphaned.OwnerReferences = nil
+	p.hostPods = corelisters.NewPodLister(indexerOf(t)).Pods(tr.HostNamespace)
+	if err := p.UpdatePod(context.Background(), orphaned); err != nil {
+		t.Fatal(err)
+	}
+	if c := controller(); c != nil {
+		t.Errorf("host pod of an orphaned tenant pod has controller %+v, want none", c)
+	}
+}
+
 // An ephemeral container the tenant adds (kubectl debug) reaches the host pod
 // through its ephemeralcontainers subresource, translated and hardened like
 // any container; one that breaks Pod Security does not.

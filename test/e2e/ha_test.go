@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -86,10 +88,16 @@ func TestHAControlPlane(t *testing.T) {
 			// kubectl drain as an operator runs it: cordon, then evict
 			// through the PodDisruptionBudget. Same bound and figures as
 			// the restart above.
-			res := drainNodeUnderLoad(t, ctx, hostKubeconfig, host, tn, tn.AnnouncingNode(t, ctx, host))
+			// A tenant Deployment's pods run there too, as on any host
+			// node: the drain evicts them without --force, and the
+			// Deployment replaces them elsewhere.
+			node := tn.AnnouncingNode(t, ctx, host)
+			workload := runTenantWorkloadOn(t, ctx, hostKubeconfig, host, tn, node)
+			res := drainNodeUnderLoad(t, ctx, hostKubeconfig, host, tn, node)
 			if res.FailedPercent() > 2 || res.LongestGap > 5*time.Second {
 				t.Errorf("the drain failed %.2f%% of calls with a longest gap of %s, want at most 2%% and 5s: %s", res.FailedPercent(), res.LongestGap, res)
 			}
+			workload.checkReplacedOffNode(t, ctx, node)
 		})
 		t.Run("every replica deleted at once: the tenant comes back with its objects", func(t *testing.T) {
 			deleteEveryReplica(t, ctx, host, tn)
@@ -361,6 +369,9 @@ func checkTenantPodRuns(t *testing.T, ctx context.Context, cs kubernetes.Interfa
 	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// Gone before the next case: a pod with no controller is one that
+	// kubectl drain refuses to evict, as on any node.
+	t.Cleanup(func() { deleteTenantPod(t, ctx, cs, name) })
 	testutil.Eventually(t, 2*time.Minute, "tenant pod "+name+" Running", func() error {
 		p, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -370,6 +381,28 @@ func checkTenantPodRuns(t *testing.T, ctx context.Context, cs kubernetes.Interfa
 			return fmt.Errorf("phase %s", p.Status.Phase)
 		}
 		return nil
+	})
+}
+
+// deleteTenantPod deletes a tenant pod at once and waits until the tenant
+// API no longer has it, which the syncer allows only once the host pod is
+// gone.
+func deleteTenantPod(t *testing.T, ctx context.Context, cs kubernetes.Interface, name string) {
+	t.Helper()
+	err := cs.CoreV1().Pods("default").Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.Errorf("delete tenant pod %s: %v", name, err)
+		return
+	}
+	testutil.Eventually(t, 2*time.Minute, "tenant pod "+name+" gone", func() error {
+		_, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err == nil {
+			return errors.New("still there")
+		}
+		return err
 	})
 }
 
@@ -494,6 +527,139 @@ func drainNodeUnderLoad(t *testing.T, ctx context.Context, hostKubeconfig string
 	res := prober.Stop()
 	t.Logf("%s drained in %s, 3 replicas: %s", node, drained.Round(100*time.Millisecond), res)
 	return res
+}
+
+// tenantWorkload is a tenant Deployment whose pods run on one host node.
+type tenantWorkload struct {
+	tenant kubernetes.Interface
+	host   client.Client
+	tn     *framework.Tenant
+	name   string
+	// pods are the tenant pods that ran on the node, by name.
+	pods []string
+}
+
+// workloadReplicas is the size of the tenant Deployment on the drained node.
+const workloadReplicas = 2
+
+// runTenantWorkloadOn runs a tenant Deployment whose host pods all run on
+// node: the other host nodes are cordoned while its pods are placed. The
+// Deployment is deleted when the test ends.
+func runTenantWorkloadOn(t *testing.T, ctx context.Context, hostKubeconfig string, host client.Client, tn *framework.Tenant, node string) *tenantWorkload {
+	t.Helper()
+	var nodes corev1.NodeList
+	if err := host.List(ctx, &nodes); err != nil {
+		t.Fatal(err)
+	}
+	var others []string
+	for _, n := range nodes.Items {
+		if n.Name != node && !n.Spec.Unschedulable {
+			others = append(others, n.Name)
+		}
+	}
+	uncordon := func() {
+		for _, n := range others {
+			if out, err := framework.Kubectl(ctx, hostKubeconfig, "uncordon", n); err != nil {
+				t.Errorf("kubectl uncordon %s: %v\n%s", n, err, out)
+			}
+		}
+		others = nil
+	}
+	t.Cleanup(uncordon)
+	for _, n := range others {
+		if out, err := framework.Kubectl(ctx, hostKubeconfig, "cordon", n); err != nil {
+			t.Fatalf("kubectl cordon %s: %v\n%s", n, err, out)
+		}
+	}
+	cs := tn.Clientset(t)
+	w := &tenantWorkload{tenant: cs, host: host, tn: tn, name: "drained"}
+	labels := map[string]string{"app": w.name}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: w.name},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](workloadReplicas),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					TerminationGracePeriodSeconds: ptr.To[int64](1),
+					Containers: []corev1.Container{{
+						Name: "c", Image: "nest.local/busybox:1.35", ImagePullPolicy: corev1.PullNever, Command: []string{"sleep", "3600"},
+					}},
+				},
+			},
+		},
+	}
+	if _, err := cs.AppsV1().Deployments("default").Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := cs.AppsV1().Deployments("default").Delete(ctx, w.name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("delete Deployment %s: %v", w.name, err)
+		}
+	})
+	testutil.Eventually(t, 2*time.Minute, "the tenant Deployment's pods running on "+node, func() error {
+		running, err := w.runningHostPods(ctx)
+		if err != nil {
+			return err
+		}
+		w.pods = w.pods[:0]
+		for tenantPod, hostNode := range running {
+			if hostNode != node {
+				return fmt.Errorf("tenant pod %s runs on %s", tenantPod, hostNode)
+			}
+			w.pods = append(w.pods, tenantPod)
+		}
+		if len(w.pods) != workloadReplicas {
+			return fmt.Errorf("%d of %d pods running", len(w.pods), workloadReplicas)
+		}
+		return nil
+	})
+	uncordon()
+	return w
+}
+
+// runningHostPods returns the host node of each Running tenant pod of the
+// workload, by tenant pod name.
+func (w *tenantWorkload) runningHostPods(ctx context.Context) (map[string]string, error) {
+	list, err := w.tenant.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + w.name})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, p := range list.Items {
+		if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
+			continue
+		}
+		hostPod := &corev1.Pod{}
+		key := client.ObjectKey{Namespace: w.tn.Namespace, Name: contract.HostName(w.tn.Name, p.Namespace, p.Name)}
+		if err := w.host.Get(ctx, key, hostPod); err != nil {
+			return nil, fmt.Errorf("host pod of %s: %w", p.Name, err)
+		}
+		out[p.Name] = hostPod.Spec.NodeName
+	}
+	return out, nil
+}
+
+// checkReplacedOffNode checks that the drain evicted the workload's pods
+// from node and the Deployment runs its replicas again, on other nodes.
+func (w *tenantWorkload) checkReplacedOffNode(t *testing.T, ctx context.Context, node string) {
+	t.Helper()
+	testutil.Eventually(t, 2*time.Minute, "the tenant Deployment's pods replaced off "+node, func() error {
+		running, err := w.runningHostPods(ctx)
+		if err != nil {
+			return err
+		}
+		for _, old := range w.pods {
+			if _, ok := running[old]; ok {
+				return fmt.Errorf("tenant pod %s, which ran on %s, is still running", old, node)
+			}
+		}
+		if len(running) != workloadReplicas {
+			return fmt.Errorf("%d of %d pods running", len(running), workloadReplicas)
+		}
+		return nil
+	})
 }
 
 // loadClients and loadDuration bound the load test: as many clients as

@@ -326,7 +326,7 @@ func (r *Reconciler) patchStatus(ctx context.Context, vc *nestv1.VirtualCluster,
 	}
 	u := &unstructured.Unstructured{Object: map[string]any{"status": status}}
 	u.SetAPIVersion(nestv1.GroupVersion.String())
-	u.SetKind("VirtualCluster")
+	u.SetKind(nestv1.VirtualClusterKind)
 	u.SetNamespace(vc.Namespace)
 	u.SetName(vc.Name)
 	err = r.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership)

@@ -17,6 +17,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nestdev/nest/internal/components"
 )
@@ -24,46 +25,47 @@ import (
 // Flag names of nest-syncer. The VirtualCluster controller writes them with
 // Args and the binary reads them with BindFlags, so both agree by construction.
 const (
-	flagVirtualCluster   = "virtual-cluster"
-	flagHostNamespace    = "host-namespace"
-	flagNodeName         = "node-name"
-	flagVirtualNodes     = "virtual-nodes"
-	flagClusterDomain    = "cluster-domain"
-	flagAPIServerHost    = "api-server-host"
-	flagAPIServerPort    = "api-server-port"
-	flagDNSServer        = "dns-server"
-	flagPriorityClass    = "priority-class"
-	flagCapacity         = "capacity"
-	flagDefaultLimits    = "default-limits"
-	flagPodSecurity      = "pod-security-level"
-	flagTokenMaxAge      = "token-max-age"
-	flagTenantKubeconfig = "tenant-kubeconfig"
-	flagServingCert      = "kubelet-serving-cert"
-	flagServingKey       = "kubelet-serving-key"
-	flagClientCA         = "kubelet-client-ca"
-	flagDNSDir           = "dns-dir"
-	flagHostLabels       = "host-labels"
-	flagHostAnnotations  = "host-annotations"
-	flagDataBudget       = "data-budget-bytes"
-	flagHostServiceCIDRs = "host-service-cidrs"
-	flagNodeIP           = "node-ip"
-	flagHelperImage      = "helper-image"
-	flagHelperPull       = "helper-image-pull-policy"
-	flagNodeDiskSize     = "node-disk-size"
-	flagNodeDiskClass    = "node-disk-storage-class"
-	flagPrivileged       = "privileged-containers"
-	flagNodeNetwork      = "node-network"
-	flagNetworkFence     = "network-fence"
-	flagLeaderElect      = "leader-elect"
-	flagIdentity         = "identity"
-	flagMaxGracePeriod   = "max-termination-grace-period"
-	flagImageRegistries  = "image-registries"
-	flagImageDenylist    = "image-registry-denylist"
-	flagAlwaysPullImages = "always-pull-images"
-	flagEgressBlocks     = "egress-blocks"
-	flagHostPodCIDRs     = "host-pod-cidrs"
-	flagStorageClasses   = "storage-classes"
-	flagEgressProxy      = "egress-proxy-socket"
+	flagVirtualCluster    = "virtual-cluster"
+	flagVirtualClusterUID = "virtual-cluster-uid"
+	flagHostNamespace     = "host-namespace"
+	flagNodeName          = "node-name"
+	flagVirtualNodes      = "virtual-nodes"
+	flagClusterDomain     = "cluster-domain"
+	flagAPIServerHost     = "api-server-host"
+	flagAPIServerPort     = "api-server-port"
+	flagDNSServer         = "dns-server"
+	flagPriorityClass     = "priority-class"
+	flagCapacity          = "capacity"
+	flagDefaultLimits     = "default-limits"
+	flagPodSecurity       = "pod-security-level"
+	flagTokenMaxAge       = "token-max-age"
+	flagTenantKubeconfig  = "tenant-kubeconfig"
+	flagServingCert       = "kubelet-serving-cert"
+	flagServingKey        = "kubelet-serving-key"
+	flagClientCA          = "kubelet-client-ca"
+	flagDNSDir            = "dns-dir"
+	flagHostLabels        = "host-labels"
+	flagHostAnnotations   = "host-annotations"
+	flagDataBudget        = "data-budget-bytes"
+	flagHostServiceCIDRs  = "host-service-cidrs"
+	flagNodeIP            = "node-ip"
+	flagHelperImage       = "helper-image"
+	flagHelperPull        = "helper-image-pull-policy"
+	flagNodeDiskSize      = "node-disk-size"
+	flagNodeDiskClass     = "node-disk-storage-class"
+	flagPrivileged        = "privileged-containers"
+	flagNodeNetwork       = "node-network"
+	flagNetworkFence      = "network-fence"
+	flagLeaderElect       = "leader-elect"
+	flagIdentity          = "identity"
+	flagMaxGracePeriod    = "max-termination-grace-period"
+	flagImageRegistries   = "image-registries"
+	flagImageDenylist     = "image-registry-denylist"
+	flagAlwaysPullImages  = "always-pull-images"
+	flagEgressBlocks      = "egress-blocks"
+	flagHostPodCIDRs      = "host-pod-cidrs"
+	flagStorageClasses    = "storage-classes"
+	flagEgressProxy       = "egress-proxy-socket"
 )
 
 // Values of --privileged-containers, the VirtualCluster's
@@ -91,6 +93,10 @@ var DefaultHealthAddr = fmt.Sprintf("127.0.0.1:%d", DefaultHealthPort)
 // BindFlags registers every option on fs.
 func (o *Flags) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.VirtualCluster, flagVirtualCluster, "", "name of the VirtualCluster (required)")
+	fs.Func(flagVirtualClusterUID, "UID of the VirtualCluster: the controller of host pods whose tenant pods have a controller, so kubectl drain evicts them (default: host pods have no owner)", func(s string) error {
+		o.VirtualClusterUID = types.UID(s)
+		return nil
+	})
 	fs.StringVar(&o.HostNamespace, flagHostNamespace, "", "host namespace of the VirtualCluster (required)")
 	fs.StringVar(&o.NodeName, flagNodeName, "nest-virtual-node", "name of the (first) virtual node in the tenant cluster")
 	fs.IntVar(&o.VirtualNodes, flagVirtualNodes, 1, fmt.Sprintf("how many virtual nodes split the capacity, 1 to %d: the first is --%s, the others --%s-1, -2, ...", MaxVirtualNodes, flagNodeName, flagNodeName))
@@ -230,6 +236,9 @@ func (o Flags) Args() []string {
 		"--" + flagHostLabels + "=" + strings.Join(o.HostMetadata.Labels, ","),
 		"--" + flagHostAnnotations + "=" + strings.Join(o.HostMetadata.Annotations, ","),
 		"--" + flagDataBudget + "=" + strconv.FormatInt(o.DataBudgetBytes, 10),
+	}
+	if o.VirtualClusterUID != "" {
+		args = append(args, "--"+flagVirtualClusterUID+"="+string(o.VirtualClusterUID))
 	}
 	if o.NodeIP != "" {
 		args = append(args, "--"+flagNodeIP+"="+o.NodeIP)
@@ -513,7 +522,14 @@ type Flags struct {
 type Translation struct {
 	// VirtualCluster is the VirtualCluster's name.
 	VirtualCluster string
-	// HostNamespace is where host objects are made.
+	// VirtualClusterUID is the VirtualCluster's UID. A host pod whose
+	// tenant pod has a controller (a ReplicaSet's, a Job's...) names the
+	// VirtualCluster as its controller (HostPodController), so kubectl
+	// drain evicts it as it evicts a replicated pod, and the tenant
+	// controller replaces the tenant pod. Empty: host pods have no owner.
+	VirtualClusterUID types.UID
+	// HostNamespace is where host objects are made; the VirtualCluster is
+	// there too.
 	HostNamespace string
 	// ClusterDomain is the tenant's DNS suffix, such as cluster.local.
 	ClusterDomain string

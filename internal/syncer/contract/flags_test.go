@@ -32,6 +32,7 @@ func TestFlagsRoundTrip(t *testing.T) {
 	withLimits.Images = ImagePolicy{Allowed: []string{"registry.example.com:5000", "*.example.org"}, Denied: []string{"10.0.0.0/8", "evil.example"}}
 	withLimits.AlwaysPullImages = true
 	withLimits.MaxGracePeriodSeconds = 45
+	withLimits.VirtualClusterUID = "6f1c2a9e-vc"
 	want := Flags{Translation: withLimits, NodeIP: "10.244.0.3", Capacity: corev1.ResourceList{"cpu": resource.MustParse("4"), "nvidia.com/gpu": resource.MustParse("1")},
 		PodSecurityLevel: "restricted", TokenMaxAge: 15 * time.Second, TenantKubeconfig: "/k", DNSDir: "/d",
 		HostMetadata:      MetadataAllowList{Labels: []string{"app", "example.com/*"}, Annotations: []string{"example.com/owner"}},
@@ -103,7 +104,10 @@ func TestFlagsRoundTrip(t *testing.T) {
 		t.Errorf("a zero grace bound: Validate = %v, want --max-termination-grace-period named", err)
 	}
 	got.HelperImage, got.HelperImagePullPolicy, got.NodeDisk, got.ConfinePrivileged, got.NodeNetwork, got.NetworkFence = "", "", nil, false, false, ""
-	got.Images, got.AlwaysPullImages, got.MaxGracePeriodSeconds = ImagePolicy{}, false, DefaultMaxGracePeriodSeconds
+	if got.VirtualClusterUID != withLimits.VirtualClusterUID {
+		t.Errorf("--virtual-cluster-uid came back as %q", got.VirtualClusterUID)
+	}
+	got.Images, got.AlwaysPullImages, got.MaxGracePeriodSeconds, got.VirtualClusterUID = ImagePolicy{}, false, DefaultMaxGracePeriodSeconds, ""
 	if gotLimits != "cpu=500m,memory=512Mi" || !reflect.DeepEqual(got.Translation, tr) || FormatResourceList(got.Capacity) != "cpu=4,nvidia.com/gpu=1" || got.TokenMaxAge != want.TokenMaxAge || got.PodSecurityLevel != "restricted" {
 		t.Errorf("round trip: %+v", got)
 	}
