@@ -45,9 +45,9 @@ build-k8s:
 build-nest:
 	go build -ldflags '-s -w' -o $(BIN)/ ./cmd/nest ./cmd/nest-manager ./cmd/nest-syncer ./cmd/nest-probe ./cmd/pause ./cmd/testapp ./cmd/nest-agent ./cmd/nest-node-network-agent
 
-## test: every test CI runs: lint, unit tests, then end-to-end tests on real local host clusters; ends with each step's and each end-to-end test's wall time
+## test: every test CI runs: lint, then unit tests beside end-to-end tests on real local host clusters; ends with each step's and each end-to-end test's wall time
 test:
-	OUT=$(OUT) hack/steps.sh deps build lint unit e2e
+	OUT=$(OUT) hack/steps.sh deps build lint --beside unit e2e
 
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
