@@ -151,11 +151,48 @@ func (e *env) memoryEmptyDir(t *testing.T) {
 // host's object budget, with an event the tenant sees. They run apart from
 // the other cases, which need room in the same budget.
 func (e *env) budgets() []testCase {
-	return []testCase{
-		{"config-map-flood-stops-at-the-budget", e.configMapFlood},
-		{"data-flood-stops-at-the-byte-budget", e.dataFlood},
-		{"service-flood-stops-at-the-budget", e.serviceFlood},
+	settled := func(run func(*testing.T)) func(*testing.T) {
+		return func(t *testing.T) {
+			e.waitQuotaSettled(t)
+			run(t)
+		}
 	}
+	return []testCase{
+		{"config-map-flood-stops-at-the-budget", settled(e.configMapFlood)},
+		{"data-flood-stops-at-the-byte-budget", settled(e.dataFlood)},
+		{"service-flood-stops-at-the-budget", settled(e.serviceFlood)},
+	}
+}
+
+// waitQuotaSettled waits until the object quota's usage counts the host
+// namespace's ConfigMaps, Secrets and Services as they are. The copies an
+// earlier case's cleanup deleted go one by one, and each deletion has the
+// quota controller recount the whole quota from its informer caches: a
+// recount that lags behind a flood's creations lowers the usage admission
+// reads, and lets the flood past the quota by an object (upstream's
+// ResourceQuota admission trusts the recorded usage). The floods start
+// once nothing is left to recount.
+func (e *env) waitQuotaSettled(t *testing.T) {
+	t.Helper()
+	testutil.Eventually(t, 2*time.Minute, "the object quota's usage matching the host objects", func() error {
+		var cms corev1.ConfigMapList
+		var secrets corev1.SecretList
+		var services corev1.ServiceList
+		for _, l := range []client.ObjectList{&cms, &secrets, &services} {
+			if err := e.host.List(e.ctx, l, client.InNamespace(e.alpha.Namespace)); err != nil {
+				return err
+			}
+		}
+		used := e.objectQuota(t).Status.Used
+		for resource, have := range map[corev1.ResourceName]int{
+			"count/configmaps": len(cms.Items), "count/secrets": len(secrets.Items), corev1.ResourceServices: len(services.Items),
+		} {
+			if q := used[resource]; q.Value() != int64(have) {
+				return errorf("quota usage of %s is %s, the namespace holds %d", resource, q.String(), have)
+			}
+		}
+		return nil
+	})
 }
 
 func (e *env) objectQuota(t *testing.T) corev1.ResourceQuota {
