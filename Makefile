@@ -15,7 +15,7 @@ K8S_LDFLAGS := -s -w $(foreach p,$(K8S_VERSION_PKGS),-X $(p).gitVersion=$(K8S_VE
 
 NODES ?= 2
 
-.PHONY: all deps build build-k8s build-nest test unit e2e e2e-run e2e-faults demo demo-dedicated down clean bench bench-member bench-density conformance-build conformance generate envtest-assets lint dashboard-assets
+.PHONY: all deps build build-k8s build-nest test unit e2e e2e-prepare e2e-run e2e-faults demo demo-dedicated down clean bench bench-member bench-density conformance-build conformance generate envtest-assets lint dashboard-assets
 
 all: build
 
@@ -47,7 +47,7 @@ build-nest:
 
 ## test: every test CI runs: lint, then unit tests beside end-to-end tests on real local host clusters; ends with each step's and each end-to-end test's wall time
 test:
-	OUT=$(OUT) hack/steps.sh deps build lint --beside unit e2e
+	OUT=$(OUT) hack/steps.sh deps build lint e2e-prepare --beside unit e2e-run
 
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
@@ -100,6 +100,12 @@ E2E_CLUSTERS ?= 2
 E2E_JSON := $(OUT)/e2e.json
 e2e: conformance-build
 	$(MAKE) e2e-run
+
+# e2e-prepare: what the end-to-end tests need built (the conformance suite,
+# the test binaries), so the unit tests that `make test` runs beside the
+# end-to-end tests compile nothing at the same time as they do.
+e2e-prepare: conformance-build
+	go test -count=1 -run '^$$' $(E2E_PACKAGES)
 
 # e2e-run: the end-to-end packages without the conformance build
 # (hack/testtimes' test runs it on a stand-in package).

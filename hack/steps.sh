@@ -5,7 +5,8 @@
 # $OUT/STEP.log and is printed whole, under its own heading, when every
 # other step has ended, so it never interleaves with theirs (the unit tests
 # run beside the end-to-end tests, whose first minutes leave the CPU
-# mostly idle). Whatever happened, it ends with a table of each step's
+# mostly idle; the steps before it compile the end-to-end tests, which a
+# compile beside them would only slow down). Whatever happened, it ends with a table of each step's
 # wall time and, when the end-to-end step ran, each end-to-end package's
 # and test's (hack/testtimes, from the go test event stream in
 # $OUT/e2e.json), so a slow step or test shows in every CI log. It exits
@@ -37,7 +38,12 @@ for step in "$@"; do
 	if $beside; then
 		beside=false
 		echo "=== make $step (beside the next steps; output in $OUT/$step.log, printed when they end)"
-		make OUT="$OUT" "$step" >"$OUT/$step.log" 2>&1 &
+		# Its own status and end time: its row in the time table is how
+		# long it ran, not how long the others took.
+		{
+			make OUT="$OUT" "$step" >"$OUT/$step.log" 2>&1
+			echo "$? $SECONDS" >"$OUT/$step.end"
+		} &
 		bg_names+=("$step")
 		bg_pids+=($!)
 		bg_starts+=($SECONDS)
@@ -55,8 +61,11 @@ done
 
 for i in "${!bg_names[@]}"; do
 	wait "${bg_pids[$i]}"
-	rc=$?
-	record "${bg_names[$i]}" $((SECONDS - bg_starts[i])) "$rc"
+	rc=1 end=$SECONDS
+	if [ -s "$OUT/${bg_names[$i]}.end" ]; then
+		read -r rc end <"$OUT/${bg_names[$i]}.end"
+	fi
+	record "${bg_names[$i]}" $((end - bg_starts[i])) "$rc"
 	echo
 	echo "=== make ${bg_names[$i]} (ran beside the steps after it): output"
 	cat "$OUT/${bg_names[$i]}.log"
