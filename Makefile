@@ -58,9 +58,14 @@ lint:
 
 # envtest runs our own kube-apiserver and etcd: symlinks to the multi-call binary.
 ENVTEST_ASSETS := $(OUT)/envtest
-envtest-assets: build-k8s
+# It needs the kube binary, not a fresh build: `make test` runs the unit
+# tests beside the end-to-end tests, whose clusters run that binary.
+envtest-assets: $(BIN)/kube
 	mkdir -p $(ENVTEST_ASSETS)
 	for c in kube-apiserver etcd kubectl; do ln -sfn ../bin/kube $(ENVTEST_ASSETS)/$$c; done
+
+$(BIN)/kube:
+	$(MAKE) build-k8s
 
 unit: envtest-assets
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 ./api/... ./internal/... ./cmd/... ./hack/... ./test/e2e/framework/
