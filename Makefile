@@ -7,11 +7,15 @@ BIN := $(OUT)/bin
 export CGO_ENABLED := 0
 export GOFLAGS := -trimpath
 
+# The host's Kubernetes version (k8s/) and the other versions tenants may
+# run (version.Supported; each from its own module, k8s/vMAJOR.MINOR).
 K8S_VERSION := $(shell sed -n 's/^const Kubernetes = "\(.*\)"/\1/p' internal/version/version.go)
-K8S_MINOR := $(word 2,$(subst ., ,$(K8S_VERSION)))
+K8S_OTHER_VERSIONS := $(shell sed -n '/^var Supported = /p' internal/version/version.go | grep -o 'v[0-9]*\.[0-9]*\.[0-9]*')
+k8s_minor = $(word 1,$(subst ., ,$(1))).$(word 2,$(subst ., ,$(1)))
 K8S_VERSION_PKGS := k8s.io/component-base/version k8s.io/client-go/pkg/version
 # Without these the components report v0.0.0-master.
-K8S_LDFLAGS := -s -w $(foreach p,$(K8S_VERSION_PKGS),-X $(p).gitVersion=$(K8S_VERSION) -X $(p).gitMajor=1 -X $(p).gitMinor=$(K8S_MINOR) -X $(p).gitTreeState=clean)
+k8s_ldflags = -s -w $(foreach p,$(K8S_VERSION_PKGS),-X $(p).gitVersion=$(1) -X $(p).gitMajor=1 -X $(p).gitMinor=$(word 2,$(subst ., ,$(1))) -X $(p).gitTreeState=clean)
+K8S_LDFLAGS := $(call k8s_ldflags,$(K8S_VERSION))
 
 NODES ?= 2
 
@@ -33,7 +37,9 @@ build: build-k8s build-nest
 # version is the one k8s/containerd/go.mod pins.
 CONTAINERD := github.com/containerd/containerd/v2
 build-k8s:
-	cd k8s && go build -ldflags '$(K8S_LDFLAGS)' -o $(BIN)/kube ./cmd/kube
+	cd k8s && go build -ldflags '$(K8S_LDFLAGS)' -o $(BIN)/kube-$(K8S_VERSION) ./cmd/kube
+	ln -sfn kube-$(K8S_VERSION) $(BIN)/kube
+	$(foreach v,$(K8S_OTHER_VERSIONS),cd k8s/$(call k8s_minor,$(v)) && go build -ldflags '$(call k8s_ldflags,$(v))' -o $(BIN)/kube-$(v) ./cmd/kube && cd $(CURDIR);)
 	cd k8s/coredns && go build -ldflags '-s -w' -o $(BIN)/coredns .
 	cd k8s/netpol && go build -ldflags '-s -w' -o $(BIN)/kube-network-policies sigs.k8s.io/kube-network-policies/cmd/kube-network-policies/standard
 	# Static: MetalLB runs from an image that has no C library.

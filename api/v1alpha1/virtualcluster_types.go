@@ -13,8 +13,8 @@ import (
 const MaxNameLength = 40
 
 // SupportedVersions are the Kubernetes versions a tenant control plane can run:
-// the versions of the kube images Nest builds.
-var SupportedVersions = []string{version.Kubernetes}
+// the versions of the kube images Nest builds (internal/version.Supported).
+var SupportedVersions = version.Supported
 
 // Phase is the coarse lifecycle stage of a VirtualCluster, as kubenest names it.
 // Conditions carry the detail.
@@ -67,10 +67,13 @@ type ServiceType string
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.datastore) || (has(self.datastore) && self.datastore == oldSelf.datastore)",message="datastore is immutable: the tenant's etcd data lives on it"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.controlPlane) || !has(oldSelf.controlPlane.replicas) || (has(self.controlPlane) && has(self.controlPlane.replicas) && self.controlPlane.replicas >= oldSelf.controlPlane.replicas)",message="spec.controlPlane.replicas cannot be lowered or removed: etcd members are not removed from a live tenant; keep the count or make a new VirtualCluster"
 type VirtualClusterSpec struct {
-	// KubernetesVersion of the tenant control plane. Only v1.36.3 is built today.
+	// KubernetesVersion of the tenant control plane: v1.36.3 (the default) or
+	// v1.37.2. It is set when the VirtualCluster is made: changing it is
+	// refused until in-place upgrades are built.
 	// +optional
 	// +kubebuilder:default="v1.36.3"
-	// +kubebuilder:validation:XValidation:rule="self in ['v1.36.3']",message="unsupported kubernetesVersion: the supported versions are v1.36.3"
+	// +kubebuilder:validation:XValidation:rule="self in ['v1.36.3', 'v1.37.2']",message="unsupported kubernetesVersion: the supported versions are v1.36.3 and v1.37.2"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="kubernetesVersion cannot be changed yet: in-place upgrades are not built; make a new VirtualCluster of the version you want"
 	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
 
 	// ExternalIPs are extra addresses clients use to reach the tenant API

@@ -74,7 +74,7 @@ func allowListFlag(name, usage string, dst *[]string) {
 
 func main() {
 	var (
-		metricsAddr, probeAddr, hostDomain, kubeImage, corednsImage, syncerImage, pullPolicy string
+		metricsAddr, probeAddr, hostDomain, kubeRepository, corednsImage, syncerImage, pullPolicy string
 		leaderElect                                                                          bool
 		cp                                                                                   controlplane.Options
 		workers, probeWorkers                                                                int
@@ -88,7 +88,7 @@ func main() {
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
 	flag.BoolVar(&leaderElect, "leader-elect", true, "elect a leader so only one replica reconciles")
 	flag.StringVar(&hostDomain, "host-cluster-domain", "cluster.local", "DNS suffix of the host cluster, named in tenant API server certificates")
-	flag.StringVar(&kubeImage, "kube-image", images.Kube, "image of the tenant control-plane components")
+	flag.StringVar(&kubeRepository, "kube-image-repository", images.KubeRepository, "repository of the tenant control-plane components' images: a tenant runs REPOSITORY:VERSION, VERSION its spec.kubernetesVersion (one image per supported version)")
 	flag.StringVar(&corednsImage, "coredns-image", images.CoreDNS, "image of the tenant CoreDNS in control-plane pods")
 	flag.StringVar(&syncerImage, "syncer-image", images.NestSyncer, "image of nest-syncer in control-plane pods")
 	flag.StringVar(&pullPolicy, "image-pull-policy", string(corev1.PullIfNotPresent), "pull policy of tenant control-plane images")
@@ -131,7 +131,7 @@ func main() {
 			"podCIDRs", cp.HostNetwork.PodCIDRs, "nodeCIDRs", cp.HostNetwork.NodeCIDRs)
 	}
 	cp.AlwaysPullImages = !hostVerifiesPullCredentials
-	cp.KubeImage, cp.SyncerImage, cp.CoreDNSImage, cp.ImagePullPolicy = kubeImage, syncerImage, corednsImage, corev1.PullPolicy(pullPolicy)
+	cp.KubeImageRepository, cp.SyncerImage, cp.CoreDNSImage, cp.ImagePullPolicy = kubeRepository, syncerImage, corednsImage, corev1.PullPolicy(pullPolicy)
 
 	scheme := kube.NewScheme()
 

@@ -27,6 +27,7 @@ import (
 	"github.com/nestdev/nest/internal/controlplane"
 	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/vcops"
+	"github.com/nestdev/nest/internal/version"
 )
 
 func addVirtualClusterCommands(root *cobra.Command) {
@@ -96,9 +97,11 @@ type shareFlags struct {
 	virtualNodes     int
 	nodeDisk         string
 	replicas         int
-	serviceType      string
-	storage          string
-	storageClaims    int
+	// kubernetesVersion is spec.kubernetesVersion; "" leaves the default.
+	kubernetesVersion string
+	serviceType       string
+	storage           string
+	storageClaims     int
 	nodes
 }
 
@@ -167,6 +170,12 @@ func (f *shareFlags) spec() (nestv1.VirtualClusterSpec, error) {
 			return spec, err
 		}
 		spec.ControlPlane.Service.Type = typ
+	}
+	if f.kubernetesVersion != "" {
+		if err := version.CheckSupported(f.kubernetesVersion); err != nil {
+			return spec, fmt.Errorf("--kubernetes-version: %w", err)
+		}
+		spec.KubernetesVersion = f.kubernetesVersion
 	}
 	if f.replicas != 0 {
 		if f.replicas != 1 && f.replicas != 3 {
@@ -259,6 +268,7 @@ func newCreateCommand(host *hostFlags) *cobra.Command {
 	cmd.Flags().StringVar(&share.podSecurity, "pod-security", "baseline", "Pod Security Standard level of tenant pods: baseline or restricted")
 	cmd.Flags().IntVar(&share.virtualNodes, "virtual-nodes", 0, "how many virtual nodes split the share (default 1)")
 	cmd.Flags().StringVar(&share.serviceType, "service-type", "", "how the tenant API server is exposed: NodePort, LoadBalancer or ClusterIP (default: the host's, nest-manager's --default-service-type)")
+	cmd.Flags().StringVar(&share.kubernetesVersion, "kubernetes-version", "", "Kubernetes version of the tenant control plane, one of "+strings.Join(version.Supported, ", ")+" (default "+version.Kubernetes+")")
 	cmd.Flags().IntVar(&share.replicas, "replicas", 0, "control-plane replicas: 1, or 3 for a highly available control plane spread over host nodes (default 1)")
 	cmd.Flags().StringVar(&share.containerLimits, "container-limits", "default", "default: tenant containers without cpu or memory limits get the host's default limits; none: they run without, as upstream conformance expects")
 	cmd.Flags().StringVar(&share.privileged, "privileged-containers", "refuse", "refuse: pods with privileged containers are refused; confine: such containers run without host privileges (no host devices, no capabilities beyond the Pod Security level), for workloads that ask for privileged without needing it")

@@ -18,6 +18,7 @@ import (
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/kube"
 	"github.com/nestdev/nest/internal/vcops"
+	"github.com/nestdev/nest/internal/version"
 )
 
 func TestCreateMakesNamespaceAndIsRepeatable(t *testing.T) {
@@ -175,5 +176,21 @@ func TestServiceTypeFlag(t *testing.T) {
 	}
 	if _, err := (&shareFlags{serviceType: "Ingress"}).spec(); err == nil || !strings.Contains(err.Error(), "--service-type") || !strings.Contains(err.Error(), "loadbalancer") {
 		t.Errorf("--service-type Ingress: %v", err)
+	}
+}
+
+// --kubernetes-version sets a supported version, leaves the default when
+// not given, and refuses another naming the flag and the supported ones.
+func TestKubernetesVersionFlag(t *testing.T) {
+	newest := version.Supported[len(version.Supported)-1]
+	if spec, err := (&shareFlags{kubernetesVersion: newest}).spec(); err != nil || spec.KubernetesVersion != newest {
+		t.Errorf("--kubernetes-version %s: %q, %v", newest, spec.KubernetesVersion, err)
+	}
+	if spec, err := (&shareFlags{}).spec(); err != nil || spec.KubernetesVersion != "" {
+		t.Errorf("no --kubernetes-version: %q, %v; want it unset (the CRD's default)", spec.KubernetesVersion, err)
+	}
+	_, err := (&shareFlags{kubernetesVersion: "v1.35.0"}).spec()
+	if err == nil || !strings.Contains(err.Error(), "--kubernetes-version") || !strings.Contains(err.Error(), newest) {
+		t.Errorf("--kubernetes-version v1.35.0: %v, want the flag and the supported versions named", err)
 	}
 }

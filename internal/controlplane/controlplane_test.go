@@ -15,6 +15,7 @@ import (
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/pki"
+	"github.com/nestdev/nest/internal/version"
 )
 
 var names = Names{VirtualCluster: "alpha", Namespace: "tenant-a"}
@@ -140,7 +141,7 @@ func TestStatefulSetFor(t *testing.T) {
 		v.Spec.ServiceCIDR = "10.100.0.0/16"
 		v.Spec.ClusterDomain = "tenant.local"
 	}),
-		Options{KubeImage: "img", SyncerImage: "img", CoreDNSImage: "img", ImagePullPolicy: corev1.PullNever},
+		Options{KubeImageRepository: "kube", SyncerImage: "img", CoreDNSImage: "img", ImagePullPolicy: corev1.PullNever},
 		ServiceIPs{APIServer: "10.96.0.5", DNS: "10.96.0.6"})
 	pod := sts.Spec.Template.Spec
 	if len(pod.InitContainers) != 3 || len(pod.Containers) != 4 {
@@ -160,7 +161,7 @@ func TestStatefulSetFor(t *testing.T) {
 	}
 	syncerArgs := strings.Join(syncer.Args, " ")
 	// Host pods reach the API server through the in-cluster Service, on the port the tenant sees.
-	for _, want := range []string{"--api-server-host=10.96.0.6", "--api-server-port=443", "--dns-server=10.96.0.6", "--cluster-domain=tenant.local", "--capacity=cpu=2,memory=4Gi,pods=110", "--pod-security-level=baseline"} {
+	for _, want := range []string{"--api-server-host=10.96.0.6", "--api-server-port=443", "--dns-server=10.96.0.6", "--cluster-domain=tenant.local", "--capacity=cpu=2,memory=4Gi,pods=110", "--pod-security-level=baseline", "--kubernetes-version=" + version.Kubernetes} {
 		if !strings.Contains(syncerArgs, want) {
 			t.Errorf("nest-syncer lacks %s in %s", want, syncerArgs)
 		}
@@ -184,9 +185,15 @@ func TestStatefulSetFor(t *testing.T) {
 			t.Errorf("kube-apiserver lacks %s", want)
 		}
 	}
+	// The Kubernetes components run the tenant's version's image.
+	kubeImage := "kube:" + version.Kubernetes
 	for _, c := range append(pod.InitContainers, pod.Containers...) {
-		if c.Image != "img" || c.ImagePullPolicy != corev1.PullNever || c.Resources.Requests.Cpu().IsZero() || c.LivenessProbe == nil {
-			t.Errorf("container %s: image %s policy %s requests %v probe %v", c.Name, c.Image, c.ImagePullPolicy, c.Resources.Requests, c.LivenessProbe)
+		want := "img"
+		if c.Name != "nest-syncer" && c.Name != "coredns" && c.Name != "etcd-member" {
+			want = kubeImage
+		}
+		if c.Image != want || c.ImagePullPolicy != corev1.PullNever || c.Resources.Requests.Cpu().IsZero() || c.LivenessProbe == nil {
+			t.Errorf("container %s: image %s (want %s) policy %s requests %v probe %v", c.Name, c.Image, want, c.ImagePullPolicy, c.Resources.Requests, c.LivenessProbe)
 		}
 	}
 	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
@@ -373,6 +380,27 @@ func TestServiceTypeIsTheSpecsElseTheManagersDefault(t *testing.T) {
 	} {
 		if got := ServiceFor(c.vc, c.def).Spec.Type; got != c.want {
 			t.Errorf("spec type %q, default %q: Service type %s, want %s", c.vc.Spec.ControlPlane.Service.Type, c.def, got, c.want)
+		}
+	}
+}
+
+// A tenant of another supported version runs that version's kube image,
+// and its virtual nodes report that version.
+func TestStatefulSetRunsTheTenantsVersion(t *testing.T) {
+	newest := version.Supported[len(version.Supported)-1]
+	sts := StatefulSetFor(vc(func(v *nestv1.VirtualCluster) { v.Spec.KubernetesVersion = newest }),
+		Options{KubeImageRepository: "nest.local/kube", SyncerImage: "syncer", CoreDNSImage: "coredns"}, ServiceIPs{})
+	pod := sts.Spec.Template.Spec
+	images := map[string]string{}
+	for _, c := range append(pod.InitContainers, pod.Containers...) {
+		images[c.Name] = c.Image
+		if c.Name == syncerName && !slices.Contains(c.Args, "--kubernetes-version="+newest) {
+			t.Errorf("nest-syncer args %v lack --kubernetes-version=%s", c.Args, newest)
+		}
+	}
+	for _, name := range []string{etcdName, apiServerName, controllerManagerName, schedulerName} {
+		if want := "nest.local/kube:" + newest; images[name] != want {
+			t.Errorf("%s runs %s, want %s", name, images[name], want)
 		}
 	}
 }

@@ -133,7 +133,7 @@ func TestReconcilePKIAddsKubeletClientCA(t *testing.T) {
 // Servers that listen on loopback only are probed with nest-probe from
 // their own image; the authenticated HTTPS servers keep HTTP probes.
 func TestProbes(t *testing.T) {
-	pod := StatefulSetFor(vc(nil), Options{KubeImage: "kube", SyncerImage: "syncer", CoreDNSImage: "coredns"}, ServiceIPs{}).Spec.Template.Spec
+	pod := StatefulSetFor(vc(nil), Options{KubeImageRepository: "kube", SyncerImage: "syncer", CoreDNSImage: "coredns"}, ServiceIPs{}).Spec.Template.Spec
 	exec := map[string][]string{
 		"etcd":        {"http://127.0.0.1:2381/health?serializable=true", "http://127.0.0.1:2381/health?serializable=true"},
 		"etcd-member": {"http://127.0.0.1:2382/started", "http://127.0.0.1:2382/started"},

@@ -27,8 +27,13 @@ type Options struct {
 	// VirtualClusters that set no spec.controlPlane.service.type; empty
 	// means NodePort.
 	DefaultServiceType corev1.ServiceType
-	// KubeImage is the Kubernetes multi-call image (etcd and every control-plane binary).
-	KubeImage string
+	// KubeImageRepository holds the Kubernetes multi-call images (etcd
+	// and every control-plane binary), one per supported version: a
+	// tenant runs images.KubeImage(KubeImageRepository, its
+	// spec.kubernetesVersion).
+	KubeImageRepository string
+	// kubeImage is the kube image of the VirtualCluster being built.
+	kubeImage string
 	// SyncerImage runs nest-syncer; CoreDNSImage the tenant's CoreDNS.
 	SyncerImage, CoreDNSImage string
 	// ImagePullPolicy of the control-plane containers.
@@ -137,6 +142,7 @@ func leaderElect(vc *nestv1.VirtualCluster) bool { return Replicas(vc) > 1 }
 // never two on one node while such a node has none.
 func StatefulSetFor(vc *nestv1.VirtualCluster, o Options, ips ServiceIPs) *appsv1.StatefulSet {
 	n := NamesOf(vc)
+	o.kubeImage = images.KubeImage(o.KubeImageRepository, KubernetesVersion(vc))
 	pod := corev1.PodSpec{
 		// The etcd-member helper, etcd and kube-apiserver are sidecars: the
 		// kubelet starts them in order, each once the one before passed its
@@ -277,7 +283,7 @@ func mounts(withEtcd bool) []corev1.VolumeMount {
 // Go runtime tuned for them (goRuntimeEnv).
 func container(name string, o Options, r corev1.ResourceRequirements, args []string) corev1.Container {
 	return corev1.Container{
-		Name: name, Image: o.KubeImage, ImagePullPolicy: o.ImagePullPolicy,
+		Name: name, Image: o.kubeImage, ImagePullPolicy: o.ImagePullPolicy,
 		Command: []string{"/usr/local/bin/" + name}, Args: args,
 		Resources: r,
 		Env:       goRuntimeEnv(r),

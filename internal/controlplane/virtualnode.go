@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"cmp"
 	"net/netip"
 	"path"
 	"slices"
@@ -15,6 +16,7 @@ import (
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/syncer/contract"
+	"github.com/nestdev/nest/internal/version"
 )
 
 // SyncerClusterRole is the ClusterRole installed with Nest that holds
@@ -157,7 +159,7 @@ func syncerOptions(vc *nestv1.VirtualCluster, opts Options, ips ServiceIPs) cont
 		TenantKubeconfig: path.Join(KubeconfigDir, SyncerKubeconfig),
 		Capacity:         Share(vc),
 		VirtualNodes:     int(ptr.Deref(vc.Spec.VirtualNode.Count, 1)),
-		PodSecurityLevel: PodSecurityLevel(vc),
+		PodSecurityLevel: PodSecurityLevel(vc), KubernetesVersion: KubernetesVersion(vc),
 		// Only the kubelet-client CA: the tenant's CSR API signs with the
 		// cluster CA, so a certificate a tenant mints is refused.
 		ServingCert: pkiFile(SyncerServingCert), ServingKey: pkiFile(SyncerServingKey), ClientCA: pkiFile(KubeletClientCACert),
@@ -284,6 +286,14 @@ func PodSecurityLevel(vc *nestv1.VirtualCluster) string {
 		return string(l)
 	}
 	return string(nestv1.PodSecurityBaseline)
+}
+
+// KubernetesVersion is the version the tenant's control plane runs:
+// spec.kubernetesVersion, which the API server defaults and allows only
+// from version.Supported, else (an object read before the default was
+// applied) version.Kubernetes.
+func KubernetesVersion(vc *nestv1.VirtualCluster) string {
+	return cmp.Or(vc.Spec.KubernetesVersion, version.Kubernetes)
 }
 
 // ClusterDomain is the tenant's DNS domain: spec.clusterDomain, else cluster.local.

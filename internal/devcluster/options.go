@@ -9,6 +9,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"time"
+
+	"github.com/nestdev/nest/internal/images"
+	"github.com/nestdev/nest/internal/version"
 )
 
 // Options configures a local host cluster.
@@ -17,7 +20,8 @@ type Options struct {
 	StateDir string
 	// Nodes is the number of nodes, 1 to MaxNodes. The first is the control plane.
 	Nodes int
-	// BinDir holds the binaries built by `make build`: kube, coredns,
+	// BinDir holds the binaries built by `make build`: kube (the host's
+	// version) and kube-VERSION for every supported version, coredns,
 	// kube-network-policies, containerd with its runc shim and ctr, pause,
 	// testapp, nest-probe and the nest commands.
 	BinDir string
@@ -83,13 +87,18 @@ func (o Options) preflight() error {
 			missing = append(missing, fmt.Errorf("program %s is not on PATH: run `make deps` (hack/install-deps.sh) as root", prog))
 		}
 	}
-	for _, f := range []string{
+	files := []string{
 		filepath.Join(o.BinDir, "kube"), filepath.Join(o.BinDir, "coredns"), filepath.Join(o.BinDir, "pause"),
 		filepath.Join(o.BinDir, "testapp"), filepath.Join(o.BinDir, "nest-manager"), filepath.Join(o.BinDir, "nest-probe"),
 		filepath.Join(o.BinDir, "kube-network-policies"), filepath.Join(o.BinDir, "metallb-controller"), filepath.Join(o.BinDir, "metallb-speaker"),
 		filepath.Join(o.CNIBinDir, "bridge"), filepath.Join(o.CNIBinDir, "host-local"), o.BusyboxPath,
 		containerdPath(o.BinDir), filepath.Join(o.BinDir, containerdShim), ctrPath(o.BinDir),
-	} {
+	}
+	// Every supported version's kube image is made, so tenants may run any.
+	for _, v := range version.Supported {
+		files = append(files, filepath.Join(o.BinDir, images.KubeBinary(v)))
+	}
+	for _, f := range files {
 		if _, err := os.Stat(f); err != nil {
 			missing = append(missing, fmt.Errorf("%s is missing: run `make build` (binaries) or `make deps` (CNI plugins, busybox-static), or pass --bin-dir", f))
 		}

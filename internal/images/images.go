@@ -39,11 +39,13 @@ import (
 // Names of the images Nest builds. Pods refer to them with imagePullPolicy
 // Never or IfNotPresent: they exist only in the nodes' containerd stores.
 const (
-	Pause   = "nest.local/pause:3.10"
-	Kube    = "nest.local/kube:" + version.Kubernetes
-	CoreDNS = "nest.local/coredns:v1.14.7"
-	Busybox = "nest.local/busybox:1.35"
-	TestApp = "nest.local/testapp:dev"
+	Pause = "nest.local/pause:3.10"
+	// KubeRepository holds one kube image per supported Kubernetes
+	// version, tagged with it (KubeImage).
+	KubeRepository = "nest.local/kube"
+	CoreDNS        = "nest.local/coredns:v1.14.7"
+	Busybox        = "nest.local/busybox:1.35"
+	TestApp        = "nest.local/testapp:dev"
 	// NestManager runs the Nest operator in the host cluster.
 	NestManager = "nest.local/nest-manager:dev"
 	// NestSyncer runs in every tenant control-plane pod: the virtual node.
@@ -101,13 +103,27 @@ func (s Spec) TarballName() string {
 	return r.Replace(s.Name) + ".tar"
 }
 
+// KubeImage is the image in repository of the Kubernetes components of
+// version v: repository:v, such as nest.local/kube:v1.37.2.
+func KubeImage(repository, v string) string { return repository + ":" + v }
+
+// KubeBinary is the file name, in the binary directory, of the multi-call
+// kube binary of version v (`make build` writes one per supported version,
+// and a link named kube to the host's).
+func KubeBinary(v string) string { return "kube-" + v }
+
 // Specs returns Nest's images, made from the binaries in binDir and Debian's
-// busybox-static at busyboxPath.
+// busybox-static at busyboxPath: one kube image per supported Kubernetes
+// version.
 func Specs(binDir, busyboxPath string, busyboxApplets []string) []Spec {
 	probe := File{Path: ProbePath, Source: filepath.Join(binDir, "nest-probe"), Mode: 0o755}
-	kube := []File{tmpDir(), {Path: "/usr/local/bin/kube", Source: filepath.Join(binDir, "kube"), Mode: 0o755}, probe}
-	for _, c := range KubeComponents {
-		kube = append(kube, File{Path: "/usr/local/bin/" + c, Link: "kube"})
+	var kubes []Spec
+	for _, v := range version.Supported {
+		kube := []File{tmpDir(), {Path: "/usr/local/bin/kube", Source: filepath.Join(binDir, KubeBinary(v)), Mode: 0o755}, probe}
+		for _, c := range KubeComponents {
+			kube = append(kube, File{Path: "/usr/local/bin/" + c, Link: "kube"})
+		}
+		kubes = append(kubes, Spec{Name: KubeImage(KubeRepository, v), Files: kube})
 	}
 	box := []File{tmpDir(), {Path: "/bin/busybox", Source: busyboxPath, Mode: 0o755}}
 	for _, a := range busyboxApplets {
@@ -115,9 +131,8 @@ func Specs(binDir, busyboxPath string, busyboxApplets []string) []Spec {
 			box = append(box, File{Path: "/bin/" + a, Link: "busybox"})
 		}
 	}
-	return []Spec{
+	return append(kubes, []Spec{
 		{Name: Pause, Files: []File{{Path: "/pause", Source: filepath.Join(binDir, "pause"), Mode: 0o755}}, Entrypoint: []string{"/pause"}},
-		{Name: Kube, Files: kube},
 		{Name: CoreDNS, Files: []File{tmpDir(), {Path: "/coredns", Source: filepath.Join(binDir, "coredns"), Mode: 0o755}, probe}, Entrypoint: []string{"/coredns"}},
 		{Name: Busybox, Files: box, Cmd: []string{"sh"}},
 		{Name: TestApp, Files: []File{tmpDir(), {Path: "/testapp", Source: filepath.Join(binDir, "testapp"), Mode: 0o755}}, Entrypoint: []string{"/testapp"}},
@@ -127,7 +142,7 @@ func Specs(binDir, busyboxPath string, busyboxApplets []string) []Spec {
 		{Name: MetalLB, Files: []File{tmpDir(),
 			{Path: "/controller", Source: filepath.Join(binDir, "metallb-controller"), Mode: 0o755},
 			{Path: "/speaker", Source: filepath.Join(binDir, "metallb-speaker"), Mode: 0o755}}},
-	}
+	}...)
 }
 
 func tmpDir() File { return File{Path: "/tmp", Dir: true, Mode: 0o1777} }

@@ -6,10 +6,14 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/nestdev/nest/internal/version"
 )
 
 func TestImageLayerAndConfig(t *testing.T) {
@@ -150,9 +154,20 @@ func TestSpecsCoverNestImages(t *testing.T) {
 	for _, s := range specs {
 		names[s.Name] = s
 	}
-	for _, want := range []string{Pause, Kube, CoreDNS, Busybox, TestApp} {
+	for _, want := range []string{Pause, CoreDNS, Busybox, TestApp} {
 		if _, ok := names[want]; !ok {
 			t.Errorf("no spec for %s", want)
+		}
+	}
+	// One kube image per supported version, from that version's binary.
+	for _, v := range version.Supported {
+		kube, ok := names[KubeImage(KubeRepository, v)]
+		if !ok {
+			t.Errorf("no kube image for %s", v)
+			continue
+		}
+		if !slices.ContainsFunc(kube.Files, func(f File) bool { return f.Path == "/usr/local/bin/kube" && f.Source == "/bin/kube-"+v }) {
+			t.Errorf("kube image of %s: files %+v, want /usr/local/bin/kube from /bin/kube-%s", v, kube.Files, v)
 		}
 	}
 	links := 0
@@ -176,7 +191,7 @@ func TestProbeInControlPlaneImages(t *testing.T) {
 				has = true
 			}
 		}
-		want := s.Name == Kube || s.Name == NestSyncer || s.Name == CoreDNS
+		want := strings.HasPrefix(s.Name, KubeRepository+":") || s.Name == NestSyncer || s.Name == CoreDNS
 		if has != want {
 			t.Errorf("%s holds %s: %v, want %v", s.Name, ProbePath, has, want)
 		}

@@ -521,8 +521,8 @@ func setReadyCondition(n *corev1.Node, ready bool, reason, message string) bool 
 // virtual node like VirtualNode, named contract.MemberNodeName(member), whose kubelet
 // API is on port, labelled and tainted with contract.MemberTaintKey=member so that
 // only pods that tolerate it land there.
-func MemberNode(member, ip string, port int32, capacity corev1.ResourceList) corev1.Node {
-	n := VirtualNode(contract.MemberNodeName(member), ip, capacity)
+func MemberNode(member, ip, kubeletVersion string, port int32, capacity corev1.ResourceList) corev1.Node {
+	n := VirtualNode(contract.MemberNodeName(member), ip, kubeletVersion, capacity)
 	n.Labels[contract.MemberTaintKey] = member
 	n.Labels["node.kubernetes.io/instance-type"] = "nest-member-node"
 	n.Spec.Taints = []corev1.Taint{{Key: contract.MemberTaintKey, Value: member, Effect: corev1.TaintEffectNoSchedule}}

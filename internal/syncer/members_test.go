@@ -167,7 +167,7 @@ func TestMemberReadiness(t *testing.T) {
 }
 
 func TestMemberNodeIsTaintedAndLabelled(t *testing.T) {
-	n := MemberNode("gpu", "10.244.1.5", 10252, corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")})
+	n := MemberNode("gpu", "10.244.1.5", "v1.37.2", 10252, corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")})
 	if n.Name != "nest-member-gpu" || n.Labels[contract.MemberTaintKey] != "gpu" || n.Status.DaemonEndpoints.KubeletEndpoint.Port != 10252 {
 		t.Errorf("node %s labels %v port %d", n.Name, n.Labels, n.Status.DaemonEndpoints.KubeletEndpoint.Port)
 	}
@@ -225,7 +225,7 @@ func TestGatekeeperHoldsAPodOverTheGrantOutOfTheMember(t *testing.T) {
 	s.provider.notify = notified.add
 	// The tenant, admin of its cluster, advertises more GPUs on the member
 	// node than it was granted: only the grant counts.
-	advertised := MemberNode("gpu", "", contract.FirstMemberKubeletPort, corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")})
+	advertised := MemberNode("gpu", "", "v1.37.2", contract.FirstMemberKubeletPort, corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")})
 	if _, err := tenant.CoreV1().Nodes().Create(context.Background(), &advertised, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +259,7 @@ func TestGatekeeperHoldsAPodOverTheGrantOutOfTheMember(t *testing.T) {
 func TestMemberPlacerStartsRenewsAndStopsMemberSyncers(t *testing.T) {
 	data, _ := contract.MemberPlacements{Members: []contract.MemberPlacement{gpuPlacement()}}.Marshal()
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: contract.MembersSecret("alpha"), Namespace: tr.HostNamespace}, Data: map[string][]byte{contract.MembersKey: data}}
-	node := MemberNode("gpu", "", contract.FirstMemberKubeletPort, nil)
+	node := MemberNode("gpu", "", "v1.37.2", contract.FirstMemberKubeletPort, nil)
 	tenant := fake.NewClientset(&node)
 	current := secret
 	ctx, cancel := context.WithCancel(context.Background())

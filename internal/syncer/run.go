@@ -39,7 +39,6 @@ import (
 	"github.com/nestdev/nest/internal/syncer/kinds/hostcopy"
 	"github.com/nestdev/nest/internal/syncer/kinds/service"
 	"github.com/nestdev/nest/internal/syncer/kinds/serviceaccounttoken"
-	"github.com/nestdev/nest/internal/version"
 )
 
 // Options configure one nest-syncer: its flags (contract.Flags, which
@@ -394,9 +393,9 @@ func (s *syncer) removeExtraNodes(ctx context.Context) error {
 // runVirtualNode registers one virtual node, with its lease, and marks it
 // Ready; done gets the node controller's error when it stops.
 func (s *syncer) runVirtualNode(ctx context.Context, name string, capacity corev1.ResourceList, done chan<- error) error {
-	spec := VirtualNode(name, s.o.NodeIP, capacity)
+	spec := VirtualNode(name, s.o.NodeIP, s.o.KubernetesVersion, capacity)
 	if s.o.Member != "" {
-		spec = MemberNode(s.o.Member, s.o.NodeIP, s.kubeletPort(), capacity)
+		spec = MemberNode(s.o.Member, s.o.NodeIP, s.o.KubernetesVersion, s.kubeletPort(), capacity)
 	}
 	status := node.NewNaiveNodeProvider()
 	nc, err := node.NewNodeController(status, &spec, s.tenant.CoreV1().Nodes(),
@@ -522,7 +521,7 @@ func (s *syncer) closeKubeletAPI() {
 // the control-plane pod's, where the kubelet API and the tenant's node ports
 // are served (loopback when ip is empty): the API server in the same pod
 // and the tenant's own pods reach it, and nothing else does.
-func VirtualNode(name, ip string, capacity corev1.ResourceList) corev1.Node {
+func VirtualNode(name, ip, kubeletVersion string, capacity corev1.ResourceList) corev1.Node {
 	if ip == "" {
 		ip = "127.0.0.1"
 	}
@@ -546,7 +545,7 @@ func VirtualNode(name, ip string, capacity corev1.ResourceList) corev1.Node {
 			Addresses:       []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}, {Type: corev1.NodeHostName, Address: name}},
 			DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: contract.VirtualNodeKubeletPort}},
 			NodeInfo: corev1.NodeSystemInfo{
-				KubeletVersion: version.Kubernetes, OperatingSystem: "linux", Architecture: runtime.GOARCH,
+				KubeletVersion: kubeletVersion, OperatingSystem: "linux", Architecture: runtime.GOARCH,
 				OSImage: "Nest virtual node", KernelVersion: "n/a", ContainerRuntimeVersion: "host://shared",
 			},
 		},

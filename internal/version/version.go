@@ -1,13 +1,54 @@
-// Package version holds the one Kubernetes version Nest builds and runs.
+// Package version holds the Kubernetes versions Nest builds and runs.
 //
-// Go code refers to Kubernetes; the Makefile reads it from this file. The
-// places that cannot derive it (go.mod pins, the CRD validation markers in
-// api/v1alpha1 and the files generated from them, the chart's values) are
-// checked against it by this package's test, so a bump that misses one fails
-// `make unit`.
+// Go code refers to Kubernetes and Supported; the Makefile reads them from
+// this file. The places that cannot derive them (go.mod pins, the CRD
+// validation markers in api/v1alpha1 and the files generated from them, the
+// chart's values, the Makefile's module list) are checked against them by
+// this package's test, so a bump that misses one fails `make unit`.
 package version
 
-// Kubernetes is the version of every Kubernetes component Nest builds: the
-// host cluster's, the tenant control planes' and the version the virtual
-// node reports as its kubelet's.
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Kubernetes is the version of the host-side Kubernetes components Nest
+// builds (the local host cluster's, envtest's), from the k8s/ module, and
+// the version of a tenant control plane that names none.
 const Kubernetes = "v1.36.3"
+
+// Supported are the versions a tenant control plane may run, oldest first.
+// Each is built from a module of its own, Module(version), into the kube
+// image of that version (images.KubeImage).
+var Supported = []string{Kubernetes, "v1.37.2"}
+
+// IsSupported says whether v is one of Supported.
+func IsSupported(v string) bool { return slices.Contains(Supported, v) }
+
+// CheckSupported returns nil when v is one of Supported, and otherwise an
+// error that lists them (the CRD's rule on spec.kubernetesVersion says
+// the same).
+func CheckSupported(v string) error {
+	if IsSupported(v) {
+		return nil
+	}
+	return fmt.Errorf("unsupported Kubernetes version %q: the supported versions are %s", v, strings.Join(Supported, ", "))
+}
+
+// Module is the directory, relative to the repository root, of the Go
+// module that builds version v's components: k8s for Kubernetes, k8s/vMAJOR.MINOR
+// for the others.
+func Module(v string) string {
+	if v == Kubernetes {
+		return "k8s"
+	}
+	return "k8s/" + Minor(v)
+}
+
+// Minor is "vMAJOR.MINOR" of the version v ("v1.37.2" -> "v1.37").
+func Minor(v string) string {
+	major, rest, _ := strings.Cut(v, ".")
+	minor, _, _ := strings.Cut(rest, ".")
+	return major + "." + minor
+}

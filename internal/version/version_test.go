@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -26,65 +28,120 @@ func read(t *testing.T, rel string) string {
 }
 
 // stagingVersion is the version of the k8s.io staging modules (client-go,
-// api, ...) that go with Kubernetes: v1.36.3 -> v0.36.3.
-func stagingVersion() string {
-	return "v0." + strings.SplitN(strings.TrimPrefix(version.Kubernetes, "v"), ".", 2)[1]
+// api, ...) that go with Kubernetes v: v1.36.3 -> v0.36.3.
+func stagingVersion(v string) string {
+	return "v0." + strings.SplitN(strings.TrimPrefix(v, "v"), ".", 2)[1]
+}
+
+// pinned returns the version file requires of module, "" when it does not.
+func pinned(t *testing.T, file, module string) string {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^\s+` + regexp.QuoteMeta(module) + ` (v\S+)`).FindStringSubmatch(read(t, file))
+	if m == nil {
+		return ""
+	}
+	return m[1]
 }
 
 func TestGoModulesPinKubernetes(t *testing.T) {
 	cases := []struct{ file, module, want string }{
-		{"go.mod", "k8s.io/client-go", stagingVersion()},
-		{"go.mod", "k8s.io/api", stagingVersion()},
-		{"go.mod", "k8s.io/kubelet", stagingVersion()},
-		{"k8s/go.mod", "k8s.io/kubernetes", version.Kubernetes},
-		{"k8s/go.mod", "k8s.io/component-base", stagingVersion()},
+		{"go.mod", "k8s.io/client-go", stagingVersion(version.Kubernetes)},
+		{"go.mod", "k8s.io/api", stagingVersion(version.Kubernetes)},
+		{"go.mod", "k8s.io/kubelet", stagingVersion(version.Kubernetes)},
+	}
+	// Every supported version's own module pins it.
+	for _, v := range version.Supported {
+		mod := version.Module(v) + "/go.mod"
+		cases = append(cases,
+			struct{ file, module, want string }{mod, "k8s.io/kubernetes", v},
+			struct{ file, module, want string }{mod, "k8s.io/component-base", stagingVersion(v)},
+			struct{ file, module, want string }{mod, "k8s.io/client-go =>", "k8s.io/client-go " + stagingVersion(v)})
 	}
 	for _, c := range cases {
-		re := regexp.MustCompile(`(?m)^\s+` + regexp.QuoteMeta(c.module) + ` (v\S+)`)
-		m := re.FindStringSubmatch(read(t, c.file))
-		if m == nil {
-			t.Errorf("%s does not require %s", c.file, c.module)
-			continue
+		got := pinned(t, c.file, c.module)
+		if strings.HasSuffix(c.module, "=>") {
+			// A replace line: module => module version.
+			m := regexp.MustCompile(`(?m)^\s+` + regexp.QuoteMeta(c.module) + ` (\S+ v\S+)`).FindStringSubmatch(read(t, c.file))
+			got = ""
+			if m != nil {
+				got = m[1]
+			}
 		}
-		if m[1] != c.want {
-			t.Errorf("%s pins %s %s, want %s (internal/version.Kubernetes is %s)", c.file, c.module, m[1], c.want, version.Kubernetes)
+		if got != c.want {
+			t.Errorf("%s pins %s %q, want %q (internal/version: host %s, supported %v)", c.file, c.module, got, c.want, version.Kubernetes, version.Supported)
 		}
 	}
 }
 
-func TestMakefileReadsTheVersionFromThisPackage(t *testing.T) {
-	if !strings.Contains(read(t, "Makefile"), "internal/version/version.go") {
-		t.Error("the Makefile must take K8S_VERSION from internal/version/version.go, not a copy")
+func TestModulesAndMinors(t *testing.T) {
+	for v, want := range map[string]string{version.Kubernetes: "k8s", "v1.37.2": "k8s/v1.37", "v1.38.0": "k8s/v1.38"} {
+		if got := version.Module(v); got != want {
+			t.Errorf("Module(%s) = %s, want %s", v, got, want)
+		}
+	}
+	if !version.IsSupported(version.Kubernetes) || version.IsSupported("v1.35.0") {
+		t.Error("IsSupported does not follow Supported")
+	}
+	if !slices.IsSortedFunc(version.Supported, compareVersions) || version.Supported[0] != version.Kubernetes {
+		t.Errorf("Supported = %v, want oldest first, starting with the host's %s", version.Supported, version.Kubernetes)
 	}
 }
 
-func TestAPIAndCRDsOfferOnlyThisVersion(t *testing.T) {
-	if len(nestv1.SupportedVersions) != 1 || nestv1.SupportedVersions[0] != version.Kubernetes {
-		t.Errorf("api SupportedVersions = %v, want [%s]", nestv1.SupportedVersions, version.Kubernetes)
+// compareVersions orders vMAJOR.MINOR.PATCH by number.
+func compareVersions(a, b string) int {
+	pa, pb := strings.Split(strings.TrimPrefix(a, "v"), "."), strings.Split(strings.TrimPrefix(b, "v"), ".")
+	for i := range min(len(pa), len(pb)) {
+		x, _ := strconv.Atoi(pa[i])
+		y, _ := strconv.Atoi(pb[i])
+		if x != y {
+			return x - y
+		}
 	}
+	return len(pa) - len(pb)
+}
+
+func TestMakefileReadsTheVersionsFromThisPackage(t *testing.T) {
+	mk := read(t, "Makefile")
+	if !strings.Contains(mk, "internal/version/version.go") {
+		t.Error("the Makefile must take K8S_VERSION and the other versions from internal/version/version.go, not a copy")
+	}
+	if strings.Contains(mk, "v1.3") {
+		t.Error("the Makefile names a Kubernetes version: read it from internal/version/version.go")
+	}
+}
+
+func TestAPIAndCRDsOfferTheSupportedVersions(t *testing.T) {
+	if !slices.Equal(nestv1.SupportedVersions, version.Supported) {
+		t.Errorf("api SupportedVersions = %v, want %v", nestv1.SupportedVersions, version.Supported)
+	}
+	allowed := "self in ['" + strings.Join(version.Supported, "', '") + "']"
 	for _, f := range []string{"api/v1alpha1/virtualcluster_types.go", "config/crd/nest.dev_virtualclusters.yaml", "charts/nest/crds/nest.dev_virtualclusters.yaml"} {
 		text := read(t, f)
 		for _, v := range regexp.MustCompile(`v1\.\d+\.\d+`).FindAllString(text, -1) {
-			if v != version.Kubernetes {
-				t.Errorf("%s names Kubernetes %s, want %s: change the kubebuilder markers and run make generate", f, v, version.Kubernetes)
+			if !version.IsSupported(v) {
+				t.Errorf("%s names Kubernetes %s, not one of %v: change the kubebuilder markers and run make generate", f, v, version.Supported)
 			}
 		}
-		if !strings.Contains(text, version.Kubernetes) {
-			t.Errorf("%s does not name %s as the default and allowed version", f, version.Kubernetes)
+		if !strings.Contains(text, allowed) {
+			t.Errorf("%s lacks the rule %s: change the kubebuilder markers and run make generate", f, allowed)
+		}
+		if !strings.Contains(text, "default: "+version.Kubernetes) && !strings.Contains(text, `default="`+version.Kubernetes+`"`) {
+			t.Errorf("%s does not default to %s", f, version.Kubernetes)
 		}
 	}
 }
 
-func TestChartRunsThisVersion(t *testing.T) {
+func TestChartRunsTheSupportedVersions(t *testing.T) {
 	var values struct {
 		ControlPlane struct {
-			KubeImage string `json:"kubeImage"`
+			KubeImageRepository string `json:"kubeImageRepository"`
 		} `json:"controlPlane"`
 	}
 	if err := yaml.Unmarshal([]byte(read(t, "charts/nest/values.yaml")), &values); err != nil {
 		t.Fatal(err)
 	}
-	if want := ":" + version.Kubernetes; !strings.HasSuffix(values.ControlPlane.KubeImage, want) {
-		t.Errorf("charts/nest/values.yaml controlPlane.kubeImage = %q, want a tag %s", values.ControlPlane.KubeImage, want)
+	// The tag is each tenant's version: the repository has none.
+	if r := values.ControlPlane.KubeImageRepository; r == "" || strings.Contains(r[strings.LastIndex(r, "/")+1:], ":") {
+		t.Errorf("charts/nest/values.yaml controlPlane.kubeImageRepository = %q, want a repository without a tag", r)
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/nestdev/nest/internal/controller/globalnode"
 	"github.com/nestdev/nest/internal/controlplane"
 	"github.com/nestdev/nest/internal/testutil"
+	"github.com/nestdev/nest/internal/version"
 	"github.com/nestdev/nest/test/e2e/framework"
 )
 
@@ -47,8 +48,11 @@ func TestVirtualClusters(t *testing.T) {
 	dir := t.TempDir()
 	tenants := map[string]*framework.Tenant{"alpha": {Name: "alpha", Dir: dir}, "beta": {Name: "beta", Dir: dir}}
 	// beta is reached through the local host cluster's load balancer, its
-	// default (it names no type), alpha through a node port.
-	createFlags := map[string][]string{"alpha": {"--service-type", "NodePort"}, "beta": nil}
+	// default (it names no type), alpha through a node port. alpha runs
+	// the default Kubernetes version, beta the newest supported one.
+	newest := version.Supported[len(version.Supported)-1]
+	wantVersion := map[string]string{"alpha": version.Kubernetes, "beta": newest}
+	createFlags := map[string][]string{"alpha": {"--service-type", "NodePort"}, "beta": {"--kubernetes-version", newest}}
 	t.Run("two virtual clusters created at once both become Ready", func(t *testing.T) {
 		var wg sync.WaitGroup
 		errs := make(chan error, len(tenants))
@@ -83,6 +87,31 @@ func TestVirtualClusters(t *testing.T) {
 			tn.Kubectl(t, ctx, "-n", "app", "create", "deployment", "web", "--image=nest.local/testapp:dev", "--replicas=2")
 			if got := tn.Kubectl(t, ctx, "-n", "app", "get", "configmap", "settings", "-o", "jsonpath={.data.owner}"); got != tn.Name {
 				t.Errorf("%s reads owner %q from its ConfigMap", tn.Name, got)
+			}
+		}
+	})
+
+	t.Run("each tenant's API server and virtual node run the Kubernetes version it was made with", func(t *testing.T) {
+		for _, tn := range tenants {
+			cs := tn.Clientset(t)
+			info, err := cs.Discovery().ServerVersion()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.GitVersion != wantVersion[tn.Name] {
+				t.Errorf("%s's API server is %s, want %s", tn.Name, info.GitVersion, wantVersion[tn.Name])
+			}
+			nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(nodes.Items) == 0 {
+				t.Fatalf("%s has no node", tn.Name)
+			}
+			for _, n := range nodes.Items {
+				if n.Status.NodeInfo.KubeletVersion != wantVersion[tn.Name] {
+					t.Errorf("%s's node %s reports kubelet %s, want %s", tn.Name, n.Name, n.Status.NodeInfo.KubeletVersion, wantVersion[tn.Name])
+				}
 			}
 		}
 	})
@@ -254,6 +283,12 @@ func TestVirtualClusters(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("%s: error %v, want one naming %q", tc.yaml, err, tc.want)
 			}
+		}
+		// A live tenant's version is fixed until in-place upgrades exist.
+		patch := fmt.Sprintf(`{"spec":{"kubernetesVersion":%q}}`, newest)
+		_, err := framework.Kubectl(ctx, hostKubeconfig, "-n", alpha.Namespace, "patch", "virtualcluster", alpha.Name, "--type", "merge", "-p", patch)
+		if err == nil || !strings.Contains(err.Error(), "kubernetesVersion cannot be changed yet") {
+			t.Errorf("changing alpha's kubernetesVersion to %s: error %v, want the change refused", newest, err)
 		}
 	})
 }

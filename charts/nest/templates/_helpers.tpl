@@ -18,7 +18,7 @@ Deployment (templates/manager.yaml) is generated from config/manager/manager.yam
 by `make generate`; these follow its args.
 */ -}}
 {{- define "nest.managerArgs" -}}
-- --kube-image={{ .Values.controlPlane.kubeImage }}
+- --kube-image-repository={{ .Values.controlPlane.kubeImageRepository }}
 - --coredns-image={{ .Values.controlPlane.corednsImage }}
 - --syncer-image={{ .Values.controlPlane.syncerImage }}
 - --image-pull-policy={{ .Values.controlPlane.imagePullPolicy }}

@@ -182,7 +182,7 @@ func TestChartRendersWhatConfigInstalls(t *testing.T) {
 // chartOnlyFlags are the manager flags nest.managerArgs (_helpers.tpl) adds
 // from values.yaml; config/ leaves them to the manager's defaults.
 var chartOnlyFlags = []string{
-	"--kube-image", "--coredns-image", "--syncer-image", "--image-pull-policy", "--default-service-type",
+	"--kube-image-repository", "--coredns-image", "--syncer-image", "--image-pull-policy", "--default-service-type",
 	"--host-cluster-domain", "--manager-namespace", "--node-network-agent",
 	"--host-verifies-pull-credentials",
 }

@@ -42,7 +42,7 @@ var (
 // testOptions are the reconciler's; the host network is the local host
 // cluster's, so the API server validates NetworkPolicies with exceptions.
 var testOptions = controlplane.Options{
-	KubeImage: "nest.local/kube:test", SyncerImage: "nest.local/nest-syncer:test", CoreDNSImage: "nest.local/coredns:test", ImagePullPolicy: "IfNotPresent",
+	KubeImageRepository: "nest.local/kube", SyncerImage: "nest.local/nest-syncer:test", CoreDNSImage: "nest.local/coredns:test", ImagePullPolicy: "IfNotPresent",
 	HostNetwork: controlplane.HostNetwork{
 		PodCIDRs:     []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")},
 		ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")},

@@ -1,6 +1,7 @@
 package contract
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nestdev/nest/internal/components"
+	"github.com/nestdev/nest/internal/version"
 )
 
 // Flag names of nest-syncer. The VirtualCluster controller writes them with
@@ -66,6 +68,7 @@ const (
 	flagHostPodCIDRs      = "host-pod-cidrs"
 	flagStorageClasses    = "storage-classes"
 	flagEgressProxy       = "egress-proxy-socket"
+	flagKubernetesVersion = "kubernetes-version"
 )
 
 // Values of --privileged-containers, the VirtualCluster's
@@ -119,6 +122,7 @@ func (o *Flags) BindFlags(fs *flag.FlagSet) {
 		o.DefaultLimits = l
 		return err
 	})
+	fs.StringVar(&o.KubernetesVersion, flagKubernetesVersion, version.Kubernetes, "Kubernetes version of the tenant control plane: the virtual nodes report it as their kubelet's")
 	fs.StringVar(&o.PodSecurityLevel, flagPodSecurity, "baseline", "Pod Security Standard level of tenant pods: baseline or restricted")
 	fs.DurationVar(&o.TokenMaxAge, flagTokenMaxAge, DefaultTokenMaxAge, "longest a service-account token is used before it is refreshed")
 	fs.StringVar(&o.TenantKubeconfig, flagTenantKubeconfig, "", "kubeconfig for the tenant API server (required)")
@@ -226,6 +230,7 @@ func (o Flags) Args() []string {
 		"--" + flagPriorityClass + "=" + o.PriorityClassName,
 		"--" + flagCapacity + "=" + FormatResourceList(o.Capacity),
 		"--" + flagPodSecurity + "=" + o.PodSecurityLevel,
+		"--" + flagKubernetesVersion + "=" + cmp.Or(o.KubernetesVersion, version.Kubernetes),
 		"--" + flagTenantKubeconfig + "=" + o.TenantKubeconfig,
 		"--" + flagServingCert + "=" + o.ServingCert,
 		"--" + flagServingKey + "=" + o.ServingKey,
@@ -463,6 +468,10 @@ type Flags struct {
 	VirtualNodes int
 	// PodSecurityLevel every tenant pod must meet: baseline or restricted.
 	PodSecurityLevel string
+	// KubernetesVersion is the tenant control plane's version, which the
+	// virtual nodes report as their kubelet's (NodeInfo.KubeletVersion), as
+	// a kubelet of the API server's version would.
+	KubernetesVersion string
 	// TokenMaxAge bounds how long a delivered token is used before refresh.
 	TokenMaxAge time.Duration
 	// NodeIP is the virtual node's InternalIP: the control-plane pod's IP,
