@@ -12,6 +12,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/nestdev/nest/internal/version"
 )
 
 var tr = Translation{
@@ -34,7 +36,7 @@ func TestFlagsRoundTrip(t *testing.T) {
 	withLimits.MaxGracePeriodSeconds = 45
 	withLimits.VirtualClusterUID = "6f1c2a9e-vc"
 	want := Flags{Translation: withLimits, NodeIP: "10.244.0.3", Capacity: corev1.ResourceList{"cpu": resource.MustParse("4"), "nvidia.com/gpu": resource.MustParse("1")},
-		PodSecurityLevel: "restricted", TokenMaxAge: 15 * time.Second, TenantKubeconfig: "/k", DNSDir: "/d",
+		PodSecurityLevel: "restricted", KubernetesVersion: "v1.37.2", TokenMaxAge: 15 * time.Second, TenantKubeconfig: "/k", DNSDir: "/d",
 		HostMetadata:      MetadataAllowList{Labels: []string{"app", "example.com/*"}, Annotations: []string{"example.com/owner"}},
 		DataBudgetBytes:   64 << 20,
 		HostPodCIDRs:      []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/56")},
@@ -104,6 +106,9 @@ func TestFlagsRoundTrip(t *testing.T) {
 		t.Errorf("a zero grace bound: Validate = %v, want --max-termination-grace-period named", err)
 	}
 	got.HelperImage, got.HelperImagePullPolicy, got.NodeDisk, got.ConfinePrivileged, got.NodeNetwork, got.NetworkFence = "", "", nil, false, false, ""
+	if got.KubernetesVersion != want.KubernetesVersion {
+		t.Errorf("--kubernetes-version came back as %q", got.KubernetesVersion)
+	}
 	if got.VirtualClusterUID != withLimits.VirtualClusterUID {
 		t.Errorf("--virtual-cluster-uid came back as %q", got.VirtualClusterUID)
 	}
@@ -182,3 +187,17 @@ func TestAllowListFlags(t *testing.T) {
 }
 
 func newFlagSet() *flag.FlagSet { return flag.NewFlagSet("nest-syncer", flag.ContinueOnError) }
+
+// A syncer started without --kubernetes-version reports the host's
+// version, the one every tenant ran before tenants had a choice.
+func TestKubernetesVersionDefault(t *testing.T) {
+	var got Flags
+	fs := newFlagSet()
+	got.BindFlags(fs)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if got.KubernetesVersion != version.Kubernetes {
+		t.Errorf("default --kubernetes-version %q, want %s", got.KubernetesVersion, version.Kubernetes)
+	}
+}
