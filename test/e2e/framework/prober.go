@@ -42,13 +42,17 @@ type APIProber struct {
 	done            chan struct{}
 }
 
+// ProbeTimeout bounds one call of an APIProber: a call that takes longer
+// failed.
+const ProbeTimeout = 5 * time.Second
+
 // StartAPIProber starts probing the tenant at cfg every period, in namespace
 // (which must exist), until Stop.
 func StartAPIProber(ctx context.Context, cfg *rest.Config, namespace string, period time.Duration) (*APIProber, error) {
 	cfg = rest.CopyConfig(cfg)
 	// One call's wait is bounded by the period's order, not client-go's
 	// default of none: a call that hangs is a failed call.
-	cfg.Timeout = 5 * time.Second
+	cfg.Timeout = ProbeTimeout
 	cfg.QPS, cfg.Burst = 100, 100
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
