@@ -19,7 +19,7 @@ K8S_LDFLAGS := $(call k8s_ldflags,$(K8S_VERSION))
 
 NODES ?= 2
 
-.PHONY: all deps build build-k8s build-nest test unit e2e e2e-prepare e2e-run e2e-faults demo demo-dedicated down clean bench bench-member bench-density conformance-build conformance generate envtest-assets lint dashboard-assets
+.PHONY: all deps build build-k8s build-nest test unit e2e e2e-prepare e2e-compile e2e-run e2e-faults demo demo-dedicated down clean bench bench-member bench-density conformance-build conformance generate envtest-assets lint dashboard-assets
 
 all: build
 
@@ -115,14 +115,16 @@ e2e: conformance-build
 # e2e-prepare: what the end-to-end tests need built (the conformance suite,
 # the test binaries), so the unit tests that `make test` runs beside the
 # end-to-end tests compile nothing at the same time as they do.
-e2e-prepare: conformance-build
+e2e-prepare: conformance-build e2e-compile
+
+# e2e-compile builds the end-to-end test binaries and runs no test.
+e2e-compile:
 	go test -count=1 -run '^$$' $(E2E_PACKAGES)
 
 # e2e-run: the end-to-end packages without the conformance build
 # (hack/testtimes' test runs it on a stand-in package).
-e2e-run:
+e2e-run: e2e-compile
 	mkdir -p $(OUT)
-	go test -count=1 -run '^$$' $(E2E_PACKAGES)
 	NEST_BIN_DIR=$(BIN) NEST_E2E_CLUSTERS=$(E2E_CLUSTERS) NEST_E2E_PACKAGES=$(words $(E2E_PACKAGES)) go run $(GOTESTSUM) --format testname --jsonfile $(E2E_JSON) -- \
 		-p 5 -parallel $(E2E_PARALLEL) -count=1 -timeout 80m $(E2E_PACKAGES)
 

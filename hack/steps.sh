@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# steps.sh [--beside] STEP...: runs `make STEP` for each step in order and
-# stops at the first that fails. A step after --beside starts in the
-# background and the steps after it go on at once; its output goes to
+# steps.sh [--beside STEP | STEP]...: runs `make STEP` for each step in
+# order and stops at the first that fails. A step after --beside starts in
+# the background and the steps after it go on at once; its output goes to
 # $OUT/STEP.log and is printed whole, under its own heading, when every
 # other step has ended, so it never interleaves with theirs (the unit tests
-# run beside the end-to-end tests, whose first minutes leave the CPU
-# mostly idle; the steps before it compile the end-to-end tests, which a
-# compile beside them would only slow down). Whatever happened, it ends with a table of each step's
-# wall time and, when the end-to-end step ran, each end-to-end package's
-# and test's (hack/testtimes, from the go test event stream in
-# $OUT/e2e.json), so a slow step or test shows in every CI log. It exits
-# with the status of the first step that failed.
+# run beside the end-to-end tests, whose first minutes leave the CPU mostly
+# idle; the steps before compile the end-to-end tests, which a compile
+# beside them would only slow down). Whatever happened, it ends with a
+# table of each step's wall time and, when the end-to-end step ran, each
+# end-to-end package's and test's (hack/testtimes, from the go test event
+# stream in $OUT/e2e.json), so a slow step or test shows in every CI log.
+# It exits with the status of the first step that failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/_output}
@@ -40,6 +40,7 @@ for step in "$@"; do
 		echo "=== make $step (beside the next steps; output in $OUT/$step.log, printed when they end)"
 		# Its own status and end time: its row in the time table is how
 		# long it ran, not how long the others took.
+		rm -f "$OUT/$step.end"
 		{
 			make OUT="$OUT" "$step" >"$OUT/$step.log" 2>&1
 			echo "$? $SECONDS" >"$OUT/$step.end"

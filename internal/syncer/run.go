@@ -520,7 +520,8 @@ func (s *syncer) closeKubeletAPI() {
 // node whose capacity and allocatable are the share. Its InternalIP is ip,
 // the control-plane pod's, where the kubelet API and the tenant's node ports
 // are served (loopback when ip is empty): the API server in the same pod
-// and the tenant's own pods reach it, and nothing else does.
+// and the tenant's own pods reach it, and nothing else does. It reports
+// kubeletVersion as its kubelet's: the tenant control plane's version.
 func VirtualNode(name, ip, kubeletVersion string, capacity corev1.ResourceList) corev1.Node {
 	if ip == "" {
 		ip = "127.0.0.1"

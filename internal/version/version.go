@@ -3,8 +3,9 @@
 // Go code refers to Kubernetes and Supported; the Makefile reads them from
 // this file. The places that cannot derive them (go.mod pins, the CRD
 // validation markers in api/v1alpha1 and the files generated from them, the
-// chart's values, the Makefile's module list) are checked against them by
-// this package's test, so a bump that misses one fails `make unit`.
+// chart's values, the Makefile, which must read them rather than copy them)
+// are checked against them by this package's test, so a bump that misses
+// one fails `make unit`.
 package version
 
 import (
@@ -43,11 +44,11 @@ func Module(v string) string {
 	if v == Kubernetes {
 		return "k8s"
 	}
-	return "k8s/" + Minor(v)
+	return "k8s/" + minor(v)
 }
 
-// Minor is "vMAJOR.MINOR" of the version v ("v1.37.2" -> "v1.37").
-func Minor(v string) string {
+// minor is "vMAJOR.MINOR" of the version v ("v1.37.2" -> "v1.37").
+func minor(v string) string {
 	major, rest, _ := strings.Cut(v, ".")
 	minor, _, _ := strings.Cut(rest, ".")
 	return major + "." + minor

@@ -33,10 +33,15 @@ func stagingVersion(v string) string {
 	return "v0." + strings.SplitN(strings.TrimPrefix(v, "v"), ".", 2)[1]
 }
 
-// pinned returns the version file requires of module, "" when it does not.
-func pinned(t *testing.T, file, module string) string {
+// pinned returns the version file requires of module, or, with replaced,
+// the version its replace line points module at; "" when it has neither.
+func pinned(t *testing.T, file, module string, replaced bool) string {
 	t.Helper()
-	m := regexp.MustCompile(`(?m)^\s+` + regexp.QuoteMeta(module) + ` (v\S+)`).FindStringSubmatch(read(t, file))
+	line := `(?m)^\s+` + regexp.QuoteMeta(module) + ` (v\S+)`
+	if replaced {
+		line = `(?m)^\s+` + regexp.QuoteMeta(module) + ` => \S+ (v\S+)`
+	}
+	m := regexp.MustCompile(line).FindStringSubmatch(read(t, file))
 	if m == nil {
 		return ""
 	}
@@ -44,29 +49,24 @@ func pinned(t *testing.T, file, module string) string {
 }
 
 func TestGoModulesPinKubernetes(t *testing.T) {
-	cases := []struct{ file, module, want string }{
-		{"go.mod", "k8s.io/client-go", stagingVersion(version.Kubernetes)},
-		{"go.mod", "k8s.io/api", stagingVersion(version.Kubernetes)},
-		{"go.mod", "k8s.io/kubelet", stagingVersion(version.Kubernetes)},
+	type pin struct {
+		file, module, want string
+		replaced           bool
 	}
-	// Every supported version's own module pins it.
+	cases := []pin{
+		{"go.mod", "k8s.io/client-go", stagingVersion(version.Kubernetes), false},
+		{"go.mod", "k8s.io/api", stagingVersion(version.Kubernetes), false},
+		{"go.mod", "k8s.io/kubelet", stagingVersion(version.Kubernetes), false},
+	}
+	// Every supported version's own module pins it, staging modules
+	// included (k8s.io/kubernetes requires them at v0.0.0 and replaces).
 	for _, v := range version.Supported {
 		mod := version.Module(v) + "/go.mod"
-		cases = append(cases,
-			struct{ file, module, want string }{mod, "k8s.io/kubernetes", v},
-			struct{ file, module, want string }{mod, "k8s.io/component-base", stagingVersion(v)},
-			struct{ file, module, want string }{mod, "k8s.io/client-go =>", "k8s.io/client-go " + stagingVersion(v)})
+		cases = append(cases, pin{mod, "k8s.io/kubernetes", v, false}, pin{mod, "k8s.io/component-base", stagingVersion(v), false},
+			pin{mod, "k8s.io/client-go", stagingVersion(v), true})
 	}
 	for _, c := range cases {
-		got := pinned(t, c.file, c.module)
-		if strings.HasSuffix(c.module, "=>") {
-			// A replace line: module => module version.
-			m := regexp.MustCompile(`(?m)^\s+` + regexp.QuoteMeta(c.module) + ` (\S+ v\S+)`).FindStringSubmatch(read(t, c.file))
-			got = ""
-			if m != nil {
-				got = m[1]
-			}
-		}
+		got := pinned(t, c.file, c.module, c.replaced)
 		if got != c.want {
 			t.Errorf("%s pins %s %q, want %q (internal/version: host %s, supported %v)", c.file, c.module, got, c.want, version.Kubernetes, version.Supported)
 		}
