@@ -36,6 +36,12 @@ const (
 	PhaseDeleting Phase = "Deleting"
 )
 
+// AnnotationIgnoreRemovedAPIs, set to "true" on a VirtualCluster, lets its
+// upgrade start although a client asked the tenant API server for an API
+// the new version no longer serves (the pre-flight check that otherwise
+// holds it, naming the API). Those clients fail after the upgrade.
+const AnnotationIgnoreRemovedAPIs = "nest.dev/upgrade-ignore-removed-apis"
+
 // Condition types of a VirtualCluster.
 const (
 	// ConditionReady is True when tenants can use the cluster: the control plane
@@ -54,6 +60,12 @@ const (
 	// policy or node, when they cannot all be met: no new node is then
 	// claimed. Written by node assignment, not the VirtualCluster controller.
 	ConditionNodesAssigned = "NodesAssigned"
+	// ConditionUpgrading is True while the control plane moves from
+	// status.version to spec.kubernetesVersion, its reason the step
+	// (UpgradeEtcd, UpgradeAPIServer, UpgradeControllers), and False with
+	// reason UpgradeBlocked while a pre-flight check holds the upgrade, the
+	// message naming what blocks it, or UpgradeComplete once done.
+	ConditionUpgrading = "Upgrading"
 )
 
 // ServiceType is how the tenant API server is exposed.
@@ -68,12 +80,16 @@ type ServiceType string
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.controlPlane) || !has(oldSelf.controlPlane.replicas) || (has(self.controlPlane) && has(self.controlPlane.replicas) && self.controlPlane.replicas >= oldSelf.controlPlane.replicas)",message="spec.controlPlane.replicas cannot be lowered or removed: etcd members are not removed from a live tenant; keep the count or make a new VirtualCluster"
 type VirtualClusterSpec struct {
 	// KubernetesVersion of the tenant control plane: v1.36.3 (the default) or
-	// v1.37.2. It is set when the VirtualCluster is made: changing it is
-	// refused until in-place upgrades are built.
+	// v1.37.2. Changing it upgrades the control plane in place
+	// (status.version says what runs, the Upgrading condition the step): a
+	// later patch, or a patch of the next minor; downgrades and skipped
+	// minors are refused.
 	// +optional
 	// +kubebuilder:default="v1.36.3"
+	// +kubebuilder:validation:MaxLength=16
 	// +kubebuilder:validation:XValidation:rule="self in ['v1.36.3', 'v1.37.2']",message="unsupported kubernetesVersion: the supported versions are v1.36.3 and v1.37.2"
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="kubernetesVersion cannot be changed yet: in-place upgrades are not built; make a new VirtualCluster of the version you want"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf || !(self in ['v1.36.3', 'v1.37.2']) || int(self.split('.')[1]) > int(oldSelf.split('.')[1]) || (int(self.split('.')[1]) == int(oldSelf.split('.')[1]) && int(self.split('.')[2]) > int(oldSelf.split('.')[2]))",message="kubernetesVersion cannot go down: downgrades are refused (etcd's data and the API's stored versions do not go back)"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf || !(self in ['v1.36.3', 'v1.37.2']) || int(self.split('.')[1]) <= int(oldSelf.split('.')[1]) + 1",message="kubernetesVersion may move up one minor version at a time: upgrade to each minor in between first"
 	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
 
 	// ExternalIPs are extra addresses clients use to reach the tenant API
@@ -559,6 +575,12 @@ type VirtualClusterStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
+	// Version is the Kubernetes version the control plane runs: every
+	// component's. It differs from spec.kubernetesVersion while an upgrade
+	// is under way (the Upgrading condition).
+	// +optional
+	Version string `json:"version,omitempty"`
+
 	// Endpoint is the URL of the tenant API server that the kubeconfig uses.
 	// +optional
 	Endpoint string `json:"endpoint,omitempty"`
@@ -679,7 +701,8 @@ const (
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Replicas",type=string,JSONPath=`.status.readyReplicas`,description="ready control-plane replicas"
-// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.spec.kubernetesVersion`
+// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.version`,description="the Kubernetes version the control plane runs"
+// +kubebuilder:printcolumn:name="Wanted",type=string,JSONPath=`.spec.kubernetesVersion`,priority=1,description="the Kubernetes version asked for"
 // +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoint`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 40",message="metadata.name must be at most 40 characters: host object names are derived from it"

@@ -75,11 +75,11 @@ func allowListFlag(name, usage string, dst *[]string) {
 func main() {
 	var (
 		metricsAddr, probeAddr, hostDomain, kubeRepository, corednsImage, syncerImage, pullPolicy string
-		leaderElect                                                                          bool
-		cp                                                                                   controlplane.Options
-		workers, probeWorkers                                                                int
-		probeTimeout                                                                         time.Duration
-		agentCASecret, hostAPIServer                                                         string
+		leaderElect                                                                               bool
+		cp                                                                                        controlplane.Options
+		workers, probeWorkers                                                                     int
+		probeTimeout                                                                              time.Duration
+		agentCASecret, hostAPIServer                                                              string
 	)
 	flag.IntVar(&workers, "max-concurrent-reconciles", 4, "VirtualClusters reconciled at once")
 	flag.IntVar(&probeWorkers, "tenant-probe-workers", 8, "tenant API servers probed at once; a slow or dead tenant holds one worker for at most --tenant-probe-timeout")
@@ -163,7 +163,7 @@ func main() {
 		log.Error(err, "Unable to set up controller", "controller", "virtualcluster")
 		os.Exit(1)
 	}
-	prober := &virtualcluster.HealthProber{Client: mgr.GetClient(), Tenants: virtualcluster.APITenants{}, Health: health, Workers: probeWorkers, ProbeTimeout: probeTimeout}
+	prober := &virtualcluster.HealthProber{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Tenants: virtualcluster.APITenants{}, Health: health, Workers: probeWorkers, ProbeTimeout: probeTimeout}
 	if err := prober.SetupWithManager(mgr); err != nil {
 		log.Error(err, "Unable to set up controller", "controller", "virtualcluster-health")
 		os.Exit(1)

@@ -33,7 +33,7 @@ import (
 func addVirtualClusterCommands(root *cobra.Command) {
 	var host hostFlags
 	root.PersistentFlags().StringVar(&host.kubeconfig, "kubeconfig", "", "host cluster kubeconfig (default $KUBECONFIG, else the local host cluster's, else ~/.kube/config)")
-	root.AddCommand(newCreateCommand(&host), newListCommand(&host), newKubeconfigCommand(&host), newDeleteCommand(&host), newNodesCommand(&host), newScaleCommand(&host), newDashboardCommand(&host), newMemberCommand(&host), newUsageCommand(&host), newCertsCommand(&host))
+	root.AddCommand(newCreateCommand(&host), newListCommand(&host), newKubeconfigCommand(&host), newDeleteCommand(&host), newNodesCommand(&host), newScaleCommand(&host), newUpgradeCommand(&host), newDashboardCommand(&host), newMemberCommand(&host), newUsageCommand(&host), newCertsCommand(&host))
 }
 
 func namespaceFlag(cmd *cobra.Command, ns *string) {
@@ -312,6 +312,47 @@ func newScaleCommand(host *hostFlags) *cobra.Command {
 	return cmd
 }
 
+// newUpgradeCommand is nest upgrade NAME --version V: the control plane
+// moves to V in place (docs/upgrades.md).
+func newUpgradeCommand(host *hostFlags) *cobra.Command {
+	var to string
+	cmd := newWaitingCommand(host, "upgrade", "Upgrade a virtual cluster's Kubernetes version in place, rolling",
+		"wait until every component runs the new version and the cluster is Ready, showing each step",
+		func(ctx context.Context, c client.Client, key types.NamespacedName, wait bool, out io.Writer) error {
+			if to == "" {
+				return fmt.Errorf("--version is required: one of %s", strings.Join(version.Supported, ", "))
+			}
+			from, err := vcops.Upgrade(ctx, c, key, to)
+			if err != nil {
+				return asFlagError(err)
+			}
+			fmt.Fprintf(out, "virtualcluster %s: upgrading from %s to %s\n", key, from, to)
+			if !wait {
+				return nil
+			}
+			return waitUpgraded(ctx, c, key, to, time.Now(), out)
+		})
+	cmd.Flags().StringVar(&to, "version", "", "the Kubernetes version to move to: a later patch, or the next minor, one of "+strings.Join(version.Supported, ", "))
+	return cmd
+}
+
+// waitUpgraded prints each change of the Upgrading condition until the
+// control plane runs to and the cluster is Ready.
+func waitUpgraded(ctx context.Context, c client.Client, key types.NamespacedName, to string, start time.Time, out io.Writer) error {
+	last := ""
+	return wait.PollUntilContextCancel(ctx, 300*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		vc := &nestv1.VirtualCluster{}
+		if err := c.Get(ctx, key, vc); err != nil {
+			return false, err
+		}
+		if u := meta.FindStatusCondition(vc.Status.Conditions, nestv1.ConditionUpgrading); u != nil && u.Message != last {
+			fmt.Fprintf(out, "%6.1fs  %s: %s\n", time.Since(start).Seconds(), u.Reason, u.Message)
+			last = u.Message
+		}
+		return vc.Status.Version == to && meta.IsStatusConditionTrue(vc.Status.Conditions, nestv1.ConditionReady), nil
+	})
+}
+
 func newDeleteCommand(host *hostFlags) *cobra.Command {
 	return newWaitingCommand(host, "delete", "Delete a virtual cluster and all its host objects, tenant data included",
 		"wait until every host object is gone", remove)
@@ -449,7 +490,7 @@ func printList(w io.Writer, items []nestv1.VirtualCluster) {
 		}
 		age := time.Since(vc.CreationTimestamp.Time).Round(time.Second)
 		replicas := fmt.Sprintf("%d/%d", vc.Status.ReadyReplicas, controlplane.Replicas(&vc))
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", vc.Namespace, vc.Name, vc.Status.Phase, ready, replicas, vc.Spec.KubernetesVersion, vc.Status.Endpoint, age)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", vc.Namespace, vc.Name, vc.Status.Phase, ready, replicas, vcops.VersionColumn(&vc), vc.Status.Endpoint, age)
 	}
 	tw.Flush()
 }

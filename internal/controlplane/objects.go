@@ -29,11 +29,12 @@ type Options struct {
 	DefaultServiceType corev1.ServiceType
 	// KubeImageRepository holds the Kubernetes multi-call images (etcd
 	// and every control-plane binary), one per supported version: a
-	// tenant runs images.KubeImage(KubeImageRepository, its
-	// spec.kubernetesVersion).
+	// component of version v runs images.KubeImage(KubeImageRepository, v).
 	KubeImageRepository string
-	// kubeImage is the kube image of the VirtualCluster being built.
-	kubeImage string
+	// Versions are the versions of the VirtualCluster's components, which
+	// its upgrade moves step by step (UpgradePlan); zero runs every one at
+	// spec.kubernetesVersion.
+	Versions ComponentVersions
 	// SyncerImage runs nest-syncer; CoreDNSImage the tenant's CoreDNS.
 	SyncerImage, CoreDNSImage string
 	// ImagePullPolicy of the control-plane containers.
@@ -142,7 +143,7 @@ func leaderElect(vc *nestv1.VirtualCluster) bool { return Replicas(vc) > 1 }
 // never two on one node while such a node has none.
 func StatefulSetFor(vc *nestv1.VirtualCluster, o Options, ips ServiceIPs) *appsv1.StatefulSet {
 	n := NamesOf(vc)
-	o.kubeImage = images.KubeImage(o.KubeImageRepository, KubernetesVersion(vc))
+	o.Versions = versionsOf(vc, o)
 	pod := corev1.PodSpec{
 		// The etcd-member helper, etcd and kube-apiserver are sidecars: the
 		// kubelet starts them in order, each once the one before passed its
@@ -283,7 +284,7 @@ func mounts(withEtcd bool) []corev1.VolumeMount {
 // Go runtime tuned for them (goRuntimeEnv).
 func container(name string, o Options, r corev1.ResourceRequirements, args []string) corev1.Container {
 	return corev1.Container{
-		Name: name, Image: o.kubeImage, ImagePullPolicy: o.ImagePullPolicy,
+		Name: name, Image: o.kubeImageOf(name), ImagePullPolicy: o.ImagePullPolicy,
 		Command: []string{"/usr/local/bin/" + name}, Args: args,
 		Resources: r,
 		Env:       goRuntimeEnv(r),
@@ -293,6 +294,19 @@ func container(name string, o Options, r corev1.ResourceRequirements, args []str
 			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 		},
 	}
+}
+
+// kubeImageOf is the kube image that runs the component name: etcd's and
+// the API server's at their own versions, the others at the controllers'.
+func (o Options) kubeImageOf(name string) string {
+	v := o.Versions.Controllers
+	switch name {
+	case etcdName:
+		v = o.Versions.Etcd
+	case apiServerName:
+		v = o.Versions.APIServer
+	}
+	return images.KubeImage(o.KubeImageRepository, v)
 }
 
 // tenantEtcd is a control-plane pod's etcd member, named for its pod and

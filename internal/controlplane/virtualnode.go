@@ -159,7 +159,7 @@ func syncerOptions(vc *nestv1.VirtualCluster, opts Options, ips ServiceIPs) cont
 		TenantKubeconfig: path.Join(KubeconfigDir, SyncerKubeconfig),
 		Capacity:         Share(vc),
 		VirtualNodes:     int(ptr.Deref(vc.Spec.VirtualNode.Count, 1)),
-		PodSecurityLevel: PodSecurityLevel(vc), KubernetesVersion: KubernetesVersion(vc),
+		PodSecurityLevel: PodSecurityLevel(vc), KubernetesVersion: versionsOf(vc, opts).Controllers,
 		// Only the kubelet-client CA: the tenant's CSR API signs with the
 		// cluster CA, so a certificate a tenant mints is refused.
 		ServingCert: pkiFile(SyncerServingCert), ServingKey: pkiFile(SyncerServingKey), ClientCA: pkiFile(KubeletClientCACert),

@@ -100,7 +100,7 @@ func rowOf(vc *nestv1.VirtualCluster, quota *corev1.ResourceQuota, now time.Time
 		Namespace: vc.Namespace, Name: vc.Name,
 		Phase:    phaseOf(vc),
 		Ready:    readyOf(vc),
-		Version:  vc.Spec.KubernetesVersion,
+		Version:  vcops.VersionColumn(vc),
 		Endpoint: vc.Status.Endpoint,
 		Age:      age(vc.CreationTimestamp, now),
 		Deleting: vc.DeletionTimestamp != nil,

@@ -26,6 +26,7 @@ import (
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/controlplane"
+	"github.com/nestdev/nest/internal/version"
 )
 
 // CreatedByLabel marks host namespaces a Nest tool made for a virtual
@@ -270,6 +271,50 @@ func SetPromotePolicy(ctx context.Context, c client.Client, key types.Namespaced
 		return fmt.Errorf("change the dedicated nodes of virtual cluster %s: %w", key, err)
 	}
 	return nil
+}
+
+// FieldKubernetesVersion is the version an upgrade moves to.
+const FieldKubernetesVersion = "kubernetesVersion"
+
+// Upgrade sets spec.kubernetesVersion of the VirtualCluster to to, which
+// the controller then rolls out (docs/upgrades.md), and returns the
+// version its control plane runs. A move version.CheckUpgrade refuses
+// (a downgrade, a skipped minor, an unsupported version) returns a
+// *FieldError and changes nothing; asking for the version already asked
+// for changes nothing either. It patches with an optimistic lock and
+// retries on a conflict, as SetShare does.
+func Upgrade(ctx context.Context, c client.Client, key types.NamespacedName, to string) (from string, err error) {
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		vc := &nestv1.VirtualCluster{}
+		if err := c.Get(ctx, key, vc); err != nil {
+			return fmt.Errorf("virtual cluster %s: %w", key, err)
+		}
+		from = controlplane.RunningVersion(vc)
+		if err := version.CheckUpgrade(from, to); err != nil {
+			return &FieldError{Field: FieldKubernetesVersion, Value: to, Reason: err.Error()}
+		}
+		if vc.Spec.KubernetesVersion == to {
+			return nil
+		}
+		before := vc.DeepCopy()
+		vc.Spec.KubernetesVersion = to
+		if err := c.Patch(ctx, vc, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+			return fmt.Errorf("upgrade virtual cluster %s: %w", key, err)
+		}
+		return nil
+	})
+	return from, err
+}
+
+// VersionColumn is the version a list shows for vc (nest list, the
+// dashboard): the one its control plane runs, and while it moves to
+// another, FROM->TO.
+func VersionColumn(vc *nestv1.VirtualCluster) string {
+	from, to := controlplane.RunningVersion(vc), controlplane.KubernetesVersion(vc)
+	if from == to {
+		return to
+	}
+	return from + "->" + to
 }
 
 // ErrNoKubeconfig is returned by ReadKubeconfig while the operator has not

@@ -22,6 +22,7 @@ import (
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/kube"
+	"github.com/nestdev/nest/internal/version"
 )
 
 func TestShareResources(t *testing.T) {
@@ -309,5 +310,42 @@ func TestSetMemberGrantAddsReplacesAndRemoves(t *testing.T) {
 	}
 	if err := SetMemberGrant(ctx, c, key, "gpu", nil); err == nil {
 		t.Fatal("revoking a grant that is not there succeeds")
+	}
+}
+
+// Upgrade checks the move against the running version, names the field
+// when it refuses, and shows FROM->TO until the control plane runs TO.
+func TestUpgradeSetsTheVersionOrRefusesNamingTheField(t *testing.T) {
+	ctx := context.Background()
+	from, to := version.Kubernetes, version.Newest()
+	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "up", Namespace: "vc-up"},
+		Spec: nestv1.VirtualClusterSpec{KubernetesVersion: from}, Status: nestv1.VirtualClusterStatus{Version: from}}
+	c := newClient(vc)
+	key := client.ObjectKeyFromObject(vc)
+	for _, bad := range []string{"v1.20.0", "v1.35.0"} {
+		var fe *FieldError
+		if _, err := Upgrade(ctx, c, key, bad); !errors.As(err, &fe) || fe.Field != FieldKubernetesVersion {
+			t.Errorf("upgrade to %s: %v, want a FieldError on %s", bad, err, FieldKubernetesVersion)
+		}
+	}
+	got, err := Upgrade(ctx, c, key, to)
+	if err != nil || got != from {
+		t.Fatalf("upgrade to %s: from %q, %v", to, got, err)
+	}
+	if err := c.Get(ctx, key, vc); err != nil || vc.Spec.KubernetesVersion != to {
+		t.Fatalf("spec.kubernetesVersion %q after the upgrade (%v), want %s", vc.Spec.KubernetesVersion, err, to)
+	}
+	if col := VersionColumn(vc); col != from+"->"+to {
+		t.Errorf("while upgrading the list shows %q", col)
+	}
+	vc.Status.Version = to
+	if err := c.Update(ctx, vc); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Upgrade(ctx, c, key, from); err == nil || !strings.Contains(err.Error(), "downgrades are refused") {
+		t.Errorf("downgrade once %s runs: %v", to, err)
+	}
+	if col := VersionColumn(vc); col != to {
+		t.Errorf("once upgraded the list shows %q", col)
 	}
 }

@@ -145,3 +145,40 @@ func TestChartRunsTheSupportedVersions(t *testing.T) {
 		t.Errorf("charts/nest/values.yaml controlPlane.kubeImageRepository = %q, want a repository without a tag", r)
 	}
 }
+
+func TestCheckUpgradeAllowsOneMinorUpAtATime(t *testing.T) {
+	for _, tc := range []struct {
+		from, to string
+		want     string // "" allowed, else a part of the error
+	}{
+		{version.Kubernetes, version.Kubernetes, ""},
+		{version.Kubernetes, "v1.37.2", ""},
+		{"v1.36.1", version.Kubernetes, ""},
+		{"v1.37.2", version.Kubernetes, "downgrades are refused"},
+		{"v1.35.0", "v1.37.2", "skips a minor version after the running v1.35.0: upgrade to v1.36 first"},
+		{version.Kubernetes, "v1.38.0", "unsupported Kubernetes version"},
+		{version.Kubernetes, "latest", "unsupported Kubernetes version"},
+	} {
+		err := version.CheckUpgrade(tc.from, tc.to)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("CheckUpgrade(%s, %s) = %v, want it allowed", tc.from, tc.to, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("CheckUpgrade(%s, %s) = %v, want an error with %q", tc.from, tc.to, err, tc.want)
+		case err != nil && !strings.Contains(err.Error(), "spec.kubernetesVersion"):
+			t.Errorf("CheckUpgrade(%s, %s) = %v, want it to name spec.kubernetesVersion", tc.from, tc.to, err)
+		}
+	}
+}
+
+func TestEtcdVersionsAreTheModulesPins(t *testing.T) {
+	for _, v := range version.Supported {
+		mod := version.Module(v) + "/go.mod"
+		if got, want := pinned(t, mod, "go.etcd.io/etcd/server/v3", false), version.Etcd[v]; got != want {
+			t.Errorf("%s pins etcd %q, internal/version.Etcd[%s] says %q", mod, got, v, want)
+		}
+	}
+	if len(version.Etcd) != len(version.Supported) {
+		t.Errorf("version.Etcd has %d versions, Supported %d", len(version.Etcd), len(version.Supported))
+	}
+}

@@ -2,10 +2,14 @@ package virtualcluster
 
 import (
 	"context"
+	"net"
+	"strconv"
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -32,6 +36,11 @@ type TenantHealth struct {
 	NodesReady bool
 	// NodesMessage says why it is not.
 	NodesMessage string
+	// PreflightFor is the version an upgrade pending at the probe was
+	// checked for (spec.kubernetesVersion), "" when none was pending.
+	PreflightFor string
+	// PreflightBlockers says what holds that upgrade, "" when nothing.
+	PreflightBlockers string
 }
 
 // Health holds the last probe result of every tenant, and tells the
@@ -83,8 +92,11 @@ const DefaultProbeTimeout = 5 * time.Second
 // every healthyRequeue.
 type HealthProber struct {
 	client.Client
-	Tenants TenantChecker
-	Health  *Health
+	// APIReader lists a tenant's control-plane pods, whose API servers the
+	// upgrade pre-flight asks one by one; the manager caches no pods.
+	APIReader client.Reader
+	Tenants   TenantChecker
+	Health    *Health
 	// Workers bounds how many tenants are probed at once.
 	Workers int
 	// ProbeTimeout bounds one probe; DefaultProbeTimeout when zero.
@@ -147,7 +159,44 @@ func (p *HealthProber) probe(ctx context.Context, vc *nestv1.VirtualCluster) Ten
 		return th
 	}
 	th.NodesReady = true
+	if to, pending := upgradePending(vc); pending {
+		th.PreflightFor = to
+		th.PreflightBlockers = p.preflight(pctx, vc, kubeconfig, to)
+	}
 	return th
+}
+
+// upgradePending reports whether vc asks for a version its control plane
+// does not run and its upgrade has not started, and which version.
+func upgradePending(vc *nestv1.VirtualCluster) (string, bool) {
+	to := controlplane.KubernetesVersion(vc)
+	if controlplane.RunningVersion(vc) == to || meta.IsStatusConditionTrue(vc.Status.Conditions, nestv1.ConditionUpgrading) {
+		return "", false
+	}
+	return to, true
+}
+
+// preflight asks the tenant what holds its upgrade to to
+// (TenantChecker.Preflight), asking each control-plane replica's API
+// server. A check that cannot run holds the upgrade too.
+func (p *HealthProber) preflight(ctx context.Context, vc *nestv1.VirtualCluster, kubeconfig []byte, to string) string {
+	n := controlplane.NamesOf(vc)
+	var pods corev1.PodList
+	if err := p.APIReader.List(ctx, &pods, client.InNamespace(n.Namespace), client.MatchingLabels(n.Labels())); err != nil {
+		return "the pre-flight checks could not list the control-plane pods: " + err.Error()
+	}
+	var apiServers []string
+	for _, pod := range pods.Items {
+		if pod.Status.PodIP != "" && pod.DeletionTimestamp.IsZero() {
+			apiServers = append(apiServers, "https://"+net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(controlplane.Port)))
+		}
+	}
+	ignore := vc.Annotations[nestv1.AnnotationIgnoreRemovedAPIs] == "true"
+	blockers, err := p.Tenants.Preflight(ctx, kubeconfig, apiServers, to, ignore)
+	if err != nil {
+		return "the pre-flight checks could not run: " + err.Error()
+	}
+	return blockers
 }
 
 // SetupWithManager registers the prober with Workers workers.

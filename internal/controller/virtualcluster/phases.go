@@ -251,6 +251,7 @@ func (r *Reconciler) reconcileStatefulSet(ctx context.Context, s *reconcileState
 	if err != nil {
 		return false, err
 	}
+	opts.Versions = s.upgrade.versions
 	desired := controlplane.StatefulSetFor(s.vc, opts, s.ips)
 	desired.Spec.Template.Annotations = map[string]string{"nest.dev/pki-hash": pkiRestartHash(s.pki)}
 	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: desired.Name, Namespace: desired.Namespace}}

@@ -86,6 +86,12 @@ type TenantChecker interface {
 	Ready(ctx context.Context, kubeconfig []byte) error
 	VirtualNodeReady(ctx context.Context, kubeconfig []byte) error
 	AdministratorsAuthorized(ctx context.Context, kubeconfig []byte) error
+	// Preflight says what holds an upgrade to version to, "" when
+	// nothing: an API to removes that a client asked one of apiServers
+	// (every replica's base URL) for since it started, unless
+	// ignoreRemovedAPIs, and a node whose kubelet is further behind to than
+	// upstream's skew policy allows. Its error means it could not look.
+	Preflight(ctx context.Context, kubeconfig []byte, apiServers []string, to string, ignoreRemovedAPIs bool) (string, error)
 }
 
 // Reconciler reconciles VirtualClusters.
@@ -185,6 +191,8 @@ type reconcileState struct {
 	ips      controlplane.ServiceIPs
 	pki      map[string][]byte
 	internal []byte // the in-cluster admin kubeconfig
+	// upgrade is what reconcileUpgrade decided; its reason is "" until it ran.
+	upgrade upgradeState
 	// failed names the condition of the phase that returned an error.
 	failed string
 }
@@ -218,6 +226,7 @@ func (r *Reconciler) runPhases(ctx context.Context, s *reconcileState) (ctrl.Res
 		{r.reconcileService, nestv1.ConditionControlPlaneAvailable},
 		{r.reconcileVirtualNodeObjects, nestv1.ConditionNodesReady},
 		{r.reconcilePKI, nestv1.ConditionCertificatesReady},
+		{r.reconcileUpgrade, nestv1.ConditionUpgrading},
 		{r.reconcileStatefulSet, nestv1.ConditionControlPlaneAvailable},
 		{r.reconcileKubeconfig, nestv1.ConditionCertificatesReady},
 		{r.reconcileAvailability, nestv1.ConditionControlPlaneAvailable},
@@ -261,6 +270,7 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *reconcileState, phaseEr
 		return fmt.Errorf("patch status of %s: %w", klog.KObj(vc), err)
 	}
 	// Told once the status holds it: a conflict retried would tell it twice.
+	r.tellUpgradeStep(ctx, vc, before)
 	if vc.Status.Phase != before.Status.Phase {
 		log := ctrl.LoggerFrom(ctx)
 		log.Info("Phase changed", "virtualCluster", klog.KObj(vc), "from", before.Status.Phase, "to", vc.Status.Phase)
@@ -283,9 +293,35 @@ func (r *Reconciler) setObserved(vc, before *nestv1.VirtualCluster, s *reconcile
 	if s.obs.hostObjects {
 		vc.Status.ReadyReplicas = s.obs.readyReplicas
 	}
+	if s.upgrade.reason != "" {
+		vc.Status.Version = s.upgrade.running
+		meta.SetStatusCondition(&vc.Status.Conditions, upgradingCondition(s.upgrade, before.Generation))
+	}
 	if s.obs.kubeconfig {
 		vc.Status.KubeconfigSecretRef = &corev1.LocalObjectReference{Name: controlplane.NamesOf(vc).KubeconfigSecret()}
 	}
+}
+
+// tellUpgradeStep emits an event when the Upgrading condition's reason
+// changes: each step of an upgrade, its block and its end.
+func (r *Reconciler) tellUpgradeStep(ctx context.Context, vc, before *nestv1.VirtualCluster) {
+	now := meta.FindStatusCondition(vc.Status.Conditions, nestv1.ConditionUpgrading)
+	if now == nil {
+		return
+	}
+	was := meta.FindStatusCondition(before.Status.Conditions, nestv1.ConditionUpgrading)
+	if was != nil && was.Reason == now.Reason {
+		return
+	}
+	if was == nil && now.Reason == ReasonUpToDate {
+		return // a new cluster, or the first look at one: nothing moved
+	}
+	typ := corev1.EventTypeNormal
+	if now.Reason == ReasonUpgradeBlocked || now.Reason == ReasonUpgradeRefused {
+		typ = corev1.EventTypeWarning
+	}
+	ctrl.LoggerFrom(ctx).Info("Upgrade changed", "virtualCluster", klog.KObj(vc), "reason", now.Reason, "message", now.Message)
+	r.Recorder.Eventf(vc, nil, typ, now.Reason, "Upgrade", "%s", now.Message)
 }
 
 // quotaSpecChanged lets through every ResourceQuota event but a status

@@ -60,6 +60,10 @@ const probeTimeout = 2 * time.Second
 type fakeTenants struct {
 	ready       atomic.Bool
 	unreachable sync.Map // host namespace -> true
+	// blockers holds, by host namespace, what Preflight answers, and
+	// ignored whether it was asked to ignore removed APIs.
+	blockers sync.Map // host namespace -> string
+	ignored  sync.Map // host namespace -> bool
 }
 
 func (f *fakeTenants) Ready(ctx context.Context, kubeconfig []byte) error {
@@ -84,6 +88,23 @@ func (f *fakeTenants) VirtualNodeReady(ctx context.Context, kubeconfig []byte) e
 
 func (f *fakeTenants) AdministratorsAuthorized(ctx context.Context, kubeconfig []byte) error {
 	return f.Ready(ctx, kubeconfig)
+}
+
+// Preflight answers what blockers holds for the tenant's namespace, which
+// the kubeconfig's server names; nothing when ignoreRemovedAPIs.
+func (f *fakeTenants) Preflight(_ context.Context, kubeconfig []byte, _ []string, _ string, ignoreRemovedAPIs bool) (string, error) {
+	var out string
+	f.blockers.Range(func(ns, b any) bool {
+		if bytes.Contains(kubeconfig, []byte("."+ns.(string)+".svc:")) {
+			f.ignored.Store(ns, ignoreRemovedAPIs)
+			if !ignoreRemovedAPIs {
+				out = b.(string)
+			}
+			return false
+		}
+		return true
+	})
+	return out, nil
 }
 
 // withoutWatch lets the interceptor wrap the manager's client, which does
@@ -201,7 +222,7 @@ func TestMain(m *testing.M) {
 			if err := r.SetupWithManager(mgr); err != nil {
 				return err
 			}
-			prober := &HealthProber{Client: mgr.GetClient(), Tenants: tenants, Health: health, Workers: 4, ProbeTimeout: probeTimeout}
+			prober := &HealthProber{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Tenants: tenants, Health: health, Workers: 4, ProbeTimeout: probeTimeout}
 			return prober.SetupWithManager(mgr)
 		},
 		Started: func(_ *rest.Config, c client.Client) { k8sClient = c },

@@ -1,0 +1,135 @@
+package virtualcluster
+
+import (
+	"context"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/controlplane"
+	"github.com/nestdev/nest/internal/version"
+)
+
+// Upgrading condition reasons besides the steps' (controlplane.UpgradeEtcd, ...).
+const (
+	// ReasonUpToDate: the control plane runs spec.kubernetesVersion.
+	ReasonUpToDate = "UpToDate"
+	// ReasonUpgradeBlocked: a pre-flight check holds the upgrade.
+	ReasonUpgradeBlocked = "UpgradeBlocked"
+	// ReasonUpgradeRefused: the running version may not move to the one
+	// asked for (version.CheckUpgrade), which the CRD's rules let by only
+	// for an object they never checked.
+	ReasonUpgradeRefused = "UpgradeRefused"
+)
+
+// upgradeState is what the upgrade phase found: the component versions
+// the StatefulSet is to run, the version the control plane runs, and the
+// Upgrading condition.
+type upgradeState struct {
+	versions controlplane.ComponentVersions
+	// running is status.version: set once every component runs it.
+	running string
+	// upgrading, reason and message are the Upgrading condition.
+	upgrading       bool
+	reason, message string
+}
+
+// reconcileUpgrade decides the versions the control plane's components run
+// (the StatefulSet's template), moving it from status.version to
+// spec.kubernetesVersion through controlplane.UpgradePlan's steps: a step
+// starts once the one before rolled out (every replica runs it, Ready).
+// The step reached is read from the StatefulSet's template, not kept
+// elsewhere, so a restarted nest-manager goes on where it was. The first
+// step waits for the pre-flight checks (preflightBlockers).
+func (r *Reconciler) reconcileUpgrade(ctx context.Context, s *reconcileState) (bool, error) {
+	from, to := controlplane.RunningVersion(s.vc), controlplane.KubernetesVersion(s.vc)
+	if from == to {
+		s.upgrade = upgradeState{versions: controlplane.AllAt(to), running: to, reason: ReasonUpToDate,
+			message: "the control plane runs " + to}
+		return true, nil
+	}
+	s.upgrade = upgradeState{versions: controlplane.AllAt(from), running: from}
+	if err := version.CheckUpgrade(from, to); err != nil {
+		s.upgrade.reason, s.upgrade.message = ReasonUpgradeRefused, err.Error()
+		return true, nil
+	}
+	sts := &appsv1.StatefulSet{}
+	n := controlplane.NamesOf(s.vc)
+	if err := r.Get(ctx, client.ObjectKey{Namespace: n.Namespace, Name: n.StatefulSet()}, sts); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return false, fmt.Errorf("read StatefulSet of %s: %w", klog.KObj(s.vc), err)
+		}
+		// No control plane runs yet: it starts at the new version.
+		s.upgrade = upgradeState{versions: controlplane.AllAt(to), running: to, reason: ReasonUpToDate, message: "the control plane runs " + to}
+		return true, nil
+	}
+	plan := controlplane.UpgradePlan(from, to, controlplane.Replicas(s.vc))
+	at := stepReached(plan, sts)
+	if at >= 0 && !rolledOut(sts) {
+		s.upgrade.setStep(plan, at, from, to, "rolling out")
+		return true, nil
+	}
+	if at == len(plan)-1 {
+		s.upgrade = upgradeState{versions: controlplane.AllAt(to), running: to, reason: ReasonUpToDate,
+			message: fmt.Sprintf("upgraded from %s: the control plane runs %s", from, to)}
+		klog.FromContext(ctx).Info("Upgrade complete", "virtualCluster", klog.KObj(s.vc), "from", from, "to", to)
+		return true, nil
+	}
+	if at < 0 {
+		if blockers := r.preflightBlockers(s.vc, to); blockers != "" {
+			s.upgrade.reason = ReasonUpgradeBlocked
+			s.upgrade.message = fmt.Sprintf("the upgrade from %s to %s waits: %s", from, to, blockers)
+			return true, nil
+		}
+	}
+	s.upgrade.setStep(plan, at+1, from, to, "starting")
+	klog.FromContext(ctx).Info("Upgrade step", "virtualCluster", klog.KObj(s.vc), "step", plan[at+1].Reason, "versions", plan[at+1].Versions)
+	return true, nil
+}
+
+// setStep records that the upgrade from from to to is at plan[i].
+func (u *upgradeState) setStep(plan []controlplane.UpgradeStep, i int, from, to, what string) {
+	u.versions, u.upgrading, u.reason = plan[i].Versions, true, plan[i].Reason
+	u.message = fmt.Sprintf("upgrading from %s to %s: step %d of %d, %s, %s", from, to, i+1, len(plan), plan[i].Reason, what)
+}
+
+// stepReached is the index in plan of the last step whose versions the
+// StatefulSet's template holds, or -1 when it holds none (the upgrade has
+// not started).
+func stepReached(plan []controlplane.UpgradeStep, sts *appsv1.StatefulSet) int {
+	current, ok := controlplane.VersionsOf(sts)
+	if !ok {
+		return -1
+	}
+	for i := len(plan) - 1; i >= 0; i-- {
+		if plan[i].Versions == current {
+			return i
+		}
+	}
+	return -1
+}
+
+// preflightBlockers says what holds an upgrade to to, from the prober's
+// last look at the tenant (HealthProber.preflight); "" when nothing does.
+// Until the prober has looked for this version, the upgrade waits.
+func (r *Reconciler) preflightBlockers(vc *nestv1.VirtualCluster, to string) string {
+	th, ok := r.Health.Get(client.ObjectKeyFromObject(vc))
+	if !ok || th.PreflightFor != to {
+		return "the pre-flight checks have not run yet"
+	}
+	return th.PreflightBlockers
+}
+
+// upgradingCondition is the Upgrading condition an upgrade state gives.
+func upgradingCondition(u upgradeState, generation int64) metav1.Condition {
+	c := metav1.Condition{Type: nestv1.ConditionUpgrading, Status: metav1.ConditionFalse, Reason: u.reason, Message: u.message, ObservedGeneration: generation}
+	if u.upgrading {
+		c.Status = metav1.ConditionTrue
+	}
+	return c
+}
