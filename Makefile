@@ -171,9 +171,10 @@ conformance-build:
 	cd k8s && go build -ldflags '-s -w' -o $(BIN)/ github.com/onsi/ginkgo/v2/ginkgo k8s.io/kubernetes/test/images/agnhost k8s.io/kubernetes/test/images/nonewprivs k8s.io/sample-apiserver
 	hack/build-busybox.sh $(BIN)/busybox
 
-## conformance: every [Conformance] spec against a tenant of a fresh local host cluster (root, about 25 minutes with PROCS=12); FOCUS, SKIP (ginkgo regexps) and PROCS narrow it; report in _output/conformance
+## conformance: every [Conformance] spec against a tenant of a fresh local host cluster (root, about 25 minutes with PROCS=12); FOCUS, SKIP (ginkgo regexps) and PROCS narrow it; KUBERNETES_VERSION picks the tenant's version (default the newest supported), UPGRADE_FROM a version it is made with and upgraded from in place first; report in _output/conformance
 conformance: build conformance-build
 	NEST_BIN_DIR=$(BIN) NEST_CONFORMANCE_FOCUS='$(or $(FOCUS),full)' NEST_CONFORMANCE_SKIP='$(SKIP)' NEST_CONFORMANCE_PROCS='$(PROCS)' \
+		NEST_CONFORMANCE_VERSION='$(KUBERNETES_VERSION)' NEST_CONFORMANCE_UPGRADE_FROM='$(UPGRADE_FROM)' \
 		go test -count=1 -timeout 4h -v -run TestConformance ./test/conformance/
 
 ## dashboard-assets: refresh the dashboard's vendored htmx from npm (pinned in the script); the build itself never downloads

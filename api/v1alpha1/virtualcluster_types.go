@@ -62,9 +62,12 @@ const (
 	ConditionNodesAssigned = "NodesAssigned"
 	// ConditionUpgrading is True while the control plane moves from
 	// status.version to spec.kubernetesVersion, its reason the step
-	// (UpgradeEtcd, UpgradeAPIServer, UpgradeControllers), and False with
-	// reason UpgradeBlocked while a pre-flight check holds the upgrade, the
-	// message naming what blocks it, or UpgradeComplete once done.
+	// (UpgradeEtcd, UpgradeAPIServer, UpgradeControllers, or
+	// UpgradeControlPlane for one replica), and False otherwise: reason
+	// UpgradePending while the pre-flight checks have not run,
+	// UpgradeBlocked while one holds the upgrade (the message names what),
+	// UpgradeRefused for a move the rules refuse, UpToDate when the control
+	// plane runs spec.kubernetesVersion.
 	ConditionUpgrading = "Upgrading"
 )
 

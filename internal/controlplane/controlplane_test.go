@@ -232,7 +232,7 @@ func TestStatefulSetForThreeReplicas(t *testing.T) {
 		"etcd-member": "--member-client-urls=https://alpha-0.alpha-peers.tenant-a.svc:2379,https://alpha-1.alpha-peers.tenant-a.svc:2379,https://alpha-2.alpha-peers.tenant-a.svc:2379" +
 			" --bootstrap-file=/etc/nest/etcd-bootstrap/member",
 		"etcd":           "--initial-advertise-peer-urls=https://$(POD_NAME).alpha-peers.tenant-a.svc:2380",
-		"kube-apiserver": "--goaway-chance=0.001",
+		"kube-apiserver": "--goaway-chance=0.001 --shutdown-delay-duration=5s",
 	} {
 		if !strings.Contains(args[name], want) {
 			t.Errorf("%s lacks %s in %s", name, want, args[name])
@@ -247,6 +247,9 @@ func TestStatefulSetForThreeReplicas(t *testing.T) {
 		found = true
 		if strings.Contains(strings.Join(c.Args, " "), "--goaway-chance") {
 			t.Error("a single API server closes connections (--goaway-chance): its clients have no other replica to go to")
+		}
+		if strings.Contains(strings.Join(c.Args, " "), "--shutdown-delay-duration") {
+			t.Error("a single API server delays its shutdown: no other replica takes its clients, the restart only takes longer")
 		}
 	}
 	if !found {

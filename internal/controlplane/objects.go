@@ -409,6 +409,10 @@ func etcdContainer(n Names, o Options) corev1.Container {
 	return c
 }
 
+// shutdownDelay is --shutdown-delay-duration of replicated API servers; the
+// pod's termination grace period (10 s) leaves room for it and the drain.
+const shutdownDelay = 5 * time.Second
+
 // goawayChance is --goaway-chance of replicated API servers: the share of
 // requests whose HTTP/2 connection is closed after its answer.
 const goawayChance = "0.001"
@@ -446,6 +450,13 @@ func apiServerContainer(vc *nestv1.VirtualCluster, o Options) corev1.Container {
 		// servers behind a load balancer) has them connect again, through
 		// the Service, spread over every replica.
 		args = append(args, components.Flag{Name: "goaway-chance", Value: goawayChance})
+		// A replica that goes (a rolling upgrade, a drain) keeps serving
+		// for shutdownDelay after SIGTERM while its /readyz fails, so
+		// kube-proxy and the load balancer take it out of the Service
+		// before it stops listening, and no client is refused a
+		// connection (upstream's advice for API servers behind a load
+		// balancer). A single replica has no other to hand clients to.
+		args = append(args, components.Flag{Name: "shutdown-delay-duration", Value: shutdownDelay.String()})
 	}
 	c := container(apiServerName, o, r, args.Args())
 	c.Env = append(c.Env, podIPEnv())

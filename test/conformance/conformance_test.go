@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/nestdev/nest/internal/devcluster"
 	"github.com/nestdev/nest/internal/images"
+	"github.com/nestdev/nest/internal/version"
 	"github.com/nestdev/nest/test/e2e/framework"
 )
 
@@ -33,14 +35,24 @@ type run struct {
 	procs int
 	// reportDir receives junit.xml, summary.txt and the suite's log.
 	reportDir string
+	// version is the tenant's Kubernetes version when the suite runs;
+	// upgradeFrom, when set, the version it is made with and upgraded
+	// from in place first.
+	version, upgradeFrom string
 }
 
 // runFromEnv reads the run from NEST_CONFORMANCE_FOCUS and _SKIP (the whole
-// suite when FOCUS is "full"), _PROCS and _REPORT_DIR. Without a focus it
-// runs the smoke subset in smoke.txt, and every spec there must run.
+// suite when FOCUS is "full"), _PROCS, _REPORT_DIR, _VERSION (the tenant's
+// Kubernetes version, default the newest supported) and _UPGRADE_FROM (a
+// version the tenant is made with and upgraded from to _VERSION before the
+// suite runs; "none" for no upgrade). Without a focus it runs the smoke
+// subset in smoke.txt, and every spec there must run; the smoke run's
+// tenant is upgraded from the oldest supported version unless
+// _UPGRADE_FROM says otherwise, so make test checks an upgraded tenant.
 func runFromEnv(t *testing.T) run {
 	r := run{focus: os.Getenv("NEST_CONFORMANCE_FOCUS"), skip: os.Getenv("NEST_CONFORMANCE_SKIP"), procs: 4,
-		reportDir: os.Getenv("NEST_CONFORMANCE_REPORT_DIR")}
+		reportDir: os.Getenv("NEST_CONFORMANCE_REPORT_DIR"),
+		version:   cmp.Or(os.Getenv("NEST_CONFORMANCE_VERSION"), version.Newest()), upgradeFrom: os.Getenv("NEST_CONFORMANCE_UPGRADE_FROM")}
 	switch r.focus {
 	case "":
 		names, err := smokeSpecs("smoke.txt")
@@ -48,8 +60,20 @@ func runFromEnv(t *testing.T) run {
 			t.Fatal(err)
 		}
 		r.focus, r.want = focusOf(names), len(names)
+		r.upgradeFrom = cmp.Or(r.upgradeFrom, version.Supported[0])
 	case "full":
 		r.focus = `\[Conformance\]`
+	}
+	if r.upgradeFrom == "none" || r.upgradeFrom == r.version {
+		r.upgradeFrom = ""
+	}
+	if err := version.CheckSupported(r.version); err != nil {
+		t.Fatalf("NEST_CONFORMANCE_VERSION: %v", err)
+	}
+	if r.upgradeFrom != "" {
+		if err := version.CheckUpgrade(r.upgradeFrom, r.version); err != nil {
+			t.Fatalf("NEST_CONFORMANCE_UPGRADE_FROM=%s to NEST_CONFORMANCE_VERSION=%s: %v", r.upgradeFrom, r.version, err)
+		}
 	}
 	if r.skip == "" {
 		r.skip = `\[Disruptive\]`
@@ -133,7 +157,7 @@ func TestConformance(t *testing.T) {
 	// node each) did with 8. A disk on each virtual node, for the specs
 	// that keep state in hostPath volumes; their Job pods also ask for
 	// privileged (for SELinux hosts), which the virtual node confines.
-	if out, err := nest("create", "conformance", "--cpu", "3", "--memory", "16Gi", "--pods", "250", "--virtual-nodes", "2",
+	if out, err := nest("create", "conformance", "--kubernetes-version", cmp.Or(r.upgradeFrom, r.version), "--cpu", "3", "--memory", "16Gi", "--pods", "250", "--virtual-nodes", "2",
 		"--container-limits", "none", "--node-disk", "1Gi", "--privileged-containers", "confine",
 		// Storage specs claim 10Gi at a time (the local host cluster's
 		// provisioner allocates none of it).
@@ -142,22 +166,39 @@ func TestConformance(t *testing.T) {
 	}
 	tenant.Load(t, nest)
 	tenant.WaitDefaultServiceAccount(t, ctx)
+	if r.upgradeFrom != "" {
+		start := time.Now()
+		if out, err := nest("upgrade", "conformance", "--version", r.version, "--wait", "--timeout", "10m"); err != nil {
+			t.Fatalf("upgrade the tenant from %s to %s: %v\n%s", r.upgradeFrom, r.version, err, out)
+		}
+		t.Logf("tenant upgraded in place from %s to %s in %s", r.upgradeFrom, r.version, time.Since(start).Round(100*time.Millisecond))
+	}
 	start := time.Now()
 	runErr := runSuite(ctx, r, e2e, tenant.Kubeconfig)
 	s, err := summarize(filepath.Join(r.reportDir, "junit.xml"), time.Since(start), r.procs)
 	if err != nil {
 		t.Fatalf("read the report (suite: %v): %v", runErr, err)
 	}
-	if err := os.WriteFile(filepath.Join(r.reportDir, "summary.txt"), []byte(s.String()), 0o644); err != nil {
+	// The suite is built from the k8s/ module, the host's version.
+	report := fmt.Sprintf("conformance suite %s against tenant %s at Kubernetes %s%s\n%s", version.Kubernetes, tenant.Name, r.version, upgradedNote(r), s)
+	if err := os.WriteFile(filepath.Join(r.reportDir, "summary.txt"), []byte(report), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("conformance against tenant %s:\n%s", tenant.Name, s)
+	t.Log(report)
 	if s.ran() == 0 || (r.want > 0 && s.ran() != r.want) {
 		t.Errorf("ran %d specs, want %d: a spec named in smoke.txt is missing from the suite", s.ran(), r.want)
 	}
 	if len(s.Failed) > 0 || runErr != nil {
 		t.Errorf("%d of %d specs failed (suite: %v); report in %s", len(s.Failed), s.ran(), runErr, r.reportDir)
 	}
+}
+
+// upgradedNote says, for a report, where the tenant was upgraded from.
+func upgradedNote(r run) string {
+	if r.upgradeFrom == "" {
+		return ""
+	}
+	return " (made at " + r.upgradeFrom + ", upgraded in place)"
 }
 
 // checkImageNames fails unless the suite refers to every image Nest builds

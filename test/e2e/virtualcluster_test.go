@@ -284,12 +284,6 @@ func TestVirtualClusters(t *testing.T) {
 				t.Errorf("%s: error %v, want one naming %q", tc.yaml, err, tc.want)
 			}
 		}
-		// A live tenant's version is fixed until in-place upgrades exist.
-		patch := fmt.Sprintf(`{"spec":{"kubernetesVersion":%q}}`, newest)
-		_, err := framework.Kubectl(ctx, hostKubeconfig, "-n", alpha.Namespace, "patch", "virtualcluster", alpha.Name, "--type", "merge", "-p", patch)
-		if err == nil || !strings.Contains(err.Error(), "kubernetesVersion cannot be changed yet") {
-			t.Errorf("changing alpha's kubernetesVersion to %s: error %v, want the change refused", newest, err)
-		}
 	})
 }
 

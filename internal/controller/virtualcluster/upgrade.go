@@ -19,6 +19,8 @@ import (
 const (
 	// ReasonUpToDate: the control plane runs spec.kubernetesVersion.
 	ReasonUpToDate = "UpToDate"
+	// ReasonUpgradePending: the upgrade waits for its pre-flight checks.
+	ReasonUpgradePending = "UpgradePending"
 	// ReasonUpgradeBlocked: a pre-flight check holds the upgrade.
 	ReasonUpgradeBlocked = "UpgradeBlocked"
 	// ReasonUpgradeRefused: the running version may not move to the one
@@ -81,7 +83,13 @@ func (r *Reconciler) reconcileUpgrade(ctx context.Context, s *reconcileState) (b
 		return true, nil
 	}
 	if at < 0 {
-		if blockers := r.preflightBlockers(s.vc, to); blockers != "" {
+		blockers, checked := r.preflightBlockers(s.vc, to)
+		switch {
+		case !checked:
+			s.upgrade.reason = ReasonUpgradePending
+			s.upgrade.message = fmt.Sprintf("the upgrade from %s to %s waits for its pre-flight checks", from, to)
+			return true, nil
+		case blockers != "":
 			s.upgrade.reason = ReasonUpgradeBlocked
 			s.upgrade.message = fmt.Sprintf("the upgrade from %s to %s waits: %s", from, to, blockers)
 			return true, nil
@@ -116,13 +124,13 @@ func stepReached(plan []controlplane.UpgradeStep, sts *appsv1.StatefulSet) int {
 
 // preflightBlockers says what holds an upgrade to to, from the prober's
 // last look at the tenant (HealthProber.preflight); "" when nothing does.
-// Until the prober has looked for this version, the upgrade waits.
-func (r *Reconciler) preflightBlockers(vc *nestv1.VirtualCluster, to string) string {
+// checked is false until the prober has looked for this version.
+func (r *Reconciler) preflightBlockers(vc *nestv1.VirtualCluster, to string) (blockers string, checked bool) {
 	th, ok := r.Health.Get(client.ObjectKeyFromObject(vc))
 	if !ok || th.PreflightFor != to {
-		return "the pre-flight checks have not run yet"
+		return "", false
 	}
-	return th.PreflightBlockers
+	return th.PreflightBlockers, true
 }
 
 // upgradingCondition is the Upgrading condition an upgrade state gives.
