@@ -25,6 +25,7 @@ import (
 	"github.com/nestdev/nest/internal/controlplane"
 	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/vcops"
+	"github.com/nestdev/nest/internal/version"
 )
 
 // apiTimeout bounds the API calls of one page.
@@ -139,6 +140,8 @@ type clusterView struct {
 	ShareErrors map[string]string
 	// DeleteError is the delete form's error.
 	DeleteError string
+	// Upgrade is the upgrade form.
+	Upgrade upgradeForm
 	// KubeconfigCommand is the CLI command that saves the kubeconfig.
 	KubeconfigCommand string
 	LiveURL           string
@@ -185,6 +188,7 @@ func (s *Server) clusterView(ctx context.Context, c client.Client, key types.Nam
 		Namespace: key.Namespace, Name: key.Name,
 		Live:              s.liveOf(ctx, c, vc),
 		Share:             shareFormOf(vc),
+		Upgrade:           upgradeFormOf(vc),
 		KubeconfigCommand: fmt.Sprintf("nest kubeconfig %s -n %s -o %s.kubeconfig", key.Name, key.Namespace, key.Name),
 		LiveURL:           "/live/clusters/" + url.PathEscape(key.Namespace) + "/" + url.PathEscape(key.Name),
 	}, nil
@@ -376,6 +380,41 @@ func (s *Server) share(w http.ResponseWriter, r *http.Request, ctx context.Conte
 		return
 	}
 	klog.InfoS("Share changed", "virtualCluster", key, "resources", res, "user", s.o.Clients.Identity(r))
+	http.Redirect(w, r, clusterURL(key), http.StatusSeeOther)
+}
+
+// upgradeForm is the upgrade card: the version the control plane runs,
+// the one asked for, and the versions it may move to.
+type upgradeForm struct {
+	Running, Wanted string
+	// Offered are the supported versions version.CheckUpgrade allows from
+	// Running, Running excluded.
+	Offered []string
+	// Error is the form's error.
+	Error string
+}
+
+func upgradeFormOf(vc *nestv1.VirtualCluster) upgradeForm {
+	f := upgradeForm{Running: controlplane.RunningVersion(vc), Wanted: controlplane.KubernetesVersion(vc)}
+	for _, v := range version.Supported {
+		if v != f.Running && version.CheckUpgrade(f.Running, v) == nil {
+			f.Offered = append(f.Offered, v)
+		}
+	}
+	return f
+}
+
+// upgrade moves the cluster to the posted version through vcops.Upgrade,
+// which refuses what nest upgrade and the CRD refuse.
+func (s *Server) upgrade(w http.ResponseWriter, r *http.Request, ctx context.Context, c client.WithWatch) {
+	key := keyOf(r)
+	to := r.PostFormValue(vcops.FieldKubernetesVersion)
+	from, err := vcops.Upgrade(ctx, c, key, to)
+	if err != nil {
+		s.clusterWithFormError(w, r, c, key, err, func(v *clusterView) { v.Upgrade.Error = err.Error() })
+		return
+	}
+	klog.InfoS("Virtual cluster upgrading", "virtualCluster", key, "from", from, "to", to, "user", s.o.Clients.Identity(r))
 	http.Redirect(w, r, clusterURL(key), http.StatusSeeOther)
 }
 

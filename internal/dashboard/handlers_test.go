@@ -27,6 +27,7 @@ import (
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/controlplane"
+	"github.com/nestdev/nest/internal/version"
 	"github.com/nestdev/nest/internal/kube"
 	"github.com/nestdev/nest/internal/vcops"
 )
@@ -471,5 +472,33 @@ func TestCreateWithTheHostDefaultServiceTypeLeavesItUnset(t *testing.T) {
 	}
 	if vc.Spec.ControlPlane.Service.Type != "" {
 		t.Errorf("service type %q, want it unset", vc.Spec.ControlPlane.Service.Type)
+	}
+}
+
+// The upgrade card offers the versions the running one may move to, moves
+// the spec, and shows the refusal vcops.Upgrade gives for another.
+func TestUpgradeFormMovesTheVersionOrSaysWhyNot(t *testing.T) {
+	vc := vcFixture("vc-a", "a", nestv1.PhaseCompleted, metav1.ConditionTrue)
+	vc.Spec.KubernetesVersion, vc.Status.Version = version.Kubernetes, version.Kubernetes
+	c := newFake(vc).Build()
+	h := testServer(t, c)
+	page := do(t, h, "GET", "/clusters/vc-a/a", nil).Body.String()
+	option := func(v string) string { return `<option value="` + v + `"` }
+	if !strings.Contains(page, option(version.Newest())) || strings.Contains(page, option(version.Kubernetes)) {
+		t.Errorf("the upgrade card does not offer %s alone (the running %s is no choice):\n%s", version.Newest(), version.Kubernetes, page)
+	}
+	w := do(t, h, "POST", "/clusters/vc-a/a/upgrade", url.Values{"kubernetesVersion": {"v1.20.0"}})
+	if w.Code != http.StatusUnprocessableEntity || !strings.Contains(elementText(t, w.Body.String(), "kubernetesVersion-error"), "unsupported Kubernetes version") {
+		t.Errorf("upgrade to v1.20.0 = %d\n%s", w.Code, w.Body)
+	}
+	if w := do(t, h, "POST", "/clusters/vc-a/a/upgrade", url.Values{"kubernetesVersion": {version.Newest()}}); w.Code != http.StatusSeeOther {
+		t.Fatalf("upgrade = %d\n%s", w.Code, w.Body)
+	}
+	got := &nestv1.VirtualCluster{}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(vc), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.KubernetesVersion != version.Newest() {
+		t.Errorf("spec.kubernetesVersion %s after the upgrade form, want %s", got.Spec.KubernetesVersion, version.Newest())
 	}
 }
