@@ -308,15 +308,24 @@ func deleteLeaderUnderLoad(t *testing.T, ctx context.Context, host client.Client
 	if res.FailedPercent() > 1 {
 		t.Errorf("%.2f%% of calls failed while a replica was deleted, want at most 1%%: %s", res.FailedPercent(), res)
 	}
-	for _, name := range res.Written {
-		if _, err := cs.CoreV1().ConfigMaps("default").Get(ctx, name, metav1.GetOptions{}); err != nil {
-			t.Errorf("ConfigMap %s, written before or during the deletion: %v", name, err)
-		}
-	}
+	checkNoWriteLost(t, ctx, cs, res, "before or during the deletion")
 	// A syncer leads again (syncerLeader fails the test otherwise), and it
 	// runs tenant pods.
 	syncerLeader(t, ctx, host, tn)
 	checkTenantPodRuns(t, ctx, cs, "after-failover")
+}
+
+// checkNoWriteLost fails the test for each ConfigMap the prober wrote
+// (when says when) that the tenant cs no longer has.
+func checkNoWriteLost(t *testing.T, ctx context.Context, cs kubernetes.Interface, res framework.ProbeResult, when string) {
+	t.Helper()
+	lost, err := res.LostWrites(ctx, cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lost) > 0 {
+		t.Errorf("%d of the %d ConfigMaps written %s are gone: %v", len(lost), len(res.Written), when, lost)
+	}
 }
 
 // maxFaultGap is the longest gap a node fault may leave between two calls

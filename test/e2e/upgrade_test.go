@@ -71,12 +71,7 @@ func TestUpgrades(t *testing.T) {
 			res := prober.Stop()
 			t.Logf("3 replicas, %s -> %s: %s", from, to, res)
 			checkFaultBounds(t, "the upgrade", res)
-			cs := tn.Clientset(t)
-			for _, name := range res.Written {
-				if _, err := cs.CoreV1().ConfigMaps("default").Get(ctx, name, metav1.GetOptions{}); err != nil {
-					t.Errorf("ConfigMap %s, written during the upgrade: %v", name, err)
-				}
-			}
+			checkNoWriteLost(t, ctx, tn.Clientset(t), res, "during the upgrade")
 			checkRunsVersion(t, ctx, tn, to)
 			checkSameHostPods(t, ctx, host, tn, "app", pods)
 			checkEtcdMembers(t, ctx, host, hostKubeconfig, tn, 3)

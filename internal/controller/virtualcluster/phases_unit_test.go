@@ -11,6 +11,7 @@ import (
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/controlplane"
+	"github.com/nestdev/nest/internal/version"
 )
 
 // A serving certificate reissued for a new host node leaves the control-plane
@@ -155,5 +156,22 @@ func TestMergePortsKeepsNodePortsButNotForClusterIP(t *testing.T) {
 	}
 	if got := mergePorts(current, desired, corev1.ServiceTypeClusterIP); got[0].NodePort != 0 {
 		t.Errorf("ClusterIP: node port %d, want none", got[0].NodePort)
+	}
+}
+
+// A control plane whose status names no version yet (made by a Nest without
+// upgrades) runs what its StatefulSet's template says, not the spec: a
+// spec that moved meanwhile is upgraded step by step, not jumped to.
+func TestRunningVersionReadsTheTemplateBeforeTheStatusSaysIt(t *testing.T) {
+	from, to := version.Kubernetes, version.Newest()
+	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "vc-a"}, Spec: nestv1.VirtualClusterSpec{KubernetesVersion: from}}
+	sts := controlplane.StatefulSetFor(vc, controlplane.Options{KubeImageRepository: "nest.local/kube"}, controlplane.ServiceIPs{})
+	vc.Spec.KubernetesVersion = to
+	if got := runningVersion(vc, sts); got != from {
+		t.Errorf("no status.version, template at %s, spec %s: running %s, want the template's", from, to, got)
+	}
+	vc.Status.Version = to
+	if got := runningVersion(vc, sts); got != to {
+		t.Errorf("status.version %s: running %s", to, got)
 	}
 }

@@ -49,25 +49,25 @@ type upgradeState struct {
 // elsewhere, so a restarted nest-manager goes on where it was. The first
 // step waits for the pre-flight checks (preflightBlockers).
 func (r *Reconciler) reconcileUpgrade(ctx context.Context, s *reconcileState) (bool, error) {
-	from, to := controlplane.RunningVersion(s.vc), controlplane.KubernetesVersion(s.vc)
-	if from == to {
-		s.upgrade = upgradeState{versions: controlplane.AllAt(to), running: to, reason: ReasonUpToDate,
-			message: "the control plane runs " + to}
-		return true, nil
-	}
-	s.upgrade = upgradeState{versions: controlplane.AllAt(from), running: from}
-	if err := version.CheckUpgrade(from, to); err != nil {
-		s.upgrade.reason, s.upgrade.message = ReasonUpgradeRefused, err.Error()
-		return true, nil
-	}
+	to := controlplane.KubernetesVersion(s.vc)
 	sts := &appsv1.StatefulSet{}
 	n := controlplane.NamesOf(s.vc)
 	if err := r.Get(ctx, client.ObjectKey{Namespace: n.Namespace, Name: n.StatefulSet()}, sts); err != nil {
 		if !apierrors.IsNotFound(err) {
 			return false, fmt.Errorf("read StatefulSet of %s: %w", klog.KObj(s.vc), err)
 		}
-		// No control plane runs yet: it starts at the new version.
-		s.upgrade = upgradeState{versions: controlplane.AllAt(to), running: to, reason: ReasonUpToDate, message: "the control plane runs " + to}
+		// No control plane runs yet: it starts at the version asked for.
+		s.upgrade = upToDate(to, "the control plane runs "+to)
+		return true, nil
+	}
+	from := runningVersion(s.vc, sts)
+	if from == to {
+		s.upgrade = upToDate(to, "the control plane runs "+to)
+		return true, nil
+	}
+	s.upgrade = upgradeState{versions: controlplane.AllAt(from), running: from}
+	if err := version.CheckUpgrade(from, to); err != nil {
+		s.upgrade.reason, s.upgrade.message = ReasonUpgradeRefused, err.Error()
 		return true, nil
 	}
 	plan := controlplane.UpgradePlan(from, to, controlplane.Replicas(s.vc))
@@ -77,8 +77,7 @@ func (r *Reconciler) reconcileUpgrade(ctx context.Context, s *reconcileState) (b
 		return true, nil
 	}
 	if at == len(plan)-1 {
-		s.upgrade = upgradeState{versions: controlplane.AllAt(to), running: to, reason: ReasonUpToDate,
-			message: fmt.Sprintf("upgraded from %s: the control plane runs %s", from, to)}
+		s.upgrade = upToDate(to, fmt.Sprintf("upgraded from %s: the control plane runs %s", from, to))
 		klog.FromContext(ctx).Info("Upgrade complete", "virtualCluster", klog.KObj(s.vc), "from", from, "to", to)
 		return true, nil
 	}
@@ -98,6 +97,25 @@ func (r *Reconciler) reconcileUpgrade(ctx context.Context, s *reconcileState) (b
 	s.upgrade.setStep(plan, at+1, from, to, "starting")
 	klog.FromContext(ctx).Info("Upgrade step", "virtualCluster", klog.KObj(s.vc), "step", plan[at+1].Reason, "versions", plan[at+1].Versions)
 	return true, nil
+}
+
+// upToDate is the state of a control plane that runs v.
+func upToDate(v, message string) upgradeState {
+	return upgradeState{versions: controlplane.AllAt(v), running: v, reason: ReasonUpToDate, message: message}
+}
+
+// runningVersion is the version the control plane runs: status.version,
+// or, before this controller first wrote it (a Nest without upgrades made
+// the StatefulSet), the one its template runs every component at; the
+// spec's when neither says.
+func runningVersion(vc *nestv1.VirtualCluster, sts *appsv1.StatefulSet) string {
+	if vc.Status.Version != "" {
+		return vc.Status.Version
+	}
+	if v, ok := controlplane.VersionsOf(sts); ok && v == controlplane.AllAt(v.APIServer) {
+		return v.APIServer
+	}
+	return controlplane.KubernetesVersion(vc)
 }
 
 // setStep records that the upgrade from from to to is at plan[i].

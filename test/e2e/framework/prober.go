@@ -129,8 +129,9 @@ type ProbeResult struct {
 	Calls, Failed int
 	// LongestGap is the longest time between two successful calls.
 	LongestGap time.Duration
-	// Written are the ConfigMaps it created.
-	Written []string
+	// Written are the ConfigMaps it created, in Namespace.
+	Written   []string
+	Namespace string
 	// LastErr is the last failed call's error.
 	LastErr error
 	// Errors counts the failed calls by error, probe names written
@@ -189,7 +190,29 @@ func (p *APIProber) Stop() ProbeResult {
 	if gap := time.Since(p.lastOK); gap > p.longestGap && p.lastFailed {
 		p.longestGap = gap
 	}
-	return ProbeResult{Calls: p.calls, Failed: p.failed, LongestGap: p.longestGap, Written: append([]string(nil), p.written...), LastErr: p.lastErr, Errors: maps.Clone(p.errors)}
+	return ProbeResult{Calls: p.calls, Failed: p.failed, LongestGap: p.longestGap, Written: append([]string(nil), p.written...), Namespace: p.namespace,
+		LastErr: p.lastErr, Errors: maps.Clone(p.errors)}
+}
+
+// LostWrites lists the ConfigMaps the prober created that the tenant cs
+// no longer has. One List, not a Get each: a prober writes thousands, and
+// client-go's default rate limit would take minutes over them.
+func (r ProbeResult) LostWrites(ctx context.Context, cs kubernetes.Interface) ([]string, error) {
+	list, err := cs.CoreV1().ConfigMaps(r.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	have := map[string]bool{}
+	for _, cm := range list.Items {
+		have[cm.Name] = true
+	}
+	var lost []string
+	for _, name := range r.Written {
+		if !have[name] {
+			lost = append(lost, name)
+		}
+	}
+	return lost, nil
 }
 
 // Calls is how many calls the prober made so far.
