@@ -82,13 +82,13 @@ type ServiceType string
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.datastore) || (has(self.datastore) && self.datastore == oldSelf.datastore)",message="datastore is immutable: the tenant's etcd data lives on it"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.controlPlane) || !has(oldSelf.controlPlane.replicas) || (has(self.controlPlane) && has(self.controlPlane.replicas) && self.controlPlane.replicas >= oldSelf.controlPlane.replicas)",message="spec.controlPlane.replicas cannot be lowered or removed: etcd members are not removed from a live tenant; keep the count or make a new VirtualCluster"
 type VirtualClusterSpec struct {
-	// KubernetesVersion of the tenant control plane: v1.36.3 (the default) or
-	// v1.37.2. Changing it upgrades the control plane in place
+	// KubernetesVersion of the tenant control plane: v1.36.3 or v1.37.2 (the
+	// default, the newest). Changing it upgrades the control plane in place
 	// (status.version says what runs, the Upgrading condition the step): a
 	// later patch, or a patch of the next minor; downgrades and skipped
 	// minors are refused.
 	// +optional
-	// +kubebuilder:default="v1.36.3"
+	// +kubebuilder:default="v1.37.2"
 	// +kubebuilder:validation:MaxLength=16
 	// +kubebuilder:validation:XValidation:rule="self in ['v1.36.3', 'v1.37.2']",message="unsupported kubernetesVersion: the supported versions are v1.36.3 and v1.37.2"
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf || !(self in ['v1.36.3', 'v1.37.2']) || int(self.split('.')[1]) > int(oldSelf.split('.')[1]) || (int(self.split('.')[1]) == int(oldSelf.split('.')[1]) && int(self.split('.')[2]) > int(oldSelf.split('.')[2]))",message="kubernetesVersion cannot go down: downgrades are refused (etcd's data and the API's stored versions do not go back)"

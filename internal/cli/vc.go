@@ -268,7 +268,7 @@ func newCreateCommand(host *hostFlags) *cobra.Command {
 	cmd.Flags().StringVar(&share.podSecurity, "pod-security", "baseline", "Pod Security Standard level of tenant pods: baseline or restricted")
 	cmd.Flags().IntVar(&share.virtualNodes, "virtual-nodes", 0, "how many virtual nodes split the share (default 1)")
 	cmd.Flags().StringVar(&share.serviceType, "service-type", "", "how the tenant API server is exposed: NodePort, LoadBalancer or ClusterIP (default: the host's, nest-manager's --default-service-type)")
-	cmd.Flags().StringVar(&share.kubernetesVersion, "kubernetes-version", "", "Kubernetes version of the tenant control plane, one of "+strings.Join(version.Supported, ", ")+" (default "+version.Kubernetes+")")
+	cmd.Flags().StringVar(&share.kubernetesVersion, "kubernetes-version", "", "Kubernetes version of the tenant control plane, one of "+strings.Join(version.Supported, ", ")+" (default "+version.Newest()+")")
 	cmd.Flags().IntVar(&share.replicas, "replicas", 0, "control-plane replicas: 1, or 3 for a highly available control plane spread over host nodes (default 1)")
 	cmd.Flags().StringVar(&share.containerLimits, "container-limits", "default", "default: tenant containers without cpu or memory limits get the host's default limits; none: they run without, as upstream conformance expects")
 	cmd.Flags().StringVar(&share.privileged, "privileged-containers", "refuse", "refuse: pods with privileged containers are refused; confine: such containers run without host privileges (no host devices, no capabilities beyond the Pod Security level), for workloads that ask for privileged without needing it")

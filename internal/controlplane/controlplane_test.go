@@ -161,7 +161,7 @@ func TestStatefulSetFor(t *testing.T) {
 	}
 	syncerArgs := strings.Join(syncer.Args, " ")
 	// Host pods reach the API server through the in-cluster Service, on the port the tenant sees.
-	for _, want := range []string{"--api-server-host=10.96.0.6", "--api-server-port=443", "--dns-server=10.96.0.6", "--cluster-domain=tenant.local", "--capacity=cpu=2,memory=4Gi,pods=110", "--pod-security-level=baseline", "--kubernetes-version=" + version.Kubernetes} {
+	for _, want := range []string{"--api-server-host=10.96.0.6", "--api-server-port=443", "--dns-server=10.96.0.6", "--cluster-domain=tenant.local", "--capacity=cpu=2,memory=4Gi,pods=110", "--pod-security-level=baseline", "--kubernetes-version=" + version.Newest()} {
 		if !strings.Contains(syncerArgs, want) {
 			t.Errorf("nest-syncer lacks %s in %s", want, syncerArgs)
 		}
@@ -186,7 +186,7 @@ func TestStatefulSetFor(t *testing.T) {
 		}
 	}
 	// The Kubernetes components run the tenant's version's image.
-	kubeImage := "kube:" + version.Kubernetes
+	kubeImage := "kube:" + version.Newest()
 	for _, c := range append(pod.InitContainers, pod.Containers...) {
 		want := "img"
 		if c.Name != "nest-syncer" && c.Name != "coredns" && c.Name != "etcd-member" {

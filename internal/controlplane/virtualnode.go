@@ -291,9 +291,9 @@ func PodSecurityLevel(vc *nestv1.VirtualCluster) string {
 // KubernetesVersion is the version the tenant's control plane runs:
 // spec.kubernetesVersion, which the API server defaults and allows only
 // from version.Supported, else (an object read before the default was
-// applied) version.Kubernetes.
+// applied) version.Newest().
 func KubernetesVersion(vc *nestv1.VirtualCluster) string {
-	return cmp.Or(vc.Spec.KubernetesVersion, version.Kubernetes)
+	return cmp.Or(vc.Spec.KubernetesVersion, version.Newest())
 }
 
 // ClusterDomain is the tenant's DNS domain: spec.clusterDomain, else cluster.local.

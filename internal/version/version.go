@@ -18,7 +18,7 @@ import (
 
 // Kubernetes is the version of the host-side Kubernetes components Nest
 // builds (the local host cluster's, envtest's), from the k8s/ module, and
-// the version of a tenant control plane that names none.
+// the oldest a tenant control plane may run.
 const Kubernetes = "v1.36.3"
 
 // Supported are the versions a tenant control plane may run, oldest first.
@@ -32,7 +32,8 @@ var Supported = []string{Kubernetes, "v1.37.2"}
 // the etcd members first.
 var Etcd = map[string]string{Kubernetes: "v3.6.8", "v1.37.2": "v3.7.0"}
 
-// Newest is the newest supported version.
+// Newest is the newest supported version, and the version of a new tenant
+// control plane that names none (the CRD's default, which the test checks).
 func Newest() string { return Supported[len(Supported)-1] }
 
 // IsSupported says whether v is one of Supported.

@@ -125,8 +125,8 @@ func TestAPIAndCRDsOfferTheSupportedVersions(t *testing.T) {
 		if !strings.Contains(text, allowed) {
 			t.Errorf("%s lacks the rule %s: change the kubebuilder markers and run make generate", f, allowed)
 		}
-		if !strings.Contains(text, "default: "+version.Kubernetes) && !strings.Contains(text, `default="`+version.Kubernetes+`"`) {
-			t.Errorf("%s does not default to %s", f, version.Kubernetes)
+		if !strings.Contains(text, "default: "+version.Newest()) && !strings.Contains(text, `default="`+version.Newest()+`"`) {
+			t.Errorf("%s does not default to the newest supported version, %s", f, version.Newest())
 		}
 	}
 }

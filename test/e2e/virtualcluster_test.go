@@ -49,10 +49,10 @@ func TestVirtualClusters(t *testing.T) {
 	tenants := map[string]*framework.Tenant{"alpha": {Name: "alpha", Dir: dir}, "beta": {Name: "beta", Dir: dir}}
 	// beta is reached through the local host cluster's load balancer, its
 	// default (it names no type), alpha through a node port. alpha runs
-	// the default Kubernetes version, beta the newest supported one.
-	newest := version.Supported[len(version.Supported)-1]
-	wantVersion := map[string]string{"alpha": version.Kubernetes, "beta": newest}
-	createFlags := map[string][]string{"alpha": {"--service-type", "NodePort"}, "beta": {"--kubernetes-version", newest}}
+	// the default Kubernetes version, the newest, beta the oldest.
+	oldest := version.Supported[0]
+	wantVersion := map[string]string{"alpha": version.Newest(), "beta": oldest}
+	createFlags := map[string][]string{"alpha": {"--service-type", "NodePort"}, "beta": {"--kubernetes-version", oldest}}
 	t.Run("two virtual clusters created at once both become Ready", func(t *testing.T) {
 		var wg sync.WaitGroup
 		errs := make(chan error, len(tenants))
