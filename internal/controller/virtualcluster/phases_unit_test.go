@@ -1,6 +1,7 @@
 package virtualcluster
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -8,9 +9,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/controlplane"
+	"github.com/nestdev/nest/internal/kube"
 	"github.com/nestdev/nest/internal/version"
 )
 
@@ -173,5 +176,35 @@ func TestRunningVersionReadsTheTemplateBeforeTheStatusSaysIt(t *testing.T) {
 	vc.Status.Version = to
 	if got := runningVersion(vc, sts); got != to {
 		t.Errorf("status.version %s: running %s", to, got)
+	}
+}
+
+// The upgrade never goes back: a cache that lags behind the step last
+// written keeps that step, and the pre-flight no longer holds it.
+func TestUpgradeNeverWritesAnOlderStepThanTheConditionSays(t *testing.T) {
+	from, to := version.Kubernetes, version.Newest()
+	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "vc-a"},
+		Spec: nestv1.VirtualClusterSpec{KubernetesVersion: from, ControlPlane: nestv1.ControlPlaneSpec{Replicas: ptr.To[int32](3)}}}
+	stale := controlplane.StatefulSetFor(vc, controlplane.Options{KubeImageRepository: "nest.local/kube"}, controlplane.ServiceIPs{})
+	stale.Status = appsv1.StatefulSetStatus{Replicas: 3, ReadyReplicas: 3, UpdatedReplicas: 3}
+	r := &Reconciler{Client: fake.NewClientBuilder().WithScheme(kube.NewScheme()).WithObjects(stale).Build(), Health: NewHealth()}
+	vc.Spec.KubernetesVersion, vc.Status.Version = to, from
+
+	s := newReconcileState(vc)
+	if _, err := r.reconcileUpgrade(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	if s.upgrade.reason != ReasonUpgradePending || s.upgrade.versions != controlplane.AllAt(from) {
+		t.Errorf("not started, no pre-flight yet: %s at %+v, want %s at %s", s.upgrade.reason, s.upgrade.versions, ReasonUpgradePending, from)
+	}
+
+	plan := controlplane.UpgradePlan(from, to, 3)
+	vc.Status.Conditions = []metav1.Condition{{Type: nestv1.ConditionUpgrading, Status: metav1.ConditionTrue, Reason: plan[1].Reason}}
+	s = newReconcileState(vc)
+	if _, err := r.reconcileUpgrade(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	if s.upgrade.reason != plan[1].Reason || s.upgrade.versions != plan[1].Versions {
+		t.Errorf("step %s written, the cache showing none: %s at %+v, want to stay at %+v", plan[1].Reason, s.upgrade.reason, s.upgrade.versions, plan[1].Versions)
 	}
 }

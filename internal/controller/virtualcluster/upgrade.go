@@ -3,9 +3,11 @@ package virtualcluster
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -72,6 +74,14 @@ func (r *Reconciler) reconcileUpgrade(ctx context.Context, s *reconcileState) (b
 	}
 	plan := controlplane.UpgradePlan(from, to, controlplane.Replicas(s.vc))
 	at := stepReached(plan, sts)
+	if written := stepWritten(plan, s.vc); written > at {
+		// A lagging cache shows a template older than the step last
+		// written: keep that step. Never go back, nor hold an upgrade
+		// that started: the old versions would be written back over
+		// replicas already moved.
+		s.upgrade.setStep(plan, written, from, to, "rolling out")
+		return true, nil
+	}
 	if at >= 0 && !rolledOut(sts) {
 		s.upgrade.setStep(plan, at, from, to, "rolling out")
 		return true, nil
@@ -82,21 +92,26 @@ func (r *Reconciler) reconcileUpgrade(ctx context.Context, s *reconcileState) (b
 		return true, nil
 	}
 	if at < 0 {
-		blockers, checked := r.preflightBlockers(s.vc, to)
-		switch {
-		case !checked:
-			s.upgrade.reason = ReasonUpgradePending
-			s.upgrade.message = fmt.Sprintf("the upgrade from %s to %s waits for its pre-flight checks", from, to)
-			return true, nil
-		case blockers != "":
-			s.upgrade.reason = ReasonUpgradeBlocked
-			s.upgrade.message = fmt.Sprintf("the upgrade from %s to %s waits: %s", from, to, blockers)
+		if held, ok := preflightHold(r.preflightBlockers(s.vc, to)); ok {
+			s.upgrade.reason, s.upgrade.message = held.reason, fmt.Sprintf("the upgrade from %s to %s waits%s", from, to, held.message)
 			return true, nil
 		}
 	}
 	s.upgrade.setStep(plan, at+1, from, to, "starting")
 	klog.FromContext(ctx).Info("Upgrade step", "virtualCluster", klog.KObj(s.vc), "step", plan[at+1].Reason, "versions", plan[at+1].Versions)
 	return true, nil
+}
+
+// preflightHold says whether the pre-flight's answer holds the upgrade,
+// and the reason and the end of the message that say why.
+func preflightHold(blockers string, checked bool) (upgradeState, bool) {
+	switch {
+	case !checked:
+		return upgradeState{reason: ReasonUpgradePending, message: " for its pre-flight checks"}, true
+	case blockers != "":
+		return upgradeState{reason: ReasonUpgradeBlocked, message: ": " + blockers}, true
+	}
+	return upgradeState{}, false
 }
 
 // upToDate is the state of a control plane that runs v.
@@ -138,6 +153,16 @@ func stepReached(plan []controlplane.UpgradeStep, sts *appsv1.StatefulSet) int {
 		}
 	}
 	return -1
+}
+
+// stepWritten is the index in plan of the step the Upgrading condition
+// says was written last, -1 when it names none of plan's.
+func stepWritten(plan []controlplane.UpgradeStep, vc *nestv1.VirtualCluster) int {
+	c := meta.FindStatusCondition(vc.Status.Conditions, nestv1.ConditionUpgrading)
+	if c == nil || c.Status != metav1.ConditionTrue {
+		return -1
+	}
+	return slices.IndexFunc(plan, func(st controlplane.UpgradeStep) bool { return st.Reason == c.Reason })
 }
 
 // preflightBlockers says what holds an upgrade to to, from the prober's
