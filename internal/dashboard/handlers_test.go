@@ -27,9 +27,9 @@ import (
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/controlplane"
-	"github.com/nestdev/nest/internal/version"
 	"github.com/nestdev/nest/internal/kube"
 	"github.com/nestdev/nest/internal/vcops"
+	"github.com/nestdev/nest/internal/version"
 )
 
 // fixedClients is a ClientSource with one client, for handler tests.
