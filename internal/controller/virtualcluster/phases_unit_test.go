@@ -208,3 +208,20 @@ func TestUpgradeNeverWritesAnOlderStepThanTheConditionSays(t *testing.T) {
 		t.Errorf("step %s written, the cache showing none: %s at %+v, want to stay at %+v", plan[1].Reason, s.upgrade.reason, s.upgrade.versions, plan[1].Versions)
 	}
 }
+
+// The prober runs the pre-flight only while an upgrade waits to start.
+func TestUpgradePendingOnlyBeforeTheFirstStep(t *testing.T) {
+	from, to := version.Kubernetes, version.Newest()
+	vc := &nestv1.VirtualCluster{Spec: nestv1.VirtualClusterSpec{KubernetesVersion: to}, Status: nestv1.VirtualClusterStatus{Version: to}}
+	if _, pending := upgradePending(vc); pending {
+		t.Error("running the version asked for: an upgrade is pending")
+	}
+	vc.Status.Version = from
+	if got, pending := upgradePending(vc); !pending || got != to {
+		t.Errorf("running %s, asked %s: pending %v for %q", from, to, pending, got)
+	}
+	vc.Status.Conditions = []metav1.Condition{{Type: nestv1.ConditionUpgrading, Status: metav1.ConditionTrue, Reason: controlplane.UpgradeEtcd}}
+	if _, pending := upgradePending(vc); pending {
+		t.Error("an upgrade under way is still pending its pre-flight")
+	}
+}
