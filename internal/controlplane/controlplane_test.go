@@ -238,6 +238,11 @@ func TestStatefulSetForThreeReplicas(t *testing.T) {
 			t.Errorf("%s lacks %s in %s", name, want, args[name])
 		}
 	}
+	// The grace period holds the other containers' stop and the API
+	// server's shutdown delay with room to spare, so no kill cuts a request.
+	if grace := time.Duration(*pod.TerminationGracePeriodSeconds) * time.Second; grace < shutdownDelay+10*time.Second {
+		t.Errorf("3 replicas: termination grace %s, want the shutdown delay (%s) and 10 s more", grace, shutdownDelay)
+	}
 	single := StatefulSetFor(vc(nil), Options{}, ServiceIPs{}).Spec.Template.Spec
 	found := false
 	for _, c := range append(single.InitContainers, single.Containers...) {

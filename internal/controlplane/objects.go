@@ -189,7 +189,7 @@ func StatefulSetFor(vc *nestv1.VirtualCluster, o Options, ips ServiceIPs) *appsv
 		},
 		EnableServiceLinks: ptr.To(false),
 		// kube-apiserver drains watches for a long time on SIGTERM.
-		TerminationGracePeriodSeconds: ptr.To[int64](10),
+		TerminationGracePeriodSeconds: ptr.To(terminationGracePeriod(vc)),
 	}
 	claim := corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: EtcdVolumeClaimTemplate, Labels: n.Labels()},
@@ -409,9 +409,21 @@ func etcdContainer(n Names, o Options) corev1.Container {
 	return c
 }
 
-// shutdownDelay is --shutdown-delay-duration of replicated API servers; the
-// pod's termination grace period (10 s) leaves room for it and the drain.
+// shutdownDelay is --shutdown-delay-duration of replicated API servers.
 const shutdownDelay = 5 * time.Second
+
+// terminationGracePeriod is the control-plane pod's, in seconds. The
+// kubelet stops the containers first (nest-syncer hands over its leases),
+// then the sidecars in reverse order, etcd last: a replicated API server's
+// shutdownDelay comes on top of the others' stop, and a kill at the end of
+// the period would cut the requests it still serves. A single replica
+// keeps 10 s: a restart (an upgrade) waits for it, and it has no delay.
+func terminationGracePeriod(vc *nestv1.VirtualCluster) int64 {
+	if Replicas(vc) > 1 {
+		return 20
+	}
+	return 10
+}
 
 // goawayChance is --goaway-chance of replicated API servers: the share of
 // requests whose HTTP/2 connection is closed after its answer.
