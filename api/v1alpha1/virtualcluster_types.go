@@ -567,7 +567,7 @@ type VirtualClusterStatus struct {
 	Phase Phase `json:"phase,omitempty"`
 
 	// Conditions: Ready, ControlPlaneAvailable, CertificatesReady, NodesReady,
-	// NodesAssigned.
+	// NodesAssigned, Upgrading.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

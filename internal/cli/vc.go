@@ -126,9 +126,9 @@ func (n *nodes) policy() (nestv1.PromotePolicy, error) {
 	return p, asFlagError(err)
 }
 
-// flagOf names the nest create flag of each vcops field.
+// flagOf names the nest create, scale or upgrade flag of each vcops field.
 var flagOf = map[string]string{vcops.FieldCPU: "--cpu", vcops.FieldMemory: "--memory", vcops.FieldGPU: "--gpu", vcops.FieldPods: "--pods", vcops.FieldName: "NAME", vcops.FieldNamespace: "--namespace",
-	vcops.FieldNodes: "--nodes", vcops.FieldNodeSelector: "--node-selector"}
+	vcops.FieldNodes: "--nodes", vcops.FieldNodeSelector: "--node-selector", vcops.FieldKubernetesVersion: "--version"}
 
 // asFlagError renames a vcops field error after the flag the user typed.
 func asFlagError(err error) error {
@@ -333,24 +333,42 @@ func newUpgradeCommand(host *hostFlags) *cobra.Command {
 			return waitUpgraded(ctx, c, key, to, time.Now(), out)
 		})
 	cmd.Flags().StringVar(&to, "version", "", "the Kubernetes version to move to: a later patch, or the next minor, one of "+strings.Join(version.Supported, ", "))
+	// Three replicas roll three times, one replica at a time.
+	timeout := cmd.Flags().Lookup("timeout")
+	timeout.DefValue = upgradeTimeout.String()
+	if err := timeout.Value.Set(timeout.DefValue); err != nil {
+		panic(err)
+	}
 	return cmd
 }
 
+// upgradeTimeout is nest upgrade's default --timeout.
+const upgradeTimeout = 15 * time.Minute
+
 // waitUpgraded prints each change of the Upgrading condition until the
-// control plane runs to and the cluster is Ready.
+// control plane runs to and the cluster is Ready; a refused upgrade ends
+// it with the refusal.
 func waitUpgraded(ctx context.Context, c client.Client, key types.NamespacedName, to string, start time.Time, out io.Writer) error {
 	last := ""
-	return wait.PollUntilContextCancel(ctx, 300*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextCancel(ctx, 300*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		vc := &nestv1.VirtualCluster{}
 		if err := c.Get(ctx, key, vc); err != nil {
 			return false, err
 		}
-		if u := meta.FindStatusCondition(vc.Status.Conditions, nestv1.ConditionUpgrading); u != nil && u.Message != last {
+		u := meta.FindStatusCondition(vc.Status.Conditions, nestv1.ConditionUpgrading)
+		if u != nil && u.Message != last {
 			fmt.Fprintf(out, "%6.1fs  %s: %s\n", time.Since(start).Seconds(), u.Reason, u.Message)
 			last = u.Message
 		}
+		if u != nil && u.Reason == virtualcluster.ReasonUpgradeRefused {
+			return false, fmt.Errorf("virtual cluster %s: the upgrade is refused: %s", key, u.Message)
+		}
 		return vc.Status.Version == to && meta.IsStatusConditionTrue(vc.Status.Conditions, nestv1.ConditionReady), nil
 	})
+	if wait.Interrupted(err) {
+		return fmt.Errorf("virtual cluster %s does not run %s yet (%s): %w", key, to, last, err)
+	}
+	return err
 }
 
 func newDeleteCommand(host *hostFlags) *cobra.Command {

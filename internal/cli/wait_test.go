@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/controller/virtualcluster"
 	"github.com/nestdev/nest/internal/controlplane"
 	"github.com/nestdev/nest/internal/kube"
 )
@@ -99,5 +100,37 @@ func TestWaitReachableSkipsAClusterIPEndpoint(t *testing.T) {
 	}
 	if got := calls.Load(); got != 0 {
 		t.Errorf("/readyz called %d times for a ClusterIP endpoint, want 0", got)
+	}
+}
+
+// nest upgrade --wait prints each step, ends once the control plane runs
+// the version, and gives up at once on a refusal.
+func TestWaitUpgradedFollowsTheConditionAndStopsOnARefusal(t *testing.T) {
+	ctx := context.Background()
+	to := "v1.37.2"
+	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "vc-a"},
+		Status: nestv1.VirtualClusterStatus{Version: to, Conditions: []metav1.Condition{
+			{Type: nestv1.ConditionUpgrading, Status: metav1.ConditionFalse, Reason: virtualcluster.ReasonUpToDate, Message: "the control plane runs " + to},
+			{Type: nestv1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Ready"},
+		}}}
+	c := fake.NewClientBuilder().WithScheme(kube.NewScheme()).WithObjects(vc).Build()
+	var out bytes.Buffer
+	if err := waitUpgraded(ctx, c, client.ObjectKeyFromObject(vc), to, time.Now(), &out); err != nil || !strings.Contains(out.String(), "UpToDate: the control plane runs "+to) {
+		t.Errorf("upgraded: %v, printed %q", err, out.String())
+	}
+	vc.Status.Version = "v1.36.3"
+	vc.Status.Conditions[0] = metav1.Condition{Type: nestv1.ConditionUpgrading, Status: metav1.ConditionFalse, Reason: virtualcluster.ReasonUpgradeRefused, Message: "spec.kubernetesVersion: downgrades are refused"}
+	c = fake.NewClientBuilder().WithScheme(kube.NewScheme()).WithObjects(vc).Build()
+	tctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := waitUpgraded(tctx, c, client.ObjectKeyFromObject(vc), to, time.Now(), &out); err == nil || !strings.Contains(err.Error(), "downgrades are refused") || tctx.Err() != nil {
+		t.Errorf("refused: %v (context %v), want the refusal at once", err, tctx.Err())
+	}
+}
+
+func TestUpgradeWaitsLongerByDefault(t *testing.T) {
+	cmd := newUpgradeCommand(&hostFlags{})
+	if got := cmd.Flags().Lookup("timeout").Value.String(); got != upgradeTimeout.String() {
+		t.Errorf("nest upgrade --timeout defaults to %s, want %s", got, upgradeTimeout)
 	}
 }

@@ -419,10 +419,11 @@ const shutdownDelay = 5 * time.Second
 // the period would cut the requests it still serves. A single replica
 // keeps 10 s: a restart (an upgrade) waits for it, and it has no delay.
 func terminationGracePeriod(vc *nestv1.VirtualCluster) int64 {
+	const single = 10
 	if Replicas(vc) > 1 {
-		return 20
+		return single + int64(shutdownDelay/time.Second) + 5
 	}
-	return 10
+	return single
 }
 
 // goawayChance is --goaway-chance of replicated API servers: the share of

@@ -81,10 +81,13 @@ func UpgradePlan(from, to string, replicas int32) []UpgradeStep {
 		UpgradeStep{UpgradeControllers, AllAt(to)})
 }
 
-// RunningVersion is the version the control plane of vc runs:
-// status.version, or, before the controller first wrote it (a new
-// VirtualCluster, or one made by a Nest without upgrades, whose version
-// could not change), spec.kubernetesVersion.
+// RunningVersion is the version the control plane of vc runs, as far as
+// the VirtualCluster alone tells: status.version, or, before the controller
+// first wrote it (a new VirtualCluster, or one made by a Nest without
+// upgrades, whose version could not change), spec.kubernetesVersion. The
+// CLI, the dashboard and the pre-flight show and check with it; the
+// upgrade itself also reads the StatefulSet's template, which says for
+// sure before the status does.
 func RunningVersion(vc *nestv1.VirtualCluster) string {
 	if vc.Status.Version != "" {
 		return vc.Status.Version

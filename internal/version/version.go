@@ -1,4 +1,6 @@
-// Package version holds the Kubernetes versions Nest builds and runs.
+// Package version holds the Kubernetes versions Nest builds and runs, the
+// etcd each is built with, the one new tenants get (Newest), and which
+// upgrades between them are allowed (CheckUpgrade).
 //
 // Go code refers to Kubernetes and Supported; the Makefile reads them from
 // this file. The places that cannot derive them (go.mod pins, the CRD

@@ -71,6 +71,9 @@ func runFromEnv(t *testing.T) run {
 		t.Fatalf("NEST_CONFORMANCE_VERSION: %v", err)
 	}
 	if r.upgradeFrom != "" {
+		if err := version.CheckSupported(r.upgradeFrom); err != nil {
+			t.Fatalf("NEST_CONFORMANCE_UPGRADE_FROM: %v", err)
+		}
 		if err := version.CheckUpgrade(r.upgradeFrom, r.version); err != nil {
 			t.Fatalf("NEST_CONFORMANCE_UPGRADE_FROM=%s to NEST_CONFORMANCE_VERSION=%s: %v", r.upgradeFrom, r.version, err)
 		}

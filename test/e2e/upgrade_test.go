@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/controller/virtualcluster"
 	"github.com/nestdev/nest/internal/controlplane"
 	"github.com/nestdev/nest/internal/images"
 	"github.com/nestdev/nest/internal/testutil"
@@ -50,7 +51,7 @@ func TestUpgrades(t *testing.T) {
 			createAt(t, nest, tn, from)
 			tn.WaitDefaultServiceAccount(t, ctx)
 			w := startWorkload(t, ctx, host, tn)
-			upgradeTo(t, ctx, host, nest, tn, to)
+			checkSteps(t, upgradeTo(t, ctx, host, nest, tn, to), to, controlplane.UpgradeControlPlane)
 			checkRunsVersion(t, ctx, tn, to)
 			w.checkKept(t, ctx, host)
 			checkUpgradeEvents(t, ctx, host, tn, controlplane.UpgradeControlPlane)
@@ -65,13 +66,14 @@ func TestUpgrades(t *testing.T) {
 			tn.WaitDefaultServiceAccount(t, ctx)
 			pods := tenantDeployment(t, ctx, host, tn, "app", "web")
 			prober := startProber(t, ctx, tn)
-			upgradeTo(t, ctx, host, nest, tn, to)
+			out := upgradeTo(t, ctx, host, nest, tn, to)
 			waitReadyReplicas(t, ctx, host, tn.Name, 3)
 			waitProbeCalls(t, prober, prober.Calls()+20)
 			res := prober.Stop()
 			t.Logf("3 replicas, %s -> %s: %s", from, to, res)
 			checkFaultBounds(t, "the upgrade", res)
 			checkNoWriteLost(t, ctx, tn.Clientset(t), res, "during the upgrade")
+			checkSteps(t, out, to, controlplane.UpgradeEtcd, controlplane.UpgradeAPIServer, controlplane.UpgradeControllers)
 			checkRunsVersion(t, ctx, tn, to)
 			checkSameHostPods(t, ctx, host, tn, "app", pods)
 			checkEtcdMembers(t, ctx, host, hostKubeconfig, tn, 3)
@@ -91,9 +93,9 @@ func createAt(t *testing.T, nest framework.Nest, tn *framework.Tenant, v string,
 	tn.Load(t, nest)
 }
 
-// upgradeTo runs nest upgrade --wait and logs how long it took; the
-// VirtualCluster then says it runs v, and is Ready.
-func upgradeTo(t *testing.T, ctx context.Context, host client.Client, nest framework.Nest, tn *framework.Tenant, v string) {
+// upgradeTo runs nest upgrade --wait, logs how long it took and returns
+// what it printed; the VirtualCluster then says it runs v.
+func upgradeTo(t *testing.T, ctx context.Context, host client.Client, nest framework.Nest, tn *framework.Tenant, v string) string {
 	t.Helper()
 	start := time.Now()
 	out, err := nest("upgrade", tn.Name, "--version", v, "--wait", "--timeout", "12m")
@@ -105,8 +107,30 @@ func upgradeTo(t *testing.T, ctx context.Context, host client.Client, nest frame
 	if err := host.Get(ctx, client.ObjectKey{Namespace: tn.Namespace, Name: tn.Name}, vc); err != nil {
 		t.Fatal(err)
 	}
-	if vc.Status.Version != v || !strings.Contains(out, "UpToDate") {
-		t.Errorf("%s after the upgrade: status.version %q, want %s; nest upgrade printed:\n%s", tn.Name, vc.Status.Version, v, out)
+	if vc.Status.Version != v {
+		t.Errorf("%s after the upgrade: status.version %q, want %s", tn.Name, vc.Status.Version, v)
+	}
+	return out
+}
+
+// checkSteps: nest upgrade's progress (out) names the steps in that order,
+// each once, and ends with the control plane at to.
+func checkSteps(t *testing.T, out, to string, steps ...string) {
+	t.Helper()
+	var seen []string
+	for _, line := range strings.Split(out, "\n") {
+		for _, step := range steps {
+			if strings.Contains(line, "  "+step+": ") && !slices.Contains(seen, step) {
+				seen = append(seen, step)
+			}
+		}
+	}
+	if !slices.Equal(seen, steps) {
+		t.Errorf("nest upgrade showed the steps %v, want %v in that order:\n%s", seen, steps, out)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if last := lines[len(lines)-1]; !strings.Contains(last, virtualcluster.ReasonUpToDate+": the control plane runs "+to) {
+		t.Errorf("nest upgrade's last line %q, want the control plane at %s", last, to)
 	}
 }
 
@@ -304,21 +328,25 @@ func writeFile(t *testing.T, tn *framework.Tenant, name, content string) string 
 // one for the end.
 func checkUpgradeEvents(t *testing.T, ctx context.Context, host client.Client, tn *framework.Tenant, steps ...string) {
 	t.Helper()
-	var events corev1.EventList
-	if err := host.List(ctx, &events, client.InNamespace(tn.Namespace)); err != nil {
-		t.Fatal(err)
-	}
-	var reasons []string
-	for _, e := range events.Items {
-		if e.InvolvedObject.Kind == nestv1.VirtualClusterKind && e.InvolvedObject.Name == tn.Name {
-			reasons = append(reasons, e.Reason)
+	// The recorder writes events in the background.
+	testutil.Eventually(t, time.Minute, "an event for each step of "+tn.Name+"'s upgrade", func() error {
+		var events corev1.EventList
+		if err := host.List(ctx, &events, client.InNamespace(tn.Namespace)); err != nil {
+			return err
 		}
-	}
-	for _, want := range append(steps, "UpToDate") {
-		if !slices.Contains(reasons, want) {
-			t.Errorf("%s has no %s event among %v", tn.Name, want, reasons)
+		var reasons []string
+		for _, e := range events.Items {
+			if e.InvolvedObject.Kind == nestv1.VirtualClusterKind && e.InvolvedObject.Name == tn.Name {
+				reasons = append(reasons, e.Reason)
+			}
 		}
-	}
+		for _, want := range append(steps, virtualcluster.ReasonUpToDate) {
+			if !slices.Contains(reasons, want) {
+				return fmt.Errorf("no %s event among %v", want, reasons)
+			}
+		}
+		return nil
+	})
 }
 
 // checkRefusals: a downgrade to older and an unknown version are refused,

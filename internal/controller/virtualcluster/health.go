@@ -134,7 +134,8 @@ func (p *HealthProber) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Re
 // probe asks the tenant API server for /readyz, then for its virtual node,
 // then whether the administrators are cluster-admin yet: nest-manager asks
 // as itself (system:masters), so its own success no longer says that the
-// admin kubeconfig a Ready VirtualCluster hands out works.
+// admin kubeconfig a Ready VirtualCluster hands out works. Once /readyz
+// answers, it runs an upgrade's pre-flight too, whatever the nodes say.
 func (p *HealthProber) probe(ctx context.Context, vc *nestv1.VirtualCluster) TenantHealth {
 	kubeconfig, err := controlplane.ManagerKubeconfig(ctx, p, vc)
 	if err != nil {
@@ -150,20 +151,27 @@ func (p *HealthProber) probe(ctx context.Context, vc *nestv1.VirtualCluster) Ten
 		return TenantHealth{AvailableMessage: "tenant /readyz: " + err.Error()}
 	}
 	th := TenantHealth{Available: true}
-	if err := p.Tenants.VirtualNodeReady(pctx, kubeconfig); err != nil {
-		th.NodesMessage = err.Error()
-		return th
-	}
-	if err := p.Tenants.AdministratorsAuthorized(pctx, kubeconfig); err != nil {
-		th.NodesMessage = err.Error()
-		return th
-	}
-	th.NodesReady = true
+	th.NodesReady, th.NodesMessage = p.nodesReady(pctx, kubeconfig)
 	if to, pending := upgradePending(vc); pending {
+		// Its own time: it reads every replica's metrics and the nodes.
+		fctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
 		th.PreflightFor = to
-		th.PreflightBlockers = p.preflight(pctx, vc, kubeconfig, to)
+		th.PreflightBlockers = p.preflight(fctx, vc, kubeconfig, to)
 	}
 	return th
+}
+
+// nodesReady asks for the virtual node, then whether the administrators
+// are cluster-admin yet; its message says what is missing.
+func (p *HealthProber) nodesReady(ctx context.Context, kubeconfig []byte) (bool, string) {
+	if err := p.Tenants.VirtualNodeReady(ctx, kubeconfig); err != nil {
+		return false, err.Error()
+	}
+	if err := p.Tenants.AdministratorsAuthorized(ctx, kubeconfig); err != nil {
+		return false, err.Error()
+	}
+	return true, ""
 }
 
 // upgradePending reports whether vc asks for a version its control plane

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
@@ -179,33 +180,53 @@ func TestRunningVersionReadsTheTemplateBeforeTheStatusSaysIt(t *testing.T) {
 	}
 }
 
-// The upgrade never goes back: a cache that lags behind the step last
-// written keeps that step, and the pre-flight no longer holds it.
-func TestUpgradeNeverWritesAnOlderStepThanTheConditionSays(t *testing.T) {
+// The upgrade never goes back: it reads the StatefulSet from the API
+// server, not a cache that may lag behind the step written last, and an
+// upgrade refused midway leaves the template where it is.
+func TestUpgradeNeverWritesOlderVersionsThanTheTemplateRuns(t *testing.T) {
 	from, to := version.Kubernetes, version.Newest()
+	plan := controlplane.UpgradePlan(from, to, 3)
 	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "vc-a"},
 		Spec: nestv1.VirtualClusterSpec{KubernetesVersion: from, ControlPlane: nestv1.ControlPlaneSpec{Replicas: ptr.To[int32](3)}}}
-	stale := controlplane.StatefulSetFor(vc, controlplane.Options{KubeImageRepository: "nest.local/kube"}, controlplane.ServiceIPs{})
-	stale.Status = appsv1.StatefulSetStatus{Replicas: 3, ReadyReplicas: 3, UpdatedReplicas: 3}
-	r := &Reconciler{Client: fake.NewClientBuilder().WithScheme(kube.NewScheme()).WithObjects(stale).Build(), Health: NewHealth()}
+	at := func(v controlplane.ComponentVersions) *appsv1.StatefulSet {
+		sts := controlplane.StatefulSetFor(vc, controlplane.Options{KubeImageRepository: "nest.local/kube", Versions: v}, controlplane.ServiceIPs{})
+		sts.Generation, sts.Status = 2, appsv1.StatefulSetStatus{ObservedGeneration: 1, Replicas: 3, ReadyReplicas: 3}
+		return sts
+	}
+	clientWith := func(sts *appsv1.StatefulSet) client.Client {
+		return fake.NewClientBuilder().WithScheme(kube.NewScheme()).WithObjects(sts).Build()
+	}
+	r := &Reconciler{Client: clientWith(at(controlplane.AllAt(from))), APIReader: clientWith(at(plan[1].Versions)), Health: NewHealth()}
 	vc.Spec.KubernetesVersion, vc.Status.Version = to, from
-
 	s := newReconcileState(vc)
 	if _, err := r.reconcileUpgrade(context.Background(), s); err != nil {
 		t.Fatal(err)
 	}
-	if s.upgrade.reason != ReasonUpgradePending || s.upgrade.versions != controlplane.AllAt(from) {
-		t.Errorf("not started, no pre-flight yet: %s at %+v, want %s at %s", s.upgrade.reason, s.upgrade.versions, ReasonUpgradePending, from)
+	if s.upgrade.reason != plan[1].Reason || s.upgrade.versions != plan[1].Versions {
+		t.Errorf("the API server holds step %s, the cache none: %s at %+v, want to stay at %+v", plan[1].Reason, s.upgrade.reason, s.upgrade.versions, plan[1].Versions)
 	}
 
-	plan := controlplane.UpgradePlan(from, to, 3)
-	vc.Status.Conditions = []metav1.Condition{{Type: nestv1.ConditionUpgrading, Status: metav1.ConditionTrue, Reason: plan[1].Reason}}
+	vc.Spec.KubernetesVersion = "v1.99.0"
 	s = newReconcileState(vc)
 	if _, err := r.reconcileUpgrade(context.Background(), s); err != nil {
 		t.Fatal(err)
 	}
-	if s.upgrade.reason != plan[1].Reason || s.upgrade.versions != plan[1].Versions {
-		t.Errorf("step %s written, the cache showing none: %s at %+v, want to stay at %+v", plan[1].Reason, s.upgrade.reason, s.upgrade.versions, plan[1].Versions)
+	if s.upgrade.reason != ReasonUpgradeRefused || s.upgrade.versions != plan[1].Versions {
+		t.Errorf("refused midway: %s at %+v, want %s with the template kept at %+v", s.upgrade.reason, s.upgrade.versions, ReasonUpgradeRefused, plan[1].Versions)
+	}
+}
+
+// A control plane whose StatefulSet is gone is made again at the version
+// it ran, not at the one asked for.
+func TestAMissingStatefulSetIsMadeAgainAtTheRunningVersion(t *testing.T) {
+	from, to := version.Kubernetes, version.Newest()
+	vc := &nestv1.VirtualCluster{Spec: nestv1.VirtualClusterSpec{KubernetesVersion: to}, Status: nestv1.VirtualClusterStatus{Version: from}}
+	if got := startAt(vc, to); got.versions != controlplane.AllAt(from) || got.running != from || got.reason != ReasonUpgradePending {
+		t.Errorf("running %s, asked %s, no StatefulSet: %+v, want it made at %s and the upgrade pending", from, to, got, from)
+	}
+	vc.Status.Version = ""
+	if got := startAt(vc, to); got.versions != controlplane.AllAt(to) || got.reason != ReasonUpToDate {
+		t.Errorf("a new control plane: %+v, want it made at %s", got, to)
 	}
 }
 

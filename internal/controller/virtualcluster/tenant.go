@@ -205,16 +205,18 @@ func RemovedAPIs(metrics []byte, target *utilversion.Version) ([]string, error) 
 		if m.GetGauge().GetValue() == 0 || labels["removed_release"] == "" {
 			continue
 		}
-		removed, err := utilversion.ParseGeneric(labels["removed_release"])
-		if err != nil || removed.GreaterThan(utilversion.MajorMinor(target.Major(), target.Minor())) {
-			continue
-		}
 		name := labels["resource"] + "." + labels["version"]
 		if labels["group"] != "" {
 			name += "." + labels["group"]
 		}
 		if labels["subresource"] != "" {
 			name += "/" + labels["subresource"]
+		}
+		// A release that does not parse holds the upgrade too: in doubt,
+		// the API may be gone.
+		removed, err := utilversion.ParseGeneric(labels["removed_release"])
+		if err == nil && removed.GreaterThan(utilversion.MajorMinor(target.Major(), target.Minor())) {
+			continue
 		}
 		out = append(out, fmt.Sprintf("%s (removed in %s)", name, labels["removed_release"]))
 	}
@@ -229,6 +231,8 @@ func kubeletsTooOld(nodes []corev1.Node, target *utilversion.Version) []string {
 	for _, n := range nodes {
 		v, err := utilversion.ParseGeneric(n.Status.NodeInfo.KubeletVersion)
 		if err != nil {
+			out = append(out, fmt.Sprintf("node %s reports kubelet version %q, which does not parse: the skew to %s cannot be checked",
+				n.Name, n.Status.NodeInfo.KubeletVersion, "v"+target.String()))
 			continue
 		}
 		if v.Major() != target.Major() || int(target.Minor())-int(v.Minor()) > maxKubeletSkew {

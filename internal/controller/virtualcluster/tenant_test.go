@@ -61,6 +61,7 @@ apiserver_requested_deprecated_apis{group="networking.k8s.io",removed_release="1
 apiserver_requested_deprecated_apis{group="resource.k8s.io",removed_release="1.38",resource="resourceclaims",subresource="status",version="v1beta1"} 1
 apiserver_requested_deprecated_apis{group="",removed_release="1.30",resource="componentstatuses",subresource="",version="v1"} 1
 apiserver_requested_deprecated_apis{group="example.dev",removed_release="",resource="widgets",subresource="",version="v1beta1"} 1
+apiserver_requested_deprecated_apis{group="odd.dev",removed_release="soon",resource="gadgets",subresource="",version="v1beta1"} 1
 # HELP apiserver_request_total [STABLE] Counter of apiserver requests.
 # TYPE apiserver_request_total counter
 apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="cluster",subresource="",verb="LIST",version="v1"} 3
@@ -69,7 +70,7 @@ apiserver_request_total{code="200",component="apiserver",dry_run="",group="",res
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"componentstatuses.v1 (removed in 1.30)", "ipaddresses.v1beta1.networking.k8s.io (removed in 1.37)"}
+	want := []string{"componentstatuses.v1 (removed in 1.30)", "gadgets.v1beta1.odd.dev (removed in soon)", "ipaddresses.v1beta1.networking.k8s.io (removed in 1.37)"}
 	if !slices.Equal(got, want) {
 		t.Errorf("removed by 1.37: %v, want %v", got, want)
 	}
@@ -86,9 +87,10 @@ func TestKubeletsTooOldFollowsTheSkewPolicy(t *testing.T) {
 	node := func(name, v string) corev1.Node {
 		return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{KubeletVersion: v}}}
 	}
-	got := kubeletsTooOld([]corev1.Node{node("virtual", "v1.36.3"), node("dedicated-ok", "v1.34.0"), node("dedicated-old", "v1.33.9")},
+	got := kubeletsTooOld([]corev1.Node{node("virtual", "v1.36.3"), node("dedicated-ok", "v1.34.0"), node("dedicated-old", "v1.33.9"), node("odd", "latest")},
 		utilversion.MustParseSemantic("v1.37.2"))
-	if len(got) != 1 || !strings.Contains(got[0], "node dedicated-old's kubelet v1.33.9 is more than 3 minor versions older than v1.37.2") {
-		t.Errorf("blockers %q, want only dedicated-old's", got)
+	if len(got) != 2 || !strings.Contains(got[0], "node dedicated-old's kubelet v1.33.9 is more than 3 minor versions older than v1.37.2") ||
+		!strings.Contains(got[1], `node odd reports kubelet version "latest", which does not parse`) {
+		t.Errorf("blockers %q, want dedicated-old's and odd's", got)
 	}
 }

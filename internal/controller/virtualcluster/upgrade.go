@@ -3,11 +3,9 @@ package virtualcluster
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,8 +24,8 @@ const (
 	// ReasonUpgradeBlocked: a pre-flight check holds the upgrade.
 	ReasonUpgradeBlocked = "UpgradeBlocked"
 	// ReasonUpgradeRefused: the running version may not move to the one
-	// asked for (version.CheckUpgrade), which the CRD's rules let by only
-	// for an object they never checked.
+	// asked for (version.CheckUpgrade): a spec the CRD's rules did not
+	// check, or a version since dropped from the supported list.
 	ReasonUpgradeRefused = "UpgradeRefused"
 )
 
@@ -52,42 +50,40 @@ type upgradeState struct {
 // step waits for the pre-flight checks (preflightBlockers).
 func (r *Reconciler) reconcileUpgrade(ctx context.Context, s *reconcileState) (bool, error) {
 	to := controlplane.KubernetesVersion(s.vc)
-	sts := &appsv1.StatefulSet{}
-	n := controlplane.NamesOf(s.vc)
-	if err := r.Get(ctx, client.ObjectKey{Namespace: n.Namespace, Name: n.StatefulSet()}, sts); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return false, fmt.Errorf("read StatefulSet of %s: %w", klog.KObj(s.vc), err)
-		}
-		// No control plane runs yet: it starts at the version asked for.
-		s.upgrade = upToDate(to, "the control plane runs "+to)
-		return true, nil
+	sts, err := readStatefulSet(ctx, r.Client, s.vc)
+	if err != nil || sts == nil {
+		s.upgrade = startAt(s.vc, to)
+		return err == nil, err
 	}
 	from := runningVersion(s.vc, sts)
 	if from == to {
-		s.upgrade = upToDate(to, "the control plane runs "+to)
+		s.upgrade = upToDate(to)
 		return true, nil
 	}
+	// While it moves, the StatefulSet is read from the API server: a cache
+	// that lags would show an older step than the one written last.
+	if sts, err = readStatefulSet(ctx, r.APIReader, s.vc); err != nil || sts == nil {
+		s.upgrade = startAt(s.vc, to)
+		return err == nil, err
+	}
+	// Held or refused, the template stays as it is: never back over
+	// replicas already moved.
 	s.upgrade = upgradeState{versions: controlplane.AllAt(from), running: from}
+	if current, ok := controlplane.VersionsOf(sts); ok {
+		s.upgrade.versions = current
+	}
 	if err := version.CheckUpgrade(from, to); err != nil {
 		s.upgrade.reason, s.upgrade.message = ReasonUpgradeRefused, err.Error()
 		return true, nil
 	}
 	plan := controlplane.UpgradePlan(from, to, controlplane.Replicas(s.vc))
 	at := stepReached(plan, sts)
-	if written := stepWritten(plan, s.vc); written > at {
-		// A lagging cache shows a template older than the step last
-		// written: keep that step. Never go back, nor hold an upgrade
-		// that started: the old versions would be written back over
-		// replicas already moved.
-		s.upgrade.setStep(plan, written, from, to, "rolling out")
-		return true, nil
-	}
 	if at >= 0 && !rolledOut(sts) {
 		s.upgrade.setStep(plan, at, from, to, "rolling out")
 		return true, nil
 	}
 	if at == len(plan)-1 {
-		s.upgrade = upToDate(to, fmt.Sprintf("upgraded from %s: the control plane runs %s", from, to))
+		s.upgrade = upToDate(to)
 		klog.FromContext(ctx).Info("Upgrade complete", "virtualCluster", klog.KObj(s.vc), "from", from, "to", to)
 		return true, nil
 	}
@@ -114,9 +110,36 @@ func preflightHold(blockers string, checked bool) (upgradeState, bool) {
 	return upgradeState{}, false
 }
 
-// upToDate is the state of a control plane that runs v.
-func upToDate(v, message string) upgradeState {
-	return upgradeState{versions: controlplane.AllAt(v), running: v, reason: ReasonUpToDate, message: message}
+// readStatefulSet reads the control-plane StatefulSet of vc through c;
+// nil when there is none.
+func readStatefulSet(ctx context.Context, c client.Reader, vc *nestv1.VirtualCluster) (*appsv1.StatefulSet, error) {
+	n := controlplane.NamesOf(vc)
+	sts := &appsv1.StatefulSet{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: n.Namespace, Name: n.StatefulSet()}, sts); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("read StatefulSet of %s: %w", klog.KObj(vc), err)
+	}
+	return sts, nil
+}
+
+// startAt is the state of a control plane whose StatefulSet is missing: a
+// new one starts at to, but one that ran (status.version) is made again
+// at the version it ran, and its upgrade goes on from there.
+func startAt(vc *nestv1.VirtualCluster, to string) upgradeState {
+	from := vc.Status.Version
+	if from == "" || from == to {
+		return upToDate(to)
+	}
+	return upgradeState{versions: controlplane.AllAt(from), running: from, reason: ReasonUpgradePending,
+		message: fmt.Sprintf("the upgrade from %s to %s waits for the control plane's StatefulSet, made again at %s", from, to, from)}
+}
+
+// upToDate is the state of a control plane that runs v. Its message is
+// the same however it got there, so the condition stays put once set.
+func upToDate(v string) upgradeState {
+	return upgradeState{versions: controlplane.AllAt(v), running: v, reason: ReasonUpToDate, message: "the control plane runs " + v}
 }
 
 // runningVersion is the version the control plane runs: status.version,
@@ -153,16 +176,6 @@ func stepReached(plan []controlplane.UpgradeStep, sts *appsv1.StatefulSet) int {
 		}
 	}
 	return -1
-}
-
-// stepWritten is the index in plan of the step the Upgrading condition
-// says was written last, -1 when it names none of plan's.
-func stepWritten(plan []controlplane.UpgradeStep, vc *nestv1.VirtualCluster) int {
-	c := meta.FindStatusCondition(vc.Status.Conditions, nestv1.ConditionUpgrading)
-	if c == nil || c.Status != metav1.ConditionTrue {
-		return -1
-	}
-	return slices.IndexFunc(plan, func(st controlplane.UpgradeStep) bool { return st.Reason == c.Reason })
 }
 
 // preflightBlockers says what holds an upgrade to to, from the prober's

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -30,11 +31,18 @@ func standInRolledOut(t *testing.T, n controlplane.Names) controlplane.Component
 	eventually(t, "StatefulSet of "+n.VirtualCluster, func() error {
 		return k8sClient.Get(ctx, types.NamespacedName{Namespace: n.Namespace, Name: n.StatefulSet()}, &sts)
 	})
-	r := ptr.Deref(sts.Spec.Replicas, 1)
-	rev := fmt.Sprintf("rev-%d", sts.Generation)
-	sts.Status = appsv1.StatefulSetStatus{ObservedGeneration: sts.Generation, Replicas: r, ReadyReplicas: r, AvailableReplicas: r,
-		UpdatedReplicas: r, CurrentReplicas: r, CurrentRevision: rev, UpdateRevision: rev}
-	if err := k8sClient.Status().Update(ctx, &sts); err != nil {
+	// The reconciler may patch it in between: read again and retry.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(&sts), &sts); err != nil {
+			return err
+		}
+		r := ptr.Deref(sts.Spec.Replicas, 1)
+		rev := fmt.Sprintf("rev-%d", sts.Generation)
+		sts.Status = appsv1.StatefulSetStatus{ObservedGeneration: sts.Generation, Replicas: r, ReadyReplicas: r, AvailableReplicas: r,
+			UpdatedReplicas: r, CurrentReplicas: r, CurrentRevision: rev, UpdateRevision: rev}
+		return k8sClient.Status().Update(ctx, &sts)
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	v, ok := controlplane.VersionsOf(&sts)
@@ -127,19 +135,23 @@ func TestUpgradeRollsOneStepAtATimeAfterThePreflight(t *testing.T) {
 	if ignored, _ := tenants.ignored.Load(n.Namespace); ignored != true {
 		t.Error("the pre-flight was not asked to ignore removed APIs after the annotation")
 	}
-	var reasons []string
-	var events corev1.EventList
-	if err := k8sClient.List(ctx, &events, client.InNamespace(n.Namespace)); err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range events.Items {
-		reasons = append(reasons, e.Reason)
-	}
-	for _, want := range []string{ReasonUpgradeBlocked, controlplane.UpgradeEtcd, controlplane.UpgradeAPIServer, controlplane.UpgradeControllers, ReasonUpToDate} {
-		if !slices.Contains(reasons, want) {
-			t.Errorf("no %s event among %v", want, reasons)
+	// The recorder writes events in the background.
+	eventually(t, "an event for the block, each step and the end", func() error {
+		var events corev1.EventList
+		if err := k8sClient.List(ctx, &events, client.InNamespace(n.Namespace)); err != nil {
+			return err
 		}
-	}
+		var reasons []string
+		for _, e := range events.Items {
+			reasons = append(reasons, e.Reason)
+		}
+		for _, want := range []string{ReasonUpgradeBlocked, controlplane.UpgradeEtcd, controlplane.UpgradeAPIServer, controlplane.UpgradeControllers, ReasonUpToDate} {
+			if !slices.Contains(reasons, want) {
+				return fmt.Errorf("no %s event among %v", want, reasons)
+			}
+		}
+		return nil
+	})
 }
 
 func setVersion(t *testing.T, n controlplane.Names, v string) {
