@@ -326,6 +326,10 @@ func newUpgradeCommand(host *hostFlags) *cobra.Command {
 			if err != nil {
 				return asFlagError(err)
 			}
+			if from == to {
+				fmt.Fprintf(out, "virtualcluster %s already runs %s\n", key, to)
+				return nil
+			}
 			fmt.Fprintf(out, "virtualcluster %s: upgrading from %s to %s\n", key, from, to)
 			if !wait {
 				return nil

@@ -37,12 +37,7 @@ import (
 func TestHAControlPlane(t *testing.T) {
 	framework.RequireRoot(t)
 	t.Parallel()
-	cluster := framework.LeaseCluster(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
-	defer cancel()
-	// Three nodes: a replica on each, so losing a node loses one member.
-	stateDir := framework.StartHostCluster(t, ctx, cluster, "--with-nest", "--nodes", strconv.Itoa(haNodes))
-	host, hostKubeconfig, nest := framework.NestOn(t, ctx, stateDir)
+	ctx, stateDir, host, hostKubeconfig, nest := startHAHost(t)
 	dir := t.TempDir()
 
 	t.Run("a tenant made with 3 replicas runs 3 started etcd members and survives losing a replica", func(t *testing.T) {
@@ -358,6 +353,20 @@ func waitProbeCalls(t *testing.T, p *framework.APIProber, n int) {
 
 // haNodes is how many nodes the HA test's host cluster has.
 const haNodes = 3
+
+// startHAHost leases a cluster and starts a local host cluster of haNodes
+// nodes with Nest, for 3-replica tenants: a replica on each node, so
+// losing a node loses one member. Its ctx ends with the test, or after
+// 25 minutes.
+func startHAHost(t *testing.T) (ctx context.Context, stateDir string, host client.Client, hostKubeconfig string, nest framework.Nest) {
+	t.Helper()
+	cluster := framework.LeaseCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	t.Cleanup(cancel)
+	stateDir = framework.StartHostCluster(t, ctx, cluster, "--with-nest", "--nodes", strconv.Itoa(haNodes))
+	host, hostKubeconfig, nest = framework.NestOn(t, ctx, stateDir)
+	return ctx, stateDir, host, hostKubeconfig, nest
+}
 
 // syncerLeader is the pod whose syncer holds the host Lease (its identity
 // is the pod's name and a random suffix).

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -33,11 +32,7 @@ import (
 func TestUpgrades(t *testing.T) {
 	framework.RequireRoot(t)
 	t.Parallel()
-	cluster := framework.LeaseCluster(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
-	defer cancel()
-	stateDir := framework.StartHostCluster(t, ctx, cluster, "--with-nest", "--nodes", strconv.Itoa(haNodes))
-	host, hostKubeconfig, nest := framework.NestOn(t, ctx, stateDir)
+	ctx, _, host, hostKubeconfig, nest := startHAHost(t)
 	from, to := version.Supported[0], version.Newest()
 	if from == to {
 		t.Fatalf("one supported version (%s): nothing to upgrade to", from)

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
@@ -188,13 +187,12 @@ func upgradePending(vc *nestv1.VirtualCluster) (string, bool) {
 // (TenantChecker.Preflight), asking each control-plane replica's API
 // server. A check that cannot run holds the upgrade too.
 func (p *HealthProber) preflight(ctx context.Context, vc *nestv1.VirtualCluster, kubeconfig []byte, to string) string {
-	n := controlplane.NamesOf(vc)
-	var pods corev1.PodList
-	if err := p.APIReader.List(ctx, &pods, client.InNamespace(n.Namespace), client.MatchingLabels(n.Labels())); err != nil {
-		return "the pre-flight checks could not list the control-plane pods: " + err.Error()
+	pods, err := controlPlanePods(ctx, p.APIReader, vc)
+	if err != nil {
+		return "the pre-flight checks could not run: " + err.Error()
 	}
 	var apiServers []string
-	for _, pod := range pods.Items {
+	for _, pod := range pods {
 		if pod.Status.PodIP != "" && pod.DeletionTimestamp.IsZero() {
 			apiServers = append(apiServers, "https://"+net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(controlplane.Port)))
 		}

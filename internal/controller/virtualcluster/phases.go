@@ -360,18 +360,27 @@ func (r *Reconciler) replaceImmutablyDifferent(ctx context.Context, sts, desired
 // whose etcd member listens on loopback only and cannot take peers until
 // it has rolled.
 func (r *Reconciler) podsOfAnOlderTemplate(ctx context.Context, s *reconcileState) (bool, error) {
-	n := controlplane.NamesOf(s.vc)
-	var pods corev1.PodList
-	// From the API server: the manager caches no pods.
-	if err := r.APIReader.List(ctx, &pods, client.InNamespace(n.Namespace), client.MatchingLabels(n.Labels())); err != nil {
-		return false, fmt.Errorf("list control-plane pods: %w", err)
+	pods, err := controlPlanePods(ctx, r.APIReader, s.vc)
+	if err != nil {
+		return false, err
 	}
-	for _, p := range pods.Items {
+	for _, p := range pods {
 		if !slices.ContainsFunc(p.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == controlplane.EtcdMemberContainer }) {
 			return true, nil
 		}
 	}
 	return false, nil
+}
+
+// controlPlanePods lists vc's control-plane pods through reader, which
+// reads the API server: the manager caches no pods.
+func controlPlanePods(ctx context.Context, reader client.Reader, vc *nestv1.VirtualCluster) ([]corev1.Pod, error) {
+	n := controlplane.NamesOf(vc)
+	var pods corev1.PodList
+	if err := reader.List(ctx, &pods, client.InNamespace(n.Namespace), client.MatchingLabels(n.Labels())); err != nil {
+		return nil, fmt.Errorf("list control-plane pods of %s: %w", klog.KObj(vc), err)
+	}
+	return pods.Items, nil
 }
 
 // reconcileEtcdBootstrap writes the ConfigMap that names the member that

@@ -34,13 +34,22 @@ type APITenants struct{}
 
 var _ TenantChecker = APITenants{}
 
-func tenantClient(kubeconfig []byte) (*kubernetes.Clientset, error) {
+// tenantConfig is the client config of kubeconfig, each call bounded.
+func tenantConfig(kubeconfig []byte) (*rest.Config, error) {
 	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("parse tenant kubeconfig: %w", err)
 	}
 	cfg.Timeout = 5 * time.Second
-	return kubernetes.NewForConfig(rest.CopyConfig(cfg))
+	return cfg, nil
+}
+
+func tenantClient(kubeconfig []byte) (*kubernetes.Clientset, error) {
+	cfg, err := tenantConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
 }
 
 // Ready returns nil when the tenant API server's /readyz answers "ok".
@@ -116,11 +125,10 @@ const maxKubeletSkew = 3
 // Preflight asks every API server in apiServers for its metrics and the
 // tenant for its nodes (TenantChecker.Preflight).
 func (APITenants) Preflight(ctx context.Context, kubeconfig []byte, apiServers []string, to string, ignoreRemovedAPIs bool) (string, error) {
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+	cfg, err := tenantConfig(kubeconfig)
 	if err != nil {
-		return "", fmt.Errorf("parse tenant kubeconfig: %w", err)
+		return "", err
 	}
-	cfg.Timeout = 5 * time.Second
 	target := utilversion.MustParseSemantic(to)
 	var blockers []string
 	if !ignoreRemovedAPIs {
@@ -133,7 +141,7 @@ func (APITenants) Preflight(ctx context.Context, kubeconfig []byte, apiServers [
 				strings.Join(removed, ", "), to, nestv1.AnnotationIgnoreRemovedAPIs))
 		}
 	}
-	cs, err := kubernetes.NewForConfig(rest.CopyConfig(cfg))
+	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return "", err
 	}

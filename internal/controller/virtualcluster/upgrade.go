@@ -142,18 +142,15 @@ func upToDate(v string) upgradeState {
 	return upgradeState{versions: controlplane.AllAt(v), running: v, reason: ReasonUpToDate, message: "the control plane runs " + v}
 }
 
-// runningVersion is the version the control plane runs: status.version,
-// or, before this controller first wrote it (a Nest without upgrades made
-// the StatefulSet), the one its template runs every component at; the
-// spec's when neither says.
+// runningVersion is controlplane.RunningVersion, but before this
+// controller first wrote status.version (a Nest without upgrades made the
+// StatefulSet) it trusts the template, when it runs every component at one
+// version, over the spec.
 func runningVersion(vc *nestv1.VirtualCluster, sts *appsv1.StatefulSet) string {
-	if vc.Status.Version != "" {
-		return vc.Status.Version
-	}
-	if v, ok := controlplane.VersionsOf(sts); ok && v == controlplane.AllAt(v.APIServer) {
+	if v, ok := controlplane.VersionsOf(sts); ok && vc.Status.Version == "" && v == controlplane.AllAt(v.APIServer) {
 		return v.APIServer
 	}
-	return controlplane.KubernetesVersion(vc)
+	return controlplane.RunningVersion(vc)
 }
 
 // setStep records that the upgrade from from to to is at plan[i].
