@@ -25,8 +25,9 @@
 //	                             first failure: a token rotated in place keeps
 //	                             every call working
 //	testapp dial HOST:PORT       open a TCP connection within 3 seconds
-//	testapp first-dial ADDR...   dial each address once, at once, and print
-//	                             "connected ADDR" or "refused ADDR: ERROR"
+//	testapp first-dial ADDR...   dial each address once, at once, each within
+//	                             5 seconds, and print "connected ADDR" or
+//	                             "refused ADDR: ERROR"
 //	testapp wait-dial HOST:PORT  dial every 20 ms for up to a minute; on the
 //	                             first connection print the wall clock in
 //	                             Unix nanoseconds
@@ -184,12 +185,17 @@ func dial(args []string) error {
 	return conn.Close()
 }
 
+// firstDialTimeout spans two SYN retransmissions (at 1 s and 3 s): on two
+// busy cores the enforcer's verdict on a first packet can take over a second.
+const firstDialTimeout = 5 * time.Second
+
 // firstDial dials each address once, as the program's first instruction,
 // and prints "connected ADDR" or "refused ADDR: ERROR" for each: a hostile
-// pod that races its own isolation.
+// pod that races its own isolation. Each dial waits firstDialTimeout, so
+// a connection that a loaded enforcer lets through late is still seen.
 func firstDial(args []string) error {
 	for _, addr := range args {
-		conn, err := net.DialTimeout("tcp", addr, time.Second)
+		conn, err := net.DialTimeout("tcp", addr, firstDialTimeout)
 		if err != nil {
 			fmt.Println("refused", addr+":", err)
 			continue
