@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -152,30 +153,37 @@ const syncerContainer = "nest-syncer"
 // run runs one case against the tenant creation c; beforeFault is called
 // once the churn is under way, just before the fault.
 func (e *env) run(t *testing.T, c *creation, f fault, beforeFault func()) {
+	phases := framework.NewPhases()
 	tn := c.tenant(t, e)
+	phases.Done("tenant ready")
 	w := newWorkload(t, tn)
 	w.create(t, e.ctx)
 	e.waitAgree(t, w, "before the fault")
+	phases.Done("workload created and synced")
 
 	churnCtx, stop := context.WithCancel(e.ctx)
 	done := w.churn(churnCtx)
 	defer func() { stop(); <-done }()
 	e.waitSucceeded(t, w, 100, "the churn under way")
 	beforeFault()
+	phases.Done("churn under way")
 	f.inject(t, e, tn, w)
+	phases.Done("fault injected and over")
 	// The churn goes on until the tenant takes writes again, so changes
 	// made just after the fault are in the comparison too.
 	e.waitSucceeded(t, w, 100, "the tenant taking writes after the fault")
 	stop()
 	<-done
+	phases.Done("tenant taking writes again")
 	w.complete(t, e.ctx)
 	converged, tenantCount, hostCount := e.waitAgree(t, w, "after the fault")
 	if want := podSlots + 3*perKind; tenantCount != want {
 		t.Errorf("the tenant holds %d workload objects, want %d", tenantCount, want)
 	}
 	w.survived(t, e.ctx)
-	t.Logf("FAULT %q: host and tenant agree %.1fs after the churn stopped; %d tenant objects, %d host objects; churn made %d calls, %d failed (%s)",
-		f.name, converged.Seconds(), tenantCount, hostCount, w.ops.Load(), w.failures.Load(), w.failedCalls())
+	phases.Done("host and tenant agree")
+	t.Logf("FAULT %q: host and tenant agree %.1fs after the churn stopped; %d tenant objects, %d host objects; churn made %d calls, %d failed (%s); %s",
+		f.name, converged.Seconds(), tenantCount, hostCount, w.ops.Load(), w.failures.Load(), w.failedCalls(), phases)
 }
 
 // creation is one case's `nest create --wait`, run in the background so
@@ -483,7 +491,7 @@ func fillQuota(t *testing.T, e *env, tn *framework.Tenant, w *workload) {
 // ConfigMap and Secret the syncer made for the tenant.
 func deleteHostCopies(t *testing.T, e *env, tn *framework.Tenant, _ *workload) {
 	mine := []client.ListOption{client.InNamespace(tn.Namespace), client.MatchingLabels{contract.LabelTenantOf: tn.Name}}
-	deleted := 0
+	var copies []client.Object
 	for _, list := range []client.ObjectList{&corev1.PodList{}, &corev1.ServiceList{}, &corev1.ConfigMapList{}, &corev1.SecretList{}} {
 		if err := e.host.List(e.ctx, list, mine...); err != nil {
 			t.Fatal(err)
@@ -493,12 +501,26 @@ func deleteHostCopies(t *testing.T, e *env, tn *framework.Tenant, _ *workload) {
 			t.Fatal(err)
 		}
 		for _, item := range items {
-			if err := e.host.Delete(e.ctx, item.(client.Object), client.GracePeriodSeconds(0)); err != nil && !apierrors.IsNotFound(err) {
-				t.Fatal(err)
-			}
-			deleted++
+			copies = append(copies, item.(client.Object))
 		}
 	}
+	// Several deletions at once, as `kubectl delete --all` in a few
+	// shells: one after another, 200 of them took a minute under load,
+	// all of it churn and syncer catch-up, not the fault.
+	var g errgroup.Group
+	g.SetLimit(8)
+	for _, o := range copies {
+		g.Go(func() error {
+			if err := e.host.Delete(e.ctx, o, client.GracePeriodSeconds(0)); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("delete %T %s: %w", o, o.GetName(), err)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	deleted := len(copies)
 	if deleted < podSlots+3*perKind {
 		t.Fatalf("deleted %d host copies, want at least %d", deleted, podSlots+3*perKind)
 	}

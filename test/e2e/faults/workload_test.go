@@ -249,10 +249,16 @@ func (w *workload) step(ctx context.Context, step int) {
 	if i >= stable && step%2 == 0 {
 		w.recreate(ctx, i, v)
 	}
-	if step%3 == 0 {
-		w.replacePod(ctx, (step/3)%podSlots)
+	if step%podEvery == 0 {
+		w.replacePod(ctx, (step/podEvery)%podSlots)
 	}
 }
+
+// podEvery is how many churn steps go by per pod replaced: about one a
+// second. Every third step (three a second) cost the suite more CPU in pod
+// starts than everything else it did, on the two cores all suites share,
+// and a fault of a few seconds still sees several pods replaced.
+const podEvery = 10
 
 // update patches the "v" key of a ConfigMap or Secret and records the value.
 func (w *workload) update(ctx context.Context, kind, name, v string) error {
