@@ -694,14 +694,15 @@ func (w *tenantWorkload) checkReplacedOffNode(t *testing.T, ctx context.Context,
 }
 
 // loadClients and loadDuration bound the load test: as many clients as
-// the upstream conformance suite runs processes here, for a minute (22,000
-// to 48,000 calls on this machine: two minutes showed nothing more and
-// cost CI a minute).
+// the upstream conformance suite runs processes here, for 30 s (22,000 to
+// 48,000 calls a minute on this machine: two minutes, then one, showed
+// nothing more than 30 s, and the load takes the CPU of the suite running
+// beside it too).
 const (
 	loadClients  = 12
-	loadDuration = time.Minute
-	// minLoadCalls is far below what one replica answers here in a
-	// minute (22,000 to 48,000): fewer means the load did not happen.
+	loadDuration = 30 * time.Second
+	// minLoadCalls is far below what one replica answers here in 30 s
+	// (11,000 to 24,000): fewer means the load did not happen.
 	minLoadCalls = 1000
 )
 
