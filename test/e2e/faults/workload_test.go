@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -141,29 +142,47 @@ func pod(slot, gen int) *corev1.Pod {
 func (w *workload) create(t *testing.T, ctx context.Context) {
 	t.Helper()
 	core := w.cs.CoreV1()
+	// Eight calls at once: 200 creations one after another were seconds
+	// of each case on a loaded machine, and their order means nothing.
+	var g errgroup.Group
+	g.SetLimit(8)
 	for i := range perKind {
-		cm, err := core.ConfigMaps(tenantNS).Create(ctx, configMap(i, "0"), metav1.CreateOptions{})
-		if err != nil {
-			t.Fatalf("create configmap %d: %v", i, err)
-		}
-		s, err := core.Secrets(tenantNS).Create(ctx, secret(i, "0"), metav1.CreateOptions{})
-		if err != nil {
-			t.Fatalf("create secret %d: %v", i, err)
-		}
-		svc, err := core.Services(tenantNS).Create(ctx, service(i, 80), metav1.CreateOptions{})
-		if err != nil {
-			t.Fatalf("create service %d: %v", i, err)
-		}
-		if i < stable {
-			w.before["configmap/"+cm.Name], w.before["secret/"+s.Name], w.before["service/"+svc.Name] = cm.UID, s.UID, svc.UID
-			w.acked["configmap/"+cm.Name], w.acked["secret/"+s.Name] = "0", "0"
-			w.tried["configmap/"+cm.Name], w.tried["secret/"+s.Name] = "0", "0"
-		}
+		g.Go(func() error {
+			cm, err := core.ConfigMaps(tenantNS).Create(ctx, configMap(i, "0"), metav1.CreateOptions{})
+			if err != nil {
+				return fmt.Errorf("create configmap %d: %w", i, err)
+			}
+			s, err := core.Secrets(tenantNS).Create(ctx, secret(i, "0"), metav1.CreateOptions{})
+			if err != nil {
+				return fmt.Errorf("create secret %d: %w", i, err)
+			}
+			svc, err := core.Services(tenantNS).Create(ctx, service(i, 80), metav1.CreateOptions{})
+			if err != nil {
+				return fmt.Errorf("create service %d: %w", i, err)
+			}
+			if i < stable {
+				w.mu.Lock()
+				w.before["configmap/"+cm.Name], w.before["secret/"+s.Name], w.before["service/"+svc.Name] = cm.UID, s.UID, svc.UID
+				w.acked["configmap/"+cm.Name], w.acked["secret/"+s.Name] = "0", "0"
+				w.tried["configmap/"+cm.Name], w.tried["secret/"+s.Name] = "0", "0"
+				w.mu.Unlock()
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
 	}
 	for slot := range podSlots {
-		if _, err := core.Pods(tenantNS).Create(ctx, pod(slot, 0), metav1.CreateOptions{}); err != nil {
-			t.Fatalf("create pod %d: %v", slot, err)
-		}
+		g.Go(func() error {
+			if _, err := core.Pods(tenantNS).Create(ctx, pod(slot, 0), metav1.CreateOptions{}); err != nil {
+				return fmt.Errorf("create pod %d: %w", slot, err)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -216,8 +235,8 @@ func createMissing(t *testing.T, ctx context.Context, kind, name string, create 
 
 // churn changes objects until ctx ends, one step every 100 ms. Every step
 // updates one ConfigMap, Secret and Service; every other step of an
-// unstable index also deletes and creates them again; every third step
-// replaces one pod with its next generation. Failed calls are counted, not
+// unstable index also deletes and creates them again; every podEvery-th
+// step replaces one pod with its next generation. Failed calls are counted, not
 // fatal: the fault makes some fail, and the tenant API's final state is
 // what the host must match.
 func (w *workload) churn(ctx context.Context) <-chan struct{} {
