@@ -117,7 +117,10 @@ func KillRecorded(t testing.TB, stateDir string, names ...string) {
 func StartAgain(t testing.TB, ctx context.Context, stateDir string, nodes int) {
 	t.Helper()
 	args := append([]string{"dev", "up", "--nodes", fmt.Sprint(nodes), "--state-dir", stateDir, "--with-nest"}, ClusterFlags(Addressing(t, stateDir))...)
-	if out, err := Run(ctx, t, "nest", args...); err != nil {
+	out, err := Run(ctx, t, "nest", args...)
+	if err != nil {
 		t.Fatalf("nest dev up: %v\n%s", err, out)
 	}
+	// Its phases' times: what a restart waited on.
+	t.Logf("nest dev up again:\n%s", out)
 }
