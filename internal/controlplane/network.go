@@ -15,7 +15,6 @@ import (
 	"github.com/nestdev/nest/internal/components"
 	"github.com/nestdev/nest/internal/ipblock"
 	"github.com/nestdev/nest/internal/syncer/contract"
-	"github.com/nestdev/nest/internal/syncer/kinds/networkpolicy"
 )
 
 // HostNetwork is the host cluster's own address space. Tenant pods never
@@ -136,7 +135,7 @@ func NetworkPoliciesWith(vc *nestv1.VirtualCluster, o Options, dedicatedPodCIDRs
 		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
 		Ingress:     []networkingv1.NetworkPolicyIngressRule{{From: tenantPods}},
 	})
-	openIngress.Spec.PodSelector = notIsolated(n, networkpolicy.LabelIngressIsolated)
+	openIngress.Spec.PodSelector = notIsolated(n, contract.LabelIngressIsolated)
 	tenantEgress := []networkingv1.NetworkPolicyEgressRule{{To: tenantPods}}
 	// A rule without peers would allow every destination: add the outside
 	// world only when some of it is left.
@@ -147,7 +146,7 @@ func NetworkPoliciesWith(vc *nestv1.VirtualCluster, o Options, dedicatedPodCIDRs
 		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
 		Egress:      tenantEgress,
 	})
-	openEgress.Spec.PodSelector = notIsolated(n, networkpolicy.LabelEgressIsolated)
+	openEgress.Spec.PodSelector = notIsolated(n, contract.LabelEgressIsolated)
 
 	cpIngress := []networkingv1.NetworkPolicyIngressRule{
 		{From: tenantPods, Ports: slices.Concat(apiPort, dnsPorts, nodePorts)},

@@ -75,21 +75,11 @@ func containerdReady(ctx context.Context, n Node) bool {
 func nodesReady(ctx context.Context, c client.Client, nodes []Node) bool {
 	for _, n := range nodes {
 		var node corev1.Node
-		if err := c.Get(ctx, types.NamespacedName{Name: n.Name}, &node); err != nil || !NodeReady(&node) {
+		if err := c.Get(ctx, types.NamespacedName{Name: n.Name}, &node); err != nil || !kube.NodeReady(&node) {
 			return false
 		}
 	}
 	return true
-}
-
-// NodeReady reports whether node's Ready condition is True.
-func NodeReady(node *corev1.Node) bool {
-	for _, c := range node.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 func coreDNSReady(ctx context.Context, c client.Client) bool {

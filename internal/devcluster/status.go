@@ -9,6 +9,8 @@ import (
 	"text/tabwriter"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nestdev/nest/internal/kube"
 )
 
 // ProcessStatus is one recorded process and whether it runs.
@@ -95,7 +97,7 @@ func Status(ctx context.Context, stateDir string) (ClusterStatus, error) {
 		return st, err
 	}
 	for _, n := range nodes.Items {
-		ns := NodeStatus{Name: n.Name, Ready: NodeReady(&n), Roles: "<none>"}
+		ns := NodeStatus{Name: n.Name, Ready: kube.NodeReady(&n), Roles: "<none>"}
 		if _, ok := n.Labels[controlPlaneNodeLabel]; ok {
 			ns.Roles = "control-plane"
 		}

@@ -1,6 +1,7 @@
 // Package kube holds small helpers shared by Nest's clients of the Kubernetes
 // API: the runtime.Scheme that knows every type Nest reads or writes, status
-// patches, and a pod's addresses (PodAddrs).
+// patches, a pod's addresses (PodAddrs) and whether a node is Ready
+// (NodeReady).
 package kube
 
 import (

@@ -23,6 +23,7 @@ import (
 	"github.com/nestdev/nest/internal/components"
 	"github.com/nestdev/nest/internal/controller/nodepromotion"
 	"github.com/nestdev/nest/internal/devcluster"
+	"github.com/nestdev/nest/internal/kube"
 	"github.com/nestdev/nest/internal/pki"
 	"github.com/nestdev/nest/internal/testutil"
 	"github.com/nestdev/nest/test/e2e/framework"
@@ -209,7 +210,7 @@ func waitNodeReady(t *testing.T, ctx context.Context, cs kubernetes.Interface, n
 			return false, err
 		}
 		last = n
-		return devcluster.NodeReady(n), nil
+		return kube.NodeReady(n), nil
 	})
 	if err != nil {
 		t.Fatalf("node %s not Ready: %v (last seen: %+v)", name, err, last)

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/kube"
 )
 
 // Reasons of the Reachable condition.
@@ -205,20 +206,11 @@ func setStatus(mc *nestv1.MemberCluster, nodes []corev1.Node, f *failure, grants
 func schedulable(nodes []corev1.Node) []corev1.Node {
 	var out []corev1.Node
 	for _, n := range nodes {
-		if !n.Spec.Unschedulable && ready(&n) {
+		if !n.Spec.Unschedulable && kube.NodeReady(&n) {
 			out = append(out, n)
 		}
 	}
 	return out
-}
-
-func ready(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // offered sums the capacity and allocatable resources of nodes, and caps

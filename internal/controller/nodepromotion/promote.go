@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -20,6 +19,7 @@ import (
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/addons"
 	"github.com/nestdev/nest/internal/agent"
+	"github.com/nestdev/nest/internal/kube"
 )
 
 // How soon a waiting phase looks again.
@@ -343,10 +343,5 @@ func nodeReady(ctx context.Context, cs kubernetes.Interface, name string) (bool,
 	if err != nil {
 		return false, fmt.Errorf("get node %s: %w", name, err)
 	}
-	for _, c := range node.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue, nil
-		}
-	}
-	return false, nil
+	return kube.NodeReady(node), nil
 }

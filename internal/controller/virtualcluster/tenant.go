@@ -26,6 +26,7 @@ import (
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/addons"
 	"github.com/nestdev/nest/internal/controlplane"
+	"github.com/nestdev/nest/internal/kube"
 )
 
 // APITenants talks to tenant API servers with nest-manager's kubeconfig for
@@ -79,10 +80,8 @@ func (APITenants) VirtualNodeReady(ctx context.Context, kubeconfig []byte) error
 	if err != nil {
 		return fmt.Errorf("virtual node %s: %w", controlplane.VirtualNodeName, err)
 	}
-	for _, c := range node.Status.Conditions {
-		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
-			return nil
-		}
+	if kube.NodeReady(node) {
+		return nil
 	}
 	return fmt.Errorf("virtual node %s is not Ready yet", controlplane.VirtualNodeName)
 }

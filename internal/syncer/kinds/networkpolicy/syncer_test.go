@@ -127,7 +127,7 @@ func TestSyncRefusesAPolicyAboveTheSizeBound(t *testing.T) {
 		t.Errorf("event %q", ev)
 	}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"}}
-	if s.View().PodLabels(pod)[LabelIngressIsolated] != "true" {
+	if s.View().PodLabels(pod)[contract.LabelIngressIsolated] != "true" {
 		t.Error("the pods of an unenforced policy are not isolated")
 	}
 }
@@ -156,14 +156,14 @@ func TestSyncPodLabels(t *testing.T) {
 	if _, err := s.SyncPodLabels(ctx, "shop/web"); err != nil {
 		t.Fatal(err)
 	}
-	if l := read(client); l[LabelIngressIsolated] != "true" || l[contract.LabelTenantOf] != "alpha" {
+	if l := read(client); l[contract.LabelIngressIsolated] != "true" || l[contract.LabelTenantOf] != "alpha" {
 		t.Errorf("labels %v, want the pod isolated and its own labels kept", l)
 	}
-	s, client, _ = newSyncer(t, []runtime.Object{tenantPod}, []runtime.Object{hostPod(map[string]string{LabelIngressIsolated: "true", LabelKey("app"): "web"})})
+	s, client, _ = newSyncer(t, []runtime.Object{tenantPod}, []runtime.Object{hostPod(map[string]string{contract.LabelIngressIsolated: "true", LabelKey("app"): "web"})})
 	if _, err := s.SyncPodLabels(ctx, "shop/web"); err != nil {
 		t.Fatal(err)
 	}
-	if l := read(client); l[LabelIngressIsolated] != "" || l[LabelKey("app")] != "" {
+	if l := read(client); l[contract.LabelIngressIsolated] != "" || l[LabelKey("app")] != "" {
 		t.Errorf("labels %v, want the stale policy labels gone", l)
 	}
 }

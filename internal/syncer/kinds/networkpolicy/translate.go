@@ -7,12 +7,12 @@
 // direction is open in that direction, a selected pod takes only what some
 // policy allows. Nest's base policies (controlplane.NetworkPoliciesFor)
 // open tenant pods to each other and to the outside only while they carry
-// no isolation label (LabelIngressIsolated, LabelEgressIsolated); the
-// syncer sets those labels on the host pods that a tenant policy selects,
-// and the host copies of the tenant's policies then say what those pods may
-// do. The tenant's own control plane (API server, CoreDNS, the kubelet API)
-// keeps reaching its pods and being reached from them, as a node's traffic
-// is in most CNIs.
+// no isolation label (contract.LabelIngressIsolated,
+// contract.LabelEgressIsolated); the syncer sets those labels on the host
+// pods that a tenant policy selects, and the host copies of the tenant's
+// policies then say what those pods may do. The tenant's own control plane
+// (API server, CoreDNS, the kubelet API) keeps reaching its pods and being
+// reached from them, as a node's traffic is in most CNIs.
 package networkpolicy
 
 import (
@@ -33,16 +33,11 @@ import (
 	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
-// Labels Nest writes on host pods for the tenant's policies. Tenants cannot
-// write keys under nest.dev/, so only the syncer sets them.
+// Labels Nest writes on host pods for the tenant's policies, besides the
+// isolation labels (contract.LabelIngressIsolated,
+// contract.LabelEgressIsolated). Tenants cannot write keys under nest.dev/,
+// so only the syncer sets them.
 const (
-	// LabelIngressIsolated is on a host pod that a tenant policy of type
-	// Ingress selects: the base policy that opens tenant pods to each other
-	// leaves it out.
-	LabelIngressIsolated = "nest.dev/ingress-isolated"
-	// LabelEgressIsolated is the same for Egress: the base policy that opens
-	// tenant pods to each other and the outside leaves it out.
-	LabelEgressIsolated = "nest.dev/egress-isolated"
 	// labelKeyPrefix starts the host label that mirrors one tenant label
 	// key a policy selects on (LabelKey).
 	labelKeyPrefix = contract.ReservedPrefix + "label-"
@@ -78,7 +73,7 @@ func LabelKey(key string) string {
 // IsPolicyLabel reports whether a host pod label key is one this package
 // manages (mirrored keys and isolation labels).
 func IsPolicyLabel(key string) bool {
-	return key == LabelIngressIsolated || key == LabelEgressIsolated ||
+	return key == contract.LabelIngressIsolated || key == contract.LabelEgressIsolated ||
 		len(key) > len(labelKeyPrefix) && strings.HasPrefix(key, labelKeyPrefix) ||
 		len(key) > len(blockKeyPrefix) && strings.HasPrefix(key, blockKeyPrefix)
 }
@@ -540,10 +535,10 @@ func ipBlocks(p *networkingv1.NetworkPolicy) []networkingv1.IPBlock {
 
 // PodLabels returns the labels the host pod of the tenant pod carries for
 // the tenant's policies: the mirror of each label key a policy selects on
-// (LabelKey), LabelIngressIsolated or LabelEgressIsolated when a policy of
-// that type selects the pod, and the label of each ipBlock that holds one
-// of ips, the host pod's own addresses (none before it has one; never the
-// tenant pod's status, which the tenant may write).
+// (LabelKey), contract.LabelIngressIsolated or contract.LabelEgressIsolated
+// when a policy of that type selects the pod, and the label of each ipBlock
+// that holds one of ips, the host pod's own addresses (none before it has
+// one; never the tenant pod's status, which the tenant may write).
 func (v *View) PodLabels(pod *corev1.Pod, ips ...netip.Addr) map[string]string {
 	out := map[string]string{}
 	for _, k := range v.keys {
@@ -569,9 +564,9 @@ func (v *View) PodLabels(pod *corev1.Pod, ips ...netip.Addr) map[string]string {
 		for _, t := range p.Spec.PolicyTypes {
 			switch t {
 			case networkingv1.PolicyTypeIngress:
-				out[LabelIngressIsolated] = "true"
+				out[contract.LabelIngressIsolated] = "true"
 			case networkingv1.PolicyTypeEgress:
-				out[LabelEgressIsolated] = "true"
+				out[contract.LabelEgressIsolated] = "true"
 			}
 		}
 	}

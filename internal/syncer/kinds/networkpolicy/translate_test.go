@@ -395,7 +395,7 @@ func TestViewIsolatesTheSelectedPods(t *testing.T) {
 		{"billing", map[string]string{"app": "web"}, false},
 	} {
 		l := hostPodLabels(tt.namespace, tt.labels, deny)
-		if got := l[LabelIngressIsolated] == "true" && l[LabelEgressIsolated] == "true"; got != tt.isolated {
+		if got := l[contract.LabelIngressIsolated] == "true" && l[contract.LabelEgressIsolated] == "true"; got != tt.isolated {
 			t.Errorf("%s %v: isolated %v, want %v (labels %v)", tt.namespace, tt.labels, got, tt.isolated, l)
 		}
 		if got := selects(&host.Spec.PodSelector, l); got != tt.isolated {
@@ -405,7 +405,7 @@ func TestViewIsolatesTheSelectedPods(t *testing.T) {
 			t.Errorf("a label key no policy selects on is mirrored: %v", l)
 		}
 	}
-	if got := WithPodLabels(map[string]string{"app": "web", LabelIngressIsolated: "true", LabelKey("app"): "web"}, map[string]string{LabelKey("app"): "web"}); len(got) != 2 || got[LabelIngressIsolated] != "" {
+	if got := WithPodLabels(map[string]string{"app": "web", contract.LabelIngressIsolated: "true", LabelKey("app"): "web"}, map[string]string{LabelKey("app"): "web"}); len(got) != 2 || got[contract.LabelIngressIsolated] != "" {
 		t.Errorf("WithPodLabels kept a stale isolation label: %v", got)
 	}
 }
