@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -526,26 +527,69 @@ func newKubeconfigCommand(host *hostFlags) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
-			ns = resolveNamespace(ns, name)
 			c, err := host.client()
 			if err != nil {
 				return err
 			}
-			data, err := vcops.ReadKubeconfig(cmd.Context(), c, types.NamespacedName{Namespace: ns, Name: name}, internal)
-			if err != nil {
-				return err
-			}
-			if out == "" {
-				_, err := cmd.OutOrStdout().Write(data)
-				return err
-			}
-			return os.WriteFile(out, data, 0o600)
+			return kubeconfig(cmd.Context(), c, types.NamespacedName{Namespace: resolveNamespace(ns, name), Name: name}, internal, out, cmd.OutOrStdout())
 		},
 	}
 	namespaceFlag(cmd, &ns)
 	cmd.Flags().StringVarP(&out, "output", "o", "", "write to this file (mode 0600) instead of standard output")
 	cmd.Flags().BoolVar(&internal, "internal", false, "the variant for use inside the host cluster (Service DNS name)")
 	return cmd
+}
+
+// kubeconfig writes the admin kubeconfig of the virtual cluster key (its
+// variant for use inside the host cluster with internal) to the file path,
+// or to stdout when path is "".
+func kubeconfig(ctx context.Context, c client.Client, key types.NamespacedName, internal bool, path string, stdout io.Writer) error {
+	data, err := vcops.ReadKubeconfig(ctx, c, key, internal)
+	if err != nil {
+		return err
+	}
+	if path == "" {
+		_, err := stdout.Write(data)
+		return err
+	}
+	return writePrivateFile(path, data)
+}
+
+// writePrivateFile replaces the file at path with data, leaving it with
+// mode 0600 whether or not it existed: os.WriteFile keeps an existing
+// file's mode, which would leave a credential readable by others. The data
+// goes to a new file in the same directory, created with mode 0600, that
+// is then renamed over path, so the data is never in a file others may
+// read, and a failed write leaves the old file as it was. A symbolic link at path is
+// followed: the file it points to is replaced, not the link.
+func writePrivateFile(path string, data []byte) (err error) {
+	if target, err := filepath.EvalSymlinks(path); err == nil {
+		path = target
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	// CreateTemp makes the file 0600; set it again in case that changes.
+	if err := tmp.Chmod(0o600); err != nil {
+		return err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
 }
 
 func remove(ctx context.Context, c client.Client, key types.NamespacedName, wait bool, out io.Writer) error {
