@@ -1,9 +1,7 @@
 package dashboard
 
 import (
-	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +12,7 @@ import (
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/controlplane"
+	"github.com/nestdev/nest/internal/kube"
 	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/vcops"
 )
@@ -287,18 +286,7 @@ func shareFormOf(vc *nestv1.VirtualCluster) shareForm {
 // capacityOf is the virtual node's capacity: the share with its defaults,
 // as "cpu 4, memory 8Gi, pods 110".
 func capacityOf(vc *nestv1.VirtualCluster) string {
-	share := controlplane.Share(vc)
-	names := make([]string, 0, len(share))
-	for n := range share {
-		names = append(names, string(n))
-	}
-	sort.Strings(names)
-	parts := make([]string, 0, len(names))
-	for _, n := range names {
-		q := share[corev1.ResourceName(n)]
-		parts = append(parts, fmt.Sprintf("%s %s", n, q.String()))
-	}
-	return strings.Join(parts, ", ")
+	return kube.FormatResourceList(controlplane.Share(vc), kube.ResourceListText)
 }
 
 // phases are the stages a new cluster passes, for the progress strip.

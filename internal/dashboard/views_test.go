@@ -205,3 +205,15 @@ func BenchmarkPageWeight(b *testing.B) {
 	b.ReportMetric(float64(assets), "asset-bytes")
 	b.ReportMetric(float64(html+assets), "page-bytes")
 }
+
+// The capacity line is the share with its defaults, by name.
+func TestCapacityOf(t *testing.T) {
+	vc := &nestv1.VirtualCluster{}
+	if got, want := capacityOf(vc), "cpu 2, memory 4Gi, pods 110"; got != want {
+		t.Errorf("default share: %q, want %q", got, want)
+	}
+	vc.Spec.PromoteResources.Resources = corev1.ResourceList{vcops.GPUResource: resource.MustParse("1"), corev1.ResourceCPU: resource.MustParse("500m")}
+	if got, want := capacityOf(vc), "cpu 500m, memory 4Gi, "+string(vcops.GPUResource)+" 1, pods 110"; got != want {
+		t.Errorf("share with a GPU: %q, want %q", got, want)
+	}
+}

@@ -3,8 +3,6 @@ package membergrant
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
-	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -214,23 +212,4 @@ func SyncerRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: all},
 		{APIGroups: []string{""}, Resources: []string{"resourcequotas"}, Verbs: read},
 	}
-}
-
-// formatResources renders a ResourceList as "cpu 2, memory 4Gi", sorted by
-// name, for status messages.
-func formatResources(l corev1.ResourceList) string {
-	names := make([]string, 0, len(l))
-	for n := range l {
-		names = append(names, string(n))
-	}
-	slices.Sort(names)
-	parts := make([]string, 0, len(names))
-	for _, n := range names {
-		q := l[corev1.ResourceName(n)]
-		parts = append(parts, fmt.Sprintf("%s %s", n, q.String()))
-	}
-	if len(parts) == 0 {
-		return "nothing"
-	}
-	return strings.Join(parts, ", ")
 }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/kube"
 )
 
 // Reasons of a grant that is not Ready (status.members[].reason).
@@ -70,7 +71,7 @@ func grantStatus(name, namespace string, allocatable corev1.ResourceList, f *gra
 		return st
 	}
 	st.Ready = true
-	st.Message = fmt.Sprintf("set up in namespace %s of the member; the member node offers %s", namespace, formatResources(allocatable))
+	st.Message = fmt.Sprintf("set up in namespace %s of the member; the member node offers %s", namespace, kube.FormatResourceList(allocatable, kube.ResourceListText))
 	return st
 }
 

@@ -22,17 +22,32 @@ import (
 // nodesGroup is the group of every node's client certificate.
 const nodesGroup = "system:nodes"
 
-// servingRequestProblem says why csr is not a kubelet serving certificate
-// request of node at ip alone, or "" when it is: signer
-// kubernetes.io/kubelet-serving, asked by system:node:<node>, for subject
-// system:node:<node> in system:nodes, naming only the node and its address,
-// for server auth. The tenant's controller-manager signs what is approved.
-func servingRequestProblem(csr *certificatesv1.CertificateSigningRequest, node, ip string) string {
-	user := "system:node:" + node
-	if csr.Spec.SignerName != certificatesv1.KubeletServingSignerName {
+// kubeletRequest is what a kubelet's certificate signing request must be,
+// beyond what every one must be, for kubeletRequestProblem to pass it.
+type kubeletRequest struct {
+	// signer the request must name.
+	signer string
+	// asker is the user who must ask, and askerGroup, when set, a group
+	// they must ask in.
+	asker, askerGroup string
+	// usage is the one auth usage allowed: server or client auth.
+	usage certificatesv1.KeyUsage
+	// names says why the names in req are not allowed, or "" when they are.
+	names func(req *x509.CertificateRequest) string
+}
+
+// kubeletRequestProblem says why csr is not the request want describes of
+// node's kubelet, or "" when it is. Every such request names want.signer,
+// is asked by want.asker (in want.askerGroup, when set), holds one PEM
+// certificate request for subject system:node:<node> in system:nodes with
+// names want.names passes, and asks for no usage but digital signature,
+// key encipherment and want.usage. The checks run in that order, and the
+// first that fails says why.
+func kubeletRequestProblem(csr *certificatesv1.CertificateSigningRequest, node string, want kubeletRequest) string {
+	if csr.Spec.SignerName != want.signer {
 		return "signer " + csr.Spec.SignerName
 	}
-	if csr.Spec.Username != user || !slices.Contains(csr.Spec.Groups, nodesGroup) {
+	if csr.Spec.Username != want.asker || want.askerGroup != "" && !slices.Contains(csr.Spec.Groups, want.askerGroup) {
 		return fmt.Sprintf("asked by %s in %v", csr.Spec.Username, csr.Spec.Groups)
 	}
 	block, _ := pem.Decode(csr.Spec.Request)
@@ -43,29 +58,48 @@ func servingRequestProblem(csr *certificatesv1.CertificateSigningRequest, node, 
 	if err != nil {
 		return "unparseable request: " + err.Error()
 	}
-	if req.Subject.CommonName != user || !slices.Equal(req.Subject.Organization, []string{nodesGroup}) {
+	if req.Subject.CommonName != "system:node:"+node || !slices.Equal(req.Subject.Organization, []string{nodesGroup}) {
 		return fmt.Sprintf("subject %q in %v", req.Subject.CommonName, req.Subject.Organization)
 	}
-	if len(req.EmailAddresses) > 0 || len(req.URIs) > 0 {
-		return "email or URI names"
-	}
-	for _, name := range req.DNSNames {
-		if name != node {
-			return "DNS name " + name
-		}
-	}
-	want := net.ParseIP(ip)
-	for _, addr := range req.IPAddresses {
-		if !addr.Equal(want) {
-			return "IP address " + addr.String()
-		}
+	if p := want.names(req); p != "" {
+		return p
 	}
 	for _, u := range csr.Spec.Usages {
-		if u != certificatesv1.UsageDigitalSignature && u != certificatesv1.UsageKeyEncipherment && u != certificatesv1.UsageServerAuth {
+		if u != certificatesv1.UsageDigitalSignature && u != certificatesv1.UsageKeyEncipherment && u != want.usage {
 			return "usage " + string(u)
 		}
 	}
 	return ""
+}
+
+// servingRequestProblem says why csr is not a kubelet serving certificate
+// request of node at ip alone, or "" when it is: signer
+// kubernetes.io/kubelet-serving, asked by system:node:<node>, for subject
+// system:node:<node> in system:nodes, naming only the node and its address,
+// for server auth. The tenant's controller-manager signs what is approved.
+func servingRequestProblem(csr *certificatesv1.CertificateSigningRequest, node, ip string) string {
+	return kubeletRequestProblem(csr, node, kubeletRequest{
+		signer: certificatesv1.KubeletServingSignerName,
+		asker:  "system:node:" + node, askerGroup: nodesGroup,
+		usage: certificatesv1.UsageServerAuth,
+		names: func(req *x509.CertificateRequest) string {
+			if len(req.EmailAddresses) > 0 || len(req.URIs) > 0 {
+				return "email or URI names"
+			}
+			for _, name := range req.DNSNames {
+				if name != node {
+					return "DNS name " + name
+				}
+			}
+			want := net.ParseIP(ip)
+			for _, addr := range req.IPAddresses {
+				if !addr.Equal(want) {
+					return "IP address " + addr.String()
+				}
+			}
+			return ""
+		},
+	})
 }
 
 // approveServing approves the pending kubelet serving certificate requests
@@ -133,32 +167,17 @@ func servingIssued(ctx context.Context, cs kubernetes.Interface, node string, si
 // system:bootstrap:<tokenID>, for subject system:node:<node> in
 // system:nodes, with no names, for client auth.
 func nodeClientRequestProblem(csr *certificatesv1.CertificateSigningRequest, node, tokenID string) string {
-	if csr.Spec.SignerName != certificatesv1.KubeAPIServerClientKubeletSignerName {
-		return "signer " + csr.Spec.SignerName
-	}
-	if csr.Spec.Username != "system:bootstrap:"+tokenID {
-		return "asked by " + csr.Spec.Username
-	}
-	block, _ := pem.Decode(csr.Spec.Request)
-	if block == nil || block.Type != "CERTIFICATE REQUEST" {
-		return "no PEM certificate request"
-	}
-	req, err := x509.ParseCertificateRequest(block.Bytes)
-	if err != nil {
-		return "unparseable request: " + err.Error()
-	}
-	if req.Subject.CommonName != "system:node:"+node || !slices.Equal(req.Subject.Organization, []string{nodesGroup}) {
-		return fmt.Sprintf("subject %q in %v", req.Subject.CommonName, req.Subject.Organization)
-	}
-	if len(req.DNSNames) > 0 || len(req.IPAddresses) > 0 || len(req.EmailAddresses) > 0 || len(req.URIs) > 0 {
-		return "names in a client certificate"
-	}
-	for _, u := range csr.Spec.Usages {
-		if u != certificatesv1.UsageDigitalSignature && u != certificatesv1.UsageKeyEncipherment && u != certificatesv1.UsageClientAuth {
-			return "usage " + string(u)
-		}
-	}
-	return ""
+	return kubeletRequestProblem(csr, node, kubeletRequest{
+		signer: certificatesv1.KubeAPIServerClientKubeletSignerName,
+		asker:  "system:bootstrap:" + tokenID,
+		usage:  certificatesv1.UsageClientAuth,
+		names: func(req *x509.CertificateRequest) string {
+			if len(req.DNSNames) > 0 || len(req.IPAddresses) > 0 || len(req.EmailAddresses) > 0 || len(req.URIs) > 0 {
+				return "names in a client certificate"
+			}
+			return ""
+		},
+	})
 }
 
 // ApproveNodeClient approves the pending requests in which node's kubelet,

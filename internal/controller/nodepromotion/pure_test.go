@@ -112,6 +112,23 @@ func TestServingRequestProblem(t *testing.T) {
 		}(), "signer"},
 		{"garbage", &certificatesv1.CertificateSigningRequest{Spec: certificatesv1.CertificateSigningRequestSpec{
 			SignerName: certificatesv1.KubeletServingSignerName, Username: "system:node:node-a", Groups: []string{"system:nodes"}, Request: []byte("x")}}, "PEM"},
+		{"an email name", servingCSR(t, "system:node:node-a", func(r *x509.CertificateRequest) { r.EmailAddresses = []string{"a@example.com"} }), "email"},
+		{"key encipherment too", func() *certificatesv1.CertificateSigningRequest {
+			c := servingCSR(t, "system:node:node-a", nil)
+			c.Spec.Usages = append(c.Spec.Usages, certificatesv1.UsageKeyEncipherment)
+			return c
+		}(), ""},
+		{"no names at all", servingCSR(t, "system:node:node-a", func(r *x509.CertificateRequest) { r.DNSNames, r.IPAddresses = nil, nil }), ""},
+		{"not a certificate request", func() *certificatesv1.CertificateSigningRequest {
+			c := servingCSR(t, "system:node:node-a", nil)
+			c.Spec.Request = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte("x")})
+			return c
+		}(), "PEM"},
+		{"unparseable", func() *certificatesv1.CertificateSigningRequest {
+			c := servingCSR(t, "system:node:node-a", nil)
+			c.Spec.Request = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: []byte("x")})
+			return c
+		}(), "unparseable"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := servingRequestProblem(tc.csr, node, ip)
@@ -206,6 +223,24 @@ func TestNodeClientRequestProblem(t *testing.T) {
 			return c
 		}(), "usage"},
 		{"a serving request", servingCSR(t, "system:bootstrap:abcdef", nil), "signer"},
+		{"not in system:nodes", clientCSR(t, "system:bootstrap:abcdef", func(r *x509.CertificateRequest) { r.Subject.Organization = []string{"system:masters"} }), "subject"},
+		{"with an address", clientCSR(t, "system:bootstrap:abcdef", func(r *x509.CertificateRequest) { r.IPAddresses = []net.IP{net.ParseIP("198.51.100.12")} }), "names"},
+		{"with a URI", clientCSR(t, "system:bootstrap:abcdef", func(r *x509.CertificateRequest) { r.URIs = []*url.URL{{Scheme: "spiffe", Host: "x"}} }), "names"},
+		{"key encipherment too", func() *certificatesv1.CertificateSigningRequest {
+			c := clientCSR(t, "system:bootstrap:abcdef", nil)
+			c.Spec.Usages = append(c.Spec.Usages, certificatesv1.UsageKeyEncipherment)
+			return c
+		}(), ""},
+		{"garbage", func() *certificatesv1.CertificateSigningRequest {
+			c := clientCSR(t, "system:bootstrap:abcdef", nil)
+			c.Spec.Request = []byte("x")
+			return c
+		}(), "PEM"},
+		{"unparseable", func() *certificatesv1.CertificateSigningRequest {
+			c := clientCSR(t, "system:bootstrap:abcdef", nil)
+			c.Spec.Request = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: []byte("x")})
+			return c
+		}(), "unparseable"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := nodeClientRequestProblem(tc.csr, "node-a", "abcdef")

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nestdev/nest/internal/components"
+	"github.com/nestdev/nest/internal/kube"
 	"github.com/nestdev/nest/internal/version"
 )
 
@@ -443,14 +444,10 @@ func ParseResourceList(s string) (corev1.ResourceList, error) {
 	return out, nil
 }
 
-// FormatResourceList renders l for ParseResourceList, sorted by name.
+// FormatResourceList renders l for ParseResourceList: "cpu=2,memory=4Gi",
+// sorted, "" when empty (kube.ResourceListFlag).
 func FormatResourceList(l corev1.ResourceList) string {
-	var parts []string
-	for name, q := range l {
-		parts = append(parts, string(name)+"="+q.String())
-	}
-	slices.Sort(parts)
-	return strings.Join(parts, ",")
+	return kube.FormatResourceList(l, kube.ResourceListFlag)
 }
 
 // Flags are nest-syncer's command line. nest-manager's VirtualCluster

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"strings"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nestdev/nest/internal/kindsync"
@@ -125,6 +126,25 @@ func IsCopyOf(host metav1.Object, vc, namespace, name string) bool {
 // no copy.
 func IsCopyOfUID(host metav1.Object, vc, namespace, name, uid string) bool {
 	return uid != "" && IsCopyOf(host, vc, namespace, name) && host.GetAnnotations()[AnnotationTenantUID] == uid
+}
+
+// GetCopy looks up the host copy of the tenant object namespace/name with
+// uid of the virtual cluster vc: get, a lister's or client's Get by name,
+// fetches the host object at HostName, and ok says whether it is that very
+// copy (IsCopyOfUID). When the host holds no object of that name, GetCopy
+// returns ok false and no error; when it holds one that is not the copy
+// (another object's, or an earlier object's of the same name), it returns
+// that object with ok false. Any other error of get is returned as it is.
+func GetCopy[T metav1.Object](get func(name string) (T, error), vc, namespace, name, uid string) (host T, ok bool, err error) {
+	host, err = get(HostName(vc, namespace, name))
+	if err != nil {
+		var none T
+		if apierrors.IsNotFound(err) {
+			return none, false, nil
+		}
+		return none, false, err
+	}
+	return host, IsCopyOfUID(host, vc, namespace, name, uid), nil
 }
 
 // NotOurCopy is the error for a host object that holds the name of the copy

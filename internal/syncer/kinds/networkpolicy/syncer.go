@@ -197,15 +197,9 @@ func (s *Syncer) SyncPodLabels(ctx context.Context, key string) (time.Duration, 
 	if err != nil {
 		return 0, err
 	}
-	host, err := s.HostPods.Get(contract.HostName(s.VirtualCluster, namespace, name))
-	if apierrors.IsNotFound(err) {
-		return 0, nil
-	}
-	if err != nil {
+	host, ok, err := contract.GetCopy(s.HostPods.Get, s.VirtualCluster, namespace, name, string(tenant.UID))
+	if err != nil || !ok {
 		return 0, err
-	}
-	if !contract.IsCopyOfUID(host, s.VirtualCluster, namespace, name, string(tenant.UID)) {
-		return 0, nil
 	}
 	view, ips := s.View(), kube.PodAddrs(host)
 	if past := view.BlocksPast(ips...); past > 0 {

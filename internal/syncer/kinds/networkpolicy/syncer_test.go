@@ -168,6 +168,27 @@ func TestSyncPodLabels(t *testing.T) {
 	}
 }
 
+// SyncPodLabels leaves alone a host pod that is not the copy of this very
+// tenant pod (one made for an earlier pod of the name), and does nothing
+// while there is no host pod.
+func TestSyncPodLabelsOnlyLabelsTheCopyOfThisPod(t *testing.T) {
+	ctx := context.Background()
+	tenantPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web", UID: "uid-web", Labels: map[string]string{"app": "web"}}}
+	earlier := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "vc-alpha", Name: contract.HostName("alpha", "shop", "web"),
+		Labels: contract.HostLabels("alpha", "shop"), Annotations: contract.HostAnnotations("shop", "web", "uid-earlier")}}
+	for name, host := range map[string][]runtime.Object{"an earlier pod's copy": {earlier}, "no host pod": nil} {
+		s, client, _ := newSyncer(t, []runtime.Object{tenantPod, denyAll()}, host)
+		if _, err := s.SyncPodLabels(ctx, "shop/web"); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for _, a := range client.Actions() {
+			if a.GetVerb() == "create" || a.GetVerb() == "update" || a.GetVerb() == "patch" {
+				t.Errorf("%s: the host was written: %v", name, a)
+			}
+		}
+	}
+}
+
 // An ipBlock over a pod's address marks the host pod by the host's own
 // status, never by the tenant pod's, which the tenant may write.
 func TestSyncPodLabelsMarksTheHostPodsAddressInABlock(t *testing.T) {

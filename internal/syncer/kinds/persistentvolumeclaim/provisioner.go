@@ -104,7 +104,7 @@ func (p *Provisioner) provision(ctx context.Context, o controller.ProvisionOptio
 		if err == nil && !contract.IsCopyOf(existing, p.VirtualCluster, claim.Namespace, claim.Name) {
 			return nil, controller.ProvisioningFinished, contract.NotOurCopy("PersistentVolumeClaim", existing, claim.Namespace+"/"+claim.Name)
 		}
-		if err == nil && (existing.Annotations[contract.AnnotationTenantUID] != string(claim.UID) || existing.DeletionTimestamp != nil) {
+		if err == nil && (!contract.IsCopyOfUID(existing, p.VirtualCluster, claim.Namespace, claim.Name, string(claim.UID)) || existing.DeletionTimestamp != nil) {
 			// An earlier claim's volume, retained or still going: its
 			// data is not this claim's to take.
 			return nil, controller.ProvisioningNoChange, tenantmsg.AsIs(fmt.Errorf("the host still holds the volume of an earlier claim %s/%s: delete that claim's PersistentVolume (reclaim policy Retain) or wait for it to go", claim.Namespace, claim.Name))

@@ -69,15 +69,9 @@ func (v *Volumes) Sync(ctx context.Context, key string) (time.Duration, error) {
 	if !ok {
 		return 0, nil
 	}
-	host, err := v.HostClaims.Get(contract.HostName(v.VirtualCluster, namespace, name))
-	if apierrors.IsNotFound(err) {
-		return 0, nil
-	}
-	if err != nil {
+	host, ok, err := contract.GetCopy(v.HostClaims.Get, v.VirtualCluster, namespace, name, string(claim.UID))
+	if err != nil || !ok {
 		return 0, err
-	}
-	if !contract.IsCopyOfUID(host, v.VirtualCluster, namespace, name, string(claim.UID)) {
-		return 0, nil
 	}
 	// The host's state is shown even while a resize is refused: an earlier
 	// resize may finish, or fail, meanwhile.
