@@ -48,8 +48,10 @@ build-k8s:
 	cd k8s/containerd && v=$$(go list -m -f '{{.Version}}' $(CONTAINERD)) && \
 		go build -ldflags "-s -w -X $(CONTAINERD)/version.Version=$$v" -o $(BIN)/ $(addprefix $(CONTAINERD)/cmd/,containerd containerd-shim-runc-v2 ctr)
 
+# Nest's version, which our binaries' --version prints (version.Nest).
+NEST_VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 build-nest:
-	go build -ldflags '-s -w' -o $(BIN)/ ./cmd/nest ./cmd/nest-manager ./cmd/nest-syncer ./cmd/nest-probe ./cmd/pause ./cmd/testapp ./cmd/nest-agent ./cmd/nest-node-network-agent
+	go build -ldflags '-s -w -X github.com/nestdev/nest/internal/version.Nest=$(NEST_VERSION)' -o $(BIN)/ ./cmd/nest ./cmd/nest-manager ./cmd/nest-syncer ./cmd/nest-probe ./cmd/pause ./cmd/testapp ./cmd/nest-agent ./cmd/nest-node-network-agent
 
 ## test: every test CI runs: lint, then unit tests beside end-to-end tests on real local host clusters; ends with each step's and each end-to-end test's wall time
 test:

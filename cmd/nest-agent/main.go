@@ -9,11 +9,13 @@ import (
 	"os"
 
 	"github.com/nestdev/nest/internal/cli"
+	"github.com/nestdev/nest/internal/version"
 )
 
 func main() {
 	cmd := cli.NewAgentCommand()
 	cmd.Use = "nest-agent --config FILE"
+	cmd.Version = version.Describe() // --version
 	if err := cmd.ExecuteContext(context.Background()); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)

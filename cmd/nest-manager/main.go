@@ -36,6 +36,7 @@ import (
 	"github.com/nestdev/nest/internal/images"
 	"github.com/nestdev/nest/internal/kube"
 	"github.com/nestdev/nest/internal/syncer/contract"
+	"github.com/nestdev/nest/internal/version"
 )
 
 // namespaceFile is where a pod finds its own namespace.
@@ -73,6 +74,9 @@ func allowListFlag(name, usage string, dst *[]string) {
 }
 
 func main() {
+	if version.HandleFlag(os.Args[1:], "nest-manager", os.Stdout) {
+		return
+	}
 	var (
 		metricsAddr, probeAddr, hostDomain, kubeRepository, corednsImage, syncerImage, pullPolicy string
 		leaderElect                                                                               bool

@@ -10,11 +10,13 @@ import (
 	"os"
 
 	"github.com/nestdev/nest/internal/cli"
+	"github.com/nestdev/nest/internal/version"
 )
 
 func main() {
 	cmd := cli.NewNodeNetworkAgentCommand()
 	cmd.Use = "nest-node-network-agent --node-name NODE"
+	cmd.Version = version.Describe() // --version
 	if err := cmd.ExecuteContext(context.Background()); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)

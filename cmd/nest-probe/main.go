@@ -11,8 +11,8 @@
 // tenant host pods instead (fence.go): it exits 0 once the -fence address
 // refuses the pod while the -allowed one answers, twice in a row, and 1
 // when -timeout (default 2m) passes first.
-// It uses the standard library only and is built static, to sit in images
-// that have nothing else.
+// It uses the standard library only, but for internal/version (its
+// --version), and is built static, to sit in images that have nothing else.
 package main
 
 import (
@@ -25,6 +25,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/nestdev/nest/internal/version"
 )
 
 // defaultTimeout bounds the whole request, connection to body.
@@ -34,6 +36,9 @@ const defaultTimeout = 5 * time.Second
 const bodyExcerpt = 200
 
 func main() {
+	if version.HandleFlag(os.Args[1:], "nest-probe", os.Stdout) {
+		return
+	}
 	os.Exit(run(os.Args[1:], os.Stderr))
 }
 

@@ -15,9 +15,13 @@ import (
 
 	"github.com/nestdev/nest/internal/etcdmember"
 	"github.com/nestdev/nest/internal/syncer"
+	"github.com/nestdev/nest/internal/version"
 )
 
 func main() {
+	if version.HandleFlag(os.Args[1:], "nest-syncer", os.Stdout) {
+		return
+	}
 	// The helper init containers of host pods (internal/syncer), which
 	// print their own error.
 	if ran, err := syncer.HelperMain(os.Args[1:], os.Stderr); ran {

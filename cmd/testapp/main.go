@@ -68,9 +68,14 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/nestdev/nest/internal/version"
 )
 
 func main() {
+	if version.HandleFlag(os.Args[1:], "testapp", os.Stdout) {
+		return
+	}
 	// A command word, with or without arguments (ignore-term takes none:
 	// it must never fall through to the server, which stops on SIGTERM).
 	if len(os.Args) > 1 {

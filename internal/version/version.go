@@ -1,6 +1,8 @@
 // Package version holds the Kubernetes versions Nest builds and runs, the
 // etcd each is built with, the one new tenants get (Newest), and which
-// upgrades between them are allowed (CheckUpgrade).
+// upgrades between them are allowed (CheckUpgrade); and Nest's own version,
+// stamped at build (Nest), which our binaries' --version prints with them
+// (Line, HandleFlag; build.go).
 //
 // Go code refers to Kubernetes and Supported; the Makefile reads them from
 // this file. The places that cannot derive them (go.mod pins, the CRD
