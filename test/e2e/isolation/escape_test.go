@@ -23,6 +23,7 @@ import (
 	"github.com/nestdev/nest/internal/controlplane"
 	"github.com/nestdev/nest/internal/netagent"
 	"github.com/nestdev/nest/internal/nodenet"
+	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/testutil"
 )
 
@@ -369,9 +370,16 @@ func (e *env) debugEphemeral(t *testing.T) {
 	}
 	// A later change the syncer must carry shows it has seen the pod since.
 	e.alpha.Kubectl(t, e.ctx, "label", "pod", "escape-debug-target", "app=after-debug", "--overwrite")
-	testutil.Eventually(t, time.Minute, "host pod carries the later label", func() error {
+	labelled := time.Now()
+	// Two minutes: a label normally reaches the host within a second, and
+	// once, on a loaded CI machine, did not within one. A failure after
+	// 20 s names the pod's events, which say what the syncer did.
+	testutil.Eventually(t, 2*time.Minute, "host pod carries the later label", func() error {
 		hp := e.hostPod(t, e.alpha, "default", "escape-debug-target")
 		if hp.Labels["app"] != "after-debug" {
+			if time.Since(labelled) > 20*time.Second {
+				return errorf("host label app=%q, spec hash %q; the tenant pod's events: %s", hp.Labels["app"], hp.Annotations[contract.AnnotationSpecHash], e.tenantEvents(t, e.alpha, "default", "escape-debug-target"))
+			}
 			return errorf("host label app=%q", hp.Labels["app"])
 		}
 		if len(hp.Spec.EphemeralContainers) != 0 {
@@ -379,6 +387,7 @@ func (e *env) debugEphemeral(t *testing.T) {
 		}
 		return nil
 	})
+	t.Logf("the label reached the host pod %s after it was set", time.Since(labelled).Round(10*time.Millisecond))
 }
 
 // hostPodSecurity: a privileged pod written straight into the tenant's host
