@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -24,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/atomicfile"
 	"github.com/nestdev/nest/internal/controller/virtualcluster"
 	"github.com/nestdev/nest/internal/controlplane"
 	"github.com/nestdev/nest/internal/syncer/contract"
@@ -557,39 +557,16 @@ func kubeconfig(ctx context.Context, c client.Client, key types.NamespacedName, 
 
 // writePrivateFile replaces the file at path with data, leaving it with
 // mode 0600 whether or not it existed: os.WriteFile keeps an existing
-// file's mode, which would leave a credential readable by others. The data
-// goes to a new file in the same directory, created with mode 0600, that
-// is then renamed over path, so the data is never in a file others may
-// read, and a failed write leaves the old file as it was. A symbolic link at path is
-// followed: the file it points to is replaced, not the link.
-func writePrivateFile(path string, data []byte) (err error) {
+// file's mode, which would leave a credential readable by others.
+// atomicfile writes through a temporary file, created 0600, renamed over
+// path, so the data is never in a file others may read and a failed write
+// leaves the old file as it was. A symbolic link at path is followed: the
+// file it points to is replaced, not the link.
+func writePrivateFile(path string, data []byte) error {
 	if target, err := filepath.EvalSymlinks(path); err == nil {
 		path = target
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	// CreateTemp makes the file 0600; set it again in case that changes.
-	if err := tmp.Chmod(0o600); err != nil {
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return atomicfile.Write(path, data, 0o600)
 }
 
 func remove(ctx context.Context, c client.Client, key types.NamespacedName, wait bool, out io.Writer) error {

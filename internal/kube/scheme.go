@@ -1,7 +1,7 @@
 // Package kube holds small helpers shared by Nest's clients of the Kubernetes
 // API: the runtime.Scheme that knows every type Nest reads or writes, status
-// patches, a pod's addresses (PodAddrs) and whether a node is Ready
-// (NodeReady).
+// patches, a pod's addresses (PodAddrs), whether a node is Ready
+// (NodeReady) and how a ResourceList is written (FormatResourceList).
 package kube
 
 import (
