@@ -319,7 +319,7 @@ const podWorkers = 32
 // the node is Ready only when its pods are handled.
 func (s *syncer) runNode(ctx context.Context) error {
 	pc, err := node.NewPodController(node.PodControllerConfig{
-		PodClient:                            s.tenant.CoreV1(),
+		PodClient:                            gatedStatusPods{s.tenant.CoreV1()},
 		PodInformer:                          s.pods,
 		EventRecorder:                        s.recorder,
 		Provider:                             s.provider,

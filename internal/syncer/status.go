@@ -1,7 +1,6 @@
 package syncer
 
 import (
-	"fmt"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -97,16 +96,7 @@ func withTenantConditions(conditions []corev1.PodCondition, tenant *corev1.Pod) 
 			conditions = append(conditions, c)
 		}
 	}
-	if gate, ok := unmetReadinessGate(tenant); ok {
-		// As the kubelet does: the host pod has no gates, so its Ready is
-		// its containers'.
-		for i := range conditions {
-			if c := &conditions[i]; c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-				c.Status, c.Reason = corev1.ConditionFalse, "ReadinessGatesNotReady"
-				c.Message = fmt.Sprintf("corresponding condition of pod readiness gate %q is not True", gate)
-			}
-		}
-	}
+	gateReady(conditions, tenant)
 	return conditions
 }
 
