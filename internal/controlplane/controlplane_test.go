@@ -412,3 +412,31 @@ func TestStatefulSetRunsTheTenantsVersion(t *testing.T) {
 		}
 	}
 }
+
+// spec.controlPlane.runtimeConfig turns group versions on in the API server,
+// sorted, and nothing else: no runtime config, no flag.
+func TestAPIServerTurnsOnTheRuntimeConfig(t *testing.T) {
+	o := Options{KubeImageRepository: "nest.local/kube", SyncerImage: "syncer", CoreDNSImage: "coredns"}
+	runtimeConfigArgs := func(v *nestv1.VirtualCluster) []string {
+		var out []string
+		pod := StatefulSetFor(v, o, ServiceIPs{}).Spec.Template.Spec
+		for _, c := range append(pod.InitContainers, pod.Containers...) {
+			for _, a := range c.Args {
+				if strings.HasPrefix(a, "--runtime-config") {
+					out = append(out, c.Name+" "+a)
+				}
+			}
+		}
+		return out
+	}
+	if got := runtimeConfigArgs(vc(nil)); len(got) != 0 {
+		t.Errorf("no runtimeConfig: args %v, want none", got)
+	}
+	got := runtimeConfigArgs(vc(func(v *nestv1.VirtualCluster) {
+		v.Spec.ControlPlane.RuntimeConfig = map[string]string{"storage.k8s.io/v1beta1": "true", "networking.k8s.io/v1beta1": "true"}
+	}))
+	want := []string{apiServerName + " --runtime-config=networking.k8s.io/v1beta1=true,storage.k8s.io/v1beta1=true"}
+	if !slices.Equal(got, want) {
+		t.Errorf("args %v, want %v", got, want)
+	}
+}

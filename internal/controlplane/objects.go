@@ -3,6 +3,7 @@ package controlplane
 import (
 	"fmt"
 	"path"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -19,6 +20,7 @@ import (
 	"github.com/nestdev/nest/internal/etcdmember"
 	"github.com/nestdev/nest/internal/images"
 	"github.com/nestdev/nest/internal/syncer/contract"
+	"github.com/nestdev/nest/internal/version"
 )
 
 // Options are the operator-wide settings the builders need.
@@ -426,6 +428,20 @@ func terminationGracePeriod(vc *nestv1.VirtualCluster) int64 {
 	return single
 }
 
+// runtimeConfig is the API server's --runtime-config for
+// spec.controlPlane.runtimeConfig: "GROUP/VERSION=true,...", sorted, of the
+// group versions version.OptionalAPIs holds (the CRD accepts no other),
+// "" for none.
+func runtimeConfig(vc *nestv1.VirtualCluster) string {
+	var on []string
+	for _, gv := range version.OptionalAPIs {
+		if vc.Spec.ControlPlane.RuntimeConfig[gv] == "true" {
+			on = append(on, gv+"=true")
+		}
+	}
+	return strings.Join(on, ",")
+}
+
 // goawayChance is --goaway-chance of replicated API servers: the share of
 // requests whose HTTP/2 connection is closed after its answer.
 const goawayChance = "0.001"
@@ -456,6 +472,9 @@ func apiServerContainer(vc *nestv1.VirtualCluster, o Options) corev1.Container {
 	// Tenant only: policies the tenant cannot remove, and egress to nodes
 	// and pods through nest-syncer's proxy (APIServerConfigMapFor).
 	args = append(args, apiServerConfigFlags()...)
+	if rc := runtimeConfig(vc); rc != "" {
+		args = append(args, components.Flag{Name: "runtime-config", Value: rc})
+	}
 	if Replicas(vc) > 1 {
 		// HTTP/2 clients keep one connection, so those that connected while
 		// a replica was away would stay on the others for good: a GOAWAY

@@ -182,3 +182,19 @@ func TestEtcdVersionsAreTheModulesPins(t *testing.T) {
 		t.Errorf("version.Etcd has %d versions, Supported %d", len(version.Etcd), len(version.Supported))
 	}
 }
+
+func TestCRDsAcceptTheOptionalAPIs(t *testing.T) {
+	for _, f := range []string{"api/v1alpha1/virtualcluster_types.go", "config/crd/nest.dev_virtualclusters.yaml", "charts/nest/crds/nest.dev_virtualclusters.yaml"} {
+		// YAML folds a long rule over lines: one space each, unfolded.
+		text := strings.Join(strings.Fields(read(t, f)), " ")
+		if !strings.Contains(text, version.OptionalAPIsRule()) {
+			t.Errorf("%s lacks the rule %s on spec.controlPlane.runtimeConfig: change the kubebuilder marker and run make generate", f, version.OptionalAPIsRule())
+		}
+	}
+	doc := read(t, "api/v1alpha1/virtualcluster_types.go")
+	for _, gv := range version.OptionalAPIs {
+		if strings.Count(doc, gv) < 3 {
+			t.Errorf("api/v1alpha1: runtimeConfig's description and message name %s fewer than twice besides the rule", gv)
+		}
+	}
+}

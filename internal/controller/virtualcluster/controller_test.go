@@ -374,6 +374,12 @@ func TestInvalidSpecsAreRejected(t *testing.T) {
 		{"grace period bound of zero", func(vc *nestv1.VirtualCluster) {
 			vc.Spec.VirtualNode.MaxTerminationGracePeriodSeconds = ptr.To[int64](0)
 		}, "spec.virtualNode.maxTerminationGracePeriodSeconds"},
+		{"runtime config of an API on by default", func(vc *nestv1.VirtualCluster) {
+			vc.Spec.ControlPlane.RuntimeConfig = map[string]string{"apps/v1": "true"}
+		}, "spec.controlPlane.runtimeConfig: each key must be a group version off by default"},
+		{"runtime config turning an API off", func(vc *nestv1.VirtualCluster) {
+			vc.Spec.ControlPlane.RuntimeConfig = map[string]string{"networking.k8s.io/v1beta1": "false"}
+		}, `spec.controlPlane.runtimeConfig: every value must be "true"`},
 		{"allow-list entry with an inner *", func(vc *nestv1.VirtualCluster) {
 			vc.Spec.VirtualNode.HostMetadata = &nestv1.HostMetadataSpec{Labels: []string{"app", "example.*/name"}}
 		}, "spec.virtualNode.hostMetadata.labels[1]"},
