@@ -226,17 +226,19 @@ type ControlPlaneSpec struct {
 	// RuntimeConfig turns on API group versions that the tenant API server
 	// leaves off by default, as kube-apiserver's --runtime-config (and
 	// kind's runtimeConfig) does: each key a group version, each value
-	// "true". Accepted: networking.k8s.io/v1beta1, resource.k8s.io/v1beta1,
-	// resource.k8s.io/v1beta2 and storage.k8s.io/v1beta1, which every
-	// supported version serves once turned on. Turning default APIs off is
-	// not offered: Nest's own components use them. Changing it restarts
-	// the API servers. v1.36 counts requests to networking.k8s.io/v1beta1
-	// and storage.k8s.io/v1beta1 as requests to APIs that v1.37 removes,
-	// which holds an upgrade to v1.37 (see the nest.dev/upgrade-ignore-removed-apis
-	// annotation); v1.37.2 still serves them when turned on.
+	// "true". Accepted: resource.k8s.io/v1beta1 and resource.k8s.io/v1beta2
+	// (every supported version), networking.k8s.io/v1beta1 and
+	// storage.k8s.io/v1beta1 (v1.36.3 only: v1.37 removed their last
+	// resources). A group version the API server's version serves nothing
+	// of (after an upgrade) is left out of its --runtime-config, and each
+	// reconcile says so in a RuntimeConfigNotServed warning event. Turning
+	// default APIs off is not offered: Nest's own components use them.
+	// Changing it restarts the API servers. Clients of networking.k8s.io/v1beta1
+	// or storage.k8s.io/v1beta1 hold an upgrade to v1.37 (see the
+	// nest.dev/upgrade-ignore-removed-apis annotation).
 	// +optional
 	// +kubebuilder:validation:MaxProperties=8
-	// +kubebuilder:validation:XValidation:rule="self.all(k, k in ['networking.k8s.io/v1beta1', 'resource.k8s.io/v1beta1', 'resource.k8s.io/v1beta2', 'storage.k8s.io/v1beta1'])",message="spec.controlPlane.runtimeConfig: each key must be a group version off by default that a supported version serves: networking.k8s.io/v1beta1, resource.k8s.io/v1beta1, resource.k8s.io/v1beta2 or storage.k8s.io/v1beta1"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k in ['networking.k8s.io/v1beta1', 'resource.k8s.io/v1beta1', 'resource.k8s.io/v1beta2', 'storage.k8s.io/v1beta1'])",message="spec.controlPlane.runtimeConfig: each key must be a group version off by default that a supported version serves once on: networking.k8s.io/v1beta1, resource.k8s.io/v1beta1, resource.k8s.io/v1beta2 or storage.k8s.io/v1beta1"
 	// +kubebuilder:validation:XValidation:rule="self.all(k, self[k] == 'true')",message="spec.controlPlane.runtimeConfig: every value must be \"true\": only turning a group version on is supported"
 	RuntimeConfig map[string]string `json:"runtimeConfig,omitempty"`
 }

@@ -100,6 +100,9 @@ type shareFlags struct {
 	replicas         int
 	// kubernetesVersion is spec.kubernetesVersion; "" leaves the default.
 	kubernetesVersion string
+	// runtimeConfig is spec.controlPlane.runtimeConfig, as
+	// version.ParseRuntimeConfig reads it.
+	runtimeConfig []string
 	serviceType       string
 	storage           string
 	storageClaims     int
@@ -177,6 +180,15 @@ func (f *shareFlags) spec() (nestv1.VirtualClusterSpec, error) {
 			return spec, fmt.Errorf("--kubernetes-version: %w", err)
 		}
 		spec.KubernetesVersion = f.kubernetesVersion
+	}
+	if len(f.runtimeConfig) > 0 {
+		v := f.kubernetesVersion
+		if v == "" {
+			v = version.Newest()
+		}
+		if spec.ControlPlane.RuntimeConfig, err = version.ParseRuntimeConfig(v, f.runtimeConfig); err != nil {
+			return spec, fmt.Errorf("--runtime-config %w", err)
+		}
 	}
 	if f.replicas != 0 {
 		if f.replicas != 1 && f.replicas != 3 {
@@ -270,6 +282,7 @@ func newCreateCommand(host *hostFlags) *cobra.Command {
 	cmd.Flags().IntVar(&share.virtualNodes, "virtual-nodes", 0, "how many virtual nodes split the share (default 1)")
 	cmd.Flags().StringVar(&share.serviceType, "service-type", "", "how the tenant API server is exposed: NodePort, LoadBalancer or ClusterIP (default: the host's, nest-manager's --default-service-type)")
 	cmd.Flags().StringVar(&share.kubernetesVersion, "kubernetes-version", "", "Kubernetes version of the tenant control plane, one of "+strings.Join(version.Supported, ", ")+" (default "+version.Newest()+")")
+	cmd.Flags().StringSliceVar(&share.runtimeConfig, "runtime-config", nil, "API group versions off by default the tenant API server serves, as kube-apiserver's --runtime-config: "+strings.Join(version.AllOptionalAPIs(), ", ")+", those the --kubernetes-version serves (spec.controlPlane.runtimeConfig)")
 	cmd.Flags().IntVar(&share.replicas, "replicas", 0, "control-plane replicas: 1, or 3 for a highly available control plane spread over host nodes (default 1)")
 	cmd.Flags().StringVar(&share.containerLimits, "container-limits", "default", "default: tenant containers without cpu or memory limits get the host's default limits; none: they run without, as upstream conformance expects")
 	cmd.Flags().StringVar(&share.privileged, "privileged-containers", "refuse", "refuse: pods with privileged containers are refused; confine: such containers run without host privileges (no host devices, no capabilities beyond the Pod Security level), for workloads that ask for privileged without needing it")

@@ -194,3 +194,22 @@ func TestKubernetesVersionFlag(t *testing.T) {
 		t.Errorf("--kubernetes-version v1.35.0: %v, want the flag and the supported versions named", err)
 	}
 }
+
+// --runtime-config turns group versions on in spec.controlPlane.runtimeConfig,
+// sets nothing when not given, and refuses another naming the flag.
+func TestRuntimeConfigFlag(t *testing.T) {
+	spec, err := (&shareFlags{kubernetesVersion: version.Kubernetes, runtimeConfig: []string{"networking.k8s.io/v1beta1"}}).spec()
+	if err != nil || spec.ControlPlane.RuntimeConfig["networking.k8s.io/v1beta1"] != "true" || len(spec.ControlPlane.RuntimeConfig) != 1 {
+		t.Errorf("--runtime-config networking.k8s.io/v1beta1: %v, %v", spec.ControlPlane.RuntimeConfig, err)
+	}
+	if spec, err := (&shareFlags{}).spec(); err != nil || spec.ControlPlane.RuntimeConfig != nil {
+		t.Errorf("no --runtime-config: %v, %v; want none", spec.ControlPlane.RuntimeConfig, err)
+	}
+	if _, err := (&shareFlags{runtimeConfig: []string{"apps/v1"}}).spec(); err == nil || !strings.Contains(err.Error(), "--runtime-config") {
+		t.Errorf("--runtime-config apps/v1: %v, want the flag named", err)
+	}
+	// The default version is the newest, which serves nothing of it.
+	if _, err := (&shareFlags{runtimeConfig: []string{"networking.k8s.io/v1beta1"}}).spec(); err == nil || !strings.Contains(err.Error(), version.Newest()) {
+		t.Errorf("--runtime-config networking.k8s.io/v1beta1 at the default version: %v, want it refused naming %s", err, version.Newest())
+	}
+}

@@ -414,7 +414,8 @@ func TestStatefulSetRunsTheTenantsVersion(t *testing.T) {
 }
 
 // spec.controlPlane.runtimeConfig turns group versions on in the API server,
-// sorted, and nothing else: no runtime config, no flag.
+// sorted, those its version serves: no runtime config, no flag; one its
+// version serves nothing of (after an upgrade) left out and named.
 func TestAPIServerTurnsOnTheRuntimeConfig(t *testing.T) {
 	o := Options{KubeImageRepository: "nest.local/kube", SyncerImage: "syncer", CoreDNSImage: "coredns"}
 	runtimeConfigArgs := func(v *nestv1.VirtualCluster) []string {
@@ -432,11 +433,25 @@ func TestAPIServerTurnsOnTheRuntimeConfig(t *testing.T) {
 	if got := runtimeConfigArgs(vc(nil)); len(got) != 0 {
 		t.Errorf("no runtimeConfig: args %v, want none", got)
 	}
-	got := runtimeConfigArgs(vc(func(v *nestv1.VirtualCluster) {
-		v.Spec.ControlPlane.RuntimeConfig = map[string]string{"storage.k8s.io/v1beta1": "true", "networking.k8s.io/v1beta1": "true"}
-	}))
-	want := []string{apiServerName + " --runtime-config=networking.k8s.io/v1beta1=true,storage.k8s.io/v1beta1=true"}
-	if !slices.Equal(got, want) {
-		t.Errorf("args %v, want %v", got, want)
+	at := func(v string) *nestv1.VirtualCluster {
+		return vc(func(vc *nestv1.VirtualCluster) {
+			vc.Spec.KubernetesVersion = v
+			vc.Spec.ControlPlane.RuntimeConfig = map[string]string{"resource.k8s.io/v1beta2": "true", "networking.k8s.io/v1beta1": "true"}
+		})
+	}
+	old, newest := version.Supported[0], version.Newest()
+	want := []string{apiServerName + " --runtime-config=networking.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true"}
+	if got := runtimeConfigArgs(at(old)); !slices.Equal(got, want) {
+		t.Errorf("%s: args %v, want %v", old, got, want)
+	}
+	if got := RuntimeConfigNotServed(at(old), old); len(got) != 0 {
+		t.Errorf("%s: not served %v, want none", old, got)
+	}
+	want = []string{apiServerName + " --runtime-config=resource.k8s.io/v1beta2=true"}
+	if got := runtimeConfigArgs(at(newest)); !slices.Equal(got, want) {
+		t.Errorf("%s: args %v, want %v", newest, got, want)
+	}
+	if got := RuntimeConfigNotServed(at(newest), newest); !slices.Equal(got, []string{"networking.k8s.io/v1beta1"}) {
+		t.Errorf("%s: not served %v, want networking.k8s.io/v1beta1", newest, got)
 	}
 }

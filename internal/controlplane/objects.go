@@ -3,6 +3,7 @@ package controlplane
 import (
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -428,18 +429,33 @@ func terminationGracePeriod(vc *nestv1.VirtualCluster) int64 {
 	return single
 }
 
-// runtimeConfig is the API server's --runtime-config for
+// runtimeConfig is the --runtime-config of an API server of version v for
 // spec.controlPlane.runtimeConfig: "GROUP/VERSION=true,...", sorted, of the
-// group versions version.OptionalAPIs holds (the CRD accepts no other),
-// "" for none.
-func runtimeConfig(vc *nestv1.VirtualCluster) string {
+// group versions v serves once on (version.OptionalAPIs); "" for none.
+// RuntimeConfigNotServed names the others.
+func runtimeConfig(vc *nestv1.VirtualCluster, v string) string {
 	var on []string
-	for _, gv := range version.OptionalAPIs {
+	for _, gv := range version.OptionalAPIs[v] {
 		if vc.Spec.ControlPlane.RuntimeConfig[gv] == "true" {
 			on = append(on, gv+"=true")
 		}
 	}
 	return strings.Join(on, ",")
+}
+
+// RuntimeConfigNotServed lists, sorted, the group versions of
+// spec.controlPlane.runtimeConfig that an API server of version v serves
+// nothing of, which its --runtime-config leaves out: those whose last
+// resources v removed, after an upgrade the pre-flight's override let go.
+func RuntimeConfigNotServed(vc *nestv1.VirtualCluster, v string) []string {
+	var out []string
+	for gv := range vc.Spec.ControlPlane.RuntimeConfig {
+		if !version.ServesOptionalAPI(v, gv) {
+			out = append(out, gv)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // goawayChance is --goaway-chance of replicated API servers: the share of
@@ -472,7 +488,7 @@ func apiServerContainer(vc *nestv1.VirtualCluster, o Options) corev1.Container {
 	// Tenant only: policies the tenant cannot remove, and egress to nodes
 	// and pods through nest-syncer's proxy (APIServerConfigMapFor).
 	args = append(args, apiServerConfigFlags()...)
-	if rc := runtimeConfig(vc); rc != "" {
+	if rc := runtimeConfig(vc, o.Versions.APIServer); rc != "" {
 		args = append(args, components.Flag{Name: "runtime-config", Value: rc})
 	}
 	if Replicas(vc) > 1 {

@@ -192,9 +192,27 @@ func TestCRDsAcceptTheOptionalAPIs(t *testing.T) {
 		}
 	}
 	doc := read(t, "api/v1alpha1/virtualcluster_types.go")
-	for _, gv := range version.OptionalAPIs {
+	for _, gv := range version.AllOptionalAPIs() {
 		if strings.Count(doc, gv) < 3 {
 			t.Errorf("api/v1alpha1: runtimeConfig's description and message name %s fewer than twice besides the rule", gv)
 		}
+	}
+}
+
+func TestParseRuntimeConfigNamesTheBadEntry(t *testing.T) {
+	got, err := version.ParseRuntimeConfig(version.Kubernetes, []string{"storage.k8s.io/v1beta1", "networking.k8s.io/v1beta1=true"})
+	if err != nil || len(got) != 2 || got["storage.k8s.io/v1beta1"] != "true" || got["networking.k8s.io/v1beta1"] != "true" {
+		t.Errorf("got %v, %v; want both on", got, err)
+	}
+	for entry, want := range map[string]string{
+		"apps/v1":                         `"apps/v1": not a group version off by default`,
+		"networking.k8s.io/v1beta1=false": "only turning a group version on is supported",
+	} {
+		if _, err := version.ParseRuntimeConfig(version.Kubernetes, []string{entry}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: err %v, want %q", entry, err, want)
+		}
+	}
+	if _, err := version.ParseRuntimeConfig("v1.37.2", []string{"networking.k8s.io/v1beta1"}); err == nil || !strings.Contains(err.Error(), "v1.37.2 serves") {
+		t.Errorf("networking.k8s.io/v1beta1 on v1.37.2: err %v, want it refused", err)
 	}
 }

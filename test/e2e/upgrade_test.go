@@ -12,8 +12,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
@@ -51,6 +55,38 @@ func TestUpgrades(t *testing.T) {
 			w.checkKept(t, ctx, host)
 			checkUpgradeEvents(t, ctx, host, tn, controlplane.UpgradeControlPlane)
 			checkRefusals(t, ctx, hostKubeconfig, nest, tn, from)
+			deleteTenant(t, nest, tn)
+		})
+		t.Run("an upgrade held by clients of an API the target removes names it and goes on with the override", func(t *testing.T) {
+			t.Parallel()
+			tn := &framework.Tenant{Name: "held", Dir: dir}
+			createAt(t, nest, tn, from, "--runtime-config", heldAPI.GroupVersion().String())
+			if err := listHeldAPI(ctx, tn.Clientset(t)); err != nil {
+				t.Fatalf("list %s in %s at %s: %v", heldAPI, tn.Name, from, err)
+			}
+			if out, err := nest("upgrade", tn.Name, "--version", to); err != nil {
+				t.Fatalf("upgrade %s to %s: %v\n%s", tn.Name, to, err, out)
+			}
+			blocked := waitUpgradingReason(t, ctx, host, tn, virtualcluster.ReasonUpgradeBlocked)
+			if name := heldAPI.Resource + "." + heldAPI.Version + "." + heldAPI.Group; !strings.Contains(blocked.Message, name) || !strings.Contains(blocked.Message, nestv1.AnnotationIgnoreRemovedAPIs) {
+				t.Errorf("UpgradeBlocked says %q; want it to name %s and the annotation that overrides it", blocked.Message, name)
+			}
+			vc := getVirtualCluster(t, ctx, host, tn)
+			if vc.Status.Version != from {
+				t.Errorf("held: status.version %q, want %s still", vc.Status.Version, from)
+			}
+			patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+nestv1.AnnotationIgnoreRemovedAPIs+`":"true"}}}`))
+			if err := host.Patch(ctx, vc, patch); err != nil {
+				t.Fatal(err)
+			}
+			waitUpgradingReason(t, ctx, host, tn, virtualcluster.ReasonUpToDate)
+			checkRunsVersion(t, ctx, tn, to)
+			// What the pre-flight warned of: the new version serves nothing
+			// of it, and nest-manager says so rather than pass it on.
+			if err := listHeldAPI(ctx, tn.Clientset(t)); !apierrors.IsNotFound(err) {
+				t.Errorf("%s after the upgrade to %s: listing %s gave %v, want NotFound", tn.Name, to, heldAPI, err)
+			}
+			checkUpgradeEvents(t, ctx, host, tn, virtualcluster.ReasonUpgradeBlocked, controlplane.UpgradeControlPlane, virtualcluster.ReasonRuntimeConfigNotServed)
 			deleteTenant(t, nest, tn)
 		})
 		t.Run("a 3-replica tenant upgrades one replica and one component group at a time while a client calls it every 100 ms", func(t *testing.T) {
@@ -362,4 +398,36 @@ func checkRefusals(t *testing.T, ctx context.Context, hostKubeconfig string, nes
 			t.Errorf("patching kubernetesVersion to %s: %v, want a refusal naming spec.kubernetesVersion", tc.to, err)
 		}
 	}
+}
+
+// heldAPI is an API that v1.37 removes, off by default in v1.36: a tenant
+// that turned it on and listed it holds its upgrade to v1.37.
+var heldAPI = schema.GroupVersionResource{Group: "networking.k8s.io", Version: "v1beta1", Resource: "servicecidrs"}
+
+// listHeldAPI lists heldAPI in the tenant of cs: its API server counts the
+// request in apiserver_requested_deprecated_apis.
+func listHeldAPI(ctx context.Context, cs kubernetes.Interface) error {
+	path := "/apis/" + heldAPI.GroupVersion().String() + "/" + heldAPI.Resource
+	_, err := cs.Discovery().RESTClient().Get().AbsPath(path).DoRaw(ctx)
+	return err
+}
+
+// waitUpgradingReason waits until tn's Upgrading condition has reason and
+// returns it.
+func waitUpgradingReason(t *testing.T, ctx context.Context, host client.Client, tn *framework.Tenant, reason string) metav1.Condition {
+	t.Helper()
+	var c metav1.Condition
+	testutil.Eventually(t, 6*time.Minute, tn.Name+": Upgrading "+reason, func() error {
+		vc := &nestv1.VirtualCluster{}
+		if err := host.Get(ctx, client.ObjectKey{Namespace: tn.Namespace, Name: tn.Name}, vc); err != nil {
+			return err
+		}
+		got := meta.FindStatusCondition(vc.Status.Conditions, nestv1.ConditionUpgrading)
+		if got == nil || got.Reason != reason {
+			return fmt.Errorf("Upgrading is %+v", got)
+		}
+		c = *got
+		return nil
+	})
+	return c
 }

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -252,6 +253,11 @@ func (r *Reconciler) reconcileStatefulSet(ctx context.Context, s *reconcileState
 		return false, err
 	}
 	opts.Versions = s.upgrade.versions
+	if gvs := controlplane.RuntimeConfigNotServed(s.vc, opts.Versions.APIServer); len(gvs) > 0 {
+		r.Recorder.Eventf(s.vc, nil, corev1.EventTypeWarning, ReasonRuntimeConfigNotServed, "Reconcile",
+			"spec.controlPlane.runtimeConfig: Kubernetes %s serves nothing of %s, so its API server runs without them: remove them from spec.controlPlane.runtimeConfig",
+			opts.Versions.APIServer, strings.Join(gvs, ", "))
+	}
 	desired := controlplane.StatefulSetFor(s.vc, opts, s.ips)
 	desired.Spec.Template.Annotations = map[string]string{"nest.dev/pki-hash": pkiRestartHash(s.pki)}
 	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: desired.Name, Namespace: desired.Namespace}}

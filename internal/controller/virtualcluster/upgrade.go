@@ -27,6 +27,10 @@ const (
 	// asked for (version.CheckUpgrade): a spec the CRD's rules did not
 	// check, or a version since dropped from the supported list.
 	ReasonUpgradeRefused = "UpgradeRefused"
+	// ReasonRuntimeConfigNotServed: a warning event, spec.controlPlane.runtimeConfig
+	// names a group version the API server's version serves nothing of
+	// (controlplane.RuntimeConfigNotServed), left out of its --runtime-config.
+	ReasonRuntimeConfigNotServed = "RuntimeConfigNotServed"
 )
 
 // upgradeState is what the upgrade phase found: the component versions
