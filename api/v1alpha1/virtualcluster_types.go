@@ -42,6 +42,13 @@ const (
 // holds it, naming the API). Those clients fail after the upgrade.
 const AnnotationIgnoreRemovedAPIs = "nest.dev/upgrade-ignore-removed-apis"
 
+// AnnotationRestoring, set by nest restore on the VirtualCluster it makes
+// from a snapshot, says its first etcd member starts from that snapshot,
+// which nest restore sends it, and never as a new, empty cluster; its value
+// is the snapshot's etcd SHA-256. nest restore removes it once the
+// VirtualCluster is Ready.
+const AnnotationRestoring = "nest.dev/restoring"
+
 // Condition types of a VirtualCluster.
 const (
 	// ConditionReady is True when tenants can use the cluster: the control plane

@@ -34,7 +34,7 @@ import (
 func addVirtualClusterCommands(root *cobra.Command) {
 	var host hostFlags
 	root.PersistentFlags().StringVar(&host.kubeconfig, "kubeconfig", "", "host cluster kubeconfig (default $KUBECONFIG, else the local host cluster's, else ~/.kube/config)")
-	root.AddCommand(newCreateCommand(&host), newListCommand(&host), newKubeconfigCommand(&host), newDeleteCommand(&host), newNodesCommand(&host), newScaleCommand(&host), newUpgradeCommand(&host), newDashboardCommand(&host), newMemberCommand(&host), newUsageCommand(&host), newCertsCommand(&host))
+	root.AddCommand(newCreateCommand(&host), newListCommand(&host), newKubeconfigCommand(&host), newDeleteCommand(&host), newNodesCommand(&host), newScaleCommand(&host), newUpgradeCommand(&host), newDashboardCommand(&host), newMemberCommand(&host), newUsageCommand(&host), newCertsCommand(&host), newSnapshotCommand(&host), newRestoreCommand(&host))
 }
 
 func namespaceFlag(cmd *cobra.Command, ns *string) {

@@ -455,3 +455,26 @@ func TestAPIServerTurnsOnTheRuntimeConfig(t *testing.T) {
 		t.Errorf("%s: not served %v, want networking.k8s.io/v1beta1", newest, got)
 	}
 }
+
+// The bootstrap ConfigMap names the first replica as the member that may
+// start a cluster, none when it may not, and, while nest restore makes the
+// VirtualCluster, the first replica as the one that restores.
+func TestEtcdBootstrapConfigMapNamesTheMemberAndWhetherItRestores(t *testing.T) {
+	restoring := vc(func(v *nestv1.VirtualCluster) {
+		v.Annotations = map[string]string{nestv1.AnnotationRestoring: "abc"}
+	})
+	for _, tc := range []struct {
+		vc           *nestv1.VirtualCluster
+		mayBootstrap bool
+		want         string
+	}{
+		{vc(nil), true, "alpha-0"},
+		{vc(nil), false, ""},
+		{restoring, true, "restore:alpha-0"},
+		{restoring, false, "restore:alpha-0"},
+	} {
+		if got := EtcdBootstrapConfigMapFor(tc.vc, tc.mayBootstrap).Data[EtcdBootstrapKey]; got != tc.want {
+			t.Errorf("restoring %t, may bootstrap %t: %q, want %q", tc.vc.Annotations != nil, tc.mayBootstrap, got, tc.want)
+		}
+	}
+}

@@ -354,10 +354,18 @@ const etcdBootstrapDir = "/etc/nest/etcd-bootstrap"
 // its volume always joins its peers and never splits an empty cluster
 // from the tenant's. The ConfigMap is read at every try, not at start, so
 // withdrawing it restarts nothing.
+//
+// A VirtualCluster that nest restore made (nestv1.AnnotationRestoring)
+// names its first replica with etcdmember.RestoreMarker instead: it starts
+// from the snapshot nest restore sends it, and no member starts an empty
+// cluster.
 func EtcdBootstrapConfigMapFor(vc *nestv1.VirtualCluster, mayBootstrap bool) *corev1.ConfigMap {
 	n := NamesOf(vc)
 	member := ""
-	if mayBootstrap {
+	switch {
+	case vc.Annotations[nestv1.AnnotationRestoring] != "":
+		member = etcdmember.RestoreMarker + n.ControlPlanePod()
+	case mayBootstrap:
 		member = n.ControlPlanePod()
 	}
 	return &corev1.ConfigMap{

@@ -126,6 +126,7 @@ func (f Flags) config() Config {
 		Name: f.Name, PeerURL: f.PeerURL, LocalClientURL: f.LocalClientURL,
 		DataDir: f.DataDir, InitialClusterFile: f.InitialClusterFile,
 		Bootstrap: func() bool { return f.BootstrapFile != "" && bootstrapMember(f.BootstrapFile) == f.Name },
+		Restore:   func() bool { return f.BootstrapFile != "" && bootstrapMember(f.BootstrapFile) == RestoreMarker+f.Name },
 		CAFile:    f.CAFile, CertFile: f.CertFile, KeyFile: f.KeyFile,
 	}
 	self := HostOf(f.PeerURL)
@@ -150,6 +151,9 @@ func bootstrapMember(path string) string {
 // Main runs the helper (or MembersCommand, writing to out) with args, the
 // arguments after Command, until SIGTERM.
 func Main(args []string, out io.Writer) error {
+	if len(args) > 0 && args[0] == ReceiveCommand {
+		return receiveMain(args[1:], os.Stdin)
+	}
 	if len(args) > 0 && args[0] == MembersCommand {
 		c, err := parse(args[1:])
 		if err != nil {
@@ -175,6 +179,22 @@ func Main(args []string, out io.Writer) error {
 	close(started)
 	Maintain(ctx, c)
 	return nil
+}
+
+// receiveMain is ReceiveCommand: --data-dir, --size and --sha256, the
+// snapshot on in.
+func receiveMain(args []string, in io.Reader) error {
+	fs := flag.NewFlagSet(Command+" "+ReceiveCommand, flag.ContinueOnError)
+	dataDir := fs.String("data-dir", "", "etcd's --data-dir, where the member restores from the snapshot")
+	sum := fs.String("sha256", "", "the snapshot's SHA-256, hex")
+	size := fs.Int64("size", -1, "the snapshot's size in bytes")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *dataDir == "" || *sum == "" || *size < 0 {
+		return errors.New("--data-dir, --size and --sha256 are required")
+	}
+	return Receive(in, *size, *dataDir, *sum)
 }
 
 // serveStarted answers StartedPath on loopback: 200 once started is

@@ -67,6 +67,10 @@ type Config struct {
 	// Ready, a member without data always joins, so a lost volume never
 	// splits a new, empty cluster from the tenant's.
 	Bootstrap func() bool
+	// Restore says whether this member, when it has no data, is to start
+	// from the snapshot nest restore sends (Receive) instead: it waits for
+	// it, and never starts an empty cluster. Asked at every try.
+	Restore func() bool
 	// TLS is the client identity the helper talks to etcd with: CA, certificate, key files.
 	CAFile, CertFile, KeyFile string
 }
@@ -115,12 +119,22 @@ func joinOnce(ctx context.Context, c Config) (string, error) {
 		return "", err
 	}
 	if hasData {
-		// etcd ignores the initial cluster when it has data.
+		// etcd ignores the initial cluster when it has data. A snapshot
+		// left from a restore killed after its rename is done with.
+		if err := os.RemoveAll(filepath.Join(c.DataDir, restoreFile)); err != nil {
+			return "", err
+		}
 		return initialCluster("existing", "", []string{c.Name + "=" + c.PeerURL}), nil
 	}
 	// What a failed join left is not data: etcd would take it for its own.
 	if err := os.RemoveAll(filepath.Join(c.DataDir, "member")); err != nil {
 		return "", err
+	}
+	if c.Restore != nil && c.Restore() {
+		if err := restore(c); err != nil {
+			return "", err
+		}
+		return initialCluster("existing", "", []string{c.Name + "=" + c.PeerURL}), nil
 	}
 	members, err := c.peerMembers(ctx)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/controlplane"
@@ -136,8 +138,11 @@ func ValidateName(name string) error {
 // it exists, then the VirtualCluster. It reports created=false when the
 // VirtualCluster already exists, as `kubectl apply` would. When the API
 // server refuses the VirtualCluster, a namespace Create made for it is
-// removed again, so a failure leaves nothing behind.
-func Create(ctx context.Context, c client.Client, vc *nestv1.VirtualCluster, createdBy string) (created bool, err error) {
+// removed again, so a failure leaves nothing behind. Objects in first
+// (nest restore's PKI Secret) are written in the namespace before the
+// VirtualCluster, so its controller finds them there: made, or, where they
+// exist, given first's labels and data.
+func Create(ctx context.Context, c client.Client, vc *nestv1.VirtualCluster, createdBy string, first ...*corev1.Secret) (created bool, err error) {
 	key := client.ObjectKeyFromObject(vc)
 	if err := ValidateName(vc.Name); err != nil {
 		return false, err
@@ -148,6 +153,11 @@ func Create(ctx context.Context, c client.Client, vc *nestv1.VirtualCluster, cre
 	madeNamespace, err := ensureNamespace(ctx, c, key.Namespace, createdBy)
 	if err != nil {
 		return false, err
+	}
+	for _, s := range first {
+		if err := putSecret(ctx, c, s); err != nil {
+			return false, err
+		}
 	}
 	switch err := c.Create(ctx, vc); {
 	case apierrors.IsAlreadyExists(err):
@@ -162,6 +172,20 @@ func Create(ctx context.Context, c client.Client, vc *nestv1.VirtualCluster, cre
 		return false, fmt.Errorf("create virtual cluster %s: %w", key, err)
 	}
 	return true, nil
+}
+
+// putSecret creates want, or gives the Secret of its name want's labels
+// and data.
+func putSecret(ctx context.Context, c client.Client, want *corev1.Secret) error {
+	got := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: want.Namespace, Name: want.Name}}
+	_, err := controllerutil.CreateOrUpdate(ctx, c, got, func() error {
+		got.Labels, got.Data, got.Type = want.Labels, want.Data, want.Type
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("write Secret %s/%s: %w", want.Namespace, want.Name, err)
+	}
+	return nil
 }
 
 // checkNamespaceFree refuses a new VirtualCluster in a namespace that holds
@@ -181,17 +205,32 @@ func checkNamespaceFree(ctx context.Context, c client.Client, key types.Namespac
 	}
 	return nil
 }
-
+// ensureNamespace creates the namespace unless it exists and says whether it
+// did; one being deleted it waits out (within ctx) and creates anew.
 // ensureNamespace creates the namespace unless it exists and says whether it did.
 func ensureNamespace(ctx context.Context, c client.Client, name, createdBy string) (bool, error) {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{CreatedByLabel: createdBy}}}
-	switch err := c.Create(ctx, ns); {
-	case apierrors.IsAlreadyExists(err):
-		return false, nil
-	case err != nil:
-		return false, fmt.Errorf("create namespace %s: %w", name, err)
+	for {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{CreatedByLabel: createdBy}}}
+		err := c.Create(ctx, ns)
+		if err == nil {
+			return true, nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return false, fmt.Errorf("create namespace %s: %w", name, err)
+		}
+		// A namespace still terminating (nest delete just removed it)
+		// refuses new objects: wait until it is gone, and make it anew.
+		if err := c.Get(ctx, types.NamespacedName{Name: name}, ns); client.IgnoreNotFound(err) != nil {
+			return false, err
+		} else if err == nil && ns.DeletionTimestamp == nil {
+			return false, nil
+		}
+		select {
+		case <-ctx.Done():
+			return false, fmt.Errorf("namespace %s is still being deleted: %w", name, ctx.Err())
+		case <-time.After(time.Second):
+		}
 	}
-	return true, nil
 }
 
 // SetShare replaces spec.promoteResources.resources of the VirtualCluster

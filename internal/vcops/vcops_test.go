@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -347,5 +348,58 @@ func TestUpgradeSetsTheVersionOrRefusesNamingTheField(t *testing.T) {
 	}
 	if col := VersionColumn(vc); col != to {
 		t.Errorf("once upgraded the list shows %q", col)
+	}
+}
+
+// Secrets handed to Create are in the namespace before the VirtualCluster,
+// made or given their data where one of the name is left from before.
+func TestCreateWritesTheFirstSecretsBeforeTheVirtualCluster(t *testing.T) {
+	ctx := context.Background()
+	stale := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "vc-demo", Name: "demo-pki"}, Data: map[string][]byte{"ca.crt": []byte("old")}}
+	c := fake.NewClientBuilder().WithScheme(kube.NewScheme()).WithObjects(stale).WithInterceptorFuncs(interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if _, ok := obj.(*nestv1.VirtualCluster); ok {
+				var s corev1.Secret
+				if err := c.Get(ctx, types.NamespacedName{Namespace: "vc-demo", Name: "demo-pki"}, &s); err != nil || string(s.Data["ca.crt"]) != "restored" {
+					return fmt.Errorf("the VirtualCluster came before its Secret (%v, %q)", err, s.Data["ca.crt"])
+				}
+			}
+			return c.Create(ctx, obj, opts...)
+		},
+	}).Build()
+	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "vc-demo"}}
+	pki := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "vc-demo", Name: "demo-pki", Labels: map[string]string{"app": "x"}}, Data: map[string][]byte{"ca.crt": []byte("restored")}}
+	if _, err := Create(ctx, c, vc, CreatedByDashboard, pki); err != nil {
+		t.Fatal(err)
+	}
+	var got corev1.Secret
+	if err := c.Get(ctx, client.ObjectKeyFromObject(pki), &got); err != nil || got.Labels["app"] != "x" {
+		t.Errorf("Secret after Create: %v, %v", got.Labels, err)
+	}
+}
+
+// A namespace still being deleted is waited out and made anew: nest create
+// or nest restore right after nest delete --wait.
+func TestCreateWaitsOutANamespaceBeingDeleted(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	now := metav1.Now()
+	dying := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "vc-demo", DeletionTimestamp: &now, Finalizers: []string{"kubernetes"}}}
+	c := newClient(dying)
+	go func() {
+		time.Sleep(1500 * time.Millisecond) // the namespace controller, finishing
+		ns := dying.DeepCopy()
+		if err := c.Get(ctx, client.ObjectKeyFromObject(ns), ns); err == nil {
+			ns.Finalizers = nil
+			_ = c.Update(ctx, ns)
+		}
+	}()
+	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "vc-demo"}}
+	if created, err := Create(ctx, c, vc, CreatedByCLI); err != nil || !created {
+		t.Fatalf("create: %v, %v", created, err)
+	}
+	var ns corev1.Namespace
+	if err := c.Get(ctx, client.ObjectKey{Name: "vc-demo"}, &ns); err != nil || ns.DeletionTimestamp != nil || ns.Labels[CreatedByLabel] != CreatedByCLI {
+		t.Errorf("namespace after create: %+v, %v", ns.ObjectMeta, err)
 	}
 }

@@ -1,18 +1,22 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"filippo.io/age"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -25,6 +29,7 @@ import (
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/controller/globalnode"
 	"github.com/nestdev/nest/internal/controlplane"
+	"github.com/nestdev/nest/internal/snapshot"
 	"github.com/nestdev/nest/internal/testutil"
 	"github.com/nestdev/nest/internal/version"
 	"github.com/nestdev/nest/test/e2e/framework"
@@ -268,6 +273,10 @@ func TestVirtualClusters(t *testing.T) {
 		}
 	})
 
+	t.Run("a tenant deleted and restored from its sealed snapshot has its objects, CAs and pods back", func(t *testing.T) {
+		checkSnapshotRestore(t, ctx, nest, &framework.Tenant{Name: "delta", Dir: dir})
+	})
+
 	t.Run("invalid specs are rejected by the host API server", func(t *testing.T) {
 		for _, tc := range []struct{ yaml, want string }{
 			{"spec: {kubernetesVersion: v1.20.0}", "spec.kubernetesVersion"},
@@ -350,4 +359,178 @@ func checkInventory(t *testing.T, ctx context.Context, host client.Client, nest 
 			t.Errorf("nest nodes lists %s: %v, want %v:\n%s", n.Name, listed, !isControlPlane, out)
 		}
 	}
+}
+
+// checkSnapshotRestore makes tn with ConfigMaps, a Secret, a CRD and its
+// objects and a Deployment; snapshots it to a file sealed to a fresh age
+// identity and checks the file (0600, an etcd revision at or past the last
+// write, nothing in the clear, verified only with its identity); deletes
+// tn and restores it; and checks that every object is back, the
+// Deployment's pods are the same tenant pods, running, and a kubeconfig
+// made before the deletion is accepted by the restored API server.
+func checkSnapshotRestore(t *testing.T, ctx context.Context, nest framework.Nest, tn *framework.Tenant) {
+	t.Helper()
+	if out, err := nest("create", tn.Name, "--wait", "--timeout", "4m"); err != nil {
+		t.Fatalf("create %s: %v\n%s", tn.Name, err, out)
+	}
+	tn.Load(t, nest)
+	const value, configMaps = "snapshot-marker-6f1c2b", 40
+	var objects strings.Builder
+	objects.WriteString("apiVersion: v1\nkind: Namespace\nmetadata: {name: app}\n")
+	for i := range configMaps {
+		fmt.Fprintf(&objects, "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm-%d, namespace: app}\ndata: {i: \"%d\"}\n", i, i)
+	}
+	objects.WriteString(`---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: gadgets.example.dev}
+spec:
+  group: example.dev
+  names: {kind: Gadget, plural: gadgets, singular: gadget}
+  scope: Namespaced
+  versions: [{name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}]
+`)
+	tn.Kubectl(t, ctx, "apply", "-f", writeFile(t, tn, "objects.yaml", objects.String()))
+	tn.Kubectl(t, ctx, "wait", "--for=condition=Established", "crd/gadgets.example.dev", "--timeout=1m")
+	tn.Kubectl(t, ctx, "apply", "-f", writeFile(t, tn, "gadget.yaml", "apiVersion: example.dev/v1\nkind: Gadget\nmetadata: {name: g1, namespace: app}\nsize: 3\n"))
+	tn.Kubectl(t, ctx, "-n", "app", "create", "secret", "generic", "marker", "--from-literal=value="+value)
+	tn.Kubectl(t, ctx, "-n", "app", "create", "deployment", "web", "--image=nest.local/testapp:dev", "--replicas=2")
+	tn.Kubectl(t, ctx, "-n", "app", "rollout", "status", "deployment/web", "--timeout=3m")
+	podsBefore := tn.Kubectl(t, ctx, "-n", "app", "get", "pods", "-l", "app=web", "-o", "jsonpath={.items[*].metadata.name}")
+	rv := tn.Kubectl(t, ctx, "-n", "app", "get", "secret", "marker", "-o", "jsonpath={.metadata.resourceVersion}")
+	oldKubeconfig, err := os.ReadFile(tn.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	dir := t.TempDir()
+	id, other := newAgeIdentity(t, dir, "id"), newAgeIdentity(t, dir, "other")
+	path := filepath.Join(dir, tn.Name+".snapshot")
+	out, err := nest("snapshot", "create", tn.Name, "--to", "file://"+path, "--recipient", id.Recipient().String())
+	if err != nil {
+		t.Fatalf("snapshot create: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
+	checkSnapshotFile(t, path, tn.Name, rv, value)
+	if out, err := nest("snapshot", "verify", "--from", "file://"+path, "--identity", filepath.Join(dir, "id")); err != nil || !strings.Contains(out, "keys: decrypted") {
+		t.Errorf("verify with the identity: %v\n%s", err, out)
+	}
+	if out, err := nest("snapshot", "verify", "--from", "file://"+path, "--identity", filepath.Join(dir, "other")); err == nil || !strings.Contains(out, "do not decrypt") {
+		t.Errorf("verify with another identity (%s): %v\n%s", other.Recipient(), err, out)
+	}
+
+	if out, err := nest("delete", tn.Name, "--wait", "--timeout", "3m"); err != nil {
+		t.Fatalf("delete %s: %v\n%s", tn.Name, err, out)
+	}
+	start := time.Now()
+	out, err = nest("restore", tn.Name, "--from", "file://"+path, "--identity", filepath.Join(dir, "id"))
+	if err != nil {
+		t.Fatalf("restore: %v\n%s", err, out)
+	}
+	t.Logf("restored in %s:\n%s", time.Since(start).Round(100*time.Millisecond), out)
+	tn.Load(t, nest)
+
+	if got := tn.Kubectl(t, ctx, "-n", "app", "get", "configmaps", "-o", "name"); strings.Count(got, "configmap/cm-") != configMaps {
+		t.Errorf("after the restore: %d ConfigMaps cm-*, want %d", strings.Count(got, "configmap/cm-"), configMaps)
+	}
+	if got := tn.Kubectl(t, ctx, "-n", "app", "get", "secret", "marker", "-o", "jsonpath={.data.value}"); got != base64.StdEncoding.EncodeToString([]byte(value)) {
+		t.Errorf("after the restore: the Secret holds %q", got)
+	}
+	if got := tn.Kubectl(t, ctx, "-n", "app", "get", "gadget", "g1", "-o", "jsonpath={.size}"); got != "3" {
+		t.Errorf("after the restore: gadget g1 size %q, want 3", got)
+	}
+	tn.Kubectl(t, ctx, "-n", "app", "rollout", "status", "deployment/web", "--timeout=3m")
+	testutil.Eventually(t, 2*time.Minute, "the same tenant pods, running again", func() error {
+		got, err := tn.KubectlErr(ctx, "-n", "app", "get", "pods", "-l", "app=web", "--field-selector=status.phase=Running", "-o", "jsonpath={.items[*].metadata.name}")
+		if err != nil {
+			return err
+		}
+		if got != podsBefore {
+			return fmt.Errorf("running pods %q, want the ones before the deletion, %q", got, podsBefore)
+		}
+		return nil
+	})
+	checkOldCredentials(t, ctx, oldKubeconfig, tn)
+}
+
+// checkOldCredentials: the client certificate and CA of a kubeconfig made
+// before the deletion are accepted by the restored tenant at its address now.
+func checkOldCredentials(t *testing.T, ctx context.Context, oldKubeconfig []byte, tn *framework.Tenant) {
+	t.Helper()
+	old, err := clientcmd.Load(oldKubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, err := clientcmd.LoadFromFile(tn.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, cluster := range old.Clusters {
+		for _, c := range now.Clusters {
+			if cluster.Server != c.Server {
+				t.Logf("the tenant's address moved from %s to %s with its new Service", cluster.Server, c.Server)
+			}
+			old.Clusters[name].Server = c.Server
+		}
+	}
+	cfg, err := clientcmd.NewDefaultClientConfig(*old, nil).ClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Namespaces().Get(ctx, "app", metav1.GetOptions{}); err != nil {
+		t.Errorf("the kubeconfig made before the deletion: %v", err)
+	}
+}
+
+// checkSnapshotFile: the snapshot at path is 0600, of the VirtualCluster
+// name, sealed, at an etcd revision at or past rv, with neither secret (a
+// tenant Secret's value) nor a private key in the clear.
+func checkSnapshotFile(t *testing.T, path, name, rv, secret string) {
+	t.Helper()
+	info, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Mode().Perm() != 0o600 {
+		t.Errorf("the snapshot file is %v, want 0600", info.Mode().Perm())
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	s, err := snapshot.Read(f, t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want, _ := strconv.ParseInt(rv, 10, 64); s.Manifest.EtcdRevision < want {
+		t.Errorf("the snapshot's etcd revision %d is before the Secret's %d", s.Manifest.EtcdRevision, want)
+	}
+	if s.Manifest.VirtualCluster != name || s.Manifest.KubernetesVersion == "" || !s.Encrypted {
+		t.Errorf("manifest %+v, encrypted %t", s.Manifest, s.Encrypted)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(raw, []byte(secret)) || bytes.Contains(raw, []byte("PRIVATE KEY")) {
+		t.Error("the snapshot holds the tenant's Secret or a private key in the clear")
+	}
+}
+
+// newAgeIdentity makes an age identity and writes it to dir/name.
+func newAgeIdentity(t *testing.T, dir, name string) *age.X25519Identity {
+	t.Helper()
+	id, err := age.GenerateX25519Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(id.String()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return id
 }

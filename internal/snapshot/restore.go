@@ -1,0 +1,262 @@
+package snapshot
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/streaming/pkg/httpstream"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/controlplane"
+	"github.com/nestdev/nest/internal/etcdmember"
+	"github.com/nestdev/nest/internal/vcops"
+	"github.com/nestdev/nest/internal/version"
+)
+
+// RestoreOptions say how Restore makes the VirtualCluster.
+type RestoreOptions struct {
+	// CreatedBy labels a namespace Restore makes (vcops.Create).
+	CreatedBy string
+	// Progress receives a line per step.
+	Progress io.Writer
+}
+
+// Restore brings back the tenant of s, a snapshot Read checked and
+// decrypted, under its own name and namespace, which must hold no
+// VirtualCluster: the PKI Secret first, so the tenant keeps its CAs and
+// service-account key (kubeconfigs and tokens made before work again),
+// then the VirtualCluster marked nestv1.AnnotationRestoring, so its first
+// etcd member waits for the snapshot instead of starting empty; then it
+// sends etcd's snapshot into that member's helper (etcdmember.Receive,
+// through the host API server's exec), waits until the VirtualCluster is
+// Ready, and removes the mark. The tenant's pods come back as the syncer
+// makes their host pods again.
+//
+// Each step finds what an interrupted run did: run again with the same
+// snapshot, Restore goes on where it stopped. A VirtualCluster of the name
+// that another snapshot, or none, made is refused, and nothing changes.
+func Restore(ctx context.Context, host client.Client, cfg *rest.Config, s *Snapshot, o RestoreOptions) error {
+	if s.Encrypted && s.PKI == nil {
+		return fmt.Errorf("the snapshot's keys are encrypted: give the identity that decrypts them (--identity)")
+	}
+	vc := &nestv1.VirtualCluster{}
+	if err := json.Unmarshal(s.VirtualCluster, vc); err != nil {
+		return fmt.Errorf("the snapshot's VirtualCluster: %w", err)
+	}
+	if err := version.CheckSupported(vc.Spec.KubernetesVersion); err != nil {
+		return fmt.Errorf("the snapshot's VirtualCluster asks for Kubernetes %s, which this Nest does not run: %w", vc.Spec.KubernetesVersion, err)
+	}
+	etcdSum, err := fileSHA256(s.EtcdPath)
+	if err != nil {
+		return err
+	}
+	key := client.ObjectKeyFromObject(vc)
+	progress := o.Progress
+	if progress == nil {
+		progress = io.Discard
+	}
+	start := time.Now()
+	step := func(format string, args ...any) {
+		fmt.Fprintf(progress, "%6.1fs  %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
+	}
+	if err := createRestoring(ctx, host, vc, s.PKI, etcdSum, o.CreatedBy); err != nil {
+		return err
+	}
+	step("VirtualCluster %s made from the snapshot, its PKI restored", key)
+	pod, err := waitForHelper(ctx, host, key)
+	if err != nil {
+		return err
+	}
+	if err := sendSnapshot(ctx, cfg, pod, s.EtcdPath, etcdSum); err != nil {
+		return err
+	}
+	step("etcd's snapshot sent to %s", pod.Name)
+	if err := waitRestored(ctx, host, key); err != nil {
+		return err
+	}
+	patch := client.RawPatch(types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/annotations/`+strings.ReplaceAll(nestv1.AnnotationRestoring, "/", "~1")+`"}]`))
+	if err := host.Patch(ctx, &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}, patch); err != nil {
+		return fmt.Errorf("remove %s from %s: %w", nestv1.AnnotationRestoring, key, err)
+	}
+	step("VirtualCluster %s is Ready", key)
+	return nil
+}
+
+// createRestoring makes vc, marked restoring from the etcd snapshot of
+// SHA-256 etcdSum, with its PKI Secret, unless an interrupted restore of
+// the same snapshot made it already.
+func createRestoring(ctx context.Context, host client.Client, vc *nestv1.VirtualCluster, pki map[string][]byte, etcdSum, createdBy string) error {
+	key := client.ObjectKeyFromObject(vc)
+	existing := &nestv1.VirtualCluster{}
+	switch err := host.Get(ctx, key, existing); {
+	case err == nil && existing.Annotations[nestv1.AnnotationRestoring] == etcdSum:
+		return nil
+	case err == nil:
+		return fmt.Errorf("VirtualCluster %s exists: delete it first (nest delete %s), then restore", key, key.Name)
+	case !apierrors.IsNotFound(err):
+		return err
+	}
+	if vc.Annotations == nil {
+		vc.Annotations = map[string]string{}
+	}
+	vc.Annotations[nestv1.AnnotationRestoring] = etcdSum
+	n := controlplane.NamesOf(vc)
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: n.PKISecret(), Labels: n.Labels()},
+		Type:       corev1.SecretTypeOpaque, Data: pki,
+	}
+	if _, err := vcops.Create(ctx, host, vc, createdBy, secret); err != nil {
+		return err
+	}
+	return nil
+}
+
+// waitForHelper waits until the first control-plane pod's etcd-member
+// helper runs, and returns the pod.
+func waitForHelper(ctx context.Context, host client.Client, key types.NamespacedName) (*corev1.Pod, error) {
+	name := controlplane.Names{VirtualCluster: key.Name, Namespace: key.Namespace}.ControlPlanePodOf(0)
+	for {
+		pod := &corev1.Pod{}
+		err := host.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: name}, pod)
+		if err == nil && helperRunning(pod) {
+			return pod, nil
+		}
+		if err != nil && !apierrors.IsNotFound(err) {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("the etcd-member helper of %s/%s does not run: %w", key.Namespace, name, ctx.Err())
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func helperRunning(pod *corev1.Pod) bool {
+	for _, s := range pod.Status.InitContainerStatuses {
+		if s.Name == controlplane.EtcdMemberContainer {
+			return s.State.Running != nil
+		}
+	}
+	return false
+}
+
+// sendSnapshot streams the etcd snapshot at path into the pod's etcd-member
+// helper (etcdmember.ReceiveCommand, its binary and --data-dir read from the
+// pod's own spec). A member that already holds data (an interrupted
+// restore that got this far) is left as it is.
+func sendSnapshot(ctx context.Context, cfg *rest.Config, pod *corev1.Pod, path, sum string) error {
+	var helper *corev1.Container
+	for i := range pod.Spec.InitContainers {
+		if pod.Spec.InitContainers[i].Name == controlplane.EtcdMemberContainer {
+			helper = &pod.Spec.InitContainers[i]
+		}
+	}
+	dataDir := ""
+	if helper != nil {
+		for _, a := range helper.Args {
+			if v, ok := strings.CutPrefix(a, "--data-dir="); ok {
+				dataDir = v
+			}
+		}
+	}
+	if helper == nil || len(helper.Command) == 0 || dataDir == "" {
+		return fmt.Errorf("pod %s/%s has no etcd-member helper with a --data-dir", pod.Namespace, pod.Name)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	info, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	command := []string{helper.Command[0], etcdmember.Command, etcdmember.ReceiveCommand,
+		"--data-dir=" + dataDir, fmt.Sprintf("--size=%d", info.Size()), "--sha256=" + sum}
+	url := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(pod.Namespace).Name(pod.Name).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Container: helper.Name, Command: command, Stdin: true, Stdout: true, Stderr: true}, scheme.ParameterCodec).URL()
+	// WebSockets first, as kubectl exec does: the SPDY exec stream through
+	// the host API server can stall before the command starts.
+	ws, err := remotecommand.NewWebSocketExecutor(cfg, "GET", url.String())
+	if err != nil {
+		return err
+	}
+	spdyExec, err := remotecommand.NewSPDYExecutor(cfg, "POST", url)
+	if err != nil {
+		return err
+	}
+	exec, err := remotecommand.NewFallbackExecutor(ws, spdyExec, func(err error) bool {
+		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
+	})
+	if err != nil {
+		return err
+	}
+	// A bound of its own, so a stalled stream fails with the helper's
+	// words rather than holding the restore: two minutes, and a second a
+	// megabyte.
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute+time.Duration(info.Size()>>20)*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	err = exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: f, Stdout: &out, Stderr: &out})
+	if err != nil && strings.Contains(out.String(), "already holds a member's data") {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("send etcd's snapshot to %s/%s: %w: %s", pod.Namespace, pod.Name, err, strings.TrimSpace(out.String()))
+	}
+	return nil
+}
+
+// waitRestored waits until the VirtualCluster is Ready.
+func waitRestored(ctx context.Context, host client.Client, key types.NamespacedName) error {
+	for {
+		vc := &nestv1.VirtualCluster{}
+		if err := host.Get(ctx, key, vc); err != nil {
+			return err
+		}
+		if meta.IsStatusConditionTrue(vc.Status.Conditions, nestv1.ConditionReady) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("VirtualCluster %s restored but not Ready (phase %q): %w", key, vc.Status.Phase, ctx.Err())
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func fileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
