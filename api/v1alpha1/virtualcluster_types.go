@@ -233,12 +233,14 @@ type ControlPlaneSpec struct {
 	// RuntimeConfig turns on API group versions that the tenant API server
 	// leaves off by default, as kube-apiserver's --runtime-config (and
 	// kind's runtimeConfig) does: each key a group version, each value
-	// "true". Accepted: resource.k8s.io/v1beta1 and resource.k8s.io/v1beta2
-	// (every supported version), networking.k8s.io/v1beta1 and
-	// storage.k8s.io/v1beta1 (v1.36.3 only: v1.37 removed their last
-	// resources). A group version the API server's version serves nothing
-	// of (after an upgrade) is left out of its --runtime-config, and each
-	// reconcile says so in a RuntimeConfigNotServed warning event. Turning
+	// "true". Accepted: resource.k8s.io/v1beta1 and resource.k8s.io/v1beta2,
+	// which every supported version serves, and networking.k8s.io/v1beta1
+	// and storage.k8s.io/v1beta1, which only v1.36.3 serves (v1.37 removed
+	// their last resources; nest create refuses them for v1.37.2). A group
+	// version the API server's version serves nothing of (after an upgrade,
+	// or set on a v1.37.2 VirtualCluster) is left out of its
+	// --runtime-config, and each reconcile says so in a
+	// RuntimeConfigNotServed warning event. Turning
 	// default APIs off is not offered: Nest's own components use them.
 	// Changing it restarts the API servers. Clients of networking.k8s.io/v1beta1
 	// or storage.k8s.io/v1beta1 hold an upgrade to v1.37 (see the

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"filippo.io/age"
@@ -53,6 +55,11 @@ func newRestoreCommand(host *hostFlags) *cobra.Command {
 			if s.Encrypted && identityFile == "" {
 				return fmt.Errorf("%s: its keys are encrypted: give the identity that decrypts them (--identity)", path)
 			}
+			if !s.Encrypted && identityFile != "" {
+				// A sealed snapshot was expected: this one may have been
+				// put in its place.
+				return fmt.Errorf("%s: its keys and etcd's data are not encrypted although --identity was given: it is not the sealed snapshot expected", path)
+			}
 			if s.Manifest.VirtualCluster != args[0] {
 				return fmt.Errorf("NAME %q: the snapshot is of %s/%s; restoring under another name is not built yet", args[0], s.Manifest.Namespace, s.Manifest.VirtualCluster)
 			}
@@ -64,7 +71,7 @@ func newRestoreCommand(host *hostFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			ctx, cancel := signalContext(cmd.Context(), timeout)
 			defer cancel()
 			return snapshot.Restore(ctx, c, cfg, s, snapshot.RestoreOptions{CreatedBy: "nest-cli", Progress: cmd.OutOrStdout()})
 		},
@@ -95,7 +102,10 @@ func readSnapshot(from, identityFile string) (*snapshot.Snapshot, string, error)
 		return nil, "", fmt.Errorf("--from: %w", err)
 	}
 	defer f.Close()
-	s, err := snapshot.Read(bufio.NewReader(f), filepath.Dir(path), ids)
+	// Staged in the system's temporary directory, mode 0600, not beside
+	// the snapshot: decrypted, it holds the tenant's Secrets, and a backup
+	// mount may be read-only.
+	s, err := snapshot.Read(bufio.NewReader(f), "", ids)
 	if err != nil {
 		return nil, "", fmt.Errorf("%s: %w", path, err)
 	}
@@ -135,10 +145,13 @@ func newSnapshotCreateCommand(host *hostFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			ctx, cancel := signalContext(cmd.Context(), timeout)
+			defer cancel()
+			cmd.SetContext(ctx)
 			return withTarget(cmd, host, args[0], ns, timeout, func(ctx context.Context, c client.Client, key types.NamespacedName) error {
 				m, err := writeSnapshot(ctx, path, func(ctx context.Context, w io.Writer) (snapshot.Manifest, error) {
 					return snapshot.Take(ctx, c, cfg, key, w, snapshot.TakeOptions{
-						Recipients: rs, PlaintextKeys: plaintextKeys, NestVersion: version.Nest, TempDir: filepath.Dir(path),
+						Recipients: rs, PlaintextKeys: plaintextKeys, NestVersion: version.Nest,
 					})
 				})
 				if err != nil {
@@ -185,6 +198,15 @@ func newSnapshotVerifyCommand() *cobra.Command {
 	cmd.Flags().StringVar(&from, "from", "", "the snapshot: file://PATH")
 	cmd.Flags().StringVar(&identityFile, "identity", "", "age identity file (AGE-SECRET-KEY-...) that decrypts the snapshot's keys")
 	return cmd
+}
+
+// signalContext is parent bound by timeout and ended by SIGINT or SIGTERM,
+// so a stopped command still removes the unencrypted copy of etcd's data
+// it staged.
+func signalContext(parent context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	return ctx, func() { cancel(); stop() }
 }
 
 // snapshotPath is the file a snapshot URL names: file://PATH only.

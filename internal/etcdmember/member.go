@@ -121,7 +121,7 @@ func joinOnce(ctx context.Context, c Config) (string, error) {
 	if hasData {
 		// etcd ignores the initial cluster when it has data. A snapshot
 		// left from a restore killed after its rename is done with.
-		if err := os.RemoveAll(filepath.Join(c.DataDir, restoreFile)); err != nil {
+		if err := errors.Join(os.RemoveAll(filepath.Join(c.DataDir, restoreFile)), removeParts(c.DataDir)); err != nil {
 			return "", err
 		}
 		return initialCluster("existing", "", []string{c.Name + "=" + c.PeerURL}), nil

@@ -26,8 +26,12 @@ const RestoreMarker = "restore:"
 const ReceiveCommand = "receive-snapshot"
 
 // restoreFile is the snapshot a restoring member starts from, in its data
-// directory beside etcd's member/.
-const restoreFile = "restore.db"
+// directory beside etcd's member/, with its SHA-256 in restoreFile.sha256;
+// restoredFile keeps that SHA-256 once the member restored it.
+const (
+	restoreFile  = "restore.db"
+	restoredFile = "restored.sha256"
+)
 
 // RevisionBump is how far a restore moves etcd's revision past the
 // snapshot's, with the revisions before it marked compacted, as upstream
@@ -68,6 +72,11 @@ func restore(c Config) error {
 	if err != nil {
 		return fmt.Errorf("restore etcd from the snapshot: %w", err)
 	}
+	// The snapshot's SHA-256 is kept before member/ appears, so a helper
+	// killed between the two still knows what it restored.
+	if err := os.Rename(from+".sha256", filepath.Join(c.DataDir, restoredFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
 	if err := os.Rename(filepath.Join(work, "member"), filepath.Join(c.DataDir, "member")); err != nil {
 		return err
 	}
@@ -82,31 +91,42 @@ func restore(c Config) error {
 // only when its SHA-256 is wantSHA256 (hex): the member never reads half a
 // snapshot. It reads size bytes and no more, so it needs no end of input,
 // which an exec's stdin does not always deliver.
+//
+// A member that already restored this very snapshot (restoredFile names
+// its SHA-256) answers nil: a restore that got this far before it was
+// interrupted goes on. A member with any other data refuses it.
 func Receive(r io.Reader, size int64, dataDir, wantSHA256 string) error {
-	err := receive(r, size, dataDir, wantSHA256)
-	if err != nil {
+	n, err := receive(r, size, dataDir, wantSHA256)
+	if n < size {
 		// Read what is left of the snapshot all the same: an exec whose
 		// command ends before its input does can leave the sender waiting.
-		_, _ = io.Copy(io.Discard, io.LimitReader(r, size))
+		_, _ = io.CopyN(io.Discard, r, size-n)
 	}
 	return err
 }
 
-func receive(r io.Reader, size int64, dataDir, wantSHA256 string) error {
+// receive is Receive; it returns how many bytes of r it read.
+func receive(r io.Reader, size int64, dataDir, wantSHA256 string) (int64, error) {
 	if hasData, err := HasData(dataDir); err != nil || hasData {
 		if err == nil {
+			if restored, _ := os.ReadFile(filepath.Join(dataDir, restoredFile)); strings.EqualFold(strings.TrimSpace(string(restored)), wantSHA256) {
+				return 0, nil
+			}
 			err = fmt.Errorf("%s already holds a member's data: a member restores only into an empty volume", dataDir)
 		}
-		return err
+		return 0, err
 	}
 	// etcd makes its data directory at its first start, which a
 	// restoring member has not had.
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
-		return err
+		return 0, err
 	}
-	tmp, err := os.CreateTemp(dataDir, restoreFile+".part-*")
+	if err := removeParts(dataDir); err != nil {
+		return 0, err
+	}
+	tmp, err := os.CreateTemp(dataDir, restoreFile+partSuffix+"*")
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer os.Remove(tmp.Name())
 	sum := sha256.New()
@@ -115,10 +135,26 @@ func receive(r io.Reader, size int64, dataDir, wantSHA256 string) error {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("receive the snapshot: %d of %d bytes: %w: it was cut short or changed on the way", n, size, err)
+		return n, fmt.Errorf("receive the snapshot: %d of %d bytes: %w: it was cut short or changed on the way", n, size, err)
 	}
-	if got := hex.EncodeToString(sum.Sum(nil)); !strings.EqualFold(got, wantSHA256) {
-		return fmt.Errorf("the snapshot received has SHA-256 %s, want %s: it was cut short or changed on the way", got, wantSHA256)
+	got := hex.EncodeToString(sum.Sum(nil))
+	if !strings.EqualFold(got, wantSHA256) {
+		return n, fmt.Errorf("the snapshot received has SHA-256 %s, want %s: it was cut short or changed on the way", got, wantSHA256)
 	}
-	return os.Rename(tmp.Name(), filepath.Join(dataDir, restoreFile))
+	if err := os.WriteFile(filepath.Join(dataDir, restoreFile+".sha256"), []byte(got+"\n"), 0o600); err != nil {
+		return n, err
+	}
+	return n, os.Rename(tmp.Name(), filepath.Join(dataDir, restoreFile))
+}
+
+// partSuffix marks a snapshot being received; removeParts clears what a
+// receive killed on the way left.
+const partSuffix = ".part-"
+
+func removeParts(dataDir string) error {
+	parts, err := filepath.Glob(filepath.Join(dataDir, restoreFile+partSuffix+"*"))
+	for _, p := range parts {
+		err = errors.Join(err, os.Remove(p))
+	}
+	return err
 }

@@ -97,7 +97,40 @@ func TestMemberRestoresFromTheSnapshotItIsSent(t *testing.T) {
 	if err != nil || len(members.Members) != 1 || members.Members[0].Name != "tenant-0" {
 		t.Errorf("members %v (%v), want tenant-0 alone", members, err)
 	}
-	if err := Receive(bytes.NewReader(snap.Bytes()), int64(snap.Len()), c.DataDir, hex.EncodeToString(sum[:])); err == nil {
-		t.Error("a second snapshot was taken into a member with data")
+	// Sent again (a restore interrupted after this step): taken as done.
+	// Another snapshot into a member with data is refused.
+	if err := Receive(bytes.NewReader(snap.Bytes()), int64(snap.Len()), c.DataDir, hex.EncodeToString(sum[:])); err != nil {
+		t.Errorf("the same snapshot again: %v, want it taken as restored", err)
+	}
+	if err := Receive(strings.NewReader("other"), 5, c.DataDir, "abc"); err == nil || !strings.Contains(err.Error(), "already holds a member's data") {
+		t.Errorf("another snapshot into a member with data: %v, want refused", err)
+	}
+}
+
+// countingReader counts what is read from r.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// A refused snapshot is read to its size and no further: the sender's
+// input may never end, and a read past it would wait for good.
+func TestReceiveReadsNoFurtherThanTheSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	in := &countingReader{r: io.MultiReader(strings.NewReader("0123456789"), strings.NewReader(strings.Repeat("x", 100)))}
+	if err := Receive(in, 10, dir, "not-its-sum"); err == nil {
+		t.Fatal("a snapshot of another SHA-256 was taken")
+	}
+	if in.n != 10 {
+		t.Errorf("read %d bytes, want the snapshot's 10", in.n)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "restore.db*")); len(left) != 0 {
+		t.Errorf("a refused snapshot left %v", left)
 	}
 }

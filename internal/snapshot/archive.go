@@ -74,8 +74,8 @@ type Manifest struct {
 	VirtualCluster string `json:"virtualCluster"`
 	// Created is when etcd's snapshot was taken (UTC).
 	Created time.Time `json:"created"`
-	// EtcdRevision is etcd's revision the snapshot holds: every write up
-	// to it.
+	// EtcdRevision is etcd's revision just before the snapshot was taken:
+	// it holds every write up to it, at least.
 	EtcdRevision int64 `json:"etcdRevision"`
 	// Member is the etcd member it was taken from.
 	Member string `json:"member"`
@@ -208,12 +208,14 @@ func encryptFile(path string, recipients []age.Recipient) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer out.Close()
 	w, err := age.Encrypt(out, recipients...)
 	if err == nil {
 		if _, err = io.Copy(w, in); err == nil {
 			err = w.Close()
 		}
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
 	}
 	if err != nil {
 		os.Remove(out.Name())
@@ -391,10 +393,12 @@ func decryptFile(f *os.File, identities []age.Identity) error {
 	if err != nil {
 		return err
 	}
-	defer plain.Close()
 	r, err := age.Decrypt(f, identities...)
 	if err == nil {
 		_, err = io.Copy(plain, r)
+	}
+	if cerr := plain.Close(); err == nil {
+		err = cerr
 	}
 	if err == nil {
 		err = os.Rename(plain.Name(), f.Name())

@@ -3,8 +3,6 @@ package snapshot
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -46,8 +44,10 @@ type RestoreOptions struct {
 // then the VirtualCluster marked nestv1.AnnotationRestoring, so its first
 // etcd member waits for the snapshot instead of starting empty; then it
 // sends etcd's snapshot into that member's helper (etcdmember.Receive,
-// through the host API server's exec), waits until the VirtualCluster is
-// Ready, and removes the mark. The tenant's pods come back as the syncer
+// through the host API server's exec) and removes s.EtcdPath, waits until
+// the VirtualCluster is Ready, and removes the mark. The VirtualCluster is
+// the snapshot's name, namespace, labels, annotations and spec, at the
+// Kubernetes version the manifest says its control plane ran. The tenant's pods come back as the syncer
 // makes their host pods again.
 //
 // Each step finds what an interrupted run did: run again with the same
@@ -57,14 +57,28 @@ func Restore(ctx context.Context, host client.Client, cfg *rest.Config, s *Snaps
 	if s.Encrypted && s.PKI == nil {
 		return fmt.Errorf("the snapshot's keys are encrypted: give the identity that decrypts them (--identity)")
 	}
-	vc := &nestv1.VirtualCluster{}
-	if err := json.Unmarshal(s.VirtualCluster, vc); err != nil {
+	decoded := &nestv1.VirtualCluster{}
+	if err := json.Unmarshal(s.VirtualCluster, decoded); err != nil {
 		return fmt.Errorf("the snapshot's VirtualCluster: %w", err)
 	}
-	if err := version.CheckSupported(vc.Spec.KubernetesVersion); err != nil {
-		return fmt.Errorf("the snapshot's VirtualCluster asks for Kubernetes %s, which this Nest does not run: %w", vc.Spec.KubernetesVersion, err)
+	// Only what Take keeps, whatever else the file holds.
+	vc := portable(decoded)
+	if vc.Name != s.Manifest.VirtualCluster || vc.Namespace != s.Manifest.Namespace {
+		return fmt.Errorf("the snapshot's VirtualCluster is %s/%s, its manifest names %s/%s: it was changed", vc.Namespace, vc.Name, s.Manifest.Namespace, s.Manifest.VirtualCluster)
 	}
-	etcdSum, err := fileSHA256(s.EtcdPath)
+	// The version the control plane ran when the snapshot was taken, which
+	// etcd's data is of: a snapshot taken during an upgrade comes back
+	// before it, and the upgrade is asked for again.
+	vc.Spec.KubernetesVersion = s.Manifest.KubernetesVersion
+	if err := version.CheckSupported(vc.Spec.KubernetesVersion); err != nil {
+		return fmt.Errorf("the snapshot is of Kubernetes %s, which this Nest does not run: %w", vc.Spec.KubernetesVersion, err)
+	}
+	f, err := os.Open(s.EtcdPath)
+	if err != nil {
+		return err
+	}
+	_, etcdSum, err := hashReader(f)
+	f.Close()
 	if err != nil {
 		return err
 	}
@@ -86,6 +100,10 @@ func Restore(ctx context.Context, host client.Client, cfg *rest.Config, s *Snaps
 		return err
 	}
 	if err := sendSnapshot(ctx, cfg, pod, s.EtcdPath, etcdSum); err != nil {
+		return err
+	}
+	// Sent: the plain copy of the tenant's data goes from this machine.
+	if err := os.Remove(s.EtcdPath); err != nil {
 		return err
 	}
 	step("etcd's snapshot sent to %s", pod.Name)
@@ -123,8 +141,12 @@ func createRestoring(ctx context.Context, host client.Client, vc *nestv1.Virtual
 		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: n.PKISecret(), Labels: n.Labels()},
 		Type:       corev1.SecretTypeOpaque, Data: pki,
 	}
-	if _, err := vcops.Create(ctx, host, vc, createdBy, secret); err != nil {
+	created, err := vcops.Create(ctx, host, vc, createdBy, secret)
+	if err != nil {
 		return err
+	}
+	if !created {
+		return fmt.Errorf("VirtualCluster %s appeared while the restore made it: delete it first (nest delete %s), then restore", key, key.Name)
 	}
 	return nil
 }
@@ -161,8 +183,7 @@ func helperRunning(pod *corev1.Pod) bool {
 
 // sendSnapshot streams the etcd snapshot at path into the pod's etcd-member
 // helper (etcdmember.ReceiveCommand, its binary and --data-dir read from the
-// pod's own spec). A member that already holds data (an interrupted
-// restore that got this far) is left as it is.
+// pod's own spec).
 func sendSnapshot(ctx context.Context, cfg *rest.Config, pod *corev1.Pod, path, sum string) error {
 	var helper *corev1.Container
 	for i := range pod.Spec.InitContainers {
@@ -220,10 +241,9 @@ func sendSnapshot(ctx context.Context, cfg *rest.Config, pod *corev1.Pod, path, 
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute+time.Duration(info.Size()>>20)*time.Second)
 	defer cancel()
 	var out bytes.Buffer
+	// The helper answers success for a snapshot it already restored
+	// (etcdmember.Receive), and refuses any other data.
 	err = exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: f, Stdout: &out, Stderr: &out})
-	if err != nil && strings.Contains(out.String(), "already holds a member's data") {
-		return nil
-	}
 	if err != nil {
 		return fmt.Errorf("send etcd's snapshot to %s/%s: %w: %s", pod.Namespace, pod.Name, err, strings.TrimSpace(out.String()))
 	}
@@ -246,17 +266,4 @@ func waitRestored(ctx context.Context, host client.Client, key types.NamespacedN
 		case <-time.After(time.Second):
 		}
 	}
-}
-
-func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }

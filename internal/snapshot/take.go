@@ -40,7 +40,8 @@ type TakeOptions struct {
 	PlaintextKeys bool
 	// NestVersion is written in the manifest.
 	NestVersion string
-	// TempDir stages etcd's snapshot ("" is the system's).
+	// TempDir stages etcd's snapshot, unencrypted, mode 0600, while the
+	// archive is written ("" is the system's).
 	TempDir string
 }
 
@@ -173,7 +174,7 @@ func podReady(p *corev1.Pod) bool {
 // snapshotPod forwards a loopback port to pod's etcd client port and
 // streams its member's snapshot into dst.
 func snapshotPod(ctx context.Context, cfg *rest.Config, pod corev1.Pod, tlsConfig *tls.Config, dst io.Writer) (int64, error) {
-	port, stop, err := forward(cfg, pod, components.EtcdClientPort)
+	port, stop, err := forward(ctx, cfg, pod, components.EtcdClientPort)
 	if err != nil {
 		return 0, err
 	}
@@ -203,8 +204,9 @@ func snapshotPod(ctx context.Context, cfg *rest.Config, pod corev1.Pod, tlsConfi
 }
 
 // forward listens on a free loopback port forwarded to pod's port through
-// the host API server, and returns the port and how to stop it.
-func forward(cfg *rest.Config, pod corev1.Pod, podPort int) (int, func(), error) {
+// the host API server, and returns the port and how to stop it. It gives
+// up when ctx ends first.
+func forward(ctx context.Context, cfg *rest.Config, pod corev1.Pod, podPort int) (int, func(), error) {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return 0, nil, err
@@ -226,6 +228,9 @@ func forward(cfg *rest.Config, pod corev1.Pod, podPort int) (int, func(), error)
 	case <-readyCh:
 	case err := <-errCh:
 		return 0, nil, fmt.Errorf("forward a port to %s/%s: %w", pod.Namespace, pod.Name, err)
+	case <-ctx.Done():
+		close(stopCh)
+		return 0, nil, fmt.Errorf("forward a port to %s/%s: %w", pod.Namespace, pod.Name, ctx.Err())
 	}
 	ports, err := fw.GetPorts()
 	if err != nil || len(ports) != 1 {

@@ -46,7 +46,11 @@ func (c gatedStatusPodClient) UpdateStatus(ctx context.Context, pod *corev1.Pod,
 		return nil, apierrors.NewNotFound(corev1.Resource("pods"), pod.Name)
 	}
 	pod = pod.DeepCopy()
-	pod.ResourceVersion = cur.ResourceVersion
+	// A write virtual-kubelet makes unconditional (no resource version, as
+	// for a provider's error) stays so: it does not retry a conflict.
+	if pod.ResourceVersion != "" {
+		pod.ResourceVersion = cur.ResourceVersion
+	}
 	pod.Status.Conditions = withCurrentGates(pod.Status.Conditions, cur)
 	return c.PodInterface.UpdateStatus(ctx, pod, opts)
 }
@@ -99,10 +103,35 @@ func gateReady(conditions []corev1.PodCondition, tenant *corev1.Pod) {
 		case unmet && c.Status == corev1.ConditionTrue:
 			c.Status, c.Reason = corev1.ConditionFalse, readinessGatesNotReady
 			c.Message = fmt.Sprintf("corresponding condition of pod readiness gate %q is not True", gate)
+			c.LastTransitionTime = gateTransition(tenant, gate, c.LastTransitionTime)
 		case !unmet && c.Status == corev1.ConditionFalse && c.Reason == readinessGatesNotReady:
 			c.Status, c.Reason, c.Message = corev1.ConditionTrue, "", ""
+			c.LastTransitionTime = lastGateTransition(tenant, c.LastTransitionTime)
 		}
 	}
+}
+
+// gateTransition is when the tenant's condition of gate last changed, or
+// host (the host's Ready transition) when that is later or unknown: Ready
+// went False at the later of the two.
+func gateTransition(tenant *corev1.Pod, gate corev1.PodConditionType, host metav1.Time) metav1.Time {
+	for _, c := range tenant.Status.Conditions {
+		if c.Type == gate && host.Before(&c.LastTransitionTime) {
+			return c.LastTransitionTime
+		}
+	}
+	return host
+}
+
+// lastGateTransition is when the last of the tenant pod's readiness gates'
+// conditions became what it is, or host when that is later: Ready went
+// True then (a Deployment's minReadySeconds counts from it).
+func lastGateTransition(tenant *corev1.Pod, host metav1.Time) metav1.Time {
+	latest := host
+	for _, g := range tenant.Spec.ReadinessGates {
+		latest = gateTransition(tenant, g.ConditionType, latest)
+	}
+	return latest
 }
 
 // readinessGatesNotReady is the kubelet's reason for a pod whose containers

@@ -7,8 +7,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 // A tenant controller's change to a readiness gate's condition survives a
@@ -83,5 +85,42 @@ func TestStatusWriteSparesAPodReplacedUnderItsName(t *testing.T) {
 	}
 	if got, _ := api.CoreV1().Pods("default").Get(context.Background(), "p", metav1.GetOptions{}); got.Status.Phase != "" {
 		t.Errorf("the new pod's phase is %q: the old pod's status was written over it", got.Status.Phase)
+	}
+}
+
+// Ready turned True by a gate's condition dates from that condition's
+// change, not the host's older Ready: a Deployment's minReadySeconds counts
+// from it.
+func TestGateReadyDatesFromTheGatesChange(t *testing.T) {
+	hostReady, gateSet := metav1.Unix(1000, 0), metav1.Unix(2000, 0)
+	tenant := &corev1.Pod{
+		Spec:   corev1.PodSpec{ReadinessGates: []corev1.PodReadinessGate{{ConditionType: "example.com/gate"}}},
+		Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: "example.com/gate", Status: corev1.ConditionTrue, LastTransitionTime: gateSet}}},
+	}
+	conds := []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, Reason: readinessGatesNotReady, LastTransitionTime: hostReady}}
+	got := withCurrentGates(conds, tenant)
+	for _, c := range got {
+		if c.Type == corev1.PodReady && (c.Status != corev1.ConditionTrue || !c.LastTransitionTime.Equal(&gateSet)) {
+			t.Errorf("Ready %s since %v, want True since the gate's %v", c.Status, c.LastTransitionTime, gateSet)
+		}
+	}
+}
+
+// A status virtual-kubelet writes unconditionally (no resource version)
+// stays unconditional.
+func TestStatusWriteKeepsAnUnconditionalWriteSo(t *testing.T) {
+	gates := []corev1.PodReadinessGate{{ConditionType: "example.com/gate"}}
+	api := fake.NewClientset(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "p", UID: "u", ResourceVersion: "7"}, Spec: corev1.PodSpec{ReadinessGates: gates}})
+	var sent string
+	api.PrependReactor("update", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		sent = a.(k8stesting.UpdateAction).GetObject().(*corev1.Pod).ResourceVersion
+		return false, nil, nil
+	})
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "p", UID: "u"}, Spec: corev1.PodSpec{ReadinessGates: gates}, Status: corev1.PodStatus{Phase: corev1.PodFailed}}
+	if _, err := (gatedStatusPods{api.CoreV1()}).Pods("default").UpdateStatus(context.Background(), pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if sent != "" {
+		t.Errorf("written at resource version %q, want none (unconditional)", sent)
 	}
 }

@@ -140,8 +140,10 @@ func ValidateName(name string) error {
 // server refuses the VirtualCluster, a namespace Create made for it is
 // removed again, so a failure leaves nothing behind. Objects in first
 // (nest restore's PKI Secret) are written in the namespace before the
-// VirtualCluster, so its controller finds them there: made, or, where they
-// exist, given first's labels and data.
+// VirtualCluster, so its controller finds them there: made, or, where one
+// is left that no object controls, given first's labels and data. Nothing
+// is written while the VirtualCluster exists, and a failure removes the
+// Secrets and the namespace this call made.
 func Create(ctx context.Context, c client.Client, vc *nestv1.VirtualCluster, createdBy string, first ...*corev1.Secret) (created bool, err error) {
 	key := client.ObjectKeyFromObject(vc)
 	if err := ValidateName(vc.Name); err != nil {
@@ -150,42 +152,65 @@ func Create(ctx context.Context, c client.Client, vc *nestv1.VirtualCluster, cre
 	if err := checkNamespaceFree(ctx, c, key); err != nil {
 		return false, err
 	}
+	// A VirtualCluster already there is reported, and its Secrets are
+	// never written over.
+	if err := c.Get(ctx, key, &nestv1.VirtualCluster{}); err == nil {
+		return false, nil
+	} else if !apierrors.IsNotFound(err) {
+		return false, err
+	}
 	madeNamespace, err := ensureNamespace(ctx, c, key.Namespace, createdBy)
 	if err != nil {
 		return false, err
 	}
+	// undo removes what this call made, so a failure leaves nothing.
+	var made []*corev1.Secret
+	undo := func(err error) (bool, error) {
+		var errs []error
+		for _, s := range made {
+			errs = append(errs, client.IgnoreNotFound(c.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name}})))
+		}
+		if madeNamespace {
+			errs = append(errs, client.IgnoreNotFound(c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: key.Namespace}})))
+		}
+		if derr := errors.Join(errs...); derr != nil {
+			return false, fmt.Errorf("create virtual cluster %s: %w (and removing what was made for it failed: %v)", key, err, derr)
+		}
+		return false, fmt.Errorf("create virtual cluster %s: %w", key, err)
+	}
 	for _, s := range first {
-		if err := putSecret(ctx, c, s); err != nil {
-			return false, err
+		created, err := putSecret(ctx, c, s)
+		if err != nil {
+			return undo(err)
+		}
+		if created {
+			made = append(made, s)
 		}
 	}
 	switch err := c.Create(ctx, vc); {
 	case apierrors.IsAlreadyExists(err):
 		return false, nil
 	case err != nil:
-		if madeNamespace {
-			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: key.Namespace}}
-			if derr := client.IgnoreNotFound(c.Delete(ctx, ns)); derr != nil {
-				return false, fmt.Errorf("create virtual cluster %s: %w (and removing the namespace made for it failed: %v)", key, err, derr)
-			}
-		}
-		return false, fmt.Errorf("create virtual cluster %s: %w", key, err)
+		return undo(err)
 	}
 	return true, nil
 }
 
-// putSecret creates want, or gives the Secret of its name want's labels
-// and data.
-func putSecret(ctx context.Context, c client.Client, want *corev1.Secret) error {
+// putSecret creates want, or gives the Secret of its name, unless an object
+// controls it, want's labels and data; it says whether it created it.
+func putSecret(ctx context.Context, c client.Client, want *corev1.Secret) (created bool, err error) {
 	got := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: want.Namespace, Name: want.Name}}
-	_, err := controllerutil.CreateOrUpdate(ctx, c, got, func() error {
+	op, err := controllerutil.CreateOrUpdate(ctx, c, got, func() error {
+		if owner := metav1.GetControllerOf(got); owner != nil {
+			return fmt.Errorf("it belongs to %s %s: delete that first", owner.Kind, owner.Name)
+		}
 		got.Labels, got.Data, got.Type = want.Labels, want.Data, want.Type
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("write Secret %s/%s: %w", want.Namespace, want.Name, err)
+		return false, fmt.Errorf("write Secret %s/%s: %w", want.Namespace, want.Name, err)
 	}
-	return nil
+	return op == controllerutil.OperationResultCreated, nil
 }
 
 // checkNamespaceFree refuses a new VirtualCluster in a namespace that holds
@@ -205,9 +230,9 @@ func checkNamespaceFree(ctx context.Context, c client.Client, key types.Namespac
 	}
 	return nil
 }
+
 // ensureNamespace creates the namespace unless it exists and says whether it
 // did; one being deleted it waits out (within ctx) and creates anew.
-// ensureNamespace creates the namespace unless it exists and says whether it did.
 func ensureNamespace(ctx context.Context, c client.Client, name, createdBy string) (bool, error) {
 	for {
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{CreatedByLabel: createdBy}}}

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -385,15 +386,24 @@ func TestCreateWaitsOutANamespaceBeingDeleted(t *testing.T) {
 	defer cancel()
 	now := metav1.Now()
 	dying := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "vc-demo", DeletionTimestamp: &now, Finalizers: []string{"kubernetes"}}}
-	c := newClient(dying)
-	go func() {
-		time.Sleep(1500 * time.Millisecond) // the namespace controller, finishing
-		ns := dying.DeepCopy()
-		if err := c.Get(ctx, client.ObjectKeyFromObject(ns), ns); err == nil {
-			ns.Finalizers = nil
-			_ = c.Update(ctx, ns)
-		}
-	}()
+	seenTerminating := 0
+	c := fake.NewClientBuilder().WithScheme(kube.NewScheme()).WithObjects(dying).WithInterceptorFuncs(interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if err := c.Get(ctx, key, obj, opts...); err != nil {
+				return err
+			}
+			// The namespace controller finishes once Create has seen the
+			// namespace terminating twice.
+			if ns, ok := obj.(*corev1.Namespace); ok && ns.DeletionTimestamp != nil {
+				if seenTerminating++; seenTerminating == 2 {
+					done := ns.DeepCopy()
+					done.Finalizers = nil
+					return c.Update(ctx, done)
+				}
+			}
+			return nil
+		},
+	}).Build()
 	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "vc-demo"}}
 	if created, err := Create(ctx, c, vc, CreatedByCLI); err != nil || !created {
 		t.Fatalf("create: %v, %v", created, err)
@@ -401,5 +411,37 @@ func TestCreateWaitsOutANamespaceBeingDeleted(t *testing.T) {
 	var ns corev1.Namespace
 	if err := c.Get(ctx, client.ObjectKey{Name: "vc-demo"}, &ns); err != nil || ns.DeletionTimestamp != nil || ns.Labels[CreatedByLabel] != CreatedByCLI {
 		t.Errorf("namespace after create: %+v, %v", ns.ObjectMeta, err)
+	}
+	if seenTerminating < 2 {
+		t.Errorf("Create saw the namespace terminating %d times, want it to wait", seenTerminating)
+	}
+}
+
+// A VirtualCluster that exists keeps its Secrets: Create writes none of
+// first, and a Secret a VirtualCluster controls is never written over.
+func TestCreateNeverWritesALiveTenantsSecrets(t *testing.T) {
+	ctx := context.Background()
+	live := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "vc-demo", UID: "u1"}}
+	owned := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "vc-demo", Name: "other-pki",
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "nest.dev/v1alpha1", Kind: "VirtualCluster", Name: "other", UID: "u2", Controller: ptr.To(true)}}},
+		Data: map[string][]byte{"ca.crt": []byte("live")}}
+	c := newClient(live, owned)
+	pki := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "vc-demo", Name: "demo-pki"}, Data: map[string][]byte{"ca.crt": []byte("restored")}}
+	if created, err := Create(ctx, c, live.DeepCopy(), CreatedByCLI, pki); err != nil || created {
+		t.Fatalf("create over a live VirtualCluster: %v, %v; want it reported, nothing written", created, err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(pki), &corev1.Secret{}); err == nil {
+		t.Error("a Secret was written for a VirtualCluster that exists")
+	}
+	c = newClient(owned)
+	over := owned.DeepCopy()
+	over.Data = map[string][]byte{"ca.crt": []byte("restored")}
+	gamma := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "gamma", Namespace: "vc-demo"}}
+	if _, err := Create(ctx, c, gamma, CreatedByCLI, over); err == nil || !strings.Contains(err.Error(), "belongs to VirtualCluster other") {
+		t.Fatalf("writing over a controlled Secret: %v, want refused", err)
+	}
+	var got corev1.Secret
+	if err := c.Get(ctx, client.ObjectKeyFromObject(owned), &got); err != nil || string(got.Data["ca.crt"]) != "live" {
+		t.Errorf("the controlled Secret after the refusal: %q, %v", got.Data["ca.crt"], err)
 	}
 }
