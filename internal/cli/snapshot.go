@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nestdev/nest/internal/snapshot"
+	"github.com/nestdev/nest/internal/vcops"
 	"github.com/nestdev/nest/internal/version"
 )
 
@@ -73,7 +74,7 @@ func newRestoreCommand(host *hostFlags) *cobra.Command {
 			}
 			ctx, cancel := signalContext(cmd.Context(), timeout)
 			defer cancel()
-			return snapshot.Restore(ctx, c, cfg, s, snapshot.RestoreOptions{CreatedBy: "nest-cli", Progress: cmd.OutOrStdout()})
+			return snapshot.Restore(ctx, c, cfg, s, snapshot.RestoreOptions{CreatedBy: vcops.CreatedByCLI, Progress: cmd.OutOrStdout()})
 		},
 	}
 	cmd.Flags().StringVar(&from, "from", "", "the snapshot: file://PATH")

@@ -103,9 +103,9 @@ type shareFlags struct {
 	// runtimeConfig is spec.controlPlane.runtimeConfig, as
 	// version.ParseRuntimeConfig reads it.
 	runtimeConfig []string
-	serviceType       string
-	storage           string
-	storageClaims     int
+	serviceType   string
+	storage       string
+	storageClaims int
 	nodes
 }
 
