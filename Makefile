@@ -33,7 +33,8 @@ build: build-k8s build-nest
 # The Kubernetes components live in their own module (k8s/) so the main module
 # does not inherit k8s.io/kubernetes' replace lines; CoreDNS, the
 # NetworkPolicy enforcer (kube-network-policies), the LoadBalancer
-# implementation (MetalLB) and containerd in one more each. containerd's
+# implementation (MetalLB), the registry (Distribution) and containerd in
+# one more each. containerd's
 # version is the one k8s/containerd/go.mod pins.
 CONTAINERD := github.com/containerd/containerd/v2
 build-k8s:
@@ -45,6 +46,8 @@ build-k8s:
 	# Static: MetalLB runs from an image that has no C library.
 	cd k8s/metallb && CGO_ENABLED=0 go build -ldflags '-s -w' -o $(BIN)/metallb-controller go.universe.tf/metallb/controller && \
 		CGO_ENABLED=0 go build -ldflags '-s -w' -o $(BIN)/metallb-speaker go.universe.tf/metallb/speaker
+	# The local host cluster's OCI registry (CNCF Distribution), static too.
+	cd k8s/registry && CGO_ENABLED=0 go build -ldflags '-s -w' -o $(BIN)/registry github.com/distribution/distribution/v3/cmd/registry
 	cd k8s/containerd && v=$$(go list -m -f '{{.Version}}' $(CONTAINERD)) && \
 		go build -ldflags "-s -w -X $(CONTAINERD)/version.Version=$$v" -o $(BIN)/ $(addprefix $(CONTAINERD)/cmd/,containerd containerd-shim-runc-v2 ctr)
 

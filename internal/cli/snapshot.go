@@ -7,8 +7,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -35,20 +33,24 @@ func newSnapshotCommand(host *hostFlags) *cobra.Command {
 func newRestoreCommand(host *hostFlags) *cobra.Command {
 	var (
 		from, identityFile string
+		plainHTTP          bool
 		timeout            time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "restore NAME --from file://PATH --identity FILE",
+		Use:   "restore NAME --from URL --identity FILE",
 		Short: "Bring a virtual cluster back from its snapshot, under its own name, with its CAs and every tenant object",
 		Long: "Bring the virtual cluster NAME back from a snapshot of it (nest snapshot create), in the host namespace " +
 			"it was taken from, which must hold no VirtualCluster. The snapshot is checked whole, and decrypted, " +
 			"before anything on the host changes. The tenant keeps its CAs and service-account key, so kubeconfigs " +
 			"and tokens made before work again, and its etcd starts from the snapshot's data; its pods come back " +
-			"with new host pods. Run again after an interruption, it goes on where it stopped. Restoring under " +
+			"with new host pods. Run again after an interruption, it goes on where it stopped. URL is file://PATH or " +
+			"oci://REGISTRY/REPOSITORY:TAG (credentials from the Docker config). Restoring under " +
 			"another name (a clone) and persistent volumes' data are not built yet.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, path, err := readSnapshot(from, identityFile)
+			ctx, cancel := signalContext(cmd.Context(), timeout)
+			defer cancel()
+			s, path, err := readSnapshot(ctx, from, identityFile, plainHTTP)
 			if err != nil {
 				return err
 			}
@@ -72,12 +74,11 @@ func newRestoreCommand(host *hostFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ctx, cancel := signalContext(cmd.Context(), timeout)
-			defer cancel()
 			return snapshot.Restore(ctx, c, cfg, s, snapshot.RestoreOptions{CreatedBy: vcops.CreatedByCLI, Progress: cmd.OutOrStdout()})
 		},
 	}
-	cmd.Flags().StringVar(&from, "from", "", "the snapshot: file://PATH")
+	cmd.Flags().StringVar(&from, "from", "", "the snapshot: file://PATH or oci://REGISTRY/REPOSITORY:TAG")
+	plainHTTPFlag(cmd, &plainHTTP)
 	cmd.Flags().StringVar(&identityFile, "identity", "", "age identity file (AGE-SECRET-KEY-...) that decrypts the snapshot")
 	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long the restore may take")
 	return cmd
@@ -85,12 +86,12 @@ func newRestoreCommand(host *hostFlags) *cobra.Command {
 
 // readSnapshot reads and checks the snapshot the --from URL names
 // (snapshot.Read), decrypting it with the identity file's identities when
-// one is given, staging etcd's snapshot beside it; it returns the
-// snapshot and its path.
-func readSnapshot(from, identityFile string) (*snapshot.Snapshot, string, error) {
-	path, err := snapshotPath("--from", from)
+// one is given, staging etcd's snapshot in the system's temporary
+// directory; it returns the snapshot and its URL.
+func readSnapshot(ctx context.Context, from, identityFile string, plainHTTP bool) (*snapshot.Snapshot, string, error) {
+	l, err := snapshot.ParseLocation(from, plainHTTP)
 	if err != nil {
-		return nil, "", err
+		return nil, "", fmt.Errorf("--from: %w", err)
 	}
 	var ids []age.Identity
 	if identityFile != "" {
@@ -98,19 +99,19 @@ func readSnapshot(from, identityFile string) (*snapshot.Snapshot, string, error)
 			return nil, "", err
 		}
 	}
-	f, err := os.Open(path)
+	rc, err := l.Open(ctx)
 	if err != nil {
 		return nil, "", fmt.Errorf("--from: %w", err)
 	}
-	defer f.Close()
+	defer rc.Close()
 	// Staged in the system's temporary directory, mode 0600, not beside
 	// the snapshot: decrypted, it holds the tenant's Secrets, and a backup
 	// mount may be read-only.
-	s, err := snapshot.Read(bufio.NewReader(f), "", ids)
+	s, err := snapshot.Read(bufio.NewReader(rc), "", ids)
 	if err != nil {
-		return nil, "", fmt.Errorf("%s: %w", path, err)
+		return nil, "", fmt.Errorf("%s: %w", l.URL, err)
 	}
-	return s, path, nil
+	return s, l.URL, nil
 }
 
 func newSnapshotCreateCommand(host *hostFlags) *cobra.Command {
@@ -119,21 +120,23 @@ func newSnapshotCreateCommand(host *hostFlags) *cobra.Command {
 		recipients     []string
 		recipientsFile string
 		plaintextKeys  bool
+		plainHTTP      bool
 		timeout        time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "create NAME --to file://PATH",
+		Use:   "create NAME --to URL",
 		Short: "Write a snapshot of a virtual cluster: etcd's snapshot from a Ready member, the VirtualCluster and the PKI",
 		Long: "Write a snapshot of the virtual cluster NAME to a file (mode 0600): etcd's snapshot, taken from a Ready " +
 			"member through etcd's maintenance API with no pause and no restart, the VirtualCluster's spec, and the PKI " +
 			"(every CA, certificate and key). etcd's snapshot and the PKI are encrypted with age to the recipients given " +
 			"(--recipient, --recipients-file); etcd holds the tenant's Secrets. A manifest gives Nest's and Kubernetes' " +
-			"versions and each part's size and SHA-256. Only file:// is built; oci:// is not yet.",
+			"versions and each part's size and SHA-256. URL is file://PATH, or oci://REGISTRY/REPOSITORY:TAG for an OCI " +
+			"artifact pushed once whole, with the Docker config's credentials (plain HTTP only to a loopback or private address).",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			path, err := snapshotPath("--to", to)
+			l, err := snapshot.ParseLocation(to, plainHTTP)
 			if err != nil {
-				return err
+				return fmt.Errorf("--to: %w", err)
 			}
 			rs, err := parseRecipients(recipients, recipientsFile)
 			if err != nil {
@@ -150,7 +153,7 @@ func newSnapshotCreateCommand(host *hostFlags) *cobra.Command {
 			defer cancel()
 			cmd.SetContext(ctx)
 			return withTarget(cmd, host, args[0], ns, timeout, func(ctx context.Context, c client.Client, key types.NamespacedName) error {
-				m, err := writeSnapshot(ctx, path, func(ctx context.Context, w io.Writer) (snapshot.Manifest, error) {
+				m, err := l.Save(ctx, "", func(w io.Writer) (snapshot.Manifest, error) {
 					return snapshot.Take(ctx, c, cfg, key, w, snapshot.TakeOptions{
 						Recipients: rs, PlaintextKeys: plaintextKeys, NestVersion: version.Nest,
 					})
@@ -158,13 +161,14 @@ func newSnapshotCreateCommand(host *hostFlags) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				printManifest(cmd.OutOrStdout(), path, m)
+				printManifest(cmd.OutOrStdout(), l.URL, m)
 				return nil
 			})
 		},
 	}
 	namespaceFlag(cmd, &ns)
-	cmd.Flags().StringVar(&to, "to", "", "where the snapshot goes: file://PATH")
+	cmd.Flags().StringVar(&to, "to", "", "where the snapshot goes: file://PATH or oci://REGISTRY/REPOSITORY:TAG")
+	plainHTTPFlag(cmd, &plainHTTP)
 	cmd.Flags().StringArrayVar(&recipients, "recipient", nil, "age recipient (age1...) the keys and etcd's data are encrypted to; repeatable")
 	cmd.Flags().StringVar(&recipientsFile, "recipients-file", "", "file of age recipients, one a line (# comments)")
 	cmd.Flags().BoolVar(&plaintextKeys, "insecure-plaintext-keys", false, "with no recipient, store the CA and service-account keys and etcd's data unencrypted")
@@ -173,13 +177,16 @@ func newSnapshotCreateCommand(host *hostFlags) *cobra.Command {
 }
 
 func newSnapshotVerifyCommand() *cobra.Command {
-	var from, identityFile string
+	var (
+		from, identityFile string
+		plainHTTP          bool
+	)
 	cmd := &cobra.Command{
-		Use:   "verify --from file://PATH",
+		Use:   "verify --from URL",
 		Short: "Check a snapshot: its manifest, every part's size and SHA-256, and with --identity that its keys decrypt",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			s, path, err := readSnapshot(from, identityFile)
+			s, path, err := readSnapshot(cmd.Context(), from, identityFile, plainHTTP)
 			if err != nil {
 				return err
 			}
@@ -196,9 +203,16 @@ func newSnapshotVerifyCommand() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&from, "from", "", "the snapshot: file://PATH")
+	cmd.Flags().StringVar(&from, "from", "", "the snapshot: file://PATH or oci://REGISTRY/REPOSITORY:TAG")
+	plainHTTPFlag(cmd, &plainHTTP)
 	cmd.Flags().StringVar(&identityFile, "identity", "", "age identity file (AGE-SECRET-KEY-...) that decrypts the snapshot's keys")
 	return cmd
+}
+
+// plainHTTPFlag is --plain-http, for a registry that serves plain HTTP at
+// an address go-containerregistry would reach over HTTPS.
+func plainHTTPFlag(cmd *cobra.Command, v *bool) {
+	cmd.Flags().BoolVar(v, "plain-http", false, "reach an oci:// registry over plain HTTP when HTTPS fails (loopback and private addresses need not say so)")
 }
 
 // signalContext is parent bound by timeout and ended by SIGINT or SIGTERM,
@@ -208,45 +222,6 @@ func signalContext(parent context.Context, timeout time.Duration) (context.Conte
 	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	return ctx, func() { cancel(); stop() }
-}
-
-// snapshotPath is the file a snapshot URL names: file://PATH only.
-func snapshotPath(flag, url string) (string, error) {
-	switch {
-	case url == "":
-		return "", fmt.Errorf("%s: name the snapshot, such as file:///var/backups/team-a.snapshot", flag)
-	case strings.HasPrefix(url, "file://") && len(url) > len("file://"):
-		return filepath.Clean(strings.TrimPrefix(url, "file://")), nil
-	case strings.HasPrefix(url, "oci://"):
-		return "", fmt.Errorf("%s %s: oci:// snapshots are not built yet: use file://PATH", flag, url)
-	}
-	return "", fmt.Errorf("%s %s: want file://PATH", flag, url)
-}
-
-// writeSnapshot writes what take produces to path through a temporary file
-// beside it (mode 0600), renamed into place only when whole: a failed
-// snapshot leaves no file, and never a partial one under path.
-func writeSnapshot(ctx context.Context, path string, take func(context.Context, io.Writer) (snapshot.Manifest, error)) (snapshot.Manifest, error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+"-*")
-	if err != nil {
-		return snapshot.Manifest{}, fmt.Errorf("--to: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	w := bufio.NewWriter(tmp)
-	m, err := take(ctx, w)
-	if err == nil {
-		err = w.Flush()
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return m, err
-	}
-	return m, os.Rename(tmp.Name(), path)
 }
 
 // printManifest prints what a snapshot holds, a line each.

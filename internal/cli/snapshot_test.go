@@ -14,15 +14,16 @@ import (
 )
 
 // nest snapshot refuses what it cannot do before it reaches any cluster:
-// no recipient, a URL that is not file://, a recipient that is not one.
+// no recipient, a URL that is neither file:// nor oci://REPOSITORY:TAG,
+// a recipient that is not one.
 func TestSnapshotCreateRefusesBadInput(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
 		{[]string{"snapshot", "create", "alpha", "--to", "file:///tmp/x"}, "--insecure-plaintext-keys"},
-		{[]string{"snapshot", "create", "alpha", "--to", "oci://registry.local/alpha:1"}, "oci:// snapshots are not built yet"},
-		{[]string{"snapshot", "create", "alpha", "--to", "s3://bucket/x"}, "want file://PATH"},
+		{[]string{"snapshot", "create", "alpha", "--to", "oci://registry.local/alpha"}, "with a tag"},
+		{[]string{"snapshot", "create", "alpha", "--to", "s3://bucket/x"}, "want file://PATH or oci://"},
 		{[]string{"snapshot", "create", "alpha"}, "--to: name the snapshot"},
 		{[]string{"snapshot", "create", "alpha", "--to", "file:///tmp/x", "--recipient", "not-a-key"}, `--recipient "not-a-key"`},
 	} {

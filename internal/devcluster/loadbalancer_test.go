@@ -93,3 +93,17 @@ func mustAddressing(t *testing.T, cluster string, slot int) Addressing {
 	}
 	return a
 }
+
+// The registry image is named for the Distribution version k8s/registry
+// pins: a bump there without images.RegistryVersion fails here.
+func TestRegistryImageIsThePinnedModules(t *testing.T) {
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Version}}", "github.com/distribution/distribution/v3")
+	cmd.Dir = filepath.Join("..", "..", "k8s", "registry")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("find the pinned registry module: %v", err)
+	}
+	if v := strings.TrimSpace(string(out)); v != images.RegistryVersion {
+		t.Errorf("k8s/registry pins Distribution %s, images.RegistryVersion is %s", v, images.RegistryVersion)
+	}
+}

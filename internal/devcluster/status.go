@@ -45,7 +45,10 @@ type ClusterStatus struct {
 	// "namespace/name address[,address]" ("<pending>" before one is given).
 	LoadBalancer         string
 	LoadBalancerServices []string
-	Kubeconfig           string
+	// Registry is the address (host:port) of the cluster's OCI registry,
+	// "" until its Service has one (RegistryAddress).
+	Registry   string
+	Kubeconfig string
 }
 
 // Running reports whether the cluster is up: recorded, every process alive and
@@ -125,6 +128,7 @@ func Status(ctx context.Context, stateDir string) (ClusterStatus, error) {
 		}
 		st.LoadBalancerServices = append(st.LoadBalancerServices, svc.Namespace+"/"+svc.Name+" "+strings.Join(addrs, ","))
 	}
+	st.Registry, _ = registryAddress(ctx, c)
 	return st, nil
 }
 
@@ -165,6 +169,9 @@ func (s ClusterStatus) Print(w io.Writer) {
 		for _, svc := range s.LoadBalancerServices {
 			fmt.Fprintf(w, "  %s\n", svc)
 		}
+	}
+	if s.Registry != "" {
+		fmt.Fprintf(w, "\nregistry: %s (plain HTTP; snapshots: oci://%s/REPOSITORY:TAG)\n", s.Registry, s.Registry)
 	}
 	fmt.Fprintf(w, "\nkubeconfig: %s\n", s.Kubeconfig)
 }

@@ -179,9 +179,11 @@ func (u *upRun) run(ctx context.Context) error {
 		{"install add-ons", u.installAddons},
 		{"wait for nodes Ready", u.waitNodesReady},
 		{"start the load balancer", u.startLoadBalancer},
+		{"start the registry", u.startRegistry},
 		{"wait for cluster DNS", u.waitDNS},
 		{"wait for node agents", u.waitAgents},
 		{"wait for the load balancer", u.waitLoadBalancer},
+		{"wait for the registry", u.waitRegistry},
 	}
 	if u.o.GPUs > 0 {
 		phases = append(phases, upPhase{"advertise GPUs on workers", func(ctx context.Context) error { return advertiseGPUs(ctx, u.l, u.nodes, u.o.GPUs) }})

@@ -58,6 +58,41 @@ const (
 	MetalLB = "nest.local/metallb:" + MetalLBVersion
 )
 
+// Registry is the CNCF Distribution registry's /registry, built from the
+// module k8s/registry pins at RegistryVersion, with its configuration
+// (RegistryConfig) at RegistryConfigPath: the local host cluster's OCI
+// registry, which snapshots are pushed to.
+const Registry = "nest.local/registry:" + RegistryVersion
+
+// RegistryVersion is the github.com/distribution/distribution/v3 version
+// k8s/registry/go.mod pins (internal/devcluster's test fails when they
+// differ).
+const RegistryVersion = "v3.1.2"
+
+// RegistryConfigPath is where the registry image holds its configuration.
+const RegistryConfigPath = "/etc/distribution/config.yml"
+
+// RegistryPort is the port the registry serves plain HTTP on.
+const RegistryPort = 5000
+
+// RegistryConfig is the registry's configuration: blobs on the filesystem
+// under /var/lib/registry, deletes allowed (a snapshot schedule removes
+// the snapshots it no longer keeps), plain HTTP on RegistryPort, health
+// at /v2/, and a log line a request.
+var RegistryConfig = fmt.Sprintf(`version: 0.1
+log:
+  level: info
+  accesslog:
+    disabled: false
+storage:
+  filesystem:
+    rootdirectory: /var/lib/registry
+  delete:
+    enabled: true
+http:
+  addr: :%d
+`, RegistryPort)
+
 // MetalLBVersion is the go.universe.tf/metallb version k8s/metallb/go.mod
 // pins (internal/devcluster's test fails when they differ).
 const MetalLBVersion = "v0.15.2"
@@ -142,6 +177,10 @@ func Specs(binDir, busyboxPath string, busyboxApplets []string) []Spec {
 		{Name: MetalLB, Files: []File{tmpDir(),
 			{Path: "/controller", Source: filepath.Join(binDir, "metallb-controller"), Mode: 0o755},
 			{Path: "/speaker", Source: filepath.Join(binDir, "metallb-speaker"), Mode: 0o755}}},
+		{Name: Registry, Files: []File{tmpDir(),
+			{Path: "/registry", Source: filepath.Join(binDir, "registry"), Mode: 0o755},
+			{Path: RegistryConfigPath, Data: []byte(RegistryConfig), Mode: 0o644}},
+			Entrypoint: []string{"/registry"}, Cmd: []string{"serve", RegistryConfigPath}},
 	}...)
 }
 
