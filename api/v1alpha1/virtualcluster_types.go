@@ -49,6 +49,14 @@ const AnnotationIgnoreRemovedAPIs = "nest.dev/upgrade-ignore-removed-apis"
 // VirtualCluster is Ready.
 const AnnotationRestoring = "nest.dev/restoring"
 
+// AnnotationSnapshotRequested asks the snapshot schedule controller for a
+// snapshot now, outside spec.snapshots' schedule, to the schedule's
+// repository and in its keep rotation: each new value (`nest snapshot
+// create NAME --now`, the dashboard's "Snapshot now" write the time) is
+// served once, and status.snapshots.lastRequest says which was. Without
+// spec.snapshots it does nothing (the CLI and dashboard refuse it).
+const AnnotationSnapshotRequested = "nest.dev/snapshot-requested"
+
 // Condition types of a VirtualCluster.
 const (
 	// ConditionReady is True when tenants can use the cluster: the control plane
@@ -76,6 +84,13 @@ const (
 	// UpgradeRefused for a move the rules refuse, UpToDate when the control
 	// plane runs spec.kubernetesVersion.
 	ConditionUpgrading = "Upgrading"
+	// ConditionSnapshotsSucceeding is True while spec.snapshots is set and
+	// its last scheduled snapshot was taken and pushed (reason
+	// SnapshotTaken, or Waiting before the first), and False, the message
+	// saying why, when it failed: reason InvalidSchedule, NoRecipients,
+	// SnapshotFailed or PruneFailed. Written by the snapshot schedule
+	// controller of nest-manager; absent without spec.snapshots.
+	ConditionSnapshotsSucceeding = "SnapshotsSucceeding"
 )
 
 // ServiceType is how the tenant API server is exposed.
@@ -175,12 +190,116 @@ type VirtualClusterSpec struct {
 	// +kubebuilder:validation:MaxItems=8
 	Members []MemberGrant `json:"members,omitempty"`
 
+	// Snapshots makes nest-manager take snapshots of the tenant on a
+	// schedule, each as `nest snapshot create` takes one, push them to an
+	// OCI repository and keep the newest few (status.snapshots, the
+	// SnapshotsSucceeding condition).
+	// +optional
+	Snapshots *SnapshotSchedule `json:"snapshots,omitempty"`
+
 	// Kubeconfig is the tenant's admin kubeconfig, base64 encoded, written by
 	// the operator for kubenest compatibility. Prefer the Secret named in
 	// status.kubeconfigSecretRef.
 	// +optional
 	// +kubebuilder:validation:MaxLength=65536
 	Kubeconfig string `json:"kubeconfig,omitempty"`
+}
+
+// SnapshotSchedule is when and where nest-manager takes a tenant's
+// snapshots.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.recipientSecretRef) != (has(self.insecurePlaintextKeys) && self.insecurePlaintextKeys)",message="snapshots: name the Secret of the age recipients the keys and etcd's data are encrypted to (recipientSecretRef), or set insecurePlaintextKeys to store them unencrypted; not both"
+type SnapshotSchedule struct {
+	// Schedule is when snapshots are taken, in cron's five fields (minute,
+	// hour, day of month, month, day of week), in UTC, or a descriptor such
+	// as @hourly or @daily, as a CronJob's schedule. A time missed while
+	// nest-manager was down is taken once when it is back.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	Schedule string `json:"schedule"`
+
+	// To is the OCI repository the snapshots are pushed to,
+	// oci://REGISTRY/REPOSITORY, without a tag: each is tagged
+	// auto-<time it was scheduled for>, such as auto-20261129t150400z.
+	// nest-manager pushes with no credentials, over HTTPS, or plain HTTP to
+	// a loopback or RFC 1918 address or with plainHTTP. file:// is refused:
+	// nest-manager keeps no files.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('oci://') && !self.substring(6).contains('@') && !self.substring(6).split('/').exists(p, p == '') && self.substring(6).contains('/') && !self.substring(6).split('/')[self.substring(6).split('/').size() - 1].contains(':')",message="snapshots.to must be an OCI repository without a tag, such as oci://registry.example:5000/backups/team-a (file:// is refused: nest-manager keeps no files)"
+	To string `json:"to"`
+
+	// Keep is how many of the scheduled snapshots of this VirtualCluster in
+	// the repository are kept: once a new one is pushed, older ones past
+	// the newest Keep are deleted. Snapshots the schedule did not take are
+	// never deleted.
+	// +optional
+	// +kubebuilder:default=7
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	Keep int32 `json:"keep,omitempty"`
+
+	// RecipientSecretRef names a Secret in the VirtualCluster's namespace
+	// whose key "recipients" holds the age recipients (age1..., one a line,
+	// # comments) the keys and etcd's data are encrypted to.
+	// +optional
+	RecipientSecretRef *corev1.LocalObjectReference `json:"recipientSecretRef,omitempty"`
+
+	// InsecurePlaintextKeys stores the CA and service-account keys and
+	// etcd's data unencrypted, with no recipient.
+	// +optional
+	InsecurePlaintextKeys bool `json:"insecurePlaintextKeys,omitempty"`
+
+	// PlainHTTP reaches the registry over plain HTTP when HTTPS fails, as
+	// `nest snapshot create --plain-http` does: for a registry at an
+	// address that is neither loopback nor RFC 1918.
+	// +optional
+	PlainHTTP bool `json:"plainHTTP,omitempty"`
+}
+
+// RecipientsKey is the key of a snapshot schedule's recipient Secret that
+// holds the age recipients.
+const RecipientsKey = "recipients"
+
+// SnapshotsStatus is how a VirtualCluster's snapshot schedule stands.
+type SnapshotsStatus struct {
+	// Since is when the controller first saw the schedule: scheduled times
+	// count from it until the first snapshot, so a schedule added to an
+	// old VirtualCluster does not take one at once for a time before it.
+	// +optional
+	Since *metav1.Time `json:"since,omitempty"`
+	// LastScheduleTime is the scheduled time of the last snapshot the
+	// schedule took, or tried to.
+	// +optional
+	LastScheduleTime *metav1.Time `json:"lastScheduleTime,omitempty"`
+	// LastRequest is the value of the nest.dev/snapshot-requested
+	// annotation the last snapshot served.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	LastRequest string `json:"lastRequest,omitempty"`
+	// LastSnapshot is the newest snapshot the schedule pushed.
+	// +optional
+	LastSnapshot *SnapshotRecord `json:"lastSnapshot,omitempty"`
+	// Kept is how many scheduled snapshots of the VirtualCluster the
+	// repository held after the last prune.
+	// +optional
+	Kept int32 `json:"kept,omitempty"`
+}
+
+// SnapshotRecord is one snapshot in a repository.
+type SnapshotRecord struct {
+	// URL is oci://REGISTRY/REPOSITORY:TAG.
+	URL string `json:"url"`
+	// Digest is its manifest's digest, sha256:....
+	Digest string `json:"digest,omitempty"`
+	// Time is when etcd's snapshot was taken.
+	Time metav1.Time `json:"time"`
+	// Size is the archive's size in bytes.
+	Size int64 `json:"size,omitempty"`
+	// EtcdRevision is etcd's revision it holds every write up to.
+	EtcdRevision int64 `json:"etcdRevision,omitempty"`
 }
 
 // MemberGrant is a VirtualCluster's share of one member cluster.
@@ -595,7 +714,7 @@ type VirtualClusterStatus struct {
 	Phase Phase `json:"phase,omitempty"`
 
 	// Conditions: Ready, ControlPlaneAvailable, CertificatesReady, NodesReady,
-	// NodesAssigned, Upgrading.
+	// NodesAssigned, Upgrading, SnapshotsSucceeding.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -655,6 +774,11 @@ type VirtualClusterStatus struct {
 	// +kubebuilder:validation:MaxItems=17000
 	// +kubebuilder:validation:items:MaxLength=253
 	AssignedNodes []string `json:"assignedNodes,omitempty"`
+
+	// Snapshots is how spec.snapshots stands: written by the snapshot
+	// schedule controller of nest-manager, only.
+	// +optional
+	Snapshots *SnapshotsStatus `json:"snapshots,omitempty"`
 }
 
 // MemberGrantStatus is the state of one member grant.

@@ -31,6 +31,7 @@ import (
 	"github.com/nestdev/nest/internal/controller/memberusage"
 	"github.com/nestdev/nest/internal/controller/nodeassignment"
 	"github.com/nestdev/nest/internal/controller/nodepromotion"
+	"github.com/nestdev/nest/internal/controller/snapshotschedule"
 	"github.com/nestdev/nest/internal/controller/virtualcluster"
 	"github.com/nestdev/nest/internal/controlplane"
 	"github.com/nestdev/nest/internal/images"
@@ -198,6 +199,14 @@ func main() {
 	// and the metrics.
 	if err := (&memberusage.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
 		log.Error(err, "Unable to set up controller", "controller", "memberusage")
+		os.Exit(1)
+	}
+	// Scheduled snapshots (spec.snapshots), staged in /tmp (an emptyDir)
+	// and pushed to the schedule's OCI repository.
+	if err := (&snapshotschedule.Reconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("nest-manager"), NestVersion: version.Nest,
+	}).SetupWithManager(mgr); err != nil {
+		log.Error(err, "Unable to set up controller", "controller", "snapshotschedule")
 		os.Exit(1)
 	}
 	if agentCASecret == "" {

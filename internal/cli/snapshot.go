@@ -7,14 +7,20 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
 	"filippo.io/age"
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/snapshot"
 	"github.com/nestdev/nest/internal/vcops"
 	"github.com/nestdev/nest/internal/version"
@@ -24,7 +30,7 @@ import (
 // cluster's snapshots.
 func newSnapshotCommand(host *hostFlags) *cobra.Command {
 	cmd := &cobra.Command{Use: "snapshot", Short: "Take and check snapshots of a virtual cluster: its etcd, VirtualCluster and PKI in one file"}
-	cmd.AddCommand(newSnapshotCreateCommand(host), newSnapshotVerifyCommand())
+	cmd.AddCommand(newSnapshotCreateCommand(host), newSnapshotVerifyCommand(), newSnapshotListCommand(host), newSnapshotRequestCommand(host))
 	return cmd
 }
 
@@ -213,6 +219,127 @@ func newSnapshotVerifyCommand() *cobra.Command {
 // an address go-containerregistry would reach over HTTPS.
 func plainHTTPFlag(cmd *cobra.Command, v *bool) {
 	cmd.Flags().BoolVar(v, "plain-http", false, "reach an oci:// registry over plain HTTP when HTTPS fails (loopback and private addresses need not say so)")
+}
+
+func newSnapshotListCommand(host *hostFlags) *cobra.Command {
+	var (
+		ns, in    string
+		plainHTTP bool
+		timeout   time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "list NAME [--in oci://REGISTRY/REPOSITORY]",
+		Short: "List a virtual cluster's snapshots in an OCI repository: its schedule's (spec.snapshots.to) unless --in names another",
+		Long: "List the snapshots of the virtual cluster NAME in an OCI repository, oldest first: the repository of its " +
+			"snapshot schedule (spec.snapshots.to), or the one --in names. Each line gives the tag, when etcd's snapshot " +
+			"was taken, its etcd revision, its size and its digest; scheduled ones (tags auto-...) are those the " +
+			"schedule prunes to spec.snapshots.keep. The schedule's last outcome follows.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withTarget(cmd, host, args[0], ns, timeout, func(ctx context.Context, c client.Client, key types.NamespacedName) error {
+				vc := &nestv1.VirtualCluster{}
+				if err := c.Get(ctx, key, vc); err != nil && (in == "" || !apierrors.IsNotFound(err)) {
+					return err
+				}
+				repo, plain := in, plainHTTP
+				if repo == "" {
+					if vc.Spec.Snapshots == nil {
+						return fmt.Errorf("virtual cluster %s has no snapshot schedule (spec.snapshots): name a repository with --in oci://REGISTRY/REPOSITORY", key)
+					}
+					repo, plain = vc.Spec.Snapshots.To, vc.Spec.Snapshots.PlainHTTP || plainHTTP
+				}
+				l, err := snapshot.ParseLocation(strings.TrimSuffix(repo, "/")+":list", plain)
+				if err != nil {
+					return fmt.Errorf("--in: %w", err)
+				}
+				listed, err := snapshot.List(ctx, l.Tag.Context())
+				if err != nil {
+					return err
+				}
+				printListed(cmd.OutOrStdout(), key, listed)
+				if c := meta.FindStatusCondition(vc.Status.Conditions, nestv1.ConditionSnapshotsSucceeding); c != nil && vc.Spec.Snapshots != nil {
+					fmt.Fprintf(cmd.OutOrStdout(), "schedule %q: %s %s: %s\n", vc.Spec.Snapshots.Schedule, c.Reason, c.Status, c.Message)
+				}
+				return nil
+			})
+		},
+	}
+	namespaceFlag(cmd, &ns)
+	cmd.Flags().StringVar(&in, "in", "", "the OCI repository to list, oci://REGISTRY/REPOSITORY (default: spec.snapshots.to)")
+	plainHTTPFlag(cmd, &plainHTTP)
+	cmd.Flags().DurationVar(&timeout, "timeout", time.Minute, "how long listing may take")
+	return cmd
+}
+
+func newSnapshotRequestCommand(host *hostFlags) *cobra.Command {
+	var (
+		ns      string
+		wait    bool
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "request NAME [--wait]",
+		Short: "Ask nest-manager for a snapshot now, to the virtual cluster's schedule's repository (spec.snapshots)",
+		Long: "Ask nest-manager for a snapshot of the virtual cluster NAME now, outside its schedule: taken as a scheduled " +
+			"one is, sealed to the schedule's recipients, pushed to spec.snapshots.to tagged auto-<time>, and counted in " +
+			"its keep (annotation nest.dev/snapshot-requested). With --wait, return once it is pushed and print it.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withTarget(cmd, host, args[0], ns, timeout, func(ctx context.Context, c client.Client, key types.NamespacedName) error {
+				req, err := vcops.RequestSnapshot(ctx, c, key, time.Now())
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "snapshot of %s requested (%s)\n", key, req)
+				if !wait {
+					return nil
+				}
+				return waitRequestServed(ctx, c, key, req, cmd.OutOrStdout())
+			})
+		},
+	}
+	namespaceFlag(cmd, &ns)
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the snapshot is pushed")
+	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long to wait")
+	return cmd
+}
+
+// waitRequestServed polls until status.snapshots.lastRequest is req and
+// prints the snapshot, or fails with the schedule's condition when it says
+// the snapshot failed.
+func waitRequestServed(ctx context.Context, c client.Client, key types.NamespacedName, req string, out io.Writer) error {
+	for {
+		vc := &nestv1.VirtualCluster{}
+		if err := c.Get(ctx, key, vc); err != nil {
+			return err
+		}
+		if st := vc.Status.Snapshots; st != nil && st.LastRequest == req && st.LastSnapshot != nil {
+			fmt.Fprintf(out, "%s: taken %s, etcd revision %d, %d bytes\n", st.LastSnapshot.URL, st.LastSnapshot.Time.Format(time.RFC3339), st.LastSnapshot.EtcdRevision, st.LastSnapshot.Size)
+			return nil
+		}
+		cond := meta.FindStatusCondition(vc.Status.Conditions, nestv1.ConditionSnapshotsSucceeding)
+		select {
+		case <-ctx.Done():
+			if cond != nil && cond.Status == metav1.ConditionFalse {
+				return fmt.Errorf("the snapshot of %s was not taken: %s: %s", key, cond.Reason, cond.Message)
+			}
+			return fmt.Errorf("the snapshot of %s was not taken: %w", key, ctx.Err())
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// printListed prints the snapshots of key among listed, a line each.
+func printListed(w io.Writer, key types.NamespacedName, listed []snapshot.Listed) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TAG\tTAKEN\tETCD REVISION\tSIZE\tDIGEST")
+	for _, l := range listed {
+		if l.Manifest.Namespace != key.Namespace || l.Manifest.VirtualCluster != key.Name {
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", l.Tag, l.Manifest.Created.Format(time.RFC3339), l.Manifest.EtcdRevision, l.Size, l.Digest)
+	}
+	tw.Flush()
 }
 
 // signalContext is parent bound by timeout and ended by SIGINT or SIGTERM,

@@ -54,7 +54,7 @@ func (u *upRun) waitRegistry(ctx context.Context) error {
 		if c.Get(ctx, registryKey, &d) != nil || d.Status.ReadyReplicas < 1 {
 			return false
 		}
-		_, err := registryAddress(ctx, c)
+		_, err := RegistryAddressIn(ctx, c)
 		return err == nil
 	})
 }
@@ -68,10 +68,12 @@ func RegistryAddress(ctx context.Context, stateDir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return registryAddress(ctx, c)
+	return RegistryAddressIn(ctx, c)
 }
 
-func registryAddress(ctx context.Context, c client.Client) (string, error) {
+// RegistryAddressIn is RegistryAddress, read through c, a client of the
+// local host cluster.
+func RegistryAddressIn(ctx context.Context, c client.Client) (string, error) {
 	var svc corev1.Service
 	if err := c.Get(ctx, registryKey, &svc); err != nil {
 		return "", fmt.Errorf("the registry's Service %s: %w", registryKey, err)

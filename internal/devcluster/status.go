@@ -128,7 +128,7 @@ func Status(ctx context.Context, stateDir string) (ClusterStatus, error) {
 		}
 		st.LoadBalancerServices = append(st.LoadBalancerServices, svc.Namespace+"/"+svc.Name+" "+strings.Join(addrs, ","))
 	}
-	st.Registry, _ = registryAddress(ctx, c)
+	st.Registry, _ = RegistryAddressIn(ctx, c)
 	return st, nil
 }
 

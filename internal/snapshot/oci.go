@@ -126,9 +126,15 @@ type Listed struct {
 }
 
 // List returns the Nest snapshots in repo, oldest first (by
-// Manifest.Created, then tag). Tags of other artifacts are left out.
+// Manifest.Created, then tag); none for a repository the registry does
+// not know yet. Tags of other artifacts are left out.
 func List(ctx context.Context, repo name.Repository) ([]Listed, error) {
 	tags, err := remote.List(repo, options(ctx)...)
+	var terr *transport.Error
+	if errors.As(err, &terr) && (terr.StatusCode == http.StatusNotFound || hasCode(terr, transport.NameUnknownErrorCode)) {
+		// A repository nothing was pushed to yet holds no snapshot.
+		return nil, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("list the tags of %s: %w", repo, err)
 	}
@@ -180,6 +186,15 @@ func Delete(ctx context.Context, tag name.Tag) error {
 		return fmt.Errorf("delete the snapshot %s (%s): %w", tag, digest, err)
 	}
 	return nil
+}
+
+func hasCode(err *transport.Error, code transport.ErrorCode) bool {
+	for _, d := range err.Errors {
+		if d.Code == code {
+			return true
+		}
+	}
+	return false
 }
 
 func partialDigest(ctx context.Context, tag name.Tag) (string, error) {

@@ -188,3 +188,11 @@ func tags(l []Listed) string {
 	}
 	return strings.Join(out, " ")
 }
+
+// A repository nothing was pushed to lists no snapshot, without an error.
+func TestListOfAnUnknownRepositoryIsEmpty(t *testing.T) {
+	repo, _ := name.NewRepository(serveRegistry(t) + "/backups/none")
+	if listed, err := List(context.Background(), repo); err != nil || len(listed) != 0 {
+		t.Errorf("List of a new repository: %v, %v", listed, err)
+	}
+}

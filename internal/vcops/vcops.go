@@ -370,6 +370,27 @@ func Upgrade(ctx context.Context, c client.Client, key types.NamespacedName, to 
 	return from, err
 }
 
+// RequestSnapshot asks nest-manager for a snapshot of the VirtualCluster
+// now, to its schedule's repository (nestv1.AnnotationSnapshotRequested),
+// and returns the request's value, the time in RFC 3339 with nanoseconds,
+// which status.snapshots.lastRequest shows once it is served. A
+// VirtualCluster with no spec.snapshots is refused, naming it.
+func RequestSnapshot(ctx context.Context, c client.Client, key types.NamespacedName, now time.Time) (string, error) {
+	vc := &nestv1.VirtualCluster{}
+	if err := c.Get(ctx, key, vc); err != nil {
+		return "", fmt.Errorf("virtual cluster %s: %w", key, err)
+	}
+	if vc.Spec.Snapshots == nil {
+		return "", fmt.Errorf("virtual cluster %s has no snapshot schedule: set spec.snapshots (its repository and recipients), or use nest snapshot create --to", key)
+	}
+	value := now.UTC().Format(time.RFC3339Nano)
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, nestv1.AnnotationSnapshotRequested, value)
+	if err := c.Patch(ctx, vc, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return "", fmt.Errorf("request a snapshot of %s: %w", key, err)
+	}
+	return value, nil
+}
+
 // VersionColumn is the version a list shows for vc (nest list, the
 // dashboard): the one its control plane runs, and while it moves to
 // another, FROM->TO.

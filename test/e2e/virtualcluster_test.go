@@ -1,15 +1,19 @@
 package e2e
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -273,8 +277,17 @@ func TestVirtualClusters(t *testing.T) {
 		}
 	})
 
-	t.Run("a tenant deleted and restored from its sealed snapshot has its objects, CAs and pods back", func(t *testing.T) {
-		checkSnapshotRestore(t, ctx, nest, &framework.Tenant{Name: "delta", Dir: dir})
+	// Each waits on the cluster most of its time (the schedule on whole
+	// minutes): together, in parallel.
+	t.Run("snapshots", func(t *testing.T) {
+		t.Run("a tenant deleted and restored from its sealed snapshot has its objects, CAs and pods back", func(t *testing.T) {
+			t.Parallel()
+			checkSnapshotRestore(t, ctx, host, nest, &framework.Tenant{Name: "delta", Dir: dir})
+		})
+		t.Run("a schedule of every minute with keep 2 pushes to the registry and leaves exactly the newest 2", func(t *testing.T) {
+			t.Parallel()
+			checkSnapshotSchedule(t, ctx, host, nest, alpha)
+		})
 	})
 
 	t.Run("invalid specs are rejected by the host API server", func(t *testing.T) {
@@ -368,7 +381,7 @@ func checkInventory(t *testing.T, ctx context.Context, host client.Client, nest 
 // tn and restores it; and checks that every object is back, the
 // Deployment's pods are the same tenant pods, running, and a kubeconfig
 // made before the deletion is accepted by the restored API server.
-func checkSnapshotRestore(t *testing.T, ctx context.Context, nest framework.Nest, tn *framework.Tenant) {
+func checkSnapshotRestore(t *testing.T, ctx context.Context, host client.Client, nest framework.Nest, tn *framework.Tenant) {
 	t.Helper()
 	if out, err := nest("create", tn.Name, "--wait", "--timeout", "4m"); err != nil {
 		t.Fatalf("create %s: %v\n%s", tn.Name, err, out)
@@ -406,6 +419,12 @@ spec:
 	dir := t.TempDir()
 	id, other := newAgeIdentity(t, dir, "id"), newAgeIdentity(t, dir, "other")
 	path := filepath.Join(dir, tn.Name+".snapshot")
+	if out, err := nest("snapshot", "create", tn.Name, "--to", "file://"+path); err == nil || !strings.Contains(out, "--insecure-plaintext-keys") {
+		t.Errorf("a snapshot with no recipient: %v, want refused naming --insecure-plaintext-keys\n%s", err, out)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Errorf("a refused snapshot left %s (%v)", path, err)
+	}
 	out, err := nest("snapshot", "create", tn.Name, "--to", "file://"+path, "--recipient", id.Recipient().String())
 	if err != nil {
 		t.Fatalf("snapshot create: %v\n%s", err, out)
@@ -422,6 +441,7 @@ spec:
 	if out, err := nest("delete", tn.Name, "--wait", "--timeout", "3m"); err != nil {
 		t.Fatalf("delete %s: %v\n%s", tn.Name, err, out)
 	}
+	checkBadSnapshotsRefused(t, ctx, host, nest, tn.Name, path, dir)
 	start := time.Now()
 	out, err = nest("restore", tn.Name, "--from", "file://"+path, "--identity", filepath.Join(dir, "id"))
 	if err != nil {
@@ -451,6 +471,125 @@ spec:
 		return nil
 	})
 	checkOldCredentials(t, ctx, oldKubeconfig, tn)
+}
+
+// checkBadSnapshotsRefused: restores of name from a cut, a changed, a
+// newer and (with another identity) an undecryptable copy of the snapshot
+// at path are each refused with their reason, and leave the host's
+// VirtualClusters, namespaces and the tenant namespace's Secrets as they
+// were.
+func checkBadSnapshotsRefused(t *testing.T, ctx context.Context, host client.Client, nest framework.Nest, name, path, dir string) {
+	t.Helper()
+	good, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := good[:len(good)/2]
+	changed := bytes.Clone(good)
+	changed[len(changed)/2] ^= 0x40
+	newer := withManifest(t, good, func(m *snapshot.Manifest) { m.Format = snapshot.Format + 1 })
+	before := hostState(t, ctx, host, "vc-"+name)
+	for _, tc := range []struct {
+		what     string
+		data     []byte
+		identity string
+		want     string
+	}{
+		{"cut short", cut, "id", "cut short"},
+		{"changed", changed, "id", "changed"},
+		{"of a newer format", newer, "id", "use a Nest at least as new"},
+		{"opened with another identity", good, "other", "do not decrypt"},
+	} {
+		bad := filepath.Join(dir, "bad.snapshot")
+		if err := os.WriteFile(bad, tc.data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out, err := nest("restore", name, "--from", "file://"+bad, "--identity", filepath.Join(dir, tc.identity))
+		if err == nil || !strings.Contains(out, tc.want) {
+			t.Errorf("restore from a snapshot %s: %v, want refused naming %q\n%s", tc.what, err, tc.want, out)
+		}
+		if after := hostState(t, ctx, host, "vc-"+name); after != before {
+			t.Errorf("a restore from a snapshot %s changed the host:\nbefore %s\nafter  %s", tc.what, before, after)
+		}
+	}
+}
+
+// withManifest is the snapshot archive with its manifest (the first entry)
+// changed by change and its other entries as they are.
+func withManifest(t *testing.T, archive []byte, change func(*snapshot.Manifest)) []byte {
+	t.Helper()
+	tr := tar.NewReader(bytes.NewReader(archive))
+	var out bytes.Buffer
+	tw := tar.NewWriter(&out)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Name == snapshot.ManifestEntry {
+			var m snapshot.Manifest
+			if err := json.Unmarshal(body, &m); err != nil {
+				t.Fatal(err)
+			}
+			change(&m)
+			if body, err = json.Marshal(m); err != nil {
+				t.Fatal(err)
+			}
+			h.Size = int64(len(body))
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write(body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return out.Bytes()
+}
+
+// hostState names the host's VirtualClusters and namespaces, and the
+// Secrets of namespace: what a refused restore must not change.
+func hostState(t *testing.T, ctx context.Context, host client.Client, namespace string) string {
+	t.Helper()
+	var vcs nestv1.VirtualClusterList
+	var namespaces corev1.NamespaceList
+	var secrets corev1.SecretList
+	if err := host.List(ctx, &vcs); err != nil {
+		t.Fatal(err)
+	}
+	if err := host.List(ctx, &namespaces); err != nil {
+		t.Fatal(err)
+	}
+	if err := host.List(ctx, &secrets, client.InNamespace(namespace)); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, v := range vcs.Items {
+		names = append(names, "vc:"+v.Namespace+"/"+v.Name)
+	}
+	for _, n := range namespaces.Items {
+		// A namespace still terminating from the deletion may go meanwhile.
+		if n.Status.Phase != corev1.NamespaceTerminating {
+			names = append(names, "ns:"+n.Name)
+		}
+	}
+	for _, s := range secrets.Items {
+		if s.DeletionTimestamp == nil {
+			names = append(names, "secret:"+s.Name)
+		}
+	}
+	slices.Sort(names)
+	return strings.Join(names, " ")
 }
 
 // checkOldCredentials: the client certificate and CA of a kubeconfig made
