@@ -20,7 +20,7 @@ func statusOf(err error) int {
 	switch {
 	case errors.Is(err, ErrSignIn):
 		return http.StatusUnauthorized
-	case errors.As(err, &fe):
+	case errors.As(err, &fe), errors.Is(err, vcops.ErrNoSnapshotSchedule):
 		return http.StatusUnprocessableEntity
 	case errors.As(err, &st) && st.Status().Code >= 400:
 		return int(st.Status().Code)

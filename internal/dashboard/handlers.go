@@ -142,6 +142,8 @@ type clusterView struct {
 	DeleteError string
 	// Upgrade is the upgrade form.
 	Upgrade upgradeForm
+	// Snapshots is the snapshots card.
+	Snapshots snapshotsCard
 	// KubeconfigCommand is the CLI command that saves the kubeconfig.
 	KubeconfigCommand string
 	LiveURL           string
@@ -189,6 +191,7 @@ func (s *Server) clusterView(ctx context.Context, c client.Client, key types.Nam
 		Live:              s.liveOf(ctx, c, vc),
 		Share:             shareFormOf(vc),
 		Upgrade:           upgradeFormOf(vc),
+		Snapshots:         s.snapshotsOf(ctx, vc),
 		KubeconfigCommand: fmt.Sprintf("nest kubeconfig %s -n %s -o %s.kubeconfig", key.Name, key.Namespace, key.Name),
 		LiveURL:           "/live/clusters/" + url.PathEscape(key.Namespace) + "/" + url.PathEscape(key.Name),
 	}, nil
@@ -415,6 +418,19 @@ func (s *Server) upgrade(w http.ResponseWriter, r *http.Request, ctx context.Con
 		return
 	}
 	klog.InfoS("Virtual cluster upgrading", "virtualCluster", key, "from", from, "to", to, "user", s.o.Clients.Identity(r))
+	http.Redirect(w, r, clusterURL(key), http.StatusSeeOther)
+}
+
+// snapshotNow asks nest-manager for a snapshot now (vcops.RequestSnapshot),
+// as the user: their right to patch the VirtualCluster is the check.
+func (s *Server) snapshotNow(w http.ResponseWriter, r *http.Request, ctx context.Context, c client.WithWatch) {
+	key := keyOf(r)
+	req, err := vcops.RequestSnapshot(ctx, c, key, s.o.Now())
+	if err != nil {
+		s.clusterWithFormError(w, r, c, key, err, func(v *clusterView) { v.Snapshots.Error = err.Error() })
+		return
+	}
+	klog.InfoS("Snapshot requested", "virtualCluster", key, "request", req, "user", s.o.Clients.Identity(r))
 	http.Redirect(w, r, clusterURL(key), http.StatusSeeOther)
 }
 

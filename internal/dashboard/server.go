@@ -145,6 +145,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /clusters/{namespace}/{name}/kubeconfig", s.withClient(s.kubeconfig))
 	mux.HandleFunc("POST /clusters/{namespace}/{name}/share", s.withClient(s.share))
 	mux.HandleFunc("POST /clusters/{namespace}/{name}/upgrade", s.withClient(s.upgrade))
+	mux.HandleFunc("POST /clusters/{namespace}/{name}/snapshot", s.withClient(s.snapshotNow))
 	mux.HandleFunc("POST /clusters/{namespace}/{name}/delete", s.withClient(s.delete))
 	mux.HandleFunc("GET /login", s.loginForm)
 	mux.HandleFunc("POST /login", s.login)

@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -66,4 +69,19 @@ func ApplyStatus(ctx context.Context, c client.Client, obj client.Object, fieldO
 		return fmt.Errorf("apply the status of %s/%s as %s: %w", obj.GetNamespace(), obj.GetName(), fieldOwner, err)
 	}
 	return nil
+}
+
+// StampCondition sets c's LastTransitionTime as meta.SetStatusCondition
+// would against conditions (the one there of c's type, if its status is
+// the same, else now), and says whether that condition already reads as c
+// does: the same status, reason, message and observed generation. A
+// controller that applies its own condition skips the write then.
+func StampCondition(conditions []metav1.Condition, c *metav1.Condition, now time.Time) (unchanged bool) {
+	c.LastTransitionTime = metav1.NewTime(now)
+	old := meta.FindStatusCondition(conditions, c.Type)
+	if old == nil || old.Status != c.Status {
+		return false
+	}
+	c.LastTransitionTime = old.LastTransitionTime
+	return old.Reason == c.Reason && old.Message == c.Message && old.ObservedGeneration == c.ObservedGeneration
 }

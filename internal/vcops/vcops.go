@@ -370,18 +370,23 @@ func Upgrade(ctx context.Context, c client.Client, key types.NamespacedName, to 
 	return from, err
 }
 
+// ErrNoSnapshotSchedule is RequestSnapshot's refusal of a VirtualCluster
+// without spec.snapshots: a request has nowhere to go.
+var ErrNoSnapshotSchedule = errors.New("it has no snapshot schedule")
+
 // RequestSnapshot asks nest-manager for a snapshot of the VirtualCluster
 // now, to its schedule's repository (nestv1.AnnotationSnapshotRequested),
 // and returns the request's value, the time in RFC 3339 with nanoseconds,
 // which status.snapshots.lastRequest shows once it is served. A
-// VirtualCluster with no spec.snapshots is refused, naming it.
+// VirtualCluster with no spec.snapshots is refused with
+// ErrNoSnapshotSchedule, the message naming the field.
 func RequestSnapshot(ctx context.Context, c client.Client, key types.NamespacedName, now time.Time) (string, error) {
 	vc := &nestv1.VirtualCluster{}
 	if err := c.Get(ctx, key, vc); err != nil {
 		return "", fmt.Errorf("virtual cluster %s: %w", key, err)
 	}
 	if vc.Spec.Snapshots == nil {
-		return "", fmt.Errorf("virtual cluster %s has no snapshot schedule: set spec.snapshots (its repository and recipients), or use nest snapshot create --to", key)
+		return "", fmt.Errorf("virtual cluster %s: %w: set spec.snapshots (its repository and recipients), or use nest snapshot create --to", key, ErrNoSnapshotSchedule)
 	}
 	value := now.UTC().Format(time.RFC3339Nano)
 	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, nestv1.AnnotationSnapshotRequested, value)

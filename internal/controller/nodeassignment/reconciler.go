@@ -27,8 +27,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -40,6 +38,7 @@ import (
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/controlplane"
+	"github.com/nestdev/nest/internal/kube"
 )
 
 // Finalizer holds a VirtualCluster that holds GlobalNodes until they are
@@ -304,34 +303,15 @@ func (r *Reconciler) removeFinalizer(ctx context.Context, vc *nestv1.VirtualClus
 // writes the rest of the status with merge patches; neither writes the
 // other's fields. Nothing is written when both are as the cache shows them.
 func (r *Reconciler) patchStatus(ctx context.Context, vc *nestv1.VirtualCluster, assigned []string, c metav1.Condition) error {
-	c.LastTransitionTime = metav1.Now()
-	if old := meta.FindStatusCondition(vc.Status.Conditions, c.Type); old != nil && old.Status == c.Status {
-		c.LastTransitionTime = old.LastTransitionTime
-		if old.Reason == c.Reason && old.Message == c.Message && old.ObservedGeneration == c.ObservedGeneration &&
-			slices.Equal(vc.Status.AssignedNodes, assigned) {
-			return nil
-		}
+	if kube.StampCondition(vc.Status.Conditions, &c, time.Now()) && slices.Equal(vc.Status.AssignedNodes, assigned) {
+		return nil
 	}
-	cond, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&c)
-	if err != nil {
-		return fmt.Errorf("NodesAssigned condition of %s: %w", klog.KObj(vc), err)
-	}
-	status := map[string]any{"conditions": []any{cond}}
+	status := map[string]any{"conditions": []metav1.Condition{c}}
 	if len(assigned) > 0 {
-		nodes := make([]any, len(assigned))
-		for i, n := range assigned {
-			nodes[i] = n
-		}
-		status["assignedNodes"] = nodes
+		status["assignedNodes"] = assigned
 	}
-	u := &unstructured.Unstructured{Object: map[string]any{"status": status}}
-	u.SetAPIVersion(nestv1.GroupVersion.String())
-	u.SetKind(nestv1.VirtualClusterKind)
-	u.SetNamespace(vc.Namespace)
-	u.SetName(vc.Name)
-	err = r.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership)
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("apply status.assignedNodes and the NodesAssigned condition of %s: %w", klog.KObj(vc), err)
+	if err := kube.ApplyStatus(ctx, r.Client, vc, FieldOwner, status); err != nil {
+		return fmt.Errorf("status.assignedNodes and the NodesAssigned condition: %w", err)
 	}
 	old := meta.FindStatusCondition(vc.Status.Conditions, c.Type)
 	if old == nil || old.Status != c.Status || old.Reason != c.Reason || !slices.Equal(vc.Status.AssignedNodes, assigned) {

@@ -312,14 +312,9 @@ func condition(status metav1.ConditionStatus, reason, message string, generation
 // applyStatus applies status.snapshots and the SnapshotsSucceeding
 // condition, when either changed.
 func (r *Reconciler) applyStatus(ctx context.Context, s *scheduleState) error {
-	old := meta.FindStatusCondition(s.vc.Status.Conditions, s.cond.Type)
-	s.cond.LastTransitionTime = metav1.NewTime(r.now())
-	if old != nil && old.Status == s.cond.Status {
-		s.cond.LastTransitionTime = old.LastTransitionTime
-		if old.Reason == s.cond.Reason && old.Message == s.cond.Message && old.ObservedGeneration == s.cond.ObservedGeneration &&
-			equality.Semantic.DeepEqual(s.status, ptr.Deref(s.vc.Status.Snapshots, nestv1.SnapshotsStatus{})) {
-			return nil
-		}
+	if kube.StampCondition(s.vc.Status.Conditions, &s.cond, r.now()) &&
+		equality.Semantic.DeepEqual(s.status, ptr.Deref(s.vc.Status.Snapshots, nestv1.SnapshotsStatus{})) {
+		return nil
 	}
 	status := map[string]any{"conditions": []any{s.cond}}
 	if s.status != (nestv1.SnapshotsStatus{}) {

@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/devcluster"
 	"github.com/nestdev/nest/internal/testutil"
 	"github.com/nestdev/nest/test/e2e/framework"
 )
@@ -72,6 +73,7 @@ func TestDashboard(t *testing.T) {
 			{"shows-bad-input-next-to-the-field-from-the-page-and-from-the-api-server", e.badInput},
 			{"changes-the-share-and-the-virtual-node-follows", e.changeShare},
 			{"deletes-after-typed-confirmation-and-the-row-disappears", e.deleteCluster},
+			{"takes-a-snapshot-now-and-lists-it-from-the-registry", e.snapshotNow},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				t.Parallel()
@@ -418,6 +420,54 @@ func (e *env) changeShare(t *testing.T) {
 	e.run(t, tab, "wait for the page to show the new quota", chromedp.WaitVisible(`svg[aria-label^="cpu: "][aria-label$=" of 3 used"]`, chromedp.ByQuery))
 	e.stillSameDocument(t, tab)
 	e.screenshot(t, tab, "share-changed")
+}
+
+func (e *env) snapshotNow(t *testing.T) {
+	e.createWithCLI(t, "backedup")
+	reg, err := devcluster.RegistryAddressIn(e.ctx, e.host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := types.NamespacedName{Namespace: "vc-backedup", Name: "backedup"}
+	vc := &nestv1.VirtualCluster{}
+	if err := e.host.Get(e.ctx, key, vc); err != nil {
+		t.Fatal(err)
+	}
+	before := vc.DeepCopy()
+	// Once a year: only the request takes a snapshot here.
+	vc.Spec.Snapshots = &nestv1.SnapshotSchedule{Schedule: "0 0 1 1 *", To: "oci://" + reg + "/dashboard/backedup", InsecurePlaintextKeys: true, PlainHTTP: true}
+	if err := e.host.Patch(e.ctx, vc, client.MergeFrom(before)); err != nil {
+		t.Fatal(err)
+	}
+	tab := e.tab(t)
+	e.run(t, tab, "ask for a snapshot now",
+		chromedp.Navigate(e.url+"/clusters/vc-backedup/backedup"),
+		chromedp.WaitVisible("#snapshot-list-empty", chromedp.ByQuery),
+		markDocument(),
+		chromedp.Click(`#snapshot-form button[type="submit"]`, chromedp.ByQuery),
+		waitForNewDocument(30*time.Second),
+		chromedp.WaitVisible("#snapshot-form", chromedp.ByQuery),
+	)
+	testutil.Eventually(t, 2*time.Minute, "the requested snapshot pushed", func() error {
+		if err := e.host.Get(e.ctx, key, vc); err != nil {
+			return err
+		}
+		if st := vc.Status.Snapshots; st == nil || st.LastRequest == "" || st.LastRequest != vc.Annotations[nestv1.AnnotationSnapshotRequested] {
+			return fmt.Errorf("status.snapshots %+v, request %q", vc.Status.Snapshots, vc.Annotations[nestv1.AnnotationSnapshotRequested])
+		}
+		return nil
+	})
+	var list string
+	e.run(t, tab, "see it listed",
+		chromedp.Navigate(e.url+"/clusters/vc-backedup/backedup"),
+		chromedp.WaitVisible("#snapshot-list", chromedp.ByQuery),
+		chromedp.Text("#snapshot-list", &list, chromedp.ByQuery),
+	)
+	tag := strings.TrimPrefix(vc.Status.Snapshots.LastSnapshot.URL, "oci://"+reg+"/dashboard/backedup:")
+	if !strings.Contains(list, tag) {
+		t.Errorf("the snapshots card lists %q, want the snapshot %s", list, tag)
+	}
+	e.screenshot(t, tab, "snapshot-listed")
 }
 
 func (e *env) deleteCluster(t *testing.T) {

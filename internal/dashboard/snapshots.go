@@ -1,0 +1,100 @@
+package dashboard
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/controller/snapshotschedule"
+	"github.com/nestdev/nest/internal/snapshot"
+)
+
+// snapshotsCard is a cluster's snapshots: its schedule (spec.snapshots),
+// how the schedule stands, and the snapshots of the cluster in the
+// schedule's repository, newest first.
+type snapshotsCard struct {
+	// Scheduled is false without spec.snapshots: the card says how to
+	// take one, and offers no "Snapshot now".
+	Scheduled bool
+	Schedule  string
+	To        string
+	Keep      int32
+	// Status is the SnapshotsSucceeding condition's, "" before it.
+	Status, Reason, Message string
+	// Pending is true while a request is not served yet.
+	Pending bool
+	List    []snapshotRow
+	// ListError says why the repository could not be read.
+	ListError string
+	// Error is the "Snapshot now" form's error.
+	Error string
+}
+
+// snapshotRow is one snapshot of the cluster in the repository.
+type snapshotRow struct {
+	Tag, Taken, Size, Digest string
+	Revision                 int64
+	Scheduled                bool
+}
+
+// snapshotListTimeout bounds the read of a schedule's repository for a
+// page: a slow registry leaves the list out, not the page.
+const snapshotListTimeout = 5 * time.Second
+
+// snapshotsOf reads vc's snapshots card; the repository is read by the
+// dashboard itself (the registry's own access rules apply, with the
+// dashboard's Docker config), not as the user.
+func (s *Server) snapshotsOf(ctx context.Context, vc *nestv1.VirtualCluster) snapshotsCard {
+	sched := vc.Spec.Snapshots
+	if sched == nil {
+		return snapshotsCard{}
+	}
+	card := snapshotsCard{Scheduled: true, Schedule: sched.Schedule, To: sched.To, Keep: sched.Keep}
+	if c := meta.FindStatusCondition(vc.Status.Conditions, nestv1.ConditionSnapshotsSucceeding); c != nil {
+		card.Status, card.Reason, card.Message = string(c.Status), c.Reason, c.Message
+	}
+	req := vc.Annotations[nestv1.AnnotationSnapshotRequested]
+	card.Pending = req != "" && (vc.Status.Snapshots == nil || vc.Status.Snapshots.LastRequest != req)
+	l, err := snapshot.ParseLocation(strings.TrimSuffix(sched.To, "/")+":list", sched.PlainHTTP)
+	if err != nil {
+		card.ListError = err.Error()
+		return card
+	}
+	ctx, cancel := context.WithTimeout(ctx, snapshotListTimeout)
+	defer cancel()
+	listed, err := snapshot.List(ctx, l.Tag.Context())
+	if err != nil {
+		card.ListError = err.Error()
+		return card
+	}
+	for i := len(listed) - 1; i >= 0; i-- {
+		x := listed[i]
+		if x.Manifest.Namespace != vc.Namespace || x.Manifest.VirtualCluster != vc.Name {
+			continue
+		}
+		card.List = append(card.List, snapshotRow{
+			Tag: x.Tag, Taken: metav1.NewTime(x.Manifest.Created).UTC().Format(time.RFC3339), Size: bytesOf(x.Size),
+			Digest: x.Digest, Revision: x.Manifest.EtcdRevision, Scheduled: strings.HasPrefix(x.Tag, snapshotschedule.TagPrefix),
+		})
+	}
+	return card
+}
+
+// bytesOf is n bytes as a person reads it: 1.2 MiB.
+func bytesOf(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
