@@ -221,7 +221,8 @@ type SnapshotSchedule struct {
 
 	// To is the OCI repository the snapshots are pushed to,
 	// oci://REGISTRY/REPOSITORY, without a tag: each is tagged
-	// auto-<time it was scheduled for>, such as auto-20261129t150400z.
+	// auto-<time it was scheduled for>-<8 hex digits of the SHA-256 of
+	// namespace/name>, such as auto-20261129t150400z-1f2e3d4c.
 	// nest-manager pushes with no credentials, over HTTPS, or plain HTTP to
 	// a loopback or RFC 1918 address or with plainHTTP. file:// is refused:
 	// nest-manager keeps no files.

@@ -15,6 +15,7 @@ import (
 	"filippo.io/age"
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -39,19 +40,23 @@ func newSnapshotCommand(host *hostFlags) *cobra.Command {
 func newRestoreCommand(host *hostFlags) *cobra.Command {
 	var (
 		from, identityFile string
+		as, ns             string
+		storageSize        string
 		plainHTTP          bool
 		timeout            time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "restore NAME --from URL --identity FILE",
+		Use:   "restore NAME --from URL --identity FILE [--as NEWNAME [-n NAMESPACE]]",
 		Short: "Bring a virtual cluster back from its snapshot, under its own name, with its CAs and every tenant object",
 		Long: "Bring the virtual cluster NAME back from a snapshot of it (nest snapshot create), in the host namespace " +
 			"it was taken from, which must hold no VirtualCluster. The snapshot is checked whole, and decrypted, " +
 			"before anything on the host changes. The tenant keeps its CAs and service-account key, so kubeconfigs " +
 			"and tokens made before work again, and its etcd starts from the snapshot's data; its pods come back " +
 			"with new host pods. Run again after an interruption, it goes on where it stopped. URL is file://PATH or " +
-			"oci://REGISTRY/REPOSITORY:TAG (credentials from the Docker config). Restoring under " +
-			"another name (a clone) and persistent volumes' data are not built yet.",
+			"oci://REGISTRY/REPOSITORY:TAG (credentials from the Docker config). With --as, the tenant is restored " +
+			"as a clone beside the original, under NEWNAME in the namespace -n names (default vc-NEWNAME): the same " +
+			"CAs and service-account key, so the tenant's tokens and client certificates work there too, but its own " +
+			"endpoint and serving certificates, and no snapshot schedule. Persistent volumes' data is not built yet.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := signalContext(cmd.Context(), timeout)
@@ -70,7 +75,24 @@ func newRestoreCommand(host *hostFlags) *cobra.Command {
 				return fmt.Errorf("%s: its keys and etcd's data are not encrypted although --identity was given: it is not the sealed snapshot expected", path)
 			}
 			if s.Manifest.VirtualCluster != args[0] {
-				return fmt.Errorf("NAME %q: the snapshot is of %s/%s; restoring under another name is not built yet", args[0], s.Manifest.Namespace, s.Manifest.VirtualCluster)
+				return fmt.Errorf("NAME %q: the snapshot is of %s/%s: name it, and give another name with --as to restore a clone", args[0], s.Manifest.Namespace, s.Manifest.VirtualCluster)
+			}
+			var clone types.NamespacedName
+			if as != "" {
+				clone = types.NamespacedName{Namespace: resolveNamespace(ns, as), Name: as}
+				if clone.Namespace == s.Manifest.Namespace && clone.Name == s.Manifest.VirtualCluster {
+					return fmt.Errorf("--as %s: that is the snapshot's own name and namespace: leave --as out to restore the tenant itself", as)
+				}
+			} else if ns != "" {
+				return fmt.Errorf("-n %s: the namespace of a clone goes with --as; the tenant itself comes back in its own, %s", ns, s.Manifest.Namespace)
+			}
+			var size *resource.Quantity
+			if storageSize != "" {
+				q, err := resource.ParseQuantity(storageSize)
+				if err != nil || q.Sign() <= 0 {
+					return fmt.Errorf("--storage-size %q: want a positive size, such as 4Gi", storageSize)
+				}
+				size = &q
 			}
 			c, err := host.client()
 			if err != nil {
@@ -80,12 +102,15 @@ func newRestoreCommand(host *hostFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return snapshot.Restore(ctx, c, cfg, s, snapshot.RestoreOptions{CreatedBy: vcops.CreatedByCLI, Progress: cmd.OutOrStdout()})
+			return snapshot.Restore(ctx, c, cfg, s, snapshot.RestoreOptions{As: clone, StorageSize: size, CreatedBy: vcops.CreatedByCLI, Progress: cmd.OutOrStdout()})
 		},
 	}
 	cmd.Flags().StringVar(&from, "from", "", "the snapshot: file://PATH or oci://REGISTRY/REPOSITORY:TAG")
 	plainHTTPFlag(cmd, &plainHTTP)
 	cmd.Flags().StringVar(&identityFile, "identity", "", "age identity file (AGE-SECRET-KEY-...) that decrypts the snapshot")
+	cmd.Flags().StringVar(&as, "as", "", "restore a clone under this name, beside the original")
+	cmd.Flags().StringVarP(&ns, "namespace", "n", "", "host namespace of the clone (with --as; default vc-NEWNAME)")
+	cmd.Flags().StringVar(&storageSize, "storage-size", "", "etcd volume size of the restored tenant (spec.datastore.storageSize), instead of the snapshot's; a restore needs about 2.5 times etcd's snapshot")
 	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long the restore may take")
 	return cmd
 }

@@ -120,3 +120,33 @@ func TestCertificatesNamesAKeyThatHoldsNoCertificate(t *testing.T) {
 		t.Errorf("err = %v, want the Secret and key named", err)
 	}
 }
+
+// A clone starts from the tenant's authorities and service-account key
+// alone: no leaf of the original goes with them, and ReconcilePKI issues
+// the clone's leaves from the same authorities.
+func TestAuthoritiesOfKeepsNoLeaf(t *testing.T) {
+	n := Names{VirtualCluster: "alpha", Namespace: "vc-alpha"}
+	e := endpoints()
+	data, _, err := ReconcilePKI(nil, n, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := AuthoritiesOf(data)
+	for _, k := range []string{CACert, CAKey, EtcdCACert, EtcdCAKey, FrontProxyCACert, FrontProxyCAKey, KubeletClientCACert, KubeletClientCAKey, ServiceAccountKey, ServiceAccountPub} {
+		if string(kept[k]) != string(data[k]) {
+			t.Errorf("%s not kept as it was", k)
+		}
+	}
+	for _, k := range []string{APIServerCert, APIServerKey, EtcdClientKey, EtcdPeerKey, FrontProxyClientKey} {
+		if _, ok := kept[k]; ok {
+			t.Errorf("leaf %s kept for a clone", k)
+		}
+	}
+	clone, changed, err := ReconcilePKI(kept, Names{VirtualCluster: "beta", Namespace: "vc-beta"}, e)
+	if err != nil || !changed {
+		t.Fatalf("ReconcilePKI of the clone: changed %v, %v", changed, err)
+	}
+	if string(clone[CACert]) != string(data[CACert]) || string(clone[APIServerCert]) == string(data[APIServerCert]) {
+		t.Error("the clone does not keep the CA, or keeps the original's serving certificate")
+	}
+}

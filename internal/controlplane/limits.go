@@ -211,7 +211,7 @@ func ObjectQuotaFor(vc *nestv1.VirtualCluster) *corev1.ResourceQuota {
 	replicas := int64(ptr.Deref(vc.Spec.ControlPlane.Replicas, 1))
 	storage, claims := resource.Quantity{}, replicas
 	for range replicas {
-		storage.Add(storageSize(vc))
+		storage.Add(StorageSize(vc))
 	}
 	if d := vc.Spec.VirtualNode.NodeDisk; d != nil {
 		nodes := int64(ptr.Deref(vc.Spec.VirtualNode.Count, 1))

@@ -199,7 +199,7 @@ func StatefulSetFor(vc *nestv1.VirtualCluster, o Options, ips ServiceIPs) *appsv
 		Spec: corev1.PersistentVolumeClaimSpec{
 			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			StorageClassName: vc.Spec.Datastore.StorageClassName,
-			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: storageSize(vc)}},
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: StorageSize(vc)}},
 		},
 	}
 	return &appsv1.StatefulSet{
@@ -261,7 +261,9 @@ func sidecar(c corev1.Container) corev1.Container {
 	return c
 }
 
-func storageSize(vc *nestv1.VirtualCluster) resource.Quantity {
+// StorageSize is the size of each etcd volume of vc:
+// spec.datastore.storageSize, 1Gi when unset (the API's default).
+func StorageSize(vc *nestv1.VirtualCluster) resource.Quantity {
 	if vc.Spec.Datastore.StorageSize != nil {
 		return *vc.Spec.Datastore.StorageSize
 	}

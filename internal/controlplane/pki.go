@@ -147,6 +147,33 @@ func NthServiceIP(cidr string, n int) (netip.Addr, error) {
 	return a, err
 }
 
+// authorities are the tenant's certificate authorities: their files in the
+// PKI Secret and the common name prefix of the CA each makes.
+var authorities = []struct{ cert, key, name string }{
+	{CACert, CAKey, "kubernetes-ca"}, {EtcdCACert, EtcdCAKey, "etcd-ca"}, {FrontProxyCACert, FrontProxyCAKey, "front-proxy-ca"},
+	{KubeletClientCACert, KubeletClientCAKey, "kubelet-client-ca"},
+}
+
+// AuthoritiesOf is the part of PKI Secret data that is the tenant's
+// identity rather than one control plane's: every authority's certificate
+// and key and the service-account key pair, without any leaf certificate.
+// A clone of the tenant (nest restore --as) starts from it, so tokens and
+// client certificates of the tenant are accepted by the clone, and
+// ReconcilePKI issues the clone's leaves for its own names and addresses.
+func AuthoritiesOf(data map[string][]byte) map[string][]byte {
+	out := map[string][]byte{}
+	keep := []string{ServiceAccountKey, ServiceAccountPub}
+	for _, a := range authorities {
+		keep = append(keep, a.cert, a.key)
+	}
+	for _, k := range keep {
+		if v, ok := data[k]; ok {
+			out[k] = v
+		}
+	}
+	return out
+}
+
 // ReconcilePKI returns the PKI Secret data for the tenant: existing
 // authorities and keys are kept, and a missing one (such as the kubelet-client
 // CA in a Secret from before it existed) is made; a certificate is issued
@@ -159,10 +186,7 @@ func ReconcilePKI(existing map[string][]byte, n Names, e Endpoints) (data map[st
 		data[k] = v
 	}
 	cas := map[string]*pki.CA{}
-	for _, c := range []struct{ cert, key, name string }{
-		{CACert, CAKey, "kubernetes-ca"}, {EtcdCACert, EtcdCAKey, "etcd-ca"}, {FrontProxyCACert, FrontProxyCAKey, "front-proxy-ca"},
-		{KubeletClientCACert, KubeletClientCAKey, "kubelet-client-ca"},
-	} {
+	for _, c := range authorities {
 		ca, issued, err := ensureCA(data, c.cert, c.key, c.name+"-"+n.VirtualCluster)
 		if err != nil {
 			return nil, false, err

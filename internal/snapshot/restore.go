@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,6 +32,13 @@ import (
 
 // RestoreOptions say how Restore makes the VirtualCluster.
 type RestoreOptions struct {
+	// StorageSize, when set, is the clone's or the restored tenant's etcd
+	// volume size (spec.datastore.storageSize) instead of the snapshot's.
+	StorageSize *resource.Quantity
+	// As, when set, restores a clone: the tenant under this name and
+	// namespace, beside the original, with the original's authorities and
+	// service-account key but leaves and an endpoint of its own.
+	As types.NamespacedName
 	// CreatedBy labels a namespace Restore makes (vcops.Create).
 	CreatedBy string
 	// Progress receives a line per step.
@@ -38,8 +46,9 @@ type RestoreOptions struct {
 }
 
 // Restore brings back the tenant of s, a snapshot Read checked and
-// decrypted, under its own name and namespace, which must hold no
-// VirtualCluster: the PKI Secret first, so the tenant keeps its CAs and
+// decrypted, under its own name and namespace (or o.As: a clone, whose
+// PKI Secret holds only the authorities and service-account key, and
+// whose spec.snapshots is dropped), which must hold no VirtualCluster: the PKI Secret first, so the tenant keeps its CAs and
 // service-account key (kubeconfigs and tokens made before work again),
 // then the VirtualCluster marked nestv1.AnnotationRestoring, so its first
 // etcd member waits for the snapshot instead of starting empty; then it
@@ -66,6 +75,16 @@ func Restore(ctx context.Context, host client.Client, cfg *rest.Config, s *Snaps
 	if vc.Name != s.Manifest.VirtualCluster || vc.Namespace != s.Manifest.Namespace {
 		return fmt.Errorf("the snapshot's VirtualCluster is %s/%s, its manifest names %s/%s: it was changed", vc.Namespace, vc.Name, s.Manifest.Namespace, s.Manifest.VirtualCluster)
 	}
+	pkiData := s.PKI
+	if o.As.Name != "" {
+		vc.Name, vc.Namespace = o.As.Name, o.As.Namespace
+		// The clone is the tenant under another name: its CAs and
+		// service-account key, and leaves ReconcilePKI issues for it.
+		pkiData = controlplane.AuthoritiesOf(s.PKI)
+		// A schedule would push the clone's snapshots beside the
+		// original's: the clone's own schedule is the platform team's call.
+		vc.Spec.Snapshots = nil
+	}
 	// The version the control plane ran when the snapshot was taken, which
 	// etcd's data is of: a snapshot taken during an upgrade comes back
 	// before it, and the upgrade is asked for again.
@@ -73,13 +92,19 @@ func Restore(ctx context.Context, host client.Client, cfg *rest.Config, s *Snaps
 	if err := version.CheckSupported(vc.Spec.KubernetesVersion); err != nil {
 		return fmt.Errorf("the snapshot is of Kubernetes %s, which this Nest does not run: %w", vc.Spec.KubernetesVersion, err)
 	}
+	if o.StorageSize != nil {
+		vc.Spec.Datastore.StorageSize = o.StorageSize
+	}
 	f, err := os.Open(s.EtcdPath)
 	if err != nil {
 		return err
 	}
-	_, etcdSum, err := hashReader(f)
+	etcdSize, etcdSum, err := hashReader(f)
 	f.Close()
 	if err != nil {
+		return err
+	}
+	if err := CheckFits(etcdSize, controlplane.StorageSize(vc)); err != nil {
 		return err
 	}
 	key := client.ObjectKeyFromObject(vc)
@@ -91,10 +116,13 @@ func Restore(ctx context.Context, host client.Client, cfg *rest.Config, s *Snaps
 	step := func(format string, args ...any) {
 		fmt.Fprintf(progress, "%6.1fs  %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
 	}
-	if err := createRestoring(ctx, host, vc, s.PKI, etcdSum, o.CreatedBy); err != nil {
+	if err := createRestoring(ctx, host, vc, pkiData, etcdSum, o.CreatedBy); err != nil {
 		return err
 	}
 	step("VirtualCluster %s made from the snapshot, its PKI restored", key)
+	if o.As.Name != "" && decoded.Spec.Snapshots != nil {
+		step("the clone has no snapshot schedule (the original's is %q to %s): set spec.snapshots to give it one", decoded.Spec.Snapshots.Schedule, decoded.Spec.Snapshots.To)
+	}
 	pod, err := waitForHelper(ctx, host, key)
 	if err != nil {
 		return err
@@ -116,6 +144,24 @@ func Restore(ctx context.Context, host client.Client, cfg *rest.Config, s *Snaps
 	}
 	step("VirtualCluster %s is Ready", key)
 	return nil
+}
+
+// RestoreSpaceFactor is how many times the size of etcd's snapshot a
+// restore needs on the etcd volume at once: the snapshot as received,
+// etcdutl's restored copy of it, and etcd's write-ahead log and growth as
+// it starts, with room to spare.
+const RestoreSpaceFactor = 2.5
+
+// CheckFits refuses a restore whose etcd snapshot of etcdSize bytes needs
+// more than volume, the etcd volume's size (RestoreSpaceFactor), naming
+// the size to ask for instead.
+func CheckFits(etcdSize int64, volume resource.Quantity) error {
+	need := int64(float64(etcdSize) * RestoreSpaceFactor)
+	if need <= volume.Value() {
+		return nil
+	}
+	want := resource.NewQuantity((need+(1<<30)-1)/(1<<30)*(1<<30), resource.BinarySI)
+	return fmt.Errorf("etcd's snapshot is %d bytes, and a restore needs about %.1f times that on the etcd volume, which is %s (spec.datastore.storageSize): restore with --storage-size %s or more", etcdSize, RestoreSpaceFactor, volume.String(), want.String())
 }
 
 // createRestoring makes vc, marked restoring from the etcd snapshot of

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -50,5 +51,17 @@ func TestCreateRestoringMakesThePKIFirstAndGoesOnOnlyWithItsOwnSnapshot(t *testi
 	err := createRestoring(ctx, c, restoredVC(), pki, "sum-2", "test")
 	if err == nil || !strings.Contains(err.Error(), "delete it first") {
 		t.Errorf("another snapshot over it: %v, want refused", err)
+	}
+}
+
+// A snapshot too big for the etcd volume is refused before anything is
+// made, naming the size that fits.
+func TestCheckFitsNamesTheSizeThatFits(t *testing.T) {
+	if err := CheckFits(400<<20, resource.MustParse("1Gi")); err != nil {
+		t.Errorf("400 MiB into 1Gi: %v", err)
+	}
+	err := CheckFits(500<<20, resource.MustParse("1Gi"))
+	if err == nil || !strings.Contains(err.Error(), "--storage-size 2Gi") || !strings.Contains(err.Error(), "spec.datastore.storageSize") {
+		t.Errorf("500 MiB into 1Gi: %v, want refused naming --storage-size 2Gi", err)
 	}
 }

@@ -82,7 +82,7 @@ func checkSnapshotSchedule(t *testing.T, ctx context.Context, host client.Client
 	})
 	want := []string{manual}
 	for _, at := range times[len(times)-2:] {
-		want = append(want, strings.TrimPrefix(snapshotschedule.TagURL(repo, at), repo+":"))
+		want = append(want, strings.TrimPrefix(snapshotschedule.TagURL(repo, key, at), repo+":"))
 	}
 	newest := want[len(want)-1]
 	r, err := name.NewRepository(strings.TrimPrefix(repo, "oci://"), name.Insecure)

@@ -4,6 +4,8 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -33,6 +35,7 @@ import (
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/controller/globalnode"
 	"github.com/nestdev/nest/internal/controlplane"
+	"github.com/nestdev/nest/internal/devcluster"
 	"github.com/nestdev/nest/internal/snapshot"
 	"github.com/nestdev/nest/internal/testutil"
 	"github.com/nestdev/nest/internal/version"
@@ -387,7 +390,7 @@ func checkSnapshotRestore(t *testing.T, ctx context.Context, host client.Client,
 		t.Fatalf("create %s: %v\n%s", tn.Name, err, out)
 	}
 	tn.Load(t, nest)
-	const value, configMaps = "snapshot-marker-6f1c2b", 40
+	const value, configMaps = "snapshot-marker-6f1c2b", 200
 	var objects strings.Builder
 	objects.WriteString("apiVersion: v1\nkind: Namespace\nmetadata: {name: app}\n")
 	for i := range configMaps {
@@ -431,6 +434,14 @@ spec:
 	}
 	t.Logf("%s", out)
 	checkSnapshotFile(t, path, tn.Name, rv, value)
+	reg, err := devcluster.RegistryAddressIn(ctx, host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	artifact := "oci://" + reg + "/e2e/" + tn.Name + ":before-the-deletion"
+	if out, err := nest("snapshot", "create", tn.Name, "--to", artifact, "--plain-http", "--recipient", id.Recipient().String()); err != nil {
+		t.Fatalf("snapshot create to the registry: %v\n%s", err, out)
+	}
 	if out, err := nest("snapshot", "verify", "--from", "file://"+path, "--identity", filepath.Join(dir, "id")); err != nil || !strings.Contains(out, "keys: decrypted") {
 		t.Errorf("verify with the identity: %v\n%s", err, out)
 	}
@@ -471,6 +482,74 @@ spec:
 		return nil
 	})
 	checkOldCredentials(t, ctx, oldKubeconfig, tn)
+
+	clone := &framework.Tenant{Name: tn.Name + "-clone", Dir: tn.Dir}
+	out, err = nest("restore", tn.Name, "--from", artifact, "--plain-http", "--identity", filepath.Join(dir, "id"), "--as", clone.Name)
+	if err != nil {
+		t.Fatalf("restore a clone from the registry: %v\n%s", err, out)
+	}
+	t.Logf("clone restored from %s:\n%s", artifact, out)
+	clone.Load(t, nest)
+	defer func() {
+		if out, err := nest("delete", clone.Name, "--wait", "--timeout", "3m"); err != nil {
+			t.Errorf("delete the clone: %v\n%s", err, out)
+		}
+	}()
+	checkClone(t, ctx, tn, clone, configMaps, value)
+	checkOldCredentials(t, ctx, oldKubeconfig, clone)
+}
+
+// checkClone: clone holds tn's objects, both answer, each at its own
+// address with its own serving certificate, both from the same CA.
+func checkClone(t *testing.T, ctx context.Context, tn, clone *framework.Tenant, configMaps int, value string) {
+	t.Helper()
+	if got := clone.Kubectl(t, ctx, "-n", "app", "get", "configmaps", "-o", "name"); strings.Count(got, "configmap/cm-") != configMaps {
+		t.Errorf("the clone has %d ConfigMaps cm-*, want %d", strings.Count(got, "configmap/cm-"), configMaps)
+	}
+	if got := clone.Kubectl(t, ctx, "-n", "app", "get", "secret", "marker", "-o", "jsonpath={.data.value}"); got != base64.StdEncoding.EncodeToString([]byte(value)) {
+		t.Errorf("the clone's Secret holds %q", got)
+	}
+	tn.Kubectl(t, ctx, "-n", "app", "get", "gadget", "g1")
+	clone.Kubectl(t, ctx, "-n", "app", "get", "gadget", "g1")
+	a, b := servingCert(t, tn), servingCert(t, clone)
+	if a.server == b.server {
+		t.Errorf("the clone answers at the original's address %s", a.server)
+	}
+	if bytes.Equal(a.cert.Raw, b.cert.Raw) || !bytes.Equal(a.ca, b.ca) {
+		t.Errorf("serving certificates the same: %v; CAs the same: %v: want a certificate of its own from the same CA", bytes.Equal(a.cert.Raw, b.cert.Raw), bytes.Equal(a.ca, b.ca))
+	}
+}
+
+type served struct {
+	server string
+	ca     []byte
+	cert   *x509.Certificate
+}
+
+// servingCert is the tenant's address, the CA its kubeconfig trusts, and
+// the certificate its API server serves there, verified against that CA.
+func servingCert(t *testing.T, tn *framework.Tenant) served {
+	t.Helper()
+	cfg, err := clientcmd.LoadFromFile(tn.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cfg.Clusters {
+		u, err := url.Parse(c.Server)
+		if err != nil {
+			t.Fatal(err)
+		}
+		roots := x509.NewCertPool()
+		roots.AppendCertsFromPEM(c.CertificateAuthorityData)
+		conn, err := tls.Dial("tcp", u.Host, &tls.Config{RootCAs: roots, ServerName: u.Hostname(), MinVersion: tls.VersionTLS12})
+		if err != nil {
+			t.Fatalf("%s at %s: %v", tn.Name, c.Server, err)
+		}
+		defer conn.Close()
+		return served{server: c.Server, ca: c.CertificateAuthorityData, cert: conn.ConnectionState().PeerCertificates[0]}
+	}
+	t.Fatalf("%s's kubeconfig names no cluster", tn.Name)
+	return served{}
 }
 
 // checkBadSnapshotsRefused: restores of name from a cut, a changed, a

@@ -126,7 +126,7 @@ func TestAScheduleKeepsTheNewestSnapshots(t *testing.T) {
 	for i := 1; i <= 4; i++ {
 		at(t, ctx, vc, time.Duration(i)*time.Minute)
 		due := vc.CreationTimestamp.Add(time.Duration(i) * time.Minute).Truncate(time.Minute)
-		tag := TagPrefix + strings.ToLower(due.UTC().Format("20060102T150405Z"))
+		tag := strings.TrimPrefix(TagURL("oci://x/y", client.ObjectKeyFromObject(vc), due), "oci://x/y:")
 		want = append(want, tag)
 		got := waitCondition(t, ctx, vc, metav1.ConditionTrue, ReasonSnapshotTaken, tag)
 		if st := got.Status.Snapshots; st == nil || st.LastSnapshot == nil || !st.LastScheduleTime.Time.Equal(due) ||

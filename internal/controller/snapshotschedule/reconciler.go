@@ -4,7 +4,8 @@
 // takes one as `nest snapshot create` does (snapshot.Take: etcd's
 // snapshot from a Ready member, the VirtualCluster and the PKI, sealed to
 // the recipients of the schedule's Secret), pushes it to the schedule's
-// OCI repository tagged auto-<scheduled time>, and deletes the scheduled
+// OCI repository tagged auto-<scheduled time>-<hash of its name> (TagURL),
+// and deletes the scheduled
 // snapshots of the VirtualCluster past the newest spec.snapshots.keep. It
 // writes status.snapshots and the SnapshotsSucceeding condition, and no
 // other field, with server-side apply; a failure is a False condition and
@@ -19,6 +20,8 @@ package snapshotschedule
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"strings"
@@ -222,7 +225,7 @@ func (r *Reconciler) readRecipients(ctx context.Context, s *scheduleState) (bool
 // takeAndPush takes the due snapshot and pushes it, tagged with its
 // scheduled time.
 func (r *Reconciler) takeAndPush(ctx context.Context, s *scheduleState) (bool, error) {
-	url := TagURL(s.spec.To, s.due)
+	url := TagURL(s.spec.To, client.ObjectKeyFromObject(s.vc), s.due)
 	l, err := snapshot.ParseLocation(url, s.spec.PlainHTTP)
 	if err != nil {
 		r.fail(s, ReasonSnapshotFailed, fmt.Sprintf("spec.snapshots.to: %v", err))
@@ -256,7 +259,7 @@ func (r *Reconciler) takeAndPush(ctx context.Context, s *scheduleState) (bool, e
 // prune deletes this VirtualCluster's scheduled snapshots in the
 // repository past the newest keep, and counts those kept.
 func (r *Reconciler) prune(ctx context.Context, s *scheduleState) (bool, error) {
-	l, err := snapshot.ParseLocation(TagURL(s.spec.To, s.due), s.spec.PlainHTTP)
+	l, err := snapshot.ParseLocation(TagURL(s.spec.To, client.ObjectKeyFromObject(s.vc), s.due), s.spec.PlainHTTP)
 	if err != nil {
 		return true, nil // takeAndPush said why
 	}
@@ -299,10 +302,14 @@ func (r *Reconciler) fail(s *scheduleState, reason, message string) {
 	}
 }
 
-// TagURL is the URL of the scheduled snapshot of time t in the repository
-// to (oci://REGISTRY/REPOSITORY): to:auto-YYYYMMDDtHHMMSSz.
-func TagURL(to string, t time.Time) string {
-	return strings.TrimSuffix(to, "/") + ":" + TagPrefix + strings.ToLower(t.UTC().Format("20060102T150405Z"))
+// TagURL is the URL of the scheduled snapshot of the VirtualCluster key
+// for time t in the repository to (oci://REGISTRY/REPOSITORY):
+// to:auto-YYYYMMDDtHHMMSSz-HASH, HASH the first 8 hex digits of the
+// SHA-256 of "namespace/name", so two VirtualClusters whose schedules
+// share a repository never push over each other's snapshots.
+func TagURL(to string, key types.NamespacedName, t time.Time) string {
+	sum := sha256.Sum256([]byte(key.String()))
+	return strings.TrimSuffix(to, "/") + ":" + TagPrefix + strings.ToLower(t.UTC().Format("20060102T150405Z")) + "-" + hex.EncodeToString(sum[:4])
 }
 
 func condition(status metav1.ConditionStatus, reason, message string, generation int64) metav1.Condition {
