@@ -52,7 +52,8 @@ const AnnotationRestoring = "nest.dev/restoring"
 // AnnotationSnapshotRequested asks the snapshot schedule controller for a
 // snapshot now, outside spec.snapshots' schedule, to the schedule's
 // repository and in its keep rotation: each new value (`nest snapshot
-// create NAME --now`, the dashboard's "Snapshot now" write the time) is
+// request NAME` and the dashboard's "Snapshot now" write the time; at most
+// 64 characters, else the SnapshotsSucceeding condition refuses it) is
 // served once, and status.snapshots.lastRequest says which was. Without
 // spec.snapshots it does nothing (the CLI and dashboard refuse it).
 const AnnotationSnapshotRequested = "nest.dev/snapshot-requested"
@@ -87,8 +88,8 @@ const (
 	// ConditionSnapshotsSucceeding is True while spec.snapshots is set and
 	// its last scheduled snapshot was taken and pushed (reason
 	// SnapshotTaken, or Waiting before the first), and False, the message
-	// saying why, when it failed: reason InvalidSchedule, NoRecipients,
-	// SnapshotFailed or PruneFailed. Written by the snapshot schedule
+	// saying why, when it failed: reason InvalidSchedule, InvalidRequest,
+	// NoRecipients, SnapshotFailed or PruneFailed. Written by the snapshot schedule
 	// controller of nest-manager; absent without spec.snapshots.
 	ConditionSnapshotsSucceeding = "SnapshotsSucceeding"
 )
@@ -223,19 +224,22 @@ type SnapshotSchedule struct {
 	// oci://REGISTRY/REPOSITORY, without a tag: each is tagged
 	// auto-<time it was scheduled for>-<8 hex digits of the SHA-256 of
 	// namespace/name>, such as auto-20261129t150400z-1f2e3d4c.
-	// nest-manager pushes with no credentials, over HTTPS, or plain HTTP to
-	// a loopback or RFC 1918 address or with plainHTTP. file:// is refused:
-	// nest-manager keeps no files.
+	// nest-manager pushes with the credentials of a Docker config in its
+	// pod ($DOCKER_CONFIG, ~/.docker/config.json; the chart mounts none,
+	// so anonymously), over HTTPS, or plain HTTP to a loopback or RFC 1918
+	// address or with plainHTTP. file:// is refused: nest-manager keeps no
+	// files.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=512
-	// +kubebuilder:validation:XValidation:rule="self.startsWith('oci://') && !self.substring(6).contains('@') && !self.substring(6).split('/').exists(p, p == '') && self.substring(6).contains('/') && !self.substring(6).split('/')[self.substring(6).split('/').size() - 1].contains(':')",message="snapshots.to must be an OCI repository without a tag, such as oci://registry.example:5000/backups/team-a (file:// is refused: nest-manager keeps no files)"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^oci://[a-zA-Z0-9.-]+(:[0-9]+)?(/[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*)+$')",message="snapshots.to must be an OCI repository without a tag or digest, in lower case, such as oci://registry.example:5000/backups/team-a (file:// is refused: nest-manager keeps no files)"
 	To string `json:"to"`
 
-	// Keep is how many of the scheduled snapshots of this VirtualCluster in
-	// the repository are kept: once a new one is pushed, older ones past
-	// the newest Keep are deleted. Snapshots the schedule did not take are
-	// never deleted.
+	// Keep is how many of this VirtualCluster's snapshots tagged auto- in
+	// the repository (scheduled or requested) are kept: once a new one is
+	// pushed, the tags of older ones past the newest Keep are deleted.
+	// Other tags, such as those nest snapshot create pushed, are never
+	// deleted.
 	// +optional
 	// +kubebuilder:default=7
 	// +kubebuilder:validation:Minimum=1
@@ -260,6 +264,10 @@ type SnapshotSchedule struct {
 	PlainHTTP bool `json:"plainHTTP,omitempty"`
 }
 
+// DefaultSnapshotKeep is spec.snapshots.keep's default (the CRD's
+// default marker says the same; a test compares them).
+const DefaultSnapshotKeep = 7
+
 // RecipientsKey is the key of a snapshot schedule's recipient Secret that
 // holds the age recipients.
 const RecipientsKey = "recipients"
@@ -272,7 +280,7 @@ type SnapshotsStatus struct {
 	// +optional
 	Since *metav1.Time `json:"since,omitempty"`
 	// LastScheduleTime is the scheduled time of the last snapshot the
-	// schedule took, or tried to.
+	// schedule pushed; a failed one does not move it, so it is tried again.
 	// +optional
 	LastScheduleTime *metav1.Time `json:"lastScheduleTime,omitempty"`
 	// LastRequest is the value of the nest.dev/snapshot-requested

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -59,6 +58,17 @@ func newRestoreCommand(host *hostFlags) *cobra.Command {
 			"endpoint and serving certificates, and no snapshot schedule. Persistent volumes' data is not built yet.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if as == "" && ns != "" {
+				return fmt.Errorf("-n %s: the namespace of a clone goes with --as; the tenant itself comes back in the namespace it was taken from", ns)
+			}
+			var size *resource.Quantity
+			if storageSize != "" {
+				q, err := resource.ParseQuantity(storageSize)
+				if err != nil || q.Sign() <= 0 {
+					return fmt.Errorf("--storage-size %q: want a positive size, such as 4Gi", storageSize)
+				}
+				size = &q
+			}
 			ctx, cancel := signalContext(cmd.Context(), timeout)
 			defer cancel()
 			s, path, err := readSnapshot(ctx, from, identityFile, plainHTTP)
@@ -83,16 +93,6 @@ func newRestoreCommand(host *hostFlags) *cobra.Command {
 				if clone.Namespace == s.Manifest.Namespace && clone.Name == s.Manifest.VirtualCluster {
 					return fmt.Errorf("--as %s: that is the snapshot's own name and namespace: leave --as out to restore the tenant itself", as)
 				}
-			} else if ns != "" {
-				return fmt.Errorf("-n %s: the namespace of a clone goes with --as; the tenant itself comes back in its own, %s", ns, s.Manifest.Namespace)
-			}
-			var size *resource.Quantity
-			if storageSize != "" {
-				q, err := resource.ParseQuantity(storageSize)
-				if err != nil || q.Sign() <= 0 {
-					return fmt.Errorf("--storage-size %q: want a positive size, such as 4Gi", storageSize)
-				}
-				size = &q
 			}
 			c, err := host.client()
 			if err != nil {
@@ -110,7 +110,7 @@ func newRestoreCommand(host *hostFlags) *cobra.Command {
 	cmd.Flags().StringVar(&identityFile, "identity", "", "age identity file (AGE-SECRET-KEY-...) that decrypts the snapshot")
 	cmd.Flags().StringVar(&as, "as", "", "restore a clone under this name, beside the original")
 	cmd.Flags().StringVarP(&ns, "namespace", "n", "", "host namespace of the clone (with --as; default vc-NEWNAME)")
-	cmd.Flags().StringVar(&storageSize, "storage-size", "", "etcd volume size of the restored tenant (spec.datastore.storageSize), instead of the snapshot's; a restore needs about 2.5 times etcd's snapshot")
+	cmd.Flags().StringVar(&storageSize, "storage-size", "", fmt.Sprintf("etcd volume size of the restored tenant (spec.datastore.storageSize), instead of the snapshot's; a restore needs about %.1f times etcd's snapshot", snapshot.RestoreSpaceFactor))
 	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long the restore may take")
 	return cmd
 }
@@ -273,11 +273,11 @@ func newSnapshotListCommand(host *hostFlags) *cobra.Command {
 					}
 					repo, plain = vc.Spec.Snapshots.To, vc.Spec.Snapshots.PlainHTTP || plainHTTP
 				}
-				l, err := snapshot.ParseLocation(strings.TrimSuffix(repo, "/")+":list", plain)
+				r, err := snapshot.ParseRepository(repo, plain)
 				if err != nil {
 					return fmt.Errorf("--in: %w", err)
 				}
-				listed, err := snapshot.List(ctx, l.Tag.Context())
+				listed, err := snapshot.List(ctx, r)
 				if err != nil {
 					return err
 				}

@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -54,20 +55,20 @@ func (s *Server) snapshotsOf(ctx context.Context, vc *nestv1.VirtualCluster) sna
 	if sched == nil {
 		return snapshotsCard{}
 	}
-	card := snapshotsCard{Scheduled: true, Schedule: sched.Schedule, To: sched.To, Keep: sched.Keep}
+	card := snapshotsCard{Scheduled: true, Schedule: sched.Schedule, To: sched.To, Keep: cmp.Or(sched.Keep, nestv1.DefaultSnapshotKeep)}
 	if c := meta.FindStatusCondition(vc.Status.Conditions, nestv1.ConditionSnapshotsSucceeding); c != nil {
 		card.Status, card.Reason, card.Message = string(c.Status), c.Reason, c.Message
 	}
 	req := vc.Annotations[nestv1.AnnotationSnapshotRequested]
 	card.Pending = req != "" && (vc.Status.Snapshots == nil || vc.Status.Snapshots.LastRequest != req)
-	l, err := snapshot.ParseLocation(strings.TrimSuffix(sched.To, "/")+":list", sched.PlainHTTP)
+	repo, err := snapshot.ParseRepository(sched.To, sched.PlainHTTP)
 	if err != nil {
 		card.ListError = err.Error()
 		return card
 	}
 	ctx, cancel := context.WithTimeout(ctx, snapshotListTimeout)
 	defer cancel()
-	listed, err := snapshot.List(ctx, l.Tag.Context())
+	listed, err := snapshot.List(ctx, repo)
 	if err != nil {
 		card.ListError = err.Error()
 		return card

@@ -235,6 +235,16 @@ func hashReader(r io.Reader) (int64, string, error) {
 	return n, hex.EncodeToString(h.Sum(nil)), err
 }
 
+// hashFile is the size of the file at path and its SHA-256, in hex.
+func hashFile(path string) (int64, string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, "", err
+	}
+	defer f.Close()
+	return hashReader(f)
+}
+
 // Snapshot is a snapshot Read checked: its manifest and contents.
 type Snapshot struct {
 	Manifest Manifest

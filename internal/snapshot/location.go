@@ -37,6 +37,9 @@ func ParseLocation(url string, plainHTTP bool) (Location, error) {
 	case url == "":
 		return Location{}, fmt.Errorf("name the snapshot, such as file:///var/backups/team-a.snapshot or oci://registry.example:5000/backups/team-a:2026-11-29")
 	case strings.HasPrefix(url, "file://") && len(url) > len("file://"):
+		if plainHTTP {
+			return Location{}, fmt.Errorf("%s: plain HTTP is for oci:// registries, not files: leave --plain-http out", url)
+		}
 		return Location{URL: url, Path: filepath.Clean(strings.TrimPrefix(url, "file://"))}, nil
 	case strings.HasPrefix(url, "oci://"):
 		ref := strings.TrimPrefix(url, "oci://")
@@ -51,6 +54,25 @@ func ParseLocation(url string, plainHTTP bool) (Location, error) {
 		return Location{URL: url, Tag: tag}, nil
 	}
 	return Location{}, fmt.Errorf("%s: want file://PATH or oci://REGISTRY/REPOSITORY:TAG", url)
+}
+
+// ParseRepository reads oci://REGISTRY/REPOSITORY, a repository without a
+// tag (spec.snapshots.to, nest snapshot list --in), reached as
+// ParseLocation says (plainHTTP).
+func ParseRepository(url string, plainHTTP bool) (name.Repository, error) {
+	ref, ok := strings.CutPrefix(url, "oci://")
+	if !ok {
+		return name.Repository{}, fmt.Errorf("%s: want oci://REGISTRY/REPOSITORY", url)
+	}
+	opts := []name.Option{name.StrictValidation}
+	if plainHTTP {
+		opts = append(opts, name.Insecure)
+	}
+	repo, err := name.NewRepository(strings.TrimSuffix(ref, "/"), opts...)
+	if err != nil {
+		return name.Repository{}, fmt.Errorf("%s: want oci://REGISTRY/REPOSITORY, without a tag: %w", url, err)
+	}
+	return repo, nil
 }
 
 // IsOCI says the location is an OCI artifact.

@@ -39,12 +39,7 @@ const (
 // tag: its layer and config first, the manifest last, so the tag names
 // nothing until every blob is in.
 func push(ctx context.Context, tag name.Tag, path string, m Manifest) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	size, sum, err := hashReader(f)
-	f.Close()
+	size, sum, err := hashFile(path)
 	if err != nil {
 		return err
 	}
@@ -98,6 +93,9 @@ func pull(ctx context.Context, tag name.Tag) (io.ReadCloser, error) {
 	return rc, nil
 }
 
+// errNotSnapshot is artifactManifest's refusal of another artifact.
+var errNotSnapshot = errors.New("is not a Nest snapshot")
+
 // artifactManifest fetches the image manifest ref names and checks that it
 // is a Nest snapshot's: its config and one layer of Nest's media types.
 func artifactManifest(ctx context.Context, ref name.Reference) (*v1.Manifest, error) {
@@ -110,8 +108,8 @@ func artifactManifest(ctx context.Context, ref name.Reference) (*v1.Manifest, er
 		return nil, fmt.Errorf("the snapshot %s: %w", ref, err)
 	}
 	if m.Config.MediaType != ConfigMediaType || len(m.Layers) != 1 || m.Layers[0].MediaType != LayerMediaType {
-		return nil, fmt.Errorf("%s is not a Nest snapshot: its config is %q and it has %d layers, want config %s and one layer %s",
-			ref, m.Config.MediaType, len(m.Layers), ConfigMediaType, LayerMediaType)
+		return nil, fmt.Errorf("%s %w: its config is %q and it has %d layers, want config %s and one layer %s",
+			ref, errNotSnapshot, m.Config.MediaType, len(m.Layers), ConfigMediaType, LayerMediaType)
 	}
 	return m, nil
 }
@@ -127,7 +125,8 @@ type Listed struct {
 
 // List returns the Nest snapshots in repo, oldest first (by
 // Manifest.Created, then tag); none for a repository the registry does
-// not know yet. Tags of other artifacts are left out.
+// not know yet. Tags of other artifacts are left out; any other failure
+// to read one fails the list, which is never partial.
 func List(ctx context.Context, repo name.Repository) ([]Listed, error) {
 	tags, err := remote.List(repo, options(ctx)...)
 	var terr *transport.Error
@@ -142,8 +141,11 @@ func List(ctx context.Context, repo name.Repository) ([]Listed, error) {
 	for _, t := range tags {
 		tag := repo.Tag(t)
 		m, err := artifactManifest(ctx, tag)
-		if err != nil {
+		if errors.Is(err, errNotSnapshot) {
 			continue
+		}
+		if err != nil {
+			return nil, err
 		}
 		blob, err := remote.Layer(repo.Digest(m.Config.Digest.String()), options(ctx)...)
 		if err != nil {
@@ -168,18 +170,32 @@ func List(ctx context.Context, repo name.Repository) ([]Listed, error) {
 	return out, nil
 }
 
-// Delete removes the snapshot tag from its registry: the tag first, where
-// the registry deletes tags (OCI distribution-spec 1.1), then the manifest
-// by its digest, as every registry that allows deletes does (which removes
-// its tags with it). A manifest already gone with its tag is success.
+// Delete removes the tag from its registry (OCI distribution-spec 1.1's
+// tag deletion), leaving the manifest to the registry's garbage
+// collection, so another tag on the same snapshot keeps it. A registry
+// that cannot delete a tag alone gets the manifest deleted by its digest,
+// which removes its tags with it, only when no other tag of the
+// repository names it; otherwise the tag stays and Delete says so.
 func Delete(ctx context.Context, tag name.Tag) error {
+	if err := remote.Delete(tag, options(ctx)...); err == nil {
+		return nil
+	}
 	digest, err := partialDigest(ctx, tag)
 	if err != nil {
 		return err
 	}
-	// A registry that keeps tags apart from manifests needs this; one that
-	// refuses it deletes the tag with the manifest below.
-	_ = remote.Delete(tag, options(ctx)...)
+	tags, err := remote.List(tag.Context(), options(ctx)...)
+	if err != nil {
+		return fmt.Errorf("delete the snapshot %s: %w", tag, err)
+	}
+	for _, t := range tags {
+		if t == tag.TagStr() {
+			continue
+		}
+		if d, err := partialDigest(ctx, tag.Context().Tag(t)); err != nil || d == digest {
+			return fmt.Errorf("delete the snapshot %s: the registry deletes no tag alone, and tag %s names the same snapshot (or could not be read: %v): left in place", tag, t, err)
+		}
+	}
 	err = remote.Delete(tag.Context().Digest(digest), options(ctx)...)
 	var terr *transport.Error
 	if err != nil && !(errors.As(err, &terr) && terr.StatusCode == http.StatusNotFound) {

@@ -196,3 +196,43 @@ func TestListOfAnUnknownRepositoryIsEmpty(t *testing.T) {
 		t.Errorf("List of a new repository: %v, %v", listed, err)
 	}
 }
+
+// Deleting one tag of a snapshot another tag also names leaves it there
+// under the other.
+func TestDeleteKeepsASnapshotAnotherTagNames(t *testing.T) {
+	ctx := context.Background()
+	reg := serveRegistry(t)
+	l := saveAt(t, ctx, "oci://"+reg+"/backups/kept:auto-1", time.Unix(1700000000, 0).UTC(), contents(t), []age.Recipient{identity(t).Recipient()})
+	desc, err := remote.Get(l.Tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := desc.Image()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(l.Tag.Context().Tag("keep-forever"), img); err != nil {
+		t.Fatal(err)
+	}
+	if err := Delete(ctx, l.Tag); err != nil {
+		t.Fatal(err)
+	}
+	listed, err := List(ctx, l.Tag.Context())
+	if err != nil || tags(listed) != "keep-forever" {
+		t.Errorf("after deleting auto-1: %q, %v; want keep-forever alone", tags(listed), err)
+	}
+}
+
+func TestParseRepositoryRefusesTags(t *testing.T) {
+	if r, err := ParseRepository("oci://198.18.1.200:5000/backups/a/", true); err != nil || r.RepositoryStr() != "backups/a" || r.Scheme() != "http" {
+		t.Errorf("ParseRepository = %v, %v", r, err)
+	}
+	for _, bad := range []string{"file:///x", "oci://registry.example/backups:tag", "registry.example/backups"} {
+		if _, err := ParseRepository(bad, false); err == nil || !strings.Contains(err.Error(), "oci://REGISTRY/REPOSITORY") {
+			t.Errorf("ParseRepository(%q) = %v", bad, err)
+		}
+	}
+	if _, err := ParseLocation("file:///x", true); err == nil || !strings.Contains(err.Error(), "leave --plain-http out") {
+		t.Errorf("file:// with plain HTTP: %v", err)
+	}
+}

@@ -48,7 +48,8 @@ type RestoreOptions struct {
 // Restore brings back the tenant of s, a snapshot Read checked and
 // decrypted, under its own name and namespace (or o.As: a clone, whose
 // PKI Secret holds only the authorities and service-account key, and
-// whose spec.snapshots is dropped), which must hold no VirtualCluster: the PKI Secret first, so the tenant keeps its CAs and
+// which gets neither the original's spec.snapshots nor its
+// spec.externalIPs), which must hold no VirtualCluster: the PKI Secret first, so the tenant keeps its CAs and
 // service-account key (kubeconfigs and tokens made before work again),
 // then the VirtualCluster marked nestv1.AnnotationRestoring, so its first
 // etcd member waits for the snapshot instead of starting empty; then it
@@ -82,8 +83,11 @@ func Restore(ctx context.Context, host client.Client, cfg *rest.Config, s *Snaps
 		// service-account key, and leaves ReconcilePKI issues for it.
 		pkiData = controlplane.AuthoritiesOf(s.PKI)
 		// A schedule would push the clone's snapshots beside the
-		// original's: the clone's own schedule is the platform team's call.
-		vc.Spec.Snapshots = nil
+		// original's, and the original's external addresses are not the
+		// clone's: both are the platform team's to give it.
+		vc.Spec.Snapshots, vc.Spec.ExternalIPs = nil, nil
+		// The original's last applied configuration names it.
+		delete(vc.Annotations, "kubectl.kubernetes.io/last-applied-configuration")
 	}
 	// The version the control plane ran when the snapshot was taken, which
 	// etcd's data is of: a snapshot taken during an upgrade comes back
@@ -95,12 +99,7 @@ func Restore(ctx context.Context, host client.Client, cfg *rest.Config, s *Snaps
 	if o.StorageSize != nil {
 		vc.Spec.Datastore.StorageSize = o.StorageSize
 	}
-	f, err := os.Open(s.EtcdPath)
-	if err != nil {
-		return err
-	}
-	etcdSize, etcdSum, err := hashReader(f)
-	f.Close()
+	etcdSize, etcdSum, err := hashFile(s.EtcdPath)
 	if err != nil {
 		return err
 	}
@@ -122,6 +121,9 @@ func Restore(ctx context.Context, host client.Client, cfg *rest.Config, s *Snaps
 	step("VirtualCluster %s made from the snapshot, its PKI restored", key)
 	if o.As.Name != "" && decoded.Spec.Snapshots != nil {
 		step("the clone has no snapshot schedule (the original's is %q to %s): set spec.snapshots to give it one", decoded.Spec.Snapshots.Schedule, decoded.Spec.Snapshots.To)
+	}
+	if o.As.Name != "" && len(decoded.Spec.ExternalIPs) > 0 {
+		step("the clone has no external IPs (the original's are %s): set spec.externalIPs to give it its own", strings.Join(decoded.Spec.ExternalIPs, ", "))
 	}
 	pod, err := waitForHelper(ctx, host, key)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"slices"
@@ -97,16 +98,21 @@ func Take(ctx context.Context, host client.Client, cfg *rest.Config, key types.N
 }
 
 // portable is vc as a snapshot keeps it: its name, namespace, labels,
-// annotations and spec, without spec.kubeconfig (the admin's key) or its
-// status.
+// annotations and spec, without spec.kubeconfig (the admin's key), its
+// status, or the one-shot annotations nest.dev/snapshot-requested and
+// nest.dev/restoring.
 func portable(vc *nestv1.VirtualCluster) *nestv1.VirtualCluster {
 	out := &nestv1.VirtualCluster{
 		TypeMeta: metav1.TypeMeta{APIVersion: nestv1.GroupVersion.String(), Kind: nestv1.VirtualClusterKind},
 		ObjectMeta: metav1.ObjectMeta{Name: vc.Name, Namespace: vc.Namespace,
-			Labels: vc.Labels, Annotations: vc.Annotations},
+			Labels: maps.Clone(vc.Labels), Annotations: maps.Clone(vc.Annotations)},
 		Spec: *vc.Spec.DeepCopy(),
 	}
 	out.Spec.Kubeconfig = ""
+	// One-shot marks of the running tenant, not part of it.
+	for _, a := range []string{nestv1.AnnotationSnapshotRequested, nestv1.AnnotationRestoring} {
+		delete(out.Annotations, a)
+	}
 	return out
 }
 

@@ -153,6 +153,11 @@ func TestAnInvalidScheduleIsRefusedByName(t *testing.T) {
 	if tags := repoTagsOrNone(ctx, "backups/badcron"); len(tags) != 0 {
 		t.Errorf("an invalid schedule pushed %v", tags)
 	}
+	// Fixed, it no longer says so, although nothing is due yet.
+	if err := host.Patch(ctx, vc.DeepCopy(), client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"snapshots":{"schedule":"@yearly"}}}`))); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, ctx, vc, metav1.ConditionTrue, ReasonWaiting, "")
 }
 
 // Without its recipient Secret the schedule fails by name; with it, the
@@ -223,6 +228,9 @@ func TestTheAPIRefusesSchedulesItCannotHonour(t *testing.T) {
 		{nestv1.SnapshotSchedule{Schedule: "@daily", To: "oci://registry.example/backups:latest", InsecurePlaintextKeys: true}, "without a tag"},
 		{nestv1.SnapshotSchedule{Schedule: "@daily", To: "oci://registry.example/backups"}, "recipientSecretRef"},
 		{nestv1.SnapshotSchedule{Schedule: "@daily", To: "oci://registry.example/backups", InsecurePlaintextKeys: true, Keep: 101}, "keep"},
+		{nestv1.SnapshotSchedule{Schedule: "@daily", To: "oci://registry.example/backups@sha256:0123", InsecurePlaintextKeys: true}, "without a tag or digest"},
+		{nestv1.SnapshotSchedule{Schedule: "@daily", To: "oci://registry.example", InsecurePlaintextKeys: true}, "without a tag or digest"},
+		{nestv1.SnapshotSchedule{Schedule: "@daily", To: "oci://registry.example/Backups", InsecurePlaintextKeys: true}, "in lower case"},
 	} {
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "vc-refused-"}}
 		if err := host.Create(ctx, ns); err != nil {
@@ -234,7 +242,14 @@ func TestTheAPIRefusesSchedulesItCannotHonour(t *testing.T) {
 		}
 	}
 	ok := nestv1.SnapshotSchedule{Schedule: "@daily", To: "oci://registry.example:5000/backups/team-a", InsecurePlaintextKeys: true}
-	makeVC(t, ctx, "accepted", &ok)
+	vc := makeVC(t, ctx, "accepted", &ok)
+	got := &nestv1.VirtualCluster{}
+	if err := host.Get(ctx, client.ObjectKeyFromObject(vc), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.Snapshots.Keep != nestv1.DefaultSnapshotKeep {
+		t.Errorf("keep defaults to %d, nestv1.DefaultSnapshotKeep is %d", got.Spec.Snapshots.Keep, nestv1.DefaultSnapshotKeep)
+	}
 }
 
 func repoTagsOrNone(ctx context.Context, repo string) []string {
@@ -286,6 +301,16 @@ func TestARequestIsServedOnce(t *testing.T) {
 	})
 	if tags := repoTags(t, ctx, "backups/request", vc); len(tags) != 2 {
 		t.Errorf("two requests made snapshots %v, want two", tags)
+	}
+	// A value status.snapshots.lastRequest cannot hold is refused, not
+	// served over and over.
+	long := client.RawPatch("application/merge-patch+json", fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, nestv1.AnnotationSnapshotRequested, strings.Repeat("x", MaxRequestLength+1)))
+	if err := host.Patch(ctx, vc.DeepCopy(), long); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, ctx, vc, metav1.ConditionFalse, ReasonInvalidRequest, nestv1.AnnotationSnapshotRequested)
+	if tags := repoTags(t, ctx, "backups/request", vc); len(tags) != 2 {
+		t.Errorf("a refused request made snapshots: %v", tags)
 	}
 	plain := makeVC(t, ctx, "noschedule", nil)
 	if _, err := vcops.RequestSnapshot(ctx, host, client.ObjectKeyFromObject(plain), time.Now()); err == nil || !strings.Contains(err.Error(), "set spec.snapshots") {

@@ -41,6 +41,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/kube"
@@ -63,7 +64,15 @@ const (
 	ReasonNoRecipients    = "NoRecipients"
 	ReasonSnapshotFailed  = "SnapshotFailed"
 	ReasonPruneFailed     = "PruneFailed"
+	ReasonInvalidRequest  = "InvalidRequest"
 )
+
+// MaxRequestLength bounds a nest.dev/snapshot-requested value:
+// status.snapshots.lastRequest's length.
+const MaxRequestLength = 64
+
+// DefaultTimeout bounds one snapshot, taken and pushed.
+const DefaultTimeout = 30 * time.Minute
 
 // RetryInterval is how soon a failed scheduled snapshot is tried again.
 const RetryInterval = 30 * time.Second
@@ -90,6 +99,11 @@ type Reconciler struct {
 	TempDir string
 	// Clock is the real clock when nil.
 	Clock clock.PassiveClock
+	// Timeout bounds each snapshot; DefaultTimeout when zero.
+	Timeout time.Duration
+	// Workers is how many VirtualClusters' snapshots are taken at once;
+	// default 2.
+	Workers int
 }
 
 // +kubebuilder:rbac:groups=nest.dev,resources=virtualclusters,verbs=get;list;watch
@@ -123,8 +137,10 @@ type phase func(ctx context.Context, s *scheduleState) (done bool, err error)
 
 // Reconcile takes the snapshot due, if one is, and prunes the repository.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	// From the API server, not the cache: a status this controller just
+	// wrote, and a cache that has not seen it, would take a snapshot twice.
 	vc := &nestv1.VirtualCluster{}
-	if err := r.Get(ctx, req.NamespacedName, vc); err != nil {
+	if err := r.APIReader.Get(ctx, req.NamespacedName, vc); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if vc.Spec.Snapshots == nil || !vc.DeletionTimestamp.IsZero() {
@@ -135,8 +151,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if vc.Status.Snapshots != nil {
 		s.status = *vc.Status.Snapshots.DeepCopy()
 	}
-	if old := meta.FindStatusCondition(vc.Status.Conditions, nestv1.ConditionSnapshotsSucceeding); old != nil {
-		// Until this pass learns otherwise, the last outcome stands.
+	if old := meta.FindStatusCondition(vc.Status.Conditions, nestv1.ConditionSnapshotsSucceeding); old != nil && old.ObservedGeneration == vc.Generation {
+		// Until this pass learns otherwise, the last outcome of this spec
+		// stands; a changed spec starts from Waiting.
 		s.cond = condition(old.Status, old.Reason, old.Message, vc.Generation)
 	}
 	var err error
@@ -184,23 +201,36 @@ func (r *Reconciler) findDue(_ context.Context, s *scheduleState) (bool, error) 
 	for i := 0; i < 10000 && !t.IsZero() && !t.After(s.now); i++ {
 		s.due, t = t, s.schedule.Next(t)
 	}
-	if !t.IsZero() {
+	switch {
+	case t.IsZero(): // a schedule with no next time: only requests
+	case !t.After(s.now):
+		// More missed times than the bound: the latest is taken once the
+		// rest are passed over, a pass at a time.
+		s.requeue = RetryInterval
+	default:
 		s.requeue = t.Sub(s.now) + time.Second
 	}
 	s.scheduled = !s.due.IsZero()
 	if req := s.vc.Annotations[nestv1.AnnotationSnapshotRequested]; req != "" && req != s.status.LastRequest {
+		if len(req) > MaxRequestLength {
+			// status.snapshots.lastRequest could not record it, and it
+			// would be served again and again.
+			r.fail(s, ReasonInvalidRequest, fmt.Sprintf("annotation %s is %d characters, more than %d: set it to the time, as nest snapshot request does", nestv1.AnnotationSnapshotRequested, len(req), MaxRequestLength))
+			return true, nil
+		}
 		s.requested = req
 		if !s.scheduled {
 			s.due = s.now.Truncate(time.Second)
 		}
 	}
-	return s.due.IsZero(), nil
+	// A failed prune is tried again even when nothing is due.
+	return s.due.IsZero() && s.cond.Reason != ReasonPruneFailed, nil
 }
 
 // readRecipients reads the age recipients of spec.snapshots'
 // Secret; with insecurePlaintextKeys there are none.
 func (r *Reconciler) readRecipients(ctx context.Context, s *scheduleState) (bool, error) {
-	if s.spec.InsecurePlaintextKeys {
+	if s.due.IsZero() || s.spec.InsecurePlaintextKeys {
 		return false, nil
 	}
 	if s.spec.RecipientSecretRef == nil {
@@ -225,6 +255,9 @@ func (r *Reconciler) readRecipients(ctx context.Context, s *scheduleState) (bool
 // takeAndPush takes the due snapshot and pushes it, tagged with its
 // scheduled time.
 func (r *Reconciler) takeAndPush(ctx context.Context, s *scheduleState) (bool, error) {
+	if s.due.IsZero() {
+		return false, nil // only a prune to try again
+	}
 	url := TagURL(s.spec.To, client.ObjectKeyFromObject(s.vc), s.due)
 	l, err := snapshot.ParseLocation(url, s.spec.PlainHTTP)
 	if err != nil {
@@ -233,6 +266,9 @@ func (r *Reconciler) takeAndPush(ctx context.Context, s *scheduleState) (bool, e
 	}
 	key := client.ObjectKeyFromObject(s.vc)
 	start := r.now()
+	// A hung member or registry fails this one, not every schedule.
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(r.Timeout, DefaultTimeout))
+	defer cancel()
 	m, err := l.Save(ctx, r.TempDir, func(w io.Writer) (snapshot.Manifest, error) { return r.Take(ctx, key, w, s.recipients) })
 	if err != nil {
 		r.fail(s, ReasonSnapshotFailed, fmt.Sprintf("the snapshot scheduled for %s to %s: %v", s.due.Format(time.RFC3339), url, err))
@@ -259,11 +295,12 @@ func (r *Reconciler) takeAndPush(ctx context.Context, s *scheduleState) (bool, e
 // prune deletes this VirtualCluster's scheduled snapshots in the
 // repository past the newest keep, and counts those kept.
 func (r *Reconciler) prune(ctx context.Context, s *scheduleState) (bool, error) {
-	l, err := snapshot.ParseLocation(TagURL(s.spec.To, client.ObjectKeyFromObject(s.vc), s.due), s.spec.PlainHTTP)
+	repo, err := snapshot.ParseRepository(s.spec.To, s.spec.PlainHTTP)
 	if err != nil {
-		return true, nil // takeAndPush said why
+		r.fail(s, ReasonPruneFailed, fmt.Sprintf("spec.snapshots.to: %v", err))
+		return true, nil
 	}
-	listed, err := snapshot.List(ctx, l.Tag.Context())
+	listed, err := snapshot.List(ctx, repo)
 	if err != nil {
 		r.fail(s, ReasonPruneFailed, err.Error())
 		return true, nil
@@ -274,21 +311,24 @@ func (r *Reconciler) prune(ctx context.Context, s *scheduleState) (bool, error) 
 			ours = append(ours, x)
 		}
 	}
-	keep := int(cmp.Or(s.spec.Keep, 7))
+	keep := int(cmp.Or(s.spec.Keep, nestv1.DefaultSnapshotKeep))
 	for len(ours) > keep {
 		old := ours[0]
-		if err := snapshot.Delete(ctx, l.Tag.Context().Tag(old.Tag)); err != nil {
+		if err := snapshot.Delete(ctx, repo.Tag(old.Tag)); err != nil {
 			r.fail(s, ReasonPruneFailed, err.Error())
 			return true, nil
 		}
-		r.Recorder.Eventf(s.vc, nil, corev1.EventTypeNormal, "SnapshotDeleted", "Prune", "%s:%s: past the newest %d", l.Tag.Context(), old.Tag, keep)
+		r.Recorder.Eventf(s.vc, nil, corev1.EventTypeNormal, "SnapshotDeleted", "Prune", "%s:%s: past the newest %d", repo, old.Tag, keep)
 		ours = ours[1:]
 	}
 	s.status.Kept = int32(len(ours))
 	for _, x := range ours {
-		if s.status.LastSnapshot != nil && s.status.LastSnapshot.URL == "oci://"+l.Tag.Context().Tag(x.Tag).String() {
+		if s.status.LastSnapshot != nil && strings.HasSuffix(s.status.LastSnapshot.URL, ":"+x.Tag) {
 			s.status.LastSnapshot.Digest = x.Digest
 		}
+	}
+	if s.cond.Reason == ReasonPruneFailed {
+		s.cond = condition(metav1.ConditionTrue, ReasonWaiting, fmt.Sprintf("the repository pruned to the newest %d", keep), s.vc.Generation)
 	}
 	return false, nil
 }
@@ -365,6 +405,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&nestv1.VirtualCluster{}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.Workers, 2)}).
 		Named("snapshotschedule").
 		Complete(r)
 }

@@ -1,0 +1,126 @@
+package volumearchive
+
+import (
+	"archive/tar"
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// A tree packed and unpacked elsewhere comes back: contents, modes,
+// modification times, directories and symbolic links as links.
+func TestPackUnpackRoundTrip(t *testing.T) {
+	src := t.TempDir()
+	mtime := time.Unix(1700000000, 0)
+	must(t, os.MkdirAll(filepath.Join(src, "data", "deep"), 0o755))
+	must(t, os.WriteFile(filepath.Join(src, "data", "deep", "blob"), bytes.Repeat([]byte{0, 1, 2, 255}, 4096), 0o640))
+	must(t, os.WriteFile(filepath.Join(src, "run.sh"), []byte("#!/bin/sh\n"), 0o755))
+	must(t, os.Symlink("data/deep/blob", filepath.Join(src, "latest")))
+	must(t, os.Chtimes(filepath.Join(src, "run.sh"), mtime, mtime))
+	var stream bytes.Buffer
+	packed, err := Pack(src, &stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := t.TempDir()
+	unpacked, err := Unpack(dst, &stream, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if packed.Files != 2 || packed.Links != 1 || unpacked.Files != 2 || unpacked.Links != 1 || unpacked.Bytes != packed.Bytes {
+		t.Errorf("packed %+v, unpacked %+v", packed, unpacked)
+	}
+	for _, name := range []string{"data/deep/blob", "run.sh"} {
+		want, _ := os.ReadFile(filepath.Join(src, name))
+		got, err := os.ReadFile(filepath.Join(dst, name))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s differs after the round trip (%v)", name, err)
+		}
+	}
+	if info, err := os.Stat(filepath.Join(dst, "run.sh")); err != nil || info.Mode().Perm() != 0o755 || !info.ModTime().Equal(mtime) {
+		t.Errorf("run.sh: %v, %v", info, err)
+	}
+	if target, err := os.Readlink(filepath.Join(dst, "latest")); err != nil || target != "data/deep/blob" {
+		t.Errorf("latest links to %q (%v), want data/deep/blob", target, err)
+	}
+}
+
+// A hostile stream writes nothing outside the directory: names that climb
+// or are absolute are refused, and a link it made is not followed out.
+func TestUnpackRefusesEscapes(t *testing.T) {
+	outside := t.TempDir()
+	for _, tc := range []struct {
+		name    string
+		entries []*tar.Header
+	}{
+		{"a name that climbs", []*tar.Header{{Name: "../escaped", Typeflag: tar.TypeReg, Size: 1, Mode: 0o644}}},
+		{"an absolute name", []*tar.Header{{Name: filepath.Join(outside, "escaped"), Typeflag: tar.TypeReg, Size: 1, Mode: 0o644}}},
+		{"a file through a link out", []*tar.Header{
+			{Name: "out", Typeflag: tar.TypeSymlink, Linkname: outside},
+			{Name: "out/escaped", Typeflag: tar.TypeReg, Size: 1, Mode: 0o644},
+		}},
+		{"a hard link", []*tar.Header{{Name: "escaped", Typeflag: tar.TypeLink, Linkname: filepath.Join(outside, "x")}}},
+		{"a device", []*tar.Header{{Name: "escaped", Typeflag: tar.TypeChar, Devmajor: 1, Devminor: 3}}},
+	} {
+		_, err := Unpack(t.TempDir(), bytes.NewReader(stream(t, tc.entries)), 1<<20)
+		if err == nil {
+			t.Errorf("%s: unpacked", tc.name)
+		}
+		if _, err := os.Stat(filepath.Join(outside, "escaped")); !os.IsNotExist(err) {
+			t.Fatalf("%s: wrote outside the directory", tc.name)
+		}
+	}
+}
+
+// Contents past the limit are refused with ErrTooLarge.
+func TestUnpackStopsAtItsLimit(t *testing.T) {
+	data := stream(t, []*tar.Header{{Name: "a", Typeflag: tar.TypeReg, Size: 1, Mode: 0o644}, {Name: "b", Typeflag: tar.TypeReg, Size: 1, Mode: 0o644}})
+	if _, err := Unpack(t.TempDir(), bytes.NewReader(data), 1); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("2 bytes into a limit of 1: %v, want ErrTooLarge", err)
+	}
+	if _, err := Unpack(t.TempDir(), bytes.NewReader(data), 2); err != nil {
+		t.Errorf("2 bytes into a limit of 2: %v", err)
+	}
+}
+
+// Pack leaves out what it cannot keep (a named pipe) and counts it.
+func TestPackSkipsPipes(t *testing.T) {
+	dir := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o644))
+	must(t, syscall.Mkfifo(filepath.Join(dir, "pipe"), 0o600))
+	var out bytes.Buffer
+	st, err := Pack(dir, &out)
+	if err != nil || st.Skipped != 1 || st.Files != 1 {
+		t.Errorf("Pack = %+v, %v; want one file and one skipped", st, err)
+	}
+	if strings.Contains(out.String(), "pipe") {
+		t.Error("the pipe is in the stream")
+	}
+}
+
+func stream(t *testing.T, entries []*tar.Header) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for _, h := range entries {
+		must(t, tw.WriteHeader(h))
+		if h.Size > 0 {
+			_, err := tw.Write(bytes.Repeat([]byte("x"), int(h.Size)))
+			must(t, err)
+		}
+	}
+	must(t, tw.Close())
+	return b.Bytes()
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
