@@ -53,6 +53,11 @@ echo
 step "as the platform team: the same pods, translated, in the tenant's host namespace"
 "$BIN/kube" kubectl --kubeconfig "$("$BIN/nest" dev kubeconfig)" -n vc-demo get pods,services,resourcequota
 
+step "as the platform team: snapshot the tenant to the local registry, and list it"
+registry=$("$BIN/nest" dev registry)
+"$BIN/nest" snapshot create demo --to "oci://$registry/demo/demo:latest-demo" --plain-http --insecure-plaintext-keys
+"$BIN/nest" snapshot list demo --in "oci://$registry/demo/demo" --plain-http
+
 cat <<MSG
 
 Done. Use the virtual cluster with:

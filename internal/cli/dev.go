@@ -71,7 +71,7 @@ kube-proxy and CNI bridge, plus CoreDNS and a default StorageClass. Needs root.`
 	dev.PersistentFlags().IntVar(&f.slot, "slot", 0,
 		fmt.Sprintf("address slot of a named cluster, 1 to %d (default $%s, else 1): node subnet 198.18.SLOT.0/24, pods 10.(244+SLOT).0.0/16, services 10.(96+SLOT).0.0/16", devcluster.MaxSlot, devcluster.SlotEnv))
 	dev.AddCommand(newDevUpCommand(f), newDevDownCommand(f), newDevStatusCommand(f),
-		newDevKubeconfigCommand(f), newDevInstallNestCommand(f), newDevProvisionerCommand(), newDevAgentCommand(f))
+		newDevKubeconfigCommand(f), newDevRegistryCommand(f), newDevInstallNestCommand(f), newDevProvisionerCommand(), newDevAgentCommand(f))
 	return dev
 }
 
@@ -183,6 +183,29 @@ func newDevKubeconfigCommand(f *devFlags) *cobra.Command {
 				return fmt.Errorf("no kubeconfig at %s: start the cluster with `nest dev up`", path)
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), path)
+			return nil
+		},
+	}
+}
+
+func newDevRegistryCommand(f *devFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "registry",
+		Short: "Print the address (host:port) of the local host cluster's OCI registry, for oci:// snapshot URLs",
+		Long: "Print the address of the local host cluster's OCI registry (the CNCF Distribution registry in the " +
+			"namespace nest-registry), such as 198.18.0.200:5000: snapshots go to oci://ADDRESS/REPOSITORY:TAG with " +
+			"--plain-http. It fails while the registry's Service has no address.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			dir, err := f.resolvedStateDir()
+			if err != nil {
+				return err
+			}
+			addr, err := devcluster.RegistryAddress(cmd.Context(), dir)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), addr)
 			return nil
 		},
 	}

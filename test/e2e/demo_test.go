@@ -42,6 +42,8 @@ func TestDemo(t *testing.T) {
 		`serving addr=:8080`,
 		`exec hostname in (web-\S+) -> web-`,
 		`nest-virtual-node\s+Ready\s+4\s+8Gi`,
+		`snapshot oci://[0-9.]+:5000/demo/demo:latest-demo: virtual cluster vc-demo/demo`,
+		`latest-demo\s+\d{4}-\d\d-\d\dT\S+Z\s+\d+\s+\d+\s+sha256:`,
 	} {
 		if !regexp.MustCompile(want).Match(out) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
