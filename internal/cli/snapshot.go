@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
@@ -55,7 +56,8 @@ func newRestoreCommand(host *hostFlags) *cobra.Command {
 			"oci://REGISTRY/REPOSITORY:TAG (credentials from the Docker config). With --as, the tenant is restored " +
 			"as a clone beside the original, under NEWNAME in the namespace -n names (default vc-NEWNAME): the same " +
 			"CAs and service-account key, so the tenant's tokens and client certificates work there too, but its own " +
-			"endpoint and serving certificates, and no snapshot schedule. Persistent volumes' data is not built yet.",
+			"endpoint and serving certificates, and neither the original's snapshot schedule nor its external IPs. " +
+			"Persistent volumes' data is not built yet.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if as == "" && ns != "" {
@@ -162,7 +164,8 @@ func newSnapshotCreateCommand(host *hostFlags) *cobra.Command {
 			"(every CA, certificate and key). etcd's snapshot and the PKI are encrypted with age to the recipients given " +
 			"(--recipient, --recipients-file); etcd holds the tenant's Secrets. A manifest gives Nest's and Kubernetes' " +
 			"versions and each part's size and SHA-256. URL is file://PATH, or oci://REGISTRY/REPOSITORY:TAG for an OCI " +
-			"artifact pushed once whole, with the Docker config's credentials (plain HTTP only to a loopback or private address).",
+			"artifact pushed once whole, with the Docker config's credentials (plain HTTP to a loopback or private address, " +
+			"or with --plain-http).",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			l, err := snapshot.ParseLocation(to, plainHTTP)
@@ -333,35 +336,30 @@ func newSnapshotRequestCommand(host *hostFlags) *cobra.Command {
 // prints the snapshot, or fails with the schedule's condition when it says
 // the snapshot failed.
 func waitRequestServed(ctx context.Context, c client.Client, key types.NamespacedName, req string, out io.Writer) error {
-	for {
-		vc := &nestv1.VirtualCluster{}
+	vc := &nestv1.VirtualCluster{}
+	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
 		if err := c.Get(ctx, key, vc); err != nil {
-			return err
+			return false, err
 		}
-		if st := vc.Status.Snapshots; st != nil && st.LastRequest == req && st.LastSnapshot != nil {
-			fmt.Fprintf(out, "%s: taken %s, etcd revision %d, %d bytes\n", st.LastSnapshot.URL, st.LastSnapshot.Time.Format(time.RFC3339), st.LastSnapshot.EtcdRevision, st.LastSnapshot.Size)
-			return nil
+		st := vc.Status.Snapshots
+		return st != nil && st.LastRequest == req && st.LastSnapshot != nil, nil
+	})
+	if err != nil {
+		if cond := meta.FindStatusCondition(vc.Status.Conditions, nestv1.ConditionSnapshotsSucceeding); cond != nil && cond.Status == metav1.ConditionFalse {
+			return fmt.Errorf("the snapshot of %s was not taken: %s: %s", key, cond.Reason, cond.Message)
 		}
-		cond := meta.FindStatusCondition(vc.Status.Conditions, nestv1.ConditionSnapshotsSucceeding)
-		select {
-		case <-ctx.Done():
-			if cond != nil && cond.Status == metav1.ConditionFalse {
-				return fmt.Errorf("the snapshot of %s was not taken: %s: %s", key, cond.Reason, cond.Message)
-			}
-			return fmt.Errorf("the snapshot of %s was not taken: %w", key, ctx.Err())
-		case <-time.After(time.Second):
-		}
+		return fmt.Errorf("the snapshot of %s was not taken: %w", key, err)
 	}
+	last := vc.Status.Snapshots.LastSnapshot
+	fmt.Fprintf(out, "%s: taken %s, etcd revision %d, %d bytes\n", last.URL, last.Time.Format(time.RFC3339), last.EtcdRevision, last.Size)
+	return nil
 }
 
 // printListed prints the snapshots of key among listed, a line each.
 func printListed(w io.Writer, key types.NamespacedName, listed []snapshot.Listed) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TAG\tTAKEN\tETCD REVISION\tSIZE\tDIGEST")
-	for _, l := range listed {
-		if l.Manifest.Namespace != key.Namespace || l.Manifest.VirtualCluster != key.Name {
-			continue
-		}
+	for _, l := range snapshot.OfVirtualCluster(listed, key) {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", l.Tag, l.Manifest.Created.Format(time.RFC3339), l.Manifest.EtcdRevision, l.Size, l.Digest)
 	}
 	tw.Flush()

@@ -3,12 +3,12 @@ package dashboard
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"strings"
 	"time"
 
+	"github.com/dustin/go-humanize"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/controller/snapshotschedule"
@@ -73,29 +73,13 @@ func (s *Server) snapshotsOf(ctx context.Context, vc *nestv1.VirtualCluster) sna
 		card.ListError = err.Error()
 		return card
 	}
-	for i := len(listed) - 1; i >= 0; i-- {
-		x := listed[i]
-		if x.Manifest.Namespace != vc.Namespace || x.Manifest.VirtualCluster != vc.Name {
-			continue
-		}
+	ours := snapshot.OfVirtualCluster(listed, client.ObjectKeyFromObject(vc))
+	for i := len(ours) - 1; i >= 0; i-- {
+		x := ours[i]
 		card.List = append(card.List, snapshotRow{
-			Tag: x.Tag, Taken: metav1.NewTime(x.Manifest.Created).UTC().Format(time.RFC3339), Size: bytesOf(x.Size),
+			Tag: x.Tag, Taken: x.Manifest.Created.UTC().Format(time.RFC3339), Size: humanize.IBytes(uint64(x.Size)),
 			Digest: x.Digest, Revision: x.Manifest.EtcdRevision, Scheduled: strings.HasPrefix(x.Tag, snapshotschedule.TagPrefix),
 		})
 	}
 	return card
-}
-
-// bytesOf is n bytes as a person reads it: 1.2 MiB.
-func bytesOf(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

@@ -42,12 +42,7 @@ func ParseLocation(url string, plainHTTP bool) (Location, error) {
 		}
 		return Location{URL: url, Path: filepath.Clean(strings.TrimPrefix(url, "file://"))}, nil
 	case strings.HasPrefix(url, "oci://"):
-		ref := strings.TrimPrefix(url, "oci://")
-		opts := []name.Option{name.StrictValidation}
-		if plainHTTP {
-			opts = append(opts, name.Insecure)
-		}
-		tag, err := name.NewTag(ref, opts...)
+		tag, err := name.NewTag(strings.TrimPrefix(url, "oci://"), nameOptions(plainHTTP)...)
 		if err != nil {
 			return Location{}, fmt.Errorf("%s: want oci://REGISTRY/REPOSITORY:TAG, with a tag: %w", url, err)
 		}
@@ -64,15 +59,21 @@ func ParseRepository(url string, plainHTTP bool) (name.Repository, error) {
 	if !ok {
 		return name.Repository{}, fmt.Errorf("%s: want oci://REGISTRY/REPOSITORY", url)
 	}
-	opts := []name.Option{name.StrictValidation}
-	if plainHTTP {
-		opts = append(opts, name.Insecure)
-	}
-	repo, err := name.NewRepository(strings.TrimSuffix(ref, "/"), opts...)
+	repo, err := name.NewRepository(strings.TrimSuffix(ref, "/"), nameOptions(plainHTTP)...)
 	if err != nil {
 		return name.Repository{}, fmt.Errorf("%s: want oci://REGISTRY/REPOSITORY, without a tag: %w", url, err)
 	}
 	return repo, nil
+}
+
+// nameOptions are go-containerregistry's name options for a snapshot
+// reference: strict (no "latest" or index.docker.io filled in), and plain
+// HTTP allowed when asked for.
+func nameOptions(plainHTTP bool) []name.Option {
+	if plainHTTP {
+		return []name.Option{name.StrictValidation, name.Insecure}
+	}
+	return []name.Option{name.StrictValidation}
 }
 
 // IsOCI says the location is an OCI artifact.
@@ -87,17 +88,17 @@ func (l Location) Save(ctx context.Context, tempDir string, write func(io.Writer
 	if !l.IsOCI() {
 		return writeFile(l.Path, filepath.Dir(l.Path), write)
 	}
-	staged, err := os.CreateTemp(tempDir, "nest-snapshot-*")
+	dir, err := os.MkdirTemp(tempDir, "nest-snapshot-*")
 	if err != nil {
 		return Manifest{}, err
 	}
-	staged.Close()
-	defer os.Remove(staged.Name())
-	m, err := writeFile(staged.Name(), tempDir, write)
+	defer os.RemoveAll(dir)
+	staged := filepath.Join(dir, "snapshot")
+	m, err := writeFile(staged, dir, write)
 	if err != nil {
 		return m, err
 	}
-	return m, push(ctx, l.Tag, staged.Name(), m)
+	return m, push(ctx, l.Tag, staged, m)
 }
 
 // Open opens the snapshot at the location for reading (Read checks it).

@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	k8stypes "k8s.io/apimachinery/pkg/types"
 )
 
 // A snapshot in a registry is an OCI artifact (OCI image-spec 1.1's
@@ -78,7 +79,7 @@ func push(ctx context.Context, tag name.Tag, path string, m Manifest) error {
 // pull opens the archive of the artifact tag, after checking that it is a
 // Nest snapshot. Reading it to its end checks the layer's digest.
 func pull(ctx context.Context, tag name.Tag) (io.ReadCloser, error) {
-	m, err := artifactManifest(ctx, tag)
+	m, _, err := artifactManifest(ctx, tag)
 	if err != nil {
 		return nil, err
 	}
@@ -97,21 +98,22 @@ func pull(ctx context.Context, tag name.Tag) (io.ReadCloser, error) {
 var errNotSnapshot = errors.New("is not a Nest snapshot")
 
 // artifactManifest fetches the image manifest ref names and checks that it
-// is a Nest snapshot's: its config and one layer of Nest's media types.
-func artifactManifest(ctx context.Context, ref name.Reference) (*v1.Manifest, error) {
+// is a Nest snapshot's: its config and one layer of Nest's media types. It
+// returns the manifest and its digest.
+func artifactManifest(ctx context.Context, ref name.Reference) (*v1.Manifest, string, error) {
 	desc, err := remote.Get(ref, options(ctx)...)
 	if err != nil {
-		return nil, fmt.Errorf("the snapshot %s: %w", ref, err)
+		return nil, "", fmt.Errorf("the snapshot %s: %w", ref, err)
 	}
 	m, err := v1.ParseManifest(bytes.NewReader(desc.Manifest))
 	if err != nil {
-		return nil, fmt.Errorf("the snapshot %s: %w", ref, err)
+		return nil, "", fmt.Errorf("the snapshot %s: %w", ref, err)
 	}
 	if m.Config.MediaType != ConfigMediaType || len(m.Layers) != 1 || m.Layers[0].MediaType != LayerMediaType {
-		return nil, fmt.Errorf("%s %w: its config is %q and it has %d layers, want config %s and one layer %s",
+		return nil, "", fmt.Errorf("%s %w: its config is %q and it has %d layers, want config %s and one layer %s",
 			ref, errNotSnapshot, m.Config.MediaType, len(m.Layers), ConfigMediaType, LayerMediaType)
 	}
-	return m, nil
+	return m, desc.Digest.String(), nil
 }
 
 // Listed is one snapshot of a repository: its tag, digest, the size of its
@@ -140,7 +142,7 @@ func List(ctx context.Context, repo name.Repository) ([]Listed, error) {
 	var out []Listed
 	for _, t := range tags {
 		tag := repo.Tag(t)
-		m, err := artifactManifest(ctx, tag)
+		m, digest, err := artifactManifest(ctx, tag)
 		if errors.Is(err, errNotSnapshot) {
 			continue
 		}
@@ -155,10 +157,6 @@ func List(ctx context.Context, repo name.Repository) ([]Listed, error) {
 		if err := readJSON(blob, &manifest); err != nil {
 			return nil, fmt.Errorf("the snapshot %s's manifest: %w", tag, err)
 		}
-		digest, err := partialDigest(ctx, tag)
-		if err != nil {
-			return nil, err
-		}
 		out = append(out, Listed{Tag: t, Digest: digest, Size: m.Layers[0].Size, Manifest: manifest})
 	}
 	slices.SortFunc(out, func(a, b Listed) int {
@@ -168,6 +166,18 @@ func List(ctx context.Context, repo name.Repository) ([]Listed, error) {
 		return strings.Compare(a.Tag, b.Tag)
 	})
 	return out, nil
+}
+
+// OfVirtualCluster is the snapshots among listed that were taken of the
+// VirtualCluster key (their manifests name it), in listed's order.
+func OfVirtualCluster(listed []Listed, key k8stypes.NamespacedName) []Listed {
+	var out []Listed
+	for _, l := range listed {
+		if l.Manifest.Namespace == key.Namespace && l.Manifest.VirtualCluster == key.Name {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // Delete removes the tag from its registry (OCI distribution-spec 1.1's
@@ -180,7 +190,7 @@ func Delete(ctx context.Context, tag name.Tag) error {
 	if err := remote.Delete(tag, options(ctx)...); err == nil {
 		return nil
 	}
-	digest, err := partialDigest(ctx, tag)
+	digest, err := digestOf(ctx, tag)
 	if err != nil {
 		return err
 	}
@@ -192,7 +202,7 @@ func Delete(ctx context.Context, tag name.Tag) error {
 		if t == tag.TagStr() {
 			continue
 		}
-		if d, err := partialDigest(ctx, tag.Context().Tag(t)); err != nil || d == digest {
+		if d, err := digestOf(ctx, tag.Context().Tag(t)); err != nil || d == digest {
 			return fmt.Errorf("delete the snapshot %s: the registry deletes no tag alone, and tag %s names the same snapshot (or could not be read: %v): left in place", tag, t, err)
 		}
 	}
@@ -213,7 +223,8 @@ func hasCode(err *transport.Error, code transport.ErrorCode) bool {
 	return false
 }
 
-func partialDigest(ctx context.Context, tag name.Tag) (string, error) {
+// digestOf is the digest of the manifest tag names, from a HEAD request.
+func digestOf(ctx context.Context, tag name.Tag) (string, error) {
 	d, err := remote.Head(tag, options(ctx)...)
 	if err != nil {
 		return "", fmt.Errorf("the snapshot %s: %w", tag, err)

@@ -68,7 +68,7 @@ func TestSnapshotThroughARegistryComesBackWhole(t *testing.T) {
 	if string(got) != string(want) {
 		t.Error("etcd's snapshot pulled differs from the one pushed")
 	}
-	m, err := artifactManifest(ctx, l.Tag)
+	m, _, err := artifactManifest(ctx, l.Tag)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -46,19 +47,21 @@ type RestoreOptions struct {
 }
 
 // Restore brings back the tenant of s, a snapshot Read checked and
-// decrypted, under its own name and namespace (or o.As: a clone, whose
-// PKI Secret holds only the authorities and service-account key, and
-// which gets neither the original's spec.snapshots nor its
-// spec.externalIPs), which must hold no VirtualCluster: the PKI Secret first, so the tenant keeps its CAs and
-// service-account key (kubeconfigs and tokens made before work again),
-// then the VirtualCluster marked nestv1.AnnotationRestoring, so its first
-// etcd member waits for the snapshot instead of starting empty; then it
-// sends etcd's snapshot into that member's helper (etcdmember.Receive,
-// through the host API server's exec) and removes s.EtcdPath, waits until
-// the VirtualCluster is Ready, and removes the mark. The VirtualCluster is
-// the snapshot's name, namespace, labels, annotations and spec, at the
-// Kubernetes version the manifest says its control plane ran. The tenant's pods come back as the syncer
-// makes their host pods again.
+// decrypted, under its own name and namespace, or as o.As: a clone, whose
+// PKI Secret holds only the authorities and service-account key and which
+// gets neither the original's spec.snapshots nor its spec.externalIPs. The
+// namespace must hold no VirtualCluster. In order: the PKI Secret, so the
+// tenant keeps its CAs and service-account key (kubeconfigs and tokens
+// made before work again); the VirtualCluster marked
+// nestv1.AnnotationRestoring, so its first etcd member waits for the
+// snapshot instead of starting empty; etcd's snapshot sent into that
+// member's helper (etcdmember.Receive, through the host API server's exec)
+// and s.EtcdPath removed; the wait until the VirtualCluster is Ready; the
+// mark removed. The VirtualCluster is the snapshot's name, namespace,
+// labels, annotations and spec, at the Kubernetes version the manifest
+// says its control plane ran, refused before anything is made when etcd's
+// snapshot does not fit its etcd volume (CheckFits). The tenant's pods
+// come back as the syncer makes their host pods again.
 //
 // Each step finds what an interrupted run did: run again with the same
 // snapshot, Restore goes on where it stopped. A VirtualCluster of the name
@@ -203,21 +206,18 @@ func createRestoring(ctx context.Context, host client.Client, vc *nestv1.Virtual
 // helper runs, and returns the pod.
 func waitForHelper(ctx context.Context, host client.Client, key types.NamespacedName) (*corev1.Pod, error) {
 	name := controlplane.Names{VirtualCluster: key.Name, Namespace: key.Namespace}.ControlPlanePodOf(0)
-	for {
-		pod := &corev1.Pod{}
+	pod := &corev1.Pod{}
+	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
 		err := host.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: name}, pod)
-		if err == nil && helperRunning(pod) {
-			return pod, nil
+		if apierrors.IsNotFound(err) {
+			return false, nil
 		}
-		if err != nil && !apierrors.IsNotFound(err) {
-			return nil, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("the etcd-member helper of %s/%s does not run: %w", key.Namespace, name, ctx.Err())
-		case <-time.After(time.Second):
-		}
+		return err == nil && helperRunning(pod), err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("the etcd-member helper of %s/%s does not run: %w", key.Namespace, name, err)
 	}
+	return pod, nil
 }
 
 func helperRunning(pod *corev1.Pod) bool {
@@ -300,18 +300,15 @@ func sendSnapshot(ctx context.Context, cfg *rest.Config, pod *corev1.Pod, path, 
 
 // waitRestored waits until the VirtualCluster is Ready.
 func waitRestored(ctx context.Context, host client.Client, key types.NamespacedName) error {
-	for {
-		vc := &nestv1.VirtualCluster{}
+	vc := &nestv1.VirtualCluster{}
+	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
 		if err := host.Get(ctx, key, vc); err != nil {
-			return err
+			return false, err
 		}
-		if meta.IsStatusConditionTrue(vc.Status.Conditions, nestv1.ConditionReady) {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("VirtualCluster %s restored but not Ready (phase %q): %w", key, vc.Status.Phase, ctx.Err())
-		case <-time.After(time.Second):
-		}
+		return meta.IsStatusConditionTrue(vc.Status.Conditions, nestv1.ConditionReady), nil
+	})
+	if err != nil {
+		return fmt.Errorf("VirtualCluster %s restored but not Ready (phase %q): %w", key, vc.Status.Phase, err)
 	}
+	return nil
 }

@@ -29,8 +29,8 @@ type Stats struct {
 	Files, Dirs, Links int
 	// Bytes is the size of the regular files' contents.
 	Bytes int64
-	// Skipped counts what Pack left out: sockets, pipes, devices.
-	Skipped int
+	// Omitted counts what Pack left out: sockets, pipes, devices.
+	Omitted int
 }
 
 // Pack writes the tree under dir to w as a tar stream (PAX format), names
@@ -65,7 +65,7 @@ func Pack(dir string, w io.Writer) (Stats, error) {
 			st.Files++
 			st.Bytes += info.Size()
 		default:
-			st.Skipped++
+			st.Omitted++
 			return nil
 		}
 		h, err := tar.FileInfoHeader(info, link)

@@ -88,8 +88,8 @@ type Reconciler struct {
 	// does not hold.
 	APIReader client.Reader
 	Recorder  events.EventRecorder
-	// Take takes a snapshot; Setup sets it to snapshot.Take through the
-	// host API server (Config) when nil.
+	// Take takes a snapshot; SetupWithManager sets it to snapshot.Take
+	// through the host API server (Config) when nil.
 	Take TakeFunc
 	// Config reaches the host API server, for port forwarding to etcd.
 	Config *rest.Config
@@ -306,8 +306,8 @@ func (r *Reconciler) prune(ctx context.Context, s *scheduleState) (bool, error) 
 		return true, nil
 	}
 	var ours []snapshot.Listed
-	for _, x := range listed {
-		if strings.HasPrefix(x.Tag, TagPrefix) && x.Manifest.Namespace == s.vc.Namespace && x.Manifest.VirtualCluster == s.vc.Name {
+	for _, x := range snapshot.OfVirtualCluster(listed, client.ObjectKeyFromObject(s.vc)) {
+		if strings.HasPrefix(x.Tag, TagPrefix) {
 			ours = append(ours, x)
 		}
 	}
