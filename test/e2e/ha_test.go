@@ -582,30 +582,7 @@ const workloadReplicas = 2
 // Deployment is deleted when the test ends.
 func runTenantWorkloadOn(t *testing.T, ctx context.Context, hostKubeconfig string, host client.Client, tn *framework.Tenant, node string) *tenantWorkload {
 	t.Helper()
-	var nodes corev1.NodeList
-	if err := host.List(ctx, &nodes); err != nil {
-		t.Fatal(err)
-	}
-	var others []string
-	for _, n := range nodes.Items {
-		if n.Name != node && !n.Spec.Unschedulable {
-			others = append(others, n.Name)
-		}
-	}
-	uncordon := func() {
-		for _, n := range others {
-			if out, err := framework.Kubectl(ctx, hostKubeconfig, "uncordon", n); err != nil {
-				t.Errorf("kubectl uncordon %s: %v\n%s", n, err, out)
-			}
-		}
-		others = nil
-	}
-	t.Cleanup(uncordon)
-	for _, n := range others {
-		if out, err := framework.Kubectl(ctx, hostKubeconfig, "cordon", n); err != nil {
-			t.Fatalf("kubectl cordon %s: %v\n%s", n, err, out)
-		}
-	}
+	uncordon := framework.CordonOthers(t, ctx, hostKubeconfig, host, node)
 	cs := tn.Clientset(t)
 	w := &tenantWorkload{tenant: cs, host: host, tn: tn, name: "drained"}
 	labels := map[string]string{"app": w.name}

@@ -321,14 +321,28 @@ func stopHostAPIServer(t *testing.T, e *env, _ *framework.Tenant, _ *workload) {
 }
 
 // restartNode kills the kubelet and containerd of the node that announces
-// the tenant's LoadBalancer address and runs one of its replicas and, on a
-// two-node host, workload pods too; and starts those two again and nothing
-// else (devcluster.RestartNodeRuntime), as a node's runtime restarting
+// the tenant's LoadBalancer address and runs one of its replicas and
+// workload pods too (placed there by cordoning the other nodes for a moment
+// when the host scheduler put none there); and starts those two again and
+// nothing else (devcluster.RestartNodeRuntime), as a node's runtime restarting
 // does. Containers outlive containerd: their shims keep them.
 func restartNode(t *testing.T, e *env, tn *framework.Tenant, _ *workload) {
 	node := tn.AnnouncingNode(t, e.ctx, e.host)
-	if !slices.ContainsFunc(tn.HostPods(t, e.ctx, e.host), func(p corev1.Pod) bool { return p.Spec.NodeName == node }) {
-		t.Fatalf("%s runs no workload pod of %s", node, tn.Name)
+	runsWorkload := func() error {
+		if !slices.ContainsFunc(tn.HostPods(t, e.ctx, e.host), func(p corev1.Pod) bool {
+			return p.Spec.NodeName == node && p.Status.Phase == corev1.PodRunning
+		}) {
+			return fmt.Errorf("%s runs no workload pod of %s", node, tn.Name)
+		}
+		return nil
+	}
+	if runsWorkload() != nil {
+		// The host scheduler may place every workload pod on the other
+		// node. The churn replaces one a second, so with that node
+		// cordoned the next ones land here.
+		uncordon := framework.CordonOthers(t, e.ctx, e.hostKubeconfig, e.host, node)
+		testutil.Eventually(t, time.Minute, node+" running a workload pod", runsWorkload)
+		uncordon()
 	}
 	e.killRecorded(t, node+".kubelet", node+".containerd")
 	if err := devcluster.RestartNodeRuntime(e.ctx, e.stateDir, node); err != nil {

@@ -265,3 +265,35 @@ func (tn *Tenant) AnnouncingNode(t testing.TB, ctx context.Context, host client.
 	t.Fatalf("%s announces %s's address but runs none of its replicas", node, tn.Name)
 	return ""
 }
+
+// CordonOthers cordons, with kubectl as an operator would, every schedulable
+// host node but node, so that pods placed meanwhile land on node. It returns
+// the function that uncordons them again; that function runs once, and also
+// when the test ends if it was not called before.
+func CordonOthers(t testing.TB, ctx context.Context, hostKubeconfig string, host client.Client, node string) (uncordon func()) {
+	t.Helper()
+	var nodes corev1.NodeList
+	if err := host.List(ctx, &nodes); err != nil {
+		t.Fatal(err)
+	}
+	var others []string
+	uncordon = func() {
+		for _, n := range others {
+			if out, err := Kubectl(context.Background(), hostKubeconfig, "uncordon", n); err != nil {
+				t.Errorf("kubectl uncordon %s: %v\n%s", n, err, out)
+			}
+		}
+		others = nil
+	}
+	t.Cleanup(uncordon)
+	for _, n := range nodes.Items {
+		if n.Name == node || n.Spec.Unschedulable {
+			continue
+		}
+		others = append(others, n.Name)
+		if out, err := Kubectl(ctx, hostKubeconfig, "cordon", n.Name); err != nil {
+			t.Fatalf("kubectl cordon %s: %v\n%s", n.Name, err, out)
+		}
+	}
+	return uncordon
+}
