@@ -103,6 +103,7 @@ type ServiceType string
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.clusterDomain) || (has(self.clusterDomain) && self.clusterDomain == oldSelf.clusterDomain)",message="clusterDomain is immutable: create a new VirtualCluster to change it"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.serviceCIDR) || (has(self.serviceCIDR) && self.serviceCIDR == oldSelf.serviceCIDR)",message="serviceCIDR is immutable: create a new VirtualCluster to change it"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.datastore) || (has(self.datastore) && self.datastore == oldSelf.datastore)",message="datastore is immutable: the tenant's etcd data lives on it"
+// +kubebuilder:validation:XValidation:rule="!has(self.snapshots) || !has(self.snapshots.includeVolumes) || !self.snapshots.includeVolumes || !has(self.virtualNode) || !has(self.virtualNode.podSecurityLevel) || self.virtualNode.podSecurityLevel != 'restricted'",message="spec.snapshots.includeVolumes is refused with spec.virtualNode.podSecurityLevel restricted: the pod that copies a volume runs as root, which that level forbids; use baseline, or leave includeVolumes out"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.controlPlane) || !has(oldSelf.controlPlane.replicas) || (has(self.controlPlane) && has(self.controlPlane.replicas) && self.controlPlane.replicas >= oldSelf.controlPlane.replicas)",message="spec.controlPlane.replicas cannot be lowered or removed: etcd members are not removed from a live tenant; keep the count or make a new VirtualCluster"
 type VirtualClusterSpec struct {
 	// KubernetesVersion of the tenant control plane: v1.36.3 or v1.37.2 (the
@@ -262,6 +263,16 @@ type SnapshotSchedule struct {
 	// address that is neither loopback nor RFC 1918.
 	// +optional
 	PlainHTTP bool `json:"plainHTTP,omitempty"`
+
+	// IncludeVolumes copies the files of every bound tenant
+	// PersistentVolumeClaim into each snapshot, as `nest snapshot create
+	// --include-volumes` does: each by a short-lived pod in the host
+	// namespace that mounts the claim's host volume read-only, as root with
+	// only the DAC_OVERRIDE capability. Refused when
+	// spec.virtualNode.podSecurityLevel is restricted, under which no such
+	// pod may run.
+	// +optional
+	IncludeVolumes bool `json:"includeVolumes,omitempty"`
 }
 
 // DefaultSnapshotKeep is spec.snapshots.keep's default (the CRD's

@@ -16,6 +16,7 @@ import (
 	"github.com/nestdev/nest/internal/etcdmember"
 	"github.com/nestdev/nest/internal/syncer"
 	"github.com/nestdev/nest/internal/version"
+	"github.com/nestdev/nest/internal/volumearchive"
 )
 
 func main() {
@@ -34,6 +35,14 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == etcdmember.Command {
 		if err := etcdmember.Main(os.Args[2:], os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "nest-syncer etcd-member:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	// The volume copier of a snapshot's copy pods.
+	if len(os.Args) > 1 && os.Args[1] == volumearchive.Command {
+		if err := volumearchive.Main(os.Args[2:], os.Stdin, os.Stdout, os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, "nest-syncer volume-copy:", err)
 			os.Exit(1)
 		}
 		return

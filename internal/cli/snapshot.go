@@ -57,7 +57,8 @@ func newRestoreCommand(host *hostFlags) *cobra.Command {
 			"as a clone beside the original, under NEWNAME in the namespace -n names (default vc-NEWNAME): the same " +
 			"CAs and service-account key, so the tenant's tokens and client certificates work there too, but its own " +
 			"endpoint and serving certificates, and neither the original's snapshot schedule nor its external IPs. " +
-			"Persistent volumes' data is not built yet.",
+			"The tenant's PersistentVolumeClaims get their host volumes back before its etcd: filled with their files " +
+			"when the snapshot holds them (--include-volumes), else empty.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if as == "" && ns != "" {
@@ -77,7 +78,7 @@ func newRestoreCommand(host *hostFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			defer os.Remove(s.EtcdPath)
+			defer s.Remove()
 			if s.Encrypted && identityFile == "" {
 				return fmt.Errorf("%s: its keys are encrypted: give the identity that decrypts them (--identity)", path)
 			}
@@ -154,10 +155,11 @@ func newSnapshotCreateCommand(host *hostFlags) *cobra.Command {
 		recipientsFile string
 		plaintextKeys  bool
 		plainHTTP      bool
+		includeVolumes bool
 		timeout        time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "create NAME --to URL",
+		Use:   "create NAME --to URL [--include-volumes]",
 		Short: "Write a snapshot of a virtual cluster: etcd's snapshot from a Ready member, the VirtualCluster and the PKI",
 		Long: "Write a snapshot of the virtual cluster NAME to a file (mode 0600): etcd's snapshot, taken from a Ready " +
 			"member through etcd's maintenance API with no pause and no restart, the VirtualCluster's spec, and the PKI " +
@@ -165,7 +167,9 @@ func newSnapshotCreateCommand(host *hostFlags) *cobra.Command {
 			"(--recipient, --recipients-file); etcd holds the tenant's Secrets. A manifest gives Nest's and Kubernetes' " +
 			"versions and each part's size and SHA-256. URL is file://PATH, or oci://REGISTRY/REPOSITORY:TAG for an OCI " +
 			"artifact pushed once whole, with the Docker config's credentials (plain HTTP to a loopback or private address, " +
-			"or with --plain-http).",
+			"or with --plain-http). With --include-volumes, the files of every bound PersistentVolumeClaim of the tenant " +
+			"go in too, encrypted the same way, each copied by a short-lived host pod that mounts its volume read-only " +
+			"while the tenant runs (a tenant whose host namespace enforces the restricted Pod Security level is refused).",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			l, err := snapshot.ParseLocation(to, plainHTTP)
@@ -189,7 +193,7 @@ func newSnapshotCreateCommand(host *hostFlags) *cobra.Command {
 			return withTarget(cmd, host, args[0], ns, timeout, func(ctx context.Context, c client.Client, key types.NamespacedName) error {
 				m, err := l.Save(ctx, "", func(w io.Writer) (snapshot.Manifest, error) {
 					return snapshot.Take(ctx, c, cfg, key, w, snapshot.TakeOptions{
-						Recipients: rs, PlaintextKeys: plaintextKeys, NestVersion: version.Nest,
+						Recipients: rs, PlaintextKeys: plaintextKeys, NestVersion: version.Nest, IncludeVolumes: includeVolumes,
 					})
 				})
 				if err != nil {
@@ -206,6 +210,7 @@ func newSnapshotCreateCommand(host *hostFlags) *cobra.Command {
 	cmd.Flags().StringArrayVar(&recipients, "recipient", nil, "age recipient (age1...) the keys and etcd's data are encrypted to; repeatable")
 	cmd.Flags().StringVar(&recipientsFile, "recipients-file", "", "file of age recipients, one a line (# comments)")
 	cmd.Flags().BoolVar(&plaintextKeys, "insecure-plaintext-keys", false, "with no recipient, store the CA and service-account keys and etcd's data unencrypted")
+	cmd.Flags().BoolVar(&includeVolumes, "include-volumes", false, "copy the files of the tenant's PersistentVolumeClaims into the snapshot")
 	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long the snapshot may take")
 	return cmd
 }
@@ -224,7 +229,7 @@ func newSnapshotVerifyCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			os.Remove(s.EtcdPath)
+			s.Remove()
 			printManifest(cmd.OutOrStdout(), path, s.Manifest)
 			switch {
 			case !s.Encrypted:
@@ -380,6 +385,13 @@ func printManifest(w io.Writer, path string, m snapshot.Manifest) {
 		path, m.Namespace, m.VirtualCluster, m.KubernetesVersion, m.EtcdRevision, m.Member, m.Created.Format(time.RFC3339), m.NestVersion)
 	for _, p := range m.Parts {
 		fmt.Fprintf(w, "  %-16s %12d bytes  sha256:%s\n", p.Name, p.Size, p.SHA256)
+	}
+	for _, v := range m.Volumes {
+		data := "no data: comes back empty"
+		if v.Part != "" {
+			data = fmt.Sprintf("%d files, %d bytes of contents in %s", v.Stats.Files, v.Stats.Bytes, v.Part)
+		}
+		fmt.Fprintf(w, "  claim %s/%s (%s, %s): %s\n", v.Namespace, v.Name, v.StorageClassName, v.Request.String(), data)
 	}
 }
 

@@ -3,8 +3,11 @@
 // its PKI (every CA, certificate and key, the service-account key among
 // them), etcd's snapshot and the PKI encrypted with age (filippo.io/age) to
 // the recipients the user names: etcd holds the tenant's Secrets as its API
-// server stored them. The manifest, the archive's first entry, gives Nest's and
-// Kubernetes' versions and every part's size and SHA-256, so a reader
+// server stored them. With volumes included, the files of each tenant
+// PersistentVolumeClaim follow, one part a claim (volumearchive's tar
+// stream), encrypted the same way. The manifest, the archive's first entry,
+// gives Nest's and Kubernetes' versions, the tenant's claims, and every
+// part's size and SHA-256, so a reader
 // refuses a truncated, tampered, undecryptable or newer snapshot before it
 // changes anything (Read).
 //
@@ -31,8 +34,9 @@ import (
 )
 
 // Format is the version of the archive's layout this Nest writes and the
-// newest it reads.
-const Format = 1
+// newest it reads. Format 2 added Manifest.Volumes and the volume parts;
+// Format 1 snapshots are read as snapshots of a tenant with no claim.
+const Format = 2
 
 // Names of the archive's entries, in the order Write writes them.
 const (
@@ -79,7 +83,11 @@ type Manifest struct {
 	EtcdRevision int64 `json:"etcdRevision"`
 	// Member is the etcd member it was taken from.
 	Member string `json:"member"`
-	// Parts are the archive's other entries, in order.
+	// Volumes are the tenant's PersistentVolumeClaims that had a host
+	// claim, with their data where the snapshot includes it.
+	Volumes []Volume `json:"volumes,omitempty"`
+	// Parts are the archive's other entries, in order: the layout's three,
+	// then the Volumes' parts in the Volumes' order.
 	Parts []Part `json:"parts"`
 }
 
@@ -101,75 +109,123 @@ type Contents struct {
 	// EtcdPath is a file holding etcd's snapshot, as etcd's maintenance API
 	// streams it (its SHA-256 trailer included).
 	EtcdPath string
+	// VolumePaths are, for each of the manifest's Volumes, a file holding
+	// its data as volumearchive.Pack writes it, or "" for a claim whose data
+	// the snapshot does not hold.
+	VolumePaths []string
 }
 
 // Write writes the archive of c and m to w: the manifest, then the
-// VirtualCluster, etcd's snapshot and the PKI, encrypted to recipients. With
-// no recipient the PKI is stored as it is, which only plaintextKeys allows.
-// It fills in m's Format and Parts and returns it.
+// VirtualCluster, etcd's snapshot, the PKI and each volume's data,
+// encrypted to recipients. With no recipient they are stored as they are,
+// which only plaintextKeys allows. m.Volumes must have one entry per
+// c.VolumePaths; Write names their parts. It fills in m's Format and Parts
+// and returns it.
 func Write(w io.Writer, m Manifest, c Contents, recipients []age.Recipient, plaintextKeys bool) (Manifest, error) {
+	if len(c.VolumePaths) != len(m.Volumes) {
+		return m, fmt.Errorf("%d volume files for %d volumes", len(c.VolumePaths), len(m.Volumes))
+	}
+	if err := CheckKeys(recipients, plaintextKeys); err != nil {
+		return m, err
+	}
 	pkiJSON, err := json.Marshal(c.PKI)
 	if err != nil {
 		return m, err
 	}
-	names, pki, etcdPath := layouts[1], pkiJSON, c.EtcdPath
-	switch {
-	case len(recipients) > 0:
+	sealed := len(recipients) > 0
+	names, pki := layouts[1], pkiJSON
+	if sealed {
+		names = layouts[0]
 		if pki, err = encrypt(pkiJSON, recipients); err != nil {
 			return m, err
 		}
-		sealed, err := encryptFile(c.EtcdPath, recipients)
-		if err != nil {
-			return m, err
+	}
+	entries := []entry{
+		{part: bytesPart(names[0], c.VirtualCluster), data: c.VirtualCluster},
+		{part: Part{Name: names[1]}, path: c.EtcdPath},
+		{part: bytesPart(names[2], pki), data: pki},
+	}
+	m.Volumes = slices.Clone(m.Volumes)
+	for i, path := range c.VolumePaths {
+		m.Volumes[i].Part = ""
+		if path != "" {
+			m.Volumes[i].Part = volumePart(i, sealed)
+			entries = append(entries, entry{part: Part{Name: m.Volumes[i].Part}, path: path})
 		}
-		defer os.Remove(sealed)
-		names, etcdPath = layouts[0], sealed
-	default:
-		if err := CheckKeys(recipients, plaintextKeys); err != nil {
-			return m, err
+	}
+	// Files are sealed into temporary files beside them, and hashed.
+	for i := range entries {
+		e := &entries[i]
+		if e.path == "" {
+			continue
 		}
-	}
-	etcd, err := os.Open(etcdPath)
-	if err != nil {
-		return m, err
-	}
-	defer etcd.Close()
-	etcdSize, etcdSum, err := hashReader(etcd)
-	if err != nil {
-		return m, fmt.Errorf("read etcd's snapshot: %w", err)
-	}
-	if _, err := etcd.Seek(0, io.SeekStart); err != nil {
-		return m, err
+		if sealed {
+			if e.path, err = encryptFile(e.path, recipients); err != nil {
+				return m, err
+			}
+			defer os.Remove(e.path)
+		}
+		if e.part.Size, e.part.SHA256, err = hashFile(e.path); err != nil {
+			return m, fmt.Errorf("read %s: %w", e.part.Name, err)
+		}
 	}
 	m.Format = Format
-	m.Parts = []Part{
-		bytesPart(names[0], c.VirtualCluster),
-		{Name: names[1], Size: etcdSize, SHA256: etcdSum},
-		bytesPart(names[2], pki),
+	m.Parts = nil
+	for _, e := range entries {
+		m.Parts = append(m.Parts, e.part)
 	}
 	manifest, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return m, err
 	}
 	tw := tar.NewWriter(w)
-	for _, e := range []struct {
-		name string
-		size int64
-		r    io.Reader
-	}{
-		{ManifestEntry, int64(len(manifest)), bytes.NewReader(manifest)},
-		{names[0], int64(len(c.VirtualCluster)), bytes.NewReader(c.VirtualCluster)},
-		{names[1], etcdSize, etcd},
-		{names[2], int64(len(pki)), bytes.NewReader(pki)},
-	} {
-		if err := tw.WriteHeader(&tar.Header{Name: e.name, Mode: 0o600, Size: e.size, ModTime: m.Created, Typeflag: tar.TypeReg}); err != nil {
+	if err := writeEntry(tw, ManifestEntry, m.Created, int64(len(manifest)), bytes.NewReader(manifest)); err != nil {
+		return m, err
+	}
+	for _, e := range entries {
+		if err := e.writeTo(tw, m.Created); err != nil {
 			return m, err
-		}
-		if n, err := io.Copy(tw, e.r); err != nil || n != e.size {
-			return m, fmt.Errorf("write %s: %d of %d bytes: %v", e.name, n, e.size, err)
 		}
 	}
 	return m, tw.Close()
+}
+
+// entry is one part Write writes: data in memory, or the file at path.
+type entry struct {
+	part Part
+	data []byte
+	path string
+}
+
+func (e entry) writeTo(tw *tar.Writer, modTime time.Time) error {
+	if e.path == "" {
+		return writeEntry(tw, e.part.Name, modTime, e.part.Size, bytes.NewReader(e.data))
+	}
+	f, err := os.Open(e.path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return writeEntry(tw, e.part.Name, modTime, e.part.Size, f)
+}
+
+func writeEntry(tw *tar.Writer, name string, modTime time.Time, size int64, r io.Reader) error {
+	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o600, Size: size, ModTime: modTime, Typeflag: tar.TypeReg}); err != nil {
+		return err
+	}
+	if n, err := io.Copy(tw, r); err != nil || n != size {
+		return fmt.Errorf("write %s: %d of %d bytes: %v", name, n, size, err)
+	}
+	return nil
+}
+
+// volumePart is the archive entry of the data of the manifest's volume i:
+// numbered, so no name the tenant chose is a path in the archive.
+func volumePart(i int, sealed bool) string {
+	if sealed {
+		return fmt.Sprintf("volumes/%d.tar.age", i)
+	}
+	return fmt.Sprintf("volumes/%d.tar", i)
 }
 
 // CheckKeys refuses a snapshot with no recipient unless plaintextKeys
@@ -219,7 +275,7 @@ func encryptFile(path string, recipients []age.Recipient) (string, error) {
 	}
 	if err != nil {
 		os.Remove(out.Name())
-		return "", fmt.Errorf("encrypt etcd's snapshot: %w", err)
+		return "", fmt.Errorf("encrypt %s: %w", filepath.Base(path), err)
 	}
 	return out.Name(), nil
 }
@@ -253,14 +309,32 @@ type Snapshot struct {
 	Encrypted bool
 }
 
-// Read reads and checks the archive from r, writing etcd's snapshot to a
-// file in dir (Contents.EtcdPath), decrypted. It refuses, with an error that says
-// which and why: an archive that is not one, or is cut short; a manifest
-// of a newer Format; a part missing, extra, out of order, or whose size or
-// SHA-256 is not the manifest's; parts that none of identities decrypts
-// (with no identity, encrypted parts are checked but left sealed: PKI is
-// nil and the file holds etcd's snapshot encrypted). On an error the file
-// it wrote is removed.
+// Remove removes the files Read wrote: etcd's snapshot and the volumes'
+// data.
+func (s *Snapshot) Remove() {
+	if s.EtcdPath != "" {
+		os.Remove(s.EtcdPath)
+	}
+	s.removeVolumes()
+}
+
+// removeVolumes removes the volumes' data files.
+func (s *Snapshot) removeVolumes() {
+	for _, p := range s.VolumePaths {
+		if p != "" {
+			os.Remove(p)
+		}
+	}
+}
+
+// Read reads and checks the archive from r, writing etcd's snapshot and
+// each volume's data to files in dir (Contents.EtcdPath and VolumePaths),
+// decrypted. It refuses, with an error that says which and why: an archive
+// that is not one, or is cut short; a manifest of a newer Format; a part
+// missing, extra, out of order, or whose size or SHA-256 is not the
+// manifest's; parts that none of identities decrypts (with no identity,
+// encrypted parts are checked but left sealed: PKI is nil and the files
+// hold their parts encrypted). On an error the files it wrote are removed.
 func Read(r io.Reader, dir string, identities []age.Identity) (s *Snapshot, err error) {
 	tr := tar.NewReader(r)
 	manifest, err := nextEntry(tr, ManifestEntry, maxSmallPart)
@@ -275,32 +349,26 @@ func Read(r io.Reader, dir string, identities []age.Identity) (s *Snapshot, err 
 	if m.Format < 1 || m.Format > Format {
 		return nil, fmt.Errorf("the snapshot's format is %d, made by Nest %s; this Nest reads formats 1 to %d: use a Nest at least as new", m.Format, m.NestVersion, Format)
 	}
-	names := make([]string, len(m.Parts))
-	for i, p := range m.Parts {
-		names[i] = p.Name
-	}
-	if !slices.Equal(names, layouts[0]) && !slices.Equal(names, layouts[1]) {
-		return nil, fmt.Errorf("the snapshot's manifest names the parts %v, want %v", names, layouts[0])
-	}
-	s.Encrypted = slices.Equal(names, layouts[0])
-	etcd, err := os.CreateTemp(dir, "etcd-*.db")
+	volumeOf, err := checkParts(m)
 	if err != nil {
 		return nil, err
 	}
-	s.EtcdPath = etcd.Name()
-	path := etcd.Name()
+	s.Encrypted = m.Parts[1].Name == EtcdEntry
+	s.VolumePaths = make([]string, len(m.Volumes))
 	defer func() {
-		etcd.Close()
 		if err != nil {
-			os.Remove(path)
+			s.Remove()
 			s = nil
 		}
 	}()
 	var pki []byte
-	for _, p := range m.Parts {
-		if p.Name == names[1] {
-			err = copyEntry(tr, p, etcd)
-		} else {
+	for i, p := range m.Parts {
+		switch {
+		case i == 1:
+			s.EtcdPath, err = readToFile(tr, p, dir, MaxEtcdBytes)
+		case i > 2:
+			s.VolumePaths[volumeOf[p.Name]], err = readToFile(tr, p, dir, p.Size)
+		default:
 			var b []byte
 			if b, err = nextEntry(tr, p.Name, maxSmallPart); err == nil {
 				err = check(p, b)
@@ -312,30 +380,86 @@ func Read(r io.Reader, dir string, identities []age.Identity) (s *Snapshot, err 
 			}
 		}
 		if err != nil {
-			return nil, err
+			return s, err
 		}
 	}
 	if h, err := tr.Next(); err != io.EOF {
 		if err != nil {
-			return nil, fmt.Errorf("the snapshot after its last part: %w", err)
+			return s, fmt.Errorf("the snapshot after its last part: %w", err)
 		}
-		return nil, fmt.Errorf("the snapshot has an entry its manifest does not name: %s", h.Name)
+		return s, fmt.Errorf("the snapshot has an entry its manifest does not name: %s", h.Name)
 	}
 	if s.Encrypted && len(identities) == 0 {
 		return s, nil
 	}
 	if s.Encrypted {
 		if pki, err = decrypt(pki, identities); err != nil {
-			return nil, err
+			return s, err
 		}
-		if err = decryptFile(etcd, identities); err != nil {
-			return nil, err
+		if err = decryptFile(s.EtcdPath, "etcd's snapshot", identities); err != nil {
+			return s, err
+		}
+		for i, path := range s.VolumePaths {
+			if path == "" {
+				continue
+			}
+			if err = decryptFile(path, fmt.Sprintf("the data of claim %s/%s", m.Volumes[i].Namespace, m.Volumes[i].Name), identities); err != nil {
+				return s, err
+			}
 		}
 	}
 	if err := json.Unmarshal(pki, &s.PKI); err != nil {
-		return nil, fmt.Errorf("the snapshot's keys: %w", err)
+		return s, fmt.Errorf("the snapshot's keys: %w", err)
 	}
 	return s, nil
+}
+
+// checkParts checks that the manifest names the parts its layout and
+// volumes call for, in order, and returns the index among m.Volumes of
+// each volume part.
+func checkParts(m Manifest) (map[string]int, error) {
+	names := make([]string, len(m.Parts))
+	for i, p := range m.Parts {
+		names[i] = p.Name
+	}
+	if len(names) < 3 || (!slices.Equal(names[:3], layouts[0]) && !slices.Equal(names[:3], layouts[1])) {
+		return nil, fmt.Errorf("the snapshot's manifest names the parts %v, want %v first", names, layouts[0])
+	}
+	sealed := names[1] == EtcdEntry
+	want, volumeOf := slices.Clone(names[:3]), map[string]int{}
+	for i, v := range m.Volumes {
+		if v.Part == "" {
+			continue
+		}
+		if v.Part != volumePart(i, sealed) {
+			return nil, fmt.Errorf("the snapshot's manifest names the data of claim %s/%s %q, want %q", v.Namespace, v.Name, v.Part, volumePart(i, sealed))
+		}
+		want = append(want, v.Part)
+		volumeOf[v.Part] = i
+	}
+	if !slices.Equal(names, want) {
+		return nil, fmt.Errorf("the snapshot's manifest names the parts %v, want %v", names, want)
+	}
+	return volumeOf, nil
+}
+
+// readToFile copies the archive's next entry, which must be p, at most
+// limit bytes, into a new file in dir, checks it (copyEntry) and returns
+// the file's path. On an error the file is removed.
+func readToFile(tr *tar.Reader, p Part, dir string, limit int64) (string, error) {
+	f, err := os.CreateTemp(dir, "nest-snapshot-part-*")
+	if err != nil {
+		return "", err
+	}
+	err = copyEntry(tr, p, f, limit)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return "", err
+	}
+	return f.Name(), nil
 }
 
 // nextEntry reads the archive's next entry, which must be name, at most
@@ -358,9 +482,9 @@ func nextEntry(tr *tar.Reader, name string, limit int64) ([]byte, error) {
 	return b, nil
 }
 
-// copyEntry copies the archive's next entry, which must be p, to w and
-// checks its size and SHA-256.
-func copyEntry(tr *tar.Reader, p Part, w io.Writer) error {
+// copyEntry copies the archive's next entry, which must be p and at most
+// limit bytes, to w and checks its size and SHA-256.
+func copyEntry(tr *tar.Reader, p Part, w io.Writer, limit int64) error {
 	h, err := tr.Next()
 	if err != nil {
 		return fmt.Errorf("the snapshot ends before %s (is it cut short?): %w", p.Name, err)
@@ -368,8 +492,8 @@ func copyEntry(tr *tar.Reader, p Part, w io.Writer) error {
 	if h.Name != p.Name {
 		return fmt.Errorf("the snapshot has %s where %s should be", h.Name, p.Name)
 	}
-	if h.Size > MaxEtcdBytes {
-		return fmt.Errorf("the snapshot's %s is %d bytes, more than etcd's largest quota", p.Name, h.Size)
+	if h.Size > limit {
+		return fmt.Errorf("the snapshot's %s is %d bytes, more than the %d it may be", p.Name, h.Size, limit)
 	}
 	sum := sha256.New()
 	n, err := io.Copy(io.MultiWriter(w, sum), tr)
@@ -394,12 +518,15 @@ func checkSum(p Part, size int64, sum string) error {
 	return nil
 }
 
-// decryptFile decrypts f, read from its start, in place of itself.
-func decryptFile(f *os.File, identities []age.Identity) error {
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
+// decryptFile decrypts the file at path in place of itself; what names
+// its contents in an error.
+func decryptFile(path, what string, identities []age.Identity) error {
+	f, err := os.Open(path)
+	if err != nil {
 		return err
 	}
-	plain, err := os.CreateTemp(filepath.Dir(f.Name()), "etcd-*.db")
+	defer f.Close()
+	plain, err := os.CreateTemp(filepath.Dir(path), "nest-snapshot-part-*")
 	if err != nil {
 		return err
 	}
@@ -411,11 +538,11 @@ func decryptFile(f *os.File, identities []age.Identity) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(plain.Name(), f.Name())
+		err = os.Rename(plain.Name(), path)
 	}
 	if err != nil {
 		os.Remove(plain.Name())
-		return fmt.Errorf("etcd's snapshot does not decrypt with the identity given (--identity): %w", err)
+		return fmt.Errorf("%s does not decrypt with the identity given (--identity): %w", what, err)
 	}
 	return nil
 }

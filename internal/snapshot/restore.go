@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -60,8 +61,11 @@ type RestoreOptions struct {
 // mark removed. The VirtualCluster is the snapshot's name, namespace,
 // labels, annotations and spec, at the Kubernetes version the manifest
 // says its control plane ran, refused before anything is made when etcd's
-// snapshot does not fit its etcd volume (CheckFits). The tenant's pods
-// come back as the syncer makes their host pods again.
+// snapshot does not fit its etcd volume (CheckFits). Between the helper
+// running and etcd's snapshot sent, the host claim of each of the
+// snapshot's volumes is made and filled with its data (restoreVolumes),
+// so the tenant's pods, which come back as the syncer makes their host
+// pods again, find their volumes as they were.
 //
 // Each step finds what an interrupted run did: run again with the same
 // snapshot, Restore goes on where it stopped. A VirtualCluster of the name
@@ -109,6 +113,11 @@ func Restore(ctx context.Context, host client.Client, cfg *rest.Config, s *Snaps
 	if err := CheckFits(etcdSize, controlplane.StorageSize(vc)); err != nil {
 		return err
 	}
+	if slices.ContainsFunc(s.VolumePaths, func(p string) bool { return p != "" }) {
+		if err := checkVolumesCopyable(vc); err != nil {
+			return err
+		}
+	}
 	key := client.ObjectKeyFromObject(vc)
 	progress := o.Progress
 	if progress == nil {
@@ -132,6 +141,16 @@ func Restore(ctx context.Context, host client.Client, cfg *rest.Config, s *Snaps
 	if err != nil {
 		return err
 	}
+	cp, err := copierOf(pod)
+	if err != nil {
+		return err
+	}
+	// Before etcd's data: the tenant's pods start only once it is back,
+	// and find their volumes filled.
+	if err := restoreVolumes(ctx, host, cfg, vc, cp, s, step); err != nil {
+		return err
+	}
+	s.removeVolumes()
 	if err := sendSnapshot(ctx, cfg, pod, s.EtcdPath, etcdSum); err != nil {
 		return err
 	}
@@ -255,18 +274,42 @@ func sendSnapshot(ctx context.Context, cfg *rest.Config, pod *corev1.Pod, path, 
 		return err
 	}
 	defer f.Close()
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
 	info, err := f.Stat()
 	if err != nil {
 		return err
 	}
 	command := []string{helper.Command[0], etcdmember.Command, etcdmember.ReceiveCommand,
 		"--data-dir=" + dataDir, fmt.Sprintf("--size=%d", info.Size()), "--sha256=" + sum}
+	// A bound of its own, so a stalled stream fails with the helper's
+	// words rather than holding the restore: two minutes, and a second a
+	// megabyte.
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute+time.Duration(info.Size()>>20)*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	// The helper answers success for a snapshot it already restored
+	// (etcdmember.Receive), and refuses any other data.
+	if err := execIn(ctx, cfg, pod, helper.Name, command, f, &out, &out); err != nil {
+		return fmt.Errorf("send etcd's snapshot to %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return nil
+}
+
+// execStream runs command in the first container of pod through the host
+// API server's exec (execIn).
+func execStream(ctx context.Context, cfg *rest.Config, pod *corev1.Pod, command []string, stdin io.Reader, stdout io.Writer, stderr *bytes.Buffer) error {
+	return execIn(ctx, cfg, pod, pod.Spec.Containers[0].Name, command, stdin, stdout, stderr)
+}
+
+// execIn runs command in container of pod through the host API server's
+// exec, with stdin (nil for none) and stdout streamed, and returns its
+// error with what it wrote to stderr.
+func execIn(ctx context.Context, cfg *rest.Config, pod *corev1.Pod, container string, command []string, stdin io.Reader, stdout io.Writer, stderr *bytes.Buffer) error {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
 	url := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(pod.Namespace).Name(pod.Name).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{Container: helper.Name, Command: command, Stdin: true, Stdout: true, Stderr: true}, scheme.ParameterCodec).URL()
+		VersionedParams(&corev1.PodExecOptions{Container: container, Command: command, Stdin: stdin != nil, Stdout: true, Stderr: true}, scheme.ParameterCodec).URL()
 	// WebSockets first, as kubectl exec does: the SPDY exec stream through
 	// the host API server can stall before the command starts.
 	ws, err := remotecommand.NewWebSocketExecutor(cfg, "GET", url.String())
@@ -283,17 +326,12 @@ func sendSnapshot(ctx context.Context, cfg *rest.Config, pod *corev1.Pod, path, 
 	if err != nil {
 		return err
 	}
-	// A bound of its own, so a stalled stream fails with the helper's
-	// words rather than holding the restore: two minutes, and a second a
-	// megabyte.
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute+time.Duration(info.Size()>>20)*time.Second)
-	defer cancel()
-	var out bytes.Buffer
-	// The helper answers success for a snapshot it already restored
-	// (etcdmember.Receive), and refuses any other data.
-	err = exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: f, Stdout: &out, Stderr: &out})
-	if err != nil {
-		return fmt.Errorf("send etcd's snapshot to %s/%s: %w: %s", pod.Namespace, pod.Name, err, strings.TrimSpace(out.String()))
+	opts := remotecommand.StreamOptions{Stdout: stdout, Stderr: stderr}
+	if stdin != nil {
+		opts.Stdin = stdin
+	}
+	if err := exec.StreamWithContext(ctx, opts); err != nil {
+		return fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))
 	}
 	return nil
 }

@@ -41,9 +41,13 @@ type TakeOptions struct {
 	PlaintextKeys bool
 	// NestVersion is written in the manifest.
 	NestVersion string
-	// TempDir stages etcd's snapshot, unencrypted, mode 0600, while the
-	// archive is written ("" is the system's).
+	// TempDir stages etcd's snapshot and the volumes' data, unencrypted,
+	// mode 0600, while the archive is written ("" is the system's).
 	TempDir string
+	// IncludeVolumes copies the files of every bound tenant claim into the
+	// snapshot (packVolumes); without it the claims are listed, and come
+	// back empty.
+	IncludeVolumes bool
 }
 
 // Take writes a snapshot of the VirtualCluster key to w (Write's archive)
@@ -53,7 +57,12 @@ type TakeOptions struct {
 // with the etcd client certificate of the tenant's PKI: no pause, no
 // restart. The VirtualCluster goes in without its status and without
 // spec.kubeconfig, which holds the admin's key; the PKI Secret's data goes
-// in sealed.
+// in sealed. The tenant's claims go in as the manifest's Volumes and, with
+// o.IncludeVolumes, their files, each copied after etcd's snapshot by a
+// short-lived copy pod that mounts its host claim read-only: file by file
+// while the tenant runs, so a volume written meanwhile is copied as a
+// crash would leave it, and a tenant whose host namespace enforces the
+// restricted Pod Security level is refused (checkVolumesCopyable).
 func Take(ctx context.Context, host client.Client, cfg *rest.Config, key types.NamespacedName, w io.Writer, o TakeOptions) (Manifest, error) {
 	// Before anything is read or dialled.
 	if err := CheckKeys(o.Recipients, o.PlaintextKeys); err != nil {
@@ -65,6 +74,11 @@ func Take(ctx context.Context, host client.Client, cfg *rest.Config, key types.N
 			return Manifest{}, fmt.Errorf("NAME %q: no VirtualCluster %s: nest list shows them; -n names the host namespace", key.Name, key)
 		}
 		return Manifest{}, err
+	}
+	if o.IncludeVolumes {
+		if err := checkVolumesCopyable(vc); err != nil {
+			return Manifest{}, err
+		}
 	}
 	n := controlplane.NamesOf(vc)
 	pki := &corev1.Secret{}
@@ -81,9 +95,37 @@ func Take(ctx context.Context, host client.Client, cfg *rest.Config, key types.N
 	}
 	defer os.Remove(etcd.Name())
 	defer etcd.Close()
+	claims, err := tenantClaims(ctx, host, vc)
+	if err != nil {
+		return Manifest{}, err
+	}
 	member, revision, err := snapshotAMember(ctx, host, cfg, vc, tlsConfig, etcd)
 	if err != nil {
 		return Manifest{}, err
+	}
+	volumes, volumePaths := make([]Volume, len(claims)), make([]string, len(claims))
+	for i := range claims {
+		volumes[i] = volumeOf(&claims[i])
+	}
+	if o.IncludeVolumes && len(claims) > 0 {
+		pod := &corev1.Pod{}
+		if err := host.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: member}, pod); err != nil {
+			return Manifest{}, err
+		}
+		cp, err := copierOf(pod)
+		if err != nil {
+			return Manifest{}, err
+		}
+		if volumes, volumePaths, err = packVolumes(ctx, host, cfg, vc, cp, claims, o.TempDir); err != nil {
+			return Manifest{}, err
+		}
+		defer func() {
+			for _, p := range volumePaths {
+				if p != "" {
+					os.Remove(p)
+				}
+			}
+		}()
 	}
 	vcJSON, err := json.Marshal(portable(vc))
 	if err != nil {
@@ -93,8 +135,9 @@ func Take(ctx context.Context, host client.Client, cfg *rest.Config, key types.N
 		NestVersion: o.NestVersion, KubernetesVersion: controlplane.RunningVersion(vc),
 		Namespace: key.Namespace, VirtualCluster: key.Name,
 		Created: time.Now().UTC().Truncate(time.Second), EtcdRevision: revision, Member: member,
+		Volumes: volumes,
 	}
-	return Write(w, m, Contents{VirtualCluster: vcJSON, PKI: pki.Data, EtcdPath: etcd.Name()}, o.Recipients, o.PlaintextKeys)
+	return Write(w, m, Contents{VirtualCluster: vcJSON, PKI: pki.Data, EtcdPath: etcd.Name(), VolumePaths: volumePaths}, o.Recipients, o.PlaintextKeys)
 }
 
 // portable is vc as a snapshot keeps it: its name, namespace, labels,

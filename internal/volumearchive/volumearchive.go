@@ -26,11 +26,13 @@ import (
 
 // Stats is what Pack or Unpack went through.
 type Stats struct {
-	Files, Dirs, Links int
+	Files int `json:"files"`
+	Dirs  int `json:"dirs"`
+	Links int `json:"links"`
 	// Bytes is the size of the regular files' contents.
-	Bytes int64
+	Bytes int64 `json:"bytes"`
 	// Omitted counts what Pack left out: sockets, pipes, devices.
-	Omitted int
+	Omitted int `json:"omitted,omitempty"`
 }
 
 // Pack writes the tree under dir to w as a tar stream (PAX format), names

@@ -114,11 +114,11 @@ func repoTags(t *testing.T, ctx context.Context, repo string, vc *nestv1.Virtual
 // schedule did not take is never deleted.
 func TestAScheduleKeepsTheNewestSnapshots(t *testing.T) {
 	ctx := context.Background()
-	vc := makeVC(t, ctx, "keep", &nestv1.SnapshotSchedule{Schedule: "* * * * *", To: "oci://" + reg + "/backups/keep", Keep: 2, InsecurePlaintextKeys: true})
+	vc := makeVC(t, ctx, "keep", &nestv1.SnapshotSchedule{Schedule: "* * * * *", To: "oci://" + reg + "/backups/keep", Keep: 2, InsecurePlaintextKeys: true, IncludeVolumes: true})
 	waitCondition(t, ctx, vc, metav1.ConditionTrue, ReasonWaiting, "")
 	manual, _ := snapshot.ParseLocation("oci://"+reg+"/backups/keep:manual", false)
 	if _, err := manual.Save(ctx, t.TempDir(), func(w io.Writer) (snapshot.Manifest, error) {
-		return takes.take(ctx, client.ObjectKeyFromObject(vc), w, nil)
+		return takes.take(ctx, client.ObjectKeyFromObject(vc), w, nil, false)
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -134,6 +134,11 @@ func TestAScheduleKeepsTheNewestSnapshots(t *testing.T) {
 			t.Fatalf("after the snapshot of %s: status.snapshots %+v", due, got.Status.Snapshots)
 		}
 	}
+	takes.mu.Lock()
+	if !takes.withVolumes["keep"] {
+		t.Error("the scheduled snapshots were not asked to include volumes (spec.snapshots.includeVolumes)")
+	}
+	takes.mu.Unlock()
 	tags := repoTags(t, ctx, "backups/keep", vc)
 	if got, wantTags := strings.Join(tags, " "), "manual "+strings.Join(want[2:], " "); got != wantTags {
 		t.Errorf("the repository holds %q, want %q: the newest 2 scheduled and the manual one", got, wantTags)
@@ -241,7 +246,19 @@ func TestTheAPIRefusesSchedulesItCannotHonour(t *testing.T) {
 			t.Errorf("spec.snapshots %+v: %v, want refused naming %q", tc.s, err, tc.want)
 		}
 	}
-	ok := nestv1.SnapshotSchedule{Schedule: "@daily", To: "oci://registry.example:5000/backups/team-a", InsecurePlaintextKeys: true}
+	// Volumes are copied by a root pod, which the restricted level forbids.
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "vc-refused-"}}
+	if err := host.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	restricted := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "restricted", Namespace: ns.Name}, Spec: nestv1.VirtualClusterSpec{
+		Snapshots:   &nestv1.SnapshotSchedule{Schedule: "@daily", To: "oci://registry.example/backups", InsecurePlaintextKeys: true, IncludeVolumes: true},
+		VirtualNode: nestv1.VirtualNodeSpec{PodSecurityLevel: nestv1.PodSecurityRestricted},
+	}}
+	if err := host.Create(ctx, restricted); err == nil || !strings.Contains(err.Error(), "includeVolumes") {
+		t.Errorf("includeVolumes on a restricted tenant: %v, want refused naming includeVolumes", err)
+	}
+	ok := nestv1.SnapshotSchedule{Schedule: "@daily", To: "oci://registry.example:5000/backups/team-a", InsecurePlaintextKeys: true, IncludeVolumes: true}
 	vc := makeVC(t, ctx, "accepted", &ok)
 	got := &nestv1.VirtualCluster{}
 	if err := host.Get(ctx, client.ObjectKeyFromObject(vc), got); err != nil {

@@ -78,8 +78,9 @@ const DefaultTimeout = 30 * time.Minute
 const RetryInterval = 30 * time.Second
 
 // TakeFunc writes a snapshot of the VirtualCluster key to w, sealed to
-// recipients (none: plaintext), as snapshot.Take does.
-type TakeFunc func(ctx context.Context, key types.NamespacedName, w io.Writer, recipients []age.Recipient) (snapshot.Manifest, error)
+// recipients (none: plaintext), with the tenant's volumes when
+// includeVolumes says so, as snapshot.Take does.
+type TakeFunc func(ctx context.Context, key types.NamespacedName, w io.Writer, recipients []age.Recipient, includeVolumes bool) (snapshot.Manifest, error)
 
 // Reconciler takes the scheduled snapshots of one VirtualCluster.
 type Reconciler struct {
@@ -109,8 +110,9 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=nest.dev,resources=virtualclusters,verbs=get;list;watch
 // +kubebuilder:rbac:groups=nest.dev,resources=virtualclusters/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=pods/portforward,verbs=create
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=pods/portforward;pods/exec,verbs=create
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
@@ -269,7 +271,9 @@ func (r *Reconciler) takeAndPush(ctx context.Context, s *scheduleState) (bool, e
 	// A hung member or registry fails this one, not every schedule.
 	ctx, cancel := context.WithTimeout(ctx, cmp.Or(r.Timeout, DefaultTimeout))
 	defer cancel()
-	m, err := l.Save(ctx, r.TempDir, func(w io.Writer) (snapshot.Manifest, error) { return r.Take(ctx, key, w, s.recipients) })
+	m, err := l.Save(ctx, r.TempDir, func(w io.Writer) (snapshot.Manifest, error) {
+		return r.Take(ctx, key, w, s.recipients, s.spec.IncludeVolumes)
+	})
 	if err != nil {
 		r.fail(s, ReasonSnapshotFailed, fmt.Sprintf("the snapshot scheduled for %s to %s: %v", s.due.Format(time.RFC3339), url, err))
 		return true, nil
@@ -397,9 +401,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return err
 		}
 		cfg := cmp.Or(r.Config, mgr.GetConfig())
-		r.Take = func(ctx context.Context, key types.NamespacedName, w io.Writer, rs []age.Recipient) (snapshot.Manifest, error) {
+		r.Take = func(ctx context.Context, key types.NamespacedName, w io.Writer, rs []age.Recipient, includeVolumes bool) (snapshot.Manifest, error) {
 			return snapshot.Take(ctx, direct, cfg, key, w, snapshot.TakeOptions{
 				Recipients: rs, PlaintextKeys: len(rs) == 0, NestVersion: r.NestVersion, TempDir: r.TempDir,
+				IncludeVolumes: includeVolumes,
 			})
 		}
 	}

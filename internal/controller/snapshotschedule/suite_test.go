@@ -44,6 +44,9 @@ type fakeTake struct {
 	err error
 	// sealed counts the snapshots taken with recipients.
 	sealed int
+	// withVolumes says, by VirtualCluster name, whether its last snapshot
+	// was asked to include volumes.
+	withVolumes map[string]bool
 }
 
 func (f *fakeTake) failWith(err error) {
@@ -52,9 +55,13 @@ func (f *fakeTake) failWith(err error) {
 	f.err = err
 }
 
-func (f *fakeTake) take(_ context.Context, key types.NamespacedName, w io.Writer, rs []age.Recipient) (snapshot.Manifest, error) {
+func (f *fakeTake) take(_ context.Context, key types.NamespacedName, w io.Writer, rs []age.Recipient, includeVolumes bool) (snapshot.Manifest, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.withVolumes == nil {
+		f.withVolumes = map[string]bool{}
+	}
+	f.withVolumes[key.Name] = includeVolumes
 	if f.err != nil {
 		return snapshot.Manifest{}, f.err
 	}
