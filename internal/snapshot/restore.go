@@ -145,9 +145,14 @@ func Restore(ctx context.Context, host client.Client, cfg *rest.Config, s *Snaps
 	if err != nil {
 		return err
 	}
+	// The VirtualCluster as made, with its UID: the copy pods' owner.
+	live := &nestv1.VirtualCluster{}
+	if err := host.Get(ctx, key, live); err != nil {
+		return err
+	}
 	// Before etcd's data: the tenant's pods start only once it is back,
 	// and find their volumes filled.
-	if err := restoreVolumes(ctx, host, cfg, vc, cp, s, step); err != nil {
+	if err := restoreVolumes(ctx, host, cfg, live, cp, s, step); err != nil {
 		return err
 	}
 	s.removeVolumes()

@@ -60,6 +60,10 @@ type Volume struct {
 // again skips it.
 const AnnotationVolumeRestored = "nest.dev/volume-restored"
 
+// CopyPodComponent is the app.kubernetes.io/component label of the copy
+// pods.
+const CopyPodComponent = "volume-copy"
+
 // copyPodLifetime bounds a copy pod whose maker was lost: its main process
 // and the pod end by then. A copy that takes longer is cut off.
 const copyPodLifetime = 6 * time.Hour
@@ -235,7 +239,7 @@ func copyPod(vc *nestv1.VirtualCluster, cp copier, claim string, fill bool, node
 			Name: fmt.Sprintf("%s-volume-copy-%s", vc.Name, hex.EncodeToString(sum[:4])), Namespace: vc.Namespace,
 			Labels: map[string]string{
 				controlplane.LabelVirtualCluster: vc.Name, controlplane.LabelManagedBy: controlplane.ManagedByValue,
-				controlplane.LabelComponent: "volume-copy",
+				controlplane.LabelComponent: CopyPodComponent,
 			},
 			OwnerReferences: []metav1.OwnerReference{copyPodOwner(vc)},
 		},

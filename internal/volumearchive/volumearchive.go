@@ -20,8 +20,10 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // Stats is what Pack or Unpack went through.
@@ -123,10 +125,17 @@ func Unpack(dir string, r io.Reader, limit int64) (Stats, error) {
 	defer root.Close()
 	tr := tar.NewReader(r)
 	var st Stats
+	// A directory's time is set once its entries are in: writing them
+	// changes it.
+	type dirTime struct {
+		name string
+		t    time.Time
+	}
+	var dirs []dirTime
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
-			return st, nil
+			break
 		}
 		if err != nil {
 			return st, fmt.Errorf("unpack into %s: %w", dir, err)
@@ -138,7 +147,16 @@ func Unpack(dir string, r io.Reader, limit int64) (Stats, error) {
 		if err := unpackEntry(root, tr, h, name, limit, &st); err != nil {
 			return st, fmt.Errorf("unpack %q into %s: %w", h.Name, dir, err)
 		}
+		if h.Typeflag == tar.TypeDir {
+			dirs = append(dirs, dirTime{name, h.ModTime})
+		}
 	}
+	for _, d := range slices.Backward(dirs) {
+		if err := root.Chtimes(d.name, d.t, d.t); err != nil {
+			return st, fmt.Errorf("unpack into %s: %w", dir, err)
+		}
+	}
+	return st, nil
 }
 
 func unpackEntry(root *os.Root, tr *tar.Reader, h *tar.Header, name string, limit int64, st *Stats) error {

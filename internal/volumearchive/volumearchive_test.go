@@ -22,6 +22,9 @@ func TestPackUnpackRoundTrip(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(src, "run.sh"), []byte("#!/bin/sh\n"), 0o755))
 	must(t, os.Symlink("data/deep/blob", filepath.Join(src, "latest")))
 	must(t, os.Chtimes(filepath.Join(src, "run.sh"), mtime, mtime))
+	for _, d := range []string{"data/deep", "data", "."} {
+		must(t, os.Chtimes(filepath.Join(src, d), mtime, mtime))
+	}
 	var stream bytes.Buffer
 	packed, err := Pack(src, &stream)
 	if err != nil {
@@ -44,6 +47,13 @@ func TestPackUnpackRoundTrip(t *testing.T) {
 	}
 	if info, err := os.Stat(filepath.Join(dst, "run.sh")); err != nil || info.Mode().Perm() != 0o755 || !info.ModTime().Equal(mtime) {
 		t.Errorf("run.sh: %v, %v", info, err)
+	}
+	// Directories keep their times although their entries were written
+	// after them.
+	for _, d := range []string{"data/deep", "data", "."} {
+		if info, err := os.Stat(filepath.Join(dst, d)); err != nil || !info.ModTime().Equal(mtime) {
+			t.Errorf("directory %s: modified %v (%v), want %v", d, info.ModTime(), err, mtime)
+		}
 	}
 	if target, err := os.Readlink(filepath.Join(dst, "latest")); err != nil || target != "data/deep/blob" {
 		t.Errorf("latest links to %q (%v), want data/deep/blob", target, err)

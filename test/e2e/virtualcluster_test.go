@@ -411,7 +411,10 @@ spec:
 	tn.Kubectl(t, ctx, "apply", "-f", writeFile(t, tn, "gadget.yaml", "apiVersion: example.dev/v1\nkind: Gadget\nmetadata: {name: g1, namespace: app}\nsize: 3\n"))
 	tn.Kubectl(t, ctx, "-n", "app", "create", "secret", "generic", "marker", "--from-literal=value="+value)
 	tn.Kubectl(t, ctx, "-n", "app", "create", "deployment", "web", "--image=nest.local/testapp:dev", "--replicas=2")
+	tn.Kubectl(t, ctx, "apply", "-f", writeFile(t, tn, "db.yaml", statefulSetWithData))
 	tn.Kubectl(t, ctx, "-n", "app", "rollout", "status", "deployment/web", "--timeout=3m")
+	tn.Kubectl(t, ctx, "-n", "app", "rollout", "status", "statefulset/db", "--timeout=3m")
+	volumeBefore := volumeListing(t, ctx, tn)
 	podsBefore := tn.Kubectl(t, ctx, "-n", "app", "get", "pods", "-l", "app=web", "-o", "jsonpath={.items[*].metadata.name}")
 	rv := tn.Kubectl(t, ctx, "-n", "app", "get", "secret", "marker", "-o", "jsonpath={.metadata.resourceVersion}")
 	oldKubeconfig, err := os.ReadFile(tn.Kubeconfig)
@@ -428,10 +431,14 @@ spec:
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Errorf("a refused snapshot left %s (%v)", path, err)
 	}
-	out, err := nest("snapshot", "create", tn.Name, "--to", "file://"+path, "--recipient", id.Recipient().String())
+	out, err := nest("snapshot", "create", tn.Name, "--to", "file://"+path, "--recipient", id.Recipient().String(), "--include-volumes")
 	if err != nil {
 		t.Fatalf("snapshot create: %v\n%s", err, out)
 	}
+	if !strings.Contains(out, "claim app/data-db-0") || !strings.Contains(out, "volumes/0.tar.age") {
+		t.Errorf("snapshot create --include-volumes does not list claim app/data-db-0 with its data:\n%s", out)
+	}
+	checkNoCopyPodLeft(t, ctx, host, "vc-"+tn.Name)
 	t.Logf("%s", out)
 	checkSnapshotFile(t, path, tn.Name, rv, value)
 	reg, err := devcluster.RegistryAddressIn(ctx, host)
@@ -482,6 +489,13 @@ spec:
 		return nil
 	})
 	checkOldCredentials(t, ctx, oldKubeconfig, tn)
+	// The pod's script writes its data only into an empty volume: the same
+	// listing and sums mean the volume was filled before the pod started.
+	tn.Kubectl(t, ctx, "-n", "app", "rollout", "status", "statefulset/db", "--timeout=3m")
+	if after := volumeListing(t, ctx, tn); after != volumeBefore {
+		t.Errorf("the StatefulSet's volume after the restore differs:\nbefore:\n%s\nafter:\n%s", volumeBefore, after)
+	}
+	checkNoCopyPodLeft(t, ctx, host, "vc-"+tn.Name)
 
 	clone := &framework.Tenant{Name: tn.Name + "-clone", Dir: tn.Dir}
 	out, err = nest("restore", tn.Name, "--from", artifact, "--plain-http", "--identity", filepath.Join(dir, "id"), "--as", clone.Name)
@@ -489,6 +503,10 @@ spec:
 		t.Fatalf("restore a clone from the registry: %v\n%s", err, out)
 	}
 	t.Logf("clone restored from %s:\n%s", artifact, out)
+	// Taken without --include-volumes: the claim is back, empty.
+	if !strings.Contains(out, "claim app/data-db-0 back, empty") {
+		t.Errorf("the clone's restore does not say the claim comes back empty:\n%s", out)
+	}
 	clone.Load(t, nest)
 	defer func() {
 		if out, err := nest("delete", clone.Name, "--wait", "--timeout", "3m"); err != nil {
@@ -497,6 +515,63 @@ spec:
 	}()
 	checkClone(t, ctx, tn, clone, configMaps, value)
 	checkOldCredentials(t, ctx, oldKubeconfig, clone)
+}
+
+// statefulSetWithData is a StatefulSet whose pod fills its empty volume
+// once: 8 MiB of random bytes, a nested file with its own mode, a symbolic
+// link, a hostile one aimed at the copy pod's own files (which the copy
+// keeps as a link, never following it), and a marker that stops it
+// writing again.
+const statefulSetWithData = `apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db, namespace: app}
+spec:
+  serviceName: db
+  replicas: 1
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: db
+        image: nest.local/busybox:1.35
+        command: [sh, -c, 'if [ ! -e /data/done ]; then head -c 8388608 /dev/urandom > /data/blob && mkdir -p /data/sub && echo nested > /data/sub/note && chmod 0640 /data/sub/note && ln -s blob /data/link && ln -s /proc/1/root/etc/passwd /data/escape && touch /data/done; fi; exec sleep 3600']
+        readinessProbe: {exec: {command: [test, -e, /data/done]}, periodSeconds: 1}
+        volumeMounts: [{name: data, mountPath: /data}]
+  volumeClaimTemplates:
+  - metadata: {name: data}
+    spec:
+      accessModes: [ReadWriteOnce]
+      resources: {requests: {storage: 64Mi}}
+`
+
+// volumeListing is every entry of pod db-0's volume, with its size, mode,
+// owner and modification time (a link with its target), and the SHA-256 of
+// every file.
+func volumeListing(t *testing.T, ctx context.Context, tn *framework.Tenant) string {
+	t.Helper()
+	script := `cd /data && find . | sort | while read f; do if [ -L "$f" ]; then echo "$f -> $(readlink "$f")"; else stat -c '%n %s %a %u:%g %Y' "$f"; fi; done && find . -type f | sort | xargs sha256sum`
+	out := tn.Kubectl(t, ctx, "-n", "app", "exec", "db-0", "--", "sh", "-c", script)
+	if !strings.Contains(out, "./blob 8388608 ") || !strings.Contains(out, "./link -> blob") || !strings.Contains(out, "./escape -> /proc/1/root/etc/passwd") {
+		t.Fatalf("pod db-0's volume does not hold its data:\n%s", out)
+	}
+	return out
+}
+
+// checkNoCopyPodLeft: no volume copy pod is left in the namespace.
+func checkNoCopyPodLeft(t *testing.T, ctx context.Context, host client.Client, namespace string) {
+	t.Helper()
+	testutil.Eventually(t, time.Minute, "the volume copy pods gone", func() error {
+		var pods corev1.PodList
+		if err := host.List(ctx, &pods, client.InNamespace(namespace), client.MatchingLabels{controlplane.LabelComponent: snapshot.CopyPodComponent}); err != nil {
+			return err
+		}
+		if len(pods.Items) > 0 {
+			return fmt.Errorf("%d copy pods left, first %s", len(pods.Items), pods.Items[0].Name)
+		}
+		return nil
+	})
 }
 
 // checkClone: clone holds tn's objects, both answer, each at its own
