@@ -19,7 +19,7 @@ K8S_LDFLAGS := $(call k8s_ldflags,$(K8S_VERSION))
 
 NODES ?= 2
 
-.PHONY: all deps build build-k8s build-nest test unit e2e e2e-prepare e2e-compile e2e-run e2e-faults demo demo-dedicated down clean bench bench-member bench-density conformance-build conformance generate envtest-assets lint dashboard-assets
+.PHONY: all deps build build-k8s build-nest test unit e2e e2e-prepare e2e-compile e2e-run e2e-faults demo demo-dedicated down clean bench bench-member bench-density bench-snapshot conformance-build conformance generate envtest-assets lint dashboard-assets
 
 all: build
 
@@ -160,6 +160,10 @@ bench: build
 	NEST_BIN_DIR=$(BIN) go test -run '^$$' -bench NetworkPolicyEnforcer -benchtime 1x -timeout 30m ./test/e2e/
 	NEST_BIN_DIR=$(BIN) go test -run '^$$' -bench NodePromotion -benchtime 5x -timeout 30m ./test/e2e/
 	go test -run '^$$' -bench PageWeight -benchtime 3x ./internal/dashboard/
+
+## bench-snapshot: a sealed snapshot with --include-volumes of a tenant with NEST_BENCH_VOLUME_MIB (default 100) MiB in a volume, and its restore
+bench-snapshot: build
+	NEST_BIN_DIR=$(BIN) go test -run '^$$' -bench SnapshotVolumes -benchtime 1x -timeout 30m ./test/e2e/
 
 ## bench-density: tenants one after another until NEST_DENSITY_TENANTS (default 20) or the host is full; memory, CPU and latency per tenant
 ## bench-member: member pod startup through a tenant against direct, 50 each way, on a host and a member cluster

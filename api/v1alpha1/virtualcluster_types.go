@@ -49,6 +49,25 @@ const AnnotationIgnoreRemovedAPIs = "nest.dev/upgrade-ignore-removed-apis"
 // VirtualCluster is Ready.
 const AnnotationRestoring = "nest.dev/restoring"
 
+// AnnotationRequestedAddress, set by nest restore on the VirtualCluster it
+// brings back under its own name, asks that the Service in front of its
+// API server, when it is made, get the address the tenant had when the
+// snapshot was taken, so kubeconfigs made before work again unchanged. Its
+// value is a RequestedAddress as JSON. nest-manager asks the host for it
+// once, when it creates the Service; an address taken meanwhile is a
+// Warning event (reason AddressTaken) and the host picks another. nest
+// restore removes it with AnnotationRestoring.
+const AnnotationRequestedAddress = "nest.dev/requested-address"
+
+// RequestedAddress is AnnotationRequestedAddress's value: the LoadBalancer
+// address (spec.loadBalancerIP, which MetalLB and most cloud load
+// balancers honour) and the node port of the API server's Service; zero
+// values ask for nothing.
+type RequestedAddress struct {
+	LoadBalancerIP string `json:"loadBalancerIP,omitempty"`
+	NodePort       int32  `json:"nodePort,omitempty"`
+}
+
 // AnnotationSnapshotRequested asks the snapshot schedule controller for a
 // snapshot now, outside spec.snapshots' schedule, to the schedule's
 // repository and in its keep rotation: each new value (`nest snapshot

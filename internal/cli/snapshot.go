@@ -50,8 +50,9 @@ func newRestoreCommand(host *hostFlags) *cobra.Command {
 		Short: "Bring a virtual cluster back from its snapshot, under its own name, with its CAs and every tenant object",
 		Long: "Bring the virtual cluster NAME back from a snapshot of it (nest snapshot create), in the host namespace " +
 			"it was taken from, which must hold no VirtualCluster. The snapshot is checked whole, and decrypted, " +
-			"before anything on the host changes. The tenant keeps its CAs and service-account key, so kubeconfigs " +
-			"and tokens made before work again, and its etcd starts from the snapshot's data; its pods come back " +
+			"before anything on the host changes. The tenant keeps its CAs and service-account key, and its address " +
+			"where the host can give it again, so kubeconfigs and tokens made before work again, and its etcd starts " +
+			"from the snapshot's data; its pods come back " +
 			"with new host pods. Run again after an interruption, it goes on where it stopped. URL is file://PATH or " +
 			"oci://REGISTRY/REPOSITORY:TAG (credentials from the Docker config). With --as, the tenant is restored " +
 			"as a clone beside the original, under NEWNAME in the namespace -n names (default vc-NEWNAME): the same " +

@@ -31,6 +31,8 @@ import (
 	"time"
 
 	"filippo.io/age"
+
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 )
 
 // Format is the version of the archive's layout this Nest writes and the
@@ -83,6 +85,10 @@ type Manifest struct {
 	EtcdRevision int64 `json:"etcdRevision"`
 	// Member is the etcd member it was taken from.
 	Member string `json:"member"`
+	// Address is where the tenant's API server was reached: its Service's
+	// LoadBalancer address and node port, which a restore under the same
+	// name asks for again (nestv1.AnnotationRequestedAddress).
+	Address *nestv1.RequestedAddress `json:"address,omitempty"`
 	// Volumes are the tenant's PersistentVolumeClaims that had a host
 	// claim, with their data where the snapshot includes it.
 	Volumes []Volume `json:"volumes,omitempty"`

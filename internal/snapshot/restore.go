@@ -95,6 +95,17 @@ func Restore(ctx context.Context, host client.Client, cfg *rest.Config, s *Snaps
 		vc.Spec.Snapshots, vc.Spec.ExternalIPs = nil, nil
 		// The original's last applied configuration names it.
 		delete(vc.Annotations, "kubectl.kubernetes.io/last-applied-configuration")
+	} else if a := s.Manifest.Address; a != nil {
+		// The tenant itself: its old address, so kubeconfigs made before
+		// work unchanged, if the host can still give it.
+		b, err := json.Marshal(a)
+		if err != nil {
+			return err
+		}
+		if vc.Annotations == nil {
+			vc.Annotations = map[string]string{}
+		}
+		vc.Annotations[nestv1.AnnotationRequestedAddress] = string(b)
 	}
 	// The version the control plane ran when the snapshot was taken, which
 	// etcd's data is of: a snapshot taken during an upgrade comes back
@@ -167,12 +178,34 @@ func Restore(ctx context.Context, host client.Client, cfg *rest.Config, s *Snaps
 	if err := waitRestored(ctx, host, key); err != nil {
 		return err
 	}
-	patch := client.RawPatch(types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/annotations/`+strings.ReplaceAll(nestv1.AnnotationRestoring, "/", "~1")+`"}]`))
+	// One-shot marks of the restore: a merge patch removes them whether
+	// they are there or not.
+	patch := client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:null,%q:null}}}`, nestv1.AnnotationRestoring, nestv1.AnnotationRequestedAddress)))
 	if err := host.Patch(ctx, &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}, patch); err != nil {
 		return fmt.Errorf("remove %s from %s: %w", nestv1.AnnotationRestoring, key, err)
 	}
 	step("VirtualCluster %s is Ready", key)
+	if was := s.Manifest.Address; was != nil && o.As.Name == "" {
+		switch now := addressOf(ctx, host, controlplane.NamesOf(vc)); {
+		case now != nil && *now == *was:
+			step("back at its address (%s): kubeconfigs made before work unchanged", describeAddress(was))
+		default:
+			step("at a new address (it had %s, which the host could not give again): fetch kubeconfigs again with nest kubeconfig", describeAddress(was))
+		}
+	}
 	return nil
+}
+
+// describeAddress is a in words.
+func describeAddress(a *nestv1.RequestedAddress) string {
+	var parts []string
+	if a.LoadBalancerIP != "" {
+		parts = append(parts, "LoadBalancer "+a.LoadBalancerIP)
+	}
+	if a.NodePort != 0 {
+		parts = append(parts, fmt.Sprintf("node port %d", a.NodePort))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // RestoreSpaceFactor is how many times the size of etcd's snapshot a

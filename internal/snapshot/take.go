@@ -135,15 +135,15 @@ func Take(ctx context.Context, host client.Client, cfg *rest.Config, key types.N
 		NestVersion: o.NestVersion, KubernetesVersion: controlplane.RunningVersion(vc),
 		Namespace: key.Namespace, VirtualCluster: key.Name,
 		Created: time.Now().UTC().Truncate(time.Second), EtcdRevision: revision, Member: member,
-		Volumes: volumes,
+		Volumes: volumes, Address: addressOf(ctx, host, n),
 	}
 	return Write(w, m, Contents{VirtualCluster: vcJSON, PKI: pki.Data, EtcdPath: etcd.Name(), VolumePaths: volumePaths}, o.Recipients, o.PlaintextKeys)
 }
 
 // portable is vc as a snapshot keeps it: its name, namespace, labels,
 // annotations and spec, without spec.kubeconfig (the admin's key), its
-// status, or the one-shot annotations nest.dev/snapshot-requested and
-// nest.dev/restoring.
+// status, or the one-shot annotations nest.dev/snapshot-requested,
+// nest.dev/restoring and nest.dev/requested-address.
 func portable(vc *nestv1.VirtualCluster) *nestv1.VirtualCluster {
 	out := &nestv1.VirtualCluster{
 		TypeMeta: metav1.TypeMeta{APIVersion: nestv1.GroupVersion.String(), Kind: nestv1.VirtualClusterKind},
@@ -153,10 +153,31 @@ func portable(vc *nestv1.VirtualCluster) *nestv1.VirtualCluster {
 	}
 	out.Spec.Kubeconfig = ""
 	// One-shot marks of the running tenant, not part of it.
-	for _, a := range []string{nestv1.AnnotationSnapshotRequested, nestv1.AnnotationRestoring} {
+	for _, a := range []string{nestv1.AnnotationSnapshotRequested, nestv1.AnnotationRestoring, nestv1.AnnotationRequestedAddress} {
 		delete(out.Annotations, a)
 	}
 	return out
+}
+
+// addressOf is the LoadBalancer address and node port of the tenant's
+// Service, or nil when it has neither (or cannot be read: the snapshot
+// goes on, and a restore lets the host pick).
+func addressOf(ctx context.Context, host client.Client, n controlplane.Names) *nestv1.RequestedAddress {
+	svc := &corev1.Service{}
+	if err := host.Get(ctx, types.NamespacedName{Namespace: n.Namespace, Name: n.Service()}, svc); err != nil {
+		return nil
+	}
+	a := &nestv1.RequestedAddress{}
+	if len(svc.Spec.Ports) > 0 {
+		a.NodePort = svc.Spec.Ports[0].NodePort
+	}
+	if in := svc.Status.LoadBalancer.Ingress; len(in) > 0 {
+		a.LoadBalancerIP = in[0].IP
+	}
+	if *a == (nestv1.RequestedAddress{}) {
+		return nil
+	}
+	return a
 }
 
 // etcdClientTLS is the TLS configuration of an etcd client of the tenant:

@@ -3,6 +3,7 @@ package snapshot
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -193,5 +194,33 @@ func TestStatsIn(t *testing.T) {
 	}
 	if _, err := statsIn([]byte("pack /volume: permission denied")); err == nil {
 		t.Error("no report: want an error")
+	}
+}
+
+// A snapshot without volumes' data brings each claim back empty, says so,
+// and a restore run again says nothing more.
+func TestRestoreVolumesWithoutDataMakesEmptyClaims(t *testing.T) {
+	ctx := context.Background()
+	c := fake.NewClientBuilder().WithScheme(kube.NewScheme()).Build()
+	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "alpha", Namespace: "vc-alpha"}}
+	s := &Snapshot{Manifest: Manifest{Volumes: volumes()}, Contents: Contents{VolumePaths: []string{"", ""}}}
+	var steps []string
+	step := func(format string, args ...any) { steps = append(steps, fmt.Sprintf(format, args...)) }
+	for range 2 {
+		if err := restoreVolumes(ctx, c, nil, vc, copier{}, s, step); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(steps) != 2 || !strings.Contains(steps[0], "claim app/data-db-0 back, empty") {
+		t.Errorf("steps %q, want one empty claim each, once", steps)
+	}
+	var claims corev1.PersistentVolumeClaimList
+	if err := c.List(ctx, &claims, client.InNamespace("vc-alpha")); err != nil || len(claims.Items) != 2 {
+		t.Fatalf("%d host claims, %v; want 2", len(claims.Items), err)
+	}
+	for _, claim := range claims.Items {
+		if claim.Spec.Resources.Requests.Storage().String() != "1Gi" || *claim.Spec.StorageClassName != "standard" {
+			t.Errorf("claim %s: %+v", claim.Name, claim.Spec)
+		}
 	}
 }

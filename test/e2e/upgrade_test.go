@@ -346,7 +346,7 @@ func (w *workload) checkKept(t *testing.T, ctx context.Context, host client.Clie
 // writeFile writes content to the file TENANT-name in the tenant's
 // directory, and returns its path. Not a subtest's directory: its name
 // holds the subtest's commas, which kubectl -f splits paths at.
-func writeFile(t *testing.T, tn *framework.Tenant, name, content string) string {
+func writeFile(t testing.TB, tn *framework.Tenant, name, content string) string {
 	t.Helper()
 	path := filepath.Join(tn.Dir, tn.Name+"-"+name)
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {

@@ -411,10 +411,10 @@ spec:
 	tn.Kubectl(t, ctx, "apply", "-f", writeFile(t, tn, "gadget.yaml", "apiVersion: example.dev/v1\nkind: Gadget\nmetadata: {name: g1, namespace: app}\nsize: 3\n"))
 	tn.Kubectl(t, ctx, "-n", "app", "create", "secret", "generic", "marker", "--from-literal=value="+value)
 	tn.Kubectl(t, ctx, "-n", "app", "create", "deployment", "web", "--image=nest.local/testapp:dev", "--replicas=2")
-	tn.Kubectl(t, ctx, "apply", "-f", writeFile(t, tn, "db.yaml", statefulSetWithData))
+	tn.Kubectl(t, ctx, "apply", "-f", writeFile(t, tn, "db.yaml", statefulSetWithData(testVolumeBytes)))
 	tn.Kubectl(t, ctx, "-n", "app", "rollout", "status", "deployment/web", "--timeout=3m")
 	tn.Kubectl(t, ctx, "-n", "app", "rollout", "status", "statefulset/db", "--timeout=3m")
-	volumeBefore := volumeListing(t, ctx, tn)
+	volumeBefore := volumeListing(t, ctx, tn, testVolumeBytes)
 	podsBefore := tn.Kubectl(t, ctx, "-n", "app", "get", "pods", "-l", "app=web", "-o", "jsonpath={.items[*].metadata.name}")
 	rv := tn.Kubectl(t, ctx, "-n", "app", "get", "secret", "marker", "-o", "jsonpath={.metadata.resourceVersion}")
 	oldKubeconfig, err := os.ReadFile(tn.Kubeconfig)
@@ -446,7 +446,7 @@ spec:
 		t.Fatal(err)
 	}
 	artifact := "oci://" + reg + "/e2e/" + tn.Name + ":before-the-deletion"
-	if out, err := nest("snapshot", "create", tn.Name, "--to", artifact, "--plain-http", "--recipient", id.Recipient().String()); err != nil {
+	if out, err := nest("snapshot", "create", tn.Name, "--to", artifact, "--plain-http", "--recipient", id.Recipient().String(), "--include-volumes"); err != nil {
 		t.Fatalf("snapshot create to the registry: %v\n%s", err, out)
 	}
 	if out, err := nest("snapshot", "verify", "--from", "file://"+path, "--identity", filepath.Join(dir, "id")); err != nil || !strings.Contains(out, "keys: decrypted") {
@@ -488,11 +488,16 @@ spec:
 		}
 		return nil
 	})
-	checkOldCredentials(t, ctx, oldKubeconfig, tn)
+	// Back under its own name, at its own address: the old kubeconfig as
+	// it was.
+	if !strings.Contains(out, "back at its address") {
+		t.Errorf("the restore does not say the tenant is back at its address:\n%s", out)
+	}
+	checkOldCredentials(t, ctx, oldKubeconfig, tn, true)
 	// The pod's script writes its data only into an empty volume: the same
 	// listing and sums mean the volume was filled before the pod started.
 	tn.Kubectl(t, ctx, "-n", "app", "rollout", "status", "statefulset/db", "--timeout=3m")
-	if after := volumeListing(t, ctx, tn); after != volumeBefore {
+	if after := volumeListing(t, ctx, tn, testVolumeBytes); after != volumeBefore {
 		t.Errorf("the StatefulSet's volume after the restore differs:\nbefore:\n%s\nafter:\n%s", volumeBefore, after)
 	}
 	checkNoCopyPodLeft(t, ctx, host, "vc-"+tn.Name)
@@ -503,9 +508,8 @@ spec:
 		t.Fatalf("restore a clone from the registry: %v\n%s", err, out)
 	}
 	t.Logf("clone restored from %s:\n%s", artifact, out)
-	// Taken without --include-volumes: the claim is back, empty.
-	if !strings.Contains(out, "claim app/data-db-0 back, empty") {
-		t.Errorf("the clone's restore does not say the claim comes back empty:\n%s", out)
+	if !strings.Contains(out, "claim app/data-db-0 back with its data") {
+		t.Errorf("the clone's restore does not say its claim is back with its data:\n%s", out)
 	}
 	clone.Load(t, nest)
 	defer func() {
@@ -514,15 +518,24 @@ spec:
 		}
 	}()
 	checkClone(t, ctx, tn, clone, configMaps, value)
-	checkOldCredentials(t, ctx, oldKubeconfig, clone)
+	clone.Kubectl(t, ctx, "-n", "app", "rollout", "status", "statefulset/db", "--timeout=3m")
+	if got := volumeListing(t, ctx, clone, testVolumeBytes); got != volumeBefore {
+		t.Errorf("the clone's volume differs from the original's:\noriginal:\n%s\nclone:\n%s", volumeBefore, got)
+	}
+	checkOldCredentials(t, ctx, oldKubeconfig, clone, false)
 }
 
+// testVolumeBytes is the size of the random file of the volume
+// TestVirtualClusters snapshots and restores: 8 MiB.
+const testVolumeBytes = 8 << 20
+
 // statefulSetWithData is a StatefulSet whose pod fills its empty volume
-// once: 8 MiB of random bytes, a nested file with its own mode, a symbolic
+// once: blobBytes random bytes, a nested file with its own mode, a symbolic
 // link, a hostile one aimed at the copy pod's own files (which the copy
 // keeps as a link, never following it), and a marker that stops it
 // writing again.
-const statefulSetWithData = `apiVersion: apps/v1
+func statefulSetWithData(blobBytes int) string {
+	return strings.ReplaceAll(`apiVersion: apps/v1
 kind: StatefulSet
 metadata: {name: db, namespace: app}
 spec:
@@ -536,24 +549,25 @@ spec:
       containers:
       - name: db
         image: nest.local/busybox:1.35
-        command: [sh, -c, 'if [ ! -e /data/done ]; then head -c 8388608 /dev/urandom > /data/blob && mkdir -p /data/sub && echo nested > /data/sub/note && chmod 0640 /data/sub/note && ln -s blob /data/link && ln -s /proc/1/root/etc/passwd /data/escape && touch /data/done; fi; exec sleep 3600']
+        command: [sh, -c, 'if [ ! -e /data/done ]; then head -c BLOB_BYTES /dev/urandom > /data/blob && mkdir -p /data/sub && echo nested > /data/sub/note && chmod 0640 /data/sub/note && ln -s blob /data/link && ln -s /proc/1/root/etc/passwd /data/escape && touch /data/done; fi; exec sleep 3600']
         readinessProbe: {exec: {command: [test, -e, /data/done]}, periodSeconds: 1}
         volumeMounts: [{name: data, mountPath: /data}]
   volumeClaimTemplates:
   - metadata: {name: data}
     spec:
       accessModes: [ReadWriteOnce]
-      resources: {requests: {storage: 64Mi}}
-`
+      resources: {requests: {storage: 1Gi}}
+`, "BLOB_BYTES", strconv.Itoa(blobBytes))
+}
 
 // volumeListing is every entry of pod db-0's volume, with its size, mode,
 // owner and modification time (a link with its target), and the SHA-256 of
-// every file.
-func volumeListing(t *testing.T, ctx context.Context, tn *framework.Tenant) string {
+// every file; the random file must be blobBytes long.
+func volumeListing(t testing.TB, ctx context.Context, tn *framework.Tenant, blobBytes int) string {
 	t.Helper()
 	script := `cd /data && find . | sort | while read f; do if [ -L "$f" ]; then echo "$f -> $(readlink "$f")"; else stat -c '%n %s %a %u:%g %Y' "$f"; fi; done && find . -type f | sort | xargs sha256sum`
 	out := tn.Kubectl(t, ctx, "-n", "app", "exec", "db-0", "--", "sh", "-c", script)
-	if !strings.Contains(out, "./blob 8388608 ") || !strings.Contains(out, "./link -> blob") || !strings.Contains(out, "./escape -> /proc/1/root/etc/passwd") {
+	if !strings.Contains(out, fmt.Sprintf("./blob %d ", blobBytes)) || !strings.Contains(out, "./link -> blob") || !strings.Contains(out, "./escape -> /proc/1/root/etc/passwd") {
 		t.Fatalf("pod db-0's volume does not hold its data:\n%s", out)
 	}
 	return out
@@ -747,8 +761,9 @@ func hostState(t *testing.T, ctx context.Context, host client.Client, namespace 
 }
 
 // checkOldCredentials: the client certificate and CA of a kubeconfig made
-// before the deletion are accepted by the restored tenant at its address now.
-func checkOldCredentials(t *testing.T, ctx context.Context, oldKubeconfig []byte, tn *framework.Tenant) {
+// before the deletion are accepted by the restored tenant: the kubeconfig
+// as it was when sameAddress, else pointed at the tenant's address now.
+func checkOldCredentials(t *testing.T, ctx context.Context, oldKubeconfig []byte, tn *framework.Tenant, sameAddress bool) {
 	t.Helper()
 	old, err := clientcmd.Load(oldKubeconfig)
 	if err != nil {
@@ -760,10 +775,12 @@ func checkOldCredentials(t *testing.T, ctx context.Context, oldKubeconfig []byte
 	}
 	for name, cluster := range old.Clusters {
 		for _, c := range now.Clusters {
-			if cluster.Server != c.Server {
-				t.Logf("the tenant's address moved from %s to %s with its new Service", cluster.Server, c.Server)
+			switch {
+			case sameAddress && cluster.Server != c.Server:
+				t.Errorf("the tenant's address moved from %s to %s: want it back at its own", cluster.Server, c.Server)
+			case !sameAddress:
+				old.Clusters[name].Server = c.Server
 			}
-			old.Clusters[name].Server = c.Server
 		}
 	}
 	cfg, err := clientcmd.NewDefaultClientConfig(*old, nil).ClientConfig()
@@ -816,7 +833,7 @@ func checkSnapshotFile(t *testing.T, path, name, rv, secret string) {
 }
 
 // newAgeIdentity makes an age identity and writes it to dir/name.
-func newAgeIdentity(t *testing.T, dir, name string) *age.X25519Identity {
+func newAgeIdentity(t testing.TB, dir, name string) *age.X25519Identity {
 	t.Helper()
 	id, err := age.GenerateX25519Identity()
 	if err != nil {

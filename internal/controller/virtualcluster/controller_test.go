@@ -10,6 +10,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -543,4 +544,61 @@ func clientUser(t *testing.T, kubeconfig []byte) string {
 		t.Fatal(err)
 	}
 	return user
+}
+
+// A Service made for a VirtualCluster that asks for an address
+// (nestv1.AnnotationRequestedAddress, as nest restore sets it) gets it; one
+// asking for a node port another Service holds gets another and an
+// AddressTaken event, and still comes up.
+func TestARequestedNodePortIsGivenOrDroppedWithAnEvent(t *testing.T) {
+	ensureNode(t)
+	ctx := context.Background()
+	const port = 31777
+	request := fmt.Sprintf(`{"nodePort":%d}`, port)
+	nodePortOf := func(n controlplane.Names) func() (int32, error) {
+		return func() (int32, error) {
+			var svc corev1.Service
+			if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: n.Namespace, Name: n.Service()}, &svc); err != nil {
+				return 0, err
+			}
+			return svc.Spec.Ports[0].NodePort, nil
+		}
+	}
+	create := func(name string) controlplane.Names {
+		ns := newNamespace(t)
+		vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
+			Annotations: map[string]string{nestv1.AnnotationRequestedAddress: request}}}
+		if err := k8sClient.Create(ctx, vc); err != nil {
+			t.Fatal(err)
+		}
+		return controlplane.Names{VirtualCluster: name, Namespace: ns}
+	}
+	first := create("asks-port")
+	eventually(t, "the first tenant's Service on the node port it asked for", func() error {
+		got, err := nodePortOf(first)()
+		if err == nil && got != port {
+			err = fmt.Errorf("node port %d, want %d", got, port)
+		}
+		return err
+	})
+	second := create("asks-taken-port")
+	eventually(t, "the second tenant's Service on another node port, with an AddressTaken event", func() error {
+		got, err := nodePortOf(second)()
+		if err != nil {
+			return err
+		}
+		if got == port || got == 0 {
+			return fmt.Errorf("node port %d", got)
+		}
+		var events eventsv1.EventList
+		if err := k8sClient.List(ctx, &events, client.InNamespace(second.Namespace)); err != nil {
+			return err
+		}
+		for _, e := range events.Items {
+			if e.Reason == ReasonAddressTaken && strings.Contains(e.Note, fmt.Sprint(port)) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no %s event among %d", ReasonAddressTaken, len(events.Items))
+	})
 }

@@ -3,12 +3,14 @@ package virtualcluster
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"maps"
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -29,19 +31,23 @@ import (
 )
 
 // reconcileService creates or updates the Service and gathers the host node
-// IPs, which the serving certificate and a NodePort endpoint need.
+// IPs, which the serving certificate and a NodePort endpoint need. A
+// Service it creates asks for the address nestv1.AnnotationRequestedAddress
+// names, if any (requestAddress); a request the host cannot meet is
+// dropped with a Warning event.
 func (r *Reconciler) reconcileService(ctx context.Context, s *reconcileState) (bool, error) {
-	desired := controlplane.ServiceFor(s.vc, r.ControlPlane.DefaultServiceType)
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: desired.Name, Namespace: desired.Namespace}}
-	if _, err := controllerutil.CreateOrPatch(ctx, r.Client, svc, func() error {
-		svc.Labels = desired.Labels
-		svc.Spec.Type = desired.Spec.Type
-		svc.Spec.Selector = desired.Spec.Selector
-		svc.Spec.PublishNotReadyAddresses = desired.Spec.PublishNotReadyAddresses
-		svc.Spec.Ports = mergePorts(svc.Spec.Ports, desired.Spec.Ports, desired.Spec.Type)
-		return controllerutil.SetControllerReference(s.vc, svc, r.Scheme)
-	}); err != nil {
-		return false, fmt.Errorf("reconcile Service %s: %w", klog.KObj(svc), err)
+	requested := r.requestedAddress(s.vc)
+	svc, err := r.applyService(ctx, s.vc, requested)
+	if err != nil && requested != nil && isPortAllocated(err) {
+		r.Recorder.Eventf(s.vc, nil, corev1.EventTypeWarning, ReasonAddressTaken, "Reconcile",
+			"node port %d, which the tenant had, is taken: the Service gets another and kubeconfigs made before must be fetched again (nest kubeconfig)", requested.NodePort)
+		svc, err = r.applyService(ctx, s.vc, nil)
+	}
+	if err != nil {
+		return false, err
+	}
+	if err := r.dropUnmetAddress(ctx, s.vc, svc, time.Now()); err != nil {
+		return false, err
 	}
 	ips, err := r.nodeIPs(ctx)
 	if err != nil {
@@ -49,6 +55,93 @@ func (r *Reconciler) reconcileService(ctx context.Context, s *reconcileState) (b
 	}
 	s.service, s.nodeIPs = svc, ips
 	return true, nil
+}
+
+// ReasonAddressTaken is the Warning event of a VirtualCluster whose
+// requested address (nestv1.AnnotationRequestedAddress) the host could
+// not give.
+const ReasonAddressTaken = "AddressTaken"
+
+// addressGrace is how long a LoadBalancer Service that asked for an address
+// waits for it before the request is dropped: a load balancer gives a free
+// address in a second or two.
+const addressGrace = 30 * time.Second
+
+// applyService creates or patches the API server's Service; one it creates
+// asks for requested.
+func (r *Reconciler) applyService(ctx context.Context, vc *nestv1.VirtualCluster, requested *nestv1.RequestedAddress) (*corev1.Service, error) {
+	desired := controlplane.ServiceFor(vc, r.ControlPlane.DefaultServiceType)
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: desired.Name, Namespace: desired.Namespace}}
+	if _, err := controllerutil.CreateOrPatch(ctx, r.Client, svc, func() error {
+		svc.Labels = desired.Labels
+		svc.Spec.Type = desired.Spec.Type
+		svc.Spec.Selector = desired.Spec.Selector
+		svc.Spec.PublishNotReadyAddresses = desired.Spec.PublishNotReadyAddresses
+		svc.Spec.Ports = mergePorts(svc.Spec.Ports, desired.Spec.Ports, desired.Spec.Type)
+		if svc.CreationTimestamp.IsZero() {
+			requestAddress(svc, requested)
+		}
+		return controllerutil.SetControllerReference(vc, svc, r.Scheme)
+	}); err != nil {
+		return nil, fmt.Errorf("reconcile Service %s: %w", klog.KObj(svc), err)
+	}
+	return svc, nil
+}
+
+// requestedAddress is the VirtualCluster's
+// nestv1.AnnotationRequestedAddress, or nil; a value that does not parse
+// is a Warning event and asks for nothing.
+func (r *Reconciler) requestedAddress(vc *nestv1.VirtualCluster) *nestv1.RequestedAddress {
+	v, ok := vc.Annotations[nestv1.AnnotationRequestedAddress]
+	if !ok {
+		return nil
+	}
+	a := &nestv1.RequestedAddress{}
+	if err := json.Unmarshal([]byte(v), a); err != nil {
+		r.Recorder.Eventf(vc, nil, corev1.EventTypeWarning, ReasonAddressTaken, "Reconcile",
+			"annotation %s %q is not {\"loadBalancerIP\": ..., \"nodePort\": ...}: no address is asked for: %v", nestv1.AnnotationRequestedAddress, v, err)
+		return nil
+	}
+	return a
+}
+
+// requestAddress asks, on a Service about to be created, for the node port
+// and LoadBalancer address of requested, where its type has them.
+func requestAddress(svc *corev1.Service, requested *nestv1.RequestedAddress) {
+	if requested == nil {
+		return
+	}
+	if requested.NodePort != 0 && svc.Spec.Type != corev1.ServiceTypeClusterIP && len(svc.Spec.Ports) > 0 {
+		svc.Spec.Ports[0].NodePort = requested.NodePort
+	}
+	if requested.LoadBalancerIP != "" && svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
+		svc.Spec.LoadBalancerIP = requested.LoadBalancerIP
+	}
+}
+
+// isPortAllocated reports whether err is the API server's refusal of a
+// node port another Service holds.
+func isPortAllocated(err error) bool {
+	return apierrors.IsInvalid(err) && strings.Contains(err.Error(), "already allocated")
+}
+
+// dropUnmetAddress clears the LoadBalancer address a Service asked for
+// when, addressGrace after its creation, the load balancer has not given
+// it (another Service holds it, or it is outside the pools), so the load
+// balancer picks one.
+func (r *Reconciler) dropUnmetAddress(ctx context.Context, vc *nestv1.VirtualCluster, svc *corev1.Service, now time.Time) error {
+	if svc.Spec.LoadBalancerIP == "" || len(svc.Status.LoadBalancer.Ingress) > 0 || now.Sub(svc.CreationTimestamp.Time) < addressGrace {
+		return nil
+	}
+	ip := svc.Spec.LoadBalancerIP
+	patch := client.MergeFrom(svc.DeepCopy())
+	svc.Spec.LoadBalancerIP = ""
+	if err := r.Patch(ctx, svc, patch); err != nil {
+		return fmt.Errorf("drop the address %s Service %s asked for: %w", ip, klog.KObj(svc), err)
+	}
+	r.Recorder.Eventf(vc, nil, corev1.EventTypeWarning, ReasonAddressTaken, "Reconcile",
+		"LoadBalancer address %s, which the tenant had, was not given in %s (taken, or outside the pools): the Service gets another and kubeconfigs made before must be fetched again (nest kubeconfig)", ip, addressGrace)
+	return nil
 }
 
 // mergePorts keeps the node port the host assigned when the port is otherwise

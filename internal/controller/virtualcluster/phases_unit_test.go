@@ -8,6 +8,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -244,5 +245,45 @@ func TestUpgradePendingOnlyBeforeTheFirstStep(t *testing.T) {
 	vc.Status.Conditions = []metav1.Condition{{Type: nestv1.ConditionUpgrading, Status: metav1.ConditionTrue, Reason: controlplane.UpgradeEtcd}}
 	if _, pending := upgradePending(vc); pending {
 		t.Error("an upgrade under way is still pending its pre-flight")
+	}
+}
+
+// A LoadBalancer address asked for and not given within addressGrace is
+// dropped, so the load balancer picks another; given, or still within the
+// grace, it stays.
+func TestDropUnmetAddressOnlyAfterTheGrace(t *testing.T) {
+	created := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	svc := func(ingress bool) *corev1.Service {
+		s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "alpha", Namespace: "vc-alpha", CreationTimestamp: metav1.NewTime(created)},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerIP: "198.18.1.201"}}
+		if ingress {
+			s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "198.18.1.201"}}
+		}
+		return s
+	}
+	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "alpha", Namespace: "vc-alpha"}}
+	for _, tc := range []struct {
+		name    string
+		ingress bool
+		after   time.Duration
+		dropped bool
+	}{
+		{"given", true, time.Hour, false},
+		{"within the grace", false, addressGrace / 2, false},
+		{"not given past the grace", false, addressGrace + time.Second, true},
+	} {
+		s := svc(tc.ingress)
+		c := fake.NewClientBuilder().WithScheme(kube.NewScheme()).WithObjects(s.DeepCopy()).Build()
+		r := &Reconciler{Client: c, Recorder: events.NewFakeRecorder(10)}
+		if err := r.dropUnmetAddress(context.Background(), vc, s, created.Add(tc.after)); err != nil {
+			t.Fatal(err)
+		}
+		var got corev1.Service
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(s), &got); err != nil {
+			t.Fatal(err)
+		}
+		if dropped := got.Spec.LoadBalancerIP == ""; dropped != tc.dropped {
+			t.Errorf("%s: loadBalancerIP %q, want dropped %v", tc.name, got.Spec.LoadBalancerIP, tc.dropped)
+		}
 	}
 }
