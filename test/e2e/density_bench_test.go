@@ -3,9 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -47,14 +45,7 @@ const (
 // Run it with `make bench-density`.
 func BenchmarkDensity(b *testing.B) {
 	framework.RequireRoot(b)
-	budget := 20
-	if v := os.Getenv("NEST_DENSITY_TENANTS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			b.Fatalf("NEST_DENSITY_TENANTS=%q: want a positive number of tenants", v)
-		}
-		budget = n
-	}
+	budget := benchCount(b, "NEST_DENSITY_TENANTS", 20)
 	ctx := context.Background()
 	for range b.N {
 		// Every node reports the machine's CPUs as allocatable; each control

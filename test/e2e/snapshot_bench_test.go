@@ -86,7 +86,7 @@ func BenchmarkSnapshotVolumes(b *testing.B) {
 }
 
 // benchCount is the positive number the environment variable name holds,
-// or def when it is unset.
+// or def when it is unset: the size knobs of the benchmarks run by hand.
 func benchCount(b *testing.B, name string, def int) int {
 	v := os.Getenv(name)
 	if v == "" {
