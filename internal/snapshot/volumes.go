@@ -131,8 +131,9 @@ func checkVolumesCopyable(vc *nestv1.VirtualCluster) error {
 
 // packVolumes writes the data of each bound claim to a file in dir and
 // returns the claims' Volumes and the files' paths ("" for a claim never
-// bound: it has no data, and binding it now would pick its node). On an
-// error the files are removed.
+// bound: it has no data, and binding it now would pick its node). A raw
+// block claim is refused: its data is no files. On an error the files are
+// removed.
 func packVolumes(ctx context.Context, host client.Client, cfg *rest.Config, vc *nestv1.VirtualCluster, cp copier, claims []corev1.PersistentVolumeClaim, dir string) (vols []Volume, paths []string, err error) {
 	defer func() {
 		if err != nil {
@@ -146,6 +147,9 @@ func packVolumes(ctx context.Context, host client.Client, cfg *rest.Config, vc *
 	for i := range claims {
 		v := volumeOf(&claims[i])
 		path := ""
+		if ptr.Deref(claims[i].Spec.VolumeMode, corev1.PersistentVolumeFilesystem) == corev1.PersistentVolumeBlock {
+			return vols, paths, fmt.Errorf("claim %s/%s is a raw block volume (volumeMode Block): --include-volumes copies file systems only; take the snapshot without it", v.Namespace, v.Name)
+		}
 		if claims[i].Status.Phase == corev1.ClaimBound {
 			if path, v.Stats, err = packVolume(ctx, host, cfg, vc, cp, &claims[i], dir); err != nil {
 				return vols, paths, fmt.Errorf("copy the data of claim %s/%s: %w", v.Namespace, v.Name, err)

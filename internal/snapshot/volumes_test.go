@@ -224,3 +224,24 @@ func TestRestoreVolumesWithoutDataMakesEmptyClaims(t *testing.T) {
 		}
 	}
 }
+
+// A raw block claim is refused by name before any copy pod is made.
+func TestPackVolumesRefusesBlockClaims(t *testing.T) {
+	ctx := context.Background()
+	c := fake.NewClientBuilder().WithScheme(kube.NewScheme()).Build()
+	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "alpha", Namespace: "vc-alpha"}}
+	block := corev1.PersistentVolumeBlock
+	claim := corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "raw", Namespace: "vc-alpha", Annotations: contract.HostAnnotations("app", "raw", "uid-raw")},
+		Spec:       corev1.PersistentVolumeClaimSpec{VolumeMode: &block},
+		Status:     corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound},
+	}
+	_, _, err := packVolumes(ctx, c, nil, vc, copier{}, []corev1.PersistentVolumeClaim{claim}, t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), "app/raw is a raw block volume") {
+		t.Errorf("block claim: %v, want refused by name", err)
+	}
+	var pods corev1.PodList
+	if err := c.List(ctx, &pods); err != nil || len(pods.Items) != 0 {
+		t.Errorf("%d copy pods made, %v", len(pods.Items), err)
+	}
+}
