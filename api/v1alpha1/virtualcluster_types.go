@@ -218,6 +218,11 @@ type VirtualClusterSpec struct {
 	// +optional
 	Snapshots *SnapshotSchedule `json:"snapshots,omitempty"`
 
+	// Certificates sets how long the tenant's leaf certificates live and
+	// when nest-manager renews them.
+	// +optional
+	Certificates CertificatesSpec `json:"certificates,omitempty"`
+
 	// Kubeconfig is the tenant's admin kubeconfig, base64 encoded, written by
 	// the operator for kubenest compatibility. Prefer the Secret named in
 	// status.kubeconfigSecretRef.
@@ -292,6 +297,60 @@ type SnapshotSchedule struct {
 	// pod may run.
 	// +optional
 	IncludeVolumes bool `json:"includeVolumes,omitempty"`
+}
+
+// CertificatesSpec is the lifetime and renewal of a VirtualCluster's leaf
+// certificates: the API server's, etcd's, the front proxy's, the kubelet
+// client's and nest-syncer's serving certificate, and the client
+// certificates of the component, manager and admin kubeconfigs.
+// nest-manager issues a leaf anew when RenewBefore or less of it is left,
+// when it lives longer than LeafLifetime (after LeafLifetime is lowered),
+// or when it was issued before the last rotation asked for
+// (AnnotationRotateCertificates); a new one restarts the control-plane
+// pods that read it at start one at a time, as any PKI change does. CAs are
+// not renewed here.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.renewBefore) || duration(self.renewBefore) < (has(self.leafLifetime) ? duration(self.leafLifetime) : duration('8760h'))",message="certificates.renewBefore must be shorter than certificates.leafLifetime (8760h when unset), or every renewal would be due at once"
+type CertificatesSpec struct {
+	// LeafLifetime is how long a leaf certificate is valid from its issue,
+	// such as 8760h (the default, one year, as kubeadm's) or 10m; never
+	// past its CA's expiry.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('5m') && duration(self) <= duration('87600h')",message="certificates.leafLifetime must be from 5m to 87600h (ten years), such as 8760h"
+	LeafLifetime *metav1.Duration `json:"leafLifetime,omitempty"`
+
+	// RenewBefore is how long before its expiry a leaf is renewed; unset,
+	// when a third of its lifetime is left, as the kubelet renews its own.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m')",message="certificates.renewBefore must be at least 1m, such as 720h"
+	RenewBefore *metav1.Duration `json:"renewBefore,omitempty"`
+}
+
+// AnnotationRotateCertificates, set on a VirtualCluster (nest certs
+// rotate), asks nest-manager to issue every leaf certificate anew: each
+// new value is served once, and status.certificates.lastRotation records
+// it with the time from which leaves count as new.
+const AnnotationRotateCertificates = "nest.dev/rotate-certificates"
+
+// CertificatesStatus is how a VirtualCluster's certificates stand.
+type CertificatesStatus struct {
+	// LastRotation is the last rotation nest-manager served.
+	// +optional
+	LastRotation *CertificateRotation `json:"lastRotation,omitempty"`
+	// NotAfter is when the first of the tenant's leaf certificates
+	// expires.
+	// +optional
+	NotAfter *metav1.Time `json:"notAfter,omitempty"`
+}
+
+// CertificateRotation is a rotation of every leaf certificate.
+type CertificateRotation struct {
+	// Request is the AnnotationRotateCertificates value it served.
+	// +kubebuilder:validation:MaxLength=64
+	Request string `json:"request"`
+	// Time is nest-manager's time when it served it: a leaf issued before
+	// is issued anew.
+	Time metav1.Time `json:"time"`
 }
 
 // DefaultSnapshotKeep is spec.snapshots.keep's default (the CRD's
@@ -818,6 +877,10 @@ type VirtualClusterStatus struct {
 	// schedule controller of nest-manager, only.
 	// +optional
 	Snapshots *SnapshotsStatus `json:"snapshots,omitempty"`
+
+	// Certificates is how the tenant's leaf certificates stand.
+	// +optional
+	Certificates *CertificatesStatus `json:"certificates,omitempty"`
 }
 
 // MemberGrantStatus is the state of one member grant.

@@ -12,15 +12,17 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	apiwait "k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/controlplane"
+	"github.com/nestdev/nest/internal/vcops"
 )
 
 // newCertsCommand builds nest certs and its subcommands.
 func newCertsCommand(host *hostFlags) *cobra.Command {
-	cmd := &cobra.Command{Use: "certs", Short: "Inspect a virtual cluster's certificates"}
+	cmd := &cobra.Command{Use: "certs", Short: "Inspect a virtual cluster's certificates and issue them anew"}
 	var ns string
 	check := &cobra.Command{
 		Use:   "check NAME",
@@ -37,7 +39,56 @@ func newCertsCommand(host *hostFlags) *cobra.Command {
 		},
 	}
 	namespaceFlag(check, &ns)
-	cmd.AddCommand(check)
+	cmd.AddCommand(check, newCertsRotateCommand(host))
+	return cmd
+}
+
+// newCertsRotateCommand is nest certs rotate NAME [--wait]: every leaf
+// certificate issued anew.
+func newCertsRotateCommand(host *hostFlags) *cobra.Command {
+	var (
+		ns      string
+		wait    bool
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "rotate NAME [--wait]",
+		Short: "Issue every leaf certificate of a virtual cluster anew, restarting its control-plane pods one at a time",
+		Long: "Ask nest-manager to issue every leaf certificate of the virtual cluster NAME anew, now: the API server's, " +
+			"etcd's, the front proxy's, the kubelet client's and nest-syncer's, and the client certificates of the " +
+			"component, nest-manager and admin kubeconfigs, from the same CAs (annotation nest.dev/rotate-certificates; " +
+			"status.certificates.lastRotation shows it served). The control-plane pods restart onto them one at a time, " +
+			"as for any renewal. The CAs and the service-account key stay, so other kubeconfigs and tokens keep " +
+			"working; the admin kubeconfig's new certificate is in spec.kubeconfig (nest kubeconfig). With --wait it " +
+			"returns once every leaf is new and every control-plane pod restarted and ready.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withTarget(cmd, host, args[0], ns, timeout, func(ctx context.Context, c client.Client, key types.NamespacedName) error {
+				request, err := vcops.RequestRotation(ctx, c, key, time.Now())
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "rotation of %s asked for (%s)\n", key, request)
+				if !wait {
+					return nil
+				}
+				start, why := time.Now(), ""
+				err = apiwait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+					done, w, err := vcops.RotationDone(ctx, c, key, request)
+					why = w
+					return done, err
+				})
+				if err != nil {
+					return fmt.Errorf("the rotation of %s is not over (%s): %w", key, why, err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "every leaf certificate of %s issued anew and its control plane restarted in %.1fs\n", key, time.Since(start).Seconds())
+				return nil
+			})
+		},
+	}
+	namespaceFlag(cmd, &ns)
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait until every leaf is new and the control plane restarted")
+	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long the command may take")
 	return cmd
 }
 

@@ -21,7 +21,7 @@ func TestPrintCertificates(t *testing.T) {
 	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "vc-ml", Name: "ml"}}
 	n := controlplane.NamesOf(vc)
 	pkiData, _, err := controlplane.ReconcilePKI(nil, n, controlplane.Endpoints{ServiceIP: "10.96.5.5", HostClusterDomain: "cluster.local",
-		TenantClusterDomain: "cluster.local", TenantServiceCIDR: "10.96.0.0/16"})
+		TenantClusterDomain: "cluster.local", TenantServiceCIDR: "10.96.0.0/16"}, controlplane.Renewal{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/nestdev/nest/internal/pki"
 )
 
 // ExpiryWarning is how long before a certificate expires Certificates marks
@@ -28,6 +30,8 @@ type Certificate struct {
 	Subject, Issuer string
 	CA              bool
 	NotAfter        time.Time
+	// IssuedAt is when it was issued (pki.IssuedAt).
+	IssuedAt time.Time
 	// Expiring: it expires within ExpiryWarning of the time Certificates
 	// was given. OutlivesIssuer: it expires after the CA that signed it,
 	// which clients stop trusting first.
@@ -103,7 +107,7 @@ func parseCertificate(data []byte) (Certificate, error) {
 	if err != nil {
 		return Certificate{}, err
 	}
-	return Certificate{Subject: cert.Subject.CommonName, Issuer: cert.Issuer.CommonName, CA: cert.IsCA, NotAfter: cert.NotAfter}, nil
+	return Certificate{Subject: cert.Subject.CommonName, Issuer: cert.Issuer.CommonName, CA: cert.IsCA, NotAfter: cert.NotAfter, IssuedAt: pki.IssuedAt(cert)}, nil
 }
 
 // markIssuers sets Expiring and OutlivesIssuer. A certificate's issuer is

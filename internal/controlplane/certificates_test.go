@@ -14,11 +14,11 @@ import (
 // tenantSecrets are the PKI and admin kubeconfig Secrets of a new tenant.
 func tenantSecrets(t *testing.T) (pkiData map[string][]byte, secrets []corev1.Secret) {
 	t.Helper()
-	pkiData, _, err := ReconcilePKI(nil, names, endpoints())
+	pkiData, _, err := ReconcilePKI(nil, names, endpoints(), Renewal{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	kubeconfigs, _, err := ReconcileAdminKubeconfig(nil, pkiData, names, "https://198.51.100.10:31443")
+	kubeconfigs, _, err := ReconcileAdminKubeconfig(nil, pkiData, names, "https://198.51.100.10:31443", Renewal{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func TestCertificatesNamesAKeyThatHoldsNoCertificate(t *testing.T) {
 func TestAuthoritiesOfKeepsNoLeaf(t *testing.T) {
 	n := Names{VirtualCluster: "alpha", Namespace: "vc-alpha"}
 	e := endpoints()
-	data, _, err := ReconcilePKI(nil, n, e)
+	data, _, err := ReconcilePKI(nil, n, e, Renewal{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestAuthoritiesOfKeepsNoLeaf(t *testing.T) {
 			t.Errorf("leaf %s kept for a clone", k)
 		}
 	}
-	clone, changed, err := ReconcilePKI(kept, Names{VirtualCluster: "beta", Namespace: "vc-beta"}, e)
+	clone, changed, err := ReconcilePKI(kept, Names{VirtualCluster: "beta", Namespace: "vc-beta"}, e, Renewal{})
 	if err != nil || !changed {
 		t.Fatalf("ReconcilePKI of the clone: changed %v, %v", changed, err)
 	}

@@ -89,11 +89,11 @@ func TestLeavesAreTheSharedOnes(t *testing.T) {
 // The component kubeconfigs carry the identities the shared specs give, and
 // nest-syncer admits the kubelet client certificate's name.
 func TestTenantIdentitiesAreTheSharedOnes(t *testing.T) {
-	pkiData, _, err := ReconcilePKI(nil, names, endpoints())
+	pkiData, _, err := ReconcilePKI(nil, names, endpoints(), Renewal{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	kubeconfigs, _, err := ReconcileComponentKubeconfigs(nil, pkiData, names)
+	kubeconfigs, _, err := ReconcileComponentKubeconfigs(nil, pkiData, names, Renewal{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestTenantIdentitiesAreTheSharedOnes(t *testing.T) {
 // The serving certificate's names are compared as sets, so one issued with
 // the same names in another order (as before package components) is kept.
 func TestReconcilePKIKeepsAServingCertificateWhoseNamesAreReordered(t *testing.T) {
-	data, _, err := ReconcilePKI(nil, names, endpoints())
+	data, _, err := ReconcilePKI(nil, names, endpoints(), Renewal{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestReconcilePKIKeepsAServingCertificateWhoseNamesAreReordered(t *testing.T
 		t.Fatal(err)
 	}
 	data[APIServerCert], data[APIServerKey] = pair.CertPEM, pair.KeyPEM
-	if _, changed, err := ReconcilePKI(data, names, endpoints()); err != nil || changed {
+	if _, changed, err := ReconcilePKI(data, names, endpoints(), Renewal{}); err != nil || changed {
 		t.Errorf("changed=%v err=%v: a reordered serving certificate was reissued", changed, err)
 	}
 }

@@ -26,11 +26,11 @@ func endpoints() Endpoints {
 }
 
 func TestReconcilePKIIsStable(t *testing.T) {
-	first, changed, err := ReconcilePKI(nil, names, endpoints())
+	first, changed, err := ReconcilePKI(nil, names, endpoints(), Renewal{})
 	if err != nil || !changed {
 		t.Fatalf("first issue: changed=%v err=%v", changed, err)
 	}
-	second, changed, err := ReconcilePKI(first, names, endpoints())
+	second, changed, err := ReconcilePKI(first, names, endpoints(), Renewal{})
 	if err != nil || changed {
 		t.Fatalf("second reconcile changed=%v err=%v; want no change", changed, err)
 	}
@@ -42,10 +42,10 @@ func TestReconcilePKIIsStable(t *testing.T) {
 }
 
 func TestReconcilePKIReissuesServingCertForNewEndpoint(t *testing.T) {
-	first, _, _ := ReconcilePKI(nil, names, endpoints())
+	first, _, _ := ReconcilePKI(nil, names, endpoints(), Renewal{})
 	e := endpoints()
 	e.ExternalIPs = []string{"203.0.113.7"}
-	second, changed, err := ReconcilePKI(first, names, e)
+	second, changed, err := ReconcilePKI(first, names, e, Renewal{})
 	if err != nil || !changed {
 		t.Fatalf("changed=%v err=%v", changed, err)
 	}
@@ -67,10 +67,10 @@ func TestReconcilePKIReissuesServingCertForNewEndpoint(t *testing.T) {
 }
 
 func TestReconcilePKIReplacesLeavesOfAnotherCA(t *testing.T) {
-	first, _, _ := ReconcilePKI(nil, names, endpoints())
+	first, _, _ := ReconcilePKI(nil, names, endpoints(), Renewal{})
 	delete(first, CACert)
 	delete(first, CAKey)
-	second, _, err := ReconcilePKI(first, names, endpoints())
+	second, _, err := ReconcilePKI(first, names, endpoints(), Renewal{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,22 +80,22 @@ func TestReconcilePKIReplacesLeavesOfAnotherCA(t *testing.T) {
 }
 
 func TestKubeconfigsFollowEndpointAndCA(t *testing.T) {
-	pkiData, _, _ := ReconcilePKI(nil, names, endpoints())
-	admin, changed, err := ReconcileAdminKubeconfig(nil, pkiData, names, "https://198.51.100.10:30001")
+	pkiData, _, _ := ReconcilePKI(nil, names, endpoints(), Renewal{})
+	admin, changed, err := ReconcileAdminKubeconfig(nil, pkiData, names, "https://198.51.100.10:30001", Renewal{})
 	if err != nil || !changed {
 		t.Fatal(changed, err)
 	}
-	if _, changed, _ := ReconcileAdminKubeconfig(admin, pkiData, names, "https://198.51.100.10:30001"); changed {
+	if _, changed, _ := ReconcileAdminKubeconfig(admin, pkiData, names, "https://198.51.100.10:30001", Renewal{}); changed {
 		t.Error("unchanged endpoint reissued the kubeconfig")
 	}
-	moved, changed, _ := ReconcileAdminKubeconfig(admin, pkiData, names, "https://198.51.100.11:30001")
+	moved, changed, _ := ReconcileAdminKubeconfig(admin, pkiData, names, "https://198.51.100.11:30001", Renewal{})
 	if !changed || !strings.Contains(string(moved[KubeconfigKey]), "198.51.100.11") {
 		t.Error("a new endpoint did not update the kubeconfig")
 	}
 	if !strings.Contains(string(moved[KubeconfigInternalKey]), names.InternalServer()) {
 		t.Error("the internal kubeconfig does not use the Service name")
 	}
-	comp, _, err := ReconcileComponentKubeconfigs(nil, pkiData, names)
+	comp, _, err := ReconcileComponentKubeconfigs(nil, pkiData, names, Renewal{})
 	if err != nil || len(comp[ControllerManagerKubeconfig]) == 0 || len(comp[SchedulerKubeconfig]) == 0 {
 		t.Fatalf("component kubeconfigs: %v", err)
 	}
@@ -303,27 +303,70 @@ func TestNthServiceIP(t *testing.T) {
 	}
 }
 
-func TestDueForRenewal(t *testing.T) {
+// A leaf is due with a third of its life left by default, RenewBefore
+// before its expiry when set, when it lives longer than a lowered
+// LeafLifetime, and when it was issued before a rotation.
+func TestRenewalDue(t *testing.T) {
 	ca, _ := pki.NewCA("ca")
 	pair, _ := ca.Issue(pki.CertSpec{CommonName: "x", Usage: pki.ClientAuth})
 	cert, _ := pki.ParseCertificate(pair.CertPEM)
 	life := cert.NotAfter.Sub(cert.NotBefore)
+	issued := pki.IssuedAt(cert)
 	for _, tc := range []struct {
-		at   time.Time
+		name string
+		r    Renewal
 		want bool
 	}{
-		{cert.NotBefore.Add(life / 2), false},
-		{cert.NotBefore.Add(life * 3 / 4), true},
-		{cert.NotAfter.Add(time.Hour), true},
+		{"half its life left", Renewal{Now: cert.NotBefore.Add(life / 2)}, false},
+		{"a quarter left", Renewal{Now: cert.NotBefore.Add(life * 3 / 4)}, true},
+		{"expired", Renewal{Now: cert.NotAfter.Add(time.Hour)}, true},
+		{"renewBefore not reached", Renewal{Now: cert.NotAfter.Add(-48 * time.Hour), RenewBefore: 24 * time.Hour}, false},
+		{"renewBefore reached", Renewal{Now: cert.NotAfter.Add(-12 * time.Hour), RenewBefore: 24 * time.Hour}, true},
+		{"renewBefore past the lifetime falls back to a third", Renewal{Now: issued.Add(time.Hour), RenewBefore: 2 * pki.LeafValidity}, false},
+		{"lives longer than a lowered lifetime", Renewal{Now: issued.Add(time.Minute), LeafLifetime: time.Hour}, true},
+		{"issued before a rotation", Renewal{Now: issued.Add(time.Minute), IssuedAfter: issued.Add(time.Second)}, true},
+		{"issued after a rotation", Renewal{Now: issued.Add(time.Minute), IssuedAfter: issued.Add(-time.Second)}, false},
 	} {
-		if got := DueForRenewal(cert, tc.at); got != tc.want {
-			t.Errorf("at %s: due = %v, want %v", tc.at, got, tc.want)
+		if got := tc.r.Due(cert); got != tc.want {
+			t.Errorf("%s: due = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }
 
+// A rotation reissues every leaf of the PKI once, and a lowered lifetime
+// gives the new leaves that lifetime.
+func TestReconcilePKIRotatesEveryLeafOnce(t *testing.T) {
+	data, _, _ := ReconcilePKI(nil, names, endpoints(), Renewal{})
+	r := Renewal{IssuedAfter: time.Now().Add(time.Second), LeafLifetime: time.Hour, Now: time.Now().Add(2 * time.Second)}
+	rotated, changed, err := ReconcilePKI(data, names, endpoints(), r)
+	if err != nil || !changed {
+		t.Fatalf("changed=%v err=%v; want every leaf issued anew", changed, err)
+	}
+	for k, v := range data {
+		cert, err := pki.ParseCertificate(v)
+		if err != nil || cert.IsCA {
+			continue
+		}
+		if bytes.Equal(rotated[k], v) {
+			t.Errorf("%s was not issued anew", k)
+		}
+		if n, _ := pki.ParseCertificate(rotated[k]); n.NotAfter.Sub(pki.IssuedAt(n)) > time.Hour+time.Minute {
+			t.Errorf("%s lives %s, want the hour asked for", k, n.NotAfter.Sub(pki.IssuedAt(n)))
+		}
+	}
+	for _, k := range []string{CACert, CAKey, ServiceAccountKey} {
+		if !bytes.Equal(rotated[k], data[k]) {
+			t.Errorf("%s changed: a rotation of leaves keeps the authorities", k)
+		}
+	}
+	r.IssuedAfter = r.IssuedAfter.Add(-2 * time.Second)
+	if _, changed, _ := ReconcilePKI(rotated, names, endpoints(), Renewal{IssuedAfter: r.IssuedAfter, LeafLifetime: time.Hour}); changed {
+		t.Error("the same rotation issued the leaves again")
+	}
+}
+
 func TestReconcilePKIRenewsCertificatesNearExpiry(t *testing.T) {
-	data, _, _ := ReconcilePKI(nil, names, endpoints())
+	data, _, _ := ReconcilePKI(nil, names, endpoints(), Renewal{})
 	etcdCA, _ := pki.LoadCA(pki.KeyPair{CertPEM: data[EtcdCACert], KeyPEM: data[EtcdCAKey]})
 	// Backdated by five minutes, a two-minute certificate has less than a third
 	// of its life left as soon as it is issued.
@@ -331,11 +374,11 @@ func TestReconcilePKIRenewsCertificatesNearExpiry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cert, _ := pki.ParseCertificate(short.CertPEM); !DueForRenewal(cert, time.Now()) {
+	if cert, _ := pki.ParseCertificate(short.CertPEM); !(Renewal{}).Due(cert) {
 		t.Fatal("the short certificate is not due for renewal; the test proves nothing")
 	}
 	data[EtcdClientCert], data[EtcdClientKey] = short.CertPEM, short.KeyPEM
-	renewed, changed, err := ReconcilePKI(data, names, endpoints())
+	renewed, changed, err := ReconcilePKI(data, names, endpoints(), Renewal{})
 	if err != nil || !changed {
 		t.Fatalf("changed=%v err=%v; want the near-expiry certificate renewed", changed, err)
 	}

@@ -56,7 +56,7 @@ func syncerFlag(t *testing.T, pod corev1.PodSpec, flag string) string {
 // controller-manager's cluster-signing CA) with the API server's kubelet
 // client name is refused by the virtual node; the API server's own is taken.
 func TestVirtualNodeTrustsOnlyTheKubeletClientCA(t *testing.T) {
-	data, _, err := ReconcilePKI(nil, names, endpoints())
+	data, _, err := ReconcilePKI(nil, names, endpoints(), Renewal{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestVirtualNodeTrustsOnlyTheKubeletClientCA(t *testing.T) {
 // A PKI Secret from before the kubelet-client CA gets it on the next
 // reconcile, with the kubelet client certificate moved to it; nothing else changes.
 func TestReconcilePKIAddsKubeletClientCA(t *testing.T) {
-	current, _, err := ReconcilePKI(nil, names, endpoints())
+	current, _, err := ReconcilePKI(nil, names, endpoints(), Renewal{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func TestReconcilePKIAddsKubeletClientCA(t *testing.T) {
 	legacy, _ := ca.Issue(pki.CertSpec{CommonName: contract.KubeletClientName, Organizations: []string{"system:masters"}, Usage: pki.ClientAuth})
 	old[KubeletClientCert], old[KubeletClientKey] = legacy.CertPEM, legacy.KeyPEM
 
-	migrated, changed, err := ReconcilePKI(old, names, endpoints())
+	migrated, changed, err := ReconcilePKI(old, names, endpoints(), Renewal{})
 	if err != nil || !changed {
 		t.Fatalf("changed=%v err=%v; want the kubelet-client CA added", changed, err)
 	}
@@ -125,7 +125,7 @@ func TestReconcilePKIAddsKubeletClientCA(t *testing.T) {
 			t.Errorf("%s changed", k)
 		}
 	}
-	if _, changed, _ := ReconcilePKI(migrated, names, endpoints()); changed {
+	if _, changed, _ := ReconcilePKI(migrated, names, endpoints(), Renewal{}); changed {
 		t.Error("a second reconcile changed the migrated PKI")
 	}
 }

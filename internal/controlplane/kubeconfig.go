@@ -5,7 +5,6 @@ import (
 	"crypto/x509"
 	"fmt"
 	"slices"
-	"time"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -60,8 +59,9 @@ func AdminClient() pki.CertSpec { return components.Client(AdminUser, components
 var loopbackServer = fmt.Sprintf("https://127.0.0.1:%d", Port)
 
 // ReconcileComponentKubeconfigs returns the controller-manager, scheduler and
-// nest-syncer kubeconfigs, keeping existing ones whose client certificate the current CA signed.
-func ReconcileComponentKubeconfigs(existing map[string][]byte, pkiData map[string][]byte, n Names) (map[string][]byte, bool, error) {
+// nest-syncer kubeconfigs, keeping existing ones whose client certificate the
+// current CA signed and is not due (r).
+func ReconcileComponentKubeconfigs(existing map[string][]byte, pkiData map[string][]byte, n Names, r Renewal) (map[string][]byte, bool, error) {
 	ca, err := pki.LoadCA(pki.KeyPair{CertPEM: pkiData[CACert], KeyPEM: pkiData[CAKey]})
 	if err != nil {
 		return nil, false, fmt.Errorf("load tenant CA: %w", err)
@@ -73,11 +73,11 @@ func ReconcileComponentKubeconfigs(existing map[string][]byte, pkiData map[strin
 		SchedulerKubeconfig:         components.SchedulerClient(),
 		SyncerKubeconfig:            components.Client(SyncerUser, components.MastersGroup),
 	} {
-		if kubeconfigValid(existing[file], ca.CertPEM, loopbackServer, subject) {
+		if kubeconfigValid(existing[file], ca.CertPEM, loopbackServer, subject, r) {
 			out[file] = existing[file]
 			continue
 		}
-		data, err := issueKubeconfig(ca, n.VirtualCluster, loopbackServer, subject)
+		data, err := issueKubeconfig(ca, n.VirtualCluster, loopbackServer, subject, r)
 		if err != nil {
 			return nil, false, err
 		}
@@ -89,19 +89,20 @@ func ReconcileComponentKubeconfigs(existing map[string][]byte, pkiData map[strin
 // ReconcileAdminKubeconfig returns the tenant admin kubeconfig for server (the
 // external endpoint) and its in-cluster variant, keeping existing ones that
 // still point at the right server, were signed by the current CA and name
-// AdminClient's user and groups. One that names others, such as the
-// system:masters certificates Nest issued before, is issued anew; the old
-// certificate stays valid until it expires, as nothing revokes a
-// certificate.
-func ReconcileAdminKubeconfig(existing map[string][]byte, pkiData map[string][]byte, n Names, server string) (map[string][]byte, bool, error) {
+// AdminClient's user and groups, and are not due (r). One that names
+// others, such as the system:masters certificates Nest issued before, is
+// issued anew; the old certificate stays valid until it expires, as
+// nothing revokes a certificate.
+func ReconcileAdminKubeconfig(existing map[string][]byte, pkiData map[string][]byte, n Names, server string, r Renewal) (map[string][]byte, bool, error) {
 	ca, err := pki.LoadCA(pki.KeyPair{CertPEM: pkiData[CACert], KeyPEM: pkiData[CAKey]})
 	if err != nil {
 		return nil, false, fmt.Errorf("load tenant CA: %w", err)
 	}
 	admin := AdminClient()
-	if kubeconfigValid(existing[KubeconfigKey], ca.CertPEM, server, admin) && kubeconfigValid(existing[KubeconfigInternalKey], ca.CertPEM, n.InternalServer(), admin) {
+	if kubeconfigValid(existing[KubeconfigKey], ca.CertPEM, server, admin, r) && kubeconfigValid(existing[KubeconfigInternalKey], ca.CertPEM, n.InternalServer(), admin, r) {
 		return existing, false, nil
 	}
+	admin.Validity = r.LeafLifetime
 	client, err := ca.Issue(admin)
 	if err != nil {
 		return nil, false, err
@@ -120,24 +121,25 @@ func ReconcileAdminKubeconfig(existing map[string][]byte, pkiData map[string][]b
 // ReconcileManagerKubeconfig returns nest-manager's kubeconfig for the
 // tenant API server's in-cluster address (KubeconfigKey), keeping an
 // existing one that still points there, was signed by the current CA and
-// names ManagerClient's user and groups.
-func ReconcileManagerKubeconfig(existing map[string][]byte, pkiData map[string][]byte, n Names) (map[string][]byte, bool, error) {
+// names ManagerClient's user and groups, and is not due (r).
+func ReconcileManagerKubeconfig(existing map[string][]byte, pkiData map[string][]byte, n Names, r Renewal) (map[string][]byte, bool, error) {
 	ca, err := pki.LoadCA(pki.KeyPair{CertPEM: pkiData[CACert], KeyPEM: pkiData[CAKey]})
 	if err != nil {
 		return nil, false, fmt.Errorf("load tenant CA: %w", err)
 	}
-	if kubeconfigValid(existing[KubeconfigKey], ca.CertPEM, n.InternalServer(), ManagerClient()) {
+	if kubeconfigValid(existing[KubeconfigKey], ca.CertPEM, n.InternalServer(), ManagerClient(), r) {
 		return existing, false, nil
 	}
-	data, err := issueKubeconfig(ca, n.VirtualCluster, n.InternalServer(), ManagerClient())
+	data, err := issueKubeconfig(ca, n.VirtualCluster, n.InternalServer(), ManagerClient(), r)
 	if err != nil {
 		return nil, false, err
 	}
 	return map[string][]byte{KubeconfigKey: data}, true, nil
 }
 
-func issueKubeconfig(ca *pki.CA, cluster, server string, subject pki.CertSpec) ([]byte, error) {
+func issueKubeconfig(ca *pki.CA, cluster, server string, subject pki.CertSpec, r Renewal) ([]byte, error) {
 	subject.Usage = pki.ClientAuth
+	subject.Validity = r.LeafLifetime
 	client, err := ca.Issue(subject)
 	if err != nil {
 		return nil, err
@@ -147,13 +149,13 @@ func issueKubeconfig(ca *pki.CA, cluster, server string, subject pki.CertSpec) (
 
 // kubeconfigValid reports whether data is a kubeconfig for server whose CA is
 // caPEM and whose client certificate caPEM signed, for subject's user and
-// groups (in any order), and not yet due for renewal.
-func kubeconfigValid(data, caPEM []byte, server string, subject pki.CertSpec) bool {
+// groups (in any order), and not yet due for renewal (r).
+func kubeconfigValid(data, caPEM []byte, server string, subject pki.CertSpec, r Renewal) bool {
 	if len(data) == 0 {
 		return false
 	}
 	cfg, cert, err := kubeconfigClient(data)
-	if err != nil || DueForRenewal(cert, time.Now()) || cert.Subject.CommonName != subject.CommonName ||
+	if err != nil || r.Due(cert) || cert.Subject.CommonName != subject.CommonName ||
 		!slices.Equal(slices.Sorted(slices.Values(cert.Subject.Organization)), slices.Sorted(slices.Values(subject.Organizations))) {
 		return false
 	}

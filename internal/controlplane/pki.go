@@ -2,12 +2,15 @@ package controlplane
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/x509"
 	"fmt"
 	"net"
 	"net/netip"
 	"slices"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/components"
@@ -177,10 +180,10 @@ func AuthoritiesOf(data map[string][]byte) map[string][]byte {
 // ReconcilePKI returns the PKI Secret data for the tenant: existing
 // authorities and keys are kept, and a missing one (such as the kubelet-client
 // CA in a Secret from before it existed) is made; a certificate is issued
-// when it is missing, was not signed by the current authority, or (for the
-// API server) does not name every endpoint. changed is false when existing is
-// already right.
-func ReconcilePKI(existing map[string][]byte, n Names, e Endpoints) (data map[string][]byte, changed bool, err error) {
+// when it is missing, was not signed by the current authority, is due
+// (r.Due), or (for the API server) does not name every endpoint, for
+// r.LeafLifetime. changed is false when existing is already right.
+func ReconcilePKI(existing map[string][]byte, n Names, e Endpoints, r Renewal) (data map[string][]byte, changed bool, err error) {
 	data = map[string][]byte{}
 	for k, v := range existing {
 		data[k] = v
@@ -207,9 +210,10 @@ func ReconcilePKI(existing map[string][]byte, n Names, e Endpoints) (data map[st
 	}
 	for _, l := range leaves {
 		ca := cas[l.CA]
-		if certMatches(data[l.Cert], data[l.Key], ca, l.Spec) {
+		if certMatches(data[l.Cert], data[l.Key], ca, l.Spec, r) {
 			continue
 		}
+		l.Spec.Validity = r.LeafLifetime
 		pair, err := ca.Issue(l.Spec)
 		if err != nil {
 			return nil, false, err
@@ -255,13 +259,13 @@ func ensureCA(data map[string][]byte, certFile, keyFile, name string) (*pki.CA, 
 }
 
 // certMatches reports whether certPEM and keyPEM are a valid pair signed by ca,
-// not due for renewal, whose subject and SANs are those of spec.
-func certMatches(certPEM, keyPEM []byte, ca *pki.CA, spec pki.CertSpec) bool {
+// not due for renewal (r), whose subject and SANs are those of spec.
+func certMatches(certPEM, keyPEM []byte, ca *pki.CA, spec pki.CertSpec, r Renewal) bool {
 	if len(certPEM) == 0 || len(keyPEM) == 0 {
 		return false
 	}
 	cert, err := pki.ParseCertificate(certPEM)
-	if err != nil || cert.CheckSignatureFrom(ca.Certificate()) != nil || DueForRenewal(cert, time.Now()) {
+	if err != nil || cert.CheckSignatureFrom(ca.Certificate()) != nil || r.Due(cert) {
 		return false
 	}
 	if cert.Subject.CommonName != spec.CommonName || !slices.Equal(cert.Subject.Organization, spec.Organizations) {
@@ -285,11 +289,80 @@ func sameNames(cert *x509.Certificate, spec pki.CertSpec) bool {
 	return true
 }
 
-// DueForRenewal reports whether less than a third of cert's lifetime is left
-// at now, the point at which the kubelet also renews its certificates.
-func DueForRenewal(cert *x509.Certificate, now time.Time) bool {
-	lifetime := cert.NotAfter.Sub(cert.NotBefore)
-	return cert.NotAfter.Sub(now) < lifetime/3
+// Renewal says when a leaf certificate of the tenant is issued anew and for
+// how long a new one is valid: spec.certificates with its defaults, and the
+// time of the last rotation served (RenewalOf). The zero Renewal is the
+// defaults now: a year's leaves, renewed with a third of their life left.
+type Renewal struct {
+	// LeafLifetime is a new leaf's validity; zero is pki.LeafValidity.
+	LeafLifetime time.Duration
+	// RenewBefore is how long before its expiry a leaf is renewed; zero
+	// is a third of its lifetime, the point at which the kubelet renews
+	// its own.
+	RenewBefore time.Duration
+	// IssuedAfter renews every leaf issued before it (a rotation); zero
+	// renews none for that.
+	IssuedAfter time.Time
+	// Now is the time the decision is made at; zero is time.Now().
+	Now time.Time
+}
+
+// RenewalOf is the Renewal of vc at now: spec.certificates and
+// status.certificates.lastRotation.
+func RenewalOf(vc *nestv1.VirtualCluster, now time.Time) Renewal {
+	r := Renewal{Now: now}
+	if d := vc.Spec.Certificates.LeafLifetime; d != nil {
+		r.LeafLifetime = d.Duration
+	}
+	if d := vc.Spec.Certificates.RenewBefore; d != nil {
+		r.RenewBefore = d.Duration
+	}
+	if st := vc.Status.Certificates; st != nil && st.LastRotation != nil {
+		r.IssuedAfter = st.LastRotation.Time.Time
+	}
+	return r
+}
+
+// Due reports whether cert is to be issued anew: it was issued before
+// IssuedAfter, it lives longer than LeafLifetime (which was lowered), or
+// less than RenewBefore of it is left.
+func (r Renewal) Due(cert *x509.Certificate) bool {
+	now := r.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	issued := pki.IssuedAt(cert)
+	// Certificates keep whole seconds: one issued in the second of the
+	// rotation counts as after it.
+	if !r.IssuedAfter.IsZero() && issued.Before(r.IssuedAfter.Truncate(time.Second)) {
+		return true
+	}
+	lifetime := cmp.Or(r.LeafLifetime, pki.LeafValidity)
+	// A minute of slack: a leaf is issued a little after its NotBefore.
+	if cert.NotAfter.Sub(issued) > lifetime+time.Minute {
+		return true
+	}
+	before := r.RenewBefore
+	if before == 0 || before >= lifetime {
+		before = cert.NotAfter.Sub(cert.NotBefore) / 3
+	}
+	return cert.NotAfter.Sub(now) < before
+}
+
+// FirstLeafExpiry is when the first leaf certificate of PKI Secret data
+// expires, or nil when it holds none.
+func FirstLeafExpiry(data map[string][]byte) *metav1.Time {
+	var first *metav1.Time
+	for _, v := range data {
+		cert, err := pki.ParseCertificate(v)
+		if err != nil || cert.IsCA {
+			continue
+		}
+		if first == nil || cert.NotAfter.Before(first.Time) {
+			first = &metav1.Time{Time: cert.NotAfter}
+		}
+	}
+	return first
 }
 
 // SignedBy reports whether the PEM certificate was signed by the PEM CA.

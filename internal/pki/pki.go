@@ -34,6 +34,10 @@ const (
 // whose clocks differ slightly.
 const clockSkew = 5 * time.Minute
 
+// IssuedAt is when cert was issued: its NotBefore, which Issue and NewCA
+// backdate by five minutes, moved forward again.
+func IssuedAt(cert *x509.Certificate) time.Time { return cert.NotBefore.Add(clockSkew) }
+
 // KeyPair is a PEM-encoded certificate and its private key.
 type KeyPair struct {
 	CertPEM []byte

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -480,4 +482,61 @@ func SetMemberGrant(ctx context.Context, c client.Client, key types.NamespacedNa
 		return fmt.Errorf("change the grant of virtual cluster %s on member cluster %s: %w", key, member, err)
 	}
 	return nil
+}
+
+// RequestRotation asks nest-manager to issue every leaf certificate of the
+// VirtualCluster anew now (nestv1.AnnotationRotateCertificates) and returns
+// the request's value, the time in RFC 3339 with nanoseconds, which
+// status.certificates.lastRotation shows once it is served.
+func RequestRotation(ctx context.Context, c client.Client, key types.NamespacedName, now time.Time) (string, error) {
+	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+	value := now.UTC().Format(time.RFC3339Nano)
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, nestv1.AnnotationRotateCertificates, value)
+	if err := c.Patch(ctx, vc, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return "", fmt.Errorf("request a certificate rotation of %s: %w", key, err)
+	}
+	return value, nil
+}
+
+// RotationDone reports whether the rotation request of the VirtualCluster
+// key is over: served (status.certificates.lastRotation), every leaf
+// certificate of its Secrets issued since, and its control-plane pods all
+// restarted onto them and ready. When it is not, why says what is left.
+func RotationDone(ctx context.Context, c client.Client, key types.NamespacedName, request string) (done bool, why string, err error) {
+	vc := &nestv1.VirtualCluster{}
+	if err := c.Get(ctx, key, vc); err != nil {
+		return false, "", err
+	}
+	st := vc.Status.Certificates
+	if st == nil || st.LastRotation == nil || st.LastRotation.Request != request {
+		return false, "nest-manager has not served the request yet", nil
+	}
+	n := controlplane.NamesOf(vc)
+	var secrets []corev1.Secret
+	for _, name := range n.Secrets() {
+		s := corev1.Secret{}
+		if err := c.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: name}, &s); err != nil {
+			return false, "", client.IgnoreNotFound(err)
+		}
+		secrets = append(secrets, s)
+	}
+	certs, err := controlplane.Certificates(secrets, time.Now())
+	if err != nil {
+		return false, "", err
+	}
+	for _, cert := range certs {
+		if !cert.CA && cert.IssuedAt.Before(st.LastRotation.Time.Time) {
+			return false, fmt.Sprintf("%s %s is from before the rotation", cert.Secret, cert.Key), nil
+		}
+	}
+	sts := &appsv1.StatefulSet{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: n.StatefulSet()}, sts); err != nil {
+		return false, "", err
+	}
+	replicas := ptr.Deref(sts.Spec.Replicas, 1)
+	if sts.Status.ObservedGeneration < sts.Generation || sts.Status.UpdateRevision != sts.Status.CurrentRevision ||
+		sts.Status.UpdatedReplicas != replicas || sts.Status.ReadyReplicas != replicas {
+		return false, fmt.Sprintf("control-plane pods restarting: %d of %d updated, %d ready", sts.Status.UpdatedReplicas, replicas, sts.Status.ReadyReplicas), nil
+	}
+	return true, "", nil
 }

@@ -2,6 +2,7 @@ package virtualcluster
 
 import (
 	"context"
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -280,25 +281,80 @@ func (r *Reconciler) reconcilePKI(ctx context.Context, s *reconcileState) (bool,
 		return false, err
 	}
 	endpoints.MemberAddresses = members
+	s.renewal = r.serveRotation(s.vc, time.Now())
+	var before map[string][]byte
 	pkiData, err := r.reconcileSecret(ctx, s, n.PKISecret(), func(existing map[string][]byte) (map[string][]byte, bool, error) {
-		return controlplane.ReconcilePKI(existing, n, endpoints)
+		before = existing
+		return controlplane.ReconcilePKI(existing, n, endpoints, s.renewal)
 	})
 	if err != nil {
 		return false, err
 	}
+	if issued := changedKeys(before, pkiData); len(before) > 0 && len(issued) > 0 {
+		r.Recorder.Eventf(s.vc, nil, corev1.EventTypeNormal, ReasonCertificatesIssued, "Reconcile", "issued anew: %s", strings.Join(issued, ", "))
+	}
 	if _, err := r.reconcileSecret(ctx, s, n.ComponentKubeconfigSecret(), func(existing map[string][]byte) (map[string][]byte, bool, error) {
-		return controlplane.ReconcileComponentKubeconfigs(existing, pkiData, n)
+		return controlplane.ReconcileComponentKubeconfigs(existing, pkiData, n, s.renewal)
 	}); err != nil {
 		return false, err
 	}
 	if _, err := r.reconcileSecret(ctx, s, n.ManagerKubeconfigSecret(), func(existing map[string][]byte) (map[string][]byte, bool, error) {
-		return controlplane.ReconcileManagerKubeconfig(existing, pkiData, n)
+		return controlplane.ReconcileManagerKubeconfig(existing, pkiData, n, s.renewal)
 	}); err != nil {
 		return false, err
 	}
+	if s.vc.Status.Certificates == nil {
+		s.vc.Status.Certificates = &nestv1.CertificatesStatus{}
+	}
+	s.vc.Status.Certificates.NotAfter = controlplane.FirstLeafExpiry(pkiData)
 	s.pki = pkiData
 	s.obs.certificates = true
 	return true, nil
+}
+
+// ReasonCertificatesIssued is the Normal event of a VirtualCluster whose
+// PKI Secret got new leaf certificates: renewed, rotated or first made
+// for new endpoints.
+const ReasonCertificatesIssued = "CertificatesIssued"
+
+// serveRotation is the Renewal of vc at now. A new value of
+// nestv1.AnnotationRotateCertificates is served here: status.certificates
+// .lastRotation records it with now, from which every leaf counts as new.
+// A value over 64 characters is refused with a Warning event.
+func (r *Reconciler) serveRotation(vc *nestv1.VirtualCluster, now time.Time) controlplane.Renewal {
+	req := vc.Annotations[nestv1.AnnotationRotateCertificates]
+	st := vc.Status.Certificates
+	switch {
+	case req == "" || (st != nil && st.LastRotation != nil && st.LastRotation.Request == req):
+	case len(req) > maxRotationRequest:
+		r.Recorder.Eventf(vc, nil, corev1.EventTypeWarning, "InvalidRotation", "Reconcile",
+			"annotation %s is %d characters, more than %d: set it to a time, as nest certs rotate does", nestv1.AnnotationRotateCertificates, len(req), maxRotationRequest)
+	default:
+		if st == nil {
+			st = &nestv1.CertificatesStatus{}
+			vc.Status.Certificates = st
+		}
+		st.LastRotation = &nestv1.CertificateRotation{Request: req, Time: metav1.NewTime(now.Truncate(time.Second))}
+		r.Recorder.Eventf(vc, nil, corev1.EventTypeNormal, "RotationStarted", "Reconcile", "every leaf certificate is issued anew (%s %s)", nestv1.AnnotationRotateCertificates, req)
+	}
+	return controlplane.RenewalOf(vc, now)
+}
+
+// maxRotationRequest is the longest nestv1.AnnotationRotateCertificates
+// value served: status.certificates.lastRotation.request holds 64.
+const maxRotationRequest = 64
+
+// changedKeys are the keys of after whose values differ from before's,
+// sorted.
+func changedKeys(before, after map[string][]byte) []string {
+	var out []string
+	for k, v := range after {
+		if !bytes.Equal(before[k], v) {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // reconcileSecret creates or updates a Secret owned by the VirtualCluster whose
@@ -525,7 +581,7 @@ func mayBootstrap(vc *nestv1.VirtualCluster, current *corev1.ConfigMap, readyRep
 func (r *Reconciler) reconcileKubeconfig(ctx context.Context, s *reconcileState) (bool, error) {
 	n := controlplane.NamesOf(s.vc)
 	data, err := r.reconcileSecret(ctx, s, n.KubeconfigSecret(), func(existing map[string][]byte) (map[string][]byte, bool, error) {
-		return controlplane.ReconcileAdminKubeconfig(existing, s.pki, n, s.obs.endpoint)
+		return controlplane.ReconcileAdminKubeconfig(existing, s.pki, n, s.obs.endpoint, s.renewal)
 	})
 	if err != nil {
 		return false, err

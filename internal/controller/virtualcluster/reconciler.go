@@ -184,12 +184,14 @@ type reconcileState struct {
 	// patches vc (reconcileKubeconfig) moves its resourceVersion on
 	// (patchedSpec), so the patch's optimistic lock holds against other
 	// writers only. Its generation stays the one the phases worked from.
-	before   *nestv1.VirtualCluster
-	obs      observed
-	service  *corev1.Service
-	nodeIPs  []string
-	ips      controlplane.ServiceIPs
-	pki      map[string][]byte
+	before  *nestv1.VirtualCluster
+	obs     observed
+	service *corev1.Service
+	nodeIPs []string
+	ips     controlplane.ServiceIPs
+	pki     map[string][]byte
+	// renewal is when reconcilePKI and reconcileKubeconfig issue leaves.
+	renewal  controlplane.Renewal
 	internal []byte // the in-cluster admin kubeconfig
 	// upgrade is what reconcileUpgrade decided; its reason is "" until it ran.
 	upgrade upgradeState
