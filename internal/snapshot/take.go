@@ -95,11 +95,13 @@ func Take(ctx context.Context, host client.Client, cfg *rest.Config, key types.N
 	}
 	defer os.Remove(etcd.Name())
 	defer etcd.Close()
-	claims, err := tenantClaims(ctx, host, vc)
+	member, revision, err := snapshotAMember(ctx, host, cfg, vc, tlsConfig, etcd)
 	if err != nil {
 		return Manifest{}, err
 	}
-	member, revision, err := snapshotAMember(ctx, host, cfg, vc, tlsConfig, etcd)
+	// After etcd's snapshot: a claim made meanwhile is in etcd and listed
+	// too.
+	claims, err := tenantClaims(ctx, host, vc)
 	if err != nil {
 		return Manifest{}, err
 	}

@@ -4,9 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -64,8 +63,9 @@ const AnnotationVolumeRestored = "nest.dev/volume-restored"
 // pods.
 const CopyPodComponent = "volume-copy"
 
-// copyPodLifetime bounds a copy pod whose maker was lost: its main process
-// and the pod end by then. A copy that takes longer is cut off.
+// copyPodLifetime bounds a copy pod whose maker was lost and had no
+// deadline (holdFor): its main process and the pod end by then. A copy that
+// takes longer is cut off.
 const copyPodLifetime = 6 * time.Hour
 
 // copyPodStartTimeout bounds the wait for a copy pod to run: its volume
@@ -145,11 +145,14 @@ func packVolumes(ctx context.Context, host client.Client, cfg *rest.Config, vc *
 		}
 	}()
 	for i := range claims {
+		if ptr.Deref(claims[i].Spec.VolumeMode, corev1.PersistentVolumeFilesystem) == corev1.PersistentVolumeBlock {
+			v := volumeOf(&claims[i])
+			return nil, nil, fmt.Errorf("claim %s/%s is a raw block volume (volumeMode Block): --include-volumes copies file systems only; take the snapshot without it", v.Namespace, v.Name)
+		}
+	}
+	for i := range claims {
 		v := volumeOf(&claims[i])
 		path := ""
-		if ptr.Deref(claims[i].Spec.VolumeMode, corev1.PersistentVolumeFilesystem) == corev1.PersistentVolumeBlock {
-			return vols, paths, fmt.Errorf("claim %s/%s is a raw block volume (volumeMode Block): --include-volumes copies file systems only; take the snapshot without it", v.Namespace, v.Name)
-		}
 		if claims[i].Status.Phase == corev1.ClaimBound {
 			if path, v.Stats, err = packVolume(ctx, host, cfg, vc, cp, &claims[i], dir); err != nil {
 				return vols, paths, fmt.Errorf("copy the data of claim %s/%s: %w", v.Namespace, v.Name, err)
@@ -168,7 +171,7 @@ func packVolume(ctx context.Context, host client.Client, cfg *rest.Config, vc *n
 	if err != nil {
 		return "", volumearchive.Stats{}, err
 	}
-	pod, err := startCopyPod(ctx, host, copyPod(vc, cp, claim.Name, false, node))
+	pod, err := startCopyPod(ctx, host, copyPod(vc, cp, claim.Name, false, node, holdFor(ctx)))
 	if err != nil {
 		return "", volumearchive.Stats{}, err
 	}
@@ -178,7 +181,12 @@ func packVolume(ctx context.Context, host client.Client, cfg *rest.Config, vc *n
 		return "", volumearchive.Stats{}, err
 	}
 	var stderr bytes.Buffer
-	err = execStream(ctx, cfg, pod, []string{cp.binary, volumearchive.Command, volumearchive.PackCommand, "--dir=" + volumeMountPath}, nil, f, &stderr)
+	limit := packLimit(claim)
+	out := &cappedWriter{w: f, left: limit}
+	err = execStream(ctx, cfg, pod, []string{cp.binary, volumearchive.Command, volumearchive.PackCommand, "--dir=" + volumeMountPath}, nil, out, &stderr)
+	if out.over {
+		err = fmt.Errorf("the volume's files take more than %d bytes, twice its capacity and 64 MiB: the tenant wrote past its claim (sparse files and hard links count in full); the snapshot is refused", limit)
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -191,6 +199,46 @@ func packVolume(ctx context.Context, host client.Client, cfg *rest.Config, vc *n
 		return "", st, err
 	}
 	return f.Name(), st, nil
+}
+
+// packLimit bounds the stream of a claim's files the taker writes to disk:
+// twice the claim's capacity (or request) and 64 MiB for the entries'
+// headers. A tenant's files are within its claim unless the host class does
+// not enforce sizes, or sparse files and hard links, stored in full, make
+// them larger: such a volume is refused rather than filling the taker's
+// disk.
+func packLimit(claim *corev1.PersistentVolumeClaim) int64 {
+	size := claim.Spec.Resources.Requests[corev1.ResourceStorage]
+	if c, ok := claim.Status.Capacity[corev1.ResourceStorage]; ok && c.Cmp(size) > 0 {
+		size = c
+	}
+	return 2*size.Value() + 64<<20
+}
+
+// cappedWriter writes to w until left bytes are written, then fails.
+type cappedWriter struct {
+	w    io.Writer
+	left int64
+	over bool
+}
+
+func (c *cappedWriter) Write(p []byte) (int, error) {
+	if int64(len(p)) > c.left {
+		c.over = true
+		return 0, errors.New("past the volume's size limit")
+	}
+	c.left -= int64(len(p))
+	return c.w.Write(p)
+}
+
+// holdFor is how long a copy pod holds: until ctx's deadline and a minute,
+// or copyPodLifetime when ctx has none; so a pod whose maker was lost ends
+// soon after the operation would have.
+func holdFor(ctx context.Context) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		return min(time.Until(d)+time.Minute, copyPodLifetime)
+	}
+	return copyPodLifetime
 }
 
 // nodeMounting is the node of a scheduled pod that mounts claim, or "":
@@ -232,15 +280,17 @@ func statsIn(stderr []byte) (volumearchive.Stats, error) {
 // (DAC_OVERRIDE) and, to fill a volume, giving files their owners, modes
 // and times back (CHOWN, FOWNER, FSETID). It is not a tenant pod: no
 // tenant label, the VirtualCluster its owner, outside the tenant's quota.
-func copyPod(vc *nestv1.VirtualCluster, cp copier, claim string, fill bool, node string) *corev1.Pod {
-	sum := sha256.Sum256([]byte(claim))
+func copyPod(vc *nestv1.VirtualCluster, cp copier, claim string, fill bool, node string, hold time.Duration) *corev1.Pod {
+	hold = hold.Round(time.Second)
 	caps := []corev1.Capability{"DAC_OVERRIDE"}
 	if fill {
 		caps = append(caps, "CHOWN", "FOWNER", "FSETID")
 	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: fmt.Sprintf("%s-volume-copy-%s", vc.Name, hex.EncodeToString(sum[:4])), Namespace: vc.Namespace,
+			// A name of its own: two snapshots may copy the same claim at
+			// once.
+			GenerateName: vc.Name + "-volume-copy-", Namespace: vc.Namespace,
 			Labels: map[string]string{
 				controlplane.LabelVirtualCluster: vc.Name, controlplane.LabelManagedBy: controlplane.ManagedByValue,
 				controlplane.LabelComponent: CopyPodComponent,
@@ -249,7 +299,7 @@ func copyPod(vc *nestv1.VirtualCluster, cp copier, claim string, fill bool, node
 		},
 		Spec: corev1.PodSpec{
 			RestartPolicy:                 corev1.RestartPolicyNever,
-			ActiveDeadlineSeconds:         ptr.To(int64(copyPodLifetime.Seconds())),
+			ActiveDeadlineSeconds:         ptr.To(int64(hold.Seconds())),
 			TerminationGracePeriodSeconds: ptr.To(int64(1)),
 			AutomountServiceAccountToken:  ptr.To(false),
 			EnableServiceLinks:            ptr.To(false),
@@ -259,7 +309,7 @@ func copyPod(vc *nestv1.VirtualCluster, cp copier, claim string, fill bool, node
 			},
 			Containers: []corev1.Container{{
 				Name: "copy", Image: cp.image, ImagePullPolicy: cp.pullPolicy,
-				Command: []string{cp.binary, volumearchive.Command, volumearchive.HoldCommand, "--for=" + copyPodLifetime.String()},
+				Command: []string{cp.binary, volumearchive.Command, volumearchive.HoldCommand, "--for=" + hold.String()},
 				SecurityContext: &corev1.SecurityContext{
 					AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
 					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: caps},
@@ -295,30 +345,15 @@ func copyPodOwner(vc *nestv1.VirtualCluster) metav1.OwnerReference {
 	return ref
 }
 
-// startCopyPod creates pod, first deleting one of its name an interrupted
-// run left (its copy may still be running), and waits until it runs.
+// startCopyPod creates pod and waits until it runs. A pod that does not
+// run is deleted.
 func startCopyPod(ctx context.Context, host client.Client, pod *corev1.Pod) (*corev1.Pod, error) {
-	key := client.ObjectKeyFromObject(pod)
-	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
-		err := host.Create(ctx, pod.DeepCopy())
-		if err == nil {
-			return true, nil
-		}
-		if !apierrors.IsAlreadyExists(err) {
-			return false, err
-		}
-		old := &corev1.Pod{}
-		if err := host.Get(ctx, key, old); err != nil {
-			return false, client.IgnoreNotFound(err)
-		}
-		return false, client.IgnoreNotFound(host.Delete(ctx, old, client.GracePeriodSeconds(0), client.Preconditions{UID: &old.UID}))
-	})
-	if err != nil {
-		return nil, fmt.Errorf("create copy pod %s: %w", key, err)
+	if err := host.Create(ctx, pod); err != nil {
+		return nil, fmt.Errorf("create a copy pod in %s: %w", pod.Namespace, err)
 	}
 	got := &corev1.Pod{}
-	err = wait.PollUntilContextTimeout(ctx, time.Second, copyPodStartTimeout, true, func(ctx context.Context) (bool, error) {
-		if err := host.Get(ctx, key, got); err != nil {
+	err := wait.PollUntilContextTimeout(ctx, time.Second, copyPodStartTimeout, true, func(ctx context.Context) (bool, error) {
+		if err := host.Get(ctx, client.ObjectKeyFromObject(pod), got); err != nil {
 			return false, err
 		}
 		switch got.Status.Phase {
@@ -330,8 +365,8 @@ func startCopyPod(ctx context.Context, host client.Client, pod *corev1.Pod) (*co
 		return false, nil
 	})
 	if err != nil {
-		deleteCopyPod(host, got)
-		return nil, fmt.Errorf("copy pod %s does not run (%s): %w", key, podWaiting(got), err)
+		deleteCopyPod(host, pod)
+		return nil, fmt.Errorf("copy pod %s/%s does not run (%s): %w", pod.Namespace, pod.Name, podWaiting(got), err)
 	}
 	return got, nil
 }
@@ -351,12 +386,12 @@ func podWaiting(p *corev1.Pod) string {
 	return "phase " + string(p.Status.Phase)
 }
 
-// deleteCopyPod deletes a copy pod, whatever the context of the copy says:
-// it must not outlive the copy.
+// deleteCopyPod deletes a copy pod this run made, by name and UID,
+// whatever the context of the copy says: it must not outlive the copy.
 func deleteCopyPod(host client.Client, pod *corev1.Pod) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_ = host.Delete(ctx, pod, client.GracePeriodSeconds(0))
+	_ = host.Delete(ctx, pod, client.GracePeriodSeconds(0), client.Preconditions{UID: &pod.UID})
 }
 
 // restoreVolumes makes the host claim of every volume of s under vc, the
@@ -436,7 +471,7 @@ func fillVolume(ctx context.Context, host client.Client, cfg *rest.Config, vc *n
 	if err != nil {
 		return err
 	}
-	pod, err := startCopyPod(ctx, host, copyPod(vc, cp, claim.Name, true, ""))
+	pod, err := startCopyPod(ctx, host, copyPod(vc, cp, claim.Name, true, "", holdFor(ctx)))
 	if err != nil {
 		return err
 	}

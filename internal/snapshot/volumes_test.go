@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"filippo.io/age"
 	corev1 "k8s.io/api/core/v1"
@@ -125,7 +126,7 @@ func TestCopyPodsMeetBaselineOnly(t *testing.T) {
 	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "alpha", Namespace: "vc-alpha"}}
 	cp := copier{image: "nest.local/nest-syncer:dev", binary: "/usr/local/bin/nest-syncer"}
 	for _, fill := range []bool{false, true} {
-		pod := copyPod(vc, cp, "claim", fill, "node-1")
+		pod := copyPod(vc, cp, "claim", fill, "node-1", time.Hour)
 		check := func(level psapi.Level) bool {
 			return policy.AggregateCheckResults(e.EvaluatePod(psapi.LevelVersion{Level: level, Version: psapi.LatestVersion()}, &pod.ObjectMeta, &pod.Spec)).Allowed
 		}
@@ -225,7 +226,8 @@ func TestRestoreVolumesWithoutDataMakesEmptyClaims(t *testing.T) {
 	}
 }
 
-// A raw block claim is refused by name before any copy pod is made.
+// A raw block claim is refused by name before any copy pod is made, for
+// any claim.
 func TestPackVolumesRefusesBlockClaims(t *testing.T) {
 	ctx := context.Background()
 	c := fake.NewClientBuilder().WithScheme(kube.NewScheme()).Build()
@@ -236,7 +238,11 @@ func TestPackVolumesRefusesBlockClaims(t *testing.T) {
 		Spec:       corev1.PersistentVolumeClaimSpec{VolumeMode: &block},
 		Status:     corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound},
 	}
-	_, _, err := packVolumes(ctx, c, nil, vc, copier{}, []corev1.PersistentVolumeClaim{claim}, t.TempDir())
+	// A bound file-system claim sorts first: nothing of it is copied
+	// either.
+	first := claim
+	first.Name, first.Spec = "a-files", corev1.PersistentVolumeClaimSpec{}
+	_, _, err := packVolumes(ctx, c, nil, vc, copier{}, []corev1.PersistentVolumeClaim{first, claim}, t.TempDir())
 	if err == nil || !strings.Contains(err.Error(), "app/raw is a raw block volume") {
 		t.Errorf("block claim: %v, want refused by name", err)
 	}

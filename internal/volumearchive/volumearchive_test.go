@@ -134,3 +134,38 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// Setuid, setgid and sticky bits, and owners, come back: the owner is set
+// before the mode, whose change would otherwise clear them.
+func TestSpecialModesAndOwnersComeBack(t *testing.T) {
+	src := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(src, "tool"), []byte("#!/bin/sh\n"), 0o755))
+	must(t, os.Mkdir(filepath.Join(src, "shared"), 0o755))
+	must(t, os.Chmod(filepath.Join(src, "tool"), 0o755|os.ModeSetuid|os.ModeSetgid))
+	must(t, os.Chmod(filepath.Join(src, "shared"), 0o777|os.ModeSticky))
+	asRoot := os.Geteuid() == 0
+	if asRoot {
+		must(t, os.Lchown(filepath.Join(src, "tool"), 1000, 1000))
+		must(t, os.Chmod(filepath.Join(src, "tool"), 0o755|os.ModeSetuid|os.ModeSetgid))
+	}
+	var stream bytes.Buffer
+	if _, err := Pack(src, &stream); err != nil {
+		t.Fatal(err)
+	}
+	dst := t.TempDir()
+	if _, err := Unpack(dst, &stream, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]os.FileMode{"tool": 0o755 | os.ModeSetuid | os.ModeSetgid, "shared": 0o777 | os.ModeSticky | os.ModeDir} {
+		info, err := os.Lstat(filepath.Join(dst, name))
+		if err != nil || info.Mode() != want {
+			t.Errorf("%s: mode %v (%v), want %v", name, info.Mode(), err, want)
+		}
+	}
+	if asRoot {
+		info, _ := os.Lstat(filepath.Join(dst, "tool"))
+		if st := info.Sys().(*syscall.Stat_t); st.Uid != 1000 || st.Gid != 1000 {
+			t.Errorf("tool owned by %d:%d, want 1000:1000", st.Uid, st.Gid)
+		}
+	}
+}

@@ -530,7 +530,8 @@ spec:
 const testVolumeBytes = 8 << 20
 
 // statefulSetWithData is a StatefulSet whose pod fills its empty volume
-// once: blobBytes random bytes, a nested file with its own mode, a symbolic
+// once: blobBytes random bytes, a nested file with its own owner and a
+// setuid mode, a sticky directory, a symbolic
 // link, a hostile one aimed at the copy pod's own files (which the copy
 // keeps as a link, never following it), and a marker that stops it
 // writing again.
@@ -549,7 +550,7 @@ spec:
       containers:
       - name: db
         image: nest.local/busybox:1.35
-        command: [sh, -c, 'if [ ! -e /data/done ]; then head -c BLOB_BYTES /dev/urandom > /data/blob && mkdir -p /data/sub && echo nested > /data/sub/note && chmod 0640 /data/sub/note && ln -s blob /data/link && ln -s /proc/1/root/etc/passwd /data/escape && touch /data/done; fi; exec sleep 3600']
+        command: [sh, -c, 'if [ ! -e /data/done ]; then head -c BLOB_BYTES /dev/urandom > /data/blob && mkdir -p /data/sub /data/shared && echo nested > /data/sub/note && chown 1000:1000 /data/sub/note && chmod 4750 /data/sub/note && chmod 1777 /data/shared && ln -s blob /data/link && ln -s /proc/1/root/etc/passwd /data/escape && touch /data/done; fi; exec sleep 3600']
         readinessProbe: {exec: {command: [test, -e, /data/done]}, periodSeconds: 1}
         volumeMounts: [{name: data, mountPath: /data}]
   volumeClaimTemplates:
@@ -567,7 +568,7 @@ func volumeListing(t testing.TB, ctx context.Context, tn *framework.Tenant, blob
 	t.Helper()
 	script := `cd /data && find . | sort | while read f; do if [ -L "$f" ]; then echo "$f -> $(readlink "$f")"; else stat -c '%n %s %a %u:%g %Y' "$f"; fi; done && find . -type f | sort | xargs sha256sum`
 	out := tn.Kubectl(t, ctx, "-n", "app", "exec", "db-0", "--", "sh", "-c", script)
-	if !strings.Contains(out, fmt.Sprintf("./blob %d ", blobBytes)) || !strings.Contains(out, "./link -> blob") || !strings.Contains(out, "./escape -> /proc/1/root/etc/passwd") {
+	if !strings.Contains(out, fmt.Sprintf("./blob %d ", blobBytes)) || !strings.Contains(out, " 4750 1000:1000 ") || !strings.Contains(out, "./shared 4096 1777 ") || !strings.Contains(out, "./link -> blob") || !strings.Contains(out, "./escape -> /proc/1/root/etc/passwd") {
 		t.Fatalf("pod db-0's volume does not hold its data:\n%s", out)
 	}
 	return out

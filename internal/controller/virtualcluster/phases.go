@@ -1,8 +1,8 @@
 package virtualcluster
 
 import (
-	"context"
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -39,16 +39,18 @@ import (
 func (r *Reconciler) reconcileService(ctx context.Context, s *reconcileState) (bool, error) {
 	requested := r.requestedAddress(s.vc)
 	svc, err := r.applyService(ctx, s.vc, requested)
-	if err != nil && requested != nil && isPortAllocated(err) {
+	if err != nil && requested != nil && isNodePortRefused(err) {
 		r.Recorder.Eventf(s.vc, nil, corev1.EventTypeWarning, ReasonAddressTaken, "Reconcile",
-			"node port %d, which the tenant had, is taken: the Service gets another and kubeconfigs made before must be fetched again (nest kubeconfig)", requested.NodePort)
+			"node port %d, which the tenant had, cannot be given (%v): the Service gets another and kubeconfigs made before must be fetched again (nest kubeconfig)", requested.NodePort, err)
 		svc, err = r.applyService(ctx, s.vc, nil)
 	}
 	if err != nil {
 		return false, err
 	}
-	if err := r.dropUnmetAddress(ctx, s.vc, svc, time.Now()); err != nil {
-		return false, err
+	if requested != nil {
+		if err := r.dropUnmetAddress(ctx, s.vc, svc, time.Now()); err != nil {
+			return false, err
+		}
 	}
 	ips, err := r.nodeIPs(ctx)
 	if err != nil {
@@ -64,9 +66,9 @@ func (r *Reconciler) reconcileService(ctx context.Context, s *reconcileState) (b
 const ReasonAddressTaken = "AddressTaken"
 
 // addressGrace is how long a LoadBalancer Service that asked for an address
-// waits for it before the request is dropped: a load balancer gives a free
-// address in a second or two.
-const addressGrace = 30 * time.Second
+// waits for it before the request is dropped: MetalLB gives a free address
+// in a second or two, a cloud load balancer in a minute or so.
+const addressGrace = 2 * time.Minute
 
 // applyService creates or patches the API server's Service; one it creates
 // asks for requested.
@@ -120,16 +122,18 @@ func requestAddress(svc *corev1.Service, requested *nestv1.RequestedAddress) {
 	}
 }
 
-// isPortAllocated reports whether err is the API server's refusal of a
-// node port another Service holds.
-func isPortAllocated(err error) bool {
-	return apierrors.IsInvalid(err) && strings.Contains(err.Error(), "already allocated")
+// isNodePortRefused reports whether err is the API server's refusal of a
+// node port: another Service holds it, or it is outside this host's
+// node-port range.
+func isNodePortRefused(err error) bool {
+	return apierrors.IsInvalid(err) && strings.Contains(err.Error(), "nodePort")
 }
 
 // dropUnmetAddress clears the LoadBalancer address a Service asked for
 // when, addressGrace after its creation, the load balancer has not given
 // it (another Service holds it, or it is outside the pools), so the load
-// balancer picks one.
+// balancer picks one. It is called only while the VirtualCluster asks for
+// an address (nestv1.AnnotationRequestedAddress).
 func (r *Reconciler) dropUnmetAddress(ctx context.Context, vc *nestv1.VirtualCluster, svc *corev1.Service, now time.Time) error {
 	if svc.Spec.LoadBalancerIP == "" || len(svc.Status.LoadBalancer.Ingress) > 0 || now.Sub(svc.CreationTimestamp.Time) < addressGrace {
 		return nil

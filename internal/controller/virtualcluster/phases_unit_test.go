@@ -2,6 +2,7 @@ package virtualcluster
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -274,7 +275,8 @@ func TestDropUnmetAddressOnlyAfterTheGrace(t *testing.T) {
 	} {
 		s := svc(tc.ingress)
 		c := fake.NewClientBuilder().WithScheme(kube.NewScheme()).WithObjects(s.DeepCopy()).Build()
-		r := &Reconciler{Client: c, Recorder: events.NewFakeRecorder(10)}
+		rec := events.NewFakeRecorder(10)
+		r := &Reconciler{Client: c, Recorder: rec}
 		if err := r.dropUnmetAddress(context.Background(), vc, s, created.Add(tc.after)); err != nil {
 			t.Fatal(err)
 		}
@@ -284,6 +286,9 @@ func TestDropUnmetAddressOnlyAfterTheGrace(t *testing.T) {
 		}
 		if dropped := got.Spec.LoadBalancerIP == ""; dropped != tc.dropped {
 			t.Errorf("%s: loadBalancerIP %q, want dropped %v", tc.name, got.Spec.LoadBalancerIP, tc.dropped)
+		}
+		if warned := len(rec.Events) > 0 && strings.Contains(<-rec.Events, ReasonAddressTaken+" "); warned != tc.dropped {
+			t.Errorf("%s: an %s event %v, want %v", tc.name, ReasonAddressTaken, warned, tc.dropped)
 		}
 	}
 }
