@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -47,6 +48,13 @@ func TestLeafLifetimeIsHonoured(t *testing.T) {
 	if life := cert.NotAfter.Sub(pki.IssuedAt(cert)); life != 2*time.Hour {
 		t.Errorf("the API server's certificate lives %s, want the 2h asked for", life)
 	}
+	eventually(t, "the API server certificate's expiry in nest_certificate_expiry_seconds", func() error {
+		got := promtestutil.ToFloat64(certificateExpiry.WithLabelValues(ns+"/"+vc.Name, n.PKISecret(), controlplane.APIServerCert))
+		if got != float64(cert.NotAfter.Unix()) {
+			return fmt.Errorf("%v, want %d", got, cert.NotAfter.Unix())
+		}
+		return nil
+	})
 	eventually(t, "status.certificates.notAfter", func() error {
 		st := getVC(t, ns, vc.Name).Status.Certificates
 		if st == nil || st.NotAfter == nil || st.NotAfter.After(time.Now().Add(2*time.Hour)) {

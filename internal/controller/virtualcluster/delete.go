@@ -54,6 +54,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, vc *nestv1.VirtualClus
 	if err := r.Update(ctx, vc); err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, fmt.Errorf("remove finalizer from %s: %w", klog.KObj(vc), err)
 	}
+	forgetCertificateExpiry(vc)
 	return ctrl.Result{}, nil
 }
 

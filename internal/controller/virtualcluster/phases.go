@@ -297,16 +297,19 @@ func (r *Reconciler) reconcilePKI(ctx context.Context, s *reconcileState) (bool,
 	if issued := changedKeys(before, pkiData); len(before) > 0 && len(issued) > 0 {
 		r.Recorder.Eventf(s.vc, nil, corev1.EventTypeNormal, ReasonCertificatesIssued, "Reconcile", "issued anew: %s", strings.Join(issued, ", "))
 	}
-	if _, err := r.reconcileSecret(ctx, s, n.ComponentKubeconfigSecret(), func(existing map[string][]byte) (map[string][]byte, bool, error) {
+	components, err := r.reconcileSecret(ctx, s, n.ComponentKubeconfigSecret(), func(existing map[string][]byte) (map[string][]byte, bool, error) {
 		return controlplane.ReconcileComponentKubeconfigs(existing, pkiData, n, s.renewal)
-	}); err != nil {
+	})
+	if err != nil {
 		return false, err
 	}
-	if _, err := r.reconcileSecret(ctx, s, n.ManagerKubeconfigSecret(), func(existing map[string][]byte) (map[string][]byte, bool, error) {
+	manager, err := r.reconcileSecret(ctx, s, n.ManagerKubeconfigSecret(), func(existing map[string][]byte) (map[string][]byte, bool, error) {
 		return controlplane.ReconcileManagerKubeconfig(existing, pkiData, n, s.renewal)
-	}); err != nil {
+	})
+	if err != nil {
 		return false, err
 	}
+	s.secrets = map[string]map[string][]byte{n.PKISecret(): pkiData, n.ComponentKubeconfigSecret(): components, n.ManagerKubeconfigSecret(): manager}
 	if s.vc.Status.Certificates == nil {
 		s.vc.Status.Certificates = &nestv1.CertificatesStatus{}
 	}
@@ -590,6 +593,8 @@ func (r *Reconciler) reconcileKubeconfig(ctx context.Context, s *reconcileState)
 	if err != nil {
 		return false, err
 	}
+	s.secrets[n.KubeconfigSecret()] = data
+	recordCertificateExpiry(s.vc, s.secrets)
 	encoded := base64.StdEncoding.EncodeToString(data[controlplane.KubeconfigKey])
 	if s.vc.Spec.Kubeconfig != encoded {
 		patch := client.MergeFrom(s.vc.DeepCopy())

@@ -191,7 +191,10 @@ type reconcileState struct {
 	ips     controlplane.ServiceIPs
 	pki     map[string][]byte
 	// renewal is when reconcilePKI and reconcileKubeconfig issue leaves.
-	renewal  controlplane.Renewal
+	renewal controlplane.Renewal
+	// secrets are the data of the Secrets holding certificates, by name,
+	// as reconcilePKI and reconcileKubeconfig wrote them.
+	secrets  map[string]map[string][]byte
 	internal []byte // the in-cluster admin kubeconfig
 	// upgrade is what reconcileUpgrade decided; its reason is "" until it ran.
 	upgrade upgradeState
