@@ -84,6 +84,10 @@ func (r *Reconciler) applyService(ctx context.Context, vc *nestv1.VirtualCluster
 		if svc.CreationTimestamp.IsZero() {
 			requestAddress(svc, requested)
 		}
+		if desired.Spec.Type != corev1.ServiceTypeLoadBalancer {
+			// A requested address goes with the type that had it.
+			svc.Spec.LoadBalancerIP = ""
+		}
 		return controllerutil.SetControllerReference(vc, svc, r.Scheme)
 	}); err != nil {
 		return nil, fmt.Errorf("reconcile Service %s: %w", klog.KObj(svc), err)
