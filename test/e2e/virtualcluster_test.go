@@ -567,10 +567,20 @@ spec:
 func volumeListing(t testing.TB, ctx context.Context, tn *framework.Tenant, blobBytes int) string {
 	t.Helper()
 	script := `cd /data && find . | sort | while read f; do if [ -L "$f" ]; then echo "$f -> $(readlink "$f")"; else stat -c '%n %s %a %u:%g %Y' "$f"; fi; done && find . -type f | sort | xargs sha256sum`
-	out := tn.Kubectl(t, ctx, "-n", "app", "exec", "db-0", "--", "sh", "-c", script)
-	if !strings.Contains(out, fmt.Sprintf("./blob %d ", blobBytes)) || !strings.Contains(out, " 4750 1000:1000 ") || !strings.Contains(out, "./shared 4096 1777 ") || !strings.Contains(out, "./link -> blob") || !strings.Contains(out, "./escape -> /proc/1/root/etc/passwd") {
-		t.Fatalf("pod db-0's volume does not hold its data:\n%s", out)
-	}
+	var out string
+	// A restored tenant's pod object says Running before its new host
+	// pod's container runs: exec until it answers.
+	testutil.Eventually(t, 2*time.Minute, "pod db-0's volume listed", func() error {
+		var err error
+		out, err = tn.KubectlErr(ctx, "-n", "app", "exec", "db-0", "--", "sh", "-c", script)
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(out, fmt.Sprintf("./blob %d ", blobBytes)) || !strings.Contains(out, " 4750 1000:1000 ") || !strings.Contains(out, "./shared 4096 1777 ") || !strings.Contains(out, "./link -> blob") || !strings.Contains(out, "./escape -> /proc/1/root/etc/passwd") {
+			return fmt.Errorf("pod db-0's volume does not hold its data:\n%s", out)
+		}
+		return nil
+	})
 	return out
 }
 

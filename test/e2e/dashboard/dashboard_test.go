@@ -28,6 +28,7 @@ import (
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/devcluster"
+	"github.com/nestdev/nest/internal/snapshot"
 	"github.com/nestdev/nest/internal/testutil"
 	"github.com/nestdev/nest/test/e2e/framework"
 )
@@ -439,6 +440,17 @@ func (e *env) snapshotNow(t *testing.T) {
 	if err := e.host.Patch(e.ctx, vc, client.MergeFrom(before)); err != nil {
 		t.Fatal(err)
 	}
+	// The page shows a registry it cannot reach as an error, and the test
+	// waits for the list: wait for the registry first (on a loaded
+	// machine its address can take a moment to answer from the host).
+	repo, err := snapshot.ParseRepository(vc.Spec.Snapshots.To, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 2*time.Minute, "the registry answering the dashboard's list", func() error {
+		_, err := snapshot.List(e.ctx, repo)
+		return err
+	})
 	tab := e.tab(t)
 	e.run(t, tab, "ask for a snapshot now",
 		chromedp.Navigate(e.url+"/clusters/vc-backedup/backedup"),
