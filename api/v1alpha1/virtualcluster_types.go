@@ -307,10 +307,11 @@ type SnapshotSchedule struct {
 // when it lives longer than LeafLifetime (after LeafLifetime is lowered),
 // or when it was issued before the last rotation asked for
 // (AnnotationRotateCertificates); a new one restarts the control-plane
-// pods that read it at start one at a time, as any PKI change does. CAs are
-// not renewed here.
+// pods that read it at start one at a time, as any PKI change does. A leaf
+// cut to its CA's expiry is not renewed for its time. CAs are not renewed
+// here.
 //
-// +kubebuilder:validation:XValidation:rule="!has(self.renewBefore) || duration(self.renewBefore) < (has(self.leafLifetime) ? duration(self.leafLifetime) : duration('8760h'))",message="certificates.renewBefore must be shorter than certificates.leafLifetime (8760h when unset), or every renewal would be due at once"
+// +kubebuilder:validation:XValidation:rule="!has(self.renewBefore) || 2 * duration(self.renewBefore).getSeconds() <= (has(self.leafLifetime) ? duration(self.leafLifetime) : duration('8760h')).getSeconds()",message="certificates.renewBefore must be at most half of certificates.leafLifetime (8760h when unset): a leaf renewed sooner would restart the control plane almost at once"
 type CertificatesSpec struct {
 	// LeafLifetime is how long a leaf certificate is valid from its issue,
 	// such as 8760h (the default, one year, as kubeadm's) or 10m; never
@@ -319,8 +320,9 @@ type CertificatesSpec struct {
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('5m') && duration(self) <= duration('87600h')",message="certificates.leafLifetime must be from 5m to 87600h (ten years), such as 8760h"
 	LeafLifetime *metav1.Duration `json:"leafLifetime,omitempty"`
 
-	// RenewBefore is how long before its expiry a leaf is renewed; unset,
-	// when a third of its lifetime is left, as the kubelet renews its own.
+	// RenewBefore is how long before its expiry a leaf is renewed, at most
+	// half of LeafLifetime; unset, when a third of its lifetime is left, as
+	// the kubelet renews its own.
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m')",message="certificates.renewBefore must be at least 1m, such as 720h"
 	RenewBefore *metav1.Duration `json:"renewBefore,omitempty"`

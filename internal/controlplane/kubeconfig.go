@@ -155,7 +155,8 @@ func kubeconfigValid(data, caPEM []byte, server string, subject pki.CertSpec, r 
 		return false
 	}
 	cfg, cert, err := kubeconfigClient(data)
-	if err != nil || r.Due(cert) || cert.Subject.CommonName != subject.CommonName ||
+	ca, caErr := pki.ParseCertificate(caPEM)
+	if err != nil || caErr != nil || r.Due(cert, ca) || cert.Subject.CommonName != subject.CommonName ||
 		!slices.Equal(slices.Sorted(slices.Values(cert.Subject.Organization)), slices.Sorted(slices.Values(subject.Organizations))) {
 		return false
 	}

@@ -265,7 +265,7 @@ func certMatches(certPEM, keyPEM []byte, ca *pki.CA, spec pki.CertSpec, r Renewa
 		return false
 	}
 	cert, err := pki.ParseCertificate(certPEM)
-	if err != nil || cert.CheckSignatureFrom(ca.Certificate()) != nil || r.Due(cert) {
+	if err != nil || cert.CheckSignatureFrom(ca.Certificate()) != nil || r.Due(cert, ca.Certificate()) {
 		return false
 	}
 	if cert.Subject.CommonName != spec.CommonName || !slices.Equal(cert.Subject.Organization, spec.Organizations) {
@@ -296,9 +296,9 @@ func sameNames(cert *x509.Certificate, spec pki.CertSpec) bool {
 type Renewal struct {
 	// LeafLifetime is a new leaf's validity; zero is pki.LeafValidity.
 	LeafLifetime time.Duration
-	// RenewBefore is how long before its expiry a leaf is renewed; zero
-	// is a third of its lifetime, the point at which the kubelet renews
-	// its own.
+	// RenewBefore is how long before its expiry a leaf is renewed; zero,
+	// or more than half the lifetime, is a third of its lifetime (from its
+	// issue), the point at which the kubelet renews its own.
 	RenewBefore time.Duration
 	// IssuedAfter renews every leaf issued before it (a rotation); zero
 	// renews none for that.
@@ -323,10 +323,14 @@ func RenewalOf(vc *nestv1.VirtualCluster, now time.Time) Renewal {
 	return r
 }
 
-// Due reports whether cert is to be issued anew: it was issued before
-// IssuedAfter, it lives longer than LeafLifetime (which was lowered), or
-// less than RenewBefore of it is left.
-func (r Renewal) Due(cert *x509.Certificate) bool {
+// Due reports whether cert, signed by ca, is to be issued anew: it was
+// issued before IssuedAfter (or before now, when IssuedAfter is later: a
+// clock behind the one that served the rotation must not reissue for ever),
+// it lives longer than LeafLifetime (which was lowered), or less than
+// RenewBefore of it is left. A leaf cut to its CA's expiry is not due for
+// its time: a new one would be cut the same, and due at once; the CA is
+// what is renewed then (CA rotation).
+func (r Renewal) Due(cert, ca *x509.Certificate) bool {
 	now := r.Now
 	if now.IsZero() {
 		now = time.Now()
@@ -334,8 +338,11 @@ func (r Renewal) Due(cert *x509.Certificate) bool {
 	issued := pki.IssuedAt(cert)
 	// Certificates keep whole seconds: one issued in the second of the
 	// rotation counts as after it.
-	if !r.IssuedAfter.IsZero() && issued.Before(r.IssuedAfter.Truncate(time.Second)) {
+	if after := r.IssuedAfter; !after.IsZero() && issued.Before(minTime(after, now).Truncate(time.Second)) {
 		return true
+	}
+	if ca != nil && !cert.NotAfter.Before(ca.NotAfter) {
+		return false
 	}
 	lifetime := cmp.Or(r.LeafLifetime, pki.LeafValidity)
 	// A minute of slack: a leaf is issued a little after its NotBefore.
@@ -343,10 +350,17 @@ func (r Renewal) Due(cert *x509.Certificate) bool {
 		return true
 	}
 	before := r.RenewBefore
-	if before == 0 || before >= lifetime {
-		before = cert.NotAfter.Sub(cert.NotBefore) / 3
+	if before == 0 || 2*before > lifetime {
+		before = cert.NotAfter.Sub(issued) / 3
 	}
 	return cert.NotAfter.Sub(now) < before
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // FirstLeafExpiry is when the first leaf certificate of PKI Secret data

@@ -145,7 +145,9 @@ func Take(ctx context.Context, host client.Client, cfg *rest.Config, key types.N
 // portable is vc as a snapshot keeps it: its name, namespace, labels,
 // annotations and spec, without spec.kubeconfig (the admin's key), its
 // status, or the one-shot annotations nest.dev/snapshot-requested,
-// nest.dev/restoring and nest.dev/requested-address.
+// nest.dev/restoring, nest.dev/requested-address and
+// nest.dev/rotate-certificates (served with a status a restore does not
+// bring back).
 func portable(vc *nestv1.VirtualCluster) *nestv1.VirtualCluster {
 	out := &nestv1.VirtualCluster{
 		TypeMeta: metav1.TypeMeta{APIVersion: nestv1.GroupVersion.String(), Kind: nestv1.VirtualClusterKind},
@@ -155,7 +157,7 @@ func portable(vc *nestv1.VirtualCluster) *nestv1.VirtualCluster {
 	}
 	out.Spec.Kubeconfig = ""
 	// One-shot marks of the running tenant, not part of it.
-	for _, a := range []string{nestv1.AnnotationSnapshotRequested, nestv1.AnnotationRestoring, nestv1.AnnotationRequestedAddress} {
+	for _, a := range []string{nestv1.AnnotationSnapshotRequested, nestv1.AnnotationRestoring, nestv1.AnnotationRequestedAddress, nestv1.AnnotationRotateCertificates} {
 		delete(out.Annotations, a)
 	}
 	return out

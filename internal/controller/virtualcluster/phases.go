@@ -22,6 +22,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -289,7 +290,9 @@ func (r *Reconciler) reconcilePKI(ctx context.Context, s *reconcileState) (bool,
 		return false, err
 	}
 	endpoints.MemberAddresses = members
-	s.renewal = r.serveRotation(s.vc, time.Now())
+	if s.renewal, err = r.serveRotation(ctx, s, time.Now()); err != nil {
+		return false, err
+	}
 	var before map[string][]byte
 	pkiData, err := r.reconcileSecret(ctx, s, n.PKISecret(), func(existing map[string][]byte) (map[string][]byte, bool, error) {
 		before = existing
@@ -328,11 +331,14 @@ func (r *Reconciler) reconcilePKI(ctx context.Context, s *reconcileState) (bool,
 // for new endpoints.
 const ReasonCertificatesIssued = "CertificatesIssued"
 
-// serveRotation is the Renewal of vc at now. A new value of
-// nestv1.AnnotationRotateCertificates is served here: status.certificates
-// .lastRotation records it with now, from which every leaf counts as new.
-// A value over 64 characters is refused with a Warning event.
-func (r *Reconciler) serveRotation(vc *nestv1.VirtualCluster, now time.Time) controlplane.Renewal {
+// serveRotation is the Renewal of the VirtualCluster at now. A new value
+// of nestv1.AnnotationRotateCertificates is served here, before any leaf
+// is issued for it: a status patch of its own records it in
+// status.certificates.lastRotation with now, from which every leaf counts
+// as new, so a later phase's failure cannot lose it and have it served
+// again. A value over 64 characters is refused with a Warning event.
+func (r *Reconciler) serveRotation(ctx context.Context, s *reconcileState, now time.Time) (controlplane.Renewal, error) {
+	vc := s.vc
 	req := vc.Annotations[nestv1.AnnotationRotateCertificates]
 	st := vc.Status.Certificates
 	switch {
@@ -341,14 +347,25 @@ func (r *Reconciler) serveRotation(vc *nestv1.VirtualCluster, now time.Time) con
 		r.Recorder.Eventf(vc, nil, corev1.EventTypeWarning, "InvalidRotation", "Reconcile",
 			"annotation %s is %d characters, more than %d: set it to a time, as nest certs rotate does", nestv1.AnnotationRotateCertificates, len(req), maxRotationRequest)
 	default:
-		if st == nil {
-			st = &nestv1.CertificatesStatus{}
-			vc.Status.Certificates = st
+		served := &nestv1.CertificateRotation{Request: req, Time: metav1.NewTime(now.Truncate(time.Second))}
+		live := vc.DeepCopy()
+		patch, err := json.Marshal(map[string]any{"status": map[string]any{"certificates": map[string]any{"lastRotation": served}}})
+		if err != nil {
+			return controlplane.Renewal{}, err
 		}
-		st.LastRotation = &nestv1.CertificateRotation{Request: req, Time: metav1.NewTime(now.Truncate(time.Second))}
+		if err := r.Status().Patch(ctx, live, client.RawPatch(types.MergePatchType, patch)); err != nil {
+			return controlplane.Renewal{}, fmt.Errorf("record the rotation %q of %s: %w", req, klog.KObj(vc), err)
+		}
+		for _, o := range []*nestv1.VirtualCluster{s.vc, s.before} {
+			if o.Status.Certificates == nil {
+				o.Status.Certificates = &nestv1.CertificatesStatus{}
+			}
+			o.Status.Certificates.LastRotation = served.DeepCopy()
+			o.ResourceVersion = live.ResourceVersion
+		}
 		r.Recorder.Eventf(vc, nil, corev1.EventTypeNormal, "RotationStarted", "Reconcile", "every leaf certificate is issued anew (%s %s)", nestv1.AnnotationRotateCertificates, req)
 	}
-	return controlplane.RenewalOf(vc, now)
+	return controlplane.RenewalOf(vc, now), nil
 }
 
 // maxRotationRequest is the longest nestv1.AnnotationRotateCertificates
@@ -603,9 +620,13 @@ func (r *Reconciler) reconcileKubeconfig(ctx context.Context, s *reconcileState)
 	if s.vc.Spec.Kubeconfig != encoded {
 		patch := client.MergeFrom(s.vc.DeepCopy())
 		s.vc.Spec.Kubeconfig = encoded
+		// The patch reads the object back, status and all: what the
+		// phases put in s.vc.Status is kept for the status patch.
+		status := s.vc.Status.DeepCopy()
 		if err := r.Patch(ctx, s.vc, patch); err != nil {
 			return false, fmt.Errorf("write spec.kubeconfig of %s: %w", klog.KObj(s.vc), err)
 		}
+		s.vc.Status = *status
 		s.patchedSpec()
 	}
 	s.internal = data[controlplane.KubeconfigInternalKey]
