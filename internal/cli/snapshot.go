@@ -30,7 +30,7 @@ import (
 // newSnapshotCommand is nest snapshot: create and verify a virtual
 // cluster's snapshots.
 func newSnapshotCommand(host *hostFlags) *cobra.Command {
-	cmd := &cobra.Command{Use: "snapshot", Short: "Take and check snapshots of a virtual cluster: its etcd, VirtualCluster and PKI in one file"}
+	cmd := &cobra.Command{Use: "snapshot", Short: "Take and check snapshots of a virtual cluster: its etcd, VirtualCluster, PKI and (with --include-volumes) volumes in one file or OCI artifact"}
 	cmd.AddCommand(newSnapshotCreateCommand(host), newSnapshotVerifyCommand(), newSnapshotListCommand(host), newSnapshotRequestCommand(host))
 	return cmd
 }

@@ -338,7 +338,11 @@ func (r Renewal) Due(cert, ca *x509.Certificate) bool {
 	issued := pki.IssuedAt(cert)
 	// Certificates keep whole seconds: one issued in the second of the
 	// rotation counts as after it.
-	if after := r.IssuedAfter; !after.IsZero() && issued.Before(minTime(after, now).Truncate(time.Second)) {
+	after := r.IssuedAfter
+	if after.After(now) {
+		after = now
+	}
+	if !after.IsZero() && issued.Before(after.Truncate(time.Second)) {
 		return true
 	}
 	if ca != nil && !cert.NotAfter.Before(ca.NotAfter) {
@@ -354,13 +358,6 @@ func (r Renewal) Due(cert, ca *x509.Certificate) bool {
 		before = cert.NotAfter.Sub(issued) / 3
 	}
 	return cert.NotAfter.Sub(now) < before
-}
-
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
 }
 
 // FirstLeafExpiry is when the first leaf certificate of PKI Secret data

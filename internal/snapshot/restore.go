@@ -332,12 +332,6 @@ func sendSnapshot(ctx context.Context, cfg *rest.Config, pod *corev1.Pod, path, 
 	return nil
 }
 
-// execStream runs command in the first container of pod through the host
-// API server's exec (execIn).
-func execStream(ctx context.Context, cfg *rest.Config, pod *corev1.Pod, command []string, stdin io.Reader, stdout io.Writer, stderr *bytes.Buffer) error {
-	return execIn(ctx, cfg, pod, pod.Spec.Containers[0].Name, command, stdin, stdout, stderr)
-}
-
 // execIn runs command in container of pod through the host API server's
 // exec, with stdin (nil for none) and stdout streamed, and returns its
 // error with what it wrote to stderr.

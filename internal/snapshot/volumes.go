@@ -59,6 +59,9 @@ type Volume struct {
 // again skips it.
 const AnnotationVolumeRestored = "nest.dev/volume-restored"
 
+// copyContainer is the copy pod's one container.
+const copyContainer = "copy"
+
 // CopyPodComponent is the app.kubernetes.io/component label of the copy
 // pods.
 const CopyPodComponent = "volume-copy"
@@ -183,7 +186,7 @@ func packVolume(ctx context.Context, host client.Client, cfg *rest.Config, vc *n
 	var stderr bytes.Buffer
 	limit := packLimit(claim)
 	out := &cappedWriter{w: f, left: limit}
-	err = execStream(ctx, cfg, pod, []string{cp.binary, volumearchive.Command, volumearchive.PackCommand, "--dir=" + volumeMountPath}, nil, out, &stderr)
+	err = execIn(ctx, cfg, pod, copyContainer, []string{cp.binary, volumearchive.Command, volumearchive.PackCommand, "--dir=" + volumeMountPath}, nil, out, &stderr)
 	if out.over {
 		err = fmt.Errorf("the volume's files take more than %d bytes, twice its capacity and 64 MiB: the tenant wrote past its claim (sparse files and hard links count in full); the snapshot is refused", limit)
 	}
@@ -308,7 +311,7 @@ func copyPod(vc *nestv1.VirtualCluster, cp copier, claim string, fill bool, node
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},
 			Containers: []corev1.Container{{
-				Name: "copy", Image: cp.image, ImagePullPolicy: cp.pullPolicy,
+				Name: copyContainer, Image: cp.image, ImagePullPolicy: cp.pullPolicy,
 				Command: []string{cp.binary, volumearchive.Command, volumearchive.HoldCommand, "--for=" + hold.String()},
 				SecurityContext: &corev1.SecurityContext{
 					AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
@@ -483,7 +486,7 @@ func fillVolume(ctx context.Context, host client.Client, cfg *rest.Config, vc *n
 	defer f.Close()
 	var stderr bytes.Buffer
 	command := []string{cp.binary, volumearchive.Command, volumearchive.UnpackCommand, "--dir=" + volumeMountPath, fmt.Sprintf("--limit=%d", max(limit, 1))}
-	if err := execStream(ctx, cfg, pod, command, bufio.NewReader(f), io.Discard, &stderr); err != nil {
+	if err := execIn(ctx, cfg, pod, copyContainer, command, bufio.NewReader(f), io.Discard, &stderr); err != nil {
 		return err
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{AnnotationVolumeRestored: sum}}})

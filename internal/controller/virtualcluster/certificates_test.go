@@ -98,7 +98,9 @@ func rotate(t *testing.T, n controlplane.Names, before map[string]controlplane.C
 	ctx := context.Background()
 	var newest time.Time
 	for _, c := range before {
-		newest = maxTime(newest, c.IssuedAt)
+		if c.IssuedAt.After(newest) {
+			newest = c.IssuedAt
+		}
 	}
 	eventually(t, "a second after the leaves were issued", func() error {
 		if !time.Now().Truncate(time.Second).After(newest) {
@@ -131,13 +133,6 @@ func rotate(t *testing.T, n controlplane.Names, before map[string]controlplane.C
 		return nil
 	})
 	return after
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }
 
 // nest certs rotate's requests are each served once: every leaf of the
