@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -308,8 +310,9 @@ type SnapshotSchedule struct {
 // or when it was issued before the last rotation asked for
 // (AnnotationRotateCertificates); a new one restarts the control-plane
 // pods that read it at start one at a time, as any PKI change does. A leaf
-// cut to its CA's expiry is not renewed for its time. CAs are not renewed
-// here.
+// cut to its CA's expiry is not renewed for its time: its CA is, by a CA
+// rotation (AnnotationRotateCA), which nest-manager starts by itself for
+// a CA with a third of its life or less left.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.renewBefore) || 2 * duration(self.renewBefore).getSeconds() <= (has(self.leafLifetime) ? duration(self.leafLifetime) : duration('8760h')).getSeconds()",message="certificates.renewBefore must be at most half of certificates.leafLifetime (8760h when unset): a leaf renewed sooner would restart the control plane almost at once"
 type CertificatesSpec struct {
@@ -326,7 +329,94 @@ type CertificatesSpec struct {
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m')",message="certificates.renewBefore must be at least 1m, such as 720h"
 	RenewBefore *metav1.Duration `json:"renewBefore,omitempty"`
+
+	// CALifetime is how long a certificate authority nest-manager makes
+	// (at creation and at each CA rotation) is valid, such as 87600h (the
+	// default, ten years, as kubeadm's) or 720h. A CA with a third of it
+	// or less left is rotated (AnnotationRotateCA) with a grace of a
+	// tenth of it. Existing CAs keep their expiry until they rotate.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1h') && duration(self) <= duration('175200h')",message="certificates.caLifetime must be from 1h to 175200h (twenty years), such as 87600h"
+	CALifetime *metav1.Duration `json:"caLifetime,omitempty"`
 }
+
+// AnnotationRotateCA, set on a VirtualCluster (nest certs rotate-ca), asks
+// nest-manager to replace certificate authorities, in phases (see
+// CARotationPhase). Its value is JSON: {"request": an id of at most 64
+// characters, "authorities": a list of cluster, etcd, front-proxy and
+// service-account (empty: all four), "grace": how long the old CA stays
+// trusted once every leaf is issued from the new one, such as "24h"
+// (unset: DefaultCARotationGrace)}. Each new request is served once;
+// one that arrives while another rotation runs is refused with a
+// Warning event.
+const AnnotationRotateCA = "nest.dev/rotate-ca"
+
+// CARotationRequest is the value of AnnotationRotateCA, as JSON.
+type CARotationRequest struct {
+	// Request identifies it, at most 64 characters (nest certs rotate-ca
+	// sets the time).
+	Request string `json:"request"`
+	// Authorities are the CAs to replace; empty is every CAName.
+	Authorities []CAName `json:"authorities,omitempty"`
+	// Grace is how long phase Grace lasts; unset is
+	// DefaultCARotationGrace.
+	Grace *metav1.Duration `json:"grace,omitempty"`
+}
+
+// AnnotationFinishCARotation, set to the request of the CA rotation in
+// phase Grace (nest certs rotate-ca --finish), ends its grace at once.
+const AnnotationFinishCARotation = "nest.dev/finish-ca-rotation"
+
+// DefaultCARotationGrace is how long the old CA stays trusted after a CA
+// rotation issued every leaf from the new one, unless the request says:
+// long enough for every kubelet-refreshed token (an hour at most) and for
+// clients that refetch their kubeconfig daily.
+const DefaultCARotationGrace = 24 * time.Hour
+
+// CAName names a certificate authority of a VirtualCluster that rotates:
+// the cluster CA (the API server's serving and client certificates, the
+// tenant's kube-root-ca.crt), etcd's, the front proxy's, and the
+// service-account signing key.
+// +kubebuilder:validation:Enum=cluster;etcd;front-proxy;service-account
+type CAName string
+
+// The authorities a CA rotation replaces.
+const (
+	CACluster        CAName = "cluster"
+	CAEtcd           CAName = "etcd"
+	CAFrontProxy     CAName = "front-proxy"
+	CAServiceAccount CAName = "service-account"
+)
+
+// CANames are every CAName, in the order a rotation lists them.
+var CANames = []CAName{CACluster, CAEtcd, CAFrontProxy, CAServiceAccount}
+
+// CARotationPhase is where a CA rotation stands. Each of Trust, Reissue
+// and Retire restarts the control-plane pods one at a time and ends when
+// the last is Ready.
+// +kubebuilder:validation:Enum=Trust;Reissue;Grace;Retire;Done
+type CARotationPhase string
+
+const (
+	// CAPhaseTrust: a new CA (a new key, for the service-account key) is
+	// added beside the old one to every trust bundle: the API server's,
+	// etcd's, the tenant's kube-root-ca.crt, every kubeconfig's. The old
+	// one still signs.
+	CAPhaseTrust CARotationPhase = "Trust"
+	// CAPhaseReissue: the new CA signs, and every leaf and kubeconfig
+	// client certificate is issued from it. The API server's certificate
+	// comes with the new CA cross-signed by the old, so a client that
+	// trusts the old CA alone still verifies it.
+	CAPhaseReissue CARotationPhase = "Reissue"
+	// CAPhaseGrace: the old CA is still trusted, until retireAfter or
+	// AnnotationFinishCARotation.
+	CAPhaseGrace CARotationPhase = "Grace"
+	// CAPhaseRetire: the old CA leaves every bundle; a client certificate
+	// or token it signed is refused from then on.
+	CAPhaseRetire CARotationPhase = "Retire"
+	// CAPhaseDone: the rotation ended (status.certificates.lastCARotation).
+	CAPhaseDone CARotationPhase = "Done"
+)
 
 // AnnotationRotateCertificates, set on a VirtualCluster (nest certs
 // rotate), asks nest-manager to issue every leaf certificate anew: each
@@ -343,6 +433,31 @@ type CertificatesStatus struct {
 	// expires.
 	// +optional
 	NotAfter *metav1.Time `json:"notAfter,omitempty"`
+	// CARotation is the CA rotation under way.
+	// +optional
+	CARotation *CARotation `json:"caRotation,omitempty"`
+	// LastCARotation is the last CA rotation that ended, in phase Done.
+	// +optional
+	LastCARotation *CARotation `json:"lastCARotation,omitempty"`
+}
+
+// CARotation is a rotation of certificate authorities.
+type CARotation struct {
+	// Request is the AnnotationRotateCA request it serves.
+	// +kubebuilder:validation:MaxLength=64
+	Request string `json:"request"`
+	// Authorities are the CAs it replaces.
+	// +kubebuilder:validation:MaxItems=4
+	Authorities []CAName `json:"authorities"`
+	// Phase is where it stands.
+	Phase CARotationPhase `json:"phase"`
+	// PhaseTime is when Phase began.
+	PhaseTime metav1.Time `json:"phaseTime"`
+	// Grace is how long phase Grace lasts.
+	Grace metav1.Duration `json:"grace"`
+	// RetireAfter is when phase Grace ends, set when it begins.
+	// +optional
+	RetireAfter *metav1.Time `json:"retireAfter,omitempty"`
 }
 
 // CertificateRotation is a rotation of every leaf certificate.

@@ -39,8 +39,89 @@ func newCertsCommand(host *hostFlags) *cobra.Command {
 		},
 	}
 	namespaceFlag(check, &ns)
-	cmd.AddCommand(check, newCertsRotateCommand(host))
+	cmd.AddCommand(check, newCertsRotateCommand(host), newCertsRotateCACommand(host))
 	return cmd
+}
+
+// newCertsRotateCACommand is nest certs rotate-ca NAME [--ca ...] [--grace
+// D] [--wait] [--finish]: CAs replaced in phases.
+func newCertsRotateCACommand(host *hostFlags) *cobra.Command {
+	var (
+		ns           string
+		cas          []string
+		grace        time.Duration
+		wait, finish bool
+		timeout      time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "rotate-ca NAME [--ca cluster,etcd,front-proxy,service-account] [--grace 24h] [--wait] [--finish]",
+		Short: "Replace a virtual cluster's CAs and service-account key in phases, with no failed call",
+		Long: "Ask nest-manager to replace the CAs of the virtual cluster NAME (--ca: cluster, etcd, front-proxy, " +
+			"service-account; all when unset), in phases that status.certificates.caRotation names (annotation " +
+			"nest.dev/rotate-ca): Trust adds each new CA beside the old one to every trust bundle (the API servers', " +
+			"etcd's, the tenant's kube-root-ca.crt, every kubeconfig's); Reissue issues every leaf and kubeconfig from " +
+			"the new CA, and the new service-account key signs; Grace keeps the old CA trusted for --grace; Retire " +
+			"removes it. The control-plane pods restart one at a time in each of Trust, Reissue and Retire. Kubeconfigs " +
+			"holding the old CA alone keep working until Retire, and fail after it: fetch the new one (nest kubeconfig) " +
+			"during Grace. --wait returns once Reissue is over; --finish (alone, on a rotation under way) ends its " +
+			"grace now, and with --wait returns once the old CAs are gone. The cluster CA cannot rotate while " +
+			"dedicated nodes are assigned.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if finish && (len(cas) > 0 || cmd.Flags().Changed("grace")) {
+				return fmt.Errorf("--finish ends the rotation under way: give it without --ca and --grace")
+			}
+			return withTarget(cmd, host, args[0], ns, timeout, func(ctx context.Context, c client.Client, key types.NamespacedName) error {
+				out := cmd.OutOrStdout()
+				var request string
+				var err error
+				want := nestv1.CAPhaseGrace
+				if finish {
+					want = nestv1.CAPhaseDone
+					request, err = vcops.FinishCARotation(ctx, c, key)
+				} else {
+					var g *time.Duration
+					if cmd.Flags().Changed("grace") {
+						g = &grace
+					}
+					request, err = vcops.RequestCARotation(ctx, c, key, caNames(cas), g, time.Now())
+				}
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(out, "CA rotation %s of %s asked for\n", request, key)
+				if !wait {
+					return nil
+				}
+				start, phase := time.Now(), nestv1.CARotationPhase("")
+				err = apiwait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+					done, p, err := vcops.CARotationReached(ctx, c, key, request, want)
+					phase = p
+					return done, err
+				})
+				if err != nil {
+					return fmt.Errorf("the CA rotation %s of %s has not reached phase %s (it is in %q): %w", request, key, want, phase, err)
+				}
+				fmt.Fprintf(out, "CA rotation %s of %s in phase %s after %.1fs\n", request, key, phase, time.Since(start).Seconds())
+				return nil
+			})
+		},
+	}
+	namespaceFlag(cmd, &ns)
+	cmd.Flags().StringSliceVar(&cas, "ca", nil, "the CAs to replace: cluster, etcd, front-proxy, service-account (all when unset)")
+	cmd.Flags().DurationVar(&grace, "grace", nestv1.DefaultCARotationGrace, "how long the old CAs stay trusted once every leaf is new")
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait until every leaf is issued from the new CAs (with --finish: until the old CAs are gone)")
+	cmd.Flags().BoolVar(&finish, "finish", false, "end the grace of the rotation under way now")
+	cmd.Flags().DurationVar(&timeout, "timeout", 15*time.Minute, "how long the command may take")
+	return cmd
+}
+
+func caNames(in []string) []nestv1.CAName {
+	out := make([]nestv1.CAName, len(in))
+	for i, s := range in {
+		out[i] = nestv1.CAName(s)
+	}
+	return out
 }
 
 // newCertsRotateCommand is nest certs rotate NAME [--wait]: every leaf
@@ -121,6 +202,7 @@ func printCertificates(ctx context.Context, c client.Client, key types.Namespace
 	if err != nil {
 		return err
 	}
+	printCARotation(w, vc.Status.Certificates, now)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SECRET\tKEY\tSUBJECT\tISSUER\tEXPIRES\tIN\tSTATUS")
 	for _, cert := range certs {
@@ -128,6 +210,23 @@ func printCertificates(ctx context.Context, c client.Client, key types.Namespace
 			cert.NotAfter.UTC().Format(time.RFC3339), remaining(cert.NotAfter.Sub(now)), certStatus(cert))
 	}
 	return tw.Flush()
+}
+
+// printCARotation prints the CA rotation under way, or the last one.
+func printCARotation(w io.Writer, st *nestv1.CertificatesStatus, now time.Time) {
+	switch {
+	case st == nil:
+	case st.CARotation != nil:
+		r := st.CARotation
+		fmt.Fprintf(w, "CA rotation %s of %s: phase %s since %s", r.Request, controlplane.CANameList(r.Authorities), r.Phase, r.PhaseTime.UTC().Format(time.RFC3339))
+		if r.RetireAfter != nil {
+			fmt.Fprintf(w, "; the old CAs are retired in %s (nest certs rotate-ca --finish: now)", r.RetireAfter.Sub(now).Round(time.Second))
+		}
+		fmt.Fprintln(w)
+	case st.LastCARotation != nil:
+		r := st.LastCARotation
+		fmt.Fprintf(w, "last CA rotation %s of %s: done %s\n", r.Request, controlplane.CANameList(r.Authorities), r.PhaseTime.UTC().Format(time.RFC3339))
+	}
 }
 
 // certStatus is a certificate's STATUS column.

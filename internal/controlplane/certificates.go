@@ -32,6 +32,10 @@ type Certificate struct {
 	NotAfter        time.Time
 	// IssuedAt is when it was issued (pki.IssuedAt).
 	IssuedAt time.Time
+	// Index is its place among the certificates of its key: 0 for the
+	// first, the one that is served or signs; a CA bundle during a CA
+	// rotation, or the API server's chain, holds more.
+	Index int
 	// Expiring: it expires within ExpiryWarning of the time Certificates
 	// was given. OutlivesIssuer: it expires after the CA that signed it,
 	// which clients stop trusting first.
@@ -62,18 +66,24 @@ func Certificates(secrets []corev1.Secret, now time.Time) ([]Certificate, error)
 	return out, nil
 }
 
-// certificatesIn are the certificates of one Secret key: a PEM certificate
-// (*.crt), the client certificates of a kubeconfig (*.conf, KubeconfigKey,
+// certificatesIn are the certificates of one Secret key: every PEM
+// certificate of a *.crt (a CA bundle while a CA rotates, the API server's
+// chain), the client certificates of a kubeconfig (*.conf, KubeconfigKey,
 // KubeconfigInternalKey), or none (keys, the service-account key pair).
 func certificatesIn(key string, data []byte) ([]Certificate, error) {
 	switch {
 	case strings.HasSuffix(key, ".crt"):
-		c, err := parseCertificate(data)
+		certs, err := pki.ParseCertificates(data)
 		if err != nil {
 			return nil, err
 		}
-		c.Key = key
-		return []Certificate{c}, nil
+		out := make([]Certificate, 0, len(certs))
+		for i, cert := range certs {
+			c := certificateOf(cert)
+			c.Key, c.Index = key, i
+			out = append(out, c)
+		}
+		return out, nil
 	case strings.HasSuffix(key, ".conf") || key == KubeconfigKey || key == KubeconfigInternalKey:
 		cfg, err := clientcmd.Load(data)
 		if err != nil {
@@ -107,7 +117,11 @@ func parseCertificate(data []byte) (Certificate, error) {
 	if err != nil {
 		return Certificate{}, err
 	}
-	return Certificate{Subject: cert.Subject.CommonName, Issuer: cert.Issuer.CommonName, CA: cert.IsCA, NotAfter: cert.NotAfter, IssuedAt: pki.IssuedAt(cert)}, nil
+	return certificateOf(cert), nil
+}
+
+func certificateOf(cert *x509.Certificate) Certificate {
+	return Certificate{Subject: cert.Subject.CommonName, Issuer: cert.Issuer.CommonName, CA: cert.IsCA, NotAfter: cert.NotAfter, IssuedAt: pki.IssuedAt(cert)}
 }
 
 // markIssuers sets Expiring and OutlivesIssuer. A certificate's issuer is

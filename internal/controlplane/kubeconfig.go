@@ -73,7 +73,7 @@ func ReconcileComponentKubeconfigs(existing map[string][]byte, pkiData map[strin
 		SchedulerKubeconfig:         components.SchedulerClient(),
 		SyncerKubeconfig:            components.Client(SyncerUser, components.MastersGroup),
 	} {
-		if kubeconfigValid(existing[file], ca.CertPEM, loopbackServer, subject, r) {
+		if kubeconfigValid(existing[file], ca, loopbackServer, subject, r) {
 			out[file] = existing[file]
 			continue
 		}
@@ -99,7 +99,7 @@ func ReconcileAdminKubeconfig(existing map[string][]byte, pkiData map[string][]b
 		return nil, false, fmt.Errorf("load tenant CA: %w", err)
 	}
 	admin := AdminClient()
-	if kubeconfigValid(existing[KubeconfigKey], ca.CertPEM, server, admin, r) && kubeconfigValid(existing[KubeconfigInternalKey], ca.CertPEM, n.InternalServer(), admin, r) {
+	if kubeconfigValid(existing[KubeconfigKey], ca, server, admin, r) && kubeconfigValid(existing[KubeconfigInternalKey], ca, n.InternalServer(), admin, r) {
 		return existing, false, nil
 	}
 	admin.Validity = r.LeafLifetime
@@ -127,7 +127,7 @@ func ReconcileManagerKubeconfig(existing map[string][]byte, pkiData map[string][
 	if err != nil {
 		return nil, false, fmt.Errorf("load tenant CA: %w", err)
 	}
-	if kubeconfigValid(existing[KubeconfigKey], ca.CertPEM, n.InternalServer(), ManagerClient(), r) {
+	if kubeconfigValid(existing[KubeconfigKey], ca, n.InternalServer(), ManagerClient(), r) {
 		return existing, false, nil
 	}
 	data, err := issueKubeconfig(ca, n.VirtualCluster, n.InternalServer(), ManagerClient(), r)
@@ -147,20 +147,20 @@ func issueKubeconfig(ca *pki.CA, cluster, server string, subject pki.CertSpec, r
 	return pki.Kubeconfig{ClusterName: cluster, Server: server, CACertPEM: ca.CertPEM, User: subject.CommonName, Client: client}.Bytes()
 }
 
-// kubeconfigValid reports whether data is a kubeconfig for server whose CA is
-// caPEM and whose client certificate caPEM signed, for subject's user and
-// groups (in any order), and not yet due for renewal (r).
-func kubeconfigValid(data, caPEM []byte, server string, subject pki.CertSpec, r Renewal) bool {
+// kubeconfigValid reports whether data is a kubeconfig for server that
+// trusts ca's whole bundle and whose client certificate ca signed, for
+// subject's user and groups (in any order), and not yet due for renewal
+// (r).
+func kubeconfigValid(data []byte, ca *pki.CA, server string, subject pki.CertSpec, r Renewal) bool {
 	if len(data) == 0 {
 		return false
 	}
 	cfg, cert, err := kubeconfigClient(data)
-	ca, caErr := pki.ParseCertificate(caPEM)
-	if err != nil || caErr != nil || r.Due(cert, ca) || cert.Subject.CommonName != subject.CommonName ||
+	if err != nil || r.Due(cert, ca.Certificate()) || cert.Subject.CommonName != subject.CommonName ||
 		!slices.Equal(slices.Sorted(slices.Values(cert.Subject.Organization)), slices.Sorted(slices.Values(subject.Organizations))) {
 		return false
 	}
-	return cfg.Host == server && bytes.Equal(cfg.CAData, caPEM) && SignedBy(cfg.CertData, caPEM)
+	return cfg.Host == server && bytes.Equal(cfg.CAData, ca.CertPEM) && cert.CheckSignatureFrom(ca.Certificate()) == nil
 }
 
 // KubeconfigSubject is the user (the common name) and the groups (the

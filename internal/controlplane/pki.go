@@ -165,9 +165,11 @@ var authorities = []struct{ cert, key, name string }{
 // ReconcilePKI issues the clone's leaves for its own names and addresses.
 func AuthoritiesOf(data map[string][]byte) map[string][]byte {
 	out := map[string][]byte{}
-	keep := []string{ServiceAccountKey, ServiceAccountPub}
+	// A rotation's new keys and cross-signed CA too: the clone's bundles
+	// are in the shape they have in the tenant (see applyCAPhase).
+	keep := []string{ServiceAccountKey, ServiceAccountPub, nextKey(ServiceAccountKey), CACrossCert}
 	for _, a := range authorities {
-		keep = append(keep, a.cert, a.key)
+		keep = append(keep, a.cert, a.key, nextKey(a.key))
 	}
 	for _, k := range keep {
 		if v, ok := data[k]; ok {
@@ -179,7 +181,9 @@ func AuthoritiesOf(data map[string][]byte) map[string][]byte {
 
 // ReconcilePKI returns the PKI Secret data for the tenant: existing
 // authorities and keys are kept, and a missing one (such as the kubelet-client
-// CA in a Secret from before it existed) is made; a certificate is issued
+// CA in a Secret from before it existed) is made, for r.CALifetime; the
+// authorities of a CA rotation under way (r.CARotation) are brought to the
+// shape of its phase (see applyCAPhase); a certificate is issued
 // when it is missing, was not signed by the current authority, is due
 // (r.Due), or (for the API server) does not name every endpoint, for
 // r.LeafLifetime. changed is false when existing is already right.
@@ -188,9 +192,14 @@ func ReconcilePKI(existing map[string][]byte, n Names, e Endpoints, r Renewal) (
 	for k, v := range existing {
 		data[k] = v
 	}
+	if len(existing) > 0 {
+		if changed, err = applyCAPhase(data, n.VirtualCluster, r.CARotation, r.CALifetime); err != nil {
+			return nil, false, err
+		}
+	}
 	cas := map[string]*pki.CA{}
 	for _, c := range authorities {
-		ca, issued, err := ensureCA(data, c.cert, c.key, c.name+"-"+n.VirtualCluster)
+		ca, issued, err := ensureCA(data, c.cert, c.key, c.name+"-"+n.VirtualCluster, r.CALifetime)
 		if err != nil {
 			return nil, false, err
 		}
@@ -220,6 +229,7 @@ func ReconcilePKI(existing map[string][]byte, n Names, e Endpoints, r Renewal) (
 		}
 		data[l.Cert], data[l.Key], changed = pair.CertPEM, pair.KeyPEM, true
 	}
+	changed = chainServing(data) || changed
 	return data, changed, nil
 }
 
@@ -243,14 +253,14 @@ func leafSpecs(n Names, e Endpoints) ([]components.Leaf, error) {
 	return append(leaves, tenantEtcd(n).Leaves()...), nil
 }
 
-func ensureCA(data map[string][]byte, certFile, keyFile, name string) (*pki.CA, bool, error) {
+func ensureCA(data map[string][]byte, certFile, keyFile, name string, lifetime time.Duration) (*pki.CA, bool, error) {
 	if len(data[certFile]) > 0 && len(data[keyFile]) > 0 {
 		ca, err := pki.LoadCA(pki.KeyPair{CertPEM: data[certFile], KeyPEM: data[keyFile]})
 		if err == nil {
 			return ca, false, nil
 		}
 	}
-	ca, err := pki.NewCA(name)
+	ca, err := pki.NewCAFor(name, lifetime)
 	if err != nil {
 		return nil, false, err
 	}
@@ -303,12 +313,16 @@ type Renewal struct {
 	// IssuedAfter renews every leaf issued before it (a rotation); zero
 	// renews none for that.
 	IssuedAfter time.Time
+	// CALifetime is a new CA's validity; zero is pki.CAValidity.
+	CALifetime time.Duration
+	// CARotation is the CA rotation under way, nil when none is.
+	CARotation *nestv1.CARotation
 	// Now is the time the decision is made at; zero is time.Now().
 	Now time.Time
 }
 
 // RenewalOf is the Renewal of vc at now: spec.certificates and
-// status.certificates.lastRotation.
+// status.certificates' lastRotation and caRotation.
 func RenewalOf(vc *nestv1.VirtualCluster, now time.Time) Renewal {
 	r := Renewal{Now: now}
 	if d := vc.Spec.Certificates.LeafLifetime; d != nil {
@@ -317,8 +331,14 @@ func RenewalOf(vc *nestv1.VirtualCluster, now time.Time) Renewal {
 	if d := vc.Spec.Certificates.RenewBefore; d != nil {
 		r.RenewBefore = d.Duration
 	}
-	if st := vc.Status.Certificates; st != nil && st.LastRotation != nil {
-		r.IssuedAfter = st.LastRotation.Time.Time
+	if d := vc.Spec.Certificates.CALifetime; d != nil {
+		r.CALifetime = d.Duration
+	}
+	if st := vc.Status.Certificates; st != nil {
+		if st.LastRotation != nil {
+			r.IssuedAfter = st.LastRotation.Time.Time
+		}
+		r.CARotation = st.CARotation
 	}
 	return r
 }

@@ -73,8 +73,16 @@ type CertSpec struct {
 	Validity time.Duration
 }
 
-// NewCA creates a self-signed certificate authority named commonName.
-func NewCA(commonName string) (*CA, error) {
+// NewCA creates a self-signed certificate authority named commonName, valid
+// for CAValidity.
+func NewCA(commonName string) (*CA, error) { return NewCAFor(commonName, CAValidity) }
+
+// NewCAFor creates a self-signed certificate authority named commonName,
+// valid for validity from now (zero is CAValidity).
+func NewCAFor(commonName string, validity time.Duration) (*CA, error) {
+	if validity == 0 {
+		validity = CAValidity
+	}
 	if commonName == "" {
 		return nil, errors.New("pki: CA common name is empty")
 	}
@@ -87,7 +95,7 @@ func NewCA(commonName string) (*CA, error) {
 		SerialNumber:          mustSerial(),
 		Subject:               pkix.Name{CommonName: commonName},
 		NotBefore:             now.Add(-clockSkew),
-		NotAfter:              now.Add(CAValidity),
+		NotAfter:              now.Add(validity),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
@@ -99,24 +107,72 @@ func NewCA(commonName string) (*CA, error) {
 	return newCAFromParts(der, key)
 }
 
-// LoadCA parses a CA from a PEM certificate and key, as written by NewCA.
+// LoadCA parses a CA from a PEM key and a PEM certificate, as written by
+// NewCA, or a bundle of CA certificates (a trust bundle while a CA
+// rotates): the CA is the bundle's certificate whose public key is the
+// key's, and its CertPEM stays the whole bundle. It fails when no
+// certificate of the bundle matches the key, or the one that does is no CA.
 func LoadCA(pair KeyPair) (*CA, error) {
-	cert, err := ParseCertificate(pair.CertPEM)
+	certs, err := ParseCertificates(pair.CertPEM)
 	if err != nil {
 		return nil, err
-	}
-	if !cert.IsCA {
-		return nil, fmt.Errorf("pki: certificate %q is not a CA", cert.Subject.CommonName)
 	}
 	key, err := ParsePrivateKey(pair.KeyPEM)
 	if err != nil {
 		return nil, err
 	}
-	return &CA{KeyPair: pair, cert: cert, key: key}, nil
+	for _, cert := range certs {
+		if !SamePublicKey(cert.PublicKey, key.Public()) {
+			continue
+		}
+		if !cert.IsCA {
+			return nil, fmt.Errorf("pki: certificate %q is not a CA", cert.Subject.CommonName)
+		}
+		return &CA{KeyPair: pair, cert: cert, key: key}, nil
+	}
+	return nil, fmt.Errorf("pki: no certificate of the bundle (%d) is for the CA's key", len(certs))
 }
 
-// Certificate returns the parsed CA certificate.
+// SamePublicKey reports whether a and b are the same public key.
+func SamePublicKey(a, b crypto.PublicKey) bool {
+	k, ok := a.(interface{ Equal(crypto.PublicKey) bool })
+	return ok && k.Equal(b)
+}
+
+// Certificate returns the parsed CA certificate: the one that signs.
 func (ca *CA) Certificate() *x509.Certificate { return ca.cert }
+
+// CertificatePEM is the PEM of the CA certificate that signs, without
+// the rest of its bundle.
+func (ca *CA) CertificatePEM() []byte { return encodeCert(ca.cert.Raw) }
+
+// CrossSign returns, PEM encoded, a certificate for other's subject and
+// public key signed by ca, valid until the earlier of the two expiries:
+// an intermediate through which a client that trusts only ca verifies
+// what other signs. A CA rotation serves it behind the API server's
+// certificate, so kubeconfigs holding the old CA alone keep working until
+// the old CA is retired.
+func (ca *CA) CrossSign(other *x509.Certificate) ([]byte, error) {
+	notAfter := other.NotAfter
+	if ca.cert.NotAfter.Before(notAfter) {
+		notAfter = ca.cert.NotAfter
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          mustSerial(),
+		Subject:               other.Subject,
+		SubjectKeyId:          other.SubjectKeyId,
+		NotBefore:             other.NotBefore,
+		NotAfter:              notAfter,
+		KeyUsage:              other.KeyUsage,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, other.PublicKey, ca.key)
+	if err != nil {
+		return nil, fmt.Errorf("pki: cross-sign %q by %q: %w", other.Subject.CommonName, ca.cert.Subject.CommonName, err)
+	}
+	return encodeCert(der), nil
+}
 
 // Issue signs a new leaf certificate for spec with a fresh key. It never
 // outlives the CA: a validity past the CA's expiry is cut to it, as
@@ -179,6 +235,78 @@ func NewServiceAccountKey() (private, public []byte, err error) {
 		return nil, nil, fmt.Errorf("pki: encode public key: %w", err)
 	}
 	return private, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), nil
+}
+
+// ParseCertificates decodes every PEM certificate in data, in order. It
+// fails when data holds none, or a CERTIFICATE block that does not parse.
+func ParseCertificates(data []byte) ([]*x509.Certificate, error) {
+	var out []*x509.Certificate
+	for rest := data; ; {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			break
+		}
+		if block.Type != "CERTIFICATE" {
+			continue
+		}
+		cert, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, cert)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("pki: no PEM CERTIFICATE block found")
+	}
+	return out, nil
+}
+
+// EncodeCertificates is certs PEM encoded, in order.
+func EncodeCertificates(certs ...*x509.Certificate) []byte {
+	var out []byte
+	for _, c := range certs {
+		out = append(out, encodeCert(c.Raw)...)
+	}
+	return out
+}
+
+// ParsePublicKeys decodes every PEM "PUBLIC KEY" block in data, in order,
+// as kube-apiserver's --service-account-key-file reads it.
+func ParsePublicKeys(data []byte) ([]crypto.PublicKey, error) {
+	var out []crypto.PublicKey
+	for rest := data; ; {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			break
+		}
+		if block.Type != "PUBLIC KEY" {
+			continue
+		}
+		key, err := x509.ParsePKIXPublicKey(block.Bytes)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, key)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("pki: no PEM PUBLIC KEY block found")
+	}
+	return out, nil
+}
+
+// EncodePublicKeys is keys PEM encoded as "PUBLIC KEY" blocks, in order.
+func EncodePublicKeys(keys ...crypto.PublicKey) ([]byte, error) {
+	var out []byte
+	for _, k := range keys {
+		der, err := x509.MarshalPKIXPublicKey(k)
+		if err != nil {
+			return nil, fmt.Errorf("pki: encode public key: %w", err)
+		}
+		out = append(out, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})...)
+	}
+	return out, nil
 }
 
 // ParseCertificate decodes the first PEM certificate in data.

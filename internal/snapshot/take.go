@@ -157,7 +157,7 @@ func portable(vc *nestv1.VirtualCluster) *nestv1.VirtualCluster {
 	}
 	out.Spec.Kubeconfig = ""
 	// One-shot marks of the running tenant, not part of it.
-	for _, a := range []string{nestv1.AnnotationSnapshotRequested, nestv1.AnnotationRestoring, nestv1.AnnotationRequestedAddress, nestv1.AnnotationRotateCertificates} {
+	for _, a := range []string{nestv1.AnnotationSnapshotRequested, nestv1.AnnotationRestoring, nestv1.AnnotationRequestedAddress, nestv1.AnnotationRotateCertificates, nestv1.AnnotationRotateCA, nestv1.AnnotationFinishCARotation} {
 		delete(out.Annotations, a)
 	}
 	return out

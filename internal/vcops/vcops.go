@@ -8,6 +8,7 @@ package vcops
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -539,4 +540,79 @@ func RotationDone(ctx context.Context, c client.Client, key types.NamespacedName
 		return false, fmt.Sprintf("control-plane pods restarting: %d of %d updated, %d ready", sts.Status.UpdatedReplicas, replicas, sts.Status.ReadyReplicas), nil
 	}
 	return true, "", nil
+}
+
+// RequestCARotation asks nest-manager to rotate the VirtualCluster's CAs
+// (nestv1.AnnotationRotateCA): authorities (empty: all), the old CAs
+// trusted for grace once every leaf is new (nil: the default). It returns
+// the request, the time in RFC 3339 with nanoseconds, which
+// status.certificates.caRotation shows once it started. The request is
+// checked as nest-manager checks it, and refused here with the same
+// error.
+func RequestCARotation(ctx context.Context, c client.Client, key types.NamespacedName, authorities []nestv1.CAName, grace *time.Duration, now time.Time) (string, error) {
+	req := nestv1.CARotationRequest{Request: now.UTC().Format(time.RFC3339Nano), Authorities: authorities}
+	if grace != nil {
+		req.Grace = &metav1.Duration{Duration: *grace}
+	}
+	value, err := json.Marshal(req)
+	if err != nil {
+		return "", err
+	}
+	if _, err := controlplane.ParseCARotationRequest(string(value), now); err != nil {
+		return "", err
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{nestv1.AnnotationRotateCA: string(value)}}})
+	if err != nil {
+		return "", err
+	}
+	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+	if err := c.Patch(ctx, vc, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return "", fmt.Errorf("request a CA rotation of %s: %w", key, err)
+	}
+	return req.Request, nil
+}
+
+// FinishCARotation ends the grace of the VirtualCluster's CA rotation
+// under way (nestv1.AnnotationFinishCARotation): the old CAs leave every
+// bundle as soon as it reaches phase Grace. It returns the rotation's
+// request, and fails when no rotation is under way.
+func FinishCARotation(ctx context.Context, c client.Client, key types.NamespacedName) (string, error) {
+	vc := &nestv1.VirtualCluster{}
+	if err := c.Get(ctx, key, vc); err != nil {
+		return "", fmt.Errorf("virtual cluster %s: %w", key, err)
+	}
+	st := vc.Status.Certificates
+	if st == nil || st.CARotation == nil {
+		return "", fmt.Errorf("virtual cluster %s has no CA rotation under way to finish: nest certs check shows the last one", key)
+	}
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, nestv1.AnnotationFinishCARotation, st.CARotation.Request)
+	if err := c.Patch(ctx, vc, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return "", fmt.Errorf("finish the CA rotation of %s: %w", key, err)
+	}
+	return st.CARotation.Request, nil
+}
+
+// caPhaseOrder ranks the phases of a CA rotation.
+var caPhaseOrder = []nestv1.CARotationPhase{nestv1.CAPhaseTrust, nestv1.CAPhaseReissue, nestv1.CAPhaseGrace, nestv1.CAPhaseRetire, nestv1.CAPhaseDone}
+
+// CARotationReached reports whether the CA rotation request of the
+// VirtualCluster key has reached phase want (nestv1.CAPhaseGrace: every
+// leaf is issued from the new CAs; nestv1.CAPhaseDone: the old CAs are
+// gone), and the phase it is in.
+func CARotationReached(ctx context.Context, c client.Client, key types.NamespacedName, request string, want nestv1.CARotationPhase) (bool, nestv1.CARotationPhase, error) {
+	vc := &nestv1.VirtualCluster{}
+	if err := c.Get(ctx, key, vc); err != nil {
+		return false, "", err
+	}
+	st := vc.Status.Certificates
+	var phase nestv1.CARotationPhase
+	switch {
+	case st != nil && st.LastCARotation != nil && st.LastCARotation.Request == request:
+		phase = nestv1.CAPhaseDone
+	case st != nil && st.CARotation != nil && st.CARotation.Request == request:
+		phase = st.CARotation.Phase
+	default:
+		return false, "", nil
+	}
+	return slices.Index(caPhaseOrder, phase) >= slices.Index(caPhaseOrder, want), phase, nil
 }

@@ -19,7 +19,9 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -27,6 +29,7 @@ import (
 	"github.com/nestdev/nest/internal/controlplane"
 	"github.com/nestdev/nest/internal/devcluster"
 	"github.com/nestdev/nest/internal/etcdmember"
+	"github.com/nestdev/nest/internal/pki"
 	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/testutil"
 	"github.com/nestdev/nest/test/e2e/framework"
@@ -96,6 +99,9 @@ func TestHAControlPlane(t *testing.T) {
 		})
 		t.Run("nest certs rotate issues every leaf anew, one replica at a time, while a client with the old kubeconfig calls every 100 ms", func(t *testing.T) {
 			rotateUnderLoad(t, ctx, nest, tn)
+		})
+		t.Run("nest certs rotate-ca replaces the cluster CA and the service-account key in phases with no failed call, and resumes after nest-manager's pod is deleted", func(t *testing.T) {
+			rotateCAUnderLoad(t, ctx, host, nest, tn)
 		})
 		t.Run("a snapshot taken while a client writes every 100 ms fails no call, and restored it comes back with 3 replicas", func(t *testing.T) {
 			snapshotUnderLoadAndRestore(t, ctx, host, hostKubeconfig, nest, tn)
@@ -855,6 +861,86 @@ func rotateUnderLoad(t *testing.T, ctx context.Context, nest framework.Nest, tn 
 	if _, err := tn.Clientset(t).CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err != nil {
 		t.Errorf("the kubeconfig made by the rotation: %v", err)
 	}
+}
+
+// rotateCAUnderLoad replaces the cluster CA and the service-account key of
+// the 3-replica tenant tn while a client holding the kubeconfig made
+// before calls every 100 ms, deleting nest-manager's pod in phase
+// Reissue: the rotation resumes there (no third CA), and the old
+// kubeconfig works through Grace. Then, with a client on the new
+// kubeconfig, --finish retires the old CA: the new kubeconfig keeps
+// working, and the old one fails to authenticate the server, as its
+// client certificate fails to authenticate to the server.
+func rotateCAUnderLoad(t *testing.T, ctx context.Context, host client.Client, nest framework.Nest, tn *framework.Tenant) {
+	old := rest.CopyConfig(tn.Config)
+	prober := startProber(t, ctx, tn)
+	start := time.Now()
+	if out, err := nest("certs", "rotate-ca", tn.Name, "--ca", "cluster,service-account"); err != nil {
+		prober.Stop()
+		t.Fatalf("certs rotate-ca: %v\n%s", err, out)
+	}
+	waitCAPhaseOf(t, ctx, host, tn, nestv1.CAPhaseReissue)
+	manager := framework.ManagerPod(t, ctx, host)
+	if err := host.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: manager.Namespace, Name: manager.Name}}); err != nil {
+		t.Fatal(err)
+	}
+	if framework.ManagerPod(t, ctx, host) == manager {
+		t.Fatal("nest-manager's pod was not replaced")
+	}
+	waitCAPhaseOf(t, ctx, host, tn, nestv1.CAPhaseGrace)
+	took := time.Since(start)
+	waitProbeCalls(t, prober, prober.Calls()+20)
+	res := prober.Stop()
+	t.Logf("CA rotation of 3 replicas, Trust and Reissue, nest-manager's pod deleted in Reissue, under a client on the old kubeconfig: %s: %s", took.Round(100*time.Millisecond), res)
+	checkFaultBounds(t, "the CA rotation's Trust and Reissue", res)
+	pkiSecret := &corev1.Secret{}
+	if err := host.Get(ctx, types.NamespacedName{Namespace: tn.Namespace, Name: controlplane.Names{VirtualCluster: tn.Name, Namespace: tn.Namespace}.PKISecret()}, pkiSecret); err != nil {
+		t.Fatal(err)
+	}
+	if certs, err := pki.ParseCertificates(pkiSecret.Data[controlplane.CACert]); err != nil || len(certs) != 2 {
+		t.Errorf("in Grace after a restart of nest-manager, ca.crt holds %d CAs, want the old and one new: %v", len(certs), err)
+	}
+	if _, err := kubernetes.NewForConfigOrDie(old).CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err != nil {
+		t.Errorf("the kubeconfig made before the CA rotation, in Grace: %v", err)
+	}
+
+	tn.Load(t, nest)
+	prober = startProber(t, ctx, tn)
+	start = time.Now()
+	out, err := nest("certs", "rotate-ca", tn.Name, "--finish", "--wait", "--timeout", "8m")
+	took = time.Since(start)
+	if err != nil {
+		prober.Stop()
+		t.Fatalf("certs rotate-ca --finish: %v\n%s", err, out)
+	}
+	waitProbeCalls(t, prober, prober.Calls()+20)
+	res = prober.Stop()
+	t.Logf("CA rotation of 3 replicas, Retire, under a client on the new kubeconfig: %s: %s\n%s", took.Round(100*time.Millisecond), res, out)
+	checkFaultBounds(t, "the CA rotation's Retire", res)
+	_, err = kubernetes.NewForConfigOrDie(old).CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
+	if err == nil || !strings.Contains(err.Error(), "certificate signed by unknown authority") {
+		t.Errorf("the old kubeconfig after Retire: %v, want the server refused as signed by an unknown authority", err)
+	}
+	oldClient := rest.CopyConfig(old)
+	oldClient.CAData = tn.Config.CAData
+	if _, err := kubernetes.NewForConfigOrDie(oldClient).CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); !apierrors.IsUnauthorized(err) {
+		t.Errorf("the old client certificate after Retire: %v, want 401 Unauthorized", err)
+	}
+	if _, err := tn.Clientset(t).CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err != nil {
+		t.Errorf("the new kubeconfig after Retire: %v", err)
+	}
+}
+
+// waitCAPhaseOf waits until tn's CA rotation under way is in phase want.
+func waitCAPhaseOf(t *testing.T, ctx context.Context, host client.Client, tn *framework.Tenant, want nestv1.CARotationPhase) {
+	t.Helper()
+	testutil.Eventually(t, 10*time.Minute, "CA rotation phase "+string(want), func() error {
+		vc := getVirtualCluster(t, ctx, host, tn)
+		if st := vc.Status.Certificates; st == nil || st.CARotation == nil || st.CARotation.Phase != want {
+			return fmt.Errorf("status.certificates %+v", st)
+		}
+		return nil
+	})
 }
 
 // snapshotUnderLoadAndRestore takes a snapshot of the 3-replica tenant tn

@@ -191,6 +191,7 @@ func TestCertificateLifetimesAreValidated(t *testing.T) {
 		{nestv1.CertificatesSpec{LeafLifetime: &metav1.Duration{Duration: time.Minute}}, "certificates.leafLifetime must be from 5m"},
 		{nestv1.CertificatesSpec{LeafLifetime: &metav1.Duration{Duration: time.Hour}, RenewBefore: &metav1.Duration{Duration: 2 * time.Hour}}, "renewBefore must be at most half"},
 		{nestv1.CertificatesSpec{RenewBefore: &metav1.Duration{Duration: time.Second}}, "renewBefore must be at least 1m"},
+		{nestv1.CertificatesSpec{CALifetime: &metav1.Duration{Duration: time.Minute}}, "certificates.caLifetime must be from 1h"},
 	} {
 		vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "bad-certs", Namespace: newNamespace(t)}, Spec: nestv1.VirtualClusterSpec{Certificates: tc.spec}}
 		if err := k8sClient.Create(context.Background(), vc); err == nil || !strings.Contains(err.Error(), tc.want) {

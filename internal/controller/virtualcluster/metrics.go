@@ -13,7 +13,8 @@ import (
 
 // certificateExpiry is each certificate's expiry, as Unix time in seconds,
 // by VirtualCluster (namespace/name), Secret and key (controlplane.
-// Certificates: a kubeconfig's as "<key>/<user>"), as cert-manager's
+// Certificates: a kubeconfig's as "<key>/<user>"; of a bundle, the first,
+// which is served or signs), as cert-manager's
 // certmanager_certificate_expiration_timestamp_seconds: alert on
 // nest_certificate_expiry_seconds - time() < 7 * 86400.
 var certificateExpiry = prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -43,6 +44,9 @@ func recordCertificateExpiry(vc *nestv1.VirtualCluster, data map[string]map[stri
 	id := vc.Namespace + "/" + vc.Name
 	certificateExpiry.DeletePartialMatch(prometheus.Labels{"virtual_cluster": id})
 	for _, c := range certs {
+		if c.Index > 0 {
+			continue
+		}
 		certificateExpiry.WithLabelValues(id, c.Secret, c.Key).Set(float64(c.NotAfter.Unix()))
 	}
 }

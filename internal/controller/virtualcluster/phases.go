@@ -290,7 +290,11 @@ func (r *Reconciler) reconcilePKI(ctx context.Context, s *reconcileState) (bool,
 		return false, err
 	}
 	endpoints.MemberAddresses = members
-	if s.renewal, err = r.serveRotation(ctx, s, time.Now()); err != nil {
+	now := time.Now()
+	if err := r.serveCARotation(ctx, s, now); err != nil {
+		return false, err
+	}
+	if s.renewal, err = r.serveRotation(ctx, s, now); err != nil {
 		return false, err
 	}
 	var before map[string][]byte
@@ -321,6 +325,9 @@ func (r *Reconciler) reconcilePKI(ctx context.Context, s *reconcileState) (bool,
 		s.vc.Status.Certificates = &nestv1.CertificatesStatus{}
 	}
 	s.vc.Status.Certificates.NotAfter = controlplane.FirstLeafExpiry(pkiData)
+	if err := r.startDueCARotation(ctx, s, pkiData, now); err != nil {
+		return false, err
+	}
 	s.pki = pkiData
 	s.obs.certificates = true
 	return true, nil
@@ -436,7 +443,7 @@ func (r *Reconciler) reconcileStatefulSet(ctx context.Context, s *reconcileState
 			opts.Versions.APIServer, strings.Join(gvs, ", "))
 	}
 	desired := controlplane.StatefulSetFor(s.vc, opts, s.ips)
-	desired.Spec.Template.Annotations = map[string]string{"nest.dev/pki-hash": pkiRestartHash(s.pki)}
+	desired.Spec.Template.Annotations = map[string]string{annotationPKIHash: pkiRestartHash(s.pki)}
 	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: desired.Name, Namespace: desired.Namespace}}
 	if replaced, err := r.replaceImmutablyDifferent(ctx, sts, desired); replaced || err != nil {
 		return false, err
@@ -476,6 +483,7 @@ func (r *Reconciler) reconcileStatefulSet(ctx context.Context, s *reconcileState
 	s.obs.hostObjects = true
 	s.obs.endpoint = controlplane.ExternalServer(s.vc, s.service, s.nodeIPs)
 	s.obs.readyReplicas = sts.Status.ReadyReplicas
+	s.obs.pkiRolledOut = rolledOut(sts) && sts.Spec.Template.Annotations[annotationPKIHash] == desired.Spec.Template.Annotations[annotationPKIHash]
 	s.obs.podReady = sts.Status.ReadyReplicas >= 1
 	if !s.obs.podReady {
 		s.obs.availableMessage = fmt.Sprintf("StatefulSet %s has no ready replica yet", klog.KObj(sts))
@@ -660,6 +668,9 @@ func (r *Reconciler) reconcileVirtualNode(ctx context.Context, s *reconcileState
 	s.obs.nodesReady = true
 	return true, nil
 }
+
+// annotationPKIHash, on the control-plane pod template, is pkiRestartHash.
+const annotationPKIHash = "nest.dev/pki-hash"
 
 // pkiRestartHash is a short, stable digest of the PKI Secret's data for the
 // control-plane pod's template, which restarts the pod when a certificate

@@ -234,6 +234,7 @@ func (r *Reconciler) runPhases(ctx context.Context, s *reconcileState) (ctrl.Res
 		{r.reconcileUpgrade, nestv1.ConditionUpgrading},
 		{r.reconcileStatefulSet, nestv1.ConditionControlPlaneAvailable},
 		{r.reconcileKubeconfig, nestv1.ConditionCertificatesReady},
+		{r.reconcileCARotation, nestv1.ConditionCertificatesReady},
 		{r.reconcileAvailability, nestv1.ConditionControlPlaneAvailable},
 		{r.reconcileVirtualNode, nestv1.ConditionNodesReady},
 	} {

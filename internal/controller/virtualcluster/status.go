@@ -18,6 +18,9 @@ type observed struct {
 	namespaceHolder string
 	// certificates is true once the PKI and component kubeconfig Secrets are right.
 	certificates bool
+	// pkiRolledOut: every control-plane replica runs the pod template of
+	// the current PKI Secret and is ready.
+	pkiRolledOut bool
 	// hostObjects is true once the Service and StatefulSet exist.
 	hostObjects bool
 	// endpoint is the external API server URL; "" while a LoadBalancer has none.

@@ -96,6 +96,12 @@ func TokenSecretName(hostPod string) string { return hostPod + "-token" }
 // token refresher lists only those, and the Secret kind leaves them alone.
 const LabelTokenSecret = ReservedPrefix + "token-secret"
 
+// AnnotationTokenRefreshAt is when a token Secret's tokens are next
+// refreshed (RFC 3339); nest-syncer refreshes them then. nest-manager sets
+// it to now once a rotated service-account key signs, so every pod gets a
+// token the new key signed well before the old key is retired.
+const AnnotationTokenRefreshAt = ReservedPrefix + "token-refresh-at"
+
 // TokenKeyPrefix starts the keys of a token Secret that hold tokens; the
 // others hold the tenant pod's identity, for downward API files.
 const TokenKeyPrefix = "token-"

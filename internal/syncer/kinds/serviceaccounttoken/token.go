@@ -33,7 +33,7 @@ import (
 // Annotations of a pod's token Secret.
 const (
 	// AnnotationRefreshAt is when the Secret's tokens are next refreshed (RFC 3339).
-	AnnotationRefreshAt = contract.ReservedPrefix + "token-refresh-at"
+	AnnotationRefreshAt = contract.AnnotationTokenRefreshAt
 	// AnnotationProjections lists the tokens to request, as JSON.
 	AnnotationProjections = contract.ReservedPrefix + "token-projections"
 	// annotationServiceAccount is the tenant pod's service account.

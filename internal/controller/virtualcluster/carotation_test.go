@@ -1,0 +1,266 @@
+package virtualcluster
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/controlplane"
+	"github.com/nestdev/nest/internal/pki"
+	"github.com/nestdev/nest/internal/syncer/contract"
+	"github.com/nestdev/nest/internal/vcops"
+)
+
+// rollOut plays the StatefulSet controller, which envtest lacks: once the
+// template is that of the PKI Secret as it is, every replica of n's
+// control plane runs it and is ready.
+func rollOut(t *testing.T, n controlplane.Names) {
+	t.Helper()
+	eventually(t, "the pod template of the PKI Secret", func() error {
+		sts := &appsv1.StatefulSet{}
+		if err := k8sClient.Get(context.Background(), types.NamespacedName{Namespace: n.Namespace, Name: n.StatefulSet()}, sts); err != nil {
+			return err
+		}
+		if got, want := sts.Spec.Template.Annotations[annotationPKIHash], pkiRestartHash(pkiOf(t, n)); got != want {
+			return fmt.Errorf("template hash %s, the Secret's %s", got, want)
+		}
+		return nil
+	})
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		sts := &appsv1.StatefulSet{}
+		if err := k8sClient.Get(context.Background(), types.NamespacedName{Namespace: n.Namespace, Name: n.StatefulSet()}, sts); err != nil {
+			return err
+		}
+		replicas := ptr.Deref(sts.Spec.Replicas, 1)
+		rev := fmt.Sprintf("rev-%d", sts.Generation)
+		sts.Status = appsv1.StatefulSetStatus{ObservedGeneration: sts.Generation, Replicas: replicas, ReadyReplicas: replicas,
+			UpdatedReplicas: replicas, CurrentReplicas: replicas, CurrentRevision: rev, UpdateRevision: rev}
+		return k8sClient.Status().Update(context.Background(), sts)
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitCAPhase waits until the rotation request of n is in phase want.
+func waitCAPhase(t *testing.T, n controlplane.Names, request string, want nestv1.CARotationPhase) *nestv1.CertificatesStatus {
+	t.Helper()
+	var st *nestv1.CertificatesStatus
+	eventually(t, "CA rotation phase "+string(want), func() error {
+		reached, phase, err := vcops.CARotationReached(context.Background(), k8sClient, types.NamespacedName{Namespace: n.Namespace, Name: n.VirtualCluster}, request, want)
+		if err != nil || phase != want {
+			return fmt.Errorf("phase %q (reached %v): %v", phase, reached, err)
+		}
+		st = getVC(t, n.Namespace, n.VirtualCluster).Status.Certificates
+		return nil
+	})
+	return st
+}
+
+func bundleLen(t *testing.T, data []byte) int {
+	t.Helper()
+	certs, err := pki.ParseCertificates(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(certs)
+}
+
+// A CA rotation moves through Trust, Reissue, Grace and Retire, each
+// restarting phase waiting for the control plane to roll out; Grace
+// waits for its end or --finish; Reissue's end marks the pods' token
+// Secrets due; the admin kubeconfig trusts both CAs until Retire.
+func TestCARotationMovesThroughItsPhases(t *testing.T) {
+	ctx := context.Background()
+	n := newCluster(t, "ca-rotated")
+	key := types.NamespacedName{Namespace: n.Namespace, Name: n.VirtualCluster}
+	before := pkiOf(t, n)
+	eventually(t, "the control plane StatefulSet", func() error {
+		return k8sClient.Get(ctx, types.NamespacedName{Namespace: n.Namespace, Name: n.StatefulSet()}, &appsv1.StatefulSet{})
+	})
+	token := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pod-1-token", Namespace: n.Namespace,
+		Labels:      map[string]string{contract.LabelTokenSecret: "true", contract.LabelTenantOf: n.VirtualCluster},
+		Annotations: map[string]string{contract.AnnotationTokenRefreshAt: time.Now().Add(time.Hour).UTC().Format(time.RFC3339)}}}
+	if err := k8sClient.Create(ctx, token); err != nil {
+		t.Fatal(err)
+	}
+
+	grace := time.Hour
+	request, err := vcops.RequestCARotation(ctx, k8sClient, key, []nestv1.CAName{nestv1.CAServiceAccount, nestv1.CACluster}, &grace, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := waitCAPhase(t, n, request, nestv1.CAPhaseTrust)
+	if want := []nestv1.CAName{nestv1.CACluster, nestv1.CAServiceAccount}; fmt.Sprint(st.CARotation.Authorities) != fmt.Sprint(want) {
+		t.Errorf("authorities %v, want %v", st.CARotation.Authorities, want)
+	}
+	var trust map[string][]byte
+	eventually(t, "the new cluster CA in the bundle", func() error {
+		trust = pkiOf(t, n)
+		if bundleLen(t, trust[controlplane.CACert]) != 2 {
+			return fmt.Errorf("ca.crt holds %d", bundleLen(t, trust[controlplane.CACert]))
+		}
+		return nil
+	})
+	if !bytes.Equal(trust[controlplane.EtcdCACert], before[controlplane.EtcdCACert]) {
+		t.Error("etcd's CA changed: the rotation asked for cluster and service-account only")
+	}
+	admin := func() []byte {
+		var s corev1.Secret
+		if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: n.Namespace, Name: n.KubeconfigSecret()}, &s); err != nil {
+			t.Fatal(err)
+		}
+		return s.Data[controlplane.KubeconfigKey]
+	}
+	eventually(t, "the admin kubeconfig trusting both CAs", func() error {
+		cfg, err := clientcmd.RESTConfigFromKubeConfig(admin())
+		if err != nil || !bytes.Equal(cfg.CAData, pkiOf(t, n)[controlplane.CACert]) {
+			return fmt.Errorf("its CA is not the bundle: %v", err)
+		}
+		return nil
+	})
+	// Not before the control plane rolled out with the new trust.
+	if st := getVC(t, n.Namespace, n.VirtualCluster).Status.Certificates; st.CARotation.Phase != nestv1.CAPhaseTrust {
+		t.Fatalf("phase %s before the control plane rolled out", st.CARotation.Phase)
+	}
+
+	rollOut(t, n)
+	waitCAPhase(t, n, request, nestv1.CAPhaseReissue)
+	eventually(t, "the new keys signing", func() error {
+		data := pkiOf(t, n)
+		if !bytes.Equal(data[controlplane.CAKey], trust[controlplane.CAKey+".next"]) || !bytes.Equal(data[controlplane.ServiceAccountKey], trust[controlplane.ServiceAccountKey+".next"]) {
+			return fmt.Errorf("ca.key or sa.key is not the new key yet")
+		}
+		cfg, err := clientcmd.RESTConfigFromKubeConfig(admin())
+		if err != nil {
+			return err
+		}
+		ca, err := pki.LoadCA(pki.KeyPair{CertPEM: data[controlplane.CACert], KeyPEM: data[controlplane.CAKey]})
+		if err != nil || !controlplane.SignedBy(cfg.CertData, ca.CertificatePEM()) {
+			return fmt.Errorf("the admin kubeconfig's certificate is not from the new CA: %v", err)
+		}
+		return nil
+	})
+
+	rollOut(t, n)
+	st = waitCAPhase(t, n, request, nestv1.CAPhaseGrace)
+	if st.CARotation.RetireAfter == nil || st.CARotation.RetireAfter.Sub(st.CARotation.PhaseTime.Time) != grace {
+		t.Errorf("retireAfter %v, want %s after the phase began (%s)", st.CARotation.RetireAfter, grace, st.CARotation.PhaseTime)
+	}
+	eventually(t, "the token Secret due", func() error {
+		var s corev1.Secret
+		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(token), &s); err != nil {
+			return err
+		}
+		at, err := time.Parse(time.RFC3339, s.Annotations[contract.AnnotationTokenRefreshAt])
+		if err != nil || at.After(time.Now()) {
+			return fmt.Errorf("refresh at %q: %v", s.Annotations[contract.AnnotationTokenRefreshAt], err)
+		}
+		return nil
+	})
+	// A reconcile of a later generation leaves Grace alone.
+	updateVC(t, n.Namespace, n.VirtualCluster, func(vc *nestv1.VirtualCluster) {
+		vc.Spec.VirtualNode.ObjectBudget.ConfigMaps = ptr.To(int32(321))
+	})
+	want := getVC(t, n.Namespace, n.VirtualCluster).Generation
+	eventually(t, "the next generation reconciled", func() error {
+		if got := getVC(t, n.Namespace, n.VirtualCluster).Status.ObservedGeneration; got < want {
+			return fmt.Errorf("observed generation %d, want %d", got, want)
+		}
+		return nil
+	})
+	if st := getVC(t, n.Namespace, n.VirtualCluster).Status.Certificates; st.CARotation == nil || st.CARotation.Phase != nestv1.CAPhaseGrace {
+		t.Fatalf("the rotation left Grace before its end: %+v", st.CARotation)
+	}
+
+	// Another request while this one runs waits, with a Warning event;
+	// withdrawn, it is not served.
+	asked := getVC(t, n.Namespace, n.VirtualCluster).Annotations[nestv1.AnnotationRotateCA]
+	waiting, err := vcops.RequestCARotation(ctx, k8sClient, key, nil, nil, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the event saying the second request waits", func() error {
+		var events eventsv1.EventList
+		if err := k8sClient.List(ctx, &events, client.InNamespace(n.Namespace)); err != nil {
+			return err
+		}
+		for _, e := range events.Items {
+			if e.Reason == ReasonInvalidCARotation && strings.Contains(e.Note, "CA rotation "+waiting+" waits") {
+				return nil
+			}
+		}
+		return fmt.Errorf("none among %d events", len(events.Items))
+	})
+	updateVC(t, n.Namespace, n.VirtualCluster, func(vc *nestv1.VirtualCluster) { vc.Annotations[nestv1.AnnotationRotateCA] = asked })
+	// --finish ends the grace.
+	if finished, err := vcops.FinishCARotation(ctx, k8sClient, key); err != nil || finished != request {
+		t.Fatalf("finish: %q, %v", finished, err)
+	}
+	waitCAPhase(t, n, request, nestv1.CAPhaseRetire)
+	eventually(t, "the old CA out of the bundle", func() error {
+		if got := bundleLen(t, pkiOf(t, n)[controlplane.CACert]); got != 1 {
+			return fmt.Errorf("ca.crt holds %d", got)
+		}
+		return nil
+	})
+	rollOut(t, n)
+	st = waitCAPhase(t, n, request, nestv1.CAPhaseDone)
+	if st.LastCARotation == nil || st.LastCARotation.Request != request {
+		t.Errorf("lastCARotation %+v, want request %s", st.LastCARotation, request)
+	}
+	after := pkiOf(t, n)
+	if bundleLen(t, after[controlplane.CACert]) != 1 || bytes.Equal(after[controlplane.CACert], before[controlplane.CACert]) {
+		t.Error("after Retire, ca.crt is not the new CA alone")
+	}
+	if keys, err := pki.ParsePublicKeys(after[controlplane.ServiceAccountPub]); err != nil || len(keys) != 1 {
+		t.Errorf("after Retire, sa.pub holds %d keys: %v", len(keys), err)
+	}
+	eventually(t, "the admin kubeconfig trusting the new CA alone", func() error {
+		cfg, err := clientcmd.RESTConfigFromKubeConfig(admin())
+		if err != nil || !bytes.Equal(cfg.CAData, after[controlplane.CACert]) {
+			return fmt.Errorf("its CA is not the new one alone: %v", err)
+		}
+		return nil
+	})
+}
+
+// A bad request is refused with a Warning event and starts nothing.
+func TestInvalidCARotationIsRefused(t *testing.T) {
+	n := newCluster(t, "ca-bad")
+	pkiOf(t, n)
+	updateVC(t, n.Namespace, n.VirtualCluster, func(vc *nestv1.VirtualCluster) {
+		if vc.Annotations == nil {
+			vc.Annotations = map[string]string{}
+		}
+		vc.Annotations[nestv1.AnnotationRotateCA] = `{"request":"x","authorities":["kubelet"]}`
+	})
+	eventually(t, "the InvalidCARotation event", func() error {
+		var events eventsv1.EventList
+		if err := k8sClient.List(context.Background(), &events, client.InNamespace(n.Namespace)); err != nil {
+			return err
+		}
+		for _, e := range events.Items {
+			if e.Reason == ReasonInvalidCARotation && strings.Contains(e.Note, `authority "kubelet"`) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no event naming the bad authority")
+	})
+	if st := getVC(t, n.Namespace, n.VirtualCluster).Status.Certificates; st != nil && st.CARotation != nil {
+		t.Errorf("a bad request started a rotation: %+v", st.CARotation)
+	}
+}
