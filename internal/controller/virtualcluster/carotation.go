@@ -143,7 +143,9 @@ func (r *Reconciler) reconcileCARotation(ctx context.Context, s *reconcileState)
 			return false, err
 		}
 	}
-	if err := r.patchCertificates(ctx, s, func(st *nestv1.CertificatesStatus) { st.CARotation, st.LastCARotation = advance(rot, next, now, st.LastCARotation) }); err != nil {
+	if err := r.patchCertificates(ctx, s, func(st *nestv1.CertificatesStatus) {
+		st.CARotation, st.LastCARotation = advance(rot, next, now, st.LastCARotation)
+	}); err != nil {
 		return false, fmt.Errorf("move the CA rotation %q to phase %s: %w", rot.Request, next, err)
 	}
 	ctrl.LoggerFrom(ctx).Info("CA rotation phase", "virtualCluster", klog.KObj(s.vc), "request", rot.Request, "phase", next)
