@@ -373,11 +373,19 @@ func (r Renewal) Due(cert, ca *x509.Certificate) bool {
 	if cert.NotAfter.Sub(issued) > lifetime+time.Minute {
 		return true
 	}
+	return !now.Before(r.RenewAt(cert))
+}
+
+// RenewAt is when cert is renewed for its time: RenewBefore before it
+// expires, or with a third of its life left when RenewBefore is unset or
+// more than half the lifetime.
+func (r Renewal) RenewAt(cert *x509.Certificate) time.Time {
+	issued := pki.IssuedAt(cert)
 	before := r.RenewBefore
-	if before == 0 || 2*before > lifetime {
+	if before == 0 || 2*before > cmp.Or(r.LeafLifetime, pki.LeafValidity) {
 		before = cert.NotAfter.Sub(issued) / 3
 	}
-	return cert.NotAfter.Sub(now) < before
+	return cert.NotAfter.Add(-before)
 }
 
 // FirstLeafExpiry is when the first leaf certificate of PKI Secret data

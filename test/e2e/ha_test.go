@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -29,6 +30,7 @@ import (
 	"github.com/nestdev/nest/internal/controlplane"
 	"github.com/nestdev/nest/internal/devcluster"
 	"github.com/nestdev/nest/internal/etcdmember"
+	"github.com/nestdev/nest/internal/images"
 	"github.com/nestdev/nest/internal/pki"
 	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/testutil"
@@ -96,6 +98,9 @@ func TestHAControlPlane(t *testing.T) {
 		})
 		t.Run("every replica deleted at once: the tenant comes back with its objects", func(t *testing.T) {
 			deleteEveryReplica(t, ctx, host, tn)
+		})
+		t.Run("leaves of 5 minutes are renewed twice, one replica at a time, with no failed call, a pod running on, and logs and exec working", func(t *testing.T) {
+			renewShortLeavesUnderLoad(t, ctx, host, tn)
 		})
 		t.Run("nest certs rotate issues every leaf anew, one replica at a time, while a client with the old kubeconfig calls every 100 ms", func(t *testing.T) {
 			rotateUnderLoad(t, ctx, nest, tn)
@@ -863,6 +868,101 @@ func rotateUnderLoad(t *testing.T, ctx context.Context, nest framework.Nest, tn 
 	}
 }
 
+// renewShortLeavesUnderLoad gives tn leaves of 5 minutes renewed with 2m30s
+// left, and waits through their first issue and two renewals while a
+// client calls every 100 ms: the calls stay within the fault bounds (the
+// goal is 0 failed), a tenant pod runs on without a restart, and logs and
+// exec answer through every replica after each renewal. It puts the
+// default lifetimes back at the end.
+func renewShortLeavesUnderLoad(t *testing.T, ctx context.Context, host client.Client, tn *framework.Tenant) {
+	cs := tn.Clientset(t)
+	const pod = "renewed"
+	checkTenantPodRuns(t, ctx, cs, pod)
+	before, err := cs.CoreV1().Pods("default").Get(ctx, pod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prober := startProber(t, ctx, tn)
+	setCertificates(t, ctx, host, tn, nestv1.CertificatesSpec{LeafLifetime: &metav1.Duration{Duration: 5 * time.Minute}, RenewBefore: &metav1.Duration{Duration: 150 * time.Second}})
+	defer setCertificates(t, ctx, host, tn, nestv1.CertificatesSpec{})
+	start := time.Now()
+	var issued []time.Time
+	for len(issued) < 3 {
+		at := waitLeafIssuedAfter(t, ctx, host, tn, issued)
+		issued = append(issued, at)
+		waitReadyReplicas(t, ctx, host, tn.Name, 3)
+		waitRolledOut(t, ctx, host, tn)
+		checkLogsThroughEveryReplica(t, ctx, tn, pod)
+		t.Logf("leaves issued at %s (%d of 3), the control plane rolled out by %s", at.Format(time.TimeOnly), len(issued), time.Since(start).Round(time.Second))
+	}
+	waitProbeCalls(t, prober, prober.Calls()+20)
+	res := prober.Stop()
+	t.Logf("leaves of 5m issued and renewed twice on 3 replicas in %s under a client's writes: %s", time.Since(start).Round(time.Second), res)
+	checkFaultBounds(t, "two renewals", res)
+	after, err := cs.CoreV1().Pods("default").Get(ctx, pod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.UID != before.UID || after.Status.Phase != corev1.PodRunning || len(after.Status.ContainerStatuses) != 1 || after.Status.ContainerStatuses[0].RestartCount != 0 {
+		t.Errorf("tenant pod %s after the renewals: uid %s (was %s), phase %s, statuses %+v: want it running on, unrestarted", pod, after.UID, before.UID, after.Status.Phase, after.Status.ContainerStatuses)
+	}
+}
+
+// setCertificates sets tn's spec.certificates.
+func setCertificates(t *testing.T, ctx context.Context, host client.Client, tn *framework.Tenant, spec nestv1.CertificatesSpec) {
+	t.Helper()
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		vc := getVirtualCluster(t, ctx, host, tn)
+		vc.Spec.Certificates = spec
+		return host.Update(ctx, vc)
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitLeafIssuedAfter waits until tn's etcd server certificate was issued
+// after every time of seen, with a 5-minute life, and returns when.
+func waitLeafIssuedAfter(t *testing.T, ctx context.Context, host client.Client, tn *framework.Tenant, seen []time.Time) time.Time {
+	t.Helper()
+	var at time.Time
+	testutil.Eventually(t, 5*time.Minute, fmt.Sprintf("leaves issued for the %d. time", len(seen)+1), func() error {
+		s := &corev1.Secret{}
+		if err := host.Get(ctx, types.NamespacedName{Namespace: tn.Namespace, Name: controlplane.Names{VirtualCluster: tn.Name, Namespace: tn.Namespace}.PKISecret()}, s); err != nil {
+			return err
+		}
+		cert, err := pki.ParseCertificate(s.Data[controlplane.EtcdServerCert])
+		if err != nil {
+			return err
+		}
+		at = pki.IssuedAt(cert)
+		if life := cert.NotAfter.Sub(at); life != 5*time.Minute {
+			return fmt.Errorf("the etcd server certificate lives %s", life)
+		}
+		if len(seen) > 0 && !at.After(seen[len(seen)-1]) {
+			return fmt.Errorf("issued at %s, not after %s", at, seen[len(seen)-1])
+		}
+		return nil
+	})
+	return at
+}
+
+// waitRolledOut waits until every control-plane replica of tn runs the
+// StatefulSet's latest template and is ready.
+func waitRolledOut(t *testing.T, ctx context.Context, host client.Client, tn *framework.Tenant) {
+	t.Helper()
+	testutil.Eventually(t, 5*time.Minute, "the control plane rolled out", func() error {
+		sts := &appsv1.StatefulSet{}
+		if err := host.Get(ctx, types.NamespacedName{Namespace: tn.Namespace, Name: controlplane.Names{VirtualCluster: tn.Name, Namespace: tn.Namespace}.StatefulSet()}, sts); err != nil {
+			return err
+		}
+		st, want := sts.Status, ptr.Deref(sts.Spec.Replicas, 1)
+		if st.ObservedGeneration < sts.Generation || st.UpdateRevision != st.CurrentRevision || st.UpdatedReplicas != want || st.ReadyReplicas != want {
+			return fmt.Errorf("%d of %d updated, %d ready, revision %s of %s", st.UpdatedReplicas, want, st.ReadyReplicas, st.CurrentRevision, st.UpdateRevision)
+		}
+		return nil
+	})
+}
+
 // rotateCAUnderLoad replaces the cluster CA and the service-account key of
 // the 3-replica tenant tn while a client holding the kubeconfig made
 // before calls every 100 ms, deleting nest-manager's pod in phase
@@ -873,6 +973,7 @@ func rotateUnderLoad(t *testing.T, ctx context.Context, nest framework.Nest, tn 
 // client certificate fails to authenticate to the server.
 func rotateCAUnderLoad(t *testing.T, ctx context.Context, host client.Client, nest framework.Nest, tn *framework.Tenant) {
 	old := rest.CopyConfig(tn.Config)
+	watcher := startTokenWatcher(t, ctx, tn)
 	prober := startProber(t, ctx, tn)
 	start := time.Now()
 	if out, err := nest("certs", "rotate-ca", tn.Name, "--ca", "cluster,service-account"); err != nil {
@@ -903,6 +1004,9 @@ func rotateCAUnderLoad(t *testing.T, ctx context.Context, host client.Client, ne
 	if _, err := kubernetes.NewForConfigOrDie(old).CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err != nil {
 		t.Errorf("the kubeconfig made before the CA rotation, in Grace: %v", err)
 	}
+	// What an operator waits for in Grace: the pod holds a token the new
+	// key signed and a kube-root-ca.crt with the new CA.
+	watcher.waitRefreshed(t, ctx)
 
 	tn.Load(t, nest)
 	prober = startProber(t, ctx, tn)
@@ -929,6 +1033,105 @@ func rotateCAUnderLoad(t *testing.T, ctx context.Context, host client.Client, ne
 	if _, err := tn.Clientset(t).CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err != nil {
 		t.Errorf("the new kubeconfig after Retire: %v", err)
 	}
+	watcher.checkNoFailure(t, ctx)
+}
+
+// tokenWatcher is a tenant pod that calls the tenant API server in-cluster
+// once a second with its projected token and CA, read afresh each time,
+// and stops at the first failure (testapp kube-watch).
+type tokenWatcher struct {
+	tn         *framework.Tenant
+	firstToken string
+}
+
+const tokenWatcherPod = "ca-watcher"
+
+func startTokenWatcher(t *testing.T, ctx context.Context, tn *framework.Tenant) *tokenWatcher {
+	t.Helper()
+	tn.WaitDefaultServiceAccount(t, ctx)
+	tn.Kubectl(t, ctx, "create", "rolebinding", "ca-watcher-view", "-n", "default", "--clusterrole=view", "--serviceaccount=default:default")
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: tokenWatcherPod}, Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+		Containers: []corev1.Container{{Name: "app", Image: images.TestApp, ImagePullPolicy: corev1.PullNever,
+			Args: []string{"kube-watch", "/api/v1/namespaces/default/pods", "3600"}}}}}
+	cs := tn.Clientset(t)
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deleteTenantPod(t, ctx, cs, tokenWatcherPod) })
+	w := &tokenWatcher{tn: tn}
+	testutil.Eventually(t, 2*time.Minute, "the watcher's first calls", func() error {
+		tokens, err := w.tokens(ctx)
+		if err != nil || len(tokens) < 3 {
+			return fmt.Errorf("%d calls: %v", len(tokens), err)
+		}
+		w.firstToken = tokens[0]
+		return nil
+	})
+	return w
+}
+
+// tokens are the digests of the tokens of the watcher's calls so far; an
+// error when a call failed.
+func (w *tokenWatcher) tokens(ctx context.Context) ([]string, error) {
+	out, err := w.tn.KubectlErr(ctx, "logs", tokenWatcherPod)
+	if err != nil {
+		return nil, fmt.Errorf("logs: %v: %s", err, out)
+	}
+	if strings.Contains(out, "call failed") {
+		return nil, fmt.Errorf("a call of the pod failed: %s", lastLines(out, 3))
+	}
+	var tokens []string
+	for _, line := range strings.Split(out, "\n") {
+		if digest, ok := strings.CutPrefix(line, "ok "); ok {
+			tokens = append(tokens, digest)
+		}
+	}
+	return tokens, nil
+}
+
+// waitRefreshed waits until the watcher calls with a new token and its
+// kube-root-ca.crt holds two CAs, the old and the new.
+func (w *tokenWatcher) waitRefreshed(t *testing.T, ctx context.Context) {
+	t.Helper()
+	testutil.Eventually(t, 4*time.Minute, "the watcher's new token and CA bundle", func() error {
+		tokens, err := w.tokens(ctx)
+		if err != nil {
+			return err
+		}
+		if tokens[len(tokens)-1] == w.firstToken {
+			return fmt.Errorf("still the first token after %d calls", len(tokens))
+		}
+		out, err := w.tn.KubectlErr(ctx, "exec", tokenWatcherPod, "--", "/testapp", "cat", "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt")
+		if n := strings.Count(out, "BEGIN CERTIFICATE"); err != nil || n != 2 {
+			return fmt.Errorf("its ca.crt holds %d certificates: %v", n, err)
+		}
+		return nil
+	})
+}
+
+// checkNoFailure checks that the watcher made 5 more calls, none failed.
+func (w *tokenWatcher) checkNoFailure(t *testing.T, ctx context.Context) {
+	t.Helper()
+	tokens, err := w.tokens(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, time.Minute, "5 more calls of the watcher", func() error {
+		now, err := w.tokens(ctx)
+		if err != nil {
+			return err
+		}
+		if len(now) < len(tokens)+5 {
+			return fmt.Errorf("%d calls, want %d", len(now), len(tokens)+5)
+		}
+		return nil
+	})
+}
+
+// lastLines is the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // waitCAPhaseOf waits until tn's CA rotation under way is in phase want.

@@ -1,9 +1,8 @@
 package membergrant
 
 import (
+	"cmp"
 	"context"
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"strings"
 	"time"
@@ -14,10 +13,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	admissionregistrationv1ac "k8s.io/client-go/applyconfigurations/admissionregistration/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
-	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/utils/ptr"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/controlplane"
+	"github.com/nestdev/nest/internal/pki"
 	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
@@ -27,10 +27,6 @@ import (
 // grant's namespace alone. Only when the MemberCluster names
 // network.nodePortAddress: the webhook is reached through the host's node
 // ports.
-
-// injectorRenewBefore is how long before its end the injector's
-// certificate is replaced; GenerateSelfSignedCertKey issues for a year.
-const injectorRenewBefore = 30 * 24 * time.Hour
 
 // InjectorWebhookName is the webhook's name in every configuration.
 const InjectorWebhookName = "inject.nest.dev"
@@ -44,17 +40,31 @@ func InjectorConfigName(ns string) string { return "nest-injector-" + ns }
 func injectorHost(ns string) string { return contract.MemberInjectorService + "." + ns + ".svc" }
 
 // injectorCert returns the injector's certificate (followed by its CA) and
-// key for namespace ns: old's, when it is for ns and has more than
-// injectorRenewBefore left at now, else a new self-signed pair.
-func injectorCert(old *contract.MemberPlacement, ns string, now time.Time) ([]byte, []byte, error) {
+// key for namespace ns, and when it is to be renewed: old's, when it is
+// for ns and not due by the tenant's certificate renewal r (its leaf
+// lifetime, renewal point and rotations, as every leaf of the tenant),
+// else a new pair: a CA of its own, which only this webhook trusts, and a
+// serving certificate it signs, both for r.LeafLifetime.
+func injectorCert(old *contract.MemberPlacement, ns string, r controlplane.Renewal) (cert, key []byte, renewAt time.Time, err error) {
 	if old != nil && old.Namespace == ns && len(old.InjectorKey) > 0 {
-		if block, _ := pem.Decode(old.InjectorCert); block != nil {
-			if c, err := x509.ParseCertificate(block.Bytes); err == nil && c.VerifyHostname(injectorHost(ns)) == nil && now.Add(injectorRenewBefore).Before(c.NotAfter) {
-				return old.InjectorCert, old.InjectorKey, nil
-			}
+		if c, err := pki.ParseCertificate(old.InjectorCert); err == nil && c.VerifyHostname(injectorHost(ns)) == nil && !r.Due(c, nil) {
+			return old.InjectorCert, old.InjectorKey, r.RenewAt(c), nil
 		}
 	}
-	return certutil.GenerateSelfSignedCertKey(injectorHost(ns), nil, nil)
+	lifetime := cmp.Or(r.LeafLifetime, pki.LeafValidity)
+	ca, err := pki.NewCAFor("nest-injector-"+ns, lifetime)
+	if err != nil {
+		return nil, nil, time.Time{}, err
+	}
+	pair, err := ca.Issue(pki.CertSpec{CommonName: injectorHost(ns), DNSNames: []string{injectorHost(ns)}, Usage: pki.ServerAuth, Validity: lifetime})
+	if err != nil {
+		return nil, nil, time.Time{}, err
+	}
+	leaf, err := pki.ParseCertificate(pair.CertPEM)
+	if err != nil {
+		return nil, nil, time.Time{}, err
+	}
+	return append(pair.CertPEM, ca.CertPEM...), pair.KeyPEM, r.RenewAt(leaf), nil
 }
 
 // applyInjector registers the injector for namespace ns in the member: every

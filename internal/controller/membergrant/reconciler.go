@@ -293,8 +293,12 @@ func (r *Reconciler) setUpGrant(ctx context.Context, s *grantState, g nestv1.Mem
 	}
 	st := grantStatus(g.Name, ns, alloc, nil)
 	st.APIServerAddress, st.Network = path.apiServerAddress, path.network
-	if f := r.setUpInjector(ctx, m, s.vc, placement, old, &st); f != nil {
+	injectorRenewAt, f := r.setUpInjector(ctx, m, s.vc, placement, old, &st)
+	if f != nil {
 		return grantStatus(g.Name, ns, alloc, f), nil, time.Time{}, nil
+	}
+	if !injectorRenewAt.IsZero() {
+		renewAt = minTime(renewAt, injectorRenewAt)
 	}
 	if placement.HasMemberNetwork() && !st.InjectorReady {
 		// The path to the injector appears once nest-syncer has the
@@ -306,17 +310,18 @@ func (r *Reconciler) setUpGrant(ctx context.Context, s *grantState, g nestv1.Mem
 
 // setUpInjector registers the grant's network injector when the placement
 // has a member network (its certificate goes into p), or removes it when it
-// has none, and records in st whether it works.
-func (r *Reconciler) setUpInjector(ctx context.Context, m *memberConn, vc *nestv1.VirtualCluster, p, old *contract.MemberPlacement, st *nestv1.MemberGrantStatus) *grantFailure {
+// has none, and records in st whether it works. It returns when the
+// injector's certificate is to be renewed (zero when there is none).
+func (r *Reconciler) setUpInjector(ctx context.Context, m *memberConn, vc *nestv1.VirtualCluster, p, old *contract.MemberPlacement, st *nestv1.MemberGrantStatus) (time.Time, *grantFailure) {
 	if !p.HasMemberNetwork() {
-		return deleteInjector(ctx, m, vc, p.Namespace)
+		return time.Time{}, deleteInjector(ctx, m, vc, p.Namespace)
 	}
-	cert, key, err := injectorCert(old, p.Namespace, r.now())
+	cert, key, renewAt, err := injectorCert(old, p.Namespace, controlplane.RenewalOf(vc, r.now()))
 	if err != nil {
-		return &grantFailure{ReasonSetupFailed, "issue the injector's certificate: " + err.Error()}
+		return time.Time{}, &grantFailure{ReasonSetupFailed, "issue the injector's certificate: " + err.Error()}
 	}
 	if f := applyInjector(ctx, m, vc, p.Namespace, cert); f != nil {
-		return f
+		return time.Time{}, f
 	}
 	p.InjectorCert, p.InjectorKey = cert, key
 	ready, why := probeInjector(ctx, m, vc, p.Namespace)
@@ -324,7 +329,7 @@ func (r *Reconciler) setUpInjector(ctx context.Context, m *memberConn, vc *nestv
 	if !ready {
 		st.Message += "; the network injector does not answer yet: " + why
 	}
-	return nil
+	return renewAt, nil
 }
 
 func minTime(a, b time.Time) time.Time {
