@@ -347,8 +347,8 @@ type CertificatesSpec struct {
 // service-account (empty: all four), "grace": how long the old CA stays
 // trusted once every leaf is issued from the new one, such as "24h"
 // (unset: DefaultCARotationGrace)}. Each new request is served once;
-// one that arrives while another rotation runs is refused with a
-// Warning event.
+// one that arrives while another rotation runs waits, with a Warning
+// event, and starts once that one ended.
 const AnnotationRotateCA = "nest.dev/rotate-ca"
 
 // CARotationRequest is the value of AnnotationRotateCA, as JSON.

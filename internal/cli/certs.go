@@ -30,7 +30,8 @@ func newCertsCommand(host *hostFlags) *cobra.Command {
 		Long: "List every certificate and CA of a virtual cluster, soonest to expire first: those of its PKI Secret " +
 			"(NAME-pki) and the client certificates of its kubeconfigs (NAME-kubeconfig, NAME-component-kubeconfigs). " +
 			"STATUS is EXPIRING within 30 days, OUTLIVES-CA when a certificate expires after the CA that signed it " +
-			"(clients stop trusting it when the CA expires), else ok.",
+			"(clients stop trusting it when the CA expires), else ok. A CA rotation under way is printed first, with its phase " +
+			"and when the old CAs go; else the last one.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withTarget(cmd, host, args[0], ns, time.Minute, func(ctx context.Context, c client.Client, key types.NamespacedName) error {
