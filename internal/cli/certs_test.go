@@ -76,3 +76,25 @@ func TestCertsCheckCommandRegistered(t *testing.T) {
 		t.Errorf("nest certs check: %v, %v", cmd, err)
 	}
 }
+
+// nest certs check prints the CA rotation under way with its phase and
+// when the old CAs go, else the last one.
+func TestPrintCARotation(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	var out bytes.Buffer
+	printCARotation(&out, &nestv1.CertificatesStatus{CARotation: &nestv1.CARotation{Request: "r1", Authorities: []nestv1.CAName{nestv1.CACluster, nestv1.CAServiceAccount},
+		Phase: nestv1.CAPhaseGrace, PhaseTime: metav1.NewTime(now.Add(-time.Minute)), RetireAfter: &metav1.Time{Time: now.Add(2 * time.Hour)}}}, now)
+	if got := out.String(); !strings.Contains(got, "CA rotation r1 of cluster, service-account: phase Grace") || !strings.Contains(got, "retired in 2h0m0s") {
+		t.Errorf("under way: %q", got)
+	}
+	out.Reset()
+	printCARotation(&out, &nestv1.CertificatesStatus{LastCARotation: &nestv1.CARotation{Request: "r0", Authorities: []nestv1.CAName{nestv1.CAEtcd}, Phase: nestv1.CAPhaseDone, PhaseTime: metav1.NewTime(now)}}, now)
+	if got := out.String(); !strings.Contains(got, "last CA rotation r0 of etcd: done 2026-11-29T12:00:00Z") {
+		t.Errorf("the last: %q", got)
+	}
+	out.Reset()
+	printCARotation(&out, nil, now)
+	if out.Len() != 0 {
+		t.Errorf("no rotation printed %q", out.String())
+	}
+}

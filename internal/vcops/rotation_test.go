@@ -92,3 +92,56 @@ func TestRotationDoneWaitsForEveryStep(t *testing.T) {
 	}
 	check("")
 }
+
+// A CA rotation request is checked before it is written: a bad authority
+// or grace is refused naming it, and nothing is patched; a good one is
+// written as nest-manager reads it. Finish needs a rotation under way,
+// and CARotationReached ranks the phases.
+func TestCARotationRequests(t *testing.T) {
+	ctx := context.Background()
+	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "vc-a", Name: "a"}}
+	c := fake.NewClientBuilder().WithScheme(kube.NewScheme()).WithObjects(vc).WithStatusSubresource(vc).Build()
+	key := types.NamespacedName{Namespace: "vc-a", Name: "a"}
+	now := time.Now()
+	if _, err := RequestCARotation(ctx, c, key, []nestv1.CAName{"kubelet"}, nil, now); err == nil || !strings.Contains(err.Error(), `authority "kubelet"`) {
+		t.Errorf("a bad authority: %v, want it named", err)
+	}
+	long := 2 * controlplane.MaxCARotationGrace
+	if _, err := RequestCARotation(ctx, c, key, nil, &long, now); err == nil || !strings.Contains(err.Error(), "grace") {
+		t.Errorf("a grace over the maximum: %v, want refused naming grace", err)
+	}
+	got := &nestv1.VirtualCluster{}
+	if err := c.Get(ctx, key, got); err != nil || got.Annotations[nestv1.AnnotationRotateCA] != "" {
+		t.Fatalf("a refused request was written: %v %v", got.Annotations, err)
+	}
+	if _, err := FinishCARotation(ctx, c, key); err == nil || !strings.Contains(err.Error(), "no CA rotation under way") {
+		t.Errorf("finish with no rotation: %v", err)
+	}
+	grace := time.Hour
+	request, err := RequestCARotation(ctx, c, key, []nestv1.CAName{nestv1.CAEtcd}, &grace, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, key, got); err != nil {
+		t.Fatal(err)
+	}
+	rot, err := controlplane.ParseCARotationRequest(got.Annotations[nestv1.AnnotationRotateCA], now)
+	if err != nil || rot.Request != request || len(rot.Authorities) != 1 || rot.Authorities[0] != nestv1.CAEtcd || rot.Grace.Duration != time.Hour {
+		t.Fatalf("written %q: %+v, %v", got.Annotations[nestv1.AnnotationRotateCA], rot, err)
+	}
+	got.Status.Certificates = &nestv1.CertificatesStatus{CARotation: rot}
+	if err := c.Status().Update(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	for want, reached := range map[nestv1.CARotationPhase]bool{nestv1.CAPhaseTrust: true, nestv1.CAPhaseGrace: false, nestv1.CAPhaseDone: false} {
+		if ok, phase, err := CARotationReached(ctx, c, key, request, want); err != nil || ok != reached || phase != nestv1.CAPhaseTrust {
+			t.Errorf("reached %s: %v in %s (%v), want %v", want, ok, phase, err, reached)
+		}
+	}
+	if finished, err := FinishCARotation(ctx, c, key); err != nil || finished != request {
+		t.Errorf("finish: %q, %v", finished, err)
+	}
+	if err := c.Get(ctx, key, got); err != nil || got.Annotations[nestv1.AnnotationFinishCARotation] != request {
+		t.Errorf("finish wrote %v: %v", got.Annotations, err)
+	}
+}
