@@ -240,24 +240,30 @@ func NewServiceAccountKey() (private, public []byte, err error) {
 // ParseCertificates decodes every PEM certificate in data, in order. It
 // fails when data holds none, or a CERTIFICATE block that does not parse.
 func ParseCertificates(data []byte) ([]*x509.Certificate, error) {
-	var out []*x509.Certificate
+	return parseBlocks(data, "CERTIFICATE", x509.ParseCertificate)
+}
+
+// parseBlocks parses every PEM block of type typ in data, in order, and
+// fails when there is none or one does not parse.
+func parseBlocks[T any](data []byte, typ string, parse func([]byte) (T, error)) ([]T, error) {
+	var out []T
 	for rest := data; ; {
 		var block *pem.Block
 		block, rest = pem.Decode(rest)
 		if block == nil {
 			break
 		}
-		if block.Type != "CERTIFICATE" {
+		if block.Type != typ {
 			continue
 		}
-		cert, err := x509.ParseCertificate(block.Bytes)
+		v, err := parse(block.Bytes)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, cert)
+		out = append(out, v)
 	}
 	if len(out) == 0 {
-		return nil, errors.New("pki: no PEM CERTIFICATE block found")
+		return nil, fmt.Errorf("pki: no PEM %s block found", typ)
 	}
 	return out, nil
 }
@@ -274,26 +280,7 @@ func EncodeCertificates(certs ...*x509.Certificate) []byte {
 // ParsePublicKeys decodes every PEM "PUBLIC KEY" block in data, in order,
 // as kube-apiserver's --service-account-key-file reads it.
 func ParsePublicKeys(data []byte) ([]crypto.PublicKey, error) {
-	var out []crypto.PublicKey
-	for rest := data; ; {
-		var block *pem.Block
-		block, rest = pem.Decode(rest)
-		if block == nil {
-			break
-		}
-		if block.Type != "PUBLIC KEY" {
-			continue
-		}
-		key, err := x509.ParsePKIXPublicKey(block.Bytes)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, key)
-	}
-	if len(out) == 0 {
-		return nil, errors.New("pki: no PEM PUBLIC KEY block found")
-	}
-	return out, nil
+	return parseBlocks(data, "PUBLIC KEY", func(der []byte) (crypto.PublicKey, error) { return x509.ParsePKIXPublicKey(der) })
 }
 
 // EncodePublicKeys is keys PEM encoded as "PUBLIC KEY" blocks, in order.

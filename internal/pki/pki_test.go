@@ -152,3 +152,65 @@ func TestIssueNeverOutlivesTheCA(t *testing.T) {
 		t.Errorf("leaf expires %s, CA %s: want the leaf cut to the CA's expiry", cert.NotAfter, ca.Certificate().NotAfter)
 	}
 }
+
+// LoadCA finds the CA of a bundle by its key, in any order, and keeps the
+// whole bundle; a bundle without the key's certificate is refused.
+func TestLoadCAFromABundle(t *testing.T) {
+	a, err := NewCA("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewCAFor("b", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if life := b.Certificate().NotAfter.Sub(IssuedAt(b.Certificate())); life != time.Hour {
+		t.Errorf("NewCAFor(1h) lives %s", life)
+	}
+	for _, bundle := range [][]byte{append(append([]byte{}, a.CertPEM...), b.CertPEM...), append(append([]byte{}, b.CertPEM...), a.CertPEM...)} {
+		ca, err := LoadCA(KeyPair{CertPEM: bundle, KeyPEM: b.KeyPEM})
+		if err != nil || ca.Certificate().Subject.CommonName != "b" || string(ca.CertPEM) != string(bundle) || string(ca.CertificatePEM()) != string(b.CertPEM) {
+			t.Errorf("LoadCA of a bundle with b's key: %v", err)
+		}
+	}
+	if _, err := LoadCA(KeyPair{CertPEM: a.CertPEM, KeyPEM: b.KeyPEM}); err == nil {
+		t.Error("a bundle without the key's certificate was loaded")
+	}
+}
+
+// A leaf of the new CA verifies for a client that trusts only the old CA
+// through the new CA cross-signed by the old, and not without it.
+func TestCrossSign(t *testing.T) {
+	old, err := NewCA("old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := NewCA("new")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cross, err := old.CrossSign(fresh.Certificate())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := fresh.Issue(CertSpec{CommonName: "api", DNSNames: []string{"api"}, Usage: ServerAuth})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, _ := ParseCertificate(pair.CertPEM)
+	roots := x509.NewCertPool()
+	roots.AddCert(old.Certificate())
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, DNSName: "api"}); err == nil {
+		t.Fatal("the old CA alone verified the new CA's leaf")
+	}
+	inter := x509.NewCertPool()
+	crossCert, _ := ParseCertificate(cross)
+	inter.AddCert(crossCert)
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, DNSName: "api"}); err != nil {
+		t.Errorf("through the cross-signed CA: %v", err)
+	}
+	keys, err := ParsePublicKeys(nil)
+	if err == nil || len(keys) != 0 {
+		t.Errorf("no public key parsed from nothing: %v", err)
+	}
+}

@@ -172,16 +172,7 @@ func TestCARotationMovesThroughItsPhases(t *testing.T) {
 		return nil
 	})
 	// A reconcile of a later generation leaves Grace alone.
-	updateVC(t, n.Namespace, n.VirtualCluster, func(vc *nestv1.VirtualCluster) {
-		vc.Spec.VirtualNode.ObjectBudget.ConfigMaps = ptr.To(int32(321))
-	})
-	want := getVC(t, n.Namespace, n.VirtualCluster).Generation
-	eventually(t, "the next generation reconciled", func() error {
-		if got := getVC(t, n.Namespace, n.VirtualCluster).Status.ObservedGeneration; got < want {
-			return fmt.Errorf("observed generation %d, want %d", got, want)
-		}
-		return nil
-	})
+	reconcileNextGeneration(t, n, 321)
 	if st := getVC(t, n.Namespace, n.VirtualCluster).Status.Certificates; st.CARotation == nil || st.CARotation.Phase != nestv1.CAPhaseGrace {
 		t.Fatalf("the rotation left Grace before its end: %+v", st.CARotation)
 	}

@@ -161,16 +161,7 @@ func TestRotationsIssueEveryLeafAnewOnceEach(t *testing.T) {
 		}
 	}
 	// A reconcile of a later generation issues nothing more.
-	updateVC(t, n.Namespace, n.VirtualCluster, func(vc *nestv1.VirtualCluster) {
-		vc.Spec.VirtualNode.ObjectBudget.ConfigMaps = ptr.To(int32(123))
-	})
-	want := getVC(t, n.Namespace, n.VirtualCluster).Generation
-	eventually(t, "the next generation reconciled", func() error {
-		if got := getVC(t, n.Namespace, n.VirtualCluster).Status.ObservedGeneration; got < want {
-			return fmt.Errorf("observed generation %d, want %d", got, want)
-		}
-		return nil
-	})
+	reconcileNextGeneration(t, n, 123)
 	now, err := leavesOf(n)
 	if err != nil {
 		t.Fatal(err)
@@ -180,6 +171,22 @@ func TestRotationsIssueEveryLeafAnewOnceEach(t *testing.T) {
 			t.Errorf("%s issued again (%s, after %s) once the rotation was over", k, c.IssuedAt, leaves[k].IssuedAt)
 		}
 	}
+}
+
+// reconcileNextGeneration changes n's spec (its ConfigMap budget to
+// budget) and waits until the new generation is reconciled.
+func reconcileNextGeneration(t *testing.T, n controlplane.Names, budget int32) {
+	t.Helper()
+	updateVC(t, n.Namespace, n.VirtualCluster, func(vc *nestv1.VirtualCluster) {
+		vc.Spec.VirtualNode.ObjectBudget.ConfigMaps = ptr.To(budget)
+	})
+	want := getVC(t, n.Namespace, n.VirtualCluster).Generation
+	eventually(t, "the next generation reconciled", func() error {
+		if got := getVC(t, n.Namespace, n.VirtualCluster).Status.ObservedGeneration; got < want {
+			return fmt.Errorf("observed generation %d, want %d", got, want)
+		}
+		return nil
+	})
 }
 
 // The API refuses lifetimes it could not honour, naming the field.
