@@ -238,12 +238,29 @@ func TestStatefulSetForThreeReplicas(t *testing.T) {
 			t.Errorf("%s lacks %s in %s", name, want, args[name])
 		}
 	}
-	// The grace period holds the other containers' stop and the API
-	// server's shutdown delay with room to spare, so no kill cuts a request.
-	if grace := time.Duration(*pod.TerminationGracePeriodSeconds) * time.Second; grace < shutdownDelay+10*time.Second {
-		t.Errorf("3 replicas: termination grace %s, want the shutdown delay (%s) and 10 s more", grace, shutdownDelay)
+	// nest-syncer, which serves the API server's egress, keeps serving
+	// while a deleted replica leaves the endpoints.
+	syncerStop := time.Duration(0)
+	for _, c := range pod.Containers {
+		if c.Name == "nest-syncer" && c.Lifecycle != nil && c.Lifecycle.PreStop != nil && c.Lifecycle.PreStop.Sleep != nil {
+			syncerStop = time.Duration(c.Lifecycle.PreStop.Sleep.Seconds) * time.Second
+		}
+	}
+	if syncerStop != shutdownDelay {
+		t.Errorf("3 replicas: nest-syncer sleeps %s before it stops, want the API server's shutdown delay %s", syncerStop, shutdownDelay)
+	}
+	// The grace period holds nest-syncer's sleep, the other containers'
+	// stop and the API server's shutdown delay with room to spare, so no
+	// kill cuts a request.
+	if grace := time.Duration(*pod.TerminationGracePeriodSeconds) * time.Second; grace < syncerStop+shutdownDelay+10*time.Second {
+		t.Errorf("3 replicas: termination grace %s, want nest-syncer's sleep and the shutdown delay (%s each) and 10 s more", grace, shutdownDelay)
 	}
 	single := StatefulSetFor(vc(nil), Options{}, ServiceIPs{}).Spec.Template.Spec
+	for _, c := range single.Containers {
+		if c.Lifecycle != nil {
+			t.Errorf("a single replica's %s waits before it stops: no other replica takes its clients", c.Name)
+		}
+	}
 	found := false
 	for _, c := range append(single.InitContainers, single.Containers...) {
 		if c.Name != "kube-apiserver" {

@@ -426,15 +426,16 @@ func etcdContainer(n Names, o Options) corev1.Container {
 const shutdownDelay = 5 * time.Second
 
 // terminationGracePeriod is the control-plane pod's, in seconds. The
-// kubelet stops the containers first (nest-syncer hands over its leases),
-// then the sidecars in reverse order, etcd last: a replicated API server's
-// shutdownDelay comes on top of the others' stop, and a kill at the end of
-// the period would cut the requests it still serves. A single replica
-// keeps 10 s: a restart (an upgrade) waits for it, and it has no delay.
+// kubelet stops the containers first (nest-syncer, after its preStop
+// sleep of shutdownDelay, hands over its leases), then the sidecars in
+// reverse order, etcd last: a replicated API server's shutdownDelay comes
+// on top of the others' stop, and a kill at the end of the period would
+// cut the requests it still serves. A single replica keeps 10 s: a
+// restart (an upgrade) waits for it, and it has no delay.
 func terminationGracePeriod(vc *nestv1.VirtualCluster) int64 {
 	const single = 10
 	if Replicas(vc) > 1 {
-		return single + int64(shutdownDelay/time.Second) + 5
+		return single + 2*int64(shutdownDelay/time.Second) + 5
 	}
 	return single
 }

@@ -249,6 +249,16 @@ func syncerContainer(vc *nestv1.VirtualCluster, o Options, ips ServiceIPs) corev
 	// the tenant API server's Service, and the syncer must never cut tenants
 	// off their API, even while it waits for it.
 	c.LivenessProbe = loopbackProbe(contract.DefaultHealthPort, "/healthz", 10, 6)
+	if Replicas(vc) > 1 {
+		// nest-syncer serves the API server's egress (logs, exec, port
+		// forwarding) and the virtual node's kubelet API. A deleted
+		// replica leaves the Service's endpoints a moment after it is
+		// deleted, while a client may still reach its API server; the
+		// kubelet stops this container before the API server (a
+		// sidecar), so it keeps serving for that moment, as the API
+		// server's --shutdown-delay-duration does for itself.
+		c.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: int64(shutdownDelay / time.Second)}}}
+	}
 	return c
 }
 
