@@ -31,15 +31,17 @@ func (c ClientComponent) flags() Flags {
 }
 
 // ControllerManagerFlags is the kube-controller-manager command line both
-// control planes share; pki holds the files it names.
-func ControllerManagerFlags(c ClientComponent, pki PKIDir) Flags {
+// control planes share; pki holds the files it names. signerCert is the
+// file of pki with the CSR signer's certificate alone, which the signer
+// requires (a trust bundle, ca.crt while a CA rotates, holds more).
+func ControllerManagerFlags(c ClientComponent, pki PKIDir, signerCert string) Flags {
 	return slices.Concat(c.flags(), Flags{
 		// Published in every namespace as kube-root-ca.crt, which projected
 		// service-account volumes mount as ca.crt.
 		{"root-ca-file", pki.Path(CACert)},
 		{"service-account-private-key-file", pki.Path(ServiceAccountKey)},
 		// The CSR API's signer.
-		{"cluster-signing-cert-file", pki.Path(CACert)}, {"cluster-signing-key-file", pki.Path(CAKey)},
+		{"cluster-signing-cert-file", pki.Path(signerCert)}, {"cluster-signing-key-file", pki.Path(CAKey)},
 		{"use-service-account-credentials", "true"},
 		// Bootstrap tokens (--enable-bootstrap-token-auth) need these two,
 		// which are off by default.

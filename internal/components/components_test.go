@@ -25,7 +25,7 @@ func testAPIServer(tls bool) APIServer {
 func commandLines() map[string]Flags {
 	client := ClientComponent{Kubeconfig: "/kc", BindAddress: "127.0.0.1"}
 	out := map[string]Flags{
-		"kube-controller-manager": ControllerManagerFlags(client, testPKI),
+		"kube-controller-manager": ControllerManagerFlags(client, testPKI, CACert),
 		"kube-scheduler":          SchedulerFlags(client),
 	}
 	for _, tls := range []bool{false, true} {

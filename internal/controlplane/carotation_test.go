@@ -68,6 +68,13 @@ func phaseOf(t *testing.T, data map[string][]byte, p nestv1.CARotationPhase) map
 	if again, changed, err := ReconcilePKI(out, names, endpoints(), r); err != nil || changed || !equalData(again, out) {
 		t.Fatalf("phase %s written again: changed %v, %v", p, changed, err)
 	}
+	// The controller-manager's CSR signer takes one certificate, the
+	// one of the signing key.
+	if certs, err := pki.ParseCertificates(out[CASignerCert]); err != nil || len(certs) != 1 {
+		t.Errorf("phase %s: %s holds %d certificates, want the signer alone: %v", p, CASignerCert, len(certs), err)
+	} else if _, err := pki.LoadCA(pki.KeyPair{CertPEM: out[CASignerCert], KeyPEM: out[CAKey]}); err != nil {
+		t.Errorf("phase %s: %s is not the CA of %s: %v", p, CASignerCert, CAKey, err)
+	}
 	return out
 }
 

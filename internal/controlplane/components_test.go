@@ -40,7 +40,7 @@ func TestControlPlaneArgsAreTheSharedOnesPlusTenantOnlyFlags(t *testing.T) {
 			fmt.Sprintf("--max-requests-inflight=%d", readOnly), fmt.Sprintf("--max-mutating-requests-inflight=%d", mutating), "--enable-aggregator-routing=true",
 			"--feature-gates=ManifestBasedAdmissionControlConfig=true", "--admission-control-config-file=/etc/nest/apiserver/admission.yaml",
 			"--egress-selector-config-file=/etc/nest/apiserver/egress-selector.yaml"),
-		"kube-controller-manager": components.ControllerManagerFlags(client("controller-manager.conf"), pkiDir).Args(),
+		"kube-controller-manager": components.ControllerManagerFlags(client("controller-manager.conf"), pkiDir, CASignerCert).Args(),
 		"kube-scheduler":          append(components.SchedulerFlags(client("scheduler.conf")).Args(), "--kube-api-qps=200", "--kube-api-burst=400"),
 	}
 	pod := StatefulSetFor(v, Options{}, ServiceIPs{}).Spec.Template.Spec

@@ -65,10 +65,13 @@ func TestVirtualNodeTrustsOnlyTheKubeletClientCA(t *testing.T) {
 	if clientCA != KubeletClientCACert {
 		t.Fatalf("nest-syncer trusts %s, want %s", clientCA, KubeletClientCACert)
 	}
-	signer := ""
+	signer, signerKey := "", ""
 	for _, a := range pod.Containers[0].Args {
 		if v, ok := strings.CutPrefix(a, "--cluster-signing-cert-file="); ok {
 			signer = strings.TrimPrefix(v, PKIDir+"/")
+		}
+		if v, ok := strings.CutPrefix(a, "--cluster-signing-key-file="); ok {
+			signerKey = strings.TrimPrefix(v, PKIDir+"/")
 		}
 	}
 	if pod.Containers[0].Name != controllerManagerName || signer == "" || signer == KubeletClientCACert || bytes.Equal(data[signer], data[KubeletClientCACert]) {
@@ -80,7 +83,7 @@ func TestVirtualNodeTrustsOnlyTheKubeletClientCA(t *testing.T) {
 	if _, err := tls.X509KeyPair(data[KubeletClientCert], data[KubeletClientKey]); err != nil {
 		t.Errorf("kubelet client pair: %v", err)
 	}
-	tenantSigner, err := pki.LoadCA(pki.KeyPair{CertPEM: data[signer], KeyPEM: data[strings.TrimSuffix(signer, ".crt")+".key"]})
+	tenantSigner, err := pki.LoadCA(pki.KeyPair{CertPEM: data[signer], KeyPEM: data[signerKey]})
 	if err != nil {
 		t.Fatal(err)
 	}

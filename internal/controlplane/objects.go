@@ -546,7 +546,7 @@ func clientComponent(vc *nestv1.VirtualCluster, kubeconfigFile string) component
 }
 
 func controllerManagerContainer(vc *nestv1.VirtualCluster, o Options) corev1.Container {
-	args := components.ControllerManagerFlags(clientComponent(vc, ControllerManagerKubeconfig), tenantPKI)
+	args := components.ControllerManagerFlags(clientComponent(vc, ControllerManagerKubeconfig), tenantPKI, CASignerCert)
 	c := container(controllerManagerName, o, componentResources[controllerManagerName], args.Args())
 	c.VolumeMounts = mounts(false)
 	c.LivenessProbe = httpProbe("/healthz", controllerManagerPort, corev1.URISchemeHTTPS, 10, 8)

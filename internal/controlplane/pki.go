@@ -40,6 +40,10 @@ const (
 	KubeletClientCACert, KubeletClientCAKey = "kubelet-client-ca.crt", "kubelet-client-ca.key"
 	// SyncerServingCert serves the virtual node's kubelet API on loopback.
 	SyncerServingCert, SyncerServingKey = "nest-syncer-serving.crt", "nest-syncer-serving.key"
+	// CASignerCert is the cluster CA that signs, alone: the
+	// controller-manager's CSR signer refuses a file of more than one
+	// certificate, and CACert is a trust bundle while the CA rotates.
+	CASignerCert = "ca-signer.crt"
 )
 
 // tenantPKI is PKIDir as the shared flags take it.
@@ -205,6 +209,9 @@ func ReconcilePKI(existing map[string][]byte, n Names, e Endpoints, r Renewal) (
 		}
 		changed = changed || issued
 		cas[c.cert] = ca
+	}
+	if signer := cas[CACert].CertificatePEM(); !bytes.Equal(data[CASignerCert], signer) {
+		data[CASignerCert], changed = signer, true
 	}
 	if len(data[ServiceAccountKey]) == 0 || len(data[ServiceAccountPub]) == 0 {
 		priv, pub, err := pki.NewServiceAccountKey()

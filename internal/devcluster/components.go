@@ -61,7 +61,7 @@ func APIServerArgs(l Layout, cp Node) Args {
 
 // ControllerManagerArgs is the kube-controller-manager command line.
 func ControllerManagerArgs(l Layout) Args {
-	a := argsOf(components.ControllerManagerFlags(clientComponent(l, controllerManagerKubeconfig), pkiDir(l)))
+	a := argsOf(components.ControllerManagerFlags(clientComponent(l, controllerManagerKubeconfig), pkiDir(l), components.CACert))
 	// Host only. Node pod CIDRs are fixed by the topology, so the
 	// controller-manager does not allocate them (false is also upstream's
 	// default); the cluster name reaches only cloud providers, which neither

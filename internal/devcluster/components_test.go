@@ -33,7 +33,7 @@ func TestComponentArgsAreTheSharedOnesPlusHostOnlyFlags(t *testing.T) {
 	}{
 		{"etcd", EtcdArgs(l, nodes[0]), etcd.Flags(), nil},
 		{"kube-apiserver", APIServerArgs(l, nodes[0]), api.Flags(), map[string]string{"kubelet-certificate-authority": "/state/pki/ca.crt"}},
-		{"kube-controller-manager", ControllerManagerArgs(l), components.ControllerManagerFlags(client("controller-manager"), pkiDir),
+		{"kube-controller-manager", ControllerManagerArgs(l), components.ControllerManagerFlags(client("controller-manager"), pkiDir, components.CACert),
 			map[string]string{"allocate-node-cidrs": "false", "cluster-name": "nest"}},
 		{"kube-scheduler", SchedulerArgs(l), components.SchedulerFlags(client("scheduler")), nil},
 	} {
