@@ -1059,7 +1059,8 @@ func startTokenWatcher(t *testing.T, ctx context.Context, tn *framework.Tenant) 
 	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { deleteTenantPod(t, ctx, cs, tokenWatcherPod) })
+	// The tenant's kubeconfig at the end: the one of now is refused then.
+	t.Cleanup(func() { deleteTenantPod(t, ctx, tn.Clientset(t), tokenWatcherPod) })
 	w := &tokenWatcher{tn: tn}
 	testutil.Eventually(t, 2*time.Minute, "the watcher's first calls", func() error {
 		tokens, err := w.tokens(ctx)
