@@ -331,10 +331,12 @@ type CertificatesSpec struct {
 	RenewBefore *metav1.Duration `json:"renewBefore,omitempty"`
 
 	// CALifetime is how long a certificate authority nest-manager makes
-	// (at creation and at each CA rotation) is valid, such as 87600h (the
-	// default, ten years, as kubeadm's) or 720h. A CA with a third of it
-	// or less left is rotated (AnnotationRotateCA) with a grace of a
-	// tenth of it. Existing CAs keep their expiry until they rotate.
+	// (the cluster, etcd and front-proxy CAs, at creation and at each CA
+	// rotation) is valid, such as 87600h (the default, ten years, as
+	// kubeadm's) or 720h. A CA with a third of it or less left is rotated
+	// (AnnotationRotateCA) with a grace of a tenth of it. Existing CAs
+	// keep their expiry until they rotate. The kubelet-client CA, which
+	// only the virtual node trusts, does not rotate and lives ten years.
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1h') && duration(self) <= duration('175200h')",message="certificates.caLifetime must be from 1h to 175200h (twenty years), such as 87600h"
 	CALifetime *metav1.Duration `json:"caLifetime,omitempty"`
@@ -439,6 +441,12 @@ type CertificatesStatus struct {
 	// LastCARotation is the last CA rotation that ended, in phase Done.
 	// +optional
 	LastCARotation *CARotation `json:"lastCARotation,omitempty"`
+	// LastCARequest is the last AnnotationRotateCA request started, so
+	// each is served once, whatever rotations nest-manager starts by
+	// itself in between.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	LastCARequest string `json:"lastCARequest,omitempty"`
 }
 
 // CARotation is a rotation of certificate authorities.

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"crypto"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"time"
@@ -57,6 +59,36 @@ const CACrossCert = "ca-cross.crt"
 // nextKey is the PKI Secret key of an authority's new key during phase
 // Trust, before it signs.
 func nextKey(key string) string { return key + ".next" }
+
+// caNameOf is the rotatable authority whose bundle is file.
+func caNameOf(file string) (nestv1.CAName, rotatable, bool) {
+	for _, a := range rotatables {
+		if a.bundle == file {
+			return a.name, a, true
+		}
+	}
+	return "", rotatable{}, false
+}
+
+// SettledPKI is PKI Secret data with every CA rotation's traces settled
+// on the CAs that sign: each bundle holds its signer alone, and no new key
+// waits and no cross-signed CA is served. A snapshot taken during a
+// rotation is restored this way: the restored tenant has no rotation
+// under way to finish it.
+func SettledPKI(data map[string][]byte) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	for k, v := range data {
+		out[k] = v
+	}
+	for _, a := range rotatables {
+		if _, err := a.retire(out); err != nil {
+			return nil, fmt.Errorf("settle %s: %w", a.name, err)
+		}
+		delete(out, nextKey(a.key))
+	}
+	chainServing(out)
+	return out, nil
+}
 
 // CAFiles are the PKI Secret keys of authority name: its trust bundle and
 // its signing key. ok is false for a name no rotation knows.
@@ -277,7 +309,11 @@ func ParseCARotationRequest(raw string, now time.Time) (*nestv1.CARotation, erro
 	var req nestv1.CARotationRequest
 	dec := json.NewDecoder(strings.NewReader(raw))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	err := dec.Decode(&req)
+	if err == nil && dec.Decode(&struct{}{}) != io.EOF {
+		err = errors.New("more than one JSON value")
+	}
+	if err != nil {
 		return nil, fmt.Errorf(`annotation %s is not {"request": ..., "authorities": [...], "grace": "24h"}: %w`, nestv1.AnnotationRotateCA, err)
 	}
 	if req.Request == "" || len(req.Request) > 64 {

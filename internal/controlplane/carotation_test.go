@@ -3,6 +3,8 @@ package controlplane
 import (
 	"bytes"
 	"crypto/x509"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -189,6 +191,48 @@ func TestCARotationPhases(t *testing.T) {
 	if ca, _ := pki.ParseCertificate(retire[CACert]); time.Until(ca.NotAfter) < pki.CAValidity-time.Hour {
 		t.Errorf("the new CA expires at %s: not the default lifetime", ca.NotAfter)
 	}
+
+	// A snapshot of Trust or Reissue settles on the CAs that signed.
+	for phase, data := range map[string]map[string][]byte{"Trust": trust, "Reissue": reissue} {
+		settled, err := SettledPKI(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range rotatables {
+			if a.bundleLen(settled) != 1 || len(settled[nextKey(a.key)]) != 0 {
+				t.Errorf("settled %s, %s: the bundle holds %d, a next key of %d bytes", phase, a.name, a.bundleLen(settled), len(settled[nextKey(a.key)]))
+			}
+		}
+		if _, ok := settled[CACrossCert]; ok {
+			t.Errorf("settled %s kept the cross-signed CA", phase)
+		}
+		if _, err := pki.LoadCA(pki.KeyPair{CertPEM: settled[CACert], KeyPEM: data[CAKey]}); err != nil {
+			t.Errorf("settled %s: ca.crt is not the CA that signed: %v", phase, err)
+		}
+		if again, changed, err := ReconcilePKI(settled, names, endpoints(), Renewal{}); err != nil || (phase == "Trust" && changed) || !verifiesServing(t, again, pool(t, settled[CACert])) {
+			t.Errorf("settled %s, reconciled: changed %v, %v", phase, changed, err)
+		}
+	}
+}
+
+// A request is one JSON value naming known authorities and a grace in
+// bounds; each refusal names what is wrong.
+func TestParseCARotationRequest(t *testing.T) {
+	for raw, want := range map[string]string{
+		`{"request":"a"}{"request":"b"}`:                   "more than one JSON value",
+		`{"request":""}`:                                   "request must be 1 to 64 characters",
+		`{"request":"a","authorities":["kubelet-client"]}`: `authority "kubelet-client"`,
+		`{"request":"a","grace":"-1s"}`:                    "grace -1s must be",
+		`{"request":"a","extra":1}`:                        "unknown field",
+	} {
+		if _, err := ParseCARotationRequest(raw, time.Now()); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want an error naming %q", raw, err, want)
+		}
+	}
+	rot, err := ParseCARotationRequest(`{"request":"a","authorities":["service-account","cluster"]}`, time.Now())
+	if err != nil || fmt.Sprint(rot.Authorities) != "[cluster service-account]" || rot.Grace.Duration != nestv1.DefaultCARotationGrace || rot.Phase != nestv1.CAPhaseTrust {
+		t.Errorf("%+v, %v", rot, err)
+	}
 }
 
 // TestCARotationDue: a CA with a third of its life left is due, a fresh
@@ -202,7 +246,11 @@ func TestCARotationDue(t *testing.T) {
 		t.Errorf("fresh CAs are due: %v", due)
 	}
 	due := CARotationDue(data, time.Now().Add(2*time.Hour+10*time.Minute))
-	if want := []nestv1.CAName{nestv1.CACluster, nestv1.CAEtcd, nestv1.CAFrontProxy}; len(due) != len(want) {
+	if want := []nestv1.CAName{nestv1.CACluster, nestv1.CAEtcd, nestv1.CAFrontProxy}; fmt.Sprint(due) != fmt.Sprint(want) {
 		t.Errorf("CAs with under a third of their life left: due %v, want %v", due, want)
+	}
+	// The kubelet-client CA does not rotate: it keeps the default life.
+	if ca, err := pki.ParseCertificate(data[KubeletClientCACert]); err != nil || time.Until(ca.NotAfter) < pki.CAValidity-time.Hour {
+		t.Errorf("the kubelet-client CA lives to %v with caLifetime 3h: %v", ca.NotAfter, err)
 	}
 }

@@ -169,11 +169,9 @@ var authorities = []struct{ cert, key, name string }{
 // ReconcilePKI issues the clone's leaves for its own names and addresses.
 func AuthoritiesOf(data map[string][]byte) map[string][]byte {
 	out := map[string][]byte{}
-	// A rotation's new keys and cross-signed CA too: the clone's bundles
-	// are in the shape they have in the tenant (see applyCAPhase).
-	keep := []string{ServiceAccountKey, ServiceAccountPub, nextKey(ServiceAccountKey), CACrossCert}
+	keep := []string{ServiceAccountKey, ServiceAccountPub}
 	for _, a := range authorities {
-		keep = append(keep, a.cert, a.key, nextKey(a.key))
+		keep = append(keep, a.cert, a.key)
 	}
 	for _, k := range keep {
 		if v, ok := data[k]; ok {
@@ -203,7 +201,12 @@ func ReconcilePKI(existing map[string][]byte, n Names, e Endpoints, r Renewal) (
 	}
 	cas := map[string]*pki.CA{}
 	for _, c := range authorities {
-		ca, issued, err := ensureCA(data, c.cert, c.key, c.name+"-"+n.VirtualCluster, r.CALifetime)
+		lifetime := r.CALifetime
+		if _, _, rotates := caNameOf(c.cert); !rotates {
+			// No rotation replaces it: the default, as before lifetimes.
+			lifetime = pki.CAValidity
+		}
+		ca, issued, err := ensureCA(data, c.cert, c.key, c.name+"-"+n.VirtualCluster, lifetime)
 		if err != nil {
 			return nil, false, err
 		}

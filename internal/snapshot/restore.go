@@ -83,12 +83,17 @@ func Restore(ctx context.Context, host client.Client, cfg *rest.Config, s *Snaps
 	if vc.Name != s.Manifest.VirtualCluster || vc.Namespace != s.Manifest.Namespace {
 		return fmt.Errorf("the snapshot's VirtualCluster is %s/%s, its manifest names %s/%s: it was changed", vc.Namespace, vc.Name, s.Manifest.Namespace, s.Manifest.VirtualCluster)
 	}
-	pkiData := s.PKI
+	// A snapshot taken during a CA rotation comes back on the CAs that
+	// signed then, the rotation settled.
+	pkiData, err := controlplane.SettledPKI(s.PKI)
+	if err != nil {
+		return fmt.Errorf("the snapshot's PKI: %w", err)
+	}
 	if o.As.Name != "" {
 		vc.Name, vc.Namespace = o.As.Name, o.As.Namespace
 		// The clone is the tenant under another name: its CAs and
 		// service-account key, and leaves ReconcilePKI issues for it.
-		pkiData = controlplane.AuthoritiesOf(s.PKI)
+		pkiData = controlplane.AuthoritiesOf(pkiData)
 		// A schedule would push the clone's snapshots beside the
 		// original's, and the original's external addresses are not the
 		// clone's: both are the platform team's to give it.

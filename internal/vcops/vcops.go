@@ -559,7 +559,7 @@ func RequestCARotation(ctx context.Context, c client.Client, key types.Namespace
 		return "", err
 	}
 	if _, err := controlplane.ParseCARotationRequest(string(value), now); err != nil {
-		return "", err
+		return "", fmt.Errorf("the CA rotation asked for (--ca, --grace): %w", err)
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{nestv1.AnnotationRotateCA: string(value)}}})
 	if err != nil {

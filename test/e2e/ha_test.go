@@ -892,8 +892,7 @@ func renewShortLeavesUnderLoad(t *testing.T, ctx context.Context, host client.Cl
 	for len(issued) < 3 {
 		at := waitLeafIssuedAfter(t, ctx, host, tn, issued)
 		issued = append(issued, at)
-		waitReadyReplicas(t, ctx, host, tn.Name, 3)
-		waitRolledOut(t, ctx, host, tn)
+		waitRestartedSince(t, ctx, host, tn, at)
 		checkLogsThroughEveryReplica(t, ctx, tn, pod)
 		t.Logf("leaves issued at %s (%d of 3), the control plane rolled out by %s", at.Format(time.TimeOnly), len(issued), time.Since(start).Round(time.Second))
 	}
@@ -948,18 +947,20 @@ func waitLeafIssuedAfter(t *testing.T, ctx context.Context, host client.Client, 
 	return at
 }
 
-// waitRolledOut waits until every control-plane replica of tn runs the
-// StatefulSet's latest template and is ready.
-func waitRolledOut(t *testing.T, ctx context.Context, host client.Client, tn *framework.Tenant) {
+// waitRestartedSince waits until every control-plane replica of tn was
+// made at or after at (restarted onto the leaves issued then) and is
+// ready.
+func waitRestartedSince(t *testing.T, ctx context.Context, host client.Client, tn *framework.Tenant, at time.Time) {
 	t.Helper()
-	testutil.Eventually(t, 5*time.Minute, "the control plane rolled out", func() error {
-		sts := &appsv1.StatefulSet{}
-		if err := host.Get(ctx, types.NamespacedName{Namespace: tn.Namespace, Name: controlplane.Names{VirtualCluster: tn.Name, Namespace: tn.Namespace}.StatefulSet()}, sts); err != nil {
-			return err
+	testutil.Eventually(t, 5*time.Minute, "every replica restarted since "+at.Format(time.TimeOnly), func() error {
+		pods := tn.ControlPlanePods(t, ctx, host)
+		if len(pods) != 3 {
+			return fmt.Errorf("%d replicas", len(pods))
 		}
-		st, want := sts.Status, ptr.Deref(sts.Spec.Replicas, 1)
-		if st.ObservedGeneration < sts.Generation || st.UpdateRevision != st.CurrentRevision || st.UpdatedReplicas != want || st.ReadyReplicas != want {
-			return fmt.Errorf("%d of %d updated, %d ready, revision %s of %s", st.UpdatedReplicas, want, st.ReadyReplicas, st.CurrentRevision, st.UpdateRevision)
+		for _, p := range pods {
+			if p.CreationTimestamp.Time.Before(at.Truncate(time.Second)) || !podReady(&p) {
+				return fmt.Errorf("%s made %s, ready %t", p.Name, p.CreationTimestamp.Format(time.TimeOnly), podReady(&p))
+			}
 		}
 		return nil
 	})

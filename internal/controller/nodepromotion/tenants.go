@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -91,6 +92,11 @@ func (a APITenants) For(ctx context.Context, key types.NamespacedName) (*Tenant,
 		ClusterDomain:      controlplane.ClusterDomain(vc),
 		ServerTLSBootstrap: true,
 	}}
+	if rot := rotatingClusterCA(vc); t.Unreachable == nil && rot != nil {
+		// A kubelet would get the old CA and a client certificate it
+		// signed, both gone at Retire, and nothing on the node renews them.
+		t.Unreachable = fmt.Errorf("the tenant's cluster CA is rotating (request %s, phase %s): nodes join once it is done", rot.Request, rot.Phase)
+	}
 	if t.Unreachable == nil {
 		t.Join.ClusterDNS, t.Unreachable = clusterDNS(ctx, cs)
 	}
@@ -152,4 +158,14 @@ func tenantClients(kubeconfig []byte) (*kubernetes.Clientset, client.Client, err
 	}
 	objects, err := client.New(cfg, client.Options{})
 	return cs, objects, err
+}
+
+// rotatingClusterCA is vc's CA rotation under way when it replaces the
+// cluster CA, else nil.
+func rotatingClusterCA(vc *nestv1.VirtualCluster) *nestv1.CARotation {
+	st := vc.Status.Certificates
+	if st == nil || st.CARotation == nil || !slices.Contains(st.CARotation.Authorities, nestv1.CACluster) {
+		return nil
+	}
+	return st.CARotation
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -26,14 +27,16 @@ const (
 	ReasonCARotationPhase   = "CARotationPhase"
 	ReasonCARotationDone    = "CARotationDone"
 	ReasonInvalidCARotation = "InvalidCARotation"
+	ReasonCARotationWaiting = "CARotationWaiting"
 )
 
 // serveCARotation starts the CA rotation nestv1.AnnotationRotateCA asks
-// for, when its request is new and no other runs: a status patch of its
-// own records it in phase Trust before anything is issued for it, so a
-// restart of nest-manager resumes it rather than starting it again. A bad
-// request, or one that arrives while another rotation runs, is refused
-// with a Warning event.
+// for, when its request was never started (status.certificates.
+// lastCARequest) and no other runs: a status patch of its own records it
+// in phase Trust before anything is issued for it, so a restart of
+// nest-manager resumes it rather than starting it again. A bad request is
+// refused with a Warning event; one that arrives while another rotation
+// runs waits, with a Warning event, and starts once that one ended.
 func (r *Reconciler) serveCARotation(ctx context.Context, s *reconcileState, now time.Time) error {
 	raw := s.vc.Annotations[nestv1.AnnotationRotateCA]
 	if raw == "" {
@@ -45,17 +48,17 @@ func (r *Reconciler) serveCARotation(ctx context.Context, s *reconcileState, now
 	case err != nil:
 		r.Recorder.Eventf(s.vc, nil, corev1.EventTypeWarning, ReasonInvalidCARotation, "Reconcile", "%v: nest certs rotate-ca writes it", err)
 		return nil
-	case st != nil && (st.CARotation != nil && st.CARotation.Request == rot.Request || st.LastCARotation != nil && st.LastCARotation.Request == rot.Request):
+	case st != nil && st.LastCARequest == rot.Request:
 		return nil
 	case st != nil && st.CARotation != nil:
-		r.Recorder.Eventf(s.vc, nil, corev1.EventTypeWarning, ReasonInvalidCARotation, "Reconcile",
-			"CA rotation %s waits: rotation %s is in phase %s; finish it first (nest certs rotate-ca %s --finish)", rot.Request, st.CARotation.Request, st.CARotation.Phase, s.vc.Name)
+		r.Recorder.Eventf(s.vc, nil, corev1.EventTypeWarning, ReasonCARotationWaiting, "Reconcile",
+			"CA rotation %s waits until rotation %s, in phase %s, ends (nest certs rotate-ca %s --finish ends its grace)", rot.Request, st.CARotation.Request, st.CARotation.Phase, s.vc.Name)
 		return nil
 	}
 	if refused, err := r.refuseClusterCAWithDedicatedNodes(ctx, s.vc, rot); refused || err != nil {
 		return err
 	}
-	return r.startCARotation(ctx, s, rot)
+	return r.startCARotation(ctx, s, rot, true)
 }
 
 // refuseClusterCAWithDedicatedNodes refuses, with a Warning event, a
@@ -85,9 +88,15 @@ func (r *Reconciler) refuseClusterCAWithDedicatedNodes(ctx context.Context, vc *
 	return true, nil
 }
 
-// startCARotation records rot as the rotation under way.
-func (r *Reconciler) startCARotation(ctx context.Context, s *reconcileState, rot *nestv1.CARotation) error {
-	if err := r.patchCertificates(ctx, s, func(st *nestv1.CertificatesStatus) { st.CARotation = rot.DeepCopy() }); err != nil {
+// startCARotation records rot as the rotation under way, and, when
+// requested (an AnnotationRotateCA request), as the last request started.
+func (r *Reconciler) startCARotation(ctx context.Context, s *reconcileState, rot *nestv1.CARotation, requested bool) error {
+	if err := r.patchCertificates(ctx, s, func(st *nestv1.CertificatesStatus) {
+		st.CARotation = rot.DeepCopy()
+		if requested {
+			st.LastCARequest = rot.Request
+		}
+	}); err != nil {
 		return fmt.Errorf("record the CA rotation %q: %w", rot.Request, err)
 	}
 	ctrl.LoggerFrom(ctx).Info("CA rotation started", "virtualCluster", klog.KObj(s.vc), "request", rot.Request, "authorities", rot.Authorities)
@@ -110,10 +119,18 @@ func (r *Reconciler) startDueCARotation(ctx context.Context, s *reconcileState, 
 	lifetime := cmp.Or(controlplane.RenewalOf(s.vc, now).CALifetime, pki.CAValidity)
 	rot := &nestv1.CARotation{Request: fmt.Sprintf("expiring-%d", now.Unix()), Authorities: due,
 		Phase: nestv1.CAPhaseTrust, PhaseTime: metav1.NewTime(now.Truncate(time.Second)), Grace: metav1.Duration{Duration: lifetime / 10}}
-	if refused, err := r.refuseClusterCAWithDedicatedNodes(ctx, s.vc, rot); refused || err != nil {
+	refused, err := r.refuseClusterCAWithDedicatedNodes(ctx, s.vc, rot)
+	if err != nil {
 		return err
 	}
-	return r.startCARotation(ctx, s, rot)
+	if refused {
+		// The others rotate: they do not wait for the nodes.
+		rot.Authorities = slices.DeleteFunc(rot.Authorities, func(n nestv1.CAName) bool { return n == nestv1.CACluster })
+		if len(rot.Authorities) == 0 {
+			return nil
+		}
+	}
+	return r.startCARotation(ctx, s, rot, false)
 }
 
 // reconcileCARotation moves the rotation under way to its next phase: from
@@ -145,7 +162,10 @@ func (r *Reconciler) reconcileCARotation(ctx context.Context, s *reconcileState)
 	}
 	if err := r.patchCertificates(ctx, s, func(st *nestv1.CertificatesStatus) {
 		st.CARotation, st.LastCARotation = advance(rot, next, now, st.LastCARotation)
-	}); err != nil {
+	}); apierrors.IsConflict(err) {
+		// Read stale, or changed since: the next reconcile reads it anew.
+		return false, nil
+	} else if err != nil {
 		return false, fmt.Errorf("move the CA rotation %q to phase %s: %w", rot.Request, next, err)
 	}
 	ctrl.LoggerFrom(ctx).Info("CA rotation phase", "virtualCluster", klog.KObj(s.vc), "request", rot.Request, "phase", next)

@@ -190,7 +190,7 @@ func TestCARotationMovesThroughItsPhases(t *testing.T) {
 			return err
 		}
 		for _, e := range events.Items {
-			if e.Reason == ReasonInvalidCARotation && strings.Contains(e.Note, "CA rotation "+waiting+" waits") {
+			if e.Reason == ReasonCARotationWaiting && strings.Contains(e.Note, "CA rotation "+waiting+" waits") {
 				return nil
 			}
 		}
@@ -227,6 +227,17 @@ func TestCARotationMovesThroughItsPhases(t *testing.T) {
 		}
 		return nil
 	})
+	// A rotation nest-manager starts by itself ends later: the request
+	// the annotation still holds is not served again.
+	live := getVC(t, n.Namespace, n.VirtualCluster)
+	live.Status.Certificates.LastCARotation = &nestv1.CARotation{Request: "expiring-1", Authorities: []nestv1.CAName{nestv1.CAEtcd}, Phase: nestv1.CAPhaseDone, PhaseTime: metav1.Now()}
+	if err := k8sClient.Status().Update(ctx, live); err != nil {
+		t.Fatal(err)
+	}
+	reconcileNextGeneration(t, n, 322)
+	if st := getVC(t, n.Namespace, n.VirtualCluster).Status.Certificates; st.CARotation != nil || st.LastCARequest != request {
+		t.Errorf("after another rotation ended, the request %s was served again: %+v (last request %q)", request, st.CARotation, st.LastCARequest)
+	}
 }
 
 // A bad request is refused with a Warning event and starts nothing.
