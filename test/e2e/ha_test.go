@@ -893,6 +893,7 @@ func renewShortLeavesUnderLoad(t *testing.T, ctx context.Context, host client.Cl
 		at := waitLeafIssuedAfter(t, ctx, host, tn, issued)
 		issued = append(issued, at)
 		waitRestartedSince(t, ctx, host, tn, at)
+		waitVirtualNodeOnAReplica(t, ctx, host, tn)
 		checkLogsThroughEveryReplica(t, ctx, tn, pod)
 		t.Logf("leaves issued at %s (%d of 3), the control plane rolled out by %s", at.Format(time.TimeOnly), len(issued), time.Since(start).Round(time.Second))
 	}
@@ -963,6 +964,31 @@ func waitRestartedSince(t *testing.T, ctx context.Context, host client.Client, t
 			}
 		}
 		return nil
+	})
+}
+
+// waitVirtualNodeOnAReplica waits until the virtual node's InternalIP,
+// where the API servers reach its kubelet API for logs and exec, is the
+// address of a running control-plane replica: its nest-syncer leader may
+// have moved with a restart, and the address follows it.
+func waitVirtualNodeOnAReplica(t *testing.T, ctx context.Context, host client.Client, tn *framework.Tenant) {
+	t.Helper()
+	cs := tn.Clientset(t)
+	testutil.Eventually(t, 2*time.Minute, "the virtual node's address on a running replica", func() error {
+		node, err := cs.CoreV1().Nodes().Get(ctx, controlplane.VirtualNodeName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		var ips []string
+		for _, p := range tn.ControlPlanePods(t, ctx, host) {
+			ips = append(ips, p.Status.PodIP)
+		}
+		for _, a := range node.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP && slices.Contains(ips, a.Address) {
+				return nil
+			}
+		}
+		return fmt.Errorf("addresses %v, replicas at %v", node.Status.Addresses, ips)
 	})
 }
 
