@@ -130,7 +130,7 @@ func LoadCA(pair KeyPair) (*CA, error) {
 		}
 		return &CA{KeyPair: pair, cert: cert, key: key}, nil
 	}
-	return nil, fmt.Errorf("pki: no certificate of the bundle (%d) is for the CA's key", len(certs))
+	return nil, fmt.Errorf("pki: the key is not that of the CA certificate (nor of any of the %d certificates given): are its certificate and key a pair?", len(certs))
 }
 
 // SamePublicKey reports whether a and b are the same public key.
