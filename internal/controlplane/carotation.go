@@ -44,12 +44,17 @@ type rotatable struct {
 	prefix     string
 }
 
-var rotatables = []rotatable{
-	{name: nestv1.CACluster, bundle: CACert, key: CAKey, prefix: "kubernetes-ca"},
-	{name: nestv1.CAEtcd, bundle: EtcdCACert, key: EtcdCAKey, prefix: "etcd-ca"},
-	{name: nestv1.CAFrontProxy, bundle: FrontProxyCACert, key: FrontProxyCAKey, prefix: "front-proxy-ca"},
-	{name: nestv1.CAServiceAccount, bundle: ServiceAccountPub, key: ServiceAccountKey, publicKeys: true},
-}
+// rotatables are the authorities that rotate, in nestv1.CANames' order:
+// those of authorities with a rotation name, and the service-account key.
+var rotatables = func() []rotatable {
+	var out []rotatable
+	for _, a := range authorities {
+		if a.rotation != "" {
+			out = append(out, rotatable{name: a.rotation, bundle: a.cert, key: a.key, prefix: a.name})
+		}
+	}
+	return append(out, rotatable{name: nestv1.CAServiceAccount, bundle: ServiceAccountPub, key: ServiceAccountKey, publicKeys: true})
+}()
 
 // CACrossCert is the PKI Secret key of the new cluster CA cross-signed by
 // the old one, from phase Reissue until Retire: the API server's
@@ -59,16 +64,6 @@ const CACrossCert = "ca-cross.crt"
 // nextKey is the PKI Secret key of an authority's new key during phase
 // Trust, before it signs.
 func nextKey(key string) string { return key + ".next" }
-
-// caNameOf is the rotatable authority whose bundle is file.
-func caNameOf(file string) (nestv1.CAName, rotatable, bool) {
-	for _, a := range rotatables {
-		if a.bundle == file {
-			return a.name, a, true
-		}
-	}
-	return "", rotatable{}, false
-}
 
 // SettledPKI is PKI Secret data with every CA rotation's traces settled
 // on the CAs that sign: each bundle holds its signer alone, and no new key
@@ -88,17 +83,6 @@ func SettledPKI(data map[string][]byte) (map[string][]byte, error) {
 	}
 	chainServing(out)
 	return out, nil
-}
-
-// CAFiles are the PKI Secret keys of authority name: its trust bundle and
-// its signing key. ok is false for a name no rotation knows.
-func CAFiles(name nestv1.CAName) (bundle, key string, ok bool) {
-	for _, a := range rotatables {
-		if a.name == name {
-			return a.bundle, a.key, true
-		}
-	}
-	return "", "", false
 }
 
 // applyCAPhase brings data to the shape of phase for every authority

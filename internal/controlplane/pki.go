@@ -154,11 +154,19 @@ func NthServiceIP(cidr string, n int) (netip.Addr, error) {
 	return a, err
 }
 
-// authorities are the tenant's certificate authorities: their files in the
-// PKI Secret and the common name prefix of the CA each makes.
-var authorities = []struct{ cert, key, name string }{
-	{CACert, CAKey, "kubernetes-ca"}, {EtcdCACert, EtcdCAKey, "etcd-ca"}, {FrontProxyCACert, FrontProxyCAKey, "front-proxy-ca"},
-	{KubeletClientCACert, KubeletClientCAKey, "kubelet-client-ca"},
+// authority is one of the tenant's certificate authorities: its files in
+// the PKI Secret, the common name prefix of the CA it makes, and the name
+// a CA rotation knows it by ("" for one no rotation replaces).
+type authority struct {
+	cert, key, name string
+	rotation        nestv1.CAName
+}
+
+// authorities are the tenant's certificate authorities.
+var authorities = []authority{
+	{CACert, CAKey, "kubernetes-ca", nestv1.CACluster}, {EtcdCACert, EtcdCAKey, "etcd-ca", nestv1.CAEtcd},
+	{FrontProxyCACert, FrontProxyCAKey, "front-proxy-ca", nestv1.CAFrontProxy},
+	{KubeletClientCACert, KubeletClientCAKey, "kubelet-client-ca", ""},
 }
 
 // AuthoritiesOf is the part of PKI Secret data that is the tenant's
@@ -202,7 +210,7 @@ func ReconcilePKI(existing map[string][]byte, n Names, e Endpoints, r Renewal) (
 	cas := map[string]*pki.CA{}
 	for _, c := range authorities {
 		lifetime := r.CALifetime
-		if _, _, rotates := caNameOf(c.cert); !rotates {
+		if c.rotation == "" {
 			// No rotation replaces it: the default, as before lifetimes.
 			lifetime = pki.CAValidity
 		}

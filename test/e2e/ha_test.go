@@ -1108,7 +1108,7 @@ func (w *tokenWatcher) tokens(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("logs: %v: %s", err, out)
 	}
 	if strings.Contains(out, "call failed") {
-		return nil, fmt.Errorf("a call of the pod failed: %s", lastLines(out, 3))
+		return nil, fmt.Errorf("a call of the pod failed: %s", framework.LastLines(out, 3))
 	}
 	var tokens []string
 	for _, line := range strings.Split(out, "\n") {
@@ -1164,12 +1164,6 @@ func (w *tokenWatcher) checkNoFailure(t *testing.T, ctx context.Context) {
 		}
 		return nil
 	})
-}
-
-// lastLines is the last n lines of s.
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // waitCAPhaseOf waits until tn's CA rotation under way is in phase want.

@@ -22,7 +22,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -355,20 +354,8 @@ func (r *Reconciler) serveRotation(ctx context.Context, s *reconcileState, now t
 			"annotation %s is %d characters, more than %d: set it to a time, as nest certs rotate does", nestv1.AnnotationRotateCertificates, len(req), maxRotationRequest)
 	default:
 		served := &nestv1.CertificateRotation{Request: req, Time: metav1.NewTime(now.Truncate(time.Second))}
-		live := vc.DeepCopy()
-		patch, err := json.Marshal(map[string]any{"status": map[string]any{"certificates": map[string]any{"lastRotation": served}}})
-		if err != nil {
-			return controlplane.Renewal{}, err
-		}
-		if err := r.Status().Patch(ctx, live, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		if err := r.patchCertificates(ctx, s, func(st *nestv1.CertificatesStatus) { st.LastRotation = served.DeepCopy() }); err != nil {
 			return controlplane.Renewal{}, fmt.Errorf("record the rotation %q of %s: %w", req, klog.KObj(vc), err)
-		}
-		for _, o := range []*nestv1.VirtualCluster{s.vc, s.before} {
-			if o.Status.Certificates == nil {
-				o.Status.Certificates = &nestv1.CertificatesStatus{}
-			}
-			o.Status.Certificates.LastRotation = served.DeepCopy()
-			o.ResourceVersion = live.ResourceVersion
 		}
 		r.Recorder.Eventf(vc, nil, corev1.EventTypeNormal, "RotationStarted", "Reconcile", "every leaf certificate is issued anew (%s %s)", nestv1.AnnotationRotateCertificates, req)
 	}

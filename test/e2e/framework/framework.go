@@ -57,3 +57,9 @@ func Kubectl(ctx context.Context, kubeconfig string, args ...string) (string, er
 	}
 	return stdout.String(), nil
 }
+
+// LastLines is the last n lines of s, for an error that quotes a log.
+func LastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}

@@ -320,7 +320,7 @@ func (e *env) policyCutsOpenConnection(t *testing.T) {
 	testutil.Eventually(t, time.Minute, "held-admitted answered 48 more times over its connection", func() error {
 		log := e.alpha.Kubectl(t, e.ctx, "logs", "-n", ns, "held-admitted")
 		if strings.Contains(log, "cut after") {
-			t.Fatalf("the admitted pod's connection was cut too:\n%s", lastLines(log, 5))
+			t.Fatalf("the admitted pod's connection was cut too:\n%s", framework.LastLines(log, 5))
 		}
 		if n := strings.Count(log, "\nok "); n < from+48 {
 			return fmt.Errorf("%d answers, want %d", n, from+48)
@@ -334,12 +334,6 @@ func (e *env) heldAnswers(t *testing.T, ns, pod string) int {
 	t.Helper()
 	out, _ := e.alpha.KubectlErr(e.ctx, "logs", "-n", ns, pod)
 	return strings.Count(out, "\nok ")
-}
-
-// lastLines is the last n lines of s.
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // fromOnePodsAddress: after a default deny, a policy admitting ipBlock
