@@ -122,6 +122,16 @@ type GlobalNodeStatus struct {
 	// +optional
 	PodCIDR string `json:"podCIDR,omitempty"`
 
+	// CABundleHash is the hash (pki.BundleHash: hex SHA-256) of the
+	// cluster CA bundle the node's kubelet trusted when it last became
+	// Ready in its holder's tenant cluster, with a client certificate from
+	// that cluster's signer of the time. When the tenant's cluster CA
+	// rotates, node promotion has the node rejoin in place (pods keep
+	// running) with each phase's bundle, and the rotation waits for it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	CABundleHash string `json:"caBundleHash,omitempty"`
+
 	// Conditions: HostNodePresent (the inventory controller) and Moving
 	// (node promotion: True while a step of a move is under way or done,
 	// False with the reason when a step failed).

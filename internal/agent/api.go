@@ -23,7 +23,10 @@
 //     out of the host, or stop it; then write a bootstrap kubeconfig (a
 //     bootstrap token, never an admin credential), the kubelet and
 //     kube-proxy configuration and, if asked, the CNI configuration for a
-//     pod CIDR of the target cluster.
+//     pod CIDR of the target cluster. A Join to the cluster the kubelet is
+//     joined to, with another CA bundle (the cluster's CA rotates), also
+//     removes the kubelet's kubeconfig and certificates, so that Start
+//     bootstraps them anew from the cluster's signer; pods keep running.
 //   - Start: start the kubelet, wait for its TLS bootstrap to finish, then
 //     start kube-proxy with the node's own client certificate.
 //
@@ -81,6 +84,10 @@ type Status struct {
 	// Bootstrapped is true when the kubelet holds a kubeconfig of Server:
 	// its TLS bootstrap is done (or it never needed one).
 	Bootstrapped bool `json:"bootstrapped"`
+	// CAHash is pki.BundleHash of the CA bundle of the kubelet's
+	// kubeconfig: what it trusts for Server, and what it bootstrapped its
+	// client certificate with. Empty while it has no kubeconfig.
+	CAHash string `json:"caHash,omitempty"`
 	// PodCIDR is the subnet of the node's CNI configuration.
 	PodCIDR string `json:"podCIDR,omitempty"`
 	// Sandboxes is the number of pod sandboxes the container runtime holds,

@@ -19,6 +19,7 @@ import (
 
 	"github.com/nestdev/nest/internal/atomicfile"
 	"github.com/nestdev/nest/internal/nodeclean"
+	"github.com/nestdev/nest/internal/pki"
 	"github.com/nestdev/nest/internal/pullproxy"
 )
 
@@ -182,6 +183,7 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 	}
 	st.Server = n.joinedServer()
 	st.Bootstrapped = st.Server != "" && serverOf(n.cfg.Kubelet.Kubeconfig) == st.Server && hasCredential(n.cfg.Kubelet.Kubeconfig)
+	st.CAHash = caHashOf(n.cfg.Kubelet.Kubeconfig)
 	if st.PodCIDR, err = podCIDROf(n.cfg.CNIConfigFile); err != nil {
 		return st, err
 	}
@@ -229,16 +231,38 @@ func hasCredential(path string) bool {
 
 // serverOf is the server of the current context of the kubeconfig at path.
 func serverOf(path string) string {
-	cfg, err := clientcmd.LoadFromFile(path)
-	if err != nil {
-		return ""
-	}
-	if ctx, ok := cfg.Contexts[cfg.CurrentContext]; ok {
-		if cluster, ok := cfg.Clusters[ctx.Cluster]; ok {
-			return cluster.Server
-		}
+	if cluster := clusterOf(path); cluster != nil {
+		return cluster.Server
 	}
 	return ""
+}
+
+// caHashOf is pki.BundleHash of the CA bundle of the current context of
+// the kubeconfig at path, embedded or in the file it names; "" when there
+// is none.
+func caHashOf(path string) string {
+	cluster := clusterOf(path)
+	if cluster == nil {
+		return ""
+	}
+	data := cluster.CertificateAuthorityData
+	if len(data) == 0 && cluster.CertificateAuthority != "" {
+		data, _ = os.ReadFile(cluster.CertificateAuthority)
+	}
+	return pki.BundleHash(data)
+}
+
+// clusterOf is the cluster of the current context of the kubeconfig at
+// path, with file paths resolved; nil when there is none.
+func clusterOf(path string) *clientcmdapi.Cluster {
+	cfg, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		return nil
+	}
+	if ctx, ok := cfg.Contexts[cfg.CurrentContext]; ok {
+		return cfg.Clusters[ctx.Cluster]
+	}
+	return nil
 }
 
 // Stop stops kube-proxy, then the kubelet. Pods keep running until Reset.
@@ -315,7 +339,11 @@ func (n *Node) Reset(ctx context.Context) error {
 // node's pull proxy as req.PullProxy says, or stops it when that is nil
 // (setPullProxy), and fails when the proxy cannot listen. It refuses while
 // the kubelet and kube-proxy run, and while the kubelet holds a kubeconfig
-// of another cluster (Reset first). Repeating it with the same request
+// of another cluster (Reset first). When the kubelet's kubeconfig is of
+// req's cluster but trusts another CA bundle than req.CACertPEM (the
+// cluster's CA rotates), Join removes it and the kubelet's certificates,
+// so that Start bootstraps them anew with req's token from the cluster's
+// signer; its pods and state stay. Repeating it with the same request
 // changes nothing.
 func (n *Node) Join(ctx context.Context, req JoinRequest) error {
 	if err := req.Validate(); err != nil {
@@ -336,12 +364,26 @@ func (n *Node) Join(ctx context.Context, req JoinRequest) error {
 	if err := n.setPullProxy(ctx, req.PullProxy); err != nil {
 		return err
 	}
+	if n.trustsAnotherBundle(req) {
+		for _, path := range []string{n.cfg.Kubelet.Kubeconfig, n.cfg.Kubelet.CertDir} {
+			if err := os.RemoveAll(path); err != nil {
+				return fmt.Errorf("remove the kubelet's credentials of the old CA bundle: %w", err)
+			}
+		}
+	}
 	for _, f := range files {
 		if err := atomicfile.Write(f.path, f.data, f.mode); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// trustsAnotherBundle reports whether the kubelet holds a kubeconfig of
+// req's cluster that trusts another CA bundle than req's.
+func (n *Node) trustsAnotherBundle(req JoinRequest) bool {
+	kubeconfig := n.cfg.Kubelet.Kubeconfig
+	return serverOf(kubeconfig) == req.Server && caHashOf(kubeconfig) != pki.BundleHash(req.CACertPEM)
 }
 
 type fileContent struct {

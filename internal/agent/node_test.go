@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nestdev/nest/internal/atomicfile"
+	"github.com/nestdev/nest/internal/pki"
 	"github.com/nestdev/nest/internal/testutil"
 )
 
@@ -372,6 +373,69 @@ func TestJoinAllowedWhenJoinedToTheSameServer(t *testing.T) {
 	writeKubeconfig(t, env.cfg.Kubelet.Kubeconfig, targetServer)
 	if err := env.node.Join(context.Background(), validJoinRequest(t)); err != nil {
 		t.Fatalf("Join() = %v, want a rejoin of the same server to be allowed", err)
+	}
+}
+
+// kubeletJoinedWith writes the kubelet's kubeconfig of req's server
+// trusting caPEM, as its TLS bootstrap does, and a certificate in its
+// certificate directory; it returns that certificate's path.
+func kubeletJoinedWith(t *testing.T, env *testEnv, req JoinRequest, caPEM []byte) string {
+	t.Helper()
+	cfg, err := clientcmd.Load(kubeconfigBytes(t, req.Server))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Clusters["home"].CertificateAuthorityData = caPEM
+	data, err := clientcmd.Write(*cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.WriteFile(t, env.cfg.Kubelet.Kubeconfig, string(data))
+	cert := filepath.Join(env.cfg.Kubelet.CertDir, kubeletClientCert)
+	testutil.WriteFile(t, cert, "a client certificate the old CA signed")
+	return cert
+}
+
+func TestJoinWithAnotherCABundleOfTheSameServerRebootstraps(t *testing.T) {
+	env := newSavedEnv(t)
+	req := validJoinRequest(t)
+	cert := kubeletJoinedWith(t, env, req, newCACertPEM(t, "the old cluster CA"))
+	pods := filepath.Join(env.cfg.Kubelet.RootDir, "pods", "a-pod")
+	testutil.WriteFile(t, filepath.Join(pods, "state"), "kept")
+	if err := env.node.Join(context.Background(), req); err != nil {
+		t.Fatalf("Join() = %v, want the new CA bundle of the same server taken", err)
+	}
+	assertAbsent(t, env.cfg.Kubelet.Kubeconfig)
+	assertAbsent(t, cert)
+	assertExists(t, pods)
+	cluster, _ := loadKubeconfig(t, env.cfg.Kubelet.BootstrapKubeconfig)
+	if string(cluster.CertificateAuthorityData) != string(req.CACertPEM) {
+		t.Error("the bootstrap kubeconfig does not trust the request's CA bundle")
+	}
+	st, err := env.node.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.CAHash != "" || st.Bootstrapped {
+		t.Errorf("Status: caHash %q, bootstrapped %v; want neither until the kubelet bootstraps again", st.CAHash, st.Bootstrapped)
+	}
+}
+
+func TestJoinWithTheSameCABundleKeepsTheKubeletsCredentials(t *testing.T) {
+	env := newSavedEnv(t)
+	req := validJoinRequest(t)
+	cert := kubeletJoinedWith(t, env, req, req.CACertPEM)
+	if err := env.node.Join(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	assertExists(t, env.cfg.Kubelet.Kubeconfig)
+	assertExists(t, cert)
+	st, err := env.node.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := pki.BundleHash(req.CACertPEM); want == "" || st.CAHash != want {
+		t.Errorf("Status().CAHash = %q, want the request's bundle's %q", st.CAHash, want)
 	}
 }
 

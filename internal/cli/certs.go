@@ -65,8 +65,8 @@ func newCertsRotateCACommand(host *hostFlags) *cobra.Command {
 			"removes it. The control-plane pods restart one at a time in each of Trust, Reissue and Retire. Kubeconfigs " +
 			"holding the old CA alone keep working until Retire, and fail after it: fetch the new one (nest kubeconfig) " +
 			"during Grace. --wait returns once Reissue is over; --finish (alone, on a rotation under way) ends its " +
-			"grace now, and with --wait returns once the old CAs are gone. The cluster CA cannot rotate while " +
-			"dedicated nodes are assigned.",
+			"grace now, and with --wait returns once the old CAs are gone. Dedicated nodes rejoin in place with each " +
+			"phase's cluster CA bundle (their pods keep running), and each phase waits for them.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if finish && (len(cas) > 0 || cmd.Flags().Changed("grace")) {

@@ -13,8 +13,10 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -241,6 +243,23 @@ func NewServiceAccountKey() (private, public []byte, err error) {
 // fails when data holds none, or a CERTIFICATE block that does not parse.
 func ParseCertificates(data []byte) ([]*x509.Certificate, error) {
 	return parseBlocks(data, "CERTIFICATE", x509.ParseCertificate)
+}
+
+// BundleHash identifies a CA bundle: the hex SHA-256 of the DER of each
+// certificate of the PEM data, in order, so the same certificates hash
+// the same whatever the PEM's line breaks or comments, and the order
+// counts. Data with no certificate, or one that does not parse, hashes
+// to "".
+func BundleHash(data []byte) string {
+	certs, err := ParseCertificates(data)
+	if err != nil {
+		return ""
+	}
+	h := sha256.New()
+	for _, c := range certs {
+		h.Write(c.Raw)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // parseBlocks parses every PEM block of type typ in data, in order, and

@@ -214,3 +214,26 @@ func TestCrossSign(t *testing.T) {
 		t.Errorf("no public key parsed from nothing: %v", err)
 	}
 }
+
+func TestBundleHashIdentifiesTheCertificatesInOrder(t *testing.T) {
+	a, err := NewCA("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewCA("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ab := append(a.CertificatePEM(), b.CertificatePEM()...)
+	ba := append(b.CertificatePEM(), a.CertificatePEM()...)
+	spaced := append(append([]byte("# the bundle\n"), a.CertificatePEM()...), append([]byte("\n\n"), b.CertificatePEM()...)...)
+	if BundleHash(ab) == "" || BundleHash(ab) != BundleHash(spaced) {
+		t.Errorf("the same certificates hash %q and %q; want one non-empty hash", BundleHash(ab), BundleHash(spaced))
+	}
+	if BundleHash(ab) == BundleHash(ba) || BundleHash(ab) == BundleHash(a.CertificatePEM()) {
+		t.Error("a bundle hashes the same as its reverse or as its first certificate alone")
+	}
+	if h := BundleHash([]byte("not a certificate")); h != "" {
+		t.Errorf("no certificate hashes to %q, want empty", h)
+	}
+}

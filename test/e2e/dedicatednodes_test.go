@@ -24,12 +24,16 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/devcluster"
+	"github.com/nestdev/nest/internal/controlplane"
 	"github.com/nestdev/nest/internal/images"
+	"github.com/nestdev/nest/internal/kube"
+	"github.com/nestdev/nest/internal/pki"
 	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/testutil"
 	"github.com/nestdev/nest/test/e2e/framework"
@@ -156,6 +160,9 @@ func TestDedicatedNodes(t *testing.T) {
 			}
 			return nil
 		})
+	})
+	t.Run("the cluster CA rotates with the node in the tenant: it rejoins in place, stays Ready, keeps its pods, and ends on the new CA alone", func(t *testing.T) {
+		rotateClusterCAWithTheNode(t, ctx, host, nest, tn, node(t, stateDir, worker))
 	})
 
 	scale(0)
@@ -747,4 +754,149 @@ func waitTenantPod(t *testing.T, ctx context.Context, cs kubernetes.Interface, p
 		return want(p)
 	})
 	return last
+}
+
+// rotateClusterCAWithTheNode rotates tn's cluster CA with n, a dedicated
+// node, in the tenant: the node rejoins in place in each phase and stays
+// Ready, the DaemonSet's pod there keeps its container, and at the end
+// the kubelet trusts the new CA alone and holds a client certificate it
+// signed, which the tenant takes; the pod's logs are read through the
+// tenant.
+func rotateClusterCAWithTheNode(t *testing.T, ctx context.Context, host client.Client, nest framework.Nest, tn *framework.Tenant, n devcluster.Node) {
+	before := daemonSetPodOn(t, ctx, tn.Clientset(t), n.Name)
+	ready := watchNodeReady(ctx, tn, n.Name)
+	start := time.Now()
+	if out, err := nest("certs", "rotate-ca", tn.Name, "--ca", "cluster", "--grace", "0s", "--wait", "--timeout", "12m"); err != nil {
+		ready.stop()
+		t.Fatalf("certs rotate-ca: %v\n%s", err, out)
+	}
+	if out, err := nest("certs", "rotate-ca", tn.Name, "--finish", "--wait", "--timeout", "8m"); err != nil {
+		ready.stop()
+		t.Fatalf("certs rotate-ca --finish: %v\n%s", err, out)
+	}
+	took := time.Since(start)
+	notReady, polls := ready.stop()
+	t.Logf("cluster CA rotation of a 1-replica tenant with a dedicated node: %s; the node seen not Ready in %d of %d polls", took.Round(100*time.Millisecond), notReady, polls)
+	if notReady > 0 || polls == 0 {
+		t.Errorf("the node was seen not Ready in %d of %d polls during the rotation; want answers, all Ready", notReady, polls)
+	}
+
+	tn.Load(t, nest)
+	cs := tn.Clientset(t)
+	pkiSecret := &corev1.Secret{}
+	if err := host.Get(ctx, client.ObjectKey{Namespace: tn.Namespace, Name: controlplane.Names{VirtualCluster: tn.Name, Namespace: tn.Namespace}.PKISecret()}, pkiSecret); err != nil {
+		t.Fatal(err)
+	}
+	bundle := pkiSecret.Data[controlplane.CACert]
+	cas, err := pki.ParseCertificates(bundle)
+	if err != nil || len(cas) != 1 {
+		t.Fatalf("ca.crt after the rotation holds %d CAs, want the new one alone: %v", len(cas), err)
+	}
+	waitGlobalNode(t, ctx, host, n.Name, time.Minute, func(gn *nestv1.GlobalNode) error {
+		if gn.Status.Phase != nestv1.NodePhaseTenant || gn.Status.CABundleHash != pki.BundleHash(bundle) {
+			return fmt.Errorf("phase %s, caBundleHash %q; want Tenant with the new bundle's", gn.Status.Phase, gn.Status.CABundleHash)
+		}
+		return nil
+	})
+	kubelet := devcluster.AgentConfig(devcluster.Layout{}, n).Kubelet
+	kubeconfig, err := clientcmd.LoadFromFile(kubelet.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cluster := kubeconfig.Clusters[kubeconfig.Contexts[kubeconfig.CurrentContext].Cluster]; pki.BundleHash(cluster.CertificateAuthorityData) != pki.BundleHash(bundle) {
+		t.Error("the kubelet's kubeconfig does not trust the new cluster CA alone")
+	}
+	data, err := os.ReadFile(filepath.Join(kubelet.CertDir, "kubelet-client-current.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if certs, err := pki.ParseCertificates(data); err != nil || certs[0].CheckSignatureFrom(cas[0]) != nil {
+		t.Errorf("the kubelet's client certificate is not signed by the new cluster CA (%v)", err)
+	}
+	checkNodeCredential(t, ctx, tn, n, n.Name)
+	waitNodeReady(t, ctx, cs, n.Name)
+
+	after := daemonSetPodOn(t, ctx, cs, n.Name)
+	if after.UID != before.UID || containerID(after) != containerID(before) {
+		t.Errorf("the DaemonSet's pod on %s is %s in container %s after the rotation, was %s in %s: want it kept running", n.Name, after.UID, containerID(after), before.UID, containerID(before))
+	}
+	testutil.Eventually(t, time.Minute, "the log of the DaemonSet's pod, through the tenant", func() error {
+		_, err := cs.CoreV1().Pods(after.Namespace).GetLogs(after.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		return err
+	})
+}
+
+// daemonSetPodOn is the running pod of runDaemonSetOn's DaemonSet on node.
+func daemonSetPodOn(t *testing.T, ctx context.Context, cs kubernetes.Interface, node string) *corev1.Pod {
+	t.Helper()
+	var pod *corev1.Pod
+	testutil.Eventually(t, time.Minute, "the running pod of DaemonSet ds-dedicated on "+node, func() error {
+		list, err := cs.CoreV1().Pods(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{LabelSelector: "app=ds-dedicated"})
+		if err != nil {
+			return err
+		}
+		for i := range list.Items {
+			if p := &list.Items[i]; p.Spec.NodeName == node && p.Status.Phase == corev1.PodRunning && containerID(p) != "" {
+				pod = p
+				return nil
+			}
+		}
+		return fmt.Errorf("none of %d", len(list.Items))
+	})
+	return pod
+}
+
+// containerID is the ID of the pod's first container, with its restart
+// count: a container restarted or replaced gets another.
+func containerID(p *corev1.Pod) string {
+	if len(p.Status.ContainerStatuses) == 0 || p.Status.ContainerStatuses[0].ContainerID == "" {
+		return ""
+	}
+	c := p.Status.ContainerStatuses[0]
+	return fmt.Sprintf("%s#%d", c.ContainerID, c.RestartCount)
+}
+
+// nodeReadyWatch polls a tenant Node's Ready condition every second.
+type nodeReadyWatch struct {
+	cancel          context.CancelFunc
+	done            chan struct{}
+	notReady, polls int
+}
+
+// watchNodeReady polls node in tn with tn's kubeconfig of now until stop,
+// counting the answers that show it not Ready; calls that fail (the API
+// server restarts, or the kubeconfig's CA is retired) count as neither.
+func watchNodeReady(ctx context.Context, tn *framework.Tenant, node string) *nodeReadyWatch {
+	ctx, cancel := context.WithCancel(ctx)
+	w := &nodeReadyWatch{cancel: cancel, done: make(chan struct{})}
+	cfg := rest.CopyConfig(tn.Config)
+	cfg.Timeout = 5 * time.Second
+	go func() {
+		defer close(w.done)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		cs, err := kubernetes.NewForConfig(cfg)
+		for err == nil {
+			if n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err == nil {
+				w.polls++
+				if !kube.NodeReady(n) {
+					w.notReady++
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return w
+}
+
+// stop ends the polls and returns how many showed the node not Ready, of
+// how many answered.
+func (w *nodeReadyWatch) stop() (notReady, polls int) {
+	w.cancel()
+	<-w.done
+	return w.notReady, w.polls
 }

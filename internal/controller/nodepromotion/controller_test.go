@@ -23,6 +23,7 @@ import (
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/addons"
+	"github.com/nestdev/nest/internal/pki"
 )
 
 // newWorker registers a host worker with labels, its agent, and waits for
@@ -383,4 +384,49 @@ func createPDB(t *testing.T, labels map[string]string) {
 	if err := host.Status().Update(context.Background(), pdb); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// When the tenant's cluster CA bundle changes (a phase of a CA rotation
+// rolled out), a node in the tenant rejoins in place: its kubelet stops,
+// bootstraps anew with the new bundle and starts, and nothing resets it.
+func TestANodeRejoinsInPlaceWhenTheClusterCABundleChanges(t *testing.T) {
+	ctx := context.Background()
+	node := newWorker(t, "rotate-a", nil)
+	vc := newVirtualCluster(t, "rotate", "rotate-a")
+	gn := waitPhase(t, "rotate-a", nestv1.NodePhaseTenant, nestv1.NodeStateOccupied)
+	if want := pki.BundleHash(tenantCA.bundle()); gn.Status.CABundleHash != want {
+		t.Fatalf("status.caBundleHash = %q after the join, want the tenant bundle's %q", gn.Status.CABundleHash, want)
+	}
+	joined := len(node.callList())
+
+	rotated := tenantCA.rotate()
+	// The rotation's phase rolling out is what wakes the held nodes.
+	before := vc.DeepCopy()
+	vc.Status.Certificates = &nestv1.CertificatesStatus{CARotation: &nestv1.CARotation{Request: "r1", Authorities: []nestv1.CAName{nestv1.CACluster},
+		Phase: nestv1.CAPhaseReissue, PhaseTime: metav1.Now(), RolledOutCAHash: pki.BundleHash(rotated)}}
+	if err := host.Status().Patch(ctx, vc, client.MergeFrom(before)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "GlobalNode rotate-a back in the tenant with the rotated bundle", func() error {
+		gn, err := globalNode("rotate-a")
+		if err != nil {
+			return err
+		}
+		if gn.Status.Phase != nestv1.NodePhaseTenant || gn.Status.CABundleHash != pki.BundleHash(rotated) {
+			return fmt.Errorf("phase %s, caBundleHash %q; Moving %+v", gn.Status.Phase, gn.Status.CABundleHash, meta.FindStatusCondition(gn.Status.Conditions, ConditionMoving))
+		}
+		return nil
+	})
+	calls := node.callList()[joined:]
+	if slices.Contains(calls, "reset") || !slices.Contains(calls, "stop") {
+		t.Errorf("agent calls of the rejoin %v: want a stop and no reset (the node's pods keep running)", calls)
+	}
+	if i := slices.Index(calls, "join"); i < 0 || i+1 >= len(calls) || calls[i+1] != "start" {
+		t.Errorf("agent calls of the rejoin %v lack a join then a start", calls)
+	}
+	joins := node.joinList()
+	if last := joins[len(joins)-1]; string(last.CACertPEM) != string(rotated) || last.Server != tenantServer {
+		t.Errorf("the rejoin's request: server %s with CA %q; want the tenant's with the rotated bundle", last.Server, last.CACertPEM)
+	}
+	requireBootstrapToken(t, tenant, node, joins[len(joins)-1].BootstrapToken)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/nestdev/nest/internal/addons"
 	"github.com/nestdev/nest/internal/agent"
 	"github.com/nestdev/nest/internal/kube"
+	"github.com/nestdev/nest/internal/pki"
 )
 
 // How soon a waiting phase looks again.
@@ -71,6 +72,9 @@ func (r *Reconciler) startMove(ctx context.Context, gn *nestv1.GlobalNode) (step
 	if t.Unreachable != nil {
 		return step{}, fmt.Errorf("the node stays in the host: %w", t.Unreachable)
 	}
+	// A stay begins with no CA bundle: a rotation waits only for nodes
+	// that were in the tenant (virtualcluster's nodesBehind).
+	gn.Status.CABundleHash = ""
 	return step{phase: nestv1.NodePhaseDraining, message: "cordoning in the host and evicting its pods"}, nil
 }
 
@@ -189,18 +193,25 @@ func (r *Reconciler) joinTenant(ctx context.Context, gn *nestv1.GlobalNode) (ste
 	if err != nil {
 		return step{}, err
 	}
-	if ready && serving {
-		if err := deleteBootstrapTokens(ctx, t.Client, gn.Name); err != nil {
-			return step{}, err
-		}
-		if err := r.setState(ctx, gn, nestv1.NodeStateOccupied, nil); err != nil {
-			return step{}, err
-		}
-		return step{phase: nestv1.NodePhaseTenant, requeue: pollTenant, message: "Ready in the tenant cluster of " + key.String()}, nil
-	}
 	a, err := r.Agents.For(ctx, gn)
 	if err != nil {
 		return step{}, err
+	}
+	if ready && serving {
+		trusted, err := trustsBundle(ctx, a, t.Join.CACertPEM)
+		if err != nil {
+			return step{}, err
+		}
+		if trusted {
+			if err := deleteBootstrapTokens(ctx, t.Client, gn.Name); err != nil {
+				return step{}, err
+			}
+			if err := r.setState(ctx, gn, nestv1.NodeStateOccupied, nil); err != nil {
+				return step{}, err
+			}
+			gn.Status.CABundleHash = pki.BundleHash(t.Join.CACertPEM)
+			return step{phase: nestv1.NodePhaseTenant, requeue: pollTenant, message: "Ready in the tenant cluster of " + key.String()}, nil
+		}
 	}
 	// Before join makes a token, and on every pass: a kubelet that joined
 	// before the tenant had the policy is listed too.
@@ -250,7 +261,8 @@ func join(ctx context.Context, a Agent, cs kubernetes.Interface, req agent.JoinR
 	if err != nil {
 		return fmt.Errorf("agent: status: %w", err)
 	}
-	if st.Kubelet.Running && st.Server == req.Server {
+	inPlace := rejoinsInPlace(st, req)
+	if st.Kubelet.Running && st.Server == req.Server && !inPlace {
 		if st.Bootstrapped && st.KubeProxy.Running {
 			return nil
 		}
@@ -258,7 +270,14 @@ func join(ctx context.Context, a Agent, cs kubernetes.Interface, req agent.JoinR
 			return nil
 		}
 	}
-	if st.Kubelet.Running || st.KubeProxy.Running {
+	switch {
+	case inPlace:
+		// The cluster's CA bundle changed: the agent's Join has the kubelet
+		// bootstrap anew, and its pods keep running.
+		if err := a.Stop(ctx); err != nil {
+			return fmt.Errorf("agent: stop: %w", err)
+		}
+	case st.Kubelet.Running || st.KubeProxy.Running:
 		if err := leave(ctx, a); err != nil {
 			return err
 		}
@@ -287,6 +306,27 @@ func join(ctx context.Context, a Agent, cs kubernetes.Interface, req agent.JoinR
 	return nil
 }
 
+// rejoinsInPlace reports whether a node whose agent reports st, joined to
+// req's cluster, rejoins it in place: its kubelet holds a kubeconfig of
+// that cluster trusting another CA bundle than req's, as after a phase of
+// a rotation of the cluster's CA.
+func rejoinsInPlace(st agent.Status, req agent.JoinRequest) bool {
+	return st.Server == req.Server && st.Bootstrapped && st.CAHash != "" && st.CAHash != pki.BundleHash(req.CACertPEM)
+}
+
+// trustsBundle reports whether the node's kubelet trusts the CA bundle
+// caPEM and bootstrapped with it (agent.Status.CAHash).
+func trustsBundle(ctx context.Context, a Agent, caPEM []byte) (bool, error) {
+	st, err := a.Status(ctx)
+	if err != nil {
+		return false, fmt.Errorf("agent: status: %w", err)
+	}
+	if st.Bootstrapped && st.CAHash == "" {
+		return false, errors.New("the node's nest-agent reports no CA bundle for its kubelet: it is older than nest-manager; upgrade it, so the node can follow the tenant's cluster CA")
+	}
+	return st.Bootstrapped && st.CAHash == pki.BundleHash(caPEM), nil
+}
+
 // startApproving runs approve every half second while the agent starts the
 // kubelet, which waits for its certificate.
 func startApproving(ctx context.Context, a Agent, approve func(context.Context) (int, error)) error {
@@ -309,11 +349,29 @@ func startApproving(ctx context.Context, a Agent, approve func(context.Context) 
 
 // serveTenant keeps a node in the tenant: it keeps the node admitted, so
 // its kubelet may go on writing its Node should the policy's parameter have
-// lost it, and approves the kubelet's serving certificate renewals.
+// lost it, and approves the kubelet's serving certificate renewals. When
+// the tenant's cluster CA bundle is no longer the one the node joined with
+// (a phase of a CA rotation rolled out), the node rejoins in place:
+// Joining, whose join has the kubelet bootstrap anew.
 func (r *Reconciler) serveTenant(ctx context.Context, gn *nestv1.GlobalNode) (step, error) {
 	key, t, err := r.tenantOf(ctx, gn)
 	if err != nil {
 		return step{}, err
+	}
+	if want := pki.BundleHash(t.Join.CACertPEM); t.Unreachable == nil && gn.Status.CABundleHash != want {
+		a, err := r.Agents.For(ctx, gn)
+		if err != nil {
+			return step{}, err
+		}
+		// A node that joined before Nest recorded the bundle may trust it.
+		trusted, err := trustsBundle(ctx, a, t.Join.CACertPEM)
+		if err != nil {
+			return step{}, err
+		}
+		if !trusted {
+			return step{phase: nestv1.NodePhaseJoining, message: "rejoining in place with the tenant's new cluster CA bundle (a CA rotation); its pods keep running"}, nil
+		}
+		gn.Status.CABundleHash = want
 	}
 	if err := admitNode(ctx, t, gn); err != nil {
 		return step{}, err

@@ -45,7 +45,12 @@ import (
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/agent"
@@ -266,7 +271,42 @@ func (r *Reconciler) joinTimeout() time.Duration { return cmp.Or(r.JoinTimeout, 
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&nestv1.GlobalNode{}).
+		Watches(&nestv1.VirtualCluster{}, handler.EnqueueRequestsFromMapFunc(r.heldBy), builder.WithPredicates(caRotationMoved)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 2}).
 		Named("nodepromotion").
 		Complete(r)
+}
+
+// caRotationMoved passes a VirtualCluster update whose CA rotation moved
+// (a phase rolled out, or began): its nodes rejoin then, not a minute later.
+var caRotationMoved = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return !equality.Semantic.DeepEqual(caRotationOf(e.ObjectOld), caRotationOf(e.ObjectNew))
+	},
+}
+
+func caRotationOf(obj client.Object) *nestv1.CARotation {
+	if vc, ok := obj.(*nestv1.VirtualCluster); ok && vc.Status.Certificates != nil {
+		return vc.Status.Certificates.CARotation
+	}
+	return nil
+}
+
+// heldBy are the GlobalNodes the VirtualCluster obj holds.
+func (r *Reconciler) heldBy(ctx context.Context, obj client.Object) []reconcile.Request {
+	var list nestv1.GlobalNodeList
+	if err := r.List(ctx, &list); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "List GlobalNodes to wake those of a VirtualCluster", "virtualCluster", klog.KObj(obj))
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range list.Items {
+		if key, err := holder(&list.Items[i]); err == nil && key.Namespace == obj.GetNamespace() && key.Name == obj.GetName() {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+		}
+	}
+	return out
 }

@@ -120,6 +120,41 @@ func TestMain(m *testing.M) {
 	}.Main(m)
 }
 
+// tenantCA is the cluster CA bundle of the tenant envtest stands for, which
+// a test may rotate.
+var tenantCA = &caBundle{}
+
+type caBundle struct {
+	mu  sync.Mutex
+	pem []byte
+}
+
+// bundle is the CA bundle, a new CA's on first use.
+func (b *caBundle) bundle() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.pem == nil {
+		b.pem = newCAPEM("tenant")
+	}
+	return slices.Clone(b.pem)
+}
+
+// rotate replaces the bundle with a new CA's and returns it.
+func (b *caBundle) rotate() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.pem = newCAPEM("tenant, rotated")
+	return slices.Clone(b.pem)
+}
+
+func newCAPEM(name string) []byte {
+	ca, err := pki.NewCA(name)
+	if err != nil {
+		panic(err)
+	}
+	return ca.CertificatePEM()
+}
+
 // fakeTenants serves the tenant envtest for any VirtualCluster that exists
 // in the host and is not being deleted.
 type fakeTenants struct{}
@@ -130,7 +165,7 @@ func (fakeTenants) For(ctx context.Context, key types.NamespacedName) (*Tenant, 
 		return nil, ErrTenantGone
 	}
 	return &Tenant{Client: tenantCS, Objects: tenant, Join: agent.JoinRequest{
-		Server: tenantServer, CACertPEM: []byte("tenant CA"), KubeletClientCAPEM: []byte("kubelet client CA"),
+		Server: tenantServer, CACertPEM: tenantCA.bundle(), KubeletClientCAPEM: []byte("kubelet client CA"),
 		ClusterDNS: []string{"10.96.0.10"}, ClusterDomain: "cluster.local", ServerTLSBootstrap: true,
 	}}, nil
 }
@@ -163,10 +198,13 @@ func (f *fakeAgents) add(name string) *fakeNode {
 // fakeNode is one node's agent and kubelet. It refuses what the real agent
 // refuses (reset or join while running) with the same 409.
 type fakeNode struct {
-	mu       sync.Mutex
-	name     string
-	running  bool
-	server   string
+	mu      sync.Mutex
+	name    string
+	running bool
+	server  string
+	// ca is the CA bundle of the node's last join, which its kubelet
+	// trusts once started.
+	ca       []byte
 	joins    []agent.JoinRequest
 	tokens   []*corev1.Secret
 	calls    []string
@@ -189,7 +227,7 @@ func (n *fakeNode) Status(context.Context) (agent.Status, error) {
 		return agent.Status{}, err
 	}
 	return agent.Status{NodeName: n.name, Kubelet: agent.ServiceStatus{Running: n.running}, KubeProxy: agent.ServiceStatus{Running: n.running},
-		Server: n.server, Bootstrapped: n.running && n.server != "", PodCIDR: podCIDROf(n.name)}, nil
+		Server: n.server, Bootstrapped: n.running && n.server != "", CAHash: pki.BundleHash(n.ca), PodCIDR: podCIDROf(n.name)}, nil
 }
 
 func (n *fakeNode) Stop(context.Context) error {
@@ -211,7 +249,7 @@ func (n *fakeNode) Reset(context.Context) error {
 	if n.running {
 		return &agent.APIError{StatusCode: http.StatusConflict, Message: "kubelet runs"}
 	}
-	n.server = ""
+	n.server, n.ca = "", nil
 	return nil
 }
 
@@ -227,7 +265,7 @@ func (n *fakeNode) Join(_ context.Context, req agent.JoinRequest) error {
 	if n.running || (n.server != "" && n.server != req.Server) {
 		return &agent.APIError{StatusCode: http.StatusConflict, Message: "running or joined elsewhere"}
 	}
-	n.server = req.Server
+	n.server, n.ca = req.Server, req.CACertPEM
 	n.joins = append(n.joins, req)
 	// Keep the token's Secret as it was at the join: Nest deletes it once
 	// the node has joined.

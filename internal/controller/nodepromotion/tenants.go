@@ -17,6 +17,7 @@ import (
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
 	"github.com/nestdev/nest/internal/agent"
 	"github.com/nestdev/nest/internal/controlplane"
+	"github.com/nestdev/nest/internal/pki"
 	"github.com/nestdev/nest/internal/syncer/contract"
 )
 
@@ -92,10 +93,8 @@ func (a APITenants) For(ctx context.Context, key types.NamespacedName) (*Tenant,
 		ClusterDomain:      controlplane.ClusterDomain(vc),
 		ServerTLSBootstrap: true,
 	}}
-	if rot := rotatingClusterCA(vc); t.Unreachable == nil && rot != nil {
-		// A kubelet would get the old CA and a client certificate it
-		// signed, both gone at Retire, and nothing on the node renews them.
-		t.Unreachable = fmt.Errorf("the tenant's cluster CA is rotating (request %s, phase %s): nodes join once it is done", rot.Request, rot.Phase)
+	if t.Unreachable == nil {
+		t.Unreachable = clusterCARollingOut(vc, t.Join.CACertPEM)
 	}
 	if t.Unreachable == nil {
 		t.Join.ClusterDNS, t.Unreachable = clusterDNS(ctx, cs)
@@ -160,12 +159,19 @@ func tenantClients(kubeconfig []byte) (*kubernetes.Clientset, client.Client, err
 	return cs, objects, err
 }
 
-// rotatingClusterCA is vc's CA rotation under way when it replaces the
-// cluster CA, else nil.
-func rotatingClusterCA(vc *nestv1.VirtualCluster) *nestv1.CARotation {
+// clusterCARollingOut is nil unless vc's cluster CA rotates and bundle,
+// the PKI Secret's ca.crt as read, is not the bundle every control-plane
+// replica runs with in the rotation's phase (caRotation.rolledOutCAHash):
+// a kubelet that bootstrapped now could get a client certificate from the
+// signer the phase replaces, and a cache read late could hand it the
+// bundle of another phase.
+func clusterCARollingOut(vc *nestv1.VirtualCluster, bundle []byte) error {
 	st := vc.Status.Certificates
 	if st == nil || st.CARotation == nil || !slices.Contains(st.CARotation.Authorities, nestv1.CACluster) {
 		return nil
 	}
-	return st.CARotation
+	if rot := st.CARotation; rot.RolledOutCAHash != pki.BundleHash(bundle) {
+		return fmt.Errorf("the tenant's cluster CA rotation %s is rolling out phase %s: nodes join once every control-plane replica runs with it", rot.Request, rot.Phase)
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package nodepromotion
 
 import (
+	"bytes"
 	"context"
 	"slices"
 	"strings"
@@ -10,6 +11,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+
+	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/pki"
 )
 
 // A dedicated node's kubelet gives its pods the ClusterIP of the tenant's
@@ -51,6 +55,42 @@ func TestClusterDNS(t *testing.T) {
 			}
 			if got != nil {
 				t.Errorf("clusterDNS = %q with its error, want no address", got)
+			}
+		})
+	}
+}
+
+// Nodes join a tenant whose cluster CA rotates only with the bundle its
+// control plane rolled out in the phase: never the Secret's next shape.
+func TestClusterCARollingOut(t *testing.T) {
+	ca, err := pki.NewCA("cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle := ca.CertificatePEM()
+	rotating := func(authorities []nestv1.CAName, rolledOut string) *nestv1.VirtualCluster {
+		return &nestv1.VirtualCluster{Status: nestv1.VirtualClusterStatus{Certificates: &nestv1.CertificatesStatus{CARotation: &nestv1.CARotation{
+			Request: "r1", Authorities: authorities, Phase: nestv1.CAPhaseReissue, RolledOutCAHash: rolledOut}}}}
+	}
+	tests := []struct {
+		name    string
+		vc      *nestv1.VirtualCluster
+		joining bool
+	}{
+		{"no rotation", &nestv1.VirtualCluster{}, true},
+		{"a rotation of other authorities", rotating([]nestv1.CAName{nestv1.CAEtcd, nestv1.CAServiceAccount}, ""), true},
+		{"the cluster CA, not yet rolled out", rotating([]nestv1.CAName{nestv1.CACluster}, ""), false},
+		{"the cluster CA, another bundle rolled out", rotating([]nestv1.CAName{nestv1.CACluster}, pki.BundleHash(append(bytes.Clone(bundle), bundle...))), false},
+		{"the cluster CA, this bundle rolled out", rotating([]nestv1.CAName{nestv1.CACluster}, pki.BundleHash(bundle)), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := clusterCARollingOut(tt.vc, bundle)
+			if tt.joining && err != nil {
+				t.Errorf("nodes may not join: %v", err)
+			}
+			if !tt.joining && (err == nil || !strings.Contains(err.Error(), "r1") || !strings.Contains(err.Error(), "Reissue")) {
+				t.Errorf("error %v, want one naming the rotation r1 and its phase Reissue", err)
 			}
 		})
 	}

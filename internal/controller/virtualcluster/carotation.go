@@ -28,6 +28,7 @@ const (
 	ReasonCARotationDone    = "CARotationDone"
 	ReasonInvalidCARotation = "InvalidCARotation"
 	ReasonCARotationWaiting = "CARotationWaiting"
+	ReasonCARotationNodes   = "CARotationNodes"
 )
 
 // serveCARotation starts the CA rotation nestv1.AnnotationRotateCA asks
@@ -55,37 +56,7 @@ func (r *Reconciler) serveCARotation(ctx context.Context, s *reconcileState, now
 			"CA rotation %s waits until rotation %s, in phase %s, ends (nest certs rotate-ca %s --finish ends its grace)", rot.Request, st.CARotation.Request, st.CARotation.Phase, s.vc.Name)
 		return nil
 	}
-	if refused, err := r.refuseClusterCAWithDedicatedNodes(ctx, s.vc, rot); refused || err != nil {
-		return err
-	}
 	return r.startCARotation(ctx, s, rot, true)
-}
-
-// refuseClusterCAWithDedicatedNodes refuses, with a Warning event, a
-// rotation of the cluster CA while dedicated nodes are assigned to vc:
-// their kubelets hold the old CA and a client certificate it signed, which
-// nothing on the node replaces yet, so they would go NotReady at Retire.
-func (r *Reconciler) refuseClusterCAWithDedicatedNodes(ctx context.Context, vc *nestv1.VirtualCluster, rot *nestv1.CARotation) (bool, error) {
-	if !slices.Contains(rot.Authorities, nestv1.CACluster) {
-		return false, nil
-	}
-	nodes, err := r.globalNodes(ctx)
-	if err != nil {
-		return false, err
-	}
-	var held []string
-	for _, gn := range nodes {
-		if gn.Status.VirtualCluster == holderKey(vc) {
-			held = append(held, gn.Name)
-		}
-	}
-	if len(held) == 0 {
-		return false, nil
-	}
-	r.Recorder.Eventf(vc, nil, corev1.EventTypeWarning, ReasonInvalidCARotation, "Reconcile",
-		"CA rotation %s refused: the cluster CA cannot rotate while dedicated nodes are assigned (%s), whose kubelets trust the old CA alone; release them first, or rotate the other authorities (nest certs rotate-ca %s --ca etcd,front-proxy,service-account)",
-		rot.Request, strings.Join(held, ", "), vc.Name)
-	return true, nil
 }
 
 // startCARotation records rot as the rotation under way, and, when
@@ -119,17 +90,6 @@ func (r *Reconciler) startDueCARotation(ctx context.Context, s *reconcileState, 
 	lifetime := cmp.Or(controlplane.RenewalOf(s.vc, now).CALifetime, pki.CAValidity)
 	rot := &nestv1.CARotation{Request: fmt.Sprintf("expiring-%d", now.Unix()), Authorities: due,
 		Phase: nestv1.CAPhaseTrust, PhaseTime: metav1.NewTime(now.Truncate(time.Second)), Grace: metav1.Duration{Duration: lifetime / 10}}
-	refused, err := r.refuseClusterCAWithDedicatedNodes(ctx, s.vc, rot)
-	if err != nil {
-		return err
-	}
-	if refused {
-		// The others rotate: they do not wait for the nodes.
-		rot.Authorities = slices.DeleteFunc(rot.Authorities, func(n nestv1.CAName) bool { return n == nestv1.CACluster })
-		if len(rot.Authorities) == 0 {
-			return nil
-		}
-	}
 	return r.startCARotation(ctx, s, rot, false)
 }
 
@@ -138,7 +98,10 @@ func (r *Reconciler) startDueCARotation(ctx context.Context, s *reconcileState, 
 // PKI Secret of that phase (s.obs.pkiRolledOut), from Grace at its
 // retireAfter or when AnnotationFinishCARotation names it. Reissue's end
 // marks every pod's token Secret due, so each pod gets a token the new
-// service-account key signed long before the old one is retired.
+// service-account key signed long before the old one is retired. A
+// rotation of the cluster CA records the bundle that rolled out
+// (rolledOutCAHash), which dedicated nodes then rejoin with, and no phase
+// ends before every one of them has (nodesBehind).
 func (r *Reconciler) reconcileCARotation(ctx context.Context, s *reconcileState) (bool, error) {
 	st := s.vc.Status.Certificates
 	if st == nil || st.CARotation == nil {
@@ -150,6 +113,13 @@ func (r *Reconciler) reconcileCARotation(ctx context.Context, s *reconcileState)
 	// for the next reconcile.
 	if applied := s.renewal.CARotation; applied == nil || applied.Request != rot.Request || applied.Phase != rot.Phase {
 		return true, nil
+	}
+	if s.obs.pkiRolledOut && slices.Contains(rot.Authorities, nestv1.CACluster) {
+		waiting, err := r.waitForNodes(ctx, s, rot)
+		if waiting || err != nil {
+			return true, err
+		}
+		rot = s.vc.Status.Certificates.CARotation
 	}
 	next := nextCAPhase(rot, s.obs.pkiRolledOut, s.vc.Annotations[nestv1.AnnotationFinishCARotation] == rot.Request, now)
 	if next == "" {
@@ -176,6 +146,54 @@ func (r *Reconciler) reconcileCARotation(ctx context.Context, s *reconcileState)
 	r.Recorder.Eventf(s.vc, nil, corev1.EventTypeNormal, reason, "Reconcile", "CA rotation %s of %s: phase %s, %s",
 		rot.Request, controlplane.CANameList(rot.Authorities), next, phaseMeaning[next])
 	return true, nil
+}
+
+// waitForNodes records the cluster CA bundle every control-plane replica
+// runs with in rot's phase as rolledOutCAHash, and reports whether a
+// dedicated node of the tenant has yet to rejoin with it (the rotation
+// then waits, with an event naming them; their GlobalNodes' changes bring
+// the next reconcile).
+func (r *Reconciler) waitForNodes(ctx context.Context, s *reconcileState, rot *nestv1.CARotation) (bool, error) {
+	hash := pki.BundleHash(s.pki[controlplane.CACert])
+	if rot.RolledOutCAHash != hash {
+		err := r.patchCertificates(ctx, s, func(st *nestv1.CertificatesStatus) { st.CARotation.RolledOutCAHash = hash })
+		if apierrors.IsConflict(err) {
+			return true, nil
+		}
+		if err != nil {
+			return true, fmt.Errorf("record the cluster CA bundle of CA rotation %q, phase %s: %w", rot.Request, rot.Phase, err)
+		}
+	}
+	nodes, err := r.globalNodes(ctx)
+	if err != nil {
+		return true, err
+	}
+	behind := nodesBehind(nodes, holderKey(s.vc), hash)
+	if len(behind) == 0 {
+		return false, nil
+	}
+	r.Recorder.Eventf(s.vc, nil, corev1.EventTypeNormal, ReasonCARotationNodes, "Reconcile",
+		"CA rotation %s, phase %s, waits for dedicated nodes to rejoin with its cluster CA bundle: %s", rot.Request, rot.Phase, strings.Join(behind, ", "))
+	return true, nil
+}
+
+// nodesBehind are the GlobalNodes of holder, among nodes, that are in the
+// tenant (or rejoining it) without the cluster CA bundle of hash. A node
+// on its first join there is not waited for: it joins with the bundle of
+// the phase it reaches, and rejoins after.
+func nodesBehind(nodes []nestv1.GlobalNode, holder, hash string) []string {
+	var out []string
+	for _, gn := range nodes {
+		if gn.Status.VirtualCluster != holder {
+			continue
+		}
+		switch {
+		case gn.Status.Phase == nestv1.NodePhaseTenant && gn.Status.CABundleHash != hash,
+			gn.Status.Phase == nestv1.NodePhaseJoining && gn.Status.CABundleHash != "":
+			out = append(out, gn.Name)
+		}
+	}
+	return out
 }
 
 // phaseMeaning says what each phase does, for events and nest certs check.
@@ -218,6 +236,10 @@ func nextCAPhase(rot *nestv1.CARotation, rolledOut, finish bool, now time.Time) 
 func advance(rot *nestv1.CARotation, next nestv1.CARotationPhase, now time.Time, last *nestv1.CARotation) (current, lastDone *nestv1.CARotation) {
 	moved := rot.DeepCopy()
 	moved.Phase, moved.PhaseTime = next, metav1.NewTime(now.Truncate(time.Second))
+	if next != nestv1.CAPhaseGrace {
+		// Grace keeps Reissue's bundle; the other phases roll out anew.
+		moved.RolledOutCAHash = ""
+	}
 	if next == nestv1.CAPhaseGrace {
 		moved.RetireAfter = &metav1.Time{Time: now.Add(rot.Grace.Duration).Truncate(time.Second)}
 	}

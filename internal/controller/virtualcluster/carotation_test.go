@@ -266,3 +266,102 @@ func TestInvalidCARotationIsRefused(t *testing.T) {
 		t.Errorf("a bad request started a rotation: %+v", st.CARotation)
 	}
 }
+
+// waitEvent waits for an event of reason in n's namespace whose note
+// holds every one of want.
+func waitEvent(t *testing.T, n controlplane.Names, reason string, want ...string) {
+	t.Helper()
+	eventually(t, "a "+reason+" event naming "+strings.Join(want, ", "), func() error {
+		var events eventsv1.EventList
+		if err := k8sClient.List(context.Background(), &events, client.InNamespace(n.Namespace)); err != nil {
+			return err
+		}
+		for _, e := range events.Items {
+			if e.Reason != reason {
+				continue
+			}
+			missing := false
+			for _, w := range want {
+				missing = missing || !strings.Contains(e.Note, w)
+			}
+			if !missing {
+				return nil
+			}
+		}
+		return fmt.Errorf("none")
+	})
+}
+
+// A rotation of the cluster CA records the bundle each phase rolled out,
+// and waits for the tenant's dedicated nodes to rejoin with it.
+func TestACARotationWaitsForDedicatedNodesToRejoin(t *testing.T) {
+	ctx := context.Background()
+	n := newCluster(t, "ca-nodes")
+	key := types.NamespacedName{Namespace: n.Namespace, Name: n.VirtualCluster}
+	before := pkiOf(t, n)
+	gn := &nestv1.GlobalNode{ObjectMeta: metav1.ObjectMeta{Name: "ca-nodes-worker"}, Spec: nestv1.GlobalNodeSpec{NodeIP: "198.51.100.77", State: nestv1.NodeStateOccupied}}
+	if err := k8sClient.Create(ctx, gn); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), gn) })
+	gn.Status = nestv1.GlobalNodeStatus{VirtualCluster: n.Namespace + "/" + n.VirtualCluster, Phase: nestv1.NodePhaseTenant,
+		CABundleHash: pki.BundleHash(before[controlplane.CACert])}
+	if err := k8sClient.Status().Update(ctx, gn); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the control plane StatefulSet", func() error {
+		return k8sClient.Get(ctx, types.NamespacedName{Namespace: n.Namespace, Name: n.StatefulSet()}, &appsv1.StatefulSet{})
+	})
+	request, err := vcops.RequestCARotation(ctx, k8sClient, key, []nestv1.CAName{nestv1.CACluster}, nil, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCAPhase(t, n, request, nestv1.CAPhaseTrust)
+	eventually(t, "the new cluster CA in the bundle", func() error {
+		if l := bundleLen(t, pkiOf(t, n)[controlplane.CACert]); l != 2 {
+			return fmt.Errorf("ca.crt holds %d", l)
+		}
+		return nil
+	})
+	rollOut(t, n)
+	trust := pki.BundleHash(pkiOf(t, n)[controlplane.CACert])
+	eventually(t, "the Trust bundle recorded as rolled out", func() error {
+		if got := getVC(t, n.Namespace, n.VirtualCluster).Status.Certificates.CARotation.RolledOutCAHash; got != trust {
+			return fmt.Errorf("rolledOutCAHash %q, want %q", got, trust)
+		}
+		return nil
+	})
+	waitEvent(t, n, ReasonCARotationNodes, request, "ca-nodes-worker")
+	if rot := getVC(t, n.Namespace, n.VirtualCluster).Status.Certificates.CARotation; rot.Phase != nestv1.CAPhaseTrust {
+		t.Fatalf("phase %s while the node still trusts the old bundle alone", rot.Phase)
+	}
+
+	gn.Status.CABundleHash = trust
+	if err := k8sClient.Status().Update(ctx, gn); err != nil {
+		t.Fatal(err)
+	}
+	st := waitCAPhase(t, n, request, nestv1.CAPhaseReissue)
+	if st.CARotation.RolledOutCAHash == trust {
+		t.Error("Reissue starts with Trust's bundle recorded as rolled out")
+	}
+}
+
+// A rotation waits for the holder's nodes in the tenant and those
+// rejoining it, not for a node on its first join nor another's.
+func TestNodesBehind(t *testing.T) {
+	node := func(name, holder string, phase nestv1.NodePhase, hash string) nestv1.GlobalNode {
+		return nestv1.GlobalNode{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: nestv1.GlobalNodeStatus{VirtualCluster: holder, Phase: phase, CABundleHash: hash}}
+	}
+	nodes := []nestv1.GlobalNode{
+		node("current", "vc-a/a", nestv1.NodePhaseTenant, "new"),
+		node("behind", "vc-a/a", nestv1.NodePhaseTenant, "old"),
+		node("rejoining", "vc-a/a", nestv1.NodePhaseJoining, "old"),
+		node("first-join", "vc-a/a", nestv1.NodePhaseJoining, ""),
+		node("draining", "vc-a/a", nestv1.NodePhaseDraining, ""),
+		node("releasing", "vc-a/a", nestv1.NodePhaseReleasing, "old"),
+		node("another's", "vc-b/b", nestv1.NodePhaseTenant, "old"),
+	}
+	if got, want := nodesBehind(nodes, "vc-a/a", "new"), []string{"behind", "rejoining"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("nodesBehind = %v, want %v", got, want)
+	}
+}
