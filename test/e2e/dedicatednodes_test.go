@@ -29,8 +29,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
-	"github.com/nestdev/nest/internal/devcluster"
 	"github.com/nestdev/nest/internal/controlplane"
+	"github.com/nestdev/nest/internal/devcluster"
 	"github.com/nestdev/nest/internal/images"
 	"github.com/nestdev/nest/internal/kube"
 	"github.com/nestdev/nest/internal/pki"

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	nestv1 "github.com/nestdev/nest/api/v1alpha1"
+	"github.com/nestdev/nest/internal/agent"
 	"github.com/nestdev/nest/internal/pki"
 )
 
@@ -95,3 +96,41 @@ func TestClusterCARollingOut(t *testing.T) {
 		})
 	}
 }
+
+// A node rejoins in place only when its agent reports the kubelet joined
+// to the same server with another bundle; an agent that reports no bundle
+// (older than nest-manager) is never restarted in a loop: it is named.
+func TestRejoinsInPlace(t *testing.T) {
+	bundle := newCAPEM("cluster")
+	req := agent.JoinRequest{Server: tenantServer, CACertPEM: bundle}
+	joined := agent.Status{Server: tenantServer, Bootstrapped: true, CAHash: pki.BundleHash(newCAPEM("old"))}
+	tests := []struct {
+		name string
+		st   agent.Status
+		want bool
+	}{
+		{"another bundle", joined, true},
+		{"the same bundle", agent.Status{Server: tenantServer, Bootstrapped: true, CAHash: pki.BundleHash(bundle)}, false},
+		{"another server", agent.Status{Server: hostServer, Bootstrapped: true, CAHash: joined.CAHash}, false},
+		{"not bootstrapped", agent.Status{Server: tenantServer, CAHash: joined.CAHash}, false},
+		{"an agent that reports no bundle", agent.Status{Server: tenantServer, Bootstrapped: true}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := rejoinsInPlace(tt.st, req); got != tt.want {
+				t.Errorf("rejoinsInPlace = %v, want %v", got, tt.want)
+			}
+		})
+	}
+	if _, err := trustsBundle(context.Background(), statusOnly{st: agent.Status{Server: tenantServer, Bootstrapped: true}}, bundle); err == nil || !strings.Contains(err.Error(), "upgrade") {
+		t.Errorf("trustsBundle of an agent that reports no bundle: %v, want an error saying to upgrade it", err)
+	}
+}
+
+// statusOnly is an Agent whose Status is st; it does nothing else.
+type statusOnly struct {
+	st agent.Status
+	Agent
+}
+
+func (s statusOnly) Status(context.Context) (agent.Status, error) { return s.st, nil }
