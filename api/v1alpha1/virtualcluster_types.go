@@ -468,11 +468,11 @@ type CARotation struct {
 	RetireAfter *metav1.Time `json:"retireAfter,omitempty"`
 	// RolledOutCAHash is the hash (pki.BundleHash: hex SHA-256) of the
 	// cluster CA bundle, ca.crt, that every control-plane replica runs
-	// with in this phase, set once they all do; empty before, and when the
-	// cluster CA is not rotating. Dedicated nodes rejoin with that bundle
-	// (their kubelets bootstrap a client certificate from the signer of
-	// the phase), and a phase ends only once each has: GlobalNode
-	// status.caBundleHash.
+	// with in this phase, set once they all do, from phase Reissue on;
+	// empty before, in Trust, and when the cluster CA is not rotating.
+	// Dedicated nodes rejoin with that bundle (their kubelets bootstrap a
+	// client certificate from the signer of the phase), and a phase ends
+	// only once each has: GlobalNode status.caBundleHash.
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	RolledOutCAHash string `json:"rolledOutCAHash,omitempty"`

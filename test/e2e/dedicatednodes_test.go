@@ -32,7 +32,6 @@ import (
 	"github.com/nestdev/nest/internal/controlplane"
 	"github.com/nestdev/nest/internal/devcluster"
 	"github.com/nestdev/nest/internal/images"
-	"github.com/nestdev/nest/internal/kube"
 	"github.com/nestdev/nest/internal/pki"
 	"github.com/nestdev/nest/internal/syncer/contract"
 	"github.com/nestdev/nest/internal/testutil"
@@ -161,9 +160,14 @@ func TestDedicatedNodes(t *testing.T) {
 			return nil
 		})
 	})
-	t.Run("the cluster CA rotates with the node in the tenant: it rejoins in place, stays Ready, keeps its pods, and ends on the new CA alone", func(t *testing.T) {
+	t.Run("the tenant's control plane ran on through the promotion", func(t *testing.T) {
+		checkRanOn(t, ctx, host, tn, controlPlane)
+	})
+	t.Run("the cluster CA rotates with the node in the tenant: it rejoins in place, keeps its pods Ready, and ends on the new CA alone", func(t *testing.T) {
 		rotateClusterCAWithTheNode(t, ctx, host, nest, tn, node(t, stateDir, worker))
 	})
+	// The rotation rolls the control plane; the release must not.
+	controlPlane = controlPlanePod(t, ctx, host, tn)
 
 	scale(0)
 	t.Run("the released worker is Ready in the host again, free, with its labels", func(t *testing.T) {
@@ -217,13 +221,19 @@ func TestDedicatedNodes(t *testing.T) {
 			t.Errorf("nest-syncer's host EndpointSlices %v still name %s, the DaemonSet pod's address on the released node", names, footprint.podIP)
 		}
 	})
-	t.Run("the tenant's control plane ran on through the promotion and the release", func(t *testing.T) {
-		now := controlPlanePod(t, ctx, host, tn)
-		if now.UID != controlPlane.UID || restarts(now) != restarts(controlPlane) {
-			t.Errorf("control-plane pod %s: uid %s → %s, restarts %d → %d; the node moves must not roll it",
-				now.Name, controlPlane.UID, now.UID, restarts(controlPlane), restarts(now))
-		}
+	t.Run("the tenant's control plane ran on through the release", func(t *testing.T) {
+		checkRanOn(t, ctx, host, tn, controlPlane)
 	})
+}
+
+// checkRanOn checks that tn's control-plane pod is still was, not
+// restarted: node moves must not roll it.
+func checkRanOn(t *testing.T, ctx context.Context, host client.Client, tn *framework.Tenant, was corev1.Pod) {
+	now := controlPlanePod(t, ctx, host, tn)
+	if now.UID != was.UID || restarts(now) != restarts(was) {
+		t.Errorf("control-plane pod %s: uid %s → %s, restarts %d → %d; the node moves must not roll it",
+			now.Name, was.UID, now.UID, restarts(was), restarts(now))
+	}
 }
 
 func controlPlanePod(t testing.TB, ctx context.Context, host client.Client, tn *framework.Tenant) corev1.Pod {
@@ -764,21 +774,22 @@ func waitTenantPod(t *testing.T, ctx context.Context, cs kubernetes.Interface, p
 // tenant.
 func rotateClusterCAWithTheNode(t *testing.T, ctx context.Context, host client.Client, nest framework.Nest, tn *framework.Tenant, n devcluster.Node) {
 	before := daemonSetPodOn(t, ctx, tn.Clientset(t), n.Name)
-	ready := watchNodeReady(ctx, tn, n.Name)
+	watch := watchNode(ctx, tn, n.Name, before)
 	start := time.Now()
 	if out, err := nest("certs", "rotate-ca", tn.Name, "--ca", "cluster", "--grace", "0s", "--wait", "--timeout", "12m"); err != nil {
-		ready.stop()
+		watch.stop()
 		t.Fatalf("certs rotate-ca: %v\n%s", err, out)
 	}
 	if out, err := nest("certs", "rotate-ca", tn.Name, "--finish", "--wait", "--timeout", "8m"); err != nil {
-		ready.stop()
+		watch.stop()
 		t.Fatalf("certs rotate-ca --finish: %v\n%s", err, out)
 	}
 	took := time.Since(start)
-	notReady, polls := ready.stop()
-	t.Logf("cluster CA rotation of a 1-replica tenant with a dedicated node: %s; the node seen not Ready in %d of %d polls", took.Round(100*time.Millisecond), notReady, polls)
-	if notReady > 0 || polls == 0 {
-		t.Errorf("the node was seen not Ready in %d of %d polls during the rotation; want answers, all Ready", notReady, polls)
+	seen := watch.stop()
+	t.Logf("cluster CA rotation of a 1-replica tenant with a dedicated node: %s; of %d answered polls, the node Unknown in %d, not Ready at most %s (its kubelet restarting), the pod on it not Ready in %d; the node's Ready condition:\n%s",
+		took.Round(100*time.Millisecond), seen.polls, seen.unknown, seen.longestNotReady.Round(time.Second), seen.podNotReady, strings.Join(seen.changes, "\n"))
+	if seen.polls == 0 || seen.unknown > 0 || seen.podNotReady > 0 {
+		t.Errorf("during the rotation, of %d answered polls the node was Unknown (lost by the control plane) in %d and its pod not Ready in %d; want answers, and neither", seen.polls, seen.unknown, seen.podNotReady)
 	}
 
 	tn.Load(t, nest)
@@ -856,19 +867,29 @@ func containerID(p *corev1.Pod) string {
 	return fmt.Sprintf("%s#%d", c.ContainerID, c.RestartCount)
 }
 
-// nodeReadyWatch polls a tenant Node's Ready condition every second.
-type nodeReadyWatch struct {
-	cancel          context.CancelFunc
-	done            chan struct{}
-	notReady, polls int
+// nodeWatch polls a tenant Node and a pod on it every second.
+type nodeWatch struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	seen   nodeSeen
 }
 
-// watchNodeReady polls node in tn with tn's kubeconfig of now until stop,
-// counting the answers that show it not Ready; calls that fail (the API
-// server restarts, or the kubeconfig's CA is retired) count as neither.
-func watchNodeReady(ctx context.Context, tn *framework.Tenant, node string) *nodeReadyWatch {
+// nodeSeen is what a nodeWatch saw: how many polls answered; the node's
+// Ready condition each time it changed (time, status, reason); how many
+// answers showed it Unknown (its kubelet lost to the control plane) and
+// the longest stretch it was not Ready; how many showed the pod not Ready.
+type nodeSeen struct {
+	polls, unknown, podNotReady int
+	changes                     []string
+	longestNotReady             time.Duration
+}
+
+// watchNode polls node and pod in tn, with tn's kubeconfig of now, until
+// stop; calls that fail (the API server restarts, or the kubeconfig's CA
+// is retired) count for nothing.
+func watchNode(ctx context.Context, tn *framework.Tenant, node string, pod *corev1.Pod) *nodeWatch {
 	ctx, cancel := context.WithCancel(ctx)
-	w := &nodeReadyWatch{cancel: cancel, done: make(chan struct{})}
+	w := &nodeWatch{cancel: cancel, done: make(chan struct{})}
 	cfg := rest.CopyConfig(tn.Config)
 	cfg.Timeout = 5 * time.Second
 	go func() {
@@ -876,11 +897,31 @@ func watchNodeReady(ctx context.Context, tn *framework.Tenant, node string) *nod
 		tick := time.NewTicker(time.Second)
 		defer tick.Stop()
 		cs, err := kubernetes.NewForConfig(cfg)
+		last, notReadySince := "", time.Time{}
 		for err == nil {
-			if n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err == nil {
-				w.polls++
-				if !kube.NodeReady(n) {
-					w.notReady++
+			n, nerr := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+			p, perr := cs.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+			if nerr == nil && perr == nil {
+				w.seen.polls++
+				c := readyConditionOf(n)
+				if now := fmt.Sprintf("%s %s", c.Status, c.Reason); now != last {
+					w.seen.changes = append(w.seen.changes, fmt.Sprintf("%s %s: %s", time.Now().Format(time.TimeOnly), now, c.Message))
+					last = now
+				}
+				switch {
+				case c.Status == corev1.ConditionUnknown:
+					w.seen.unknown++
+				case c.Status == corev1.ConditionTrue:
+					notReadySince = time.Time{}
+				}
+				if c.Status != corev1.ConditionTrue {
+					if notReadySince.IsZero() {
+						notReadySince = time.Now()
+					}
+					w.seen.longestNotReady = max(w.seen.longestNotReady, time.Since(notReadySince))
+				}
+				if !podReady(p) {
+					w.seen.podNotReady++
 				}
 			}
 			select {
@@ -893,10 +934,19 @@ func watchNodeReady(ctx context.Context, tn *framework.Tenant, node string) *nod
 	return w
 }
 
-// stop ends the polls and returns how many showed the node not Ready, of
-// how many answered.
-func (w *nodeReadyWatch) stop() (notReady, polls int) {
+// readyConditionOf is node's Ready condition; Unknown when it has none.
+func readyConditionOf(node *corev1.Node) corev1.NodeCondition {
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c
+		}
+	}
+	return corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, Reason: "NoCondition"}
+}
+
+// stop ends the polls and returns what they saw.
+func (w *nodeWatch) stop() nodeSeen {
 	w.cancel()
 	<-w.done
-	return w.notReady, w.polls
+	return w.seen
 }

@@ -100,8 +100,9 @@ func (r *Reconciler) startDueCARotation(ctx context.Context, s *reconcileState, 
 // marks every pod's token Secret due, so each pod gets a token the new
 // service-account key signed long before the old one is retired. A
 // rotation of the cluster CA records the bundle that rolled out
-// (rolledOutCAHash), which dedicated nodes then rejoin with, and no phase
-// ends before every one of them has (nodesBehind).
+// (rolledOutCAHash) from Reissue on (nodesRejoin), which dedicated nodes
+// then rejoin with, and no phase ends before every one of them has
+// (nodesBehind).
 func (r *Reconciler) reconcileCARotation(ctx context.Context, s *reconcileState) (bool, error) {
 	st := s.vc.Status.Certificates
 	if st == nil || st.CARotation == nil {
@@ -114,7 +115,7 @@ func (r *Reconciler) reconcileCARotation(ctx context.Context, s *reconcileState)
 	if applied := s.renewal.CARotation; applied == nil || applied.Request != rot.Request || applied.Phase != rot.Phase {
 		return true, nil
 	}
-	if s.obs.pkiRolledOut && slices.Contains(rot.Authorities, nestv1.CACluster) {
+	if s.obs.pkiRolledOut && nodesRejoin(rot) {
 		waiting, err := r.waitForNodes(ctx, s, rot)
 		if waiting || err != nil {
 			return true, err
@@ -146,6 +147,17 @@ func (r *Reconciler) reconcileCARotation(ctx context.Context, s *reconcileState)
 	r.Recorder.Eventf(s.vc, nil, corev1.EventTypeNormal, reason, "Reconcile", "CA rotation %s of %s: phase %s, %s",
 		rot.Request, controlplane.CANameList(rot.Authorities), next, phaseMeaning[next])
 	return true, nil
+}
+
+// nodesRejoin reports whether dedicated nodes rejoin with the cluster CA
+// bundle of rot's phase: from Reissue on, when rot replaces the cluster
+// CA. In Trust the old CA still signs every certificate, so a kubelet
+// that trusts it alone is fine, and Reissue's API server certificate
+// reaches it through the cross-signed CA: a rotation restarts each kubelet
+// twice, in Reissue (for a client certificate of the new CA) and in
+// Retire (to trust the new CA alone).
+func nodesRejoin(rot *nestv1.CARotation) bool {
+	return rot.Phase != nestv1.CAPhaseTrust && slices.Contains(rot.Authorities, nestv1.CACluster)
 }
 
 // waitForNodes records the cluster CA bundle every control-plane replica

@@ -3,6 +3,7 @@ package virtualcluster
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"fmt"
 	"strings"
 	"testing"
@@ -292,8 +293,9 @@ func waitEvent(t *testing.T, n controlplane.Names, reason string, want ...string
 	})
 }
 
-// A rotation of the cluster CA records the bundle each phase rolled out,
-// and waits for the tenant's dedicated nodes to rejoin with it.
+// A rotation of the cluster CA records the bundle each phase from Reissue
+// on rolled out, and waits for the tenant's dedicated nodes to rejoin with
+// it.
 func TestACARotationWaitsForDedicatedNodesToRejoin(t *testing.T) {
 	ctx := context.Background()
 	n := newCluster(t, "ca-nodes")
@@ -323,27 +325,48 @@ func TestACARotationWaitsForDedicatedNodesToRejoin(t *testing.T) {
 		}
 		return nil
 	})
+	// In Trust the old CA still signs: the node need not rejoin.
 	rollOut(t, n)
-	trust := pki.BundleHash(pkiOf(t, n)[controlplane.CACert])
-	eventually(t, "the Trust bundle recorded as rolled out", func() error {
-		if got := getVC(t, n.Namespace, n.VirtualCluster).Status.Certificates.CARotation.RolledOutCAHash; got != trust {
-			return fmt.Errorf("rolledOutCAHash %q, want %q", got, trust)
+	st := waitCAPhase(t, n, request, nestv1.CAPhaseReissue)
+	if st.CARotation.RolledOutCAHash != "" {
+		t.Errorf("Reissue starts with rolledOutCAHash %q, want none before it rolled out", st.CARotation.RolledOutCAHash)
+	}
+	eventually(t, "the new cluster CA signing", func() error {
+		if data := pkiOf(t, n); !controlplane.SignedBy(data[controlplane.APIServerCert], pki.EncodeCertificates(mustCerts(t, data[controlplane.CACert])[0])) || len(data[controlplane.CACrossCert]) == 0 {
+			return fmt.Errorf("the API server's certificate is not the new CA's yet")
+		}
+		return nil
+	})
+	rollOut(t, n)
+	reissue := pki.BundleHash(pkiOf(t, n)[controlplane.CACert])
+	eventually(t, "the Reissue bundle recorded as rolled out", func() error {
+		if got := getVC(t, n.Namespace, n.VirtualCluster).Status.Certificates.CARotation.RolledOutCAHash; got != reissue {
+			return fmt.Errorf("rolledOutCAHash %q, want %q", got, reissue)
 		}
 		return nil
 	})
 	waitEvent(t, n, ReasonCARotationNodes, request, "ca-nodes-worker")
-	if rot := getVC(t, n.Namespace, n.VirtualCluster).Status.Certificates.CARotation; rot.Phase != nestv1.CAPhaseTrust {
-		t.Fatalf("phase %s while the node still trusts the old bundle alone", rot.Phase)
+	if rot := getVC(t, n.Namespace, n.VirtualCluster).Status.Certificates.CARotation; rot.Phase != nestv1.CAPhaseReissue {
+		t.Fatalf("phase %s while the node still has a certificate of the old CA", rot.Phase)
 	}
 
-	gn.Status.CABundleHash = trust
+	gn.Status.CABundleHash = reissue
 	if err := k8sClient.Status().Update(ctx, gn); err != nil {
 		t.Fatal(err)
 	}
-	st := waitCAPhase(t, n, request, nestv1.CAPhaseReissue)
-	if st.CARotation.RolledOutCAHash == trust {
-		t.Error("Reissue starts with Trust's bundle recorded as rolled out")
+	st = waitCAPhase(t, n, request, nestv1.CAPhaseGrace)
+	if st.CARotation.RolledOutCAHash != reissue {
+		t.Errorf("Grace, which keeps Reissue's bundle, has rolledOutCAHash %q, want Reissue's %q", st.CARotation.RolledOutCAHash, reissue)
 	}
+}
+
+func mustCerts(t *testing.T, data []byte) []*x509.Certificate {
+	t.Helper()
+	certs, err := pki.ParseCertificates(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certs
 }
 
 // A rotation waits for the holder's nodes in the tenant and those
