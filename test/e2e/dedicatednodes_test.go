@@ -774,7 +774,7 @@ func waitTenantPod(t *testing.T, ctx context.Context, cs kubernetes.Interface, p
 // tenant.
 func rotateClusterCAWithTheNode(t *testing.T, ctx context.Context, host client.Client, nest framework.Nest, tn *framework.Tenant, n devcluster.Node) {
 	before := daemonSetPodOn(t, ctx, tn.Clientset(t), n.Name)
-	watch := watchNode(ctx, tn, n.Name, before)
+	watch := watchNode(ctx, t, nest, tn, n.Name, before)
 	start := time.Now()
 	if out, err := nest("certs", "rotate-ca", tn.Name, "--ca", "cluster", "--grace", "0s", "--wait", "--timeout", "12m"); err != nil {
 		watch.stop()
@@ -884,23 +884,44 @@ type nodeSeen struct {
 	longestNotReady             time.Duration
 }
 
-// watchNode polls node and pod in tn, with tn's kubeconfig of now, until
-// stop; calls that fail (the API server restarts, or the kubeconfig's CA
-// is retired) count for nothing.
-func watchNode(ctx context.Context, tn *framework.Tenant, node string, pod *corev1.Pod) *nodeWatch {
+// watchNode polls node and pod in tn until stop, fetching a new
+// kubeconfig (nest kubeconfig) when the one it holds is refused, as after
+// a CA rotation's Retire; calls that fail (the API server restarts) count
+// for nothing.
+func watchNode(ctx context.Context, t *testing.T, nest framework.Nest, tn *framework.Tenant, node string, pod *corev1.Pod) *nodeWatch {
 	ctx, cancel := context.WithCancel(ctx)
 	w := &nodeWatch{cancel: cancel, done: make(chan struct{})}
-	cfg := rest.CopyConfig(tn.Config)
-	cfg.Timeout = 5 * time.Second
+	path := filepath.Join(t.TempDir(), "watch.kubeconfig")
+	client := func() (*kubernetes.Clientset, error) {
+		if out, err := nest("kubeconfig", tn.Name, "-o", path); err != nil {
+			return nil, fmt.Errorf("%v: %s", err, out)
+		}
+		cfg, err := clientcmd.BuildConfigFromFlags("", path)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Timeout = 5 * time.Second
+		return kubernetes.NewForConfig(cfg)
+	}
 	go func() {
 		defer close(w.done)
 		tick := time.NewTicker(time.Second)
 		defer tick.Stop()
-		cs, err := kubernetes.NewForConfig(cfg)
+		cs, err := client()
 		last, notReadySince := "", time.Time{}
-		for err == nil {
-			n, nerr := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-			p, perr := cs.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		for {
+			var nerr, perr error
+			var n *corev1.Node
+			var p *corev1.Pod
+			if err != nil {
+				nerr = err
+			} else {
+				n, nerr = cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+				p, perr = cs.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+			}
+			if err != nil || apierrors.IsUnauthorized(nerr) || nerr != nil && strings.Contains(nerr.Error(), "certificate signed by unknown authority") {
+				cs, err = client()
+			}
 			if nerr == nil && perr == nil {
 				w.seen.polls++
 				c := readyConditionOf(n)
