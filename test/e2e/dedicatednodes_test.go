@@ -14,6 +14,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -774,6 +775,7 @@ func waitTenantPod(t *testing.T, ctx context.Context, cs kubernetes.Interface, p
 // tenant.
 func rotateClusterCAWithTheNode(t *testing.T, ctx context.Context, host client.Client, nest framework.Nest, tn *framework.Tenant, n devcluster.Node) {
 	before := daemonSetPodOn(t, ctx, tn.Clientset(t), n.Name)
+	bootstraps := bootstrapRequests(t, ctx, tn.Clientset(t))
 	watch := watchNode(ctx, t, nest, tn, n.Name, before)
 	start := time.Now()
 	if out, err := nest("certs", "rotate-ca", tn.Name, "--ca", "cluster", "--grace", "0s", "--wait", "--timeout", "12m"); err != nil {
@@ -826,6 +828,10 @@ func rotateClusterCAWithTheNode(t *testing.T, ctx context.Context, host client.C
 	}
 	checkNodeCredential(t, ctx, tn, n, n.Name)
 	waitNodeReady(t, ctx, cs, n.Name)
+	// Two rejoins, each one TLS bootstrap: Reissue's and Retire's.
+	if got := bootstrapRequests(t, ctx, cs) - bootstraps; got != 2 {
+		t.Errorf("the kubelet bootstrapped %d times during the rotation, want twice (in Reissue and in Retire)", got)
+	}
 
 	after := daemonSetPodOn(t, ctx, cs, n.Name)
 	if after.UID != before.UID || containerID(after) != containerID(before) {
@@ -835,6 +841,23 @@ func rotateClusterCAWithTheNode(t *testing.T, ctx context.Context, host client.C
 		_, err := cs.CoreV1().Pods(after.Namespace).GetLogs(after.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
 		return err
 	})
+}
+
+// bootstrapRequests counts the tenant's kubelet client certificate
+// requests made with a bootstrap token: one per TLS bootstrap.
+func bootstrapRequests(t *testing.T, ctx context.Context, cs kubernetes.Interface) int {
+	t.Helper()
+	list, err := cs.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, csr := range list.Items {
+		if csr.Spec.SignerName == certificatesv1.KubeAPIServerClientKubeletSignerName && strings.HasPrefix(csr.Spec.Username, "system:bootstrap:") {
+			n++
+		}
+	}
+	return n
 }
 
 // daemonSetPodOn is the running pod of runDaemonSetOn's DaemonSet on node.
