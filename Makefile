@@ -19,7 +19,7 @@ K8S_LDFLAGS := $(call k8s_ldflags,$(K8S_VERSION))
 
 NODES ?= 2
 
-.PHONY: all deps build build-k8s build-nest test unit e2e e2e-prepare e2e-compile e2e-run e2e-faults demo demo-dedicated down clean bench bench-member bench-density bench-snapshot conformance-build conformance generate envtest-assets lint dashboard-assets
+.PHONY: all deps build build-k8s build-nest build-peers test unit e2e e2e-prepare e2e-compile e2e-run e2e-faults demo demo-dedicated down clean bench bench-member bench-density bench-snapshot bench-peers conformance-build conformance generate envtest-assets lint dashboard-assets
 
 all: build
 
@@ -51,6 +51,25 @@ build-k8s:
 	cd k8s/containerd && v=$$(go list -m -f '{{.Version}}' $(CONTAINERD)) && \
 		go build -ldflags "-s -w -X $(CONTAINERD)/version.Version=$$v" -o $(BIN)/ $(addprefix $(CONTAINERD)/cmd/,containerd containerd-shim-runc-v2 ctr)
 
+## build-peers: vcluster's OSS syncer (k8s/vcluster, goreleaser's flags) and kine, the SQLite etcd shim it runs (k8s/kine, static with cgo), into _output/peers
+# Each from a module of its own, so their dependency graphs do not mix. kine's
+# SQLite driver is C; the image it runs from has no C library, so it links
+# glibc statically, with the tags that keep out what would need glibc's shared
+# objects at run time (NSS lookups, dlopen of SQLite extensions and of the
+# Antithesis SDK that the embedded NATS server pulls in).
+PEERS := $(OUT)/peers
+VCLUSTER := github.com/loft-sh/vcluster
+KINE := github.com/k3s-io/kine
+build-peers:
+	# vcluster runs each component from a binary of its own, as its
+	# Kubernetes image holds them: the same v1.36.3 source as Nest's kube.
+	cd k8s && go build -ldflags '$(K8S_LDFLAGS)' -o $(PEERS)/ $(addprefix k8s.io/kubernetes/cmd/,kube-apiserver kube-controller-manager kube-scheduler)
+	cd k8s/vcluster && v=$$(go list -m -f '{{.Version}}' $(VCLUSTER)) && \
+		CGO_ENABLED=0 go build -ldflags "-s -w -X $(VCLUSTER)/pkg/telemetry.SyncerVersion=$${v#v}" -o $(PEERS)/vcluster $(VCLUSTER)/cmd/vcluster
+	cd k8s/kine && v=$$(go list -m -f '{{.Version}}' $(KINE)) && \
+		CGO_ENABLED=1 CGO_CFLAGS=-DSQLITE_USE_ALLOCA=1 go build -tags nats,netgo,osusergo,sqlite_omit_load_extension,no_antithesis_sdk \
+		-ldflags "-s -w -X $(KINE)/pkg/version.Version=$$v -extldflags -static" -o $(PEERS)/kine $(KINE)
+
 # Nest's version, which our binaries' --version prints (version.Nest).
 NEST_VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 build-nest:
@@ -81,6 +100,7 @@ $(BIN)/kube:
 unit: envtest-assets
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 ./api/... ./internal/... ./cmd/... ./hack/... ./test/e2e/framework/
 	cd charts/nest/test && go test -count=1 ./...
+	cd test/e2e/peers && go vet ./... && go test -count=1 ./...
 
 ## generate: regenerate deepcopy, CRDs and RBAC from the Go markers, then the chart's copies of config/
 # config/ is the one source of the install manifests; hack/chartgen derives
@@ -160,6 +180,10 @@ bench: build
 	NEST_BIN_DIR=$(BIN) go test -run '^$$' -bench NetworkPolicyEnforcer -benchtime 1x -timeout 30m ./test/e2e/
 	NEST_BIN_DIR=$(BIN) go test -run '^$$' -bench NodePromotion -benchtime 5x -timeout 30m ./test/e2e/
 	go test -run '^$$' -bench PageWeight -benchtime 3x ./internal/dashboard/
+
+## bench-peers: Nest and vcluster side by side on one local host cluster, the same suite for both (docs/performance.md); builds vcluster first
+bench-peers: build build-peers
+	cd test/e2e/peers && NEST_BIN_DIR=$(BIN) go test -run '^$$' -bench Peers -benchtime 1x -timeout 90m -v .
 
 ## bench-snapshot: a sealed snapshot with --include-volumes of a tenant with NEST_BENCH_VOLUME_MIB (default 100) MiB in a volume, and its restore
 bench-snapshot: build

@@ -238,22 +238,13 @@ func cpuOf(b *testing.B, uid string) time.Duration {
 	return used
 }
 
-// podCgroup finds the cgroup of the pod with the given UID under the local
-// host cluster's root in hierarchy, and fails the benchmark when there is none.
+// podCgroup is framework.PodCgroup, failing the benchmark when there is none.
 func podCgroup(b *testing.B, hierarchy, uid string) string {
-	marker := "pod" + uid
-	found := ""
-	_ = filepath.WalkDir(filepath.Join(hierarchy, "nest-dev"), func(path string, d fs.DirEntry, err error) error {
-		if err != nil || !d.IsDir() || !strings.HasSuffix(path, marker) {
-			return nil
-		}
-		found = path
-		return fs.SkipAll
-	})
-	if found == "" {
-		b.Fatalf("no cgroup of pod %s under %s/nest-dev", uid, hierarchy)
+	dir, err := framework.PodCgroup(hierarchy, uid)
+	if err != nil {
+		b.Fatal(err)
 	}
-	return found
+	return dir
 }
 
 // podPIDs lists the processes in a pod cgroup and its container cgroups.
