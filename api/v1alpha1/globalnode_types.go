@@ -125,9 +125,11 @@ type GlobalNodeStatus struct {
 	// CABundleHash is the hash (pki.BundleHash: hex SHA-256) of the
 	// cluster CA bundle the node's kubelet trusted when it last became
 	// Ready in its holder's tenant cluster, with a client certificate from
-	// that cluster's signer of the time. When the tenant's cluster CA
-	// rotates, node promotion has the node rejoin in place (pods keep
-	// running) with each phase's bundle, and the rotation waits for it.
+	// that cluster's signer of the time, as its nest-agent reports it.
+	// Empty on the way in, once home, and while the agent reports none
+	// (older than nest-manager). When the tenant's cluster CA rotates,
+	// node promotion has the node rejoin in place (pods keep running) with
+	// each phase's bundle, and the rotation waits for it.
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	CABundleHash string `json:"caBundleHash,omitempty"`

@@ -399,12 +399,14 @@ func TestANodeRejoinsInPlaceWhenTheClusterCABundleChanges(t *testing.T) {
 	}
 	joined := len(node.callList())
 
+	before := tenantCA.bundle()
 	rotated := tenantCA.rotate()
+	t.Cleanup(func() { tenantCA.set(before) })
 	// The rotation's phase rolling out is what wakes the held nodes.
-	before := vc.DeepCopy()
+	unpatched := vc.DeepCopy()
 	vc.Status.Certificates = &nestv1.CertificatesStatus{CARotation: &nestv1.CARotation{Request: "r1", Authorities: []nestv1.CAName{nestv1.CACluster},
 		Phase: nestv1.CAPhaseReissue, PhaseTime: metav1.Now(), RolledOutCAHash: pki.BundleHash(rotated)}}
-	if err := host.Status().Patch(ctx, vc, client.MergeFrom(before)); err != nil {
+	if err := host.Status().Patch(ctx, vc, client.MergeFrom(unpatched)); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "GlobalNode rotate-a back in the tenant with the rotated bundle", func() error {

@@ -198,18 +198,23 @@ func (r *Reconciler) joinTenant(ctx context.Context, gn *nestv1.GlobalNode) (ste
 		return step{}, err
 	}
 	if ready && serving {
-		trusted, err := trustsBundle(ctx, a, t.Join.CACertPEM)
+		trust, err := bundleTrust(ctx, a, t.Join.CACertPEM)
 		if err != nil {
 			return step{}, err
 		}
-		if trusted {
+		// An agent that reports no bundle cannot be checked: the node
+		// joined, and its GlobalNode records no bundle (serveTenant says why).
+		if trust != trustsOther {
 			if err := deleteBootstrapTokens(ctx, t.Client, gn.Name); err != nil {
 				return step{}, err
 			}
 			if err := r.setState(ctx, gn, nestv1.NodeStateOccupied, nil); err != nil {
 				return step{}, err
 			}
-			gn.Status.CABundleHash = pki.BundleHash(t.Join.CACertPEM)
+			gn.Status.CABundleHash = ""
+			if trust == trustsThis {
+				gn.Status.CABundleHash = pki.BundleHash(t.Join.CACertPEM)
+			}
 			return step{phase: nestv1.NodePhaseTenant, requeue: pollTenant, message: "Ready in the tenant cluster of " + key.String()}, nil
 		}
 	}
@@ -245,8 +250,10 @@ func (r *Reconciler) tenantJoin(t *Tenant) agent.JoinRequest {
 // join has the agent join the cluster cs serves and start the kubelet and
 // kube-proxy, unless they already run joined there. A kubelet that runs
 // joined there but whose start did not finish (its certificate not yet
-// signed) is started again; if that fails too, the node leaves and joins
-// anew with a fresh token. prepare runs on that cluster before a token is
+// signed) is started again; if that fails too, or the kubelet trusts
+// another CA bundle of that cluster (rejoinsInPlace), it is stopped and
+// joins again with a fresh token, its pods kept; one joined elsewhere
+// leaves (stop and reset) first. prepare runs on that cluster before a token is
 // made (its RBAC). approve, when set, approves the kubelet's client
 // certificate request while the agent starts it.
 func join(ctx context.Context, a Agent, cs kubernetes.Interface, req agent.JoinRequest, node, description string,
@@ -261,25 +268,12 @@ func join(ctx context.Context, a Agent, cs kubernetes.Interface, req agent.JoinR
 	if err != nil {
 		return fmt.Errorf("agent: status: %w", err)
 	}
-	inPlace := rejoinsInPlace(st, req)
-	if st.Kubelet.Running && st.Server == req.Server && !inPlace {
+	if st.Kubelet.Running && st.Server == req.Server && !rejoinsInPlace(st, req) {
 		if st.Bootstrapped && st.KubeProxy.Running {
 			return nil
 		}
 		if err := start(); err == nil {
 			return nil
-		}
-	}
-	switch {
-	case inPlace:
-		// The cluster's CA bundle changed: the agent's Join has the kubelet
-		// bootstrap anew, and its pods keep running.
-		if err := a.Stop(ctx); err != nil {
-			return fmt.Errorf("agent: stop: %w", err)
-		}
-	case st.Kubelet.Running || st.KubeProxy.Running:
-		if err := leave(ctx, a); err != nil {
-			return err
 		}
 	}
 	if err := prepare(ctx); err != nil {
@@ -293,6 +287,20 @@ func join(ctx context.Context, a Agent, cs kubernetes.Interface, req agent.JoinR
 		return fmt.Errorf("create bootstrap token Secret: %w", err)
 	}
 	req.BootstrapToken = tok.Token
+	switch running := st.Kubelet.Running || st.KubeProxy.Running; {
+	case running && st.Server == req.Server:
+		// Joined there already, with another CA bundle or a start that
+		// did not finish: stopped, not reset, so its pods keep running;
+		// the agent's Join has the kubelet bootstrap anew where its
+		// bundle changed.
+		if err := a.Stop(ctx); err != nil {
+			return fmt.Errorf("agent: stop: %w", err)
+		}
+	case running:
+		if err := leave(ctx, a); err != nil {
+			return err
+		}
+	}
 	if err := a.Join(ctx, req); err != nil {
 		if agent.IsConflict(err) {
 			// Joined elsewhere while stopped: reset, and join on the next pass.
@@ -314,17 +322,37 @@ func rejoinsInPlace(st agent.Status, req agent.JoinRequest) bool {
 	return st.Server == req.Server && st.Bootstrapped && st.CAHash != "" && st.CAHash != pki.BundleHash(req.CACertPEM)
 }
 
-// trustsBundle reports whether the node's kubelet trusts the CA bundle
-// caPEM and bootstrapped with it (agent.Status.CAHash).
-func trustsBundle(ctx context.Context, a Agent, caPEM []byte) (bool, error) {
+// What a node's agent says of the CA bundle its kubelet trusts.
+type trust int
+
+const (
+	// trustsOther: the kubelet is not bootstrapped, or trusts another bundle.
+	trustsOther trust = iota
+	// trustsThis: the kubelet bootstrapped with the bundle asked about.
+	trustsThis
+	// trustUnknown: the agent, older than nest-manager, reports no bundle.
+	trustUnknown
+)
+
+// agentWithoutCAHash says what to do about an agent that reports no bundle.
+const agentWithoutCAHash = "the node's nest-agent reports no caHash (GET /v1/status): it is older than nest-manager; upgrade it, or the node cannot follow a rotation of the tenant's cluster CA"
+
+// bundleTrust asks the node's agent whether its kubelet bootstrapped with
+// the CA bundle caPEM (agent.Status.CAHash).
+func bundleTrust(ctx context.Context, a Agent, caPEM []byte) (trust, error) {
 	st, err := a.Status(ctx)
 	if err != nil {
-		return false, fmt.Errorf("agent: status: %w", err)
+		return trustsOther, fmt.Errorf("agent: status: %w", err)
 	}
-	if st.Bootstrapped && st.CAHash == "" {
-		return false, errors.New("the node's nest-agent reports no CA bundle for its kubelet: it is older than nest-manager; upgrade it, so the node can follow the tenant's cluster CA")
+	switch {
+	case !st.Bootstrapped:
+		return trustsOther, nil
+	case st.CAHash == "":
+		return trustUnknown, nil
+	case st.CAHash == pki.BundleHash(caPEM):
+		return trustsThis, nil
 	}
-	return st.Bootstrapped && st.CAHash == pki.BundleHash(caPEM), nil
+	return trustsOther, nil
 }
 
 // startApproving runs approve every half second while the agent starts the
@@ -358,26 +386,27 @@ func (r *Reconciler) serveTenant(ctx context.Context, gn *nestv1.GlobalNode) (st
 	if err != nil {
 		return step{}, err
 	}
+	if err := admitNode(ctx, t, gn); err != nil {
+		return step{}, err
+	}
+	if _, err := approveServing(ctx, t.Client, gn.Name, gn.Spec.NodeIP); err != nil {
+		return step{}, err
+	}
 	if want := pki.BundleHash(t.Join.CACertPEM); t.Unreachable == nil && gn.Status.CABundleHash != want {
 		a, err := r.Agents.For(ctx, gn)
 		if err != nil {
 			return step{}, err
 		}
 		// A node that joined before Nest recorded the bundle may trust it.
-		trusted, err := trustsBundle(ctx, a, t.Join.CACertPEM)
-		if err != nil {
+		switch trust, err := bundleTrust(ctx, a, t.Join.CACertPEM); {
+		case err != nil:
 			return step{}, err
-		}
-		if !trusted {
+		case trust == trustUnknown:
+			return step{phase: nestv1.NodePhaseTenant, requeue: pollTenant, reason: "AgentReportsNoCAHash", failed: true, message: agentWithoutCAHash}, nil
+		case trust == trustsOther:
 			return step{phase: nestv1.NodePhaseJoining, message: "rejoining in place with the tenant's new cluster CA bundle (a CA rotation); its pods keep running"}, nil
 		}
 		gn.Status.CABundleHash = want
-	}
-	if err := admitNode(ctx, t, gn); err != nil {
-		return step{}, err
-	}
-	if _, err := approveServing(ctx, t.Client, gn.Name, gn.Spec.NodeIP); err != nil {
-		return step{}, err
 	}
 	return step{phase: nestv1.NodePhaseTenant, requeue: pollTenant, message: "a node of the tenant cluster of " + key.String()}, nil
 }

@@ -223,6 +223,6 @@ func (r *Reconciler) free(ctx context.Context, gn *nestv1.GlobalNode, message st
 	if err := r.setState(ctx, gn, nestv1.NodeStateFree, &none); err != nil {
 		return step{}, err
 	}
-	gn.Status.PodCIDR = ""
+	gn.Status.PodCIDR, gn.Status.CABundleHash = "", ""
 	return step{phase: nestv1.NodePhaseHost, reason: "Released", message: message}, nil
 }

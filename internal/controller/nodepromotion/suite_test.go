@@ -147,6 +147,13 @@ func (b *caBundle) rotate() []byte {
 	return slices.Clone(b.pem)
 }
 
+// set makes pem the bundle again.
+func (b *caBundle) set(pem []byte) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.pem = slices.Clone(pem)
+}
+
 func newCAPEM(name string) []byte {
 	ca, err := pki.NewCA(name)
 	if err != nil {

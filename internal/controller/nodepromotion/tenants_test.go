@@ -99,7 +99,8 @@ func TestClusterCARollingOut(t *testing.T) {
 
 // A node rejoins in place only when its agent reports the kubelet joined
 // to the same server with another bundle; an agent that reports no bundle
-// (older than nest-manager) is never restarted in a loop: it is named.
+// (older than nest-manager) is never restarted in a loop: its trust is
+// unknown, which serveTenant names.
 func TestRejoinsInPlace(t *testing.T) {
 	bundle := newCAPEM("cluster")
 	req := agent.JoinRequest{Server: tenantServer, CACertPEM: bundle}
@@ -122,8 +123,19 @@ func TestRejoinsInPlace(t *testing.T) {
 			}
 		})
 	}
-	if _, err := trustsBundle(context.Background(), statusOnly{st: agent.Status{Server: tenantServer, Bootstrapped: true}}, bundle); err == nil || !strings.Contains(err.Error(), "upgrade") {
-		t.Errorf("trustsBundle of an agent that reports no bundle: %v, want an error saying to upgrade it", err)
+	for _, tt := range []struct {
+		name string
+		st   agent.Status
+		want trust
+	}{
+		{"bootstrapped with the bundle", agent.Status{Server: tenantServer, Bootstrapped: true, CAHash: pki.BundleHash(bundle)}, trustsThis},
+		{"bootstrapped with another", joined, trustsOther},
+		{"not bootstrapped", agent.Status{Server: tenantServer}, trustsOther},
+		{"an agent that reports no bundle", agent.Status{Server: tenantServer, Bootstrapped: true}, trustUnknown},
+	} {
+		if got, err := bundleTrust(context.Background(), statusOnly{st: tt.st}, bundle); err != nil || got != tt.want {
+			t.Errorf("%s: bundleTrust = %v, %v; want %v", tt.name, got, err, tt.want)
+		}
 	}
 }
 

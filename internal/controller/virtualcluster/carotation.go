@@ -185,14 +185,17 @@ func (r *Reconciler) waitForNodes(ctx context.Context, s *reconcileState, rot *n
 		return false, nil
 	}
 	r.Recorder.Eventf(s.vc, nil, corev1.EventTypeNormal, ReasonCARotationNodes, "Reconcile",
-		"CA rotation %s, phase %s, waits for dedicated nodes to rejoin with its cluster CA bundle: %s", rot.Request, rot.Phase, strings.Join(behind, ", "))
+		"CA rotation %s, phase %s, waits for dedicated nodes to rejoin with its cluster CA bundle: %s (their GlobalNodes' Moving condition says how it goes; a node released from the tenant is no longer waited for)",
+		rot.Request, rot.Phase, strings.Join(behind, ", "))
 	return true, nil
 }
 
-// nodesBehind are the GlobalNodes of holder, among nodes, that are in the
-// tenant (or rejoining it) without the cluster CA bundle of hash. A node
-// on its first join there is not waited for: it joins with the bundle of
-// the phase it reaches, and rejoins after.
+// nodesBehind are the GlobalNodes of holder, among nodes, that are
+// joining the tenant, or in it without the cluster CA bundle of hash. A
+// joining node is waited for even on its first join: its kubelet may have
+// bootstrapped from the signer the rotation replaces before it began. A
+// node on its way in (Draining, Leaving) joins with the bundle of the
+// phase it reaches, and one on its way out is not the tenant's concern.
 func nodesBehind(nodes []nestv1.GlobalNode, holder, hash string) []string {
 	var out []string
 	for _, gn := range nodes {
@@ -200,8 +203,8 @@ func nodesBehind(nodes []nestv1.GlobalNode, holder, hash string) []string {
 			continue
 		}
 		switch {
-		case gn.Status.Phase == nestv1.NodePhaseTenant && gn.Status.CABundleHash != hash,
-			gn.Status.Phase == nestv1.NodePhaseJoining && gn.Status.CABundleHash != "":
+		case gn.Status.Phase == nestv1.NodePhaseJoining,
+			gn.Status.Phase == nestv1.NodePhaseTenant && gn.Status.CABundleHash != hash:
 			out = append(out, gn.Name)
 		}
 	}

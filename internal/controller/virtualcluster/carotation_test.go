@@ -369,8 +369,8 @@ func mustCerts(t *testing.T, data []byte) []*x509.Certificate {
 	return certs
 }
 
-// A rotation waits for the holder's nodes in the tenant and those
-// rejoining it, not for a node on its first join nor another's.
+// A rotation waits for the holder's nodes in the tenant and those joining
+// it, not for one on its way in or out, nor another's.
 func TestNodesBehind(t *testing.T) {
 	node := func(name, holder string, phase nestv1.NodePhase, hash string) nestv1.GlobalNode {
 		return nestv1.GlobalNode{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: nestv1.GlobalNodeStatus{VirtualCluster: holder, Phase: phase, CABundleHash: hash}}
@@ -384,7 +384,7 @@ func TestNodesBehind(t *testing.T) {
 		node("releasing", "vc-a/a", nestv1.NodePhaseReleasing, "old"),
 		node("another's", "vc-b/b", nestv1.NodePhaseTenant, "old"),
 	}
-	if got, want := nodesBehind(nodes, "vc-a/a", "new"), []string{"behind", "rejoining"}; fmt.Sprint(got) != fmt.Sprint(want) {
+	if got, want := nodesBehind(nodes, "vc-a/a", "new"), []string{"behind", "rejoining", "first-join"}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("nodesBehind = %v, want %v", got, want)
 	}
 }

@@ -27,7 +27,7 @@ func (p PodTemplate) pod(name, run string) *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"peers.nest.dev/run": run}},
 		Spec: corev1.PodSpec{
 			TerminationGracePeriodSeconds: new(int64),
-			Containers: []corev1.Container{{Name: "app", Image: p.Image, Args: p.Args, ImagePullPolicy: corev1.PullNever}},
+			Containers:                    []corev1.Container{{Name: "app", Image: p.Image, Args: p.Args, ImagePullPolicy: corev1.PullNever}},
 		},
 	}
 }
