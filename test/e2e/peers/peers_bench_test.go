@@ -15,6 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -58,7 +59,7 @@ func BenchmarkPeers(b *testing.B) {
 	importPeerImages(b, ctx, stateDir)
 	address := nodeAddress(b, ctx, hostCS)
 	systems := []peers.System{
-		&peers.Nest{Host: framework.HostClient(b, kubeconfig), HostCS: hostCS},
+		&peers.Nest{Host: framework.HostClient(b, kubeconfig), HostCS: hostCS, Resources: nestShare},
 		&peers.VCluster{ChartDir: vclusterChart(b), Values: peers.VClusterValues(vclusterImages, address),
 			HostKubeconfig: kubeconfig, HostCS: hostCS, NodeAddress: address},
 	}
@@ -86,8 +87,17 @@ func BenchmarkPeers(b *testing.B) {
 	}
 }
 
-// testPod is the pod every workload row starts.
-var testPod = peers.PodTemplate{Image: images.TestApp}
+// testPod is the pod every workload row starts: small, so that 200 fit on
+// the two-core host whatever defaults a system gives a pod.
+var testPod = peers.PodTemplate{Image: images.TestApp, Resources: corev1.ResourceRequirements{
+	Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1m"), corev1.ResourceMemory: resource.MustParse("8Mi")},
+	Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+}}
+
+// nestShare is each Nest tenant's share of the host: room for the 200-pod
+// burst (the default virtual node holds 110 pods). vcluster's chart sets
+// no quota.
+var nestShare = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("250")}
 
 // hostPodStarts measures pod create → Running straight on the host, the
 // figure each tenant's is compared with.

@@ -27,13 +27,18 @@ import (
 	"github.com/nestdev/nest/internal/vcops"
 )
 
-// Nest makes tenants as `nest create NAME` does: a VirtualCluster with
-// the defaults in namespace vc-NAME; `nest delete` removes them.
+// Nest makes tenants as `nest create NAME` does: a VirtualCluster in
+// namespace vc-NAME, with the defaults but for its share (Resources);
+// `nest delete` removes them.
 type Nest struct {
 	// Host is a client of the host cluster with Nest's scheme.
 	Host client.Client
 	// HostCS is the same host as a clientset.
 	HostCS kubernetes.Interface
+	// Resources is each tenant's share of the host
+	// (spec.promoteResources.resources, `nest create --cpu --memory
+	// --pods`); nil keeps the default.
+	Resources corev1.ResourceList
 }
 
 var _ System = (*Nest)(nil)
@@ -48,7 +53,9 @@ func (n *Nest) key(name string) types.NamespacedName {
 // Create makes the namespace and the VirtualCluster (vcops.Create).
 func (n *Nest) Create(ctx context.Context, name string) error {
 	key := n.key(name)
-	_, err := vcops.Create(ctx, n.Host, &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}, vcops.CreatedByCLI)
+	vc := &nestv1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+	vc.Spec.PromoteResources.Resources = n.Resources
+	_, err := vcops.Create(ctx, n.Host, vc, vcops.CreatedByCLI)
 	return err
 }
 

@@ -16,10 +16,12 @@ import (
 
 // PodTemplate is the pod every workload measure starts: one container of
 // Image, never pulled (the image is on every node), that runs until
-// deleted.
+// deleted, asking for Resources (the same for every system, so no
+// system's defaults decide how many fit).
 type PodTemplate struct {
-	Image string
-	Args  []string
+	Image     string
+	Args      []string
+	Resources corev1.ResourceRequirements
 }
 
 func (p PodTemplate) pod(name, run string) *corev1.Pod {
@@ -27,7 +29,8 @@ func (p PodTemplate) pod(name, run string) *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"peers.nest.dev/run": run}},
 		Spec: corev1.PodSpec{
 			TerminationGracePeriodSeconds: new(int64),
-			Containers:                    []corev1.Container{{Name: "app", Image: p.Image, Args: p.Args, ImagePullPolicy: corev1.PullNever}},
+			Containers: []corev1.Container{{Name: "app", Image: p.Image, Args: p.Args, ImagePullPolicy: corev1.PullNever,
+				Resources: p.Resources}},
 		},
 	}
 }
