@@ -87,11 +87,13 @@ func BenchmarkPeers(b *testing.B) {
 	}
 }
 
-// testPod is the pod every workload row starts: small, so that 200 fit on
-// the two-core host whatever defaults a system gives a pod.
+// testPod is the pod every workload row starts: small, with requests and
+// limits of its own, so that 200 fit on the two-core host whatever
+// defaults a system gives a container (Nest's give each 500m of CPU
+// limit, of a tenant's 4 times its share).
 var testPod = peers.PodTemplate{Image: images.TestApp, Resources: corev1.ResourceRequirements{
 	Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1m"), corev1.ResourceMemory: resource.MustParse("8Mi")},
-	Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+	Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("20m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
 }}
 
 // nestShare is each Nest tenant's share of the host: room for the 200-pod
