@@ -70,7 +70,7 @@ func BenchmarkPeers(b *testing.B) {
 	o := peers.Options{Timeout: 5 * time.Minute}
 	onHost := hostPodStarts(b, ctx, hostCS, o)
 	for i := 0; i < b.N; i++ {
-		rows, err := peers.Run(ctx, systems, peersSuite(hostCS, onHost, o))
+		rows, err := peers.Run(ctx, systems, peersSuite(hostCS, onHost, o, b.Logf))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -108,7 +108,7 @@ func hostPodStarts(b *testing.B, ctx context.Context, host kubernetes.Interface,
 	if _, err := host.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		b.Fatal(err)
 	}
-	if err := waitServiceAccount(ctx, host, ns.Name); err != nil {
+	if err := peers.WaitServiceAccount(ctx, host, ns.Name, peers.Options{Timeout: time.Minute}); err != nil {
 		b.Fatal(err)
 	}
 	starts, err := peers.PodStarts(ctx, host, ns.Name, "host", 50, testPod, o)
@@ -118,8 +118,9 @@ func hostPodStarts(b *testing.B, ctx context.Context, host kubernetes.Interface,
 	return starts
 }
 
-// peersSuite is what is measured of each system, in this order.
-func peersSuite(host kubernetes.Interface, onHost []time.Duration, o peers.Options) peers.Suite {
+// peersSuite is what is measured of each system, in this order; logf
+// says what a figure alone does not.
+func peersSuite(host kubernetes.Interface, onHost []time.Duration, o peers.Options, logf func(string, ...any)) peers.Suite {
 	return func(ctx context.Context, s peers.System, rec peers.Recorder) error {
 		var creates, deletes []time.Duration
 		for i := range 3 {
@@ -153,7 +154,7 @@ func peersSuite(host kubernetes.Interface, onHost []time.Duration, o peers.Optio
 		if err != nil {
 			return err
 		}
-		if err := waitServiceAccount(ctx, tenant, metav1.NamespaceDefault); err != nil {
+		if err := peers.WaitServiceAccount(ctx, tenant, metav1.NamespaceDefault, o); err != nil {
 			return err
 		}
 		starts, err := peers.PodStarts(ctx, tenant, metav1.NamespaceDefault, "start", 50, testPod, o)
@@ -196,8 +197,51 @@ func peersSuite(host kubernetes.Interface, onHost []time.Duration, o peers.Optio
 			deletes = append(deletes, d)
 		}
 		rec.Record("delete → every host object gone (median of 7)", "s", peers.Median(deletes).Seconds())
+
+		if densityMax == 0 {
+			return nil
+		}
+		fitted, stop, err := peers.Density(ctx, s, 10, testPod, peers.DensityLimits{Max: densityMax, MemoryUsed: hostMemoryUsed, MemoryShare: 0.8,
+			Wait: peers.Options{Timeout: 2 * time.Minute}})
+		if err != nil {
+			return err
+		}
+		logf("%s density: %d tenants, stopped by %s", s.Name(), fitted, stop)
+		rec.Record("density: tenants with 10 pods each, made one after another until one is not Ready within 2 minutes or 80% of the host's memory is used", "tenants", float64(fitted))
 		return nil
 	}
+}
+
+// densityMax is the most tenants the density row makes of each system:
+// $NEST_PEERS_DENSITY_MAX, 60 by default; 0 leaves the row out, to try a
+// change to the other rows in minutes.
+var densityMax = func() int {
+	if v, err := strconv.Atoi(os.Getenv("NEST_PEERS_DENSITY_MAX")); err == nil && v >= 0 {
+		return v
+	}
+	return 60
+}()
+
+// hostMemoryUsed is the share of this machine's memory in use, 0 to 1
+// (MemTotal less MemAvailable): every node of the local host cluster
+// shares it.
+func hostMemoryUsed() (float64, error) {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	fields := map[string]float64{}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 {
+			v, _ := strconv.ParseFloat(f[1], 64)
+			fields[strings.TrimSuffix(f[0], ":")] = v
+		}
+	}
+	if fields["MemTotal"] == 0 {
+		return 0, fmt.Errorf("/proc/meminfo has no MemTotal")
+	}
+	return (fields["MemTotal"] - fields["MemAvailable"]) / fields["MemTotal"], nil
 }
 
 // settledWorkingSet is peers.IdleWorkingSet of tenant name once it has
@@ -231,22 +275,6 @@ func settledWorkingSet(ctx context.Context, host kubernetes.Interface, s peers.S
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
-// waitServiceAccount waits for the default ServiceAccount of namespace
-// ns, without which no pod is admitted there.
-func waitServiceAccount(ctx context.Context, cs kubernetes.Interface, ns string) error {
-	deadline := time.Now().Add(time.Minute)
-	for {
-		_, err := cs.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("no default ServiceAccount in %s: %w", ns, err)
-		}
-		time.Sleep(200 * time.Millisecond) // polling with a deadline
-	}
-}
 
 // nodeAddress is the InternalIP of a Ready host node, where NodePorts are
 // reached.

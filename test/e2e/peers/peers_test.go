@@ -220,3 +220,26 @@ func TestIdleWorkingSetSumsTheTenantsRunningHostPods(t *testing.T) {
 		t.Error("a pod whose working set cannot be read was counted")
 	}
 }
+
+func TestDensityStopsAtTheFirstTenantThatDoesNotFitAndDeletesWhatItMade(t *testing.T) {
+	free := func() (float64, error) { return 0.1, nil }
+	s := &fakeSystem{name: "vcluster"} // never Ready: no credentials
+	fitted, stop, err := Density(context.Background(), s, 10, PodTemplate{}, DensityLimits{Max: 5, MemoryUsed: free, MemoryShare: 0.8, Wait: quick})
+	if err != nil || fitted != 0 || !strings.Contains(stop, "tenant 1") || !strings.Contains(stop, "not Ready") {
+		t.Errorf("Density = %d, %q, %v; want 0 tenants, stopped by tenant 1 not Ready", fitted, stop, err)
+	}
+	if strings.Join(s.calls, ",") != "create d0,delete d0" {
+		t.Errorf("calls %v, want d0 made, then deleted", s.calls)
+	}
+
+	full := func() (float64, error) { return 0.85, nil }
+	s = &fakeSystem{name: "Nest"}
+	fitted, stop, err = Density(context.Background(), s, 10, PodTemplate{}, DensityLimits{Max: 5, MemoryUsed: full, MemoryShare: 0.8, Wait: quick})
+	if err != nil || fitted != 0 || !strings.Contains(stop, "85% used") || len(s.calls) != 0 {
+		t.Errorf("Density on a full host = %d, %q, %v, calls %v; want no tenant made, stopped by memory", fitted, stop, err, s.calls)
+	}
+	if _, _, err := Density(context.Background(), s, 10, PodTemplate{}, DensityLimits{Max: 5, MemoryShare: 0.8, Wait: quick,
+		MemoryUsed: func() (float64, error) { return 0, errors.New("no /proc") }}); err == nil {
+		t.Error("a host whose memory cannot be read gave a density")
+	}
+}

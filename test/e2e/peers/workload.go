@@ -78,6 +78,11 @@ func podStart(ctx context.Context, cs kubernetes.Interface, ns string, pod *core
 // before it returns.
 func Burst(ctx context.Context, cs kubernetes.Interface, ns, run string, n int, tpl PodTemplate, o Options) (time.Duration, error) {
 	defer deletePods(cs, ns, run)
+	return runPods(ctx, cs, ns, run, n, tpl, o)
+}
+
+// runPods is Burst without the deletion: the pods stay.
+func runPods(ctx context.Context, cs kubernetes.Interface, ns, run string, n int, tpl PodTemplate, o Options) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout())
 	defer cancel()
 	w, err := cs.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: "peers.nest.dev/run=" + run})
