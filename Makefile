@@ -51,7 +51,7 @@ build-k8s:
 	cd k8s/containerd && v=$$(go list -m -f '{{.Version}}' $(CONTAINERD)) && \
 		go build -ldflags "-s -w -X $(CONTAINERD)/version.Version=$$v" -o $(BIN)/ $(addprefix $(CONTAINERD)/cmd/,containerd containerd-shim-runc-v2 ctr)
 
-## build-peers: vcluster's OSS syncer (k8s/vcluster, goreleaser's flags), kine, the SQLite etcd shim it runs (k8s/kine, static with cgo), the CoreDNS its chart runs (k8s/vcluster-coredns) and the v1.36.3 components as separate binaries, into _output/peers
+## build-peers: vcluster's OSS syncer (k8s/vcluster, goreleaser's flags), kine, the SQLite etcd shim it runs (k8s/kine, static with cgo), the CoreDNS its chart runs (k8s/vcluster-coredns) and the host Kubernetes components as separate binaries, into _output/peers
 # Each from a module of its own, so their dependency graphs do not mix. kine's
 # SQLite driver is C; the image it runs from has no C library, so it links
 # glibc statically, with the tags that keep out what would need glibc's shared
@@ -62,7 +62,7 @@ VCLUSTER := github.com/loft-sh/vcluster
 KINE := github.com/k3s-io/kine
 build-peers:
 	# vcluster runs each component from a binary of its own, as its
-	# Kubernetes image holds them: the same v1.36.3 source as Nest's kube.
+	# Kubernetes image holds them: the same source as Nest's host kube.
 	cd k8s && go build -ldflags '$(K8S_LDFLAGS)' -o $(PEERS)/ $(addprefix k8s.io/kubernetes/cmd/,kube-apiserver kube-controller-manager kube-scheduler)
 	cd k8s/vcluster-coredns && go build -ldflags '-s -w' -o $(PEERS)/coredns github.com/coredns/coredns
 	cd k8s/vcluster && v=$$(go list -m -f '{{.Version}}' $(VCLUSTER)) && \

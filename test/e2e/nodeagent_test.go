@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/nestdev/nest/internal/addons"
 	"github.com/nestdev/nest/internal/agent"
@@ -52,9 +53,20 @@ func TestNodeAgent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The kubelet trusts the host's CA, which the admin kubeconfig holds.
+		host, err := clientcmd.BuildConfigFromFlags("", l.AdminKubeconfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		hostCA := host.CAData
+		if len(hostCA) == 0 {
+			if hostCA, err = os.ReadFile(host.CAFile); err != nil {
+				t.Fatal(err)
+			}
+		}
 		want := agent.Status{NodeName: worker.Name, Kubelet: agent.ServiceStatus{Running: true}, KubeProxy: agent.ServiceStatus{Running: true},
-			Server: devcluster.APIServerURL(cp), Bootstrapped: true, PodCIDR: worker.PodCIDR.String(), Sandboxes: st.Sandboxes}
-		if st != want {
+			Server: devcluster.APIServerURL(cp), Bootstrapped: true, CAHash: pki.BundleHash(hostCA), PodCIDR: worker.PodCIDR.String(), Sandboxes: st.Sandboxes}
+		if want.CAHash == "" || st != want {
 			t.Errorf("status = %+v, want %+v", st, want)
 		}
 	})
