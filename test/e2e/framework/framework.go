@@ -21,13 +21,8 @@ func BinDir() string {
 	if d := os.Getenv("NEST_BIN_DIR"); d != "" {
 		return d
 	}
-	return filepath.Join(RepoRoot(), "_output", "bin")
-}
-
-// RepoRoot is the root of the repository the tests were built from.
-func RepoRoot() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..")
+	return filepath.Join(filepath.Dir(file), "..", "..", "..", "_output", "bin")
 }
 
 // RequireRoot fails the test when not run as root: the local host cluster

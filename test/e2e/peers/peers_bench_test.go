@@ -27,6 +27,11 @@ import (
 	"github.com/nestdev/nest/test/e2e/peers"
 )
 
+// repoRoot is the repository's root, from this package's directory, where
+// go test runs it (a path from runtime.Caller is module-relative under
+// -trimpath).
+const repoRoot = "../../.."
+
 // VClusterVersion is the vcluster release measured: the version
 // k8s/vcluster/go.mod pins (TestTheMeasuredVClusterIsThePinnedOne).
 const VClusterVersion = "v0.36.1"
@@ -298,7 +303,7 @@ func nodeAddress(b *testing.B, ctx context.Context, host kubernetes.Interface) s
 // pins, in the module cache.
 func vclusterChart(b *testing.B) string {
 	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/loft-sh/vcluster")
-	cmd.Dir = filepath.Join(framework.RepoRoot(), "k8s", "vcluster")
+	cmd.Dir = filepath.Join(repoRoot, "k8s", "vcluster")
 	out, err := cmd.Output()
 	if err != nil {
 		b.Fatalf("find vcluster's module (make build-peers downloads it): %v", err)
@@ -377,7 +382,7 @@ func metricName(system string, r peers.Row) string {
 // The vcluster measured, and whose images are named for it, is the one
 // k8s/vcluster pins.
 func TestTheMeasuredVClusterIsThePinnedOne(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join(framework.RepoRoot(), "k8s", "vcluster", "go.mod"))
+	data, err := os.ReadFile(filepath.Join(repoRoot, "k8s", "vcluster", "go.mod"))
 	if err != nil {
 		t.Fatal(err)
 	}
