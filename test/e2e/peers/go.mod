@@ -3,6 +3,7 @@ module github.com/nestdev/nest/test/e2e/peers
 go 1.26.0
 
 require (
+	github.com/google/go-containerregistry v0.22.1
 	github.com/nestdev/nest v0.0.0-00010101000000-000000000000
 	helm.sh/helm/v4 v4.2.4
 	k8s.io/api v0.36.3
@@ -72,7 +73,6 @@ require (
 	github.com/google/btree v1.1.3 // indirect
 	github.com/google/gnostic-models v0.7.1 // indirect
 	github.com/google/go-cmp v0.7.0 // indirect
-	github.com/google/go-containerregistry v0.22.1 // indirect
 	github.com/google/nftables v0.3.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/gosuri/uitable v0.0.4 // indirect

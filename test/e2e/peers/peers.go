@@ -19,11 +19,12 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/nestdev/nest/internal/kube"
 )
 
 // System is one system of tenant clusters on the host.
@@ -232,7 +233,7 @@ func TenantReady(ctx context.Context, cfg *rest.Config) error {
 		return err
 	}
 	for i := range nodes.Items {
-		if nodeReady(&nodes.Items[i]) {
+		if kube.NodeReady(&nodes.Items[i]) {
 			return nil
 		}
 	}
@@ -245,15 +246,6 @@ func clientOf(cfg *rest.Config) (*kubernetes.Clientset, error) {
 		cfg.Timeout = 10 * time.Second
 	}
 	return kubernetes.NewForConfig(cfg)
-}
-
-func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // DeleteToGone deletes tenant name of s and returns how long it took

@@ -243,3 +243,13 @@ func TestDensityStopsAtTheFirstTenantThatDoesNotFitAndDeletesWhatItMade(t *testi
 		t.Error("a host whose memory cannot be read gave a density")
 	}
 }
+
+func TestVClusterValuesNameTheLocalImages(t *testing.T) {
+	v := VClusterValues(VClusterImages{Syncer: "nest.local/peers/vcluster-oss:0.36.1", Kubernetes: "nest.local/peers/vcluster-kubernetes:v1.36.3",
+		CoreDNS: "nest.local/peers/coredns:1.14.2", Shell: "nest.local/busybox:1.35"}, "198.51.100.10")
+	sts := v["controlPlane"].(map[string]any)["statefulSet"].(map[string]any)
+	img := sts["image"].(map[string]any)
+	if img["repository"] != "nest.local/peers/vcluster-oss" || img["tag"] != "0.36.1" || img["registry"] != "" || sts["imagePullPolicy"] != "Never" {
+		t.Errorf("syncer image values %v, pull policy %v", img, sts["imagePullPolicy"])
+	}
+}

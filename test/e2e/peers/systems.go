@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	"helm.sh/helm/v4/pkg/action"
 	chartloader "helm.sh/helm/v4/pkg/chart/v2/loader"
 	"helm.sh/helm/v4/pkg/kube"
@@ -260,8 +261,13 @@ type VClusterImages struct {
 // Everything else is the chart's default.
 func VClusterValues(img VClusterImages, nodeAddress string) map[string]any {
 	repo := func(ref string) map[string]any {
-		name, tag := splitTag(ref)
-		return map[string]any{"registry": "", "repository": name, "tag": tag}
+		// Registry left empty: the chart joins a non-empty one with a
+		// slash, and the name already holds it.
+		tag, err := name.NewTag(ref)
+		if err != nil {
+			panic(fmt.Sprintf("VClusterImages: %v", err))
+		}
+		return map[string]any{"registry": "", "repository": tag.Context().Name(), "tag": tag.TagStr()}
 	}
 	return map[string]any{
 		"controlPlane": map[string]any{
@@ -278,18 +284,6 @@ func VClusterValues(img VClusterImages, nodeAddress string) map[string]any {
 		}}}},
 		"telemetry": map[string]any{"enabled": false},
 	}
-}
-
-// splitTag splits an image reference into its name and tag.
-func splitTag(ref string) (string, string) {
-	i := len(ref) - 1
-	for i >= 0 && ref[i] != ':' && ref[i] != '/' {
-		i--
-	}
-	if i < 0 || ref[i] != ':' {
-		return ref, "latest"
-	}
-	return ref[:i], ref[i+1:]
 }
 
 // ChartDir is vcluster's chart directory in the module cache, for the
